@@ -1,0 +1,67 @@
+"""Names and numbers fixed by Kubernetes, JobSet and Kubeflow Trainer v2.3.
+
+Everything here mirrors a value the Trainer controller, JobSet or the API server
+hard-codes; the comment says where it comes from.
+"""
+
+# --- Kubeflow Trainer API ---------------------------------------------------
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_VERSION = "v1alpha1"
+TRAINER_API_VERSION = f"{TRAINER_GROUP}/{TRAINER_VERSION}"
+TRAINJOB_KIND = "TrainJob"
+TRAINJOB_PLURAL = "trainjobs"
+CLUSTER_RUNTIME_KIND = "ClusterTrainingRuntime"
+CLUSTER_RUNTIME_PLURAL = "clustertrainingruntimes"
+RUNTIME_KIND = "TrainingRuntime"
+RUNTIME_PLURAL = "trainingruntimes"
+
+# The replicated job and the container the controller applies `spec.trainer` to:
+# it matches the ancestor label on the Job template and the container name `node`.
+TRAINER_NODE = "node"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR_TRAINER = "trainer"
+# The SDK (not the controller) requires the framework label on runtimes.
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+
+# --- JobSet / Job pod labels (set by JobSet and the Job controller) ----------
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+# --- torch plugin environment (Torch.EnforceMLPolicy) -------------------------
+PET_NNODES = "PET_NNODES"
+PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+PET_NODE_RANK = "PET_NODE_RANK"
+PET_MASTER_ADDR = "PET_MASTER_ADDR"
+PET_MASTER_PORT = "PET_MASTER_PORT"
+PET_ENV_NAMES = (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT)
+DEFAULT_MASTER_PORT = 29500
+
+# --- Kubernetes limits ---------------------------------------------------------
+#: The API server rejects a ConfigMap whose data plus binaryData exceed 1 MiB.
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+#: RFC 1035 labels (TrainJob names) and RFC 1123 labels are at most 63 characters.
+DNS_LABEL_MAX = 63
+#: TrainJob names stay short enough that `<name>-node-0-<index>` pod hostnames fit in 63.
+TRAINJOB_NAME_MAX = 50
+#: `spec.trainer.command` / `args` hold at most 128 items each (CRD maxItems).
+TRAINER_ARGV_MAX_ITEMS = 128
+#: `spec.trainer.env` holds at most 128 entries (CRD maxItems).
+TRAINER_ENV_MAX_ITEMS = 128
+
+# --- Our own labels and annotations ------------------------------------------
+LABEL_PREFIX = "nemo-kubeflow.nvidia.com"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "nemo-kubeflow"
+EXPERIMENT_LABEL = f"{LABEL_PREFIX}/experiment"
+TASK_LABEL = f"{LABEL_PREFIX}/task"
+TRAINJOB_LABEL = f"{LABEL_PREFIX}/trainjob"
+RUNTIME_HASH_LABEL = f"{LABEL_PREFIX}/runtime-hash"
+BUNDLE_HASH_ANNOTATION = f"{LABEL_PREFIX}/bundle-hash"
+
+#: NeMo-Run writes inline scripts as /nemo_run/scripts/<name>.sh (nemo_run.config.RUNDIR_NAME).
+NEMO_RUN_POD_DIR = "/nemo_run"
+
+# Scheduler name registered with torchx and nemo_run. nemo_run's own is "kubeflow".
+SCHEDULER_NAME = "kubeflow_trainer"

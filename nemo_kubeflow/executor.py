@@ -1,0 +1,411 @@
+"""`KubeflowExecutor`: the NeMo-Run executor configuration for Kubeflow Trainer v2.
+
+This module is configuration only. Building an executor (which NeMo-Run does on
+every ``clone()`` and every deserialisation) does no I/O: no kubeconfig is read and
+no cluster is contacted until something is actually submitted. ``validate()`` is a
+pure check that the scheduler calls before anything is built.
+
+Importing this module registers the executor with NeMo-Run (see ``registration``),
+so ``run.Experiment.from_id`` and ``nemo experiment ...`` find it again after fiddle
+re-imports the class.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from nemo_run.core.execution.base import Executor, ExecutorMacros
+from nemo_run.core.packaging.base import Packager
+
+from nemo_kubeflow import naming
+from nemo_kubeflow.constants import (
+    CLUSTER_RUNTIME_KIND,
+    NEMO_RUN_POD_DIR,
+    PET_ENV_NAMES,
+    PET_MASTER_ADDR,
+    PET_NNODES,
+    PET_NODE_RANK,
+    PET_NPROC_PER_NODE,
+    RUNTIME_KIND,
+)
+from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.quantity import parse_quantity
+
+
+@dataclass(kw_only=True)
+class PVCMount:
+    """A PersistentVolumeClaim mounted into every training pod."""
+
+    #: Name of the claim (``persistentVolumeClaim.claimName``).
+    claim_name: str
+    #: Where the volume appears in the container (``volumeMounts[].mountPath``).
+    mount_path: str
+    #: Mount read-only (``volumeMounts[].readOnly``).
+    read_only: bool = False
+    #: Mount only this sub-directory of the volume (``volumeMounts[].subPath``).
+    sub_path: Optional[str] = None
+    #: Create the claim if it does not exist (it is never deleted by NeMo-Run: it holds data).
+    create: bool = False
+    #: Requested size when creating, e.g. ``"100Gi"`` (``spec.resources.requests.storage``).
+    size: Optional[str] = None
+    #: StorageClass when creating; ``None`` uses the cluster default.
+    storage_class: Optional[str] = None
+    #: Access modes when creating. Multi-node jobs need ``ReadWriteMany`` to share one claim.
+    access_modes: list[str] = field(default_factory=lambda: ["ReadWriteMany"])
+
+
+@dataclass(kw_only=True)
+class SecretMount:
+    """An existing Kubernetes Secret mounted as files into every training pod."""
+
+    #: Name of the Secret, in the executor's namespace.
+    secret_name: str
+    #: Directory where the Secret's keys appear as files.
+    mount_path: str
+    #: Only these keys (each becomes a file of the same name); empty mounts every key.
+    keys: list[str] = field(default_factory=list)
+    #: File mode of the mounted files (``secret.defaultMode``), 0o400 = owner read-only.
+    default_mode: int = 0o400
+
+
+@dataclass(kw_only=True)
+class TCPXOConfig:
+    """GKE GPUDirect-TCPXO (A3 Mega) settings, used when ``enable_tcpxo`` is set.
+
+    The sidecar needs ``NET_ADMIN`` and ``NET_BIND_SERVICE`` and host paths for the
+    NVIDIA libraries and ``/proc/sys``/``/sys``: these fail the Pod Security
+    "baseline" profile, so TCPXO needs a namespace that allows privileged pods.
+    """
+
+    #: Number of GPU NICs (``eth1``..``ethN``); A3 Mega has 8.
+    nic_count: int = 8
+    #: VPC network names for the GPU NICs, one per NIC (``networking.gke.io/interfaces``).
+    #: Empty means ``vpc1``..``vpcN``, the names used in GKE's setup guide.
+    network_names: list[str] = field(default_factory=list)
+    #: Network of the default interface ``eth0``.
+    default_network: str = "default"
+    #: Image of the ``tcpxo-daemon`` (receive-datapath manager) sidecar.
+    daemon_image: str = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.17"
+    #: Host directory holding the NVIDIA driver and the NCCL FasTrak plugin installed by GKE.
+    nvidia_host_path: str = "/home/kubernetes/bin/nvidia"
+    #: Extra or overriding NCCL environment variables for the training container.
+    nccl_env: dict[str, str] = field(default_factory=dict)
+
+    def networks(self) -> list[str]:
+        return list(self.network_names) or [f"vpc{i}" for i in range(1, self.nic_count + 1)]
+
+
+@dataclass(kw_only=True)
+class KubeflowExecutor(Executor):
+    """Runs NeMo-Run tasks as Kubeflow Trainer v2 TrainJobs.
+
+    Each task becomes: ConfigMaps with its files, a training runtime rendered from
+    ``templates/`` (shared by every task with the same settings), and a TrainJob whose
+    trainer runs the task's command on ``nodes`` pods with ``nprocs_per_node``
+    processes each. Example::
+
+        executor = KubeflowExecutor(
+            container_image="nvcr.io/nvidia/nemo:25.02",
+            nodes=2, nprocs_per_node=8, gpus_per_node=8,
+            namespace="training",
+            pvc_mounts=[PVCMount(claim_name="checkpoints", mount_path="/ckpt")],
+        )
+    """
+
+    # --- size and image ----------------------------------------------------
+    #: Number of nodes (pods) of the job (``spec.trainer.numNodes``).
+    nodes: int = 1
+    #: Processes per node (``spec.trainer.numProcPerNode``, torchrun ``--nproc-per-node``).
+    nprocs_per_node: int = 1
+    #: GPUs per node, requested and limited as ``gpu_resource_name``. 0 for a CPU-only job.
+    gpus_per_node: int = 0
+    #: The extended resource name of a GPU.
+    gpu_resource_name: str = "nvidia.com/gpu"
+    #: Container image of the training pods (``spec.trainer.image``). Required.
+    container_image: str = ""
+    #: Kubernetes namespace of the TrainJob and everything created with it.
+    namespace: str = "default"
+
+    # --- resources (``resourcesPerNode`` of the TrainJob) --------------------
+    #: CPU request per node, e.g. ``"8"`` or ``"500m"``.
+    cpu_request: Optional[str] = None
+    #: CPU limit per node.
+    cpu_limit: Optional[str] = None
+    #: Memory request per node, e.g. ``"64Gi"``.
+    memory_request: Optional[str] = None
+    #: Memory limit per node.
+    memory_limit: Optional[str] = None
+    #: Other extended resources per node, requested and limited alike, e.g. ``{"vpc.amazonaws.com/efa": "4"}``.
+    extra_resources: dict[str, str] = field(default_factory=dict)
+
+    # --- environment and secrets ------------------------------------------
+    #: Secret environment variables: name -> where to read the value on the submitting
+    #: machine, ``"env:LOCAL_VAR"`` or ``"file:/path"``. Values are read at submission,
+    #: stored only in a Secret owned by the TrainJob, and never written anywhere else.
+    #: Literal values are refused: NeMo-Run saves the executor to disk.
+    secret_env_vars: dict[str, str] = field(default_factory=dict)
+    #: Existing Secrets whose every key becomes an environment variable (``envFrom``).
+    secret_env_from: list[str] = field(default_factory=list)
+    #: Environment variables from keys of existing Secrets: name -> ``"secret-name/key"``.
+    secret_key_refs: dict[str, str] = field(default_factory=dict)
+    #: Existing Secrets mounted as files.
+    secret_mounts: list[SecretMount] = field(default_factory=list)
+
+    # --- storage -------------------------------------------------------------
+    #: PersistentVolumeClaims mounted into every pod (existing, or created when ``create``).
+    pvc_mounts: list[PVCMount] = field(default_factory=list)
+    #: Size of the memory-backed ``/dev/shm`` (``emptyDir.sizeLimit``); ``None`` keeps the
+    #: container runtime's 64 MiB default, which breaks NCCL and data loaders.
+    shm_size: Optional[str] = "16Gi"
+    #: Where the task's files (scripts, configs, code) appear in the pod.
+    workspace_mount_path: str = NEMO_RUN_POD_DIR
+
+    # --- placement and pod settings ---------------------------------------
+    #: Tolerations of the training pods (Kubernetes toleration dicts).
+    tolerations: list[dict] = field(default_factory=list)
+    #: Node selector of the training pods.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    #: Spread the job's pods one per Kubernetes node (required anti-affinity scoped to
+    #: this job's own pods). ``None``: on when the job uses GPUs.
+    one_pod_per_node: Optional[bool] = None
+    #: Names of image pull Secrets.
+    image_pull_secrets: list[str] = field(default_factory=list)
+    #: Service account of the training pods.
+    service_account: Optional[str] = None
+    #: Labels of the TrainJob object.
+    labels: dict[str, str] = field(default_factory=dict)
+    #: Annotations of the TrainJob object.
+    annotations: dict[str, str] = field(default_factory=dict)
+    #: Labels of the training pods (TrainJob labels do not reach pods).
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    #: Annotations of the training pods.
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    #: Fail the job after this many seconds (``spec.activeDeadlineSeconds``).
+    active_deadline_seconds: Optional[int] = None
+
+    # --- network fabric --------------------------------------------------------
+    #: Add GKE GPUDirect-TCPXO (A3 Mega): the ``tcpxo-daemon`` sidecar, multi-NIC
+    #: annotations and NCCL settings. Needs privileged pods (see ``TCPXOConfig``).
+    enable_tcpxo: bool = False
+    #: TCPXO settings.
+    tcpxo: TCPXOConfig = field(default_factory=TCPXOConfig)
+
+    # --- training runtime ---------------------------------------------------------
+    #: Use this existing runtime instead of rendering one (nothing is rendered or created).
+    runtime_name: Optional[str] = None
+    #: ``ClusterTrainingRuntime`` (cluster-scoped, needs cluster RBAC) or
+    #: ``TrainingRuntime`` (in ``namespace``; for users with namespace rights only).
+    runtime_kind: str = CLUSTER_RUNTIME_KIND
+    #: A Jinja template of your own to render the runtime from (same variables as
+    #: ``templates/training_runtime.yaml.j2``).
+    runtime_template: Optional[str] = None
+
+    # --- cluster access ---------------------------------------------------------------
+    #: Path of the kubeconfig; ``None`` uses ``$KUBECONFIG`` or ``~/.kube/config``
+    #: (or the in-cluster service account). Read only when submitting.
+    kubeconfig: Optional[str] = None
+    #: Context of the kubeconfig; ``None`` uses its current context.
+    kube_context: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # Only normalisation: this runs on every clone and deserialisation, so no I/O.
+        if self.packager is None or type(self.packager) is Packager:
+            from nemo_kubeflow.packaging import ConfigMapPackager
+
+            self.packager = ConfigMapPackager()
+
+    # --- NeMo-Run Executor API -------------------------------------------------
+    def assign(self, exp_id: str, exp_dir: str, task_id: str, task_dir: str) -> None:
+        self.experiment_id = exp_id
+        self.experiment_dir = exp_dir
+        self.job_dir = os.path.join(exp_dir, task_dir)
+
+    def nnodes(self) -> int:
+        return self.nodes
+
+    def nproc_per_node(self) -> int:
+        return self.nprocs_per_node
+
+    def macro_values(self) -> Optional[ExecutorMacros]:
+        # NeMo-Run's launchers write $${head_node_ip_var} etc.; point them at Trainer's PET_* env.
+        return ExecutorMacros(
+            head_node_ip_var=PET_MASTER_ADDR,
+            nproc_per_node_var=PET_NPROC_PER_NODE,
+            num_nodes_var=PET_NNODES,
+            node_rank_var=PET_NODE_RANK,
+            het_group_host_var=PET_MASTER_ADDR,
+        )
+
+    def package_configs(self, *cfgs: tuple[str, str]) -> list[str]:
+        """Write the configs locally (they are shipped in the task's ConfigMap) and
+        return the paths they will have *in the pod*, which is where fdl_runner reads them."""
+        local_paths = super().package_configs(*cfgs)
+        task_dir = os.path.basename(self.job_dir.rstrip("/"))
+        configs_dir = os.path.join(self.job_dir, "configs")
+        return [
+            f"{self.workspace_mount_path.rstrip('/')}/{task_dir}/configs/"
+            + os.path.relpath(p, configs_dir).replace(os.sep, "/")
+            for p in local_paths
+        ]
+
+    def supports_launcher_transform(self) -> bool:
+        return False
+
+    def info(self) -> str:
+        return f"KubeflowExecutor ({self.nodes}x{self.nprocs_per_node}, {self.namespace})"
+
+    # --- derived settings ------------------------------------------------------------
+    def spreads_pods(self) -> bool:
+        return self.gpus_per_node > 0 if self.one_pod_per_node is None else self.one_pod_per_node
+
+    def validate(self) -> None:
+        """Check the configuration; raise ``ConfigError`` listing every problem found.
+
+        Pure: touches neither the file system nor the cluster.
+        """
+        problems = list(self._problems())
+        if problems:
+            listing = "\n".join(f"  - {p}" for p in problems)
+            raise ConfigError(f"KubeflowExecutor configuration is invalid:\n{listing}")
+
+    def _problems(self):
+        for name in ("nodes", "nprocs_per_node"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                yield f"{name}={value!r}: must be an integer >= 1"
+        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0:
+            yield f"gpus_per_node={self.gpus_per_node!r}: must be an integer >= 0"
+        elif (
+            self.gpus_per_node > 0
+            and isinstance(self.nprocs_per_node, int)
+            and self.nprocs_per_node > self.gpus_per_node
+        ):
+            yield (
+                f"nprocs_per_node={self.nprocs_per_node} exceeds gpus_per_node={self.gpus_per_node}: "
+                "each process needs its own GPU; lower nprocs_per_node or raise gpus_per_node"
+            )
+        if not self.container_image or not self.container_image.strip():
+            yield (
+                "container_image is not set: give the image the training pods run, "
+                "e.g. container_image='nvcr.io/nvidia/nemo:25.02'"
+            )
+        elif any(c.isspace() for c in self.container_image):
+            yield f"container_image={self.container_image!r}: must not contain whitespace"
+        if not naming.is_rfc1123_label(self.namespace or ""):
+            yield (
+                f"namespace={self.namespace!r}: must be a DNS-1123 label "
+                "(lowercase letters, digits and '-', at most 63 characters)"
+            )
+        for fname in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
+            value = getattr(self, fname)
+            if value is not None and parse_quantity(str(value)) is None:
+                yield f"{fname}={value!r}: not a Kubernetes quantity (e.g. '8', '500m', '64Gi')"
+        for lo, hi in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
+            a, b = getattr(self, lo), getattr(self, hi)
+            qa = parse_quantity(str(a)) if a is not None else None
+            qb = parse_quantity(str(b)) if b is not None else None
+            if qa is not None and qb is not None and qa > qb:
+                yield f"{lo}={a!r} is larger than {hi}={b!r}"
+        for res, value in self.extra_resources.items():
+            if parse_quantity(str(value)) is None:
+                yield f"extra_resources[{res!r}]={value!r}: not a Kubernetes quantity"
+            if res == self.gpu_resource_name:
+                yield f"extra_resources[{res!r}]: set GPUs with gpus_per_node instead"
+        if self.shm_size is not None and parse_quantity(str(self.shm_size)) is None:
+            yield f"shm_size={self.shm_size!r}: not a Kubernetes quantity (e.g. '16Gi')"
+        yield from self._env_problems()
+        yield from self._volume_problems()
+        if self.runtime_kind not in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
+            yield f"runtime_kind={self.runtime_kind!r}: must be {CLUSTER_RUNTIME_KIND!r} or {RUNTIME_KIND!r}"
+        if self.runtime_name is not None and not naming.is_rfc1123_subdomain(self.runtime_name):
+            yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name"
+        if self.runtime_name and self.runtime_template:
+            yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
+        if self.active_deadline_seconds is not None and (
+            not isinstance(self.active_deadline_seconds, int) or self.active_deadline_seconds < 1
+        ):
+            yield f"active_deadline_seconds={self.active_deadline_seconds!r}: must be an integer >= 1"
+        if not isinstance(self.retries, int) or self.retries < 0:
+            yield f"retries={self.retries!r}: must be an integer >= 0"
+        if not self.workspace_mount_path.startswith("/"):
+            yield f"workspace_mount_path={self.workspace_mount_path!r}: must be an absolute path"
+        for key, value in {**self.labels, **self.pod_labels}.items():
+            if not naming.is_label_value(str(value)):
+                yield f"label {key}={value!r}: label values are at most 63 characters of [A-Za-z0-9_.-]"
+        if self.enable_tcpxo:
+            if self.gpus_per_node <= 0:
+                yield "enable_tcpxo needs gpus_per_node > 0 (TCPXO is GPUDirect networking)"
+            if self.tcpxo.network_names and len(self.tcpxo.network_names) != self.tcpxo.nic_count:
+                yield (
+                    f"tcpxo.network_names has {len(self.tcpxo.network_names)} names for "
+                    f"nic_count={self.tcpxo.nic_count}: give one network per NIC"
+                )
+
+    def _env_problems(self):
+        env_names = list(self.env_vars) + list(self.secret_env_vars) + list(self.secret_key_refs)
+        seen: set[str] = set()
+        for name in env_names:
+            if name in PET_ENV_NAMES:
+                yield (
+                    f"environment variable {name}: Kubeflow Trainer sets the PET_* variables itself "
+                    "and rejects TrainJobs that set them; remove it"
+                )
+            elif not _is_env_name(name):
+                yield f"environment variable {name!r}: names are letters, digits, '_', '-', '.' and don't start with a digit"
+            if name in seen:
+                yield f"environment variable {name} is set twice (env_vars, secret_env_vars, secret_key_refs)"
+            seen.add(name)
+        for name, source in self.secret_env_vars.items():
+            kind, _, ref = str(source).partition(":")
+            if kind not in ("env", "file") or not ref:
+                yield (
+                    f"secret_env_vars[{name!r}]: give where to read the value, 'env:LOCAL_VAR' or "
+                    "'file:/path' (literal values are refused because NeMo-Run writes the executor to disk)"
+                )
+        for name, ref in self.secret_key_refs.items():
+            secret, _, key = str(ref).partition("/")
+            if not naming.is_rfc1123_subdomain(secret) or not key:
+                yield f"secret_key_refs[{name!r}]={ref!r}: expected 'secret-name/key'"
+        for secret in self.secret_env_from:
+            if not naming.is_rfc1123_subdomain(secret):
+                yield f"secret_env_from: {secret!r} is not a valid Secret name"
+
+    def _volume_problems(self):
+        paths: dict[str, str] = {self.workspace_mount_path: "workspace_mount_path"}
+        if self.shm_size is not None:
+            paths["/dev/shm"] = "shm_size"
+        mounts = [(f"pvc_mounts[{m.claim_name}]", m.mount_path) for m in self.pvc_mounts] + [
+            (f"secret_mounts[{m.secret_name}]", m.mount_path) for m in self.secret_mounts
+        ]
+        for what, path in mounts:
+            if not str(path).startswith("/"):
+                yield f"{what}: mount_path {path!r} must be an absolute path"
+            elif path in paths:
+                yield f"{what}: mount_path {path!r} is already used by {paths[path]}"
+            paths[path] = what
+        for m in self.pvc_mounts:
+            if not naming.is_rfc1123_subdomain(m.claim_name):
+                yield f"pvc_mounts: claim_name {m.claim_name!r} is not a valid Kubernetes name"
+            if m.create:
+                if m.size is None or parse_quantity(str(m.size)) is None:
+                    yield f"pvc_mounts[{m.claim_name}]: create=True needs size, e.g. size='100Gi'"
+                bad = set(m.access_modes) - {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
+                if bad or not m.access_modes:
+                    yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
+        for m in self.secret_mounts:
+            if not naming.is_rfc1123_subdomain(m.secret_name):
+                yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name"
+
+
+def _is_env_name(name: str) -> bool:
+    return bool(re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name))
+
+
+# Registration must happen when the module defining the class is imported: fiddle
+# imports this module when NeMo-Run deserialises an experiment in a new process.
+from nemo_kubeflow.registration import register_executor  # noqa: E402
+
+register_executor(KubeflowExecutor)

@@ -1,0 +1,109 @@
+"""KubeflowExecutor: validation messages, NeMo-Run integration points, no I/O on construction."""
+
+import fiddle as fdl
+import pytest
+from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
+from nemo_run.run.experiment import Experiment
+from nemo_run.run.torchx_backend.schedulers import api
+
+from nemo_kubeflow import ConfigError, ConfigMapPackager, KubeflowExecutor, PVCMount
+
+
+def ok(**kw):
+    return KubeflowExecutor(container_image="img", **kw)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(nodes=0), "nodes=0: must be an integer >= 1"),
+    (dict(nprocs_per_node=-1), "nprocs_per_node=-1"),
+    (dict(gpus_per_node=4, nprocs_per_node=8), "exceeds gpus_per_node=4"),
+    (dict(namespace="Team_A"), "namespace='Team_A': must be a DNS-1123 label"),
+    (dict(cpu_request="eight"), "cpu_request='eight': not a Kubernetes quantity"),
+    (dict(memory_request="8Gi", memory_limit="4Gi"), "memory_request='8Gi' is larger than memory_limit='4Gi'"),
+    (dict(env_vars={"PET_NODE_RANK": "0"}), "Kubeflow Trainer sets the PET_* variables itself"),
+    (dict(env_vars={"1BAD": "x"}), "environment variable '1BAD'"),
+    (dict(secret_env_vars={"TOKEN": "hunter2"}), "literal values are refused"),
+    (dict(secret_key_refs={"K": "no-key"}), "expected 'secret-name/key'"),
+    (dict(env_vars={"K": "1"}, secret_key_refs={"K": "s/k"}), "K is set twice"),
+    (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="/nemo_run")]), "already used by workspace_mount_path"),
+    (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="/d", create=True)]), "create=True needs size"),
+    (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="rel")]), "must be an absolute path"),
+    (dict(runtime_kind="MyRuntime"), "runtime_kind='MyRuntime'"),
+    (dict(active_deadline_seconds=0), "active_deadline_seconds=0"),
+    (dict(enable_tcpxo=True), "enable_tcpxo needs gpus_per_node > 0"),
+    (dict(shm_size="lots"), "shm_size='lots'"),
+    (dict(extra_resources={"nvidia.com/gpu": "8"}), "set GPUs with gpus_per_node"),
+    (dict(labels={"team": "x" * 70}), "label values are at most 63"),
+])
+def test_invalid_configurations_are_named(kwargs, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        ok(**kwargs).validate()
+    assert message in str(err.value)
+
+
+def test_missing_image_says_how_to_fix():
+    with pytest.raises(ConfigError, match="container_image is not set"):
+        KubeflowExecutor().validate()
+
+
+def test_all_problems_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        KubeflowExecutor(nodes=0, namespace="BAD").validate()
+    text = str(err.value)
+    assert "nodes=0" in text and "namespace='BAD'" in text and "container_image" in text
+
+
+def test_registered_with_nemo_run():
+    assert api.EXECUTOR_MAPPING[KubeflowExecutor] == "kubeflow_trainer"
+    assert api.REVERSE_EXECUTOR_MAPPING["kubeflow_trainer"] is KubeflowExecutor
+    assert KubeflowExecutor in Experiment._PARALLEL_SUPPORTED_EXECUTORS
+    assert KubeflowExecutor in Experiment._DETACH_SUPPORTED_EXECUTORS
+    assert KubeflowExecutor not in Experiment._DEPENDENCY_SUPPORTED_EXECUTORS
+    # nemo_run's log lookup special-cases any class with an attribute named `logs`.
+    assert not hasattr(KubeflowExecutor, "logs")
+
+
+def test_construction_does_no_io(monkeypatch):
+    import kubernetes.config
+
+    def boom(*a, **k):
+        raise AssertionError("kubeconfig read during construction")
+
+    monkeypatch.setattr(kubernetes.config, "load_kube_config", boom)
+    monkeypatch.setattr(kubernetes.config, "new_client_from_config", boom)
+    ex = ok(kubeconfig="/does/not/exist", pvc_mounts=[PVCMount(claim_name="d", mount_path="/d")])
+    clone = ex.clone()
+    assert clone.kubeconfig == "/does/not/exist" and clone.pvc_mounts[0].claim_name == "d"
+    assert isinstance(clone.packager, ConfigMapPackager)
+
+
+def test_survives_nemo_run_serialization():
+    ex = ok(nodes=2, secret_env_vars={"T": "env:T"}, pvc_mounts=[PVCMount(claim_name="d", mount_path="/d")])
+    data = ZlibJSONSerializer().serialize(ex.to_config())
+    back = fdl.build(ZlibJSONSerializer().deserialize(data))
+    assert back == ex
+
+
+def test_package_configs_returns_pod_paths(tmp_path):
+    ex = ok()
+    ex.assign("exp_1", str(tmp_path), "task", "task")
+    [path] = ex.package_configs(("task_fn_or_script", "{}"))
+    assert path == "/nemo_run/task/configs/task_fn_or_script"
+    assert (tmp_path / "task" / "configs" / "task_fn_or_script").read_text() == "{}"
+
+
+def test_torchrun_macros_point_at_pet_variables():
+    macros = ok().macro_values()
+    assert macros.head_node_ip_var == "PET_MASTER_ADDR" and macros.node_rank_var == "PET_NODE_RANK"
+
+
+def test_configuration_reference_is_up_to_date():
+    from pathlib import Path
+
+    from nemo_kubeflow.docgen import field_docs, render
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "executor.md"
+    assert doc.read_text() == render(), "run: python -m nemo_kubeflow.docgen > docs/executor.md"
+    # Every user-facing field is documented.
+    undocumented = [name for name, text in field_docs(KubeflowExecutor).items() if not text]
+    assert undocumented == []

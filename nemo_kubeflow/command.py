@@ -1,0 +1,193 @@
+"""The training container's command, built from NeMo-Run's role.
+
+Kubernetes expands only ``$(VAR)`` in commands, never ``$VAR``, so the container runs
+one ``bash -c`` script: this is what lets ``$PET_NODE_RANK`` and friends (set by
+Kubeflow Trainer in each pod) reach torchrun. Everything else in the script is
+shell-quoted.
+
+Three shapes of task:
+
+* torchrun (NeMo-Run's ``Torchrun`` launcher, or a distributed Python task): the
+  rendezvous and size flags NeMo-Run generated are replaced by Trainer's
+  ``--nnodes/--nproc-per-node/--node-rank/--master-addr/--master-port`` from the
+  ``PET_*`` variables (static rendezvous on the master pod, which is how Trainer
+  wires torch jobs); the other flags (``--tee``, ``--no-python``...) are kept.
+* a bash entrypoint (scripts): run as is; a ``torchrun`` shell function is exported
+  so that a script calling ``torchrun`` gets the PET flags it does not pass itself.
+* anything else that is not distributed: run as is, no torchrun.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from nemo_kubeflow.constants import NEMO_RUN_POD_DIR
+
+#: torchrun's flags, in the order they are added, with the PET variable that feeds each.
+PET_FLAGS: tuple[tuple[str, str], ...] = (
+    ("--nnodes", "PET_NNODES"),
+    ("--nproc-per-node", "PET_NPROC_PER_NODE"),
+    ("--node-rank", "PET_NODE_RANK"),
+    ("--master-addr", "PET_MASTER_ADDR"),
+    ("--master-port", "PET_MASTER_PORT"),
+)
+
+# torchrun options that take a value (so the value is not mistaken for the script).
+_VALUE_FLAGS = {
+    "--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank",
+    "--master-addr", "--master_addr", "--master-port", "--master_port",
+    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
+    "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--max-restarts", "--max_restarts",
+    "--monitor-interval", "--monitor_interval", "--start-method", "--start_method",
+    "--role", "--log-dir", "--log_dir", "-r", "--redirects", "-t", "--tee",
+    "--local-addr", "--local_addr", "--logs-specs", "--logs_specs",
+    "--local-ranks-filter", "--local_ranks_filter", "--event-log-handler", "--event_log_handler",
+}
+# Flags NeMo-Run's launcher sets that Trainer's PET values replace.
+_REPLACED_FLAGS = {
+    "--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank",
+    "--master-addr", "--master_addr", "--master-port", "--master_port",
+    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id",
+}
+
+# Exported into bash scripts: adds the PET flags a `torchrun` call does not already pass.
+# Scanning stops at the script name so that the script's own arguments are not read as
+# torchrun flags. `--standalone` and explicit rendezvous settings are left alone.
+_TORCHRUN_FUNCTION = r"""torchrun() {
+  local a skip= nn=1 np=1 nr=1 ma=1 mp=1 add=()
+  for a in "$@"; do
+    if [ -n "$skip" ]; then skip=; continue; fi
+    case "$a" in
+      --nnodes|--nnodes=*) nn=;;
+      --nproc-per-node|--nproc_per_node|--nproc-per-node=*|--nproc_per_node=*) np=;;
+      --node-rank|--node_rank|--node-rank=*|--node_rank=*) nr=;;
+      --master-addr|--master_addr|--master-addr=*|--master_addr=*) ma=;;
+      --master-port|--master_port|--master-port=*|--master_port=*) mp=;;
+      --standalone|--rdzv-endpoint|--rdzv_endpoint|--rdzv-endpoint=*|--rdzv_endpoint=*) nr= ma= mp=;;
+    esac
+    case "$a" in
+      --standalone) nn=;;
+      VALUE_FLAGS) skip=1;;
+      -*) ;;
+      *) break;;
+    esac
+  done
+  [ -n "$nn" ] && add+=(--nnodes "$PET_NNODES")
+  [ -n "$np" ] && add+=(--nproc-per-node "$PET_NPROC_PER_NODE")
+  [ -n "$nr" ] && add+=(--node-rank "$PET_NODE_RANK")
+  [ -n "$ma" ] && add+=(--master-addr "$PET_MASTER_ADDR")
+  [ -n "$mp" ] && add+=(--master-port "$PET_MASTER_PORT")
+  command torchrun "${add[@]}" "$@"
+}
+export -f torchrun""".replace("VALUE_FLAGS", "|".join(sorted(_VALUE_FLAGS)))
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What the training container runs: ``command`` + ``args`` for ``spec.trainer``."""
+
+    command: list[str]
+    args: list[str]
+    #: The final command line (for summaries and tests).
+    command_line: str
+    #: Whether torchrun was injected or rewritten with the PET flags.
+    uses_torchrun: bool
+
+
+def pet_flags() -> str:
+    return " ".join(f'{flag} "${var}"' for flag, var in PET_FLAGS)
+
+
+def split_torchrun_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split torchrun's arguments into (kept launcher flags, script and its arguments),
+    dropping the flags that the PET values replace."""
+    kept: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        flag = token.split("=", 1)[0]
+        if not token.startswith("-"):
+            break
+        takes_value = token in _VALUE_FLAGS
+        if flag in _REPLACED_FLAGS:
+            i += 2 if takes_value else 1
+            continue
+        kept.append(token)
+        if takes_value and i + 1 < len(args):
+            kept.append(args[i + 1])
+            i += 1
+        i += 1
+    return kept, list(args[i:])
+
+
+def rewrite_workspace(arg: str, workspace: str) -> str:
+    """NeMo-Run hard-codes ``/nemo_run/...`` pod paths; follow a moved workspace."""
+    if workspace.rstrip("/") == NEMO_RUN_POD_DIR:
+        return arg
+    return arg.replace(NEMO_RUN_POD_DIR + "/", workspace.rstrip("/") + "/")
+
+
+def build_launch(
+    entrypoint: str,
+    args: Sequence[str],
+    *,
+    args_are_quoted: bool,
+    distributed: bool,
+    workspace: str = NEMO_RUN_POD_DIR,
+    workdir: str | None = None,
+    pythonpath: Sequence[str] = (),
+    prologue: str = "",
+    exports: Mapping[str, str] | None = None,
+) -> LaunchSpec:
+    """Build the container command.
+
+    Args:
+        entrypoint: the role's entrypoint (``torchrun``, ``python``, ``bash``...).
+        args: the role's arguments after NeMo-Run's macro substitution.
+        args_are_quoted: NeMo-Run's torchrun component shell-quotes its arguments itself
+            (leaving ``$PET_*`` unquoted); plain roles carry raw arguments.
+        distributed: more than one process in the job (nodes x processes > 1).
+        workspace: where the task's files are mounted.
+        workdir: directory to ``cd`` into before the command (default: the workspace).
+        pythonpath: directories prepended to ``PYTHONPATH``.
+        prologue: shell run first (e.g. unpacking a sharded code package).
+        exports: variables exported by the script, values may use ``${VAR:+...}`` forms
+            (used to extend ``LD_LIBRARY_PATH`` without replacing the image's).
+    """
+    args = [rewrite_workspace(a, workspace) for a in args]
+    quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
+    uses_torchrun = False
+    if entrypoint == "torchrun":
+        kept, rest = split_torchrun_args(quoted)
+        line = " ".join(["torchrun", pet_flags(), *kept, *rest])
+        uses_torchrun = True
+    elif entrypoint in ("python", "python3") and distributed:
+        # A distributed Python task without a launcher: every process needs torchrun,
+        # otherwise each node would run a single, non-distributed process.
+        if quoted[:1] == ["-m"]:
+            body = ["-m", *quoted[1:]]
+        else:
+            body = quoted
+        line = " ".join(["torchrun", pet_flags(), *body])
+        uses_torchrun = True
+    else:
+        line = " ".join([shlex.quote(entrypoint), *quoted])
+
+    lines = ["set -eo pipefail"]
+    if prologue.strip():
+        lines.append(prologue.rstrip())
+    for name, value in (exports or {}).items():
+        lines.append(f"export {name}={value}")
+    if pythonpath:
+        joined = ":".join(shlex.quote(p) for p in pythonpath)
+        lines.append(f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    lines.append(f"cd {shlex.quote(workdir or workspace)}")
+    if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:
+        lines.append(_TORCHRUN_FUNCTION)
+    # exec: the training process becomes the shell's replacement, so signals from the
+    # kubelet (SIGTERM on cancel) reach it directly.
+    lines.append(f"exec {line}")
+    script = "\n".join(lines) + "\n"
+    return LaunchSpec(command=["bash", "-c"], args=[script], command_line=line, uses_torchrun=uses_torchrun)

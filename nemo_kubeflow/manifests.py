@@ -1,0 +1,265 @@
+"""Pure builders for the objects of one task's submission (dict in, dict out).
+
+The TrainJob is built with the Kubeflow SDK's ``kubeflow_trainer_api`` models: the SDK's
+own ``TrainerClient.train`` cannot set ``numProcPerNode`` (its ``CustomTrainerContainer``
+has no such field), so we build the object ourselves and submit it with Strict field
+validation through ``cluster.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from kubeflow_trainer_api import models as m
+
+from nemo_kubeflow import naming
+from nemo_kubeflow.command import LaunchSpec
+from nemo_kubeflow.constants import (
+    CLUSTER_RUNTIME_KIND,
+    EXPERIMENT_LABEL,
+    JOBSET_NAME_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    TASK_LABEL,
+    TRAINER_API_VERSION,
+    TRAINER_GROUP,
+    TRAINER_NODE,
+    TRAINJOB_KIND,
+    TRAINJOB_LABEL,
+)
+
+#: The field manager of our runtime patch (Trainer requires a domain-prefixed path).
+PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
+#: Shown instead of secret values wherever a manifest is printed or written.
+MASK = "<masked>"
+
+
+@dataclass
+class Submission:
+    """Everything one task's submission sends, in the order it is sent."""
+
+    namespace: str
+    trainjob: dict
+    #: The rendered runtime, or ``None`` when an existing runtime is used.
+    runtime: Optional[dict]
+    configmaps: list[dict]
+    #: The Secret of ``secret_env_vars``, with masked values (filled in at submission).
+    secret: Optional[dict]
+    #: Secret key -> where its value is read on the submitting machine (``env:``/``file:``).
+    secret_sources: dict[str, str]
+    #: Claims to create when missing.
+    pvcs: list[dict]
+    launch: LaunchSpec
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.trainjob["metadata"]["name"]
+
+    def manifests(self) -> list[dict]:
+        """All objects, masked, in submission order (for dry runs and validation)."""
+        objs = [*self.pvcs]
+        if self.runtime is not None:
+            objs.append(self.runtime)
+        objs.append(self.trainjob)
+        objs.extend(self.configmaps)
+        if self.secret is not None:
+            objs.append(self.secret)
+        return objs
+
+
+def common_labels(experiment_id: str, task_name: str, trainjob: str) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        EXPERIMENT_LABEL: naming.label_value(experiment_id or "none"),
+        TASK_LABEL: naming.label_value(task_name or "none"),
+        TRAINJOB_LABEL: trainjob,
+    }
+
+
+def resources_per_node(executor) -> Optional[dict[str, dict[str, str]]]:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if executor.cpu_request is not None:
+        requests["cpu"] = str(executor.cpu_request)
+    if executor.cpu_limit is not None:
+        limits["cpu"] = str(executor.cpu_limit)
+    if executor.memory_request is not None:
+        requests["memory"] = str(executor.memory_request)
+    if executor.memory_limit is not None:
+        limits["memory"] = str(executor.memory_limit)
+    if executor.gpus_per_node > 0:
+        # Extended resources must be requested and limited alike.
+        requests[executor.gpu_resource_name] = limits[executor.gpu_resource_name] = str(executor.gpus_per_node)
+    for res, value in executor.extra_resources.items():
+        requests[res] = limits[res] = str(value)
+    if not requests and not limits:
+        return None
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys: Sequence[str],
+                key_refs: Mapping[str, str]) -> list[dict]:
+    """``spec.trainer.env``: plain values, then references to Secret keys (values never inline)."""
+    out: list[dict] = [{"name": k, "value": str(v)} for k, v in env.items()]
+    for key in secret_keys:
+        out.append({"name": key, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}})
+    for name, ref in key_refs.items():
+        secret, _, key = ref.partition("/")
+        out.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return out
+
+
+def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict]) -> Optional[dict]:
+    """Per-task pod changes (the task's ConfigMaps, this job's anti-affinity) as a
+    ``runtimePatches`` entry, so the shared runtime stays shared."""
+    if not volumes and not mounts and not affinity:
+        return None
+    pod_spec: dict[str, Any] = {}
+    if volumes:
+        pod_spec["volumes"] = list(volumes)
+    if mounts:
+        pod_spec["containers"] = [{"name": TRAINER_NODE, "volumeMounts": list(mounts)}]
+    if affinity:
+        pod_spec["affinity"] = affinity
+    return {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod_spec}}}}
+                    ]
+                }
+            }
+        },
+    }
+
+
+def one_pod_per_node_affinity(trainjob_name: str) -> dict:
+    """Required anti-affinity on the hostname among *this job's* pods only.
+
+    Selecting on the JobSet name (= TrainJob name) rather than on the replicated-job
+    name ``node``, which every TrainJob shares and would keep jobs off each other's nodes.
+    """
+    return {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOBSET_NAME_LABEL: trainjob_name}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+
+
+def build_trainjob(
+    *,
+    name: str,
+    namespace: str,
+    runtime_kind: str,
+    runtime_name: str,
+    image: str,
+    launch: LaunchSpec,
+    nodes: int,
+    nprocs_per_node: int,
+    env: Sequence[dict],
+    resources: Optional[dict],
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    patch: Optional[dict],
+    active_deadline_seconds: Optional[int],
+    suspend: bool = True,
+) -> dict:
+    """The TrainJob, through the SDK models (which also check field types)."""
+    quantity = m.IoK8sApimachineryPkgApiResourceQuantity
+    resources_model = None
+    if resources:
+        resources_model = m.IoK8sApiCoreV1ResourceRequirements(
+            requests={k: quantity(v) for k, v in resources.get("requests", {}).items()} or None,
+            limits={k: quantity(v) for k, v in resources.get("limits", {}).items()} or None,
+        )
+    trainer = m.TrainerV1alpha1Trainer(
+        image=image,
+        command=launch.command,
+        args=launch.args,
+        env=[m.IoK8sApiCoreV1EnvVar.from_dict(e) for e in env] or None,
+        num_nodes=nodes,
+        num_proc_per_node=nprocs_per_node,
+        resources_per_node=resources_model,
+    )
+    spec = m.TrainerV1alpha1TrainJobSpec(
+        runtime_ref=m.TrainerV1alpha1RuntimeRef(name=runtime_name, kind=runtime_kind, api_group=TRAINER_GROUP),
+        trainer=trainer,
+        # Created suspended: the task's ConfigMaps and Secret are created next, owned by
+        # the TrainJob, and only then is it resumed (or admitted by a queue).
+        suspend=suspend,
+        runtime_patches=[m.TrainerV1alpha1RuntimePatch.from_dict(patch)] if patch else None,
+        active_deadline_seconds=active_deadline_seconds,
+    )
+    job = m.TrainerV1alpha1TrainJob(
+        api_version=TRAINER_API_VERSION,
+        kind=TRAINJOB_KIND,
+        metadata=m.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
+            name=name, namespace=namespace, labels=dict(labels) or None, annotations=dict(annotations) or None
+        ),
+        spec=spec,
+    )
+    return job.to_dict()
+
+
+def secret_manifest(name: str, namespace: str, values: Mapping[str, str], labels: Mapping[str, str]) -> dict:
+    """An Opaque Secret; ``values`` are the real values at submission, ``MASK`` otherwise."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(str(v).encode()).decode() for k, v in values.items()},
+    }
+
+
+def masked_secret(secret: dict) -> dict:
+    """The Secret as dry runs show it: keys kept, each value replaced by ``MASK``."""
+    out = {k: v for k, v in secret.items() if k != "data"}
+    out["stringData"] = {k: MASK for k in secret.get("data", {})}
+    return out
+
+
+def pvc_manifest(pvc, namespace: str, labels: Mapping[str, str]) -> dict:
+    spec: dict[str, Any] = {
+        "accessModes": list(pvc.access_modes),
+        "resources": {"requests": {"storage": str(pvc.size)}},
+    }
+    if pvc.storage_class:
+        spec["storageClassName"] = pvc.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc.claim_name, "namespace": namespace, "labels": dict(labels)},
+        "spec": spec,
+    }
+
+
+def owner_reference(trainjob: Mapping[str, Any]) -> dict:
+    """An ownerReference to a created TrainJob: Kubernetes deletes owned objects with it."""
+    return {
+        "apiVersion": TRAINER_API_VERSION,
+        "kind": TRAINJOB_KIND,
+        "name": trainjob["metadata"]["name"],
+        "uid": trainjob["metadata"]["uid"],
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
+
+
+def with_owner(obj: dict, owner: dict) -> dict:
+    out = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
+    return out
+
+
+def runtime_ref(runtime_kind: str, runtime_name: str) -> tuple[str, str]:
+    return (runtime_kind or CLUSTER_RUNTIME_KIND, runtime_name)

@@ -1,0 +1,52 @@
+"""Runtime templates: the packaged one, and user templates that are broken in each way."""
+
+import pytest
+
+from nemo_kubeflow import KubeflowExecutor, TemplateError
+from nemo_kubeflow.render import render_runtime, runtime_context, templates_dir
+
+
+def ctx(**kw):
+    return runtime_context(KubeflowExecutor(container_image="img", **kw))
+
+
+def test_packaged_template_is_found():
+    assert (templates_dir() / "training_runtime.yaml.j2").is_file()
+
+
+def test_values_are_quoted_safely():
+    rt = render_runtime(ctx(pod_labels={"team": "a: b"}, node_selector={"k": "yes"},
+                            pod_annotations={"note": "line1\nline2 # not a comment"}))
+    meta = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]
+    assert meta["labels"] == {"team": "a: b"}
+    assert meta["annotations"]["note"] == "line1\nline2 # not a comment"
+    spec = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"k": "yes"}  # a string, not YAML's boolean
+
+
+@pytest.mark.parametrize("body, message", [
+    ("kind: {{ kind }\n", "template syntax error"),
+    ("kind: {{ no_such_variable }}\n", "'no_such_variable' is undefined"),
+    ("kind: [unclosed\n", "rendered invalid YAML"),
+    ("kind: Deployment\n", "must render one ClusterTrainingRuntime or TrainingRuntime"),
+])
+def test_broken_user_templates(tmp_path, body, message):
+    path = tmp_path / "mine.yaml.j2"
+    path.write_text(body)
+    with pytest.raises(TemplateError, match=None) as err:
+        render_runtime(ctx(), str(path))
+    assert message in str(err.value)
+
+
+def test_missing_user_template():
+    with pytest.raises(TemplateError, match="does not exist"):
+        render_runtime(ctx(), "/nope/runtime.yaml.j2")
+
+
+def test_user_template_can_reuse_the_variables(tmp_path):
+    src = (templates_dir() / "training_runtime.yaml.j2").read_text().replace("backoffLimit: 0", "backoffLimit: 0\n              completionMode: Indexed")
+    path = tmp_path / "custom.yaml.j2"
+    path.write_text(src)
+    rt = render_runtime(ctx(), str(path))
+    assert rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"
+    assert rt["metadata"]["name"] != render_runtime(ctx())["metadata"]["name"]

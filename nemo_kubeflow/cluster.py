@@ -1,0 +1,347 @@
+"""The one module that talks to a Kubernetes API server.
+
+``Cluster`` is a small interface (create/get/list/patch/delete/log/events on plain
+dicts); ``KubernetesCluster`` implements it with the ``kubernetes`` client's
+``ApiClient`` so that objects stay plain JSON (no model round trips that drop unknown
+fields). Everything above this module is pure or talks through this interface, which
+is what lets tests run against the local cluster over real HTTP.
+
+Errors carry the server's own reason and message and say how to fix the usual causes
+(RBAC, missing namespace, unreachable server). Transient failures (429 with
+Retry-After, 500/502/503/504, dropped connections, timeouts) are retried with a
+bounded exponential backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+from nemo_kubeflow.constants import (
+    CLUSTER_RUNTIME_KIND,
+    CLUSTER_RUNTIME_PLURAL,
+    RUNTIME_KIND,
+    RUNTIME_PLURAL,
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+    TRAINJOB_KIND,
+    TRAINJOB_PLURAL,
+)
+from nemo_kubeflow.errors import (
+    AlreadyExistsError,
+    ClusterError,
+    ClusterUnreachableError,
+    KubeconfigError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    group: str  # "" for core
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: Optional[str], name: Optional[str] = None, sub: Optional[str] = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("ConfigMap", "", "v1", "configmaps"),
+        Kind("Secret", "", "v1", "secrets"),
+        Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims"),
+        Kind("Pod", "", "v1", "pods"),
+        Kind("Event", "", "v1", "events"),
+        Kind("Namespace", "", "v1", "namespaces", namespaced=False),
+        Kind(TRAINJOB_KIND, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL),
+        Kind(RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, RUNTIME_PLURAL),
+        Kind(CLUSTER_RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, CLUSTER_RUNTIME_PLURAL, namespaced=False),
+    )
+}
+
+#: HTTP codes worth retrying: the request may succeed later unchanged.
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+
+
+class Cluster(Protocol):
+    """What the scheduler needs from a cluster."""
+
+    def create(self, obj: dict, *, dry_run: bool = False) -> dict: ...
+    def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]: ...
+    def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None) -> list[dict]: ...
+    def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict: ...
+    def delete(self, kind: str, name: str, namespace: Optional[str] = None) -> bool: ...
+    def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
+                follow: bool = False, tail_lines: Optional[int] = None) -> Iterator[str]: ...
+
+
+def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
+    spec = KINDS.get(kind)
+    where = f" in namespace {namespace!r}" if namespace and (spec is None or spec.namespaced) else ""
+    return f"{kind} {name!r}{where}" if name else f"{kind} objects{where}"
+
+
+def _status_of(body: Any) -> dict:
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str):
+        try:
+            parsed = json.loads(body)
+            return parsed if isinstance(parsed, dict) else {}
+        except ValueError:
+            return {"message": body.strip()[:500]}
+    return {}
+
+
+def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[str], message: str) -> str:
+    spec = KINDS.get(kind)
+    plural = spec.plural if spec else kind.lower()
+    scoped = namespace if namespace and (spec is None or spec.namespaced) else None
+    if status == 401:
+        return "the credentials in the kubeconfig were refused; refresh them (e.g. log in again)"
+    if status == 403:
+        hint = (
+            f"ask a cluster admin for RBAC permission to {verb} {plural}"
+            + (f" in namespace {scoped!r}" if scoped else "")
+        )
+        if kind == CLUSTER_RUNTIME_KIND:
+            hint += ", or set runtime_kind='TrainingRuntime' to use a namespaced runtime instead"
+        return hint
+    if status == 404 and "namespaces" in message and "not found" in message:
+        return f"create the namespace ({namespace!r}) or set the executor's namespace to an existing one"
+    if status == 404 and kind in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
+        return "check runtime_name, or leave it unset to let nemo_kubeflow render a runtime"
+    if status == 422 or reason == "Invalid":
+        return "the server rejected the manifest; run a dry run to see what was sent"
+    return ""
+
+
+def translate_api_exception(e: Exception, *, verb: str, kind: str, name: Optional[str],
+                            namespace: Optional[str]) -> ClusterError:
+    """An ``ApiException`` as one of our errors, with the server's message and a fix."""
+    status = int(getattr(e, "status", 0) or 0)
+    body = _status_of(getattr(e, "body", None))
+    reason = body.get("reason") or getattr(e, "reason", None) or ""
+    message = body.get("message") or str(reason) or "no message"
+    target = describe_target(kind, name, namespace)
+    hint = _hint(status, reason, kind, verb, namespace, message)
+    text = f"cannot {verb} {target}: {message} (HTTP {status} {reason})".rstrip()
+    if hint:
+        text += f"; {hint}"
+    cls = {403: PermissionDeniedError, 404: NotFoundError, 409: AlreadyExistsError}.get(status, ClusterError)
+    return cls(text, status=status, reason=reason, server_message=message)
+
+
+class KubernetesCluster:
+    """``Cluster`` over the ``kubernetes`` client. Loads the kubeconfig on first use only."""
+
+    def __init__(
+        self,
+        kubeconfig: Optional[str] = None,
+        context: Optional[str] = None,
+        *,
+        max_attempts: int = 5,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        request_timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.request_timeout = request_timeout
+        self._sleep = sleep
+        self._api_client = None
+
+    # --- connection ---------------------------------------------------------
+    @property
+    def api_client(self):
+        if self._api_client is None:
+            self._api_client = self._load()
+        return self._api_client
+
+    def _load(self):
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        path = self.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        default_path = os.path.expanduser("~/.kube/config")
+        try:
+            if path is None and not os.path.exists(default_path) and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                configuration = client.Configuration()
+                config.load_incluster_config(client_configuration=configuration)
+                return client.ApiClient(configuration)
+            path = os.path.expanduser(path or default_path)
+            if not os.path.exists(path):
+                raise KubeconfigError(
+                    f"kubeconfig {path!r} does not exist; set the executor's kubeconfig= or $KUBECONFIG "
+                    "to your cluster's kubeconfig (a dry run needs none)"
+                )
+            return config.new_client_from_config(config_file=path, context=self.context)
+        except KubeconfigError:
+            raise
+        except ConfigException as e:
+            where = f" context {self.context!r} of" if self.context else ""
+            raise KubeconfigError(f"cannot load{where} kubeconfig {path!r}: {e}") from None
+        except (OSError, ValueError) as e:
+            raise KubeconfigError(f"cannot read kubeconfig {path!r}: {e}") from None
+
+    # --- the request loop ----------------------------------------------------
+    def _call(self, method: str, path: str, *, verb: str, kind: str, name: Optional[str],
+              namespace: Optional[str], query: Optional[list] = None, body: Any = None,
+              content_type: str = "application/json", stream: bool = False,
+              retry: bool = True) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        attempts = self.max_attempts if retry else 1
+        delay = self.backoff
+        for attempt in range(1, attempts + 1):
+            try:
+                resp = self.api_client.call_api(
+                    path, method,
+                    query_params=query or [],
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _return_http_data_only=True,
+                    _request_timeout=None if stream else self.request_timeout,
+                )
+                if stream:
+                    return resp
+                data = resp.data
+                return json.loads(data) if data else {}
+            except ApiException as e:
+                status = int(e.status or 0)
+                if status in TRANSIENT_STATUS and attempt < attempts:
+                    wait = _retry_after(e) or delay
+                    log.info("%s %s: HTTP %s, retrying in %.1fs (%d/%d)", verb, path, status, wait, attempt, attempts)
+                    self._sleep(min(wait, self.max_backoff * 2))
+                    delay = min(delay * 2, self.max_backoff)
+                    continue
+                raise translate_api_exception(e, verb=verb, kind=kind, name=name, namespace=namespace) from None
+            except (Urllib3Error, OSError) as e:
+                if attempt < attempts:
+                    log.info("%s %s: %s, retrying in %.1fs (%d/%d)", verb, path, type(e).__name__, delay, attempt, attempts)
+                    self._sleep(delay * (1 + random.random() * 0.1))
+                    delay = min(delay * 2, self.max_backoff)
+                    continue
+                host = getattr(self.api_client.configuration, "host", "?")
+                raise ClusterUnreachableError(
+                    f"cannot {verb} {describe_target(kind, name, namespace)}: the API server at {host} "
+                    f"did not answer ({type(e).__name__}: {_short(e)}); check the kubeconfig's server "
+                    "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
+                ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- the interface ------------------------------------------------------------
+    def create(self, obj: dict, *, dry_run: bool = False, retry: bool = True) -> dict:
+        kind = KINDS[obj["kind"]]
+        meta = obj.get("metadata", {})
+        namespace = meta.get("namespace") if kind.namespaced else None
+        query = [("fieldValidation", "Strict")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        return self._call("POST", kind.path(namespace), verb="create", kind=kind.name, name=meta.get("name"),
+                          namespace=namespace, query=query, body=obj, retry=retry)
+
+    def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+        """The object, or ``None`` if it does not exist (and only then)."""
+        spec = KINDS[kind]
+        try:
+            return self._call("GET", spec.path(namespace, name), verb="get", kind=kind, name=name, namespace=namespace)
+        except NotFoundError:
+            return None
+
+    def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
+             field_selector: Optional[str] = None) -> list[dict]:
+        spec = KINDS[kind]
+        query = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        result = self._call("GET", spec.path(namespace), verb="list", kind=kind, name=None, namespace=namespace,
+                            query=query)
+        return result.get("items", [])
+
+    def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:
+        spec = KINDS[kind]
+        return self._call("PATCH", spec.path(namespace, name), verb="patch", kind=kind, name=name,
+                          namespace=namespace, body=patch, content_type="application/merge-patch+json",
+                          query=[("fieldValidation", "Strict")])
+
+    def delete(self, kind: str, name: str, namespace: Optional[str] = None) -> bool:
+        """Delete with background propagation; ``False`` if it was already gone."""
+        spec = KINDS[kind]
+        try:
+            self._call("DELETE", spec.path(namespace, name), verb="delete", kind=kind, name=name,
+                       namespace=namespace, body={"propagationPolicy": "Background"})
+            return True
+        except NotFoundError:
+            return False
+
+    def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
+                follow: bool = False, tail_lines: Optional[int] = None) -> Iterator[str]:
+        """Lines of a pod's log (without newlines). With ``follow``, until the container ends."""
+        query: list = []
+        if container:
+            query.append(("container", container))
+        if follow:
+            query.append(("follow", "true"))
+        if tail_lines is not None:
+            query.append(("tailLines", str(tail_lines)))
+        resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
+                          name=name, namespace=namespace, query=query, stream=True, retry=not follow)
+        return _iter_lines(resp)
+
+
+def _iter_lines(resp) -> Iterator[str]:
+    pending = b""
+    try:
+        for chunk in resp.stream(64 * 1024, decode_content=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        if pending:
+            yield pending.decode("utf-8", "replace")
+    finally:
+        resp.release_conn()
+
+
+def _retry_after(e) -> Optional[float]:
+    headers = getattr(e, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _short(e: Exception) -> str:
+    text = str(e)
+    return text if len(text) < 200 else text[:200] + "..."

@@ -1,0 +1,64 @@
+"""Where a submitted job lives, so a new process can reach it again.
+
+TorchX hands the scheduler nothing but the app id (``<namespace>:<trainjob>``). The
+kubeconfig and context it was submitted with are kept in one small JSON file per app
+under ``$NEMORUN_HOME/kubeflow_trainer/``: written once, atomically, never rewritten, so
+concurrent submissions cannot lose each other's entries (unlike a shared state file).
+Without a record, the default kubeconfig is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class AppRecord:
+    namespace: str
+    name: str
+    kubeconfig: Optional[str]
+    context: Optional[str]
+    nodes: int
+    job_dir: str = ""
+
+
+def app_id(namespace: str, name: str) -> str:
+    return f"{namespace}:{name}"
+
+
+def parse_app_id(value: str) -> tuple[str, str]:
+    namespace, sep, name = value.partition(":")
+    if not sep or not namespace or not name:
+        raise ValueError(f"not a kubeflow_trainer app id (expected '<namespace>:<trainjob>'): {value!r}")
+    return namespace, name
+
+
+def _records_dir() -> str:
+    from nemo_run.config import get_nemorun_home
+
+    return os.path.join(get_nemorun_home(), "kubeflow_trainer")
+
+
+def _path(namespace: str, name: str) -> str:
+    return os.path.join(_records_dir(), f"{namespace}__{name}.json")
+
+
+def save(record: AppRecord) -> None:
+    directory = _records_dir()
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(record), f)
+    os.replace(tmp, _path(record.namespace, record.name))
+
+
+def load(namespace: str, name: str) -> Optional[AppRecord]:
+    try:
+        with open(_path(namespace, name)) as f:
+            return AppRecord(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        return None

@@ -1,0 +1,260 @@
+"""The TorchX scheduler ``kubeflow_trainer``: NeMo-Run's bridge to the cluster.
+
+* ``_submit_dryrun`` only builds: it validates the executor, packages the task's
+  files, renders and checks every manifest, and writes them to
+  ``<job_dir>/manifests/``. NeMo-Run calls it on every real run too, so it never
+  contacts a cluster.
+* ``schedule`` only applies what the dry run built (``submit.submit``).
+* ``describe``/``log_iter``/``_cancel_existing`` are stateless: the app id is
+  ``<namespace>:<trainjob>``, and the kubeconfig comes from a small per-app record,
+  so status, logs and cancel work from ``Experiment.from_id`` in a new process and
+  from ``nemo experiment status|logs|cancel``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable, Optional
+
+from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
+from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, runopts
+
+from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
+
+from nemo_kubeflow import records, yamlio
+from nemo_kubeflow.cluster import Cluster, KubernetesCluster
+from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
+from nemo_kubeflow.errors import ConfigError, PackagingError
+from nemo_kubeflow.executor import KubeflowExecutor
+from nemo_kubeflow.logs import node_log_lines
+from nemo_kubeflow.manifests import Submission
+from nemo_kubeflow.packaging import BundleFile
+from nemo_kubeflow.plan import build_submission
+from nemo_kubeflow.status import job_status
+from nemo_kubeflow.submit import check_secret_sources, submit
+from nemo_kubeflow.validation import check_manifests
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class KubeflowRequest:
+    """What a dry run built and ``schedule`` applies."""
+
+    submission: Submission
+    kubeconfig: Optional[str]
+    context: Optional[str]
+    nodes: int
+    job_dir: str
+    manifests_dir: Optional[str]
+
+    def __str__(self) -> str:
+        return format_summary(self)
+
+
+def format_summary(req: KubeflowRequest) -> str:
+    """A readable dry-run summary: a table of settings, then the objects to be sent."""
+    sub = req.submission
+    rows = list(sub.summary.items())
+    width = max(len(k) for k, _ in rows)
+    lines = ["Kubeflow Trainer submission (dry run: nothing was sent)"]
+    lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    lines.append("  objects:")
+    for obj in sub.manifests():
+        ns = obj["metadata"].get("namespace")
+        where = f" (namespace {ns})" if ns else ""
+        lines.append(f"    - {obj['kind']} {obj['metadata']['name']}{where}")
+    if req.manifests_dir:
+        lines.append(f"  manifests written to {req.manifests_dir}")
+    return "\n".join(lines)
+
+
+def write_manifests(sub: Submission, directory: str) -> None:
+    """Write every (masked) manifest as YAML, numbered in submission order."""
+    os.makedirs(directory, exist_ok=True)
+    for stale in os.listdir(directory):
+        if stale.endswith(".yaml"):
+            os.remove(os.path.join(directory, stale))
+    for i, obj in enumerate(sub.manifests()):
+        filename = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        with open(os.path.join(directory, filename), "w") as f:
+            f.write(yamlio.dump(obj))
+
+
+def _script_file(role: Role) -> Optional[tuple[int, str]]:
+    """(index in role.args, local path) of the script a Script(path=...) task runs, if it
+    is a file on this machine that the pod would not otherwise have."""
+    args = list(role.args)
+    i = 0
+    if role.entrypoint in ("torchrun", "ft_launcher"):
+        from nemo_kubeflow.command import split_torchrun_args
+
+        kept, rest = split_torchrun_args(args)
+        if "-m" in kept or "--module" in kept or not rest:
+            return None
+        i = args.index(rest[0]) if rest[0] in args else -1
+        token = shlex.split(rest[0])[0] if rest[0] else ""
+    elif role.entrypoint in ("python", "python3", "bash", "sh"):
+        if not args or args[0].startswith("-"):
+            return None
+        token = args[0]
+    else:
+        return None
+    if i < 0 or token.startswith("/nemo_run/") or not os.path.isfile(token):
+        return None
+    return i, token
+
+
+def _ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
+    found = _script_file(role)
+    if found is None:
+        return role
+    index, local = found
+    rel = os.path.relpath(os.path.abspath(local))
+    pod_rel = os.path.basename(local) if rel.startswith("..") else rel.replace(os.sep, "/")
+    if not any(f.path == f"code/{pod_rel}" for f in files):
+        try:
+            with open(local, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            raise PackagingError(f"cannot read the task's script {local!r}: {e.strerror}") from None
+        files.append(BundleFile(path=f"code/{pod_rel}", data=data, mode=0o755 if os.access(local, os.X_OK) else 0o644))
+    args = list(role.args)
+    pod_path = f"{workspace.rstrip('/')}/code/{pod_rel}"
+    args[index] = shlex.quote(pod_path) if role.entrypoint in ("torchrun", "ft_launcher") else pod_path
+    role.args = args
+    return role
+
+
+class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore[misc]
+    def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
+        super().__init__(SCHEDULER_NAME, session_name)
+        #: Injected for tests; otherwise one client per (kubeconfig, context).
+        self._fixed_cluster = cluster
+        self._clusters: dict[tuple, Cluster] = {}
+
+    def _run_opts(self) -> runopts:
+        return runopts()
+
+    # --- build -------------------------------------------------------------------
+    def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[KubeflowRequest]:
+        if not isinstance(cfg, KubeflowExecutor):
+            raise ConfigError(f"the {SCHEDULER_NAME} scheduler runs KubeflowExecutor tasks, not {type(cfg).__name__}")
+        if len(app.roles) != 1:
+            raise ConfigError(f"a KubeflowExecutor task has exactly one role; got {len(app.roles)}")
+        executor = cfg
+        executor.validate()
+        role = app.roles[0]
+        macros = executor.macro_values()
+        if macros:
+            role = macros.apply(role)
+        files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
+        role = _ship_script(role, files, executor.workspace_mount_path)
+        submission = build_submission(executor, role, files, task_name=role.name or app.name)
+        check_manifests(submission.manifests())
+        check_secret_sources(submission.secret_sources)
+        manifests_dir = None
+        if executor.job_dir:
+            manifests_dir = os.path.join(executor.job_dir, "manifests")
+            write_manifests(submission, manifests_dir)
+        req = KubeflowRequest(
+            submission=submission,
+            kubeconfig=executor.kubeconfig,
+            context=executor.kube_context,
+            nodes=executor.nodes,
+            job_dir=executor.job_dir,
+            manifests_dir=manifests_dir,
+        )
+        return AppDryRunInfo(req, format_summary)
+
+    # --- apply -----------------------------------------------------------------------
+    def schedule(self, dryrun_info: AppDryRunInfo[KubeflowRequest]) -> str:
+        req = dryrun_info.request
+        sub = req.submission
+        cluster = self._cluster(req.kubeconfig, req.context)
+        result = submit(cluster, sub)
+        records.save(records.AppRecord(
+            namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
+            nodes=req.nodes, job_dir=req.job_dir,
+        ))
+        log.info("submitted TrainJob %s/%s (%s)", sub.namespace, sub.name,
+                 ", ".join(f"{v} {k}" for v, k, _ in result.actions))
+        return records.app_id(sub.namespace, sub.name)
+
+    # --- observe ---------------------------------------------------------------------
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        namespace, name = records.parse_app_id(app_id)
+        record = records.load(namespace, name)
+        cluster = self._cluster_for(namespace, name, record)
+        trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
+        status = job_status(trainjob, name=f"{namespace}/{name}")
+        nodes = ((trainjob or {}).get("spec", {}).get("trainer") or {}).get("numNodes") or (
+            record.nodes if record else 1
+        )
+        role = name
+        replicas = [
+            ReplicaStatus(id=i, role=role, state=status.nodes.get(i, status.state), hostname="")
+            for i in range(nodes)
+        ]
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=status.state,
+            msg=status.message,
+            roles_statuses=[RoleStatus(role, replicas=replicas)],
+            roles=[Role(name=role, image="", num_replicas=nodes)],
+        )
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        namespace, name = records.parse_app_id(app_id)
+        cluster = self._cluster_for(namespace, name)
+        lines = node_log_lines(cluster, namespace, name, k, follow=should_tail)
+        return filter_regex(regex, lines) if regex else lines
+
+    def _cancel_existing(self, app_id: str) -> None:
+        namespace, name = records.parse_app_id(app_id)
+        # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
+        self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
+
+    def list(self) -> list:
+        return []
+
+    def _validate(self, app: AppDef, scheduler: str) -> None:
+        # Resources are the executor's business, not TorchX's named resources.
+        pass
+
+    # --- clients -------------------------------------------------------------------------
+    def _cluster(self, kubeconfig: Optional[str], context: Optional[str]) -> Cluster:
+        if self._fixed_cluster is not None:
+            return self._fixed_cluster
+        key = (_abs(kubeconfig), context)
+        if key not in self._clusters:
+            self._clusters[key] = KubernetesCluster(kubeconfig=key[0], context=context)
+        return self._clusters[key]
+
+    def _cluster_for(self, namespace: str, name: str, record: Optional[records.AppRecord] = None) -> Cluster:
+        record = record or records.load(namespace, name)
+        if record is None:
+            return self._cluster(None, None)
+        return self._cluster(record.kubeconfig, record.context)
+
+
+def _abs(path: Optional[str]) -> Optional[str]:
+    return os.path.abspath(os.path.expanduser(path)) if path else None
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> KubeflowTrainerScheduler:
+    return KubeflowTrainerScheduler(session_name=session_name)

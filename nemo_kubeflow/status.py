@@ -1,0 +1,109 @@
+"""TrainJob status -> TorchX ``AppState``, with the reason. Pure.
+
+Trainer v2.3 sets only three condition types on a TrainJob (``Suspended``,
+``Complete``, ``Failed``); "running" has to be read from ``jobsStatus`` (mirrored
+from the JobSet) and the pods. The table below is checked in order; the first
+row that matches wins.
+
+| TrainJob                                    | AppState  | why                                        |
+|---------------------------------------------|-----------|--------------------------------------------|
+| not found (404)                             | CANCELLED | deleted: cancelled, or removed by someone  |
+| condition Complete=True                     | SUCCEEDED | every node finished with exit code 0       |
+| condition Failed=True                       | FAILED    | JobSet failed after its restarts, deadline |
+| being deleted (deletionTimestamp)           | CANCELLED | cancel in progress                         |
+| condition Suspended=True                    | PENDING   | waiting for resume or a queue's admission  |
+| every node ready (or done), per jobsStatus  | RUNNING   | ``node`` job: ready + succeeded >= nodes   |
+| some nodes active, not all ready            | PENDING   | starting: reported as "k/N nodes ready"    |
+| anything else                               | SUBMITTED | created, pods not there yet                |
+
+Status costs one GET (the TrainJob): ``jobsStatus`` carries the per-job pod counts, so
+pods are listed only for logs and failure details.
+
+A pod that fails while the JobSet restarts the gang is *not* a job failure: only the
+``Failed`` condition, which Trainer sets once the JobSet gives up, is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from torchx.specs import AppState
+
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: AppState
+    #: Human-readable reason ("" when there is nothing to add).
+    message: str
+    #: Per node index: the TorchX state of its newest pod.
+    nodes: dict[int, AppState]
+
+
+def _condition(trainjob: dict, ctype: str) -> Optional[dict]:
+    for cond in (trainjob.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _cond_text(cond: dict) -> str:
+    reason, message = cond.get("reason") or "", cond.get("message") or ""
+    return f"{reason}: {message}" if reason and message else reason or message
+
+
+_POD_PHASE = {
+    "Pending": AppState.PENDING,
+    "Running": AppState.RUNNING,
+    "Succeeded": AppState.SUCCEEDED,
+    "Failed": AppState.FAILED,
+    "Unknown": AppState.UNKNOWN,
+}
+
+
+def newest_pods_by_node(pods: Sequence[dict]) -> dict[int, dict]:
+    """The newest pod of each node index (gang restarts leave older pods behind)."""
+    newest: dict[int, dict] = {}
+    for pod in pods:
+        labels = pod.get("metadata", {}).get("labels", {})
+        try:
+            index = int(labels.get(COMPLETION_INDEX_LABEL, ""))
+        except ValueError:
+            continue
+        created = pod["metadata"].get("creationTimestamp") or ""
+        if index not in newest or created >= (newest[index]["metadata"].get("creationTimestamp") or ""):
+            newest[index] = pod
+    return newest
+
+
+def job_status(trainjob: Optional[dict], pods: Sequence[dict] = (), *, name: str = "") -> JobStatus:
+    if trainjob is None:
+        return JobStatus(
+            AppState.CANCELLED,
+            f"TrainJob {name} no longer exists: it was cancelled or deleted outside NeMo-Run",
+            {},
+        )
+    nodes_total = ((trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
+    by_node = {i: _POD_PHASE.get((p.get("status") or {}).get("phase", ""), AppState.UNKNOWN)
+               for i, p in newest_pods_by_node(pods).items()}
+
+    if (cond := _condition(trainjob, "Complete")) is not None:
+        return JobStatus(AppState.SUCCEEDED, _cond_text(cond), by_node)
+    if (cond := _condition(trainjob, "Failed")) is not None:
+        return JobStatus(AppState.FAILED, _cond_text(cond), by_node)
+    if trainjob.get("metadata", {}).get("deletionTimestamp"):
+        return JobStatus(AppState.CANCELLED, "TrainJob is being deleted", by_node)
+    if (cond := _condition(trainjob, "Suspended")) is not None:
+        return JobStatus(AppState.PENDING, f"suspended ({_cond_text(cond)})", by_node)
+
+    node_job = next((j for j in (trainjob.get("status") or {}).get("jobsStatus") or [] if j.get("name") == "node"), None)
+    if node_job is not None:
+        done = (node_job.get("ready") or 0) + (node_job.get("succeeded") or 0)
+        total = nodes_total or done
+        if total and done >= total:
+            return JobStatus(AppState.RUNNING, "", by_node)
+        if (node_job.get("active") or 0) > 0:
+            return JobStatus(AppState.PENDING, f"{done}/{total} nodes ready", by_node)
+    return JobStatus(AppState.SUBMITTED, "waiting for pods", by_node)

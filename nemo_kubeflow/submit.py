@@ -1,0 +1,182 @@
+"""Applying a built ``Submission`` to a cluster: the only code that writes.
+
+Order, and why:
+
+1. PVCs marked ``create`` (409 = the claim exists: use it). Claims hold data, so they
+   are never owned by the TrainJob; one created here is removed again if the
+   submission fails.
+2. The runtime, named by its content hash (409 = identical runtime exists: reuse).
+3. The TrainJob, created **suspended**: nothing runs yet.
+4. The task's ConfigMaps and Secret, each with an ``ownerReference`` to the TrainJob,
+   so Kubernetes deletes them with it (cancel, or cleanup by anyone).
+5. Resume: ``spec.suspend=false`` (skipped when a queue admits the job instead).
+
+A failure at any step removes what this submission created (deleting the TrainJob
+is enough for everything it owns), then raises ``SubmissionError`` with the server's
+reason. A process killed between 3 and 5 leaves only a suspended TrainJob that owns
+everything else: inert, and one delete away from nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from nemo_kubeflow import manifests as mf
+from nemo_kubeflow.cluster import Cluster
+from nemo_kubeflow.constants import CLUSTER_RUNTIME_KIND, TRAINJOB_KIND
+from nemo_kubeflow.errors import (
+    AlreadyExistsError,
+    ClusterError,
+    ConfigError,
+    NotFoundError,
+    SubmissionError,
+)
+from nemo_kubeflow.manifests import Submission
+
+log = logging.getLogger(__name__)
+
+
+def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
+    """Read ``env:NAME`` / ``file:PATH`` sources on the submitting machine.
+
+    Raises ``ConfigError`` naming the variable (never the value) when a source is missing.
+    """
+    values: dict[str, str] = {}
+    for key, source in sources.items():
+        kind, _, ref = source.partition(":")
+        if kind == "env":
+            if ref not in os.environ:
+                raise ConfigError(
+                    f"secret_env_vars[{key!r}] reads ${ref}, which is not set in this environment; "
+                    f"export {ref} before submitting"
+                )
+            values[key] = os.environ[ref]
+        elif kind == "file":
+            path = os.path.expanduser(ref)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    values[key] = f.read().rstrip("\n")
+            except OSError as e:
+                raise ConfigError(f"secret_env_vars[{key!r}]: cannot read {path!r}: {e.strerror}") from None
+        else:
+            raise ConfigError(f"secret_env_vars[{key!r}]: unknown source {kind!r}; use env: or file:")
+    return values
+
+
+def check_secret_sources(sources: dict[str, str]) -> None:
+    """The same checks as ``read_secret_values`` without keeping any value (for dry runs)."""
+    read_secret_values(sources)
+
+
+@dataclass
+class SubmitResult:
+    trainjob: dict
+    #: (verb, kind, name) of every write, in order; for summaries and tests.
+    actions: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def submit(
+    cluster: Cluster,
+    sub: Submission,
+    *,
+    resume: bool = True,
+    runtime_wait: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SubmitResult:
+    """Create everything in ``sub``; on failure remove what was created and raise."""
+    ns = sub.namespace
+    created_pvcs: list[str] = []
+    created_runtime: Optional[dict] = None
+    trainjob: Optional[dict] = None
+    actions: list[tuple[str, str, str]] = []
+    secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else {}
+    try:
+        for pvc in sub.pvcs:
+            if _create_or_reuse(cluster, pvc, actions):
+                created_pvcs.append(pvc["metadata"]["name"])
+        if sub.runtime is not None:
+            if _create_or_reuse(cluster, sub.runtime, actions):
+                created_runtime = sub.runtime
+        trainjob = _create_trainjob(cluster, sub, actions, runtime_wait=runtime_wait, sleep=sleep)
+        owner = mf.owner_reference(trainjob)
+        for cm in sub.configmaps:
+            cluster.create(mf.with_owner(cm, owner))
+            actions.append(("create", "ConfigMap", cm["metadata"]["name"]))
+        if sub.secret is not None:
+            secret = mf.secret_manifest(
+                sub.secret["metadata"]["name"], ns, secret_values, sub.secret["metadata"].get("labels", {})
+            )
+            cluster.create(mf.with_owner(secret, owner))
+            actions.append(("create", "Secret", secret["metadata"]["name"]))
+        if resume:
+            trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
+            actions.append(("patch", TRAINJOB_KIND, sub.name))
+        return SubmitResult(trainjob=trainjob, actions=actions)
+    except BaseException as e:
+        _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
+        if isinstance(e, ClusterError):
+            raise SubmissionError(
+                f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}",
+                status=e.status, reason=e.reason, server_message=e.server_message,
+            ) from e
+        raise
+
+
+def _create_or_reuse(cluster: Cluster, obj: dict, actions: list) -> bool:
+    """Create ``obj``; ``True`` if this call created it, ``False`` if it already existed."""
+    try:
+        cluster.create(obj)
+        actions.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return True
+    except AlreadyExistsError:
+        actions.append(("reuse", obj["kind"], obj["metadata"]["name"]))
+        return False
+
+
+def _create_trainjob(cluster: Cluster, sub: Submission, actions: list, *, runtime_wait: float,
+                     sleep: Callable[[float], None]) -> dict:
+    deadline = time.monotonic() + runtime_wait
+    delay = 0.1
+    while True:
+        try:
+            trainjob = cluster.create(sub.trainjob)
+            actions.append(("create", TRAINJOB_KIND, sub.name))
+            return trainjob
+        except AlreadyExistsError as e:
+            # Never delete-and-recreate: the existing job may be someone's running work.
+            raise AlreadyExistsError(
+                f"a TrainJob named {sub.name!r} already exists in namespace {sub.namespace!r} "
+                "(an earlier run of the same experiment?); it was left untouched. Start a new "
+                "experiment, or delete the old job first if it is yours",
+                status=e.status, reason=e.reason, server_message=e.server_message,
+            ) from None
+        except ClusterError as e:
+            # Trainer's webhook reads runtimes through a cache: a runtime created a moment
+            # ago can still be "not found" for the TrainJob admission. Retry briefly.
+            message = (e.server_message or "").lower()
+            if "must be created before" in message and time.monotonic() < deadline:
+                sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            raise
+
+
+def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Optional[dict],
+              pvcs: list[str]) -> None:
+    """Best-effort removal of what this submission created; never masks the first error."""
+    steps: list[tuple[str, str, Optional[str]]] = []
+    if trainjob is not None:
+        steps.append((TRAINJOB_KIND, trainjob["metadata"]["name"], ns))
+    if runtime is not None:
+        kind = runtime["kind"]
+        steps.append((kind, runtime["metadata"]["name"], None if kind == CLUSTER_RUNTIME_KIND else ns))
+    steps += [("PersistentVolumeClaim", name, ns) for name in pvcs]
+    for kind, name, namespace in steps:
+        try:
+            cluster.delete(kind, name, namespace)
+        except (ClusterError, NotFoundError) as e:
+            log.warning("rollback: could not delete %s %s: %s; delete it by hand", kind, name, e)

@@ -1,0 +1,38 @@
+"""The TrainJob -> AppState table (status.py's docstring), row by row."""
+
+import pytest
+from torchx.specs import AppState
+
+from nemo_kubeflow.status import job_status
+
+
+def tj(conditions=(), jobs=None, nodes=2, deleting=False):
+    job = {"metadata": {"name": "j"}, "spec": {"trainer": {"numNodes": nodes}}, "status": {"conditions": list(conditions)}}
+    if jobs is not None:
+        job["status"]["jobsStatus"] = [{"name": "node", **jobs}]
+    if deleting:
+        job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return job
+
+
+def cond(ctype, reason="", message="", status="True"):
+    return {"type": ctype, "status": status, "reason": reason, "message": message}
+
+
+@pytest.mark.parametrize("job, state, text", [
+    (None, AppState.CANCELLED, "no longer exists"),
+    (tj([cond("Complete", "JobSetCompleted", "done")]), AppState.SUCCEEDED, "done"),
+    (tj([cond("Failed", "JobSetFailed", "pod j-node-0-1 exited with code 7")]), AppState.FAILED, "code 7"),
+    (tj([cond("Failed", "DeadlineExceeded", "active deadline")]), AppState.FAILED, "DeadlineExceeded"),
+    (tj(deleting=True), AppState.CANCELLED, "being deleted"),
+    (tj([cond("Suspended", "Suspended", "queued")]), AppState.PENDING, "suspended"),
+    (tj([cond("Suspended", "Resumed", status="False")], jobs={"active": 2, "ready": 2}), AppState.RUNNING, ""),
+    (tj(jobs={"active": 2, "ready": 1}), AppState.PENDING, "1/2 nodes ready"),
+    # A pod failed mid gang-restart: no Failed condition yet, so not a failure.
+    (tj(jobs={"active": 2, "ready": 2, "failed": 1}), AppState.RUNNING, ""),
+    (tj(), AppState.SUBMITTED, "waiting for pods"),
+])
+def test_status_table(job, state, text):
+    status = job_status(job, name="ns/j")
+    assert status.state == state
+    assert text in status.message

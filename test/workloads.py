@@ -1,0 +1,29 @@
+"""Functions that NeMo-Run Partial tasks run inside the (local cluster's) pods.
+
+Shipped to the pods by ConfigMapPackager(relative_path="test", include_pattern="workloads.py").
+"""
+
+import os
+
+
+def greet(name: str = "world") -> None:
+    print(f"hello {name} from node {os.environ.get('PET_NODE_RANK')}", flush=True)
+
+
+def allreduce(expected_world_size: int) -> None:
+    """Every rank contributes rank+1; the sum must be n(n+1)/2 on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert world == expected_world_size, (world, expected_world_size)
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    print(f"rank {rank}/{world}: all_reduce sum = {int(value.item())}", flush=True)
+    dist.destroy_process_group()
+
+
+def fail(code: int = 3) -> None:
+    print("about to fail", flush=True)
+    raise SystemExit(code)

@@ -12,12 +12,14 @@ row that matches wins.
 | condition Failed=True                       | FAILED    | JobSet failed after its restarts, deadline |
 | being deleted (deletionTimestamp)           | CANCELLED | cancel in progress                         |
 | condition Suspended=True                    | PENDING   | waiting for resume or a queue's admission  |
-| every node ready (or done), per jobsStatus  | RUNNING   | ``node`` job: ready + succeeded >= nodes   |
-| some nodes active, not all ready            | PENDING   | starting: reported as "k/N nodes ready"    |
+| ``node`` job ready or succeeded             | RUNNING   | every pod of the job is ready (or done)    |
+| ``node`` job active, not ready              | PENDING   | pods starting                              |
 | anything else                               | SUBMITTED | created, pods not there yet                |
 
-Status costs one GET (the TrainJob): ``jobsStatus`` carries the per-job pod counts, so
-pods are listed only for logs and failure details.
+Status costs one GET (the TrainJob). ``jobsStatus`` mirrors JobSet's
+``replicatedJobsStatus``, which counts child *Jobs*, not pods: our runtime has one Job of
+N pods, and JobSet counts it ready once all its pods are ready or succeeded. Per-pod
+detail needs a pod list, which logs and failure reports do.
 
 A pod that fails while the JobSet restarts the gang is *not* a job failure: only the
 ``Failed`` condition, which Trainer sets once the JobSet gives up, is.
@@ -100,10 +102,9 @@ def job_status(trainjob: Optional[dict], pods: Sequence[dict] = (), *, name: str
 
     node_job = next((j for j in (trainjob.get("status") or {}).get("jobsStatus") or [] if j.get("name") == "node"), None)
     if node_job is not None:
-        done = (node_job.get("ready") or 0) + (node_job.get("succeeded") or 0)
-        total = nodes_total or done
-        if total and done >= total:
+        if (node_job.get("ready") or 0) > 0 or (node_job.get("succeeded") or 0) > 0:
             return JobStatus(AppState.RUNNING, "", by_node)
         if (node_job.get("active") or 0) > 0:
-            return JobStatus(AppState.PENDING, f"{done}/{total} nodes ready", by_node)
+            count = f" {nodes_total}" if nodes_total else ""
+            return JobStatus(AppState.PENDING, f"starting: waiting for all{count} nodes to be ready", by_node)
     return JobStatus(AppState.SUBMITTED, "waiting for pods", by_node)

@@ -26,10 +26,11 @@ def cond(ctype, reason="", message="", status="True"):
     (tj([cond("Failed", "DeadlineExceeded", "active deadline")]), AppState.FAILED, "DeadlineExceeded"),
     (tj(deleting=True), AppState.CANCELLED, "being deleted"),
     (tj([cond("Suspended", "Suspended", "queued")]), AppState.PENDING, "suspended"),
-    (tj([cond("Suspended", "Resumed", status="False")], jobs={"active": 2, "ready": 2}), AppState.RUNNING, ""),
-    (tj(jobs={"active": 2, "ready": 1}), AppState.PENDING, "1/2 nodes ready"),
+    # jobsStatus counts Jobs (one Job of N pods here), not pods.
+    (tj([cond("Suspended", "Resumed", status="False")], jobs={"active": 1, "ready": 1}), AppState.RUNNING, ""),
+    (tj(jobs={"active": 1, "ready": 0}), AppState.PENDING, "waiting for all 2 nodes to be ready"),
     # A pod failed mid gang-restart: no Failed condition yet, so not a failure.
-    (tj(jobs={"active": 2, "ready": 2, "failed": 1}), AppState.RUNNING, ""),
+    (tj(jobs={"active": 1, "ready": 1, "failed": 1}), AppState.RUNNING, ""),
     (tj(), AppState.SUBMITTED, "waiting for pods"),
 ])
 def test_status_table(job, state, text):

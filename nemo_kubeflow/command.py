@@ -150,7 +150,7 @@ def build_launch(
             (leaving ``$PET_*`` unquoted); plain roles carry raw arguments.
         distributed: more than one process in the job (nodes x processes > 1).
         workspace: where the task's files are mounted.
-        workdir: directory to ``cd`` into before the command (default: the workspace).
+        workdir: directory to ``cd`` into before the command (``None``: stay in the image's).
         pythonpath: directories prepended to ``PYTHONPATH``.
         prologue: shell run first (e.g. unpacking a sharded code package).
         exports: variables exported by the script, values may use ``${VAR:+...}`` forms
@@ -183,7 +183,8 @@ def build_launch(
     if pythonpath:
         joined = ":".join(shlex.quote(p) for p in pythonpath)
         lines.append(f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"')
-    lines.append(f"cd {shlex.quote(workdir or workspace)}")
+    if workdir:
+        lines.append(f"cd {shlex.quote(workdir)}")
     if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:
         lines.append(_TORCHRUN_FUNCTION)
     # exec: the training process becomes the shell's replacement, so signals from the

@@ -55,7 +55,8 @@ def build_submission(
         args_are_quoted=role.entrypoint in _QUOTING_ENTRYPOINTS,
         distributed=executor.nodes * executor.nprocs_per_node > 1,
         workspace=workspace,
-        workdir=f"{workspace}/code" if has_code else workspace,
+        # Nothing shipped means no workspace volume: stay in the image's working directory.
+        workdir=(f"{workspace}/code" if has_code else workspace) if code else None,
         pythonpath=[f"{workspace}/code"] if has_code else [],
         prologue=code.prologue if code else "",
         exports=exports,

@@ -59,6 +59,8 @@ TASK_LABEL = f"{LABEL_PREFIX}/task"
 TRAINJOB_LABEL = f"{LABEL_PREFIX}/trainjob"
 RUNTIME_HASH_LABEL = f"{LABEL_PREFIX}/runtime-hash"
 BUNDLE_HASH_ANNOTATION = f"{LABEL_PREFIX}/bundle-hash"
+#: A random id per submission, to recognise our own TrainJob when a lost create is retried.
+SUBMISSION_ANNOTATION = f"{LABEL_PREFIX}/submission-id"
 
 #: NeMo-Run writes inline scripts as /nemo_run/scripts/<name>.sh (nemo_run.config.RUNDIR_NAME).
 NEMO_RUN_POD_DIR = "/nemo_run"

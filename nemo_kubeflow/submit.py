@@ -19,15 +19,17 @@ everything else: inert, and one delete away from nothing.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from nemo_kubeflow import manifests as mf
 from nemo_kubeflow.cluster import Cluster
-from nemo_kubeflow.constants import CLUSTER_RUNTIME_KIND, TRAINJOB_KIND
+from nemo_kubeflow.constants import CLUSTER_RUNTIME_KIND, SUBMISSION_ANNOTATION, TRAINJOB_KIND
 from nemo_kubeflow.errors import (
     AlreadyExistsError,
     ClusterError,
@@ -94,6 +96,11 @@ def submit(
     trainjob: Optional[dict] = None
     actions: list[tuple[str, str, str]] = []
     secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else {}
+    # Tells our own TrainJob apart from someone else's when a create whose answer was lost
+    # (timeout, dropped connection) is retried and answered 409.
+    submission_id = uuid.uuid4().hex
+    if sub.runtime is None:
+        check_existing_runtime(cluster, sub)
     try:
         for pvc in sub.pvcs:
             if _create_or_reuse(cluster, pvc, actions):
@@ -101,17 +108,19 @@ def submit(
         if sub.runtime is not None:
             if _create_or_reuse(cluster, sub.runtime, actions):
                 created_runtime = sub.runtime
-        trainjob = _create_trainjob(cluster, sub, actions, runtime_wait=runtime_wait, sleep=sleep)
+        trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep)
         owner = mf.owner_reference(trainjob)
+        owned = []
         for cm in sub.configmaps:
-            cluster.create(mf.with_owner(cm, owner))
-            actions.append(("create", "ConfigMap", cm["metadata"]["name"]))
+            owned.append(mf.with_owner(cm, owner))
         if sub.secret is not None:
             secret = mf.secret_manifest(
                 sub.secret["metadata"]["name"], ns, secret_values, sub.secret["metadata"].get("labels", {})
             )
-            cluster.create(mf.with_owner(secret, owner))
-            actions.append(("create", "Secret", secret["metadata"]["name"]))
+            owned.append(mf.with_owner(secret, owner))
+        for obj in owned:
+            _create_owned(cluster, obj, owner["uid"])
+            actions.append(("create", obj["kind"], obj["metadata"]["name"]))
         if resume:
             trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
             actions.append(("patch", TRAINJOB_KIND, sub.name))
@@ -126,6 +135,27 @@ def submit(
         raise
 
 
+def check_existing_runtime(cluster: Cluster, sub: Submission) -> None:
+    """With ``runtime_name``, the runtime must exist: say so before writing anything,
+    and list the runtimes that do exist."""
+    ref = sub.trainjob["spec"]["runtimeRef"]
+    kind, name = ref.get("kind", CLUSTER_RUNTIME_KIND), ref["name"]
+    namespace = None if kind == CLUSTER_RUNTIME_KIND else sub.namespace
+    if cluster.get(kind, name, namespace) is not None:
+        return
+    try:
+        available = sorted(o["metadata"]["name"] for o in cluster.list(kind, namespace))
+    except ClusterError:
+        available = []
+    where = f" in namespace {namespace!r}" if namespace else ""
+    listing = ", ".join(available) if available else "none"
+    raise NotFoundError(
+        f"runtime_name={name!r}: no {kind} of that name{where} (available: {listing}); "
+        "fix runtime_name, or leave it unset to let nemo_kubeflow render a runtime",
+        status=404, reason="NotFound",
+    )
+
+
 def _create_or_reuse(cluster: Cluster, obj: dict, actions: list) -> bool:
     """Create ``obj``; ``True`` if this call created it, ``False`` if it already existed."""
     try:
@@ -137,16 +167,36 @@ def _create_or_reuse(cluster: Cluster, obj: dict, actions: list) -> bool:
         return False
 
 
-def _create_trainjob(cluster: Cluster, sub: Submission, actions: list, *, runtime_wait: float,
-                     sleep: Callable[[float], None]) -> dict:
+def _create_owned(cluster: Cluster, obj: dict, owner_uid: str) -> dict:
+    """Create an object owned by our TrainJob; a 409 for one already owned by it is success."""
+    try:
+        return cluster.create(obj)
+    except AlreadyExistsError:
+        meta = obj["metadata"]
+        existing = cluster.get(obj["kind"], meta["name"], meta.get("namespace"))
+        refs = (existing or {}).get("metadata", {}).get("ownerReferences") or []
+        if any(r.get("uid") == owner_uid for r in refs):
+            return existing
+        raise
+
+
+def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, actions: list, *,
+                     runtime_wait: float, sleep: Callable[[float], None]) -> dict:
+    trainjob = copy.deepcopy(sub.trainjob)
+    trainjob["metadata"].setdefault("annotations", {})[SUBMISSION_ANNOTATION] = submission_id
     deadline = time.monotonic() + runtime_wait
     delay = 0.1
     while True:
         try:
-            trainjob = cluster.create(sub.trainjob)
+            created = cluster.create(trainjob)
             actions.append(("create", TRAINJOB_KIND, sub.name))
-            return trainjob
+            return created
         except AlreadyExistsError as e:
+            existing = cluster.get(TRAINJOB_KIND, sub.name, sub.namespace)
+            annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
+            if annotations.get(SUBMISSION_ANNOTATION) == submission_id:
+                actions.append(("create", TRAINJOB_KIND, sub.name))
+                return existing
             # Never delete-and-recreate: the existing job may be someone's running work.
             raise AlreadyExistsError(
                 f"a TrainJob named {sub.name!r} already exists in namespace {sub.namespace!r} "

@@ -1,0 +1,200 @@
+"""`LocalCluster`: the API server, the Trainer controller and the kubelet, wired together."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar, Union
+
+import yaml
+
+from nemo_kubeflow.local import resources as R
+from nemo_kubeflow.local.events import EventRecorder
+from nemo_kubeflow.local.faults import USER, Fault, FaultHandle, Hooks, RequestRecord
+from nemo_kubeflow.local.kubelet import Kubelet
+from nemo_kubeflow.local.logs import LogStore
+from nemo_kubeflow.local.registry import Registry
+from nemo_kubeflow.local.server import ApiServer
+from nemo_kubeflow.local.store import Store
+from nemo_kubeflow.local.trainer import TrainerController
+
+T = TypeVar("T")
+
+CONTEXT = "nemo-kubeflow-local"
+#: What a Trainer v2.3 install publishes for the SDK's version check.
+TRAINER_SYSTEM_NAMESPACE = "kubeflow-system"
+TRAINER_PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
+TRAINER_VERSION = "v2.3.0"
+
+
+class LocalCluster:
+    """A Kubernetes API server with Kubeflow Trainer v2.3 that runs TrainJobs as local processes.
+
+    Args:
+        workdir: where the kubeconfig, pod directories, PVC directories and logs go. None: a
+            temporary directory, removed by `stop()`.
+    """
+
+    def __init__(self, workdir: Union[str, Path, None] = None):
+        self._given_workdir = Path(workdir).resolve() if workdir is not None else None
+        self._workdir: Optional[Path] = None
+        self._token = secrets.token_urlsafe(32)
+        self._hooks = Hooks()
+        self._store: Optional[Store] = None
+        self._server: Optional[ApiServer] = None
+        self._kubelet: Optional[Kubelet] = None
+        self._controller: Optional[TrainerController] = None
+
+    # -- lifecycle --
+
+    def start(self) -> "LocalCluster":
+        if self._server is not None:
+            return self
+        self._workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="nemo-kubeflow-local-"))
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        store = self._store = Store()
+        registry = Registry(store)
+        for namespace in ("default", "kube-system", "kube-public", TRAINER_SYSTEM_NAMESPACE):
+            registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
+        registry.create(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, {
+            "metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}}, {})
+        events, logs = EventRecorder(store), LogStore()
+        self._server = ApiServer(store, registry, self._hooks, logs, self._token)
+        self._server.start()
+        self._kubelet = Kubelet(store, self._workdir, events, logs, self._server.url)
+        self._controller = TrainerController(store, events)
+        self._controller.start()
+        self._write_kubeconfig()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server, the controller and every pod's processes; remove a temporary workdir."""
+        if self._server is None:
+            return
+        self._server.stop()
+        self._controller.stop()
+        self._kubelet.stop()
+        self._server = self._controller = self._kubelet = None
+        if self._given_workdir is None and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- connection --
+
+    @property
+    def context(self) -> str:
+        return CONTEXT
+
+    @property
+    def namespace(self) -> str:
+        return "default"
+
+    @property
+    def workdir(self) -> Path:
+        self._require_started()
+        return self._workdir
+
+    @property
+    def url(self) -> str:
+        self._require_started()
+        return self._server.url
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": CONTEXT, "cluster": {"server": self.url}}],
+            "users": [{"name": USER, "user": {"token": self._token}}],
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": USER, "namespace": "default"}}],
+            "current-context": CONTEXT,
+        }
+        fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(config, f, sort_keys=False)
+        os.chmod(self.kubeconfig_path, 0o600)  # also when the file was there before
+
+    def configuration(self):
+        """A `kubernetes.client.Configuration` for this cluster (e.g. for the Kubeflow SDK)."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(self.kubeconfig_path), context=CONTEXT,
+                                client_configuration=configuration)
+        return configuration
+
+    def api_client(self):
+        """A `kubernetes.client.ApiClient` for this cluster."""
+        from kubernetes import client
+
+        return client.ApiClient(self.configuration())
+
+    # -- inspection --
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """Every request served so far (or since `clear_requests()`), oldest first."""
+        return self._hooks.snapshot()
+
+    def clear_requests(self) -> None:
+        self._hooks.clear()
+
+    def objects(self, resource: str, namespace: Optional[str] = None) -> list[dict]:
+        """Copies of the stored objects of `resource` ("configmaps", "trainjobs", ...)."""
+        self._require_started()
+        return self._store.list(R.by_name(resource), namespace)[0]
+
+    def pod_dir(self, name: str, namespace: str = "default") -> Path:
+        """Where a pod's volumes, logs and home directory are."""
+        return self.workdir / "pods" / namespace / name
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
+        """Poll `predicate` until it returns something truthy; return that. TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            time.sleep(interval)
+
+    # -- test hooks --
+
+    def inject_fault(self, *, verb: Optional[str] = None, resource: Optional[str] = None, name: Optional[str] = None,
+                     nth: Optional[int] = None, status: Optional[int] = None, reason: Optional[str] = None,
+                     message: Optional[str] = None, retry_after: Optional[int] = None, delay: float = 0.0,
+                     drop_connection: bool = False, times: int = 1) -> FaultHandle:
+        """Make matching requests fail. Filters (`verb`, `resource` like "trainjobs" or "pods/log",
+        `name`) narrow the requests counted; `nth` (1-based, counting matching requests from now)
+        picks which fails first; `times` how many fail. A failure answers a Status with `status`
+        (500 unless the fault is only a `delay`), `reason`, `message` and a `Retry-After` header,
+        waits `delay` seconds first, or closes the connection without an answer."""
+        return self._hooks.add_fault(Fault(verb, resource, name, nth, status, reason, message, retry_after, delay,
+                                           drop_connection, times))
+
+    def deny(self, verb: str, resource: str, namespace: Optional[str] = None) -> None:
+        """RBAC: answer `verb` on `resource` ("configmaps", "pods/log", "*") with 403 Forbidden."""
+        self._hooks.deny(verb, resource, namespace)
+
+    def allow_all(self) -> None:
+        self._hooks.allow_all()
+
+    def create_namespace(self, name: str) -> dict:
+        self._require_started()
+        return self._server.registry.create(R.NAMESPACES, "", {"metadata": {"name": name}}, {}).body
+
+    def _require_started(self) -> None:
+        if self._server is None:
+            raise RuntimeError("the local cluster is not started: call start() or use it as a context manager")

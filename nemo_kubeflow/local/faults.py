@@ -1,0 +1,153 @@
+"""Test hooks of the API server: the request log, injected faults and RBAC denials."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+from nemo_kubeflow.local.apierrors import REASONS, ApiError
+
+#: The user every request is made as (the kubeconfig's user name).
+USER = "nemo-kubeflow-local"
+
+_DEFAULT_MESSAGES = {
+    429: "Too many requests, please try again later.",
+    500: "Internal error occurred: injected fault",
+    503: "The server is currently unable to handle the request",
+    504: "The server was unable to return a response in the time allotted, but may still be processing the request",
+}
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    method: str
+    path: str
+    query: dict
+    resource: str  # plural, with `/subresource` ("pods/log"); "" for discovery
+    namespace: Optional[str]
+    name: Optional[str]
+    verb: str  # create, get, list, watch, patch, update, delete, deletecollection
+    status_code: Optional[int]  # None when the connection was dropped
+    time: float
+
+
+@dataclass
+class Fault:
+    verb: Optional[str]
+    resource: Optional[str]
+    name: Optional[str]
+    nth: Optional[int]
+    status: Optional[int]
+    reason: Optional[str]
+    message: Optional[str]
+    retry_after: Optional[int]
+    delay: float
+    drop_connection: bool
+    times: int
+    seen: int = 0
+    fired: int = 0
+
+    def wants(self, verb: str, resource: str, name: Optional[str]) -> bool:
+        """Count a matching request; True when this one is to fail."""
+        if self.fired >= self.times:
+            return False
+        if (self.verb and self.verb != verb) or (self.resource and self.resource != resource) or \
+                (self.name and self.name != name):
+            return False
+        self.seen += 1
+        if self.nth is not None and self.seen < self.nth:
+            return False
+        self.fired += 1
+        return True
+
+    def error(self) -> Optional[ApiError]:
+        """The error to answer with; None for a pure delay."""
+        status = self.status
+        if status is None and (self.delay and not self.drop_connection):
+            return None
+        status = status or 500
+        details = {"retryAfterSeconds": self.retry_after} if self.retry_after is not None else None
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
+        return ApiError(status, self.message or _DEFAULT_MESSAGES.get(status, "injected fault"),
+                        reason=self.reason or REASONS.get(status, "Unknown"), details=details, headers=headers)
+
+
+class FaultHandle:
+    def __init__(self, hooks: "Hooks", fault: Fault):
+        self._hooks, self.fault = hooks, fault
+
+    @property
+    def fired(self) -> int:
+        return self.fault.fired
+
+    def remove(self) -> None:
+        self._hooks.remove_fault(self.fault)
+
+
+@dataclass
+class Hooks:
+    """Shared between the cluster (which configures them) and the server (which applies them)."""
+
+    requests: list[RequestRecord] = field(default_factory=list)
+    _faults: list[Fault] = field(default_factory=list)
+    _denied: set[tuple[str, str, Optional[str]]] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, record: RequestRecord) -> None:
+        with self._lock:
+            self.requests.append(record)
+
+    def snapshot(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self.requests)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def add_fault(self, fault: Fault) -> FaultHandle:
+        with self._lock:
+            self._faults.append(fault)
+        return FaultHandle(self, fault)
+
+    def remove_fault(self, fault: Fault) -> None:
+        with self._lock:
+            if fault in self._faults:
+                self._faults.remove(fault)
+
+    def take_fault(self, verb: str, resource: str, name: Optional[str]) -> Optional[Fault]:
+        """The fault this request triggers: the first rule (in the order added) that fires."""
+        with self._lock:
+            for fault in self._faults:
+                if fault.wants(verb, resource, name):
+                    if fault.fired >= fault.times:
+                        self._faults.remove(fault)
+                    return fault
+            return None
+
+    def deny(self, verb: str, resource: str, namespace: Optional[str]) -> None:
+        with self._lock:
+            self._denied.add((verb, resource, namespace))
+
+    def allow_all(self) -> None:
+        with self._lock:
+            self._denied.clear()
+
+    def forbidden(self, verb: str, resource: str, group: str, namespace: Optional[str],
+                  name: Optional[str]) -> Optional[ApiError]:
+        """RBAC: the apiserver's Forbidden error if a deny rule covers this request."""
+        with self._lock:
+            denied = any(v in (verb, "*") and r in (resource, "*") and ns in (namespace, None)
+                         for v, r, ns in self._denied)
+        if not denied:
+            return None
+        plural = resource.split("/")[0]
+        subject = f'{plural} "{name}"' if name else plural
+        scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        details = {"name": name} if name else {}
+        if group:
+            details["group"] = group
+        details["kind"] = plural
+        return ApiError(403, f'{subject} is forbidden: User "{USER}" cannot {verb} resource "{resource}" in API '
+                             f'group "{group}" {scope}', details=details)

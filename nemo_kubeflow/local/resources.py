@@ -1,0 +1,83 @@
+"""The resource types the local API server serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nemo_kubeflow import constants as C
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    #: Spec and status are written through separate endpoints (`<name>/status`).
+    status_subresource: bool = False
+    #: metadata.generation is kept (custom resources and pods).
+    has_generation: bool = False
+    #: Another group serves this type from the same storage (events.k8s.io events).
+    storage: Optional[str] = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """Storage key: the resource's plural qualified by its group."""
+        return self.storage or self.qualified
+
+    @property
+    def qualified(self) -> str:
+        """`configmaps`, `trainjobs.trainer.kubeflow.org`: how NotFound messages name the resource."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def qualified_kind(self) -> str:
+        """`ConfigMap`, `TrainJob.trainer.kubeflow.org`: how Invalid messages name the kind."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    @property
+    def is_custom(self) -> bool:
+        return self.group == C.TRAINER_GROUP
+
+
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, status_subresource=True)
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
+PVCS = ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, status_subresource=True)
+PODS = ResourceType("", "v1", "pods", "Pod", True, status_subresource=True, has_generation=True)
+EVENTS = ResourceType("", "v1", "events", "Event", True)
+#: events.k8s.io/v1 is a second view of the core events (read-only here).
+EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", True, storage="events")
+TRAINJOBS = ResourceType(
+    C.TRAINER_GROUP, C.TRAINER_VERSION, C.TRAINJOB_PLURAL, C.TRAINJOB_KIND, True,
+    status_subresource=True, has_generation=True,
+)
+RUNTIMES = ResourceType(C.TRAINER_GROUP, C.TRAINER_VERSION, C.RUNTIME_PLURAL, C.RUNTIME_KIND, True, has_generation=True)
+CLUSTER_RUNTIMES = ResourceType(
+    C.TRAINER_GROUP, C.TRAINER_VERSION, C.CLUSTER_RUNTIME_PLURAL, C.CLUSTER_RUNTIME_KIND, False, has_generation=True
+)
+
+ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, EVENTS, EVENTS_V1, TRAINJOBS, RUNTIMES, CLUSTER_RUNTIMES)
+_BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
+
+
+def lookup(group: str, version: str, plural: str) -> Optional[ResourceType]:
+    rt = _BY_GROUP_PLURAL.get((group, plural))
+    return rt if rt is not None and rt.version == version else None
+
+
+def by_name(resource: str) -> ResourceType:
+    """`configmaps`, `trainjobs` or `trainjobs.trainer.kubeflow.org` (the core group wins a tie)."""
+    plural, _, group = resource.partition(".")
+    rt = _BY_GROUP_PLURAL.get((group, plural))
+    if rt is None and not group:
+        rt = next((r for r in ALL if r.plural == plural), None)
+    if rt is None:
+        raise KeyError(f"unknown resource {resource!r}; known: {sorted({r.qualified for r in ALL})}")
+    return rt

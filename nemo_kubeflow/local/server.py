@@ -1,0 +1,396 @@
+"""The HTTP side of the API server: routing, bearer-token auth, faults, RBAC denials, the request
+log, watches and pod log streaming. Plain HTTP/1.1 on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator, Optional
+from urllib.parse import parse_qs, urlsplit
+
+from nemo_kubeflow.local import resources as R
+from nemo_kubeflow.local.apierrors import ApiError, bad_request
+from nemo_kubeflow.local.faults import Hooks, RequestRecord
+from nemo_kubeflow.local.logs import LogStore, stream
+from nemo_kubeflow.local.registry import Registry, Result, event_v1
+from nemo_kubeflow.local.resources import ResourceType
+from nemo_kubeflow.local.selectors import field_matcher, label_matcher
+from nemo_kubeflow.local.store import Store
+
+logger = logging.getLogger(__name__)
+
+KUBERNETES_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "nemo-kubeflow-local",
+                      "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "go1.24.2",
+                      "compiler": "gc", "platform": "linux/amd64"}
+#: How long a watch lasts when the client does not say (the real server picks 30-60 minutes).
+DEFAULT_WATCH_SECONDS = 1800
+_SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces": {"status"},
+                 "persistentvolumeclaims": {"status"}}
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+_BOOLEAN_PARAMS = ("watch", "follow", "previous", "timestamps", "allowWatchBookmarks", "insecureSkipTLSVerifyBackend")
+
+
+def _query(raw: str) -> dict[str, str]:
+    """Query parameters, last value wins; booleans as "true"/"false" (Go's ParseBool: the Python
+    client sends `watch=True`)."""
+    query = {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
+    for key in _BOOLEAN_PARAMS:
+        if key in query:
+            query[key] = "true" if query[key].lower() in ("1", "t", "true") else "false"
+    return query
+
+
+@dataclass
+class Route:
+    """What a request path names. `rt` is None for discovery paths and unknown resources."""
+
+    rt: Optional[ResourceType] = None
+    namespace: Optional[str] = None
+    name: Optional[str] = None
+    subresource: str = ""
+    discovery: Optional[dict] = None
+    group: str = ""
+
+    @property
+    def resource(self) -> str:
+        if self.rt is None:
+            return ""
+        return f"{self.rt.plural}/{self.subresource}" if self.subresource else self.rt.plural
+
+    def verb(self, method: str, query: dict) -> str:
+        if method in _VERBS:
+            return _VERBS[method]
+        if method == "DELETE":
+            return "delete" if self.name else "deletecollection"
+        if self.name or self.rt is None:
+            return "get"
+        return "watch" if query.get("watch") == "true" else "list"
+
+
+def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
+    resources = []
+    for rt in types:
+        verbs = ["get", "list", "watch"] if rt is R.EVENTS_V1 else \
+            ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
+                          "kind": rt.kind, "verbs": verbs})
+        for sub in sorted(_SUBRESOURCES.get(rt.plural, ()) if not rt.group or rt.is_custom else ()):
+            resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
+                              "kind": "Pod" if sub == "log" else rt.kind,
+                              "verbs": ["get"] if sub == "log" else ["get", "patch", "update"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+
+
+def _discovery(path: str) -> Optional[dict]:
+    groups = {}
+    for rt in R.ALL:
+        if rt.group:
+            groups.setdefault((rt.group, rt.version), []).append(rt)
+    if path == "/version":
+        return KUBERNETES_VERSION
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    if path == "/api/v1":
+        return _resource_list("v1", [rt for rt in R.ALL if not rt.group])
+    if path == "/apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
+             "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}} for g, v in groups]}
+    for (group, version), types in groups.items():
+        if path == f"/apis/{group}/{version}":
+            return _resource_list(f"{group}/{version}", types)
+    return None
+
+
+def route(path: str) -> Route:
+    discovery = _discovery(path.rstrip("/") or "/")
+    if discovery is not None:
+        return Route(discovery=discovery)
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return Route()
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in _SUBRESOURCES["namespaces"]:
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return Route()
+    rt = R.lookup(group, version, rest[0])
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else ""
+    if rt is None or (sub and sub not in _SUBRESOURCES.get(rt.plural, ())):
+        return Route(group=group)
+    if (rt.namespaced and name and namespace is None) or (not rt.namespaced and namespace is not None):
+        return Route(group=group)
+    return Route(rt=rt, namespace=namespace, name=name, subresource=sub, group=group)
+
+
+def _warning_header(text: str) -> str:
+    """RFC 7234 warning: code 299, agent "-", the text quoted."""
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, api: "ApiServer"):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.api = api
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+
+class ApiServer:
+    def __init__(self, store: Store, registry: Registry, hooks: Hooks, logs: LogStore, token: str):
+        self.store, self.registry, self.hooks, self.logs, self.token = store, registry, hooks, logs, token
+        self.stopping = threading.Event()
+        self._httpd: Optional[_Server] = None
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the API server is not running")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> None:
+        self._httpd = _Server(self)
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="api-server",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._httpd.connections_lock:
+            connections = list(self._httpd.connections)
+        for connection in connections:  # idle keep-alive connections end too
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._httpd = None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        super().finish()
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+        pass  # the request log replaces the access log
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._handle("DELETE")
+
+    # -- the request --
+
+    def _handle(self, method: str) -> None:
+        started = time.time()
+        api = self.server.api
+        url = urlsplit(self.path)
+        query = _query(url.query)
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        target = route(url.path)
+        verb = target.verb(method, query)
+        code: Optional[int] = None
+        try:
+            code = self._serve(api, method, target, verb, query, raw)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            api.hooks.record(RequestRecord(method, url.path, query, target.resource, target.namespace, target.name,
+                                           verb, code, started))
+
+    def _serve(self, api: ApiServer, method: str, target: Route, verb: str, query: dict, raw: bytes) -> Optional[int]:
+        if self.headers.get("Authorization") != f"Bearer {api.token}":
+            return self._send(ApiError(401, "Unauthorized"))
+        fault = api.hooks.take_fault(verb, target.resource, target.name)
+        if fault is not None:
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.drop_connection:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return None
+            error = fault.error()
+            if error is not None:
+                return self._send(error)
+        if target.discovery is not None:
+            return self._send(Result(200, target.discovery))
+        if target.rt is None:
+            return self._send(ApiError(404, "the server could not find the requested resource",
+                                       details={"group": target.group} if target.group else {}))
+        denied = api.hooks.forbidden(verb, target.resource, target.rt.group, target.namespace, target.name)
+        if denied is not None:
+            return self._send(denied)
+        try:
+            return self._dispatch(api, method, target, verb, query, raw)
+        except ApiError as error:
+            return self._send(error)
+        except Exception as error:  # noqa: BLE001 - answer like the server does, keep the traceback
+            logger.exception("%s %s", method, self.path)
+            return self._send(ApiError(500, f"Internal error occurred: {error}"))
+
+    def _dispatch(self, api: ApiServer, method: str, target: Route, verb: str, query: dict, raw: bytes) -> int:
+        rt, namespace, name, sub = target.rt, target.namespace or "", target.name, target.subresource
+        body = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError as error:
+                raise bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): couldn't get "
+                                  f"version/kind; json parse error: {error}") from None
+        elif method in ("POST", "PUT", "PATCH"):
+            raise bad_request("the body of the request was empty")
+        registry = api.registry
+        if verb == "get" and sub == "log":
+            return self._send_log(api, namespace, name, query)
+        if verb == "get":
+            return self._send(registry.get(rt, namespace, name))
+        if verb == "list":
+            return self._send(registry.list(rt, target.namespace, query))
+        if verb == "watch":
+            return self._send_watch(api, rt, target.namespace, query)
+        if verb == "create":
+            if name or (rt.namespaced and target.namespace is None):
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return self._send(registry.create(rt, namespace, body, query))
+        if verb == "update":
+            return self._send(registry.update(rt, namespace, name, body, query, sub))
+        if verb == "patch":
+            return self._send(registry.patch(rt, namespace, name, body, self.headers.get("Content-Type", ""),
+                                             query, sub))
+        if verb == "delete":
+            return self._send(registry.delete(rt, namespace, name, body, query))
+        return self._send(registry.delete_collection(rt, target.namespace, body, query))
+
+    # -- responses --
+
+    def _send(self, answer) -> int:
+        if isinstance(answer, ApiError):
+            code, body, headers = answer.code, answer.status(), dict(answer.headers)
+        else:
+            code, body = answer.code, answer.body
+            headers = {"Warning": [_warning_header(w) for w in answer.warnings]}
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            for item in value if isinstance(value, list) else [value]:
+                self.send_header(key, item)
+        self.end_headers()
+        self.wfile.write(data)
+        return code
+
+    def _send_chunks(self, content_type: str, chunks: Iterator[bytes]) -> int:
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+        return 200
+
+    def _send_log(self, api: ApiServer, namespace: str, name: str, query: dict) -> int:
+        log = api.logs.select(api.store, namespace, name, query)
+        chunks = stream(log, query, api.stopping)
+        if query.get("follow") == "true":
+            return self._send_chunks("text/plain", chunks)
+        data = b"".join(chunks)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return 200
+
+    def _send_watch(self, api: ApiServer, rt: ResourceType, namespace: Optional[str], query: dict) -> int:
+        source = R.EVENTS if rt is R.EVENTS_V1 else rt
+        labels, fields = label_matcher(query.get("labelSelector")), field_matcher(query.get("fieldSelector"), rt.plural)
+        events: queue.Queue = queue.Queue()
+
+        def wanted(kind: ResourceType, obj: dict) -> bool:
+            return kind is source and (namespace is None or obj["metadata"].get("namespace") == namespace) \
+                and labels(obj) and fields(obj)
+
+        def listener(event: str, kind: ResourceType, obj: dict) -> None:
+            if wanted(kind, obj):
+                events.put((event, obj))
+
+        since = query.get("resourceVersion")
+        with api.store.lock:
+            if since and since != "0":
+                history = api.store.history_since(int(since))
+                if history is None:
+                    expired = ApiError(410, f"too old resource version: {since} ({api.store.resource_version})",
+                                       reason="Expired").status()
+                    first = [("ERROR", expired)]
+                else:
+                    first = [(event, obj) for _, event, kind, obj in history if wanted(kind, obj)]
+            else:
+                first = [("ADDED", obj) for obj in api.store.list(source, namespace, lambda o: labels(o) and fields(o))[0]]
+            api.store.add_listener(listener)
+        deadline = time.monotonic() + int(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
+
+        def encode(event: str, obj: dict) -> bytes:
+            if rt is R.EVENTS_V1 and event != "ERROR":
+                obj = event_v1(obj)
+            return json.dumps({"type": event, "object": obj}).encode() + b"\n"
+
+        def chunks() -> Iterator[bytes]:
+            for event, obj in first:
+                yield encode(event, obj)
+            if first and first[0][0] == "ERROR":
+                return
+            while not api.stopping.is_set() and time.monotonic() < deadline:
+                try:
+                    event, obj = events.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    continue
+                yield encode(event, obj)
+
+        try:
+            return self._send_chunks("application/json", chunks())
+        finally:
+            api.store.remove_listener(listener)
+

@@ -1,0 +1,692 @@
+"""The Trainer, JobSet and Job controllers, folded into one: TrainJobs become pods.
+
+`build_jobset` is what Trainer v2.3 builds from a TrainJob and its runtime (runtimePatches,
+numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables). The controller then
+plays JobSet (one Job per replica, dependsOn, failurePolicy restarts, success/failure) and Job
+(indexed pods, backoffLimit) and writes the TrainJob status the way Trainer mirrors it from the JobSet.
+There are no JobSet or Job objects: pods are owned by the TrainJob directly.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import heapq
+import logging
+import math
+import queue
+import re
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+import yaml
+
+from nemo_kubeflow import constants as C
+from nemo_kubeflow.local import admission
+from nemo_kubeflow.local import resources as R
+from nemo_kubeflow.local.apierrors import ApiError, aggregate
+from nemo_kubeflow.local.events import EventRecorder
+from nemo_kubeflow.local.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow.local.patch import strategic_merge_patch
+from nemo_kubeflow.local.quantity import parse_quantity
+from nemo_kubeflow.local.registry import apply_pod_defaults, random_suffix
+from nemo_kubeflow.local.store import Store
+from nemo_kubeflow.local.timeutil import now_rfc3339, parse
+from nemo_kubeflow.local.validation import pod_spec_errors
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = "-runtime-snapshot"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+#: Where PET_NODE_RANK and JOB_COMPLETION_INDEX read the completion index from.
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{C.COMPLETION_INDEX_ANNOTATION}']"
+DEFAULT_BACKOFF_LIMIT = 6
+#: Queued when a runtime changes: TrainJobs still waiting for theirs get another try.
+_RUNTIMES_CHANGED = ("", "")
+
+
+# --- building the JobSet spec (Trainer v2.3 runtime framework) -------------------------------------------
+
+
+def _upsert(items: list[dict], new: list[dict], key: str = "name") -> None:
+    """apply.UpsertEnvVars / UpsertPort: replace by key in place, append the rest."""
+    for item in new:
+        index = next((i for i, cur in enumerate(items) if cur.get(key) == item.get(key)), None)
+        if index is None:
+            items.append(copy.deepcopy(item))
+        else:
+            items[index] = copy.deepcopy(item)
+
+
+def _pod_spec(rjob: dict) -> dict:
+    return rjob["template"]["spec"]["template"].setdefault("spec", {})
+
+
+def _container(pod_spec: dict, name: str, init: bool = True) -> Optional[dict]:
+    bags = pod_spec.get("containers", []) + (pod_spec.get("initContainers", []) if init else [])
+    return next((c for c in bags if c.get("name") == name), None)
+
+
+def _ancestor(rjob: dict) -> Optional[str]:
+    return ((rjob.get("template") or {}).get("metadata") or {}).get("labels", {}).get(C.ANCESTOR_LABEL)
+
+
+def _num_gpu(resources: dict) -> int:
+    for bag in ("requests", "limits"):
+        for name, value in (resources.get(bag) or {}).items():
+            if "gpu" in name.lower():
+                return math.ceil(parse_quantity(value) or 0)
+    return 0
+
+
+def _num_cpu(resources: dict) -> int:
+    request = parse_quantity((resources.get("requests") or {}).get("cpu"))
+    if not request:
+        return math.ceil(parse_quantity((resources.get("limits") or {}).get("cpu")) or 0)
+    return math.ceil(request)
+
+
+def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: int) -> dict:
+    """The JobSet spec Trainer would apply for `trainjob` (PET_MASTER_* pointed at this host)."""
+    spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
+    tj_spec = trainjob["spec"]
+    trainer = tj_spec.get("trainer")
+    ml_policy = runtime["spec"].get("mlPolicy")
+    order = {rjob["name"]: i for i, rjob in enumerate(spec.get("replicatedJobs") or [])}
+    for patch in tj_spec.get("runtimePatches") or []:
+        patch_spec = (((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}).get("spec")
+        if patch_spec:
+            spec = strategic_merge_patch(spec, patch_spec)
+    spec["replicatedJobs"].sort(key=lambda rjob: order.get(rjob["name"], len(order)))
+
+    node_resources: dict = {}
+    trainer_count = None
+    for rjob in spec["replicatedJobs"]:
+        job_spec = rjob["template"].setdefault("spec", {})
+        pod_spec = _pod_spec(rjob)
+        ancestor = _ancestor(rjob)
+        count = job_spec.get("parallelism", 1)
+        node = _container(pod_spec, C.TRAINER_NODE, init=False)
+        if ancestor == C.ANCESTOR_TRAINER:
+            rjob["replicas"] = 1
+            if ml_policy is not None:
+                count = ml_policy.get("numNodes", 1)
+            if trainer and trainer.get("numNodes") is not None:
+                count = trainer["numNodes"]
+            trainer_count = count
+            if node is not None:
+                node_resources = copy.deepcopy(node.get("resources") or {})
+                if trainer and trainer.get("resourcesPerNode") and ml_policy is not None:
+                    merged = node.setdefault("resources", {})
+                    for bag in ("limits", "requests"):
+                        if trainer["resourcesPerNode"].get(bag):
+                            merged[bag] = {**(merged.get(bag) or {}), **trainer["resourcesPerNode"][bag]}
+                if trainer:
+                    for key in ("image", "command", "args"):
+                        if trainer.get(key) is not None:
+                            node[key] = copy.deepcopy(trainer[key])
+                    _upsert(node.setdefault("env", []), trainer.get("env") or [])
+        elif ancestor in ("dataset-initializer", "model-initializer"):
+            rjob["replicas"] = 1
+            config = ((tj_spec.get("initializer") or {}).get(ancestor.split("-")[0])) or None
+            container = _container(pod_spec, ancestor, init=False)
+            if config is not None and container is not None:
+                env = container.setdefault("env", [])
+                if config.get("storageUri") is not None:
+                    _upsert(env, [{"name": "STORAGE_URI", "value": config["storageUri"]}])
+                _upsert(env, config.get("env") or [])
+                if config.get("secretRef"):
+                    container.setdefault("envFrom", []).append({"secretRef": {"name": config["secretRef"]["name"]}})
+        job_spec["parallelism"] = job_spec["completions"] = count
+
+    torch = (ml_policy or {}).get("torch")
+    if torch is not None:
+        proc = trainer.get("numProcPerNode") if trainer else None
+        resources = trainer.get("resourcesPerNode") if trainer and trainer.get("resourcesPerNode") else node_resources
+        if proc is None:
+            proc = "auto" if _num_gpu(resources) else max(1, _num_cpu(resources))
+        pet = [
+            {"name": C.PET_NNODES, "value": str(trainer_count if trainer_count is not None else 1)},
+            {"name": C.PET_NPROC_PER_NODE, "value": str(proc)},
+            {"name": C.PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
+        ]
+        master = [{"name": C.PET_MASTER_ADDR, "value": master_addr},
+                  {"name": C.PET_MASTER_PORT, "value": str(master_port)}]
+        for rjob in spec["replicatedJobs"]:
+            node = _container(_pod_spec(rjob), C.TRAINER_NODE, init=False)
+            if _ancestor(rjob) == C.ANCESTOR_TRAINER and node is not None and trainer is not None:
+                _upsert(node.setdefault("env", []), pet + master)
+                _upsert(node.setdefault("ports", []), [{"containerPort": master_port, "protocol": "TCP"}],
+                        key="containerPort")
+        for target in ((torch.get("envInjection") or {}).get("targets")) or []:
+            rjob = next((r for r in spec["replicatedJobs"] if r["name"] == target.get("jobName")), None)
+            for name in target.get("containerNames") or []:
+                container = _container(_pod_spec(rjob), name) if rjob else None
+                if container is not None:
+                    _upsert(container.setdefault("env", []), pet + master)
+    spec["suspend"] = bool(tj_spec.get("suspend"))
+    return spec
+
+
+# --- JobSet / Job state ------------------------------------------------------------------------------
+
+
+@dataclass
+class JobState:
+    """One Job of a replicated job: indexed pods, backoffLimit."""
+
+    name: str
+    rjob: str
+    index: int
+    completions: int
+    backoff_limit: int
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created: bool = False
+    failed_pods: set = field(default_factory=set)
+    succeeded: set = field(default_factory=set)
+    retry_at: float = 0.0
+    failure: Optional[tuple[str, str]] = None  # (reason, message) once the Job failed
+    failed_at: float = 0.0
+    complete: bool = False
+    ready: bool = False
+    active: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.complete or self.failure is not None
+
+
+@dataclass
+class JobSetState:
+    trainjob_uid: str
+    master_port: int
+    jobset_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    spec: Optional[dict] = None
+    jobs: list[JobState] = field(default_factory=list)
+    restarts: int = 0
+    restarts_towards_max: int = 0
+    terminal: Optional[tuple[str, str, str]] = None  # (condition type, reason, message)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((POD_IP, 0))
+        return sock.getsockname()[1]
+
+
+def _set_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str) -> None:
+    """meta.SetStatusCondition."""
+    for condition in conditions:
+        if condition["type"] == type_:
+            if condition["status"] != status:
+                condition["lastTransitionTime"] = now_rfc3339()
+            condition.update(status=status, reason=reason, message=message)
+            return
+    conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
+                       "lastTransitionTime": now_rfc3339()})
+
+
+def _condition(obj: dict, type_: str) -> Optional[dict]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+def _is_true(obj: dict, type_: str) -> bool:
+    return (_condition(obj, type_) or {}).get("status") == "True"
+
+
+def _terminal(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _gone_or_going(pod: dict) -> bool:
+    return _terminal(pod) or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _pod_ready(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and _is_true(pod, "Ready")
+
+
+class TrainerController:
+    def __init__(self, store: Store, events: EventRecorder):
+        self.store, self.events = store, events
+        self._queue: queue.Queue = queue.Queue()
+        self._timers: list[tuple[float, tuple[str, str]]] = []
+        self._states: dict[tuple[str, str], JobSetState] = {}
+        self._waiting_for_runtime: set[tuple[str, str]] = set()
+        self._thread = threading.Thread(target=self._loop, name="trainer-controller", daemon=True)
+        self._stopped = threading.Event()
+        store.add_listener(self._on_change)
+
+    def start(self) -> None:
+        for tj in self.store.list(R.TRAINJOBS)[0]:
+            self._queue.put((tj["metadata"]["namespace"], tj["metadata"]["name"]))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.store.remove_listener(self._on_change)
+        self._stopped.set()
+        self._queue.put(None)
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+
+    # -- the work queue --
+
+    def _on_change(self, event: str, rt, obj: dict) -> None:
+        meta = obj["metadata"]
+        if rt is R.TRAINJOBS:
+            self._queue.put((meta["namespace"], meta["name"]))
+        elif rt is R.PODS and C.JOBSET_NAME_LABEL in (meta.get("labels") or {}):
+            self._queue.put((meta["namespace"], meta["labels"][C.JOBSET_NAME_LABEL]))
+        elif rt in (R.RUNTIMES, R.CLUSTER_RUNTIMES):
+            self._queue.put(_RUNTIMES_CHANGED)
+
+    def _after(self, seconds: float, key: tuple[str, str]) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + max(0.0, seconds), key))
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            timeout = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else None
+            keys = set()
+            try:
+                item = self._queue.get(timeout=timeout)
+                while True:  # take everything queued: one reconcile per TrainJob per round
+                    if item is None:
+                        return
+                    keys |= set(self._waiting_for_runtime) if item is _RUNTIMES_CHANGED else {item}
+                    item = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            while self._timers and self._timers[0][0] <= time.monotonic():
+                keys.add(heapq.heappop(self._timers)[1])
+            for key in sorted(keys):
+                try:
+                    self._reconcile(*key)
+                except Exception:  # noqa: BLE001 - a controller keeps going; the error goes to the log
+                    logger.exception("reconciling TrainJob %s/%s", *key)
+
+    # -- reconcile --
+
+    def _reconcile(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        tj = self.store.find(R.TRAINJOBS, namespace, name)
+        if tj is None or tj["metadata"].get("deletionTimestamp"):
+            self._states.pop(key, None)
+            self._waiting_for_runtime.discard(key)
+            return
+        if tj["spec"].get("managedBy", admission.MANAGED_BY_CONTROLLER) != admission.MANAGED_BY_CONTROLLER:
+            return
+        state = self._states.get(key)
+        if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
+            state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
+        if _is_true(tj, "Complete") or _is_true(tj, "Failed"):
+            return
+        suspended = bool(tj["spec"].get("suspend"))
+        # Trainer builds the JobSet once, and re-applies it only while it is suspended.
+        if state.spec is None or (suspended and not any(job.created for job in state.jobs)):
+            if not self._build(tj, state):
+                self._write_status(tj, state)
+                return
+        self._check_deadline(tj, state)
+        if state.terminal is None and suspended:
+            for pod in self._pods(tj):
+                if not _gone_or_going(pod):
+                    self._delete_pod(pod)  # suspending a Job deletes its running pods
+        elif state.terminal is None:
+            self._sync(tj, state)
+        self._write_status(tj, state)
+
+    def _build(self, tj: dict, state: JobSetState) -> bool:
+        runtime = self._runtime_snapshot(tj)
+        if runtime is None:
+            return False
+        try:
+            spec = build_jobset(tj, runtime, POD_IP, state.master_port)
+        except (KeyError, TypeError, AttributeError, ApiError) as error:
+            self._creation_failed(tj, f"building the JobSet: {error}")
+            return False
+        for rjob in spec["replicatedJobs"]:
+            job_name = f"{tj['metadata']['name']}-{rjob['name']}-0"
+            policy = _pod_spec(rjob).get("restartPolicy", "OnFailure")
+            if policy not in ("OnFailure", "Never"):  # Job validation; JobSet reports it, nothing more happens
+                self.events.record(self._jobset_ref(tj, state), "Warning", "JobCreationFailed",
+                                   f'Job.batch "{job_name}" is invalid: spec.template.spec.restartPolicy: Unsupported '
+                                   f'value: "{policy}": supported values: "OnFailure", "Never"', "jobset-controller")
+                return False
+            errors = pod_spec_errors(_pod_spec(rjob), "spec.template.spec")
+            if errors:  # the Job controller cannot create pods: it says so in an event, nothing more
+                self.events.record(self._job_ref(tj, job_name, ""), "Warning", "FailedCreate",
+                                   f'Error creating: Pod "{job_name}-0" is invalid: {aggregate(errors)}',
+                                   "job-controller")
+                return False
+        state.spec = spec
+        state.jobs = self._new_jobs(tj, spec)
+        return True
+
+    def _runtime_snapshot(self, tj: dict) -> Optional[dict]:
+        """The runtime as first seen (ConfigMap `<trainjob>-runtime-snapshot`), taken now if missing."""
+        namespace, name, uid = tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"]["uid"]
+        snapshot = self.store.find(R.CONFIGMAPS, namespace, name + SNAPSHOT_SUFFIX)
+        if snapshot is not None:
+            owners = snapshot["metadata"].get("ownerReferences") or []
+            if not any(o.get("uid") == uid and o.get("controller") for o in owners):
+                self._creation_failed(tj, "invalid runtime snapshot: a snapshot configmap exists but is owned by "
+                                          "another object")
+                return None
+            self._waiting_for_runtime.discard((namespace, name))
+            return yaml.safe_load(snapshot["data"]["runtime"])
+        runtime, why = admission.resolve_runtime(self.store, tj)
+        if runtime is None:
+            self._waiting_for_runtime.add((namespace, name))
+            self._creation_failed(tj, why)
+            return None
+        self._waiting_for_runtime.discard((namespace, name))
+        try:
+            self.store.create(R.CONFIGMAPS, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name + SNAPSHOT_SUFFIX, "namespace": namespace,
+                             "ownerReferences": [self._owner_ref(tj)]},
+                "data": {"runtime": yaml.safe_dump(runtime, sort_keys=False)},
+            })
+        except ApiError as error:  # someone else's ConfigMap by that name, or the namespace is going
+            self._creation_failed(tj, f"creating runtime snapshot: {error}")
+            return None
+        return runtime
+
+    def _creation_failed(self, tj: dict, error: str) -> None:
+        self.events.record(tj, "Warning", "TrainJobResourcesCreationFailed",
+                           f"TrainJob resources reconciliation failed: {error}"[:1024], "trainjob-controller")
+
+    def _new_jobs(self, tj: dict, spec: dict) -> list[JobState]:
+        jobs = []
+        for rjob in spec["replicatedJobs"]:
+            job_spec = rjob["template"]["spec"]
+            for index in range(rjob.get("replicas", 1)):
+                jobs.append(JobState(
+                    name=f"{tj['metadata']['name']}-{rjob['name']}-{index}", rjob=rjob["name"], index=index,
+                    completions=job_spec.get("completions", 1),
+                    backoff_limit=job_spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)))
+        return jobs
+
+    def _pods(self, tj: dict) -> list[dict]:
+        name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
+        return self.store.list(R.PODS, tj["metadata"]["namespace"], lambda p: (
+            (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == name
+            and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])))[0]
+
+    def _delete_pod(self, pod: dict) -> None:
+        try:
+            self.store.delete(R.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        except ApiError:
+            pass  # already gone
+
+    # -- JobSet + Job --
+
+    def _sync(self, tj: dict, state: JobSetState) -> None:
+        pods = self._pods(tj)
+        attempt = str(state.restarts)
+        stale = [p for p in pods if p["metadata"]["labels"].get(RESTART_ATTEMPT_LABEL) != attempt]
+        if stale:  # wait until the previous attempt is gone (processes share ports across attempts)
+            for pod in stale:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self._delete_pod(pod)
+            return
+        key = (tj["metadata"]["namespace"], tj["metadata"]["name"])
+        now = time.monotonic()
+        for job in state.jobs:
+            job_pods = [p for p in pods if p["metadata"]["labels"].get(JOB_NAME_LABEL) == job.name]
+            self._observe(tj, state, job, job_pods)
+            if job.finished or not self._may_start(state, job):
+                continue
+            job.created = True
+            busy = {int(p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL]) for p in job_pods if not _gone_or_going(p)}
+            for index in range(job.completions):
+                if index in job.succeeded or index in busy:
+                    continue
+                if now < job.retry_at:
+                    self._after(job.retry_at - now, key)
+                    break
+                self._create_pod(tj, state, job, index)
+        failed = sorted((j for j in state.jobs if j.failure), key=lambda j: j.failed_at)
+        if failed:
+            self._apply_failure_policy(tj, state, failed[0])
+        elif self._succeeded(state):
+            self._finish(tj, state, "Complete", "AllJobsCompleted", "jobset completed successfully")
+
+    def _observe(self, tj: dict, state: JobSetState, job: JobState, pods: list[dict]) -> None:
+        """Job controller bookkeeping: succeeded indexes, failures against backoffLimit."""
+        restarts = 0
+        for pod in pods:
+            status = pod.get("status") or {}
+            index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
+            if status.get("phase") == "Succeeded":
+                job.succeeded.add(index)
+            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods:
+                job.failed_pods.add(pod["metadata"]["uid"])
+                job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
+            elif status.get("phase") in ("Pending", "Running"):
+                restarts += sum(s.get("restartCount", 0) for s in (status.get("containerStatuses") or []) +
+                                (status.get("initContainerStatuses") or []))
+        active = [p for p in pods if not _gone_or_going(p)]
+        job.active = len(active)
+        job.ready = len([p for p in active if _pod_ready(p)]) + len(job.succeeded) >= job.completions
+        if job.finished:
+            return
+        on_failure = bool(pods) and pods[0]["spec"].get("restartPolicy") == "OnFailure"
+        past_on_failure = on_failure and (restarts > 0 if job.backoff_limit == 0 else restarts >= job.backoff_limit)
+        if len(job.failed_pods) > job.backoff_limit or past_on_failure:
+            job.failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            job.failed_at = time.monotonic()
+            self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "BackoffLimitExceeded",
+                               job.failure[1], "job-controller")
+            for pod in active:
+                self._delete_pod(pod)
+        elif len(job.succeeded) >= job.completions:
+            job.complete = True
+            self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed",
+                               "job-controller")
+
+    def _may_start(self, state: JobSetState, job: JobState) -> bool:
+        """JobSet creates a replicated job's Jobs once its dependsOn (or InOrder startup) is met."""
+        rjobs = state.spec["replicatedJobs"]
+        rjob = next(r for r in rjobs if r["name"] == job.rjob)
+        needs = [(d["name"], d.get("status", "Complete")) for d in rjob.get("dependsOn") or []]
+        if (state.spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder":
+            position = rjobs.index(rjob)
+            needs += [(r["name"], "Ready") for r in rjobs[:position]]
+        for dep_name, wanted in needs:
+            deps = [j for j in state.jobs if j.rjob == dep_name]
+            if not all(j.complete if wanted == "Complete" else (j.ready or j.complete) for j in deps):
+                return False
+        return True
+
+    def _succeeded(self, state: JobSetState) -> bool:
+        policy = state.spec.get("successPolicy") or {}
+        targets = set(policy.get("targetReplicatedJobs") or [r["name"] for r in state.spec["replicatedJobs"]])
+        jobs = [j for j in state.jobs if j.rjob in targets]
+        if policy.get("operator") == "Any":
+            return any(j.complete for j in jobs)
+        return bool(jobs) and all(j.complete for j in jobs)
+
+    def _apply_failure_policy(self, tj: dict, state: JobSetState, job: JobState) -> None:
+        first = f" (first failed job: {job.name})"
+        policy = state.spec.get("failurePolicy")
+        if policy is None:
+            self._finish(tj, state, "Failed", "FailedJobs", "jobset failed due to one or more job failures" + first)
+            return
+        action = "RestartJobSet"
+        for rule in policy.get("rules") or []:
+            if rule.get("targetReplicatedJobs") and job.rjob not in rule["targetReplicatedJobs"]:
+                continue
+            if rule.get("onJobFailureReasons") and job.failure[0] not in rule["onJobFailureReasons"]:
+                continue
+            patterns = rule.get("onJobFailureMessagePatterns") or []
+            if patterns and not any(re.search(p, job.failure[1]) for p in patterns):
+                continue
+            action = rule.get("action", action)
+            break
+        if action == "FailJobSet":
+            self._finish(tj, state, "Failed", "FailJobSetFailurePolicyAction",
+                         "applying FailJobSet failure policy action" + first)
+            return
+        counts = "IgnoreMaxRestarts" not in action
+        if counts and state.restarts_towards_max >= policy.get("maxRestarts", 0):
+            self._finish(tj, state, "Failed", "ReachedMaxRestarts",
+                         "jobset failed due to reaching max number of restarts" + first)
+            return
+        state.restarts += 1
+        state.restarts_towards_max += int(counts)
+        self.events.record(self._jobset_ref(tj, state), "Warning", "RestartJobSetFailurePolicyAction",
+                           "applying RestartJobSet failure policy action" + first, "jobset-controller")
+        state.jobs = self._new_jobs(tj, state.spec)
+        for pod in self._pods(tj):
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod)
+
+    def _finish(self, tj: dict, state: JobSetState, type_: str, reason: str, message: str) -> None:
+        state.terminal = (type_, reason, message)
+        self.events.record(self._jobset_ref(tj, state), "Normal" if type_ == "Complete" else "Warning", reason,
+                           message, "jobset-controller")
+        for pod in self._pods(tj):  # a finished JobSet deletes its active Jobs
+            if not _gone_or_going(pod):
+                self._delete_pod(pod)
+
+    def _check_deadline(self, tj: dict, state: JobSetState) -> None:
+        seconds = tj["spec"].get("activeDeadlineSeconds")
+        if not seconds or tj["spec"].get("suspend") or state.terminal:
+            return
+        resumed = _condition(tj, "Suspended")
+        start = parse(resumed["lastTransitionTime"] if resumed and resumed["status"] == "False"
+                      else tj["metadata"]["creationTimestamp"])
+        left = start.timestamp() + seconds - time.time()
+        if left > 0:
+            self._after(left, (tj["metadata"]["namespace"], tj["metadata"]["name"]))
+            return
+        state.terminal = ("Failed", "DeadlineExceeded", "TrainJob exceeded its active deadline")
+        for pod in self._pods(tj):  # Trainer deletes the whole JobSet
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod)
+
+    # -- status --
+
+    def _write_status(self, tj: dict, state: JobSetState) -> None:
+        suspended = bool(tj["spec"].get("suspend"))
+
+        def change(obj: dict) -> Optional[dict]:
+            if obj["metadata"]["uid"] != state.trainjob_uid:
+                return None
+            status = obj.setdefault("status", {})
+            conditions = status.setdefault("conditions", [])
+            if suspended:
+                _set_condition(conditions, "Suspended", "True", "Suspended", "TrainJob is suspended")
+            elif _is_true(obj, "Suspended"):
+                _set_condition(conditions, "Suspended", "False", "Resumed", "TrainJob is resumed")
+            if state.terminal:
+                type_, reason, message = state.terminal
+                _set_condition(conditions, type_, "True", reason, message)
+            # After a deadline Trainer deletes the JobSet, so the last jobsStatus stays.
+            if state.spec is not None and (state.terminal is None or state.terminal[1] != "DeadlineExceeded"):
+                status["jobsStatus"] = self._jobs_status(state, suspended)
+            if not conditions:
+                del status["conditions"]
+            return obj
+
+        self.store.mutate(R.TRAINJOBS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
+
+    def _jobs_status(self, state: JobSetState, suspended: bool) -> list[dict]:
+        result = []
+        for rjob in (state.spec or {}).get("replicatedJobs", []):
+            jobs = [j for j in state.jobs if j.rjob == rjob["name"] and (j.created or suspended)]
+            live = [j for j in jobs if not j.finished]
+            result.append({
+                "name": rjob["name"],
+                "ready": sum(1 for j in live if j.ready and not suspended),
+                "succeeded": sum(1 for j in jobs if j.complete),
+                "failed": sum(1 for j in jobs if j.failure),
+                "active": sum(1 for j in live if j.active and not suspended),
+                "suspended": len(live) if suspended else 0,
+            })
+        return result
+
+    # -- pods --
+
+    def _owner_ref(self, tj: dict) -> dict:
+        return {"apiVersion": C.TRAINER_API_VERSION, "kind": C.TRAINJOB_KIND, "name": tj["metadata"]["name"],
+                "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+    def _job_ref(self, tj: dict, job_name: str, uid: str) -> dict:
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job_name, "namespace": tj["metadata"]["namespace"], "uid": uid}}
+
+    def _jobset_ref(self, tj: dict, state: JobSetState) -> dict:
+        return {"apiVersion": JOBSET_API, "kind": "JobSet",
+                "metadata": {"name": tj["metadata"]["name"], "namespace": tj["metadata"]["namespace"],
+                             "uid": state.jobset_uid}}
+
+    def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> None:
+        pod = build_pod(tj, state, job, index)
+        pod["metadata"]["ownerReferences"] = [self._owner_ref(tj)]
+        try:
+            created = self.store.create(R.PODS, pod)
+        except ApiError as error:
+            logger.warning("creating pod %s: %s", pod["metadata"]["name"], error)
+            return
+        self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "SuccessfulCreate",
+                           f"Created pod: {created['metadata']['name']}", "job-controller")
+
+
+def build_pod(tj: dict, state: JobSetState, job: JobState, index: int) -> dict:
+    """The pod the Job controller creates for `index`, with JobSet's and the Job's labels."""
+    spec = state.spec
+    rjob = next(r for r in spec["replicatedJobs"] if r["name"] == job.rjob)
+    template = copy.deepcopy(rjob["template"]["spec"]["template"])
+    namespace, tj_name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+    replicas = {r["name"]: r.get("replicas", 1) for r in spec["replicatedJobs"]}
+    earlier = sum(replicas[r["name"]] for r in spec["replicatedJobs"][: spec["replicatedJobs"].index(rjob)])
+    group = rjob.get("groupName", "default")
+    group_rjobs = [r for r in spec["replicatedJobs"] if r.get("groupName", "default") == group]
+    group_earlier = sum(replicas[r["name"]] for r in group_rjobs[: group_rjobs.index(rjob)])
+    jobset_meta = {
+        C.JOBSET_NAME_LABEL: tj_name,
+        "jobset.sigs.k8s.io/jobset-uid": state.jobset_uid,
+        C.REPLICATED_JOB_LABEL: job.rjob,
+        RESTART_ATTEMPT_LABEL: str(state.restarts),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[job.rjob]),
+        "jobset.sigs.k8s.io/global-replicas": str(sum(replicas.values())),
+        "jobset.sigs.k8s.io/job-index": str(job.index),
+        "jobset.sigs.k8s.io/job-key": hashlib.sha1(f"{namespace}/{job.name}".encode()).hexdigest(),
+        "jobset.sigs.k8s.io/job-global-index": str(earlier + job.index),
+        "jobset.sigs.k8s.io/group-name": group,
+        "jobset.sigs.k8s.io/group-replicas": str(sum(replicas[r["name"]] for r in group_rjobs)),
+        "jobset.sigs.k8s.io/job-group-index": str(group_earlier + job.index),
+    }
+    job_labels = {"batch.kubernetes.io/controller-uid": job.uid, JOB_NAME_LABEL: job.name,
+                  "controller-uid": job.uid, "job-name": job.name, C.COMPLETION_INDEX_LABEL: str(index)}
+    metadata = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    pod_spec.setdefault("restartPolicy", "OnFailure")  # the JobSet webhook's default
+    pod_spec["hostname"] = f"{job.name}-{index}"
+    pod_spec["subdomain"] = (spec.get("network") or {}).get("subdomain") or tj_name
+    for container in (pod_spec.get("initContainers") or []) + pod_spec.get("containers", []):
+        env = container.setdefault("env", [])
+        if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+            env.append({"name": "JOB_COMPLETION_INDEX",
+                        "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}})
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": f"{job.name}-{index}-{random_suffix()}",
+            "namespace": namespace,
+            "labels": {**(metadata.get("labels") or {}), **jobset_meta, **job_labels},
+            "annotations": {**(metadata.get("annotations") or {}), **jobset_meta,
+                            C.COMPLETION_INDEX_ANNOTATION: str(index)},
+        },
+        "spec": pod_spec,
+    }
+    apply_pod_defaults(pod)
+    return pod

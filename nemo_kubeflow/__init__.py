@@ -1,33 +1,42 @@
 """nemo_kubeflow: run NeMo-Run experiments on Kubernetes through Kubeflow Trainer v2.
 
-Importing the package registers ``KubeflowExecutor`` with NeMo-Run.
+Names are imported on first use (PEP 562), so ``import nemo_kubeflow`` and the local
+cluster (``python -m nemo_kubeflow.local``) don't pay for importing NeMo-Run. Using
+``KubeflowExecutor`` imports ``nemo_kubeflow.executor``, which registers it with NeMo-Run;
+so does fiddle when it rebuilds a saved experiment.
 """
 
-from nemo_kubeflow.errors import (
-    ClusterError,
-    ConfigError,
-    ManifestValidationError,
-    NemoKubeflowError,
-    PackageTooLargeError,
-    PackagingError,
-    SubmissionError,
-    TemplateError,
-)
-from nemo_kubeflow.executor import KubeflowExecutor, PVCMount, SecretMount, TCPXOConfig
-from nemo_kubeflow.packaging import ConfigMapPackager
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "ClusterError",
-    "ConfigError",
-    "ConfigMapPackager",
-    "KubeflowExecutor",
-    "ManifestValidationError",
-    "NemoKubeflowError",
-    "PVCMount",
-    "PackageTooLargeError",
-    "PackagingError",
-    "SecretMount",
-    "SubmissionError",
-    "TCPXOConfig",
-    "TemplateError",
-]
+_EXPORTS = {
+    "KubeflowExecutor": "nemo_kubeflow.executor",
+    "PVCMount": "nemo_kubeflow.executor",
+    "SecretMount": "nemo_kubeflow.executor",
+    "TCPXOConfig": "nemo_kubeflow.executor",
+    "ConfigMapPackager": "nemo_kubeflow.packaging",
+    "AdmissionDeniedError": "nemo_kubeflow.errors",
+    "ClusterError": "nemo_kubeflow.errors",
+    "ConfigError": "nemo_kubeflow.errors",
+    "ManifestValidationError": "nemo_kubeflow.errors",
+    "NemoKubeflowError": "nemo_kubeflow.errors",
+    "PackageTooLargeError": "nemo_kubeflow.errors",
+    "PackagingError": "nemo_kubeflow.errors",
+    "SubmissionError": "nemo_kubeflow.errors",
+    "TemplateError": "nemo_kubeflow.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nemo_kubeflow' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

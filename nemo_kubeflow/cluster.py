@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
@@ -33,6 +34,7 @@ from nemo_kubeflow.constants import (
     TRAINJOB_PLURAL,
 )
 from nemo_kubeflow.errors import (
+    AdmissionDeniedError,
     AlreadyExistsError,
     ClusterError,
     ClusterUnreachableError,
@@ -119,6 +121,9 @@ def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[st
     scoped = namespace if namespace and (spec is None or spec.namespaced) else None
     if status == 401:
         return "the credentials in the kubeconfig were refused; refresh them (e.g. log in again)"
+    if status == 403 and "admission webhook" in message:
+        # Webhook denials are 403s too, but nothing RBAC can fix: the object was refused.
+        return "an admission webhook refused the object; fix what its message names"
     if status == 403:
         hint = (
             f"ask a cluster admin for RBAC permission to {verb} {plural}"
@@ -149,6 +154,8 @@ def translate_api_exception(e: Exception, *, verb: str, kind: str, name: Optiona
     if hint:
         text += f"; {hint}"
     cls = {403: PermissionDeniedError, 404: NotFoundError, 409: AlreadyExistsError}.get(status, ClusterError)
+    if status == 403 and "admission webhook" in message:
+        cls = AdmissionDeniedError
     return cls(text, status=status, reason=reason, server_message=message)
 
 
@@ -252,7 +259,7 @@ class KubernetesCluster:
                 host = getattr(self.api_client.configuration, "host", "?")
                 raise ClusterUnreachableError(
                     f"cannot {verb} {describe_target(kind, name, namespace)}: the API server at {host} "
-                    f"did not answer ({type(e).__name__}: {_short(e)}); check the kubeconfig's server "
+                    f"did not answer ({_short(e)}); check the kubeconfig's server "
                     "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover
@@ -343,5 +350,9 @@ def _retry_after(e) -> Optional[float]:
 
 
 def _short(e: Exception) -> str:
-    text = str(e)
-    return text if len(text) < 200 else text[:200] + "..."
+    """The root cause of a connection error ("Connection refused"), without urllib3's object dumps."""
+    text = str(getattr(e, "reason", None) or e)
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if errno:
+        return errno.group(1).strip()
+    return f"{type(e).__name__}: {text[:200]}"

@@ -79,6 +79,10 @@ class PermissionDeniedError(ClusterError):
     """RBAC denied a request (HTTP 403)."""
 
 
+class AdmissionDeniedError(ClusterError):
+    """An admission webhook (e.g. Trainer's) refused the object (HTTP 403 with a webhook message)."""
+
+
 class AlreadyExistsError(ClusterError):
     """An object of that name already exists (HTTP 409) and was not created by this submission."""
 

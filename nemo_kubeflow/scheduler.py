@@ -30,11 +30,11 @@ from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor
-from nemo_kubeflow.logs import node_log_lines
+from nemo_kubeflow.logs import node_log_lines, node_selector
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.status import job_status
+from nemo_kubeflow.status import failure_detail, job_status
 from nemo_kubeflow.submit import check_secret_sources, submit
 from nemo_kubeflow.validation import check_manifests
 
@@ -192,6 +192,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         cluster = self._cluster_for(namespace, name, record)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
         status = job_status(trainjob, name=f"{namespace}/{name}")
+        message = status.message
+        if status.state == AppState.FAILED:
+            # One extra request, only once a job has failed: name the node and exit code.
+            detail = failure_detail(cluster.list("Pod", namespace, node_selector(name)))
+            message = f"{message}; {detail}" if detail else message
         nodes = ((trainjob or {}).get("spec", {}).get("trainer") or {}).get("numNodes") or (
             record.nodes if record else 1
         )
@@ -203,7 +208,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         return DescribeAppResponse(
             app_id=app_id,
             state=status.state,
-            msg=status.message,
+            msg=message,
             roles_statuses=[RoleStatus(role, replicas=replicas)],
             roles=[Role(name=role, image="", num_replicas=nodes)],
         )

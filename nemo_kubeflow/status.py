@@ -108,3 +108,30 @@ def job_status(trainjob: Optional[dict], pods: Sequence[dict] = (), *, name: str
             count = f" {nodes_total}" if nodes_total else ""
             return JobStatus(AppState.PENDING, f"starting: waiting for all{count} nodes to be ready", by_node)
     return JobStatus(AppState.SUBMITTED, "waiting for pods", by_node)
+
+
+def failure_detail(pods: Sequence[dict]) -> str:
+    """Which node failed first and how, from the pods' container statuses ("" if none did).
+
+    Trainer's ``Failed`` condition copies JobSet's text ("first failed job: ..."), which
+    names neither the pod nor the exit code; the kubelet's container status has both.
+    """
+    failures = []
+    for pod in pods:
+        labels = pod.get("metadata", {}).get("labels", {})
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        for cs in statuses:
+            if cs.get("name") != "node":
+                continue
+            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if term and term.get("exitCode", 0) != 0:
+                failures.append((term.get("finishedAt") or "", labels.get(COMPLETION_INDEX_LABEL, "?"),
+                                 pod["metadata"]["name"], term))
+    if not failures:
+        return ""
+    _, index, pod_name, term = min(failures, key=lambda f: f[0])
+    code = term.get("exitCode")
+    how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
+    reason = term.get("reason")
+    extra = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
+    return f"node {index} (pod {pod_name}) {how}{extra}"

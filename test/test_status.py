@@ -37,3 +37,21 @@ def test_status_table(job, state, text):
     status = job_status(job, name="ns/j")
     assert status.state == state
     assert text in status.message
+
+
+def pod(index, name, code=None, finished="2026-01-01T00:00:01Z", reason="Error"):
+    cs = {"name": "node", "state": {"running": {}}}
+    if code is not None:
+        cs["state"] = {"terminated": {"exitCode": code, "reason": reason, "finishedAt": finished}}
+    return {"metadata": {"name": name, "labels": {"batch.kubernetes.io/job-completion-index": str(index)}},
+            "status": {"containerStatuses": [cs]}}
+
+
+def test_failure_detail_names_the_first_failed_node():
+    from nemo_kubeflow.status import failure_detail
+
+    pods = [pod(0, "j-node-0-0-a", 137, "2026-01-01T00:00:05Z", "OOMKilled"),
+            pod(1, "j-node-0-1-b", 3, "2026-01-01T00:00:02Z"), pod(2, "j-node-0-2-c")]
+    assert failure_detail(pods) == "node 1 (pod j-node-0-1-b) exited with code 3"
+    assert failure_detail(pods[:1]) == "node 0 (pod j-node-0-0-a) was killed by signal 9 (OOMKilled)"
+    assert failure_detail([pod(0, "ok", 0)]) == ""

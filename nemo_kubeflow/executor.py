@@ -185,6 +185,17 @@ class KubeflowExecutor(Executor):
     pod_annotations: dict[str, str] = field(default_factory=dict)
     #: Fail the job after this many seconds (``spec.activeDeadlineSeconds``).
     active_deadline_seconds: Optional[int] = None
+    #: Make the pods pass the Pod Security Standards "restricted" profile: non-root,
+    #: no privilege escalation, all capabilities dropped, seccomp ``RuntimeDefault``.
+    #: The image must run as a non-root user (see ``run_as_user``). Without it the pods
+    #: still pass "baseline" (no host namespaces, host paths or added capabilities),
+    #: unless ``enable_tcpxo`` is set.
+    restricted_security: bool = False
+    #: UID the containers run as (``securityContext.runAsUser``); required by images
+    #: whose default user is root when ``restricted_security`` is set.
+    run_as_user: Optional[int] = None
+    #: GID that owns mounted volumes (``securityContext.fsGroup``), so a non-root user can write PVCs.
+    fs_group: Optional[int] = None
 
     # --- network fabric --------------------------------------------------------
     #: Add GKE GPUDirect-TCPXO (A3 Mega): the ``tcpxo-daemon`` sidecar, multi-NIC
@@ -335,6 +346,15 @@ class KubeflowExecutor(Executor):
         for key, value in {**self.labels, **self.pod_labels}.items():
             if not naming.is_label_value(str(value)):
                 yield f"label {key}={value!r}: label values are at most 63 characters of [A-Za-z0-9_.-]"
+        if self.run_as_user is not None and (not isinstance(self.run_as_user, int) or self.run_as_user < 0):
+            yield f"run_as_user={self.run_as_user!r}: must be a non-negative integer UID"
+        if self.restricted_security and self.run_as_user == 0:
+            yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
+        if self.restricted_security and self.enable_tcpxo:
+            yield (
+                "restricted_security and enable_tcpxo are exclusive: the TCPXO sidecar needs NET_ADMIN and "
+                "host paths, which the restricted (and baseline) profiles forbid"
+            )
         if self.enable_tcpxo:
             if self.gpus_per_node <= 0:
                 yield "enable_tcpxo needs gpus_per_node > 0 (TCPXO is GPUDirect networking)"

@@ -151,6 +151,24 @@ def runtime_volumes(executor) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
+def pod_security_context(executor) -> dict[str, Any]:
+    ctx: dict[str, Any] = {}
+    if executor.restricted_security:
+        ctx["runAsNonRoot"] = True
+        ctx["seccompProfile"] = {"type": "RuntimeDefault"}
+    if executor.run_as_user is not None:
+        ctx["runAsUser"] = executor.run_as_user
+    if executor.fs_group is not None:
+        ctx["fsGroup"] = executor.fs_group
+    return ctx
+
+
+def container_security_context(executor) -> dict[str, Any]:
+    if not executor.restricted_security:
+        return {}
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def runtime_context(executor) -> dict[str, Any]:
     """The template variables for ``executor`` (documented in docs/templates.md)."""
     volumes, mounts = runtime_volumes(executor)
@@ -169,6 +187,8 @@ def runtime_context(executor) -> dict[str, Any]:
         "node_selector": dict(executor.node_selector),
         "tolerations": [dict(t) for t in executor.tolerations],
         "env_from_secrets": list(executor.secret_env_from),
+        "pod_security_context": pod_security_context(executor),
+        "container_security_context": container_security_context(executor),
         "volumes": volumes,
         "volume_mounts": mounts,
         "tcpxo": tcpxo_context(executor) if executor.enable_tcpxo else None,

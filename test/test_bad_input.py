@@ -171,6 +171,10 @@ CASES = [
     Case("tcpxo-without-gpus", "enable_tcpxo needs gpus_per_node > 0", {"enable_tcpxo": True}),
     Case("tcpxo-networks", "give one network per NIC",
          {"gpus_per_node": 8, "enable_tcpxo": True, "tcpxo": TCPXOConfig(nic_count=8, network_names=["a", "b"])}),
+    Case("restricted-with-tcpxo", "restricted_security and enable_tcpxo are exclusive",
+         {"gpus_per_node": 8, "enable_tcpxo": True, "restricted_security": True}),
+    Case("restricted-as-root", "the restricted profile forbids running as root",
+         {"restricted_security": True, "run_as_user": 0}),
     # --- cluster access ------------------------------------------------------------------------------
     Case("kubeconfig-missing", "kubeconfig '/nonexistent/kubeconfig' does not exist",
          {"kubeconfig": "/nonexistent/kubeconfig"}),

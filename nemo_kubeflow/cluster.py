@@ -153,7 +153,9 @@ def translate_api_exception(e: Exception, *, verb: str, kind: str, name: Optiona
     text = f"cannot {verb} {target}: {message} (HTTP {status} {reason})".rstrip()
     if hint:
         text += f"; {hint}"
-    cls = {403: PermissionDeniedError, 404: NotFoundError, 409: AlreadyExistsError}.get(status, ClusterError)
+    cls = {403: PermissionDeniedError, 404: NotFoundError}.get(status, ClusterError)
+    if status == 409 and verb == "create":  # on other verbs a 409 is a Conflict, not a name clash
+        cls = AlreadyExistsError
     if status == 403 and "admission webhook" in message:
         cls = AdmissionDeniedError
     return cls(text, status=status, reason=reason, server_message=message)
@@ -235,7 +237,8 @@ class KubernetesCluster:
                     auth_settings=["BearerToken"],
                     _preload_content=False,
                     _return_http_data_only=True,
-                    _request_timeout=None if stream else self.request_timeout,
+                    # A (connect, read) tuple: the client silently ignores a float timeout.
+                    _request_timeout=None if stream else (min(10.0, self.request_timeout), self.request_timeout),
                 )
                 if stream:
                     return resp

@@ -226,13 +226,24 @@ class _Handler(BaseHTTPRequestHandler):
         target = route(url.path)
         verb = target.verb(method, query)
         code: Optional[int] = None
+        logged = False
+
+        def log_request(status: Optional[int]) -> None:
+            # Logged before the answer's first byte: a client that has its answer finds its
+            # request in the log (tests count requests right after a call returns).
+            nonlocal logged
+            if not logged:
+                logged = True
+                api.hooks.record(RequestRecord(method, url.path, query, target.resource, target.namespace,
+                                               target.name, verb, status, started))
+
+        self._log_request = log_request
         try:
             code = self._serve(api, method, target, verb, query, raw)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            api.hooks.record(RequestRecord(method, url.path, query, target.resource, target.namespace, target.name,
-                                           verb, code, started))
+            log_request(code)
 
     def _serve(self, api: ApiServer, method: str, target: Route, verb: str, query: dict, raw: bytes) -> Optional[int]:
         if self.headers.get("Authorization") != f"Bearer {api.token}":
@@ -306,6 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
             code, body = answer.code, answer.body
             headers = {"Warning": [_warning_header(w) for w in answer.warnings]}
         data = json.dumps(body).encode()
+        self._log_request(code)
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -317,6 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
         return code
 
     def _send_chunks(self, content_type: str, chunks: Iterator[bytes]) -> int:
+        self._log_request(200)
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
@@ -337,6 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("follow") == "true":
             return self._send_chunks("text/plain", chunks)
         data = b"".join(chunks)
+        self._log_request(200)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(data)))

@@ -34,7 +34,7 @@ from nemo_kubeflow.logs import node_log_lines, node_selector
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.status import failure_detail, job_status
+from nemo_kubeflow.status import failure_detail, job_status, trainjob_warning
 from nemo_kubeflow.submit import check_secret_sources, submit
 from nemo_kubeflow.validation import check_manifests
 
@@ -193,21 +193,25 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
         status = job_status(trainjob, name=f"{namespace}/{name}")
         message = status.message
+        if status.state == AppState.SUBMITTED and trainjob is not None:
+            # Trainer reports a JobSet it cannot build only as a Warning event, and the job
+            # just sits there: look for one while no pod exists yet.
+            warning = trainjob_warning(cluster.list("Event", namespace, field_selector=f"involvedObject.name={name}"), name)
+            if warning:
+                return self._response(app_id, AppState.PENDING, warning, {}, nodes_of(trainjob, record))
         if status.state == AppState.FAILED:
             # One extra request, only once a job has failed: name the node and exit code.
             detail = failure_detail(cluster.list("Pod", namespace, node_selector(name)))
             message = f"{message}; {detail}" if detail else message
-        nodes = ((trainjob or {}).get("spec", {}).get("trainer") or {}).get("numNodes") or (
-            record.nodes if record else 1
-        )
-        role = name
-        replicas = [
-            ReplicaStatus(id=i, role=role, state=status.nodes.get(i, status.state), hostname="")
-            for i in range(nodes)
-        ]
+        return self._response(app_id, status.state, message, status.nodes, nodes_of(trainjob, record))
+
+    @staticmethod
+    def _response(app_id: str, state: AppState, message: str, node_states: dict, nodes: int) -> DescribeAppResponse:
+        role = records.parse_app_id(app_id)[1]
+        replicas = [ReplicaStatus(id=i, role=role, state=node_states.get(i, state), hostname="") for i in range(nodes)]
         return DescribeAppResponse(
             app_id=app_id,
-            state=status.state,
+            state=state,
             msg=message,
             roles_statuses=[RoleStatus(role, replicas=replicas)],
             roles=[Role(name=role, image="", num_replicas=nodes)],
@@ -255,6 +259,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         if record is None:
             return self._cluster(None, None)
         return self._cluster(record.kubeconfig, record.context)
+
+
+def nodes_of(trainjob: Optional[dict], record: Optional[records.AppRecord]) -> int:
+    trainer = ((trainjob or {}).get("spec") or {}).get("trainer") or {}
+    return trainer.get("numNodes") or (record.nodes if record else 1)
 
 
 def _abs(path: Optional[str]) -> Optional[str]:

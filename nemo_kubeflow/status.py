@@ -135,3 +135,24 @@ def failure_detail(pods: Sequence[dict]) -> str:
     reason = term.get("reason")
     extra = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
     return f"node {index} (pod {pod_name}) {how}{extra}"
+
+
+def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
+    """The newest Warning event about the TrainJob itself, as "Reason: message" ("" if none).
+
+    Events come from both recorders (core ``firstTimestamp``/``lastTimestamp`` and
+    events.k8s.io ``eventTime``), so either time is used to order them.
+    """
+    def when(e: dict) -> str:
+        return e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""
+
+    warnings = [
+        e for e in events
+        if e.get("type") == "Warning"
+        and (e.get("involvedObject") or e.get("regarding") or {}).get("kind") == "TrainJob"
+        and (e.get("involvedObject") or e.get("regarding") or {}).get("name") == trainjob
+    ]
+    if not warnings:
+        return ""
+    newest = max(warnings, key=when)
+    return f"{newest.get('reason')}: {newest.get('message') or newest.get('note') or ''}".rstrip(": ")

@@ -263,3 +263,21 @@ def test_webhook_denial_is_not_reported_as_rbac(local, cluster):
         submit(cluster, plan("webhook", experiment="webhook"))
     assert isinstance(err.value.__cause__, AdmissionDeniedError)
     assert "admission webhook refused the object" in str(err.value) and "RBAC" not in str(err.value)
+
+
+def test_resources_creation_failure_is_surfaced_in_status(local, cluster):
+    """Trainer leaves only a Warning event when it cannot build the JobSet; status shows it."""
+    from torchx.specs import AppState
+
+    from nemo_kubeflow.scheduler import KubeflowTrainerScheduler
+
+    sub = plan("blocked", experiment="blocked")
+    # A ConfigMap with the snapshot's name that the TrainJob does not own blocks Trainer.
+    cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": f"{sub.name}-runtime-snapshot", "namespace": "default"}, "data": {}})
+    submit(cluster, sub)
+    scheduler = KubeflowTrainerScheduler("t", cluster=cluster)
+    desc = local.wait_for(lambda: (d := scheduler.describe(f"default:{sub.name}")) and "TrainJobResources" in d.msg and d,
+                          timeout=15)
+    assert desc.state == AppState.PENDING
+    assert desc.msg.startswith("TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import textwrap
 
 
@@ -42,7 +43,9 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def _type(f: dataclasses.Field) -> str:
-    return str(f.type).replace("typing.", "")
+    t = f.type
+    text = t.__name__ if isinstance(t, type) else str(t)
+    return re.sub(r"\b(typing|nemo_kubeflow\.\w+)\.", "", text)
 
 
 def reference(cls: type, inherited: bool = False) -> str:

@@ -5,12 +5,14 @@ every ``clone()`` and every deserialisation) does no I/O: no kubeconfig is read 
 no cluster is contacted until something is actually submitted. ``validate()`` is a
 pure check that the scheduler calls before anything is built.
 
+No ``from __future__ import annotations`` here: NeMo-Run's CLI reads the field
+annotations at run time to parse ``run.executor.<field>=`` overrides, and it understands
+neither string annotations nor ``X | Y`` unions (hence ``Optional``/``Union``).
+
 Importing this module registers the executor with NeMo-Run (see ``registration``),
 so ``run.Experiment.from_id`` and ``nemo experiment ...`` find it again after fiddle
 re-imports the class.
 """
-
-from __future__ import annotations
 
 import os
 import re

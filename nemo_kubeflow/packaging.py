@@ -29,7 +29,7 @@ import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import yaml
 from nemo_run.core.packaging.base import Packager
@@ -524,12 +524,12 @@ class ConfigMapPackager(Packager):
     #: Glob patterns of user code to ship under ``code/``, relative to their base path
     #: (``relative_path``); ``**`` matches any number of directories, and a pattern that matches
     #: a directory ships everything below it. Empty: no user code (unless ``use_git``).
-    include_pattern: str | list[str] = field(default_factory=list)
+    include_pattern: Union[str, list[str]] = field(default_factory=list)
 
     #: Base path(s) of the patterns, relative to the git toplevel (or the current directory when
     #: not in git). One string applies to every pattern; a list pairs with ``include_pattern``.
     #: Files land at ``code/<path relative to their base path>``.
-    relative_path: str | list[str] = ""
+    relative_path: Union[str, list[str]] = ""
 
     #: Select the files with ``git ls-files --cached --others --exclude-standard`` under the base
     #: path (working-tree contents, untracked-but-not-ignored files included), then filter them by
@@ -549,7 +549,7 @@ class ConfigMapPackager(Packager):
 
     #: Refuse any single file larger than this many bytes (None: no limit), so a stray checkpoint
     #: matched by a pattern fails fast instead of being read into memory.
-    max_file_bytes: int | None = 16 * 1024 * 1024
+    max_file_bytes: Optional[int] = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         # Checks only: fdl.build re-runs this on every clone, so no I/O here.

@@ -56,7 +56,7 @@ class Kind:
 
     def path(self, namespace: Optional[str], name: Optional[str] = None, sub: Optional[str] = None) -> str:
         base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        if self.namespaced:
+        if self.namespaced and namespace is not None:  # None: across all namespaces (list only)
             base += f"/namespaces/{namespace}"
         base += f"/{self.plural}"
         if name:

@@ -45,6 +45,12 @@ def templates_dir() -> Path:
     )
 
 
+def _tojson(value: Any) -> str:
+    if isinstance(value, jinja2.Undefined):
+        value._fail_with_undefined_error()  # a misspelled variable: UndefinedError, not TypeError
+    return json.dumps(value, ensure_ascii=False)
+
+
 @functools.lru_cache(maxsize=16)
 def _environment(directory: str) -> jinja2.Environment:
     env = jinja2.Environment(
@@ -55,7 +61,7 @@ def _environment(directory: str) -> jinja2.Environment:
     )
     # JSON is valid YAML: any value inserted with tojson is quoted safely. Jinja's own
     # tojson escapes <>&' for HTML, which is still valid, but plain json.dumps reads better.
-    env.filters["tojson"] = lambda value: json.dumps(value, ensure_ascii=False)
+    env.filters["tojson"] = _tojson
     env.filters["shell_quote"] = lambda value: shlex.quote(str(value))
     return env
 

@@ -27,6 +27,7 @@ def test_values_are_quoted_safely():
 @pytest.mark.parametrize("body, message", [
     ("kind: {{ kind }\n", "template syntax error"),
     ("kind: {{ no_such_variable }}\n", "'no_such_variable' is undefined"),
+    ("kind: {{ no_such_variable | tojson }}\n", "'no_such_variable' is undefined"),
     ("kind: [unclosed\n", "rendered invalid YAML"),
     ("kind: Deployment\n", "must render one ClusterTrainingRuntime or TrainingRuntime"),
 ])

@@ -1,0 +1,152 @@
+"""The run.executor=kubeflow_* factories, as nemo_run's CLI finds and uses them."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import fiddle as fdl
+import nemo_run as run
+import pytest
+from nemo_run.cli.api import RunContext
+
+from nemo_kubeflow import KubeflowExecutor
+from nemo_kubeflow.cli import (
+    LOCAL_KUBECONFIG_ENV,
+    LocalClusterNotConfiguredError,
+    kubeflow_gpu,
+    kubeflow_local,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cli_env(nemorun_home, **extra) -> dict:
+    # Wide columns: nemo prints the executor through rich, which wraps at 80 otherwise.
+    return {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "400", **extra}
+
+
+def test_factories_resolve_in_a_fresh_process_without_importing_the_package(tmp_path, nemorun_home):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    code = textwrap.dedent("""
+        import json, sys
+        import fiddle as fdl
+        import nemo_run as run
+        before = set(sys.modules)
+        assert not any(m.startswith("nemo_kubeflow") for m in before), "imported too early"
+        out = {}
+        for name in ("kubeflow_gpu", "kubeflow_cpu", "kubeflow_tcpxo", "kubeflow_local"):
+            e = fdl.build(run.cli.resolve_factory(run.Executor, name)())
+            out[name] = {k: getattr(e, k) for k in (
+                "nodes", "nprocs_per_node", "gpus_per_node", "launcher", "shm_size", "cpu_request",
+                "enable_tcpxo", "node_selector", "tolerations", "kubeconfig", "container_image")}
+            out[name]["type"] = type(e).__name__
+        out["imported"] = sorted(set(sys.modules) - before)
+        print(json.dumps(out))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=cli_env(nemorun_home, **{LOCAL_KUBECONFIG_ENV: str(kubeconfig)}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    gpu, cpu, tcpxo, local = (out[n] for n in ("kubeflow_gpu", "kubeflow_cpu", "kubeflow_tcpxo", "kubeflow_local"))
+    assert {gpu["type"], cpu["type"], tcpxo["type"], local["type"]} == {"KubeflowExecutor"}
+    assert (gpu["nodes"], gpu["nprocs_per_node"], gpu["gpus_per_node"]) == (1, 8, 8)
+    assert gpu["launcher"] == "torchrun" and gpu["shm_size"] == "16Gi"
+    assert cpu["gpus_per_node"] == 0 and cpu["cpu_request"] == "1"
+    assert tcpxo["enable_tcpxo"] and tcpxo["gpus_per_node"] == 8 and tcpxo["nodes"] == 2
+    assert tcpxo["node_selector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}
+    assert tcpxo["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert local["kubeconfig"] == str(kubeconfig) and local["gpus_per_node"] == 0
+    # The entry point is loaded for every `nemo` command: it must not drag in the heavy modules.
+    heavy = {"nemo_kubeflow.scheduler", "nemo_kubeflow.validation", "nemo_kubeflow.render", "jinja2",
+             "kubeflow_trainer_api", "nemo_kubeflow.tool"}
+    assert heavy.isdisjoint(out["imported"]), heavy & set(out["imported"])
+
+
+def test_factory_arguments_and_run_executor_overrides_reach_every_field():
+    executor = fdl.build(kubeflow_gpu(nodes=2, namespace="team", gpus_per_node=4, nprocs_per_node=4))
+    assert (executor.nodes, executor.namespace, executor.gpus_per_node) == (2, "team", 4)
+
+    # What `run.executor=kubeflow_tcpxo run.executor.<field>=...` does, through nemo_run's own parser.
+    config = RunContext(name="t").parse_executor(
+        "kubeflow_tcpxo",
+        "nodes=3",
+        "namespace=a3",
+        "cpu_request=8",
+        "tcpxo.nic_count=4",
+        "packager.include_pattern=*.py",
+        "node_selector={'pool': 'a3mega'}",
+    )
+    executor = fdl.build(config)
+    assert isinstance(executor, KubeflowExecutor)
+    assert (executor.nodes, executor.namespace, executor.cpu_request) == (3, "a3", "8")
+    assert executor.tcpxo.nic_count == 4 and executor.enable_tcpxo
+    assert executor.packager.include_pattern == "*.py"
+    assert executor.node_selector == {"pool": "a3mega"}
+    executor.validate()
+
+
+def test_kubeflow_local_without_a_cluster_says_how_to_start_one(monkeypatch, tmp_path):
+    monkeypatch.delenv(LOCAL_KUBECONFIG_ENV, raising=False)
+    # Through nemo_run's executor lookup: a ValueError would be swallowed as "not found".
+    with pytest.raises(LocalClusterNotConfiguredError, match="python -m nemo_kubeflow.local serve"):
+        RunContext(name="t").parse_executor("kubeflow_local")
+    monkeypatch.setenv(LOCAL_KUBECONFIG_ENV, str(tmp_path / "gone"))
+    with pytest.raises(LocalClusterNotConfiguredError, match="still running"):
+        kubeflow_local()
+
+
+def test_run_executor_lookup_also_accepts_the_dotted_path():
+    # For scripts that neither import nemo_kubeflow.cli nor run under `nemo`.
+    config = RunContext(name="t").parse_executor("nemo_kubeflow.cli.kubeflow_cpu", "nodes=2")
+    assert fdl.build(config).nodes == 2
+
+
+def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemorun_home):
+    # A third-party package with its own nemo_run.cli entry point; it never imports nemo_kubeflow.
+    site = tmp_path / "site"
+    (site / "probe_pkg").mkdir(parents=True)
+    (site / "probe_pkg" / "__init__.py").write_text(textwrap.dedent("""
+        import nemo_run as run
+
+        @run.cli.entrypoint(namespace="probe")
+        def hello(name: str = "world") -> None:
+            print(f"hello {name}")
+    """))
+    dist = site / "probe_pkg-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-pkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nemo_run.cli]\nprobe = probe_pkg\n")
+    pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+
+    proc = subprocess.run(
+        ["nemo", "probe", "hello", "name=kubeflow", "run.executor=kubeflow_gpu", "run.executor.nodes=2",
+         "run.executor.namespace=team", "--dryrun"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=cli_env(nemorun_home, PYTHONPATH=pythonpath),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "Error" not in out, out[-3000:]
+    assert "Dry run for task probe_pkg:hello" in out
+    assert "KubeflowExecutor(" in out and "nodes=2" in out and "namespace='team'" in out
+    assert "gpus_per_node=8" in out and "launcher='torchrun'" in out
+
+
+def test_nemo_finds_the_example_entrypoint_through_the_workspace_file(nemorun_home):
+    proc = subprocess.run(
+        ["nemo", "kubeflow", "train", "run.executor=kubeflow_gpu", "run.executor.nodes=2", "steps=7", "--dryrun"],
+        capture_output=True, text=True, timeout=120, cwd=REPO / "examples" / "kubeflow", env=cli_env(nemorun_home),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Dry run for task train_entrypoint:train" in proc.stdout, proc.stdout[-3000:]
+    assert "nodes=2" in proc.stdout and "│ steps" in proc.stdout and "│ 7" in proc.stdout
+
+
+def test_run_resolve_factory_lists_our_factories():
+    names = {f.__name__ for f in run.cli.list_factories(run.Executor)}
+    assert {"kubeflow_gpu", "kubeflow_cpu", "kubeflow_tcpxo", "kubeflow_local"} <= names

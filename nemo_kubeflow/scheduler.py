@@ -109,7 +109,8 @@ def _script_file(role: Role) -> Optional[tuple[int, str]]:
     return i, token
 
 
-def _ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
+def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
+    """Add the local script a ``Script(path=...)`` task runs to ``files`` and point the role at its pod path."""
     found = _script_file(role)
     if found is None:
         return role
@@ -130,6 +131,20 @@ def _ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
     return role
 
 
+def build_for_app(app: AppDef, executor: KubeflowExecutor) -> Submission:
+    """Everything a task would send, checked offline: the build half of a dry run."""
+    executor.validate()
+    role = app.roles[0]
+    macros = executor.macro_values()
+    if macros:
+        role = macros.apply(role)
+    files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
+    role = ship_script(role, files, executor.workspace_mount_path)
+    submission = build_submission(executor, role, files, task_name=role.name or app.name)
+    check_manifests(submission.manifests())
+    return submission
+
+
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore[misc]
     def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
@@ -147,15 +162,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         if len(app.roles) != 1:
             raise ConfigError(f"a KubeflowExecutor task has exactly one role; got {len(app.roles)}")
         executor = cfg
-        executor.validate()
-        role = app.roles[0]
-        macros = executor.macro_values()
-        if macros:
-            role = macros.apply(role)
-        files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
-        role = _ship_script(role, files, executor.workspace_mount_path)
-        submission = build_submission(executor, role, files, task_name=role.name or app.name)
-        check_manifests(submission.manifests())
+        submission = build_for_app(app, executor)
         check_secret_sources(submission.secret_sources)
         manifests_dir = None
         if executor.job_dir:

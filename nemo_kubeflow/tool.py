@@ -1,0 +1,436 @@
+"""``nemo-kubeflow``: render, validate and clean up nemo-kubeflow manifests from the shell.
+
+    nemo-kubeflow render --factory kubeflow_gpu --set nodes=2 -- python train.py --lr 0.1
+    nemo-kubeflow validate manifests/*.yaml --template my_runtime.yaml.j2
+    nemo-kubeflow gc --all-namespaces --dry-run
+
+``render`` and ``validate`` never contact a cluster. ``gc`` talks to one only through
+``cluster.KubernetesCluster``. Errors of this package are printed as one message (no
+traceback) with exit code 2; ``validate`` exits 1 when it finds problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import re
+import shlex
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import fiddle as fdl
+import nemo_run as run
+import yaml
+from nemo_run.cli.cli_parser import CLIException, ParseError, parse_cli_args
+from nemo_run.run.torchx_backend.packaging import package
+
+from nemo_kubeflow import yamlio
+from nemo_kubeflow.cluster import KubernetesCluster
+from nemo_kubeflow.constants import (
+    CLUSTER_RUNTIME_KIND,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    RUNTIME_KIND,
+    TRAINJOB_KIND,
+)
+from nemo_kubeflow.errors import ConfigError, NemoKubeflowError, TemplateError
+from nemo_kubeflow.executor import KubeflowExecutor
+from nemo_kubeflow.manifests import Submission
+from nemo_kubeflow.render import render_runtime, runtime_context
+from nemo_kubeflow.scheduler import build_for_app, write_manifests
+from nemo_kubeflow.validation import check_manifests, validate_manifest
+
+DEFAULT_FACTORY = "kubeflow_gpu"
+#: The experiment id ``render`` names objects after (NeMo-Run's is ``<title>_<timestamp>``).
+DEFAULT_EXPERIMENT_ID = "experiment"
+#: ``gc`` leaves younger runtimes alone: a submission creates its runtime a moment before
+#: the TrainJob that references it.
+DEFAULT_MIN_AGE_S = 300
+
+
+# --- executor configuration --------------------------------------------------------------
+
+
+def load_executor(
+    factory: Optional[str] = None,
+    executor_file: Optional[str] = None,
+    overrides: Sequence[str] = (),
+) -> KubeflowExecutor:
+    """The executor of a factory (``kubeflow_gpu``, any registered ``run.Executor`` factory or a
+    dotted path) or of ``FILE.py:NAME``, with ``FIELD=VALUE`` overrides in nemo_run's CLI syntax
+    (the same as ``run.executor.FIELD=VALUE``)."""
+    obj = _from_file(executor_file) if executor_file else _from_factory(factory or DEFAULT_FACTORY)
+    config = _as_config(obj, executor_file or factory or DEFAULT_FACTORY)
+    for override in overrides:
+        _apply_override(config, override)
+    executor = fdl.build(config)
+    if not isinstance(executor, KubeflowExecutor):
+        raise ConfigError(
+            f"{executor_file or factory} gives a {type(executor).__name__}, not a KubeflowExecutor"
+        )
+    return executor
+
+
+def _apply_override(config: fdl.Buildable, override: str) -> None:
+    key, sep, value = override.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key):
+        raise ConfigError(f"--set {override}: expected FIELD=VALUE, e.g. nodes=2 or tcpxo.nic_count=4")
+    *parents, leaf = key.split(".")
+    target = config
+    for part in parents:
+        try:
+            target = getattr(target, part)
+        except (AttributeError, ValueError):  # fiddle raises ValueError for default_factory fields
+            target = None
+        if not isinstance(target, fdl.Buildable):
+            raise ConfigError(
+                f"--set {override}: {part} is not a run.Config in this configuration, so its fields cannot "
+                "be set one by one; use a factory that sets it (kubeflow_tcpxo sets tcpxo) or --executor-file"
+            )
+    fields = list(inspect.signature(target.__fn_or_cls__).parameters)
+    if leaf not in fields:
+        close = difflib.get_close_matches(leaf, fields, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(f"--set {override}: {target.__fn_or_cls__.__name__} has no field {leaf!r}{hint}")
+    try:
+        parse_cli_args(config, [override])  # sets the value on config in place
+        return
+    except CLIException as e:
+        error = e
+    # nemo_run's parser cannot read lists of dicts (tolerations, say); JSON can.
+    try:
+        parsed = json.loads(value) if value.lstrip()[:1] in ("[", "{") else None
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ConfigError(f"--set {override}: {_parse_reason(error)}") from None
+    setattr(target, leaf, parsed)
+
+
+def _parse_reason(e: CLIException) -> str:
+    """The innermost reason of nemo_run's nested parse errors."""
+    reason = str(e.args[0])
+    cause: Optional[BaseException] = e
+    while cause is not None:
+        if isinstance(cause, ParseError):
+            expected = getattr(cause.expected_type, "__name__", cause.expected_type)
+            reason = f"cannot read {cause.value!r} as {expected}: {cause.reason}"
+        cause = cause.__cause__
+    return reason
+
+
+def _from_factory(name: str) -> Any:
+    if "." in name:
+        module_name, _, attr = name.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(f"--factory {name}: cannot import it ({e})") from None
+    try:
+        # nemo_run's registry: our factories and those of any other installed plugin.
+        return run.cli.resolve_factory(run.Executor, name)
+    except ValueError:
+        known = sorted(f.__name__ for f in run.cli.list_factories(run.Executor))
+        raise ConfigError(
+            f"--factory {name}: no executor factory of that name; known: {', '.join(known) or 'none'}"
+        ) from None
+
+
+def _from_file(spec: str) -> Any:
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path or not attr:
+        raise ConfigError(f"--executor-file {spec}: expected FILE.py:NAME, e.g. my_executors.py:gpu")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--executor-file {spec}: {path} does not exist")
+    module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"--executor-file {spec}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, attr):
+        raise ConfigError(f"--executor-file {spec}: {path} defines no {attr!r}")
+    return getattr(module, attr)
+
+
+def _as_config(obj: Any, source: str) -> fdl.Buildable:
+    """A ``run.Config`` to apply overrides to, from a Config, an executor or a factory."""
+    if callable(obj):  # a factory (Configs and executors are not callable)
+        obj = obj()
+    if isinstance(obj, fdl.Buildable):
+        return obj
+    if isinstance(obj, KubeflowExecutor):
+        return obj.to_config()
+    raise ConfigError(f"{source} is a {type(obj).__name__}, not a KubeflowExecutor, its run.Config or a factory")
+
+
+# --- render --------------------------------------------------------------------------------
+
+
+def script_for(command: Sequence[str]) -> run.Script:
+    """The ``run.Script`` a user would write for ``command``."""
+    if not command:
+        raise ConfigError("give the command to run after --, e.g. -- python train.py --lr 0.1")
+    if len(command) == 1:
+        return run.Script(inline=command[0])
+    if command[0].startswith("python") and command[1] == "-m" and len(command) > 2:
+        return run.Script(path=command[2], args=list(command[3:]), entrypoint=command[0], m=True)
+    return run.Script(path=command[1], args=list(command[2:]), entrypoint=command[0])
+
+
+def render_submission(
+    executor: KubeflowExecutor,
+    command: Sequence[str],
+    *,
+    name: Optional[str] = None,
+    experiment_id: str = DEFAULT_EXPERIMENT_ID,
+) -> Submission:
+    """What submitting ``command`` as a task would send, built as a NeMo-Run run builds it."""
+    script = script_for(command)
+    task = name or script.get_name()
+    executor.validate()
+    # The steps of Experiment.add + Job.prepare, in a scratch experiment directory, then those
+    # of the scheduler's dry run. NeMo-Run's metadata files (<task>_executor.yaml and
+    # _config.yaml) are left out: they hold that directory's path, and the output would
+    # change on every call for files the pod never reads.
+    with tempfile.TemporaryDirectory(prefix="nemo-kubeflow-render-") as exp_dir:
+        executor.assign(experiment_id, exp_dir, task_id=task, task_dir=task)
+        executor.create_job_dir()
+        app = package(task, script, executor=executor, serialize_to_file=True,
+                      serialize_metadata_for_scripts=False)
+        return build_for_app(app, executor)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    executor = load_executor(args.factory, args.executor_file, args.set)
+    submission = render_submission(executor, args.command, name=args.name, experiment_id=args.experiment_id)
+    if args.out:
+        write_manifests(submission, args.out)
+        for filename in sorted(os.listdir(args.out)):
+            if filename.endswith(".yaml"):
+                print(os.path.join(args.out, filename))
+    else:
+        sys.stdout.write(yamlio.dump_all(submission.manifests()))
+    return 0
+
+
+# --- validate ------------------------------------------------------------------------------
+
+
+def _ident(obj: Any) -> str:
+    if not isinstance(obj, dict):
+        return "?/?"
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{obj.get('kind') or '?'}/{name or '?'}"
+
+
+def _documents(source: str) -> tuple[list[Any], list[str]]:
+    """The YAML documents of a file (``-``: stdin), or the reasons it cannot be read."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return [], [f"cannot read: {getattr(e, 'strerror', None) or e}"]
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None], []
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        return [], [f"invalid YAML{where}: {getattr(e, 'problem', None) or e}"]
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if not args.files and not args.template:
+        raise ConfigError("give manifest files to validate (- for stdin), or --template")
+    problems: list[str] = []
+    checked = 0
+    inputs: list[tuple[str, list[Any]]] = []
+    for source in args.files:
+        docs, errors = _documents(source)
+        problems += [f"{source}: {e}" for e in errors]
+        inputs.append(("<stdin>" if source == "-" else source, docs))
+    if args.template:
+        executor = load_executor(args.factory, args.executor_file, args.set)
+        try:
+            inputs.append((args.template, [render_runtime(runtime_context(executor), args.template)]))
+        except TemplateError as e:
+            problems.append(f"{args.template}: {e}")
+    for source, docs in inputs:
+        for doc in docs:
+            checked += 1
+            problems += [f"{source}: {_ident(doc)}: {p}" for p in validate_manifest(doc)]
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{len(problems)} problem(s) in {checked} object(s)", file=sys.stderr)
+        return 1
+    print(f"{checked} object(s) valid", file=sys.stderr)
+    return 0
+
+
+# --- gc ------------------------------------------------------------------------------------
+
+
+def _age_s(obj: dict, now: datetime) -> float:
+    stamp = obj.get("metadata", {}).get("creationTimestamp")
+    if not stamp:
+        return float("inf")
+    created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return (now - created).total_seconds()
+
+
+def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
+    return f"{kind}/{name}" + (f" (namespace {namespace})" if namespace else "")
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    cluster = KubernetesCluster(kubeconfig=args.kubeconfig, context=args.context)
+    if args.all_namespaces:
+        # One list per namespace: cluster.Kind.path has no cluster-wide form for namespaced kinds.
+        namespaces = [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
+    else:
+        namespaces = args.namespace or ["default"]
+    selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+    # Candidates are listed before the TrainJobs, so that a TrainJob created in between is seen.
+    candidates = [(RUNTIME_KIND, ns, obj) for ns in namespaces for obj in cluster.list(RUNTIME_KIND, ns, selector)]
+    if args.all_namespaces:
+        candidates += [(CLUSTER_RUNTIME_KIND, None, obj) for obj in cluster.list(CLUSTER_RUNTIME_KIND, None, selector)]
+    else:
+        print(
+            "ClusterTrainingRuntimes skipped: TrainJobs of any namespace may use them; "
+            "pass --all-namespaces to collect them too",
+            file=sys.stderr,
+        )
+    referenced: set[tuple[str, Optional[str], str]] = set()
+    for ns in namespaces:
+        for job in cluster.list(TRAINJOB_KIND, ns):
+            ref = job.get("spec", {}).get("runtimeRef", {})
+            kind = ref.get("kind") or CLUSTER_RUNTIME_KIND  # Trainer's default
+            referenced.add((kind, None if kind == CLUSTER_RUNTIME_KIND else ns, ref.get("name", "")))
+
+    now = datetime.now(timezone.utc)
+    removed = kept = young = 0
+    for kind, ns, obj in candidates:
+        name = obj["metadata"]["name"]
+        what = _describe(kind, name, ns)
+        if (kind, ns, name) in referenced:
+            kept += 1
+        elif _age_s(obj, now) < args.min_age:
+            young += 1
+        elif args.dry_run:
+            print(f"would delete {what}")
+            removed += 1
+        elif cluster.delete(kind, name, ns):
+            print(f"deleted {what}")
+            removed += 1
+    verb = "would delete" if args.dry_run else "deleted"
+    print(
+        f"{verb} {removed}, kept {kept} in use, {young} younger than {args.min_age:g}s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+# --- command line --------------------------------------------------------------------------
+
+
+def _add_executor_options(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--factory", metavar="NAME",
+        help=f"executor factory (default {DEFAULT_FACTORY}): kubeflow_gpu, kubeflow_cpu, kubeflow_tcpxo, "
+             "kubeflow_local, any factory registered for run.Executor, or a dotted path",
+    )
+    source.add_argument(
+        "--executor-file", metavar="FILE.py:NAME",
+        help="a KubeflowExecutor, its run.Config or a function returning either, defined in FILE.py",
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE",
+        help="override an executor field, as run.executor.FIELD=VALUE would (nodes=2, tcpxo.nic_count=4, "
+             "'tolerations=[]'); repeatable",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nemo-kubeflow", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+
+    render = sub.add_parser(
+        "render", help="print the manifests an executor configuration produces for a command",
+        description="Print the manifests (YAML, --- separated, for `kubectl apply -f -`) that submitting "
+                    "COMMAND would send, secrets masked. Offline. Usage: render [options] -- COMMAND...",
+    )
+    _add_executor_options(render)
+    render.add_argument("--name", help="task name (default: from the command, as NeMo-Run names it)")
+    render.add_argument("--experiment-id", default=DEFAULT_EXPERIMENT_ID,
+                        help=f"experiment id the objects are named after (default {DEFAULT_EXPERIMENT_ID})")
+    render.add_argument("--out", metavar="DIR",
+                        help="write one file per object into DIR (replacing *.yaml there) instead of printing")
+    render.set_defaults(func=cmd_render)
+
+    validate = sub.add_parser(
+        "validate", help="validate YAML manifests offline",
+        description="Validate manifests (multi-document YAML; - reads stdin) as a submission would. "
+                    "Prints each problem as `file: kind/name: path: message`; exit code 1 if any.",
+    )
+    validate.add_argument("files", nargs="*", metavar="FILE")
+    validate.add_argument("--template", metavar="PATH",
+                          help="also render this runtime template with the executor configuration and validate it")
+    _add_executor_options(validate)
+    validate.set_defaults(func=cmd_validate)
+
+    gc = sub.add_parser(
+        "gc", help="delete rendered runtimes that no TrainJob references",
+        description=f"Delete training runtimes labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} that no TrainJob "
+                    "references. Without --all-namespaces only TrainingRuntimes of the given namespaces are "
+                    "collected: ClusterTrainingRuntimes need the TrainJobs of every namespace.",
+    )
+    gc.add_argument("--namespace", "-n", action="append", metavar="NS",
+                    help="namespace to collect (repeatable; default: default)")
+    gc.add_argument("--all-namespaces", "-A", action="store_true",
+                    help="collect in every namespace, and ClusterTrainingRuntimes (lists namespaces)")
+    gc.add_argument("--dry-run", action="store_true", help="print what would be deleted, delete nothing")
+    gc.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
+                    help=f"leave runtimes younger than this alone (default {DEFAULT_MIN_AGE_S})")
+    gc.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")
+    gc.add_argument("--context", help="kubeconfig context (default: its current context)")
+    gc.set_defaults(func=cmd_gc)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `--` is the task's command, options included.
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1:]
+    args = build_parser().parse_args(argv)
+    if command and args.subcommand != "render":
+        build_parser().error(f"{args.subcommand} takes no command after --: {shlex.join(command)}")
+    args.command = command
+    # nemo_run logs each parse error it raises; ours says the same thing once, in context.
+    logging.getLogger("nemo_run.cli.cli_parser").setLevel(logging.CRITICAL)
+    try:
+        return args.func(args)
+    except NemoKubeflowError as e:
+        print(f"nemo-kubeflow: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

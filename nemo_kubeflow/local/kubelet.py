@@ -173,9 +173,15 @@ class Volumes:
 
     def set_up(self, remap: PathMap) -> None:
         """Create every volume; raises MountError naming the first that cannot be set up yet."""
+        containers = (self.pod["spec"].get("initContainers") or []) + self.pod["spec"].get("containers", [])
         for volume in self.pod["spec"].get("volumes") or []:
             target = self.local_dir(volume)
             target.mkdir(parents=True, exist_ok=True)
+            if not any(k in volume for k in ("configMap", "secret", "projected", "downwardAPI")):
+                # The kubelet creates a missing subPath directory (of a claim, an emptyDir...).
+                for mount in (m for c in containers for m in c.get("volumeMounts") or []):
+                    if mount["name"] == volume["name"] and mount.get("subPath"):
+                        (target / mount["subPath"]).mkdir(parents=True, exist_ok=True)
             files: dict[str, tuple[bytes, int]] = {}
             try:
                 if "configMap" in volume or "secret" in volume:
@@ -373,16 +379,21 @@ class PodWorker(threading.Thread):
         seen = self.kubelet.generation
         while not self.terminating.is_set():
             missing = volumes.missing_claims()
-            if not missing:
+            short = insufficient_resources(self.pod, node_capacity())
+            if not missing and not short:
                 break
-            message = f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found.'
+            if short:
+                # Nothing frees capacity on the local node: the pod stays Pending, like on a cluster
+                # without GPUs, until it is deleted.
+                message = "0/1 nodes are available: " + ", ".join(f"1 Insufficient {r}" for r in short) + "."
+            else:
+                message = f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found.'
             self._set_status(lambda status: status.update(conditions=[{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                 "lastTransitionTime": now_rfc3339()}]))
             self._event("Warning", "FailedScheduling",
-                        f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found. preemption: '
-                        "0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
-                        "default-scheduler")
+                        f"{message} preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+                        "scheduling.", "default-scheduler")
             seen = self._wait_for_change(seen)
         if self.terminating.is_set():
             return False
@@ -499,6 +510,9 @@ class PodWorker(threading.Thread):
         restarts, code, seen = 0, 1, self.kubelet.generation
         base = self.kubelet.base_env(self.pod)
         remap = self._path_map(container)
+        if unpullable(container.get("image", "")):
+            self._fail_image_pull(container)
+            return 1
         while not self.terminating.is_set():
             try:
                 env = container_env(self.kubelet.store, self.pod, container, base)
@@ -522,6 +536,21 @@ class PodWorker(threading.Thread):
         if started is not None:
             started.set()
         return code
+
+    def _fail_image_pull(self, container: dict) -> None:
+        """What a kubelet does with an image that does not exist: ErrImagePull, then back-off, forever."""
+        name, image = container["name"], container.get("image", "")
+        error = (f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+                 f"{image.split('/')[0]}: not found")
+        self._event("Normal", "Pulling", f'Pulling image "{image}"', container=name)
+        self._update(name, state={"waiting": {"reason": "ErrImagePull", "message": error}})
+        self._event("Warning", "Failed", f'Failed to pull image "{image}": {error}', container=name)
+        self.terminating.wait(IMAGE_PULL_BACKOFF)
+        if not self.terminating.is_set():
+            self._update(name, state={"waiting": {"reason": "ImagePullBackOff",
+                                                  "message": f'Back-off pulling image "{image}"'}})
+            self._event("Normal", "BackOff", f'Back-off pulling image "{image}"', container=name)
+        self.terminating.wait()
 
     def _start_and_wait(self, container: dict, env: dict[str, str], remap: PathMap, restarts: int,
                         started: Optional[threading.Event]) -> int:
@@ -747,3 +776,40 @@ class Kubelet:
             worker.join(max(0.1, deadline - time.monotonic()))
         self.logs.finish_all()
 
+
+
+#: Seconds between ErrImagePull and ImagePullBackOff (a real kubelet starts its back-off at 10 s).
+IMAGE_PULL_BACKOFF = 0.5
+_CORE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+
+
+def unpullable(image: str) -> bool:
+    """Images from a registry under the reserved ``.invalid`` TLD (RFC 2606) cannot be pulled.
+
+    The local cluster runs every image as the host, so this is how tests (and users) see
+    what an image pull failure looks like.
+    """
+    host = image.split("/", 1)[0] if "/" in image else ""
+    return host.split(":", 1)[0].endswith(".invalid")
+
+
+def node_capacity() -> dict[str, int]:
+    """Extended resources of the one local node: GPUs from $NEMO_KUBEFLOW_LOCAL_GPUS (default none)."""
+    gpus = int(os.environ.get("NEMO_KUBEFLOW_LOCAL_GPUS", "0") or 0)
+    return {"nvidia.com/gpu": gpus} if gpus else {}
+
+
+def insufficient_resources(pod: dict, capacity: dict[str, int]) -> list[str]:
+    """Extended resources the pod requests beyond the node's capacity (cpu and memory are not limited)."""
+    wanted: dict[str, float] = {}
+    for container in pod["spec"].get("containers", []):
+        resources = container.get("resources") or {}
+        for source in (resources.get("limits") or {}, resources.get("requests") or {}):
+            for name, value in source.items():
+                if name in _CORE_RESOURCES or name.startswith("hugepages-"):
+                    continue
+                try:
+                    wanted[name] = max(wanted.get(name, 0), float(value))
+                except (TypeError, ValueError):
+                    continue
+    return sorted(name for name, amount in wanted.items() if amount > capacity.get(name, 0))

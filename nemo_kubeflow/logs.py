@@ -8,6 +8,8 @@ newest pod across gang restarts until the job ends.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from typing import Callable, Iterator, Optional
 
@@ -19,7 +21,7 @@ from nemo_kubeflow.constants import (
     TRAINER_NODE,
     TRAINJOB_KIND,
 )
-from nemo_kubeflow.status import job_status, newest_pods_by_node
+from nemo_kubeflow.status import failure_detail, job_status, newest_pods_by_node
 
 
 def node_selector(trainjob: str, index: Optional[int] = None) -> str:
@@ -68,3 +70,82 @@ def node_log_lines(
         if state.name in ("SUCCEEDED", "FAILED", "CANCELLED"):
             return
         sleep(poll)
+
+
+log = logging.getLogger(__name__)
+#: Lines of the failed node's output quoted in a failure summary.
+SUMMARY_TAIL = 10
+
+
+def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: str, job_dir: str = "") -> str:
+    """Why a job failed: Trainer's condition, the first node that failed with its exit code
+    or signal, and that node's last lines. Every node's log is saved once to
+    ``<job_dir>/logs/node-<i>.log`` (pods and their logs vanish when the job is deleted)."""
+    pods = newest_pods_by_node(cluster.list("Pod", namespace, node_selector(trainjob)))
+    detail = failure_detail(list(pods.values()))
+    parts = [p for p in (condition, detail) if p]
+    first = _first_failed(pods)
+    if first is not None:
+        tail = list(cluster.pod_log(pods[first]["metadata"]["name"], namespace, container=TRAINER_NODE,
+                                    tail_lines=SUMMARY_TAIL))
+        if tail:
+            parts.append(f"last lines of node {first}:\n" + "\n".join(f"    {line}" for line in tail))
+    if job_dir:
+        saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
+        if saved:
+            parts.append(f"node logs saved in {saved}")
+    nodes = ((cluster.get(TRAINJOB_KIND, trainjob, namespace) or {}).get("spec", {}).get("trainer") or {}).get("numNodes")
+    gone = sorted(set(range(nodes or 0)) - set(pods))
+    if gone:
+        # The Job controller deletes a failed Job's running pods, and their logs with them.
+        parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
+                     "job failed (follow the logs while it runs to keep them)")
+    return "; ".join(parts)
+
+
+def _first_failed(pods: dict[int, dict]) -> Optional[int]:
+    failed = []
+    for index, pod in pods.items():
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if cs.get("name") == TRAINER_NODE and term.get("exitCode", 0) != 0:
+                failed.append((term.get("finishedAt") or "", index))
+    return min(failed)[1] if failed else None
+
+
+def node_log_path(job_dir: str, index: int) -> str:
+    return os.path.join(job_dir, "logs", f"node-{index}.log")
+
+
+def save_node_logs(cluster: Cluster, namespace: str, pods: dict[int, dict], directory: str) -> str:
+    """Write the log of each node that has no file yet (following logs writes them as it
+    goes) to ``directory/node-<i>.log``; the directory, or "" if it cannot be written."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for index, pod in sorted(pods.items()):
+            path = os.path.join(directory, f"node-{index}.log")
+            if os.path.exists(path):
+                continue
+            with open(path, "w") as f:
+                for line in cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE):
+                    f.write(line + "\n")
+        return directory
+    except OSError as e:
+        log.warning("could not save the node logs to %s: %s", directory, e)
+        return ""
+
+
+def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
+    """Pass ``lines`` through, appending each to ``path`` (the node's log next to the job)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        out = open(path, "a")
+    except OSError as e:
+        log.warning("not saving the log to %s: %s", path, e)
+        yield from lines
+        return
+    with out:
+        for line in lines:
+            out.write(line)
+            out.flush()
+            yield line

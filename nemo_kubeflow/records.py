@@ -2,8 +2,9 @@
 
 TorchX hands the scheduler nothing but the app id (``<namespace>:<trainjob>``). The
 kubeconfig and context it was submitted with are kept in one small JSON file per app
-under ``$NEMORUN_HOME/kubeflow_trainer/``: written once, atomically, never rewritten, so
-concurrent submissions cannot lose each other's entries (unlike a shared state file).
+under ``$NEMORUN_HOME/kubeflow_trainer/``: written atomically by the one process that owns the app (rewritten only to record an
+outcome nemo_kubeflow decided itself), so concurrent submissions cannot lose each
+other's entries (unlike a shared state file).
 Without a record, the default kubeconfig is used.
 """
 
@@ -24,6 +25,9 @@ class AppRecord:
     context: Optional[str]
     nodes: int
     job_dir: str = ""
+    #: Set when nemo_kubeflow ended the job itself (e.g. an image that cannot be pulled).
+    outcome_state: str = ""
+    outcome_message: str = ""
 
 
 def app_id(namespace: str, name: str) -> str:

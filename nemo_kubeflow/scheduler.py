@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
@@ -30,11 +31,11 @@ from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor
-from nemo_kubeflow.logs import node_log_lines, node_selector
+from nemo_kubeflow.logs import failure_summary, node_log_lines, node_log_path, node_selector, tee_to_file
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.status import failure_detail, job_status, trainjob_warning
+from nemo_kubeflow.status import job_status, pending_reason, trainjob_warning
 from nemo_kubeflow.submit import check_secret_sources, submit
 from nemo_kubeflow.validation import check_manifests
 
@@ -151,6 +152,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         #: Injected for tests; otherwise one client per (kubeconfig, context).
         self._fixed_cluster = cluster
         self._clusters: dict[tuple, Cluster] = {}
+        self._last_progress: dict[str, str] = {}
 
     def _run_opts(self) -> runopts:
         return runopts()
@@ -198,19 +200,48 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
+        nodes = nodes_of(trainjob, record)
+        if trainjob is None and record is not None and record.outcome_state:
+            # We deleted it ourselves after a fatal error: keep reporting that error.
+            return self._response(app_id, AppState[record.outcome_state], record.outcome_message, {}, nodes)
         status = job_status(trainjob, name=f"{namespace}/{name}")
-        message = status.message
-        if status.state == AppState.SUBMITTED and trainjob is not None:
-            # Trainer reports a JobSet it cannot build only as a Warning event, and the job
-            # just sits there: look for one while no pod exists yet.
-            warning = trainjob_warning(cluster.list("Event", namespace, field_selector=f"involvedObject.name={name}"), name)
+        state, message = status.state, status.message
+        waiting = state in (AppState.SUBMITTED, AppState.PENDING) and trainjob is not None \
+            and not message.startswith("suspended")
+        if waiting:
+            state, message = self._why_waiting(cluster, namespace, name, nodes, record, state)
+            self._report_progress(app_id, state, message)
+        elif state == AppState.FAILED:
+            message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "")
+        return self._response(app_id, state, message, status.nodes, nodes)
+
+    def _why_waiting(self, cluster: Cluster, namespace: str, name: str, nodes: int,
+                     record: Optional[records.AppRecord], state: AppState) -> tuple[AppState, str]:
+        """While a job has not started: what it waits for (two reads: its pods, Warning events)."""
+        pods = cluster.list("Pod", namespace, node_selector(name))
+        events = cluster.list("Event", namespace, field_selector="type=Warning")
+        if not pods:
+            # Trainer reports a JobSet it cannot build only as a Warning event on the TrainJob.
+            warning = trainjob_warning(events, name)
             if warning:
-                return self._response(app_id, AppState.PENDING, warning, {}, nodes_of(trainjob, record))
-        if status.state == AppState.FAILED:
-            # One extra request, only once a job has failed: name the node and exit code.
-            detail = failure_detail(cluster.list("Pod", namespace, node_selector(name)))
-            message = f"{message}; {detail}" if detail else message
-        return self._response(app_id, status.state, message, status.nodes, nodes_of(trainjob, record))
+                return AppState.PENDING, warning
+        reason = pending_reason(pods, events, nodes)
+        if not reason.fatal:
+            return (AppState.PENDING if pods else state), reason.message
+        # It can never start as configured: stop waiting, and free the cluster.
+        message = f"{reason.message}; the TrainJob was deleted"
+        cluster.delete(TRAINJOB_KIND, name, namespace)
+        if record is not None:
+            records.save(dataclasses.replace(record, outcome_state=AppState.FAILED.name, outcome_message=message))
+        return AppState.FAILED, message
+
+    def _report_progress(self, app_id: str, state: AppState, message: str) -> None:
+        """Show what a waiting job waits for, in NeMo-Run's console, when it changes."""
+        if message and self._last_progress.get(app_id) != message:
+            self._last_progress[app_id] = message
+            from nemo_run.core.frontend.console.api import CONSOLE
+
+            CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {message}")
 
     @staticmethod
     def _response(app_id: str, state: AppState, message: str, node_states: dict, nodes: int) -> DescribeAppResponse:
@@ -236,8 +267,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
         namespace, name = records.parse_app_id(app_id)
-        cluster = self._cluster_for(namespace, name)
+        record = records.load(namespace, name)
+        cluster = self._cluster_for(namespace, name, record)
         lines = node_log_lines(cluster, namespace, name, k, follow=should_tail)
+        if should_tail and record is not None and record.job_dir:
+            # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
+            lines = tee_to_file(lines, node_log_path(record.job_dir, k))
         return filter_regex(regex, lines) if regex else lines
 
     def _cancel_existing(self, app_id: str) -> None:

@@ -156,3 +156,55 @@ def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
         return ""
     newest = max(warnings, key=when)
     return f"{newest.get('reason')}: {newest.get('message') or newest.get('note') or ''}".rstrip(": ")
+
+
+# Registry answers that no amount of waiting fixes.
+_PERMANENT_PULL_ERRORS = ("not found", "manifest unknown", "unauthorized", "denied", "no such host",
+                          "invalid reference format")
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    message: str
+    #: The job can never start as configured (an image that does not exist): stop waiting.
+    fatal: bool = False
+
+
+def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> PendingReason:
+    """Why a job that has not started yet is waiting, from its pods and their events.
+
+    Checked in order: image pulls (fatal when the registry says the image does not exist),
+    missing Secret/ConfigMap keys, scheduling, volumes, then "k/N nodes running".
+    """
+    newest = newest_pods_by_node(pods)
+    for index, pod in sorted(newest.items()):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason, message = waiting.get("reason", ""), waiting.get("message", "")
+            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+                text = _pull_error(pod, cs["name"], events) or message
+                fatal = reason == "InvalidImageName" or any(p in text.lower() for p in _PERMANENT_PULL_ERRORS)
+                return PendingReason(f"image {cs.get('image', '')!r} cannot be pulled on node {index}: {text}", fatal)
+            if reason == "CreateContainerConfigError":
+                return PendingReason(f"node {index} cannot start: {message}")
+    for index, pod in sorted(newest.items()):
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return PendingReason(f"node {index} cannot be scheduled: {cond.get('message', cond.get('reason', ''))}")
+    pod_names = {p["metadata"]["name"] for p in newest.values()}
+    mounts = [e for e in events if e.get("reason") == "FailedMount"
+              and (e.get("involvedObject") or {}).get("name") in pod_names]
+    if mounts:
+        return PendingReason(f"a volume cannot be mounted: {mounts[-1].get('message', '')}")
+    running = sum(1 for p in newest.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded"))
+    return PendingReason(f"{running}/{nodes} nodes running")
+
+
+def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
+    """The kubelet's 'Failed to pull image' event text for this container, if any."""
+    for e in reversed(list(events)):
+        obj = e.get("involvedObject") or {}
+        if (e.get("reason") == "Failed" and obj.get("name") == pod["metadata"]["name"]
+                and container in (obj.get("fieldPath") or "") and "pull" in (e.get("message") or "").lower()):
+            return e["message"]
+    return ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Optional
+from typing import Optional, Union
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
 _SUFFIX = {
@@ -16,8 +16,11 @@ _SUFFIX = {
 }
 
 
-def parse_quantity(text: str) -> Optional[Decimal]:
-    """The value of a quantity string, or ``None`` if the API server would reject it."""
+def parse_quantity(text: Union[str, int, float, None]) -> Optional[Decimal]:
+    """The value of a quantity (a string, or a bare number as YAML gives it), or ``None``
+    if it is empty or the API server would reject it."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return Decimal(str(text))
     match = _QUANTITY.match(str(text).strip()) if text is not None else None
     if not match:
         return None

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.events import NODE_NAME, EventRecorder
 from nemo_kubeflow.local.logs import ContainerLog, LogStore, pump
-from nemo_kubeflow.local.quantity import parse_quantity
+from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.local.store import Store
 from nemo_kubeflow.local.timeutil import now_rfc3339
 

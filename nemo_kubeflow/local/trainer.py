@@ -32,7 +32,7 @@ from nemo_kubeflow.local.apierrors import ApiError, aggregate
 from nemo_kubeflow.local.events import EventRecorder
 from nemo_kubeflow.local.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow.local.patch import strategic_merge_patch
-from nemo_kubeflow.local.quantity import parse_quantity
+from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.local.registry import apply_pod_defaults, random_suffix
 from nemo_kubeflow.local.store import Store
 from nemo_kubeflow.local.timeutil import now_rfc3339, parse

@@ -45,6 +45,7 @@ def _default(f: dataclasses.Field) -> str:
 def _type(f: dataclasses.Field) -> str:
     t = f.type
     text = t.__name__ if isinstance(t, type) else str(t)
+    text = re.sub(r"ForwardRef\('([\w.]+)'\)", r"\1", text)  # Optional["Initializer"]
     return re.sub(r"\b(typing|nemo_kubeflow\.\w+)\.", "", text)
 
 
@@ -60,7 +61,9 @@ def reference(cls: type, inherited: bool = False) -> str:
 
 
 def render() -> str:
-    from nemo_kubeflow.executor import KubeflowExecutor, PVCMount, SecretMount, TCPXOConfig
+    from nemo_kubeflow.executor import KubeflowExecutor, PVCMount, SecretMount
+    from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+    from nemo_kubeflow.initializers import InitializerSettings
     from nemo_kubeflow.packaging import ConfigMapPackager
 
     parts = [
@@ -78,7 +81,8 @@ def render() -> str:
         "",
         reference(KubeflowExecutor),
     ]
-    for cls in (PVCMount, SecretMount, TCPXOConfig, ConfigMapPackager):
+    for cls in (PVCMount, SecretMount, TCPXOConfig, GKERDMAConfig, EFAConfig, InfiniBandConfig, InitializerSettings,
+                ConfigMapPackager):
         doc = inspect.getdoc(cls) or ""
         parts += ["", f"## {cls.__name__}", "", doc.split("\n\n")[0], "", reference(cls)]
     return "\n".join(parts) + "\n"

@@ -17,7 +17,7 @@ re-imports the class.
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from nemo_run.core.execution.base import Executor, ExecutorMacros
 from nemo_run.core.packaging.base import Packager
@@ -34,7 +34,14 @@ from nemo_kubeflow.constants import (
     RUNTIME_KIND,
 )
 from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig, fabric_problems
+from nemo_kubeflow.initializers import InitializerSettings, initializer_problems
 from nemo_kubeflow.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    # Not imported at run time: the Kubeflow SDK is heavy and only needed with an initializer.
+    # NeMo-Run's CLI resolves this forward reference through this TYPE_CHECKING block.
+    from kubeflow.trainer import Initializer
 
 
 @dataclass(kw_only=True)
@@ -71,33 +78,6 @@ class SecretMount:
     keys: list[str] = field(default_factory=list)
     #: File mode of the mounted files (``secret.defaultMode``), 0o400 = owner read-only.
     default_mode: int = 0o400
-
-
-@dataclass(kw_only=True)
-class TCPXOConfig:
-    """GKE GPUDirect-TCPXO (A3 Mega) settings, used when ``enable_tcpxo`` is set.
-
-    The sidecar needs ``NET_ADMIN`` and ``NET_BIND_SERVICE`` and host paths for the
-    NVIDIA libraries and ``/proc/sys``/``/sys``: these fail the Pod Security
-    "baseline" profile, so TCPXO needs a namespace that allows privileged pods.
-    """
-
-    #: Number of GPU NICs (``eth1``..``ethN``); A3 Mega has 8.
-    nic_count: int = 8
-    #: VPC network names for the GPU NICs, one per NIC (``networking.gke.io/interfaces``).
-    #: Empty means ``vpc1``..``vpcN``, the names used in GKE's setup guide.
-    network_names: list[str] = field(default_factory=list)
-    #: Network of the default interface ``eth0``.
-    default_network: str = "default"
-    #: Image of the ``tcpxo-daemon`` (receive-datapath manager) sidecar.
-    daemon_image: str = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.17"
-    #: Host directory holding the NVIDIA driver and the NCCL FasTrak plugin installed by GKE.
-    nvidia_host_path: str = "/home/kubernetes/bin/nvidia"
-    #: Extra or overriding NCCL environment variables for the training container.
-    nccl_env: dict[str, str] = field(default_factory=dict)
-
-    def networks(self) -> list[str]:
-        return list(self.network_names) or [f"vpc{i}" for i in range(1, self.nic_count + 1)]
 
 
 @dataclass(kw_only=True)
@@ -191,7 +171,7 @@ class KubeflowExecutor(Executor):
     #: no privilege escalation, all capabilities dropped, seccomp ``RuntimeDefault``.
     #: The image must run as a non-root user (see ``run_as_user``). Without it the pods
     #: still pass "baseline" (no host namespaces, host paths or added capabilities),
-    #: unless ``enable_tcpxo`` is set.
+    #: unless ``network_fabric`` needs privileges (see docs/fabrics.md).
     restricted_security: bool = False
     #: UID the containers run as (``securityContext.runAsUser``); required by images
     #: whose default user is root when ``restricted_security`` is set.
@@ -200,11 +180,36 @@ class KubeflowExecutor(Executor):
     fs_group: Optional[int] = None
 
     # --- network fabric --------------------------------------------------------
-    #: Add GKE GPUDirect-TCPXO (A3 Mega): the ``tcpxo-daemon`` sidecar, multi-NIC
-    #: annotations and NCCL settings. Needs privileged pods (see ``TCPXOConfig``).
+    #: The GPU interconnect between nodes: ``"none"``, ``"gke-tcpxo"`` (GKE A3 Mega),
+    #: ``"gke-rdma"`` (GKE A3 Ultra/A4, gIB), ``"aws-efa"`` or ``"infiniband"``. Each profile
+    #: adds its NICs, devices, NCCL settings (and sidecar) to the pods; its parameters are in
+    #: ``tcpxo``, ``gke_rdma``, ``aws_efa`` or ``infiniband``. All but aws-efa need a namespace
+    #: that allows privileged pods (docs/fabrics.md).
+    network_fabric: str = "none"
+    #: The older spelling of ``network_fabric="gke-tcpxo"`` (GKE A3 Mega; needs privileged pods).
     enable_tcpxo: bool = False
-    #: TCPXO settings.
+    #: ``gke-tcpxo`` settings.
     tcpxo: TCPXOConfig = field(default_factory=TCPXOConfig)
+    #: ``gke-rdma`` settings.
+    gke_rdma: GKERDMAConfig = field(default_factory=GKERDMAConfig)
+    #: ``aws-efa`` settings.
+    aws_efa: EFAConfig = field(default_factory=EFAConfig)
+    #: ``infiniband`` settings.
+    infiniband: InfiniBandConfig = field(default_factory=InfiniBandConfig)
+
+    # --- before training ---------------------------------------------------------
+    #: Dataset and model to download before training: the Kubeflow SDK's
+    #: ``Initializer(dataset=..., model=...)``. Trainer runs them as the ``dataset-initializer``
+    #: and ``model-initializer`` jobs, and ``node`` starts once they complete; training reads
+    #: ``/workspace/dataset`` and ``/workspace/model`` (docs/initializers.md).
+    initializer: Optional["Initializer"] = None
+    #: How the initializers run: the claim they download into, images, commands, Secrets.
+    initializer_settings: InitializerSettings = field(default_factory=InitializerSettings)
+    #: Check every node pod before training, in a ``preflight`` init container that receives the
+    #: PET_* variables: ``True`` runs the checks shipped with nemo_kubeflow (DNS of the master,
+    #: GPUs, NCCL interfaces, writable claims), a string is a bash command of your own
+    #: (docs/preflight.md). A failed check fails the pod, hence the job after ``retries``.
+    preflight: Union[bool, str] = False
 
     # --- training runtime ---------------------------------------------------------
     #: Use this existing runtime instead of rendering one (nothing is rendered or created).
@@ -352,19 +357,12 @@ class KubeflowExecutor(Executor):
             yield f"run_as_user={self.run_as_user!r}: must be a non-negative integer UID"
         if self.restricted_security and self.run_as_user == 0:
             yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
-        if self.restricted_security and self.enable_tcpxo:
-            yield (
-                "restricted_security and enable_tcpxo are exclusive: the TCPXO sidecar needs NET_ADMIN and "
-                "host paths, which the restricted (and baseline) profiles forbid"
-            )
-        if self.enable_tcpxo:
-            if self.gpus_per_node <= 0:
-                yield "enable_tcpxo needs gpus_per_node > 0 (TCPXO is GPUDirect networking)"
-            if self.tcpxo.network_names and len(self.tcpxo.network_names) != self.tcpxo.nic_count:
-                yield (
-                    f"tcpxo.network_names has {len(self.tcpxo.network_names)} names for "
-                    f"nic_count={self.tcpxo.nic_count}: give one network per NIC"
-                )
+        yield from fabric_problems(self)
+        yield from initializer_problems(self)
+        if isinstance(self.preflight, str) and not self.preflight.strip():
+            yield "preflight='': give a bash command, or True for the packaged checks"
+        elif not isinstance(self.preflight, (bool, str)):
+            yield f"preflight={self.preflight!r}: must be True, False or a bash command"
 
     def _env_problems(self):
         env_names = list(self.env_vars) + list(self.secret_env_vars) + list(self.secret_key_refs)

@@ -29,6 +29,8 @@ from nemo_kubeflow.constants import (
     TRAINJOB_KIND,
     TRAINJOB_LABEL,
 )
+from nemo_kubeflow.fabrics import build_fabric
+from nemo_kubeflow.steps import PREFLIGHT_CONTAINER
 
 #: The field manager of our runtime patch (Trainer requires a domain-prefixed path).
 PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
@@ -93,7 +95,9 @@ def resources_per_node(executor) -> Optional[dict[str, dict[str, str]]]:
     if executor.gpus_per_node > 0:
         # Extended resources must be requested and limited alike.
         requests[executor.gpu_resource_name] = limits[executor.gpu_resource_name] = str(executor.gpus_per_node)
-    for res, value in executor.extra_resources.items():
+    # The fabric's devices (EFA, RDMA) follow the TrainJob like GPUs: a runtime whose node limits
+    # name no cpu or gpu makes the Kubeflow SDK refuse it.
+    for res, value in {**build_fabric(executor).resources, **executor.extra_resources}.items():
         requests[res] = limits[res] = str(value)
     if not requests and not limits:
         return None
@@ -112,14 +116,18 @@ def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys:
     return out
 
 
-def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict]) -> Optional[dict]:
-    """Per-task pod changes (the task's ConfigMaps, this job's anti-affinity) as a
-    ``runtimePatches`` entry, so the shared runtime stays shared."""
-    if not volumes and not mounts and not affinity:
+def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict],
+                  preflight_env: Sequence[dict] = ()) -> Optional[dict]:
+    """Per-task pod changes (the task's ConfigMaps, this job's anti-affinity, the task's env for the
+    preflight checks) as a ``runtimePatches`` entry, so the shared runtime stays shared."""
+    if not volumes and not mounts and not affinity and not preflight_env:
         return None
     pod_spec: dict[str, Any] = {}
     if volumes:
         pod_spec["volumes"] = list(volumes)
+    if preflight_env:
+        # Trainer's webhook forbids env on `node` in patches, not on other init containers.
+        pod_spec["initContainers"] = [{"name": PREFLIGHT_CONTAINER, "env": list(preflight_env)}]
     if mounts:
         pod_spec["containers"] = [{"name": TRAINER_NODE, "volumeMounts": list(mounts)}]
     if affinity:
@@ -172,6 +180,7 @@ def build_trainjob(
     annotations: Mapping[str, str],
     patch: Optional[dict],
     active_deadline_seconds: Optional[int],
+    initializer: Optional[m.TrainerV1alpha1Initializer] = None,
     suspend: bool = True,
 ) -> dict:
     """The TrainJob, through the SDK models (which also check field types)."""
@@ -199,6 +208,7 @@ def build_trainjob(
         suspend=suspend,
         runtime_patches=[m.TrainerV1alpha1RuntimePatch.from_dict(patch)] if patch else None,
         active_deadline_seconds=active_deadline_seconds,
+        initializer=initializer,
     )
     job = m.TrainerV1alpha1TrainJob(
         api_version=TRAINER_API_VERSION,
@@ -229,17 +239,18 @@ def masked_secret(secret: dict) -> dict:
     return out
 
 
-def pvc_manifest(pvc, namespace: str, labels: Mapping[str, str]) -> dict:
+def pvc_manifest(name: str, namespace: str, labels: Mapping[str, str], *, size: str,
+                 access_modes: Sequence[str], storage_class: Optional[str]) -> dict:
     spec: dict[str, Any] = {
-        "accessModes": list(pvc.access_modes),
-        "resources": {"requests": {"storage": str(pvc.size)}},
+        "accessModes": list(access_modes),
+        "resources": {"requests": {"storage": str(size)}},
     }
-    if pvc.storage_class:
-        spec["storageClassName"] = pvc.storage_class
+    if storage_class:
+        spec["storageClassName"] = storage_class
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": pvc.claim_name, "namespace": namespace, "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "spec": spec,
     }
 

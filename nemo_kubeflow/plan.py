@@ -1,23 +1,29 @@
 """Building the ``Submission`` of one task: executor + NeMo-Run role + files -> manifests.
 
-Pure apart from reading the runtime template: no cluster, no environment variables,
-no clock. The same inputs give the same manifests, which is what the golden tests pin.
+Pure apart from reading the packaged templates (the runtime template, the preflight script):
+no cluster, no environment variables, no clock. The same inputs give the same manifests, which
+is what the golden tests pin.
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Optional, Sequence
 
 from torchx.specs import Role
 
+from nemo_kubeflow import initializers
 from nemo_kubeflow import manifests as mf
 from nemo_kubeflow import naming
 from nemo_kubeflow.command import build_launch
+from nemo_kubeflow.fabrics import build_fabric
 from nemo_kubeflow.packaging import BundleFile, build_code_package, describe_package
 from nemo_kubeflow.render import render_runtime, runtime_context
 
 # NeMo-Run's torchrun component shell-quotes its arguments itself; its other roles don't.
 _QUOTING_ENTRYPOINTS = ("torchrun", "ft_launcher")
+#: Task variables the preflight checks read (NCCL and libfabric settings, their own settings).
+_PREFLIGHT_ENV_PREFIXES = ("NCCL_", "FI_", "PREFLIGHT_")
 
 
 def build_submission(
@@ -47,8 +53,10 @@ def build_submission(
     workspace = executor.workspace_mount_path.rstrip("/")
     has_code = any(f.path.startswith("code/") for f in files)
     exports = {}
-    if executor.enable_tcpxo:
-        exports["LD_LIBRARY_PATH"] = '/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
+    fabric = build_fabric(executor)
+    if fabric.library_path:
+        # Extended, not replaced, so that the image's own LD_LIBRARY_PATH survives.
+        exports["LD_LIBRARY_PATH"] = shlex.quote(fabric.library_path) + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
     launch = build_launch(
         role.entrypoint,
         list(role.args),
@@ -72,13 +80,15 @@ def build_submission(
     secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
     # NeMo-Run folds env_vars into role.env already; merging again keeps a role built any
     # other way honest, and role.env wins because it carries Script.env overrides.
-    env = mf.trainer_env(
-        {**executor.env_vars, **role.env}, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs)
-    )
+    plain_env = {**executor.env_vars, **role.env}
+    env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
+    preflight_env = [{"name": k, "value": str(v)} for k, v in plain_env.items()
+                     if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
     patch = mf.runtime_patch(
         code.volumes if code else [],
         code.volume_mounts if code else [],
         mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and executor.nodes > 1 else None,
+        preflight_env,
     )
     trainjob = mf.build_trainjob(
         name=name,
@@ -95,13 +105,14 @@ def build_submission(
         annotations=dict(executor.annotations),
         patch=patch,
         active_deadline_seconds=executor.active_deadline_seconds,
+        initializer=initializers.trainjob_initializer(executor),
     )
     secret = None
     if secret_name:
         secret = mf.masked_secret(
             mf.secret_manifest(secret_name, ns, {k: mf.MASK for k in executor.secret_env_vars}, labels)
         )
-    pvcs = [mf.pvc_manifest(p, ns, {mf.MANAGED_BY_LABEL: mf.MANAGED_BY_VALUE}) for p in executor.pvc_mounts if p.create]
+    pvcs = _claims_to_create(executor)
     summary = {
         "trainjob": name,
         "namespace": ns,
@@ -112,6 +123,12 @@ def build_submission(
         "package": describe_package(code) if code else "nothing to ship",
         "command": launch.command_line,
     }
+    if fabric.name != "none":
+        summary["network_fabric"] = fabric.name
+    if executor.initializer is not None:
+        summary["initializers"] = ", ".join(st.name for st in initializers.steps(executor))
+    if executor.preflight:
+        summary["preflight"] = "the packaged checks" if executor.preflight is True else "your command"
     return mf.Submission(
         namespace=ns,
         trainjob=trainjob,
@@ -123,3 +140,16 @@ def build_submission(
         launch=launch,
         summary=summary,
     )
+
+
+def _claims_to_create(executor) -> list[dict]:
+    """PVCs marked for creation: ``pvc_mounts`` with ``create``, the initializers' claim."""
+    labels = {mf.MANAGED_BY_LABEL: mf.MANAGED_BY_VALUE}
+    pvcs = [mf.pvc_manifest(p.claim_name, executor.namespace, labels, size=p.size, access_modes=p.access_modes,
+                            storage_class=p.storage_class) for p in executor.pvc_mounts if p.create]
+    s = executor.initializer_settings
+    created = {p["metadata"]["name"] for p in pvcs}
+    if executor.initializer is not None and s.create_claim and s.claim_name not in created:
+        pvcs.append(mf.pvc_manifest(s.claim_name, executor.namespace, labels, size=s.claim_size,
+                                    access_modes=s.access_modes, storage_class=s.storage_class))
+    return pvcs

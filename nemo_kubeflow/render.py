@@ -15,11 +15,13 @@ import hashlib
 import json
 import shlex
 from pathlib import Path
-from typing import Any, Mapping
+import re
+from typing import Any, Mapping, Optional
 
 import jinja2
 import yaml
 
+from nemo_kubeflow import initializers
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     MANAGED_BY_LABEL,
@@ -27,6 +29,7 @@ from nemo_kubeflow.constants import (
     RUNTIME_HASH_LABEL,
 )
 from nemo_kubeflow.errors import TemplateError
+from nemo_kubeflow.fabrics import Fabric, build_fabric
 
 DEFAULT_TEMPLATE = "training_runtime.yaml.j2"
 RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
@@ -51,10 +54,18 @@ def _tojson(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def kube_escape(text: str) -> str:
+    """Protect text from Kubernetes' expansion of command and args, where ``$(VAR)`` is replaced
+    and ``$$`` becomes ``$``: a ``$`` before ``(`` or ``$`` is doubled, so bash gets the text as written."""
+    return re.sub(r"\$(?=[$(])", "$$", text)
+
+
 @functools.lru_cache(maxsize=16)
 def _environment(directory: str) -> jinja2.Environment:
+    # A runtime_template of your own also finds the packaged files (preflight.sh) after its own.
+    loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(directory), jinja2.FileSystemLoader(str(templates_dir()))])
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(directory),
+        loader=loader,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
@@ -63,68 +74,41 @@ def _environment(directory: str) -> jinja2.Environment:
     # tojson escapes <>&' for HTML, which is still valid, but plain json.dumps reads better.
     env.filters["tojson"] = _tojson
     env.filters["shell_quote"] = lambda value: shlex.quote(str(value))
+    env.filters["kube_escape"] = kube_escape
+    # Raw text, not a template: a shell script is full of `${#...}` and `{{`-like sequences.
+    env.globals["packaged_file"] = lambda name: loader.get_source(env, name)[0]
     return env
 
 
-def tcpxo_context(executor) -> dict[str, Any]:
-    """Template values for GKE GPUDirect-TCPXO (A3 Mega)."""
-    cfg = executor.tcpxo
-    networks = cfg.networks()
-    gpus = executor.gpus_per_node
-    devices = [f"/dev/nvidia{i}" for i in range(gpus)] + [
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/dmabuf_import_helper",
-    ]
-    interfaces = [{"interfaceName": "eth0", "network": cfg.default_network}] + [
-        {"interfaceName": f"eth{i}", "network": net} for i, net in enumerate(networks, start=1)
-    ]
-    gpu_nics = ",".join(f"eth{i}" for i in range(1, len(networks) + 1))
-    # NCCL settings from GKE's TCPXO guide; the library path is extended in the
-    # launch script (not replaced here) so the image's own LD_LIBRARY_PATH survives.
-    nccl_env = {
-        "NCCL_FASTRAK_CTRL_DEV": "eth0",
-        "NCCL_FASTRAK_IFNAME": gpu_nics,
-        "NCCL_SOCKET_IFNAME": "eth0",
-        "NCCL_CROSS_NIC": "0",
-        "NCCL_ALGO": "Ring,Tree",
-        "NCCL_PROTO": "Simple,LL128",
-        "NCCL_MIN_NCHANNELS": "4",
-        "NCCL_TUNER_PLUGIN": "libnccl-tuner.so",
-        "NCCL_TUNER_CONFIG_PATH": "/usr/local/nvidia/lib64/a3plus_tuner_config.textproto",
-        "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": "/usr/local/nvidia/lib64/a3plus_guest_config.textproto",
-        "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
-        "NCCL_P2P_NET_CHUNKSIZE": "524288",
-        "NCCL_P2P_PCI_CHUNKSIZE": "524288",
-        "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-        "NCCL_FASTRAK_NUM_FLOWS": "2",
-        "NCCL_FASTRAK_USE_SNAP": "1",
-        "NCCL_FASTRAK_PLUGIN_ACCEPT_TIMEOUT_MS": "600000",
-        "NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL": "0",
-        "NCCL_BUFFSIZE": "8388608",
-        "NCCL_NET_GDR_LEVEL": "PIX",
-        "NCCL_FASTRAK_ENABLE_HOTPATH_LOGGING": "0",
-        "NCCL_FASTRAK_USE_LLCM": "1",
-        "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
-        "NCCL_NVLS_ENABLE": "0",
-        **cfg.nccl_env,
-    }
-    return {
-        "daemon_image": cfg.daemon_image,
-        "nic_count": len(networks),
-        "device_annotation": "".join(f"- path: {d}\n" for d in devices),
-        "interfaces_annotation": json.dumps(interfaces, indent=2),
-        "nccl_env": nccl_env,
-    }
-
-
-def runtime_volumes(executor) -> tuple[list[dict], list[dict]]:
-    """Volumes and ``node`` mounts the runtime carries: /dev/shm, PVCs, Secret files, TCPXO."""
+def runtime_volumes(executor, fabric: Fabric) -> tuple[list[dict], list[dict]]:
+    """Volumes and ``node`` mounts the runtime carries: /dev/shm, PVCs, Secret files, the
+    initializers' downloads, the network fabric's."""
     volumes: list[dict] = []
     mounts: list[dict] = []
     if executor.shm_size is not None:
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(executor.shm_size)}})
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    volumes_pvc, mounts_pvc = _pvc_volumes(executor)
+    volumes += volumes_pvc
+    mounts += mounts_pvc
+    for i, sm in enumerate(executor.secret_mounts):
+        name = f"secret-{i}"
+        secret: dict[str, Any] = {"secretName": sm.secret_name, "defaultMode": sm.default_mode}
+        if sm.keys:
+            secret["items"] = [{"key": k, "path": k} for k in sm.keys]
+        volumes.append({"name": name, "secret": secret})
+        mounts.append({"name": name, "mountPath": sm.mount_path, "readOnly": True})
+    if initializers.node_mounts(executor):
+        volumes.append(initializers.volume(executor))
+        mounts += initializers.node_mounts(executor)
+    volumes += fabric.volumes
+    mounts += fabric.mounts
+    return volumes, mounts
+
+
+def _pvc_volumes(executor) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict] = []
+    mounts: list[dict] = []
     for i, pvc in enumerate(executor.pvc_mounts):
         name = f"pvc-{i}"
         claim: dict[str, Any] = {"claimName": pvc.claim_name}
@@ -135,25 +119,6 @@ def runtime_volumes(executor) -> tuple[list[dict], list[dict]]:
         if pvc.sub_path:
             mount["subPath"] = pvc.sub_path
         mounts.append(mount)
-    for i, sm in enumerate(executor.secret_mounts):
-        name = f"secret-{i}"
-        secret: dict[str, Any] = {"secretName": sm.secret_name, "defaultMode": sm.default_mode}
-        if sm.keys:
-            secret["items"] = [{"key": k, "path": k} for k in sm.keys]
-        volumes.append({"name": name, "secret": secret})
-        mounts.append({"name": name, "mountPath": sm.mount_path, "readOnly": True})
-    if executor.enable_tcpxo:
-        host = executor.tcpxo.nvidia_host_path
-        volumes += [
-            {"name": "tcpxo-nvidia", "hostPath": {"path": host}},
-            {"name": "tcpxo-sys", "hostPath": {"path": "/sys"}},
-            {"name": "tcpxo-proc-sys", "hostPath": {"path": "/proc/sys"}},
-            {"name": "tcpxo-aperture", "hostPath": {"path": "/dev/aperture_devices"}},
-        ]
-        mounts += [
-            {"name": "tcpxo-nvidia", "mountPath": "/usr/local/nvidia"},
-            {"name": "tcpxo-aperture", "mountPath": "/dev/aperture_devices"},
-        ]
     return volumes, mounts
 
 
@@ -175,9 +140,43 @@ def container_security_context(executor) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
+def node_security_context(executor, fabric: Fabric) -> dict[str, Any]:
+    """The training container's: the restricted settings, or the capabilities the fabric adds
+    (``validate`` refuses both at once)."""
+    if fabric.capabilities:
+        return {"capabilities": {"add": list(fabric.capabilities)}}
+    return container_security_context(executor)
+
+
+def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
+    """The ``preflight`` init container's settings, or ``None`` when it is off.
+
+    It requests the GPUs and fabric devices of the training container (the kubelet hands the same
+    devices to the training container afterwards), so that it sees what training will see.
+    """
+    if not executor.preflight:
+        return None
+    writable = [p.mount_path for p in executor.pvc_mounts if not p.read_only]
+    env = [
+        {"name": "PREFLIGHT_EXPECTED_GPUS", "value": str(executor.gpus_per_node)},
+        {"name": "PREFLIGHT_WRITABLE_PATHS", "value": " ".join(writable)},
+    ] + [{"name": k, "value": v} for k, v in sorted(fabric.env.items())]
+    devices = dict(fabric.resources)
+    if executor.gpus_per_node > 0:
+        devices = {executor.gpu_resource_name: str(executor.gpus_per_node), **devices}
+    _, pvc_mounts = _pvc_volumes(executor)
+    return {
+        "command": executor.preflight if isinstance(executor.preflight, str) else None,
+        "env": env,
+        "resources": {"requests": devices, "limits": dict(devices)} if devices else {},
+        "volume_mounts": pvc_mounts + list(fabric.mounts),
+    }
+
+
 def runtime_context(executor) -> dict[str, Any]:
-    """The template variables for ``executor`` (documented in docs/templates.md)."""
-    volumes, mounts = runtime_volumes(executor)
+    """The template variables for ``executor``; templates/training_runtime.yaml.j2 shows how each is used."""
+    fabric = build_fabric(executor)
+    volumes, mounts = runtime_volumes(executor, fabric)
     return {
         "kind": executor.runtime_kind,
         "name": "placeholder",  # replaced by the content hash after rendering
@@ -187,7 +186,8 @@ def runtime_context(executor) -> dict[str, Any]:
         "image": executor.container_image,
         "max_restarts": executor.retries,
         "pod_labels": dict(executor.pod_labels),
-        "pod_annotations": dict(executor.pod_annotations),
+        # The user's sorted first, then the fabric's (validate() refuses keys set by both).
+        "pod_annotations": {**dict(sorted(executor.pod_annotations.items())), **fabric.annotations},
         "service_account": executor.service_account,
         "image_pull_secrets": list(executor.image_pull_secrets),
         "node_selector": dict(executor.node_selector),
@@ -195,9 +195,14 @@ def runtime_context(executor) -> dict[str, Any]:
         "env_from_secrets": list(executor.secret_env_from),
         "pod_security_context": pod_security_context(executor),
         "container_security_context": container_security_context(executor),
+        "node_security_context": node_security_context(executor, fabric),
+        "node_env": [{"name": k, "value": v} for k, v in sorted(fabric.env.items())] + initializers.node_env(executor),
         "volumes": volumes,
         "volume_mounts": mounts,
-        "tcpxo": tcpxo_context(executor) if executor.enable_tcpxo else None,
+        "sidecars": list(fabric.sidecars),
+        "preflight": preflight_context(executor, fabric),
+        "initializers": initializers.steps(executor),
+        "initializer_volume": initializers.volume(executor),
     }
 
 

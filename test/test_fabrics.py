@@ -1,0 +1,157 @@
+"""Network fabric profiles: one golden file per profile, offline validation, Pod Security, bad combinations.
+
+Regenerate the golden files after an intended change with:
+    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/test_fabrics.py
+and review the diff.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from torchx.specs import Role
+
+import pss
+from nemo_kubeflow import ConfigError, KubeflowExecutor
+from nemo_kubeflow.fabrics import FABRICS, EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
+from nemo_kubeflow.packaging import BundleFile
+from nemo_kubeflow.plan import build_submission
+from nemo_kubeflow.validation import check_manifests
+from nemo_kubeflow.yamlio import dump_all
+
+GOLDEN = Path(__file__).parent / "golden"
+IMAGE = "nvcr.io/nvidia/nemo:25.02"
+FILES = [BundleFile("code/train.py", b"print('hello')\n", 0o644)]
+GPU_NODE = dict(container_image=IMAGE, nodes=2, nprocs_per_node=8, gpus_per_node=8)
+
+PROFILES = {
+    "gke-rdma": dict(GPU_NODE, network_fabric="gke-rdma",
+                     node_selector={"cloud.google.com/gke-accelerator": "nvidia-h200-141gb"}),
+    "aws-efa": dict(GPU_NODE, network_fabric="aws-efa", aws_efa=EFAConfig(devices_per_node=32)),
+    "infiniband": dict(GPU_NODE, network_fabric="infiniband",
+                       infiniband=InfiniBandConfig(resource_name="rdma/rdma_shared_device_a", hca="mlx5", gid_index=3)),
+}
+
+
+def submission(**kw):
+    executor = KubeflowExecutor(**kw, experiment_id="llama3_8b_1700000000")
+    executor.validate()
+    role = Role(name="train", image="", entrypoint="bash", args=["-c", "python train.py"])
+    return build_submission(executor, role, FILES, task_name="train")
+
+
+def node_pod(sub) -> dict:
+    [node] = [j for j in sub.runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node"]
+    return node["template"]["spec"]["template"]
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_golden_manifests(profile):
+    text = dump_all(submission(**PROFILES[profile]).manifests())
+    path = GOLDEN / f"{profile.replace('-', '_')}.yaml"
+    if os.environ.get("NEMO_KUBEFLOW_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"manifests changed; see the module docstring to regenerate {path}"
+
+
+@pytest.mark.parametrize("profile", [f for f in FABRICS if f != "none"])
+def test_every_profile_passes_offline_validation(profile):
+    check_manifests(submission(**dict(GPU_NODE, network_fabric=profile)).manifests())
+
+
+def test_enable_tcpxo_is_an_alias_of_gke_tcpxo():
+    old, new = submission(**GPU_NODE, enable_tcpxo=True), submission(**GPU_NODE, network_fabric="gke-tcpxo")
+    assert old.runtime == new.runtime and old.launch.args == new.launch.args
+    assert [c["name"] for c in node_pod(new)["spec"]["initContainers"]] == ["tcpxo-daemon"]
+
+
+def test_gke_rdma_attaches_the_rdma_nics_and_the_gib_plugin():
+    sub = submission(**PROFILES["gke-rdma"])
+    pod = node_pod(sub)
+    interfaces = yaml.safe_load(pod["metadata"]["annotations"]["networking.gke.io/interfaces"])
+    assert [i["network"] for i in interfaces] == ["default", "gvnic-1"] + [f"rdma-{i}" for i in range(8)]
+    assert [i["interfaceName"] for i in interfaces][-1] == "eth9"
+    assert "initContainers" not in pod["spec"]  # no sidecar
+    [node] = pod["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in node["env"]}
+    assert env["NCCL_NET"] == "gIB" and env["NCCL_TUNER_CONFIG_PATH"].endswith("tuner_config_a3u.txtpb")
+    assert {"name": "gib", "mountPath": "/usr/local/gib"} in node["volumeMounts"]
+    assert 'export LD_LIBRARY_PATH=/usr/local/gib/lib64:/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+' in sub.launch.args[0]
+    # A4 and custom networks are parameters.
+    a4 = submission(**dict(GPU_NODE, network_fabric="gke-rdma", gke_rdma=GKERDMAConfig(
+        tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb", gvnic_network="", nic_count=2,
+        network_names=["a", "b"], nccl_env={"NCCL_NET_GDR_LEVEL": "SYS"})))
+    [a4_node] = node_pod(a4)["spec"]["containers"]
+    a4_env = {e["name"]: e["value"] for e in a4_node["env"]}
+    assert a4_env["NCCL_SOCKET_IFNAME"] == "eth0" and a4_env["NCCL_NET_GDR_LEVEL"] == "SYS"
+    interfaces = yaml.safe_load(node_pod(a4)["metadata"]["annotations"]["networking.gke.io/interfaces"])
+    assert [(i["interfaceName"], i["network"]) for i in interfaces] == [("eth0", "default"), ("eth1", "a"), ("eth2", "b")]
+
+
+def test_aws_efa_requests_the_devices_per_node_and_sets_libfabric():
+    sub = submission(**PROFILES["aws-efa"])
+    resources = sub.trainjob["spec"]["trainer"]["resourcesPerNode"]
+    assert resources["limits"] == resources["requests"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    [node] = node_pod(sub)["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in node["env"]}
+    assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1")
+    assert "resources" not in node  # the runtime keeps the SDK-readable shape (no EFA-only limits)
+    assert "/opt/amazon/efa/lib" in sub.launch.args[0]
+
+
+def test_infiniband_adds_ipc_lock_the_device_and_the_nccl_ib_settings():
+    sub = submission(**PROFILES["infiniband"])
+    [node] = node_pod(sub)["spec"]["containers"]
+    assert node["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    env = {e["name"]: e["value"] for e in node["env"]}
+    assert env == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5", "NCCL_IB_GID_INDEX": "3"}
+    assert sub.trainjob["spec"]["trainer"]["resourcesPerNode"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+
+
+@pytest.mark.parametrize("profile, privileges", [
+    ("gke-tcpxo", ["the NET_ADMIN capability", "host paths"]),
+    ("gke-rdma", ["host paths"]),
+    ("aws-efa", []),
+    ("infiniband", ["the IPC_LOCK capability"]),
+])
+def test_privileges_match_the_pod_security_oracle(profile, privileges):
+    executor = KubeflowExecutor(**dict(GPU_NODE, network_fabric=profile))
+    assert build_fabric(executor).privileges() == privileges
+    assert bool(pss.baseline(node_pod(submission(**dict(GPU_NODE, network_fabric=profile)))["spec"])) == bool(privileges)
+
+
+def test_efa_pods_still_pass_the_restricted_profile():
+    spec = node_pod(submission(**dict(GPU_NODE, network_fabric="aws-efa", restricted_security=True, run_as_user=1000)))
+    assert pss.restricted(spec["spec"]) == []
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(network_fabric="gke-rdm"), "network_fabric='gke-rdm' is not a profile: did you mean 'gke-rdma'?"),
+    (dict(network_fabric="efa"), "choose one of none, gke-tcpxo, gke-rdma, aws-efa, infiniband"),
+    (dict(network_fabric="aws-efa", gpus_per_node=0, nprocs_per_node=1),
+     "network_fabric='aws-efa' needs gpus_per_node > 0"),
+    (dict(network_fabric="aws-efa", enable_tcpxo=True), "enable_tcpxo=True contradicts network_fabric='aws-efa'"),
+    (dict(network_fabric="infiniband", restricted_security=True),
+     "restricted_security and network_fabric='infiniband' are exclusive: infiniband needs the IPC_LOCK capability"),
+    (dict(network_fabric="gke-rdma", restricted_security=True), "gke-rdma needs host paths"),
+    (dict(network_fabric="aws-efa", extra_resources={"vpc.amazonaws.com/efa": "4"}),
+     "extra_resources['vpc.amazonaws.com/efa']: network_fabric='aws-efa' already requests it"),
+    (dict(network_fabric="aws-efa", aws_efa=EFAConfig(devices_per_node=0)),
+     "aws_efa.devices_per_node=0: must be an integer >= 1"),
+    (dict(network_fabric="infiniband", infiniband=InfiniBandConfig(resource_name="ib")),
+     "infiniband.resource_name='ib'"),
+    (dict(network_fabric="gke-rdma", gke_rdma=GKERDMAConfig(network_names=["a"])),
+     "gke_rdma.network_names has 1 names for nic_count=8: give one network per NIC"),
+    (dict(network_fabric="gke-rdma", pod_annotations={"networking.gke.io/interfaces": "[]"}),
+     "pod_annotations['networking.gke.io/interfaces']: network_fabric='gke-rdma' sets this annotation"),
+])
+def test_invalid_combinations_are_named(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        KubeflowExecutor(**{**GPU_NODE, **kwargs}).validate()
+    assert message in str(err.value)
+
+
+def test_profile_settings_are_typo_proof():
+    with pytest.raises(TypeError, match="devices_per_nod"):
+        EFAConfig(devices_per_nod=4)

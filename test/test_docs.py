@@ -1,0 +1,100 @@
+"""The documentation site: it builds without a warning, every page is in the nav, and the pages
+stay in step with the README and the code they describe."""
+
+import ast
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+CONFIG = REPO / "mkdocs.yml"
+
+
+def fenced(text: str, lang: str) -> list[str]:
+    """The bodies of the top-level fenced code blocks of ``lang``, in order."""
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
+
+
+def nav_pages(nav) -> list[str]:
+    pages = []
+    for item in nav:
+        values = item.values() if isinstance(item, dict) else [item]
+        for value in values:
+            pages += [value] if isinstance(value, str) else nav_pages(value)
+    return pages
+
+
+def test_site_builds_without_warnings(tmp_path):
+    try:
+        import mkdocs  # noqa: F401
+    except ImportError:
+        pytest.fail("mkdocs is not installed: install the test extra (pip install -e '.[test]')")
+    site = tmp_path / "site"
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(CONFIG), "--site-dir", str(site)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "WARNING" not in out.stderr, out.stderr
+    built = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")}
+    for page in built:
+        html = site / ("index.html" if page == "index" else f"{page}/index.html")
+        assert html.is_file(), f"{page}.md was not built"
+
+
+def test_every_page_is_in_the_nav():
+    pages = nav_pages(yaml.safe_load(CONFIG.read_text())["nav"])
+    on_disk = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    assert [p for p in on_disk if p not in pages] == [], "add these pages to the nav of mkdocs.yml"
+    assert [p for p in pages if p not in on_disk] == [], "the nav of mkdocs.yml names missing pages"
+    assert len(pages) == len(set(pages)), "a page appears twice in the nav"
+
+
+def test_getting_started_runs_the_readme_commands():
+    readme = (REPO / "README.md").read_text()
+    try_it = readme.split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]
+    commands = fenced(try_it, "bash")
+    assert len(commands) == 2, "README's 'Try it' should hold the main job and the test command"
+    page = fenced((DOCS / "getting-started.md").read_text(), "bash")
+    assert page[:2] == commands, "copy README's two commands, verbatim, to the top of docs/getting-started.md"
+
+
+def test_every_template_variable_is_documented():
+    from nemo_kubeflow import KubeflowExecutor
+    from nemo_kubeflow.render import runtime_context
+
+    variables = runtime_context(KubeflowExecutor(container_image="python:3.11"))
+    text = (DOCS / "templates.md").read_text()
+    missing = [name for name in variables if f"`{name}`" not in text]
+    assert missing == [], f"document these template variables in docs/templates.md: {missing}"
+
+
+def test_code_samples_use_real_field_names():
+    """Every keyword given to one of our dataclasses in a docs Python sample is a field of it."""
+    import nemo_kubeflow
+
+    classes = {name: getattr(nemo_kubeflow, name) for name in nemo_kubeflow.__all__
+               if dataclasses.is_dataclass(getattr(nemo_kubeflow, name, None))}
+    problems = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in fenced(page.read_text(), "python"):
+            if "nemo_kubeflow" not in block:
+                continue  # e.g. NeMo-Run's own KubeflowExecutor in the comparison
+            try:
+                tree = ast.parse(block)
+            except SyntaxError as e:
+                problems.append(f"{page.name}: a Python sample does not parse: {e}")
+                continue
+            for node in ast.walk(tree):
+                name = getattr(node.func, "id", None) if isinstance(node, ast.Call) else None
+                if name in classes:
+                    fields = {f.name for f in dataclasses.fields(classes[name])}
+                    problems += [f"{page.name}: {name}({kw.arg}=...) is not a field"
+                                 for kw in node.keywords if kw.arg and kw.arg not in fields]
+    assert problems == []

@@ -22,6 +22,7 @@ from nemo_kubeflow.constants import (
     TRAINJOB_KIND,
 )
 from nemo_kubeflow.status import failure_detail, job_status, newest_pods_by_node
+from nemo_kubeflow.steps import failed_step
 
 
 def node_selector(trainjob: str, index: Optional[int] = None) -> str:
@@ -81,8 +82,11 @@ def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: 
     """Why a job failed: Trainer's condition, the first node that failed with its exit code
     or signal, and that node's last lines. Every node's log is saved once to
     ``<job_dir>/logs/node-<i>.log`` (pods and their logs vanish when the job is deleted)."""
-    pods = newest_pods_by_node(cluster.list("Pod", namespace, node_selector(trainjob)))
-    detail = failure_detail(list(pods.values()))
+    all_pods = cluster.list("Pod", namespace, f"{JOBSET_NAME_LABEL}={trainjob}")
+    node_pods = [p for p in all_pods if p["metadata"].get("labels", {}).get(REPLICATED_JOB_LABEL) == TRAINER_NODE]
+    pods = newest_pods_by_node(node_pods)
+    # An initializer or a preflight check that failed explains the failure better than a node.
+    detail = failed_step(all_pods) or failure_detail(list(pods.values()))
     parts = [p for p in (condition, detail) if p]
     first = _first_failed(pods)
     if first is not None:

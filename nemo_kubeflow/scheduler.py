@@ -28,14 +28,14 @@ from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
 from nemo_kubeflow import records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
-from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
+from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
 from nemo_kubeflow.errors import ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor
 from nemo_kubeflow.logs import failure_summary, node_log_lines, node_log_path, node_selector, tee_to_file
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.status import job_status, pending_reason, trainjob_warning
+from nemo_kubeflow.status import initializer_progress, job_status, pending_reason, trainjob_warning
 from nemo_kubeflow.submit import check_secret_sources, submit
 from nemo_kubeflow.validation import check_manifests
 
@@ -218,8 +218,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
     def _why_waiting(self, cluster: Cluster, namespace: str, name: str, nodes: int,
                      record: Optional[records.AppRecord], state: AppState) -> tuple[AppState, str]:
         """While a job has not started: what it waits for (two reads: its pods, Warning events)."""
-        pods = cluster.list("Pod", namespace, node_selector(name))
+        all_pods = cluster.list("Pod", namespace, f"{JOBSET_NAME_LABEL}={name}")
+        pods = [p for p in all_pods if p["metadata"].get("labels", {}).get(REPLICATED_JOB_LABEL) == TRAINER_NODE]
         events = cluster.list("Event", namespace, field_selector="type=Warning")
+        initializing = initializer_progress(all_pods)
+        if initializing and not pods:
+            return AppState.PENDING, initializing
         if not pods:
             # Trainer reports a JobSet it cannot build only as a Warning event on the TrainJob.
             warning = trainjob_warning(events, name)

@@ -32,7 +32,8 @@ from typing import Optional, Sequence
 
 from torchx.specs import AppState
 
-from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, REPLICATED_JOB_LABEL
+from nemo_kubeflow.steps import INITIALIZER_STEPS
 
 
 @dataclass(frozen=True)
@@ -208,3 +209,15 @@ def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
                 and container in (obj.get("fieldPath") or "") and "pull" in (e.get("message") or "").lower()):
             return e["message"]
     return ""
+
+
+def initializer_progress(pods: Sequence[dict]) -> str:
+    """``initializing: dataset-initializer Running, ..." while initializer pods exist (``""`` otherwise)."""
+    phases = {}
+    for pod in pods:
+        step = pod.get("metadata", {}).get("labels", {}).get(REPLICATED_JOB_LABEL)
+        if step in INITIALIZER_STEPS:
+            phases[step] = (pod.get("status") or {}).get("phase", "Pending")
+    if not phases:
+        return ""
+    return "initializing: " + ", ".join(f"{step} {phase}" for step, phase in sorted(phases.items()))

@@ -114,3 +114,10 @@ def test_following_logs_keeps_them_next_to_the_job(local):
         assert any("kept from node" in line for line in scheduler.log_iter(app_id, "tee", node, should_tail=True))
     logs = Path(exp.jobs[0].executor.job_dir) / "logs"
     assert "[node-1] kept from node 1" in (logs / "node-1.log").read_text()
+
+
+def test_failed_preflight_is_named_in_the_status(local):
+    _, app_id = submit(local, "preflightfail",
+                       preflight='echo "checking"; echo "nccl: interface eth9 missing" >&2; exit 1')
+    desc = wait_for_message(app_id, "preflight on node", timeout=60)
+    assert desc.state == AppState.FAILED and "(pod " in desc.msg

@@ -55,3 +55,14 @@ def test_failure_detail_names_the_first_failed_node():
     assert failure_detail(pods) == "node 1 (pod j-node-0-1-b) exited with code 3"
     assert failure_detail(pods[:1]) == "node 0 (pod j-node-0-0-a) was killed by signal 9 (OOMKilled)"
     assert failure_detail([pod(0, "ok", 0)]) == ""
+
+
+def test_initializer_progress():
+    from nemo_kubeflow.status import initializer_progress
+
+    def p(step, phase):
+        return {"metadata": {"labels": {"jobset.sigs.k8s.io/replicatedjob-name": step}}, "status": {"phase": phase}}
+
+    assert initializer_progress([p("model-initializer", "Pending"), p("dataset-initializer", "Running")]) == \
+        "initializing: dataset-initializer Running, model-initializer Pending"
+    assert initializer_progress([p("node", "Running")]) == ""

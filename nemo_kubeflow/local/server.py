@@ -185,6 +185,9 @@ class ApiServer:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Answers go out in several small writes; with Nagle's algorithm each keep-alive request
+    # waits for the peer's delayed ACK (about 40 ms on loopback). API servers set TCP_NODELAY too.
+    disable_nagle_algorithm = True
     server: _Server
 
     def setup(self) -> None:

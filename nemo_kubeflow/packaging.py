@@ -18,6 +18,7 @@ Pod-side layout, relative to the workspace (``/nemo_run`` by default)::
 
 import base64
 import fnmatch
+import functools
 import gzip
 import hashlib
 import io
@@ -34,6 +35,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 import yaml
 from nemo_run.core.packaging.base import Packager
 
+from nemo_kubeflow import yamlio
 from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, NEMO_RUN_POD_DIR
 from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
 
@@ -221,7 +223,7 @@ def redact_executor_yaml(text: str) -> str:
 
     Raises ``yaml.YAMLError`` when ``text`` does not parse.
     """
-    return yaml.safe_dump(_redact(yaml.safe_load(text)), sort_keys=False)
+    return yaml.dump(_redact(yamlio.load(text)), Dumper=yamlio.FastSafeDumper, sort_keys=False)
 
 
 def _redact(node: object) -> object:
@@ -707,7 +709,9 @@ def _raise_unreadable(error: OSError) -> None:
     raise PackagingError(f"cannot list {error.filename}: {error.strerror or error}") from error
 
 
+@functools.lru_cache(maxsize=64)
 def _git_toplevel(cwd: str) -> str:
+    """The git toplevel of ``cwd`` (``cwd`` outside git); cached: one subprocess per directory."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"],

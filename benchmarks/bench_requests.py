@@ -1,0 +1,75 @@
+"""Requests per submitted task, and runtime reuse across identical tasks.
+
+Counted from the local API server's request log, so nothing the client does is missed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from harness import NAMESPACE, UPSTREAM_RUNTIME, Detail, Metric, TaskSubmitter, launch, nemorun_home, ours, upstream
+
+NAME = "requests"
+RUNTIMES = "clustertrainingruntimes"
+
+
+def _requests_of_one_task(ctx, executor) -> list:
+    cluster = ctx.cluster
+    with nemorun_home() as home:
+        submitter = TaskSubmitter(executor, home)
+        app, prepared = submitter.prepare()
+        cluster.clear_requests()
+        submitter.submit(app, prepared)
+        return cluster.requests
+
+
+def _describe(requests) -> str:
+    return ", ".join(f"{r.method} {r.resource} {r.status_code}" for r in requests)
+
+
+def _delete_our_runtimes(ctx) -> None:
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(ctx.cluster.api)
+    for runtime in ctx.cluster.objects(RUNTIMES):
+        if runtime["metadata"]["name"] != UPSTREAM_RUNTIME:
+            api.delete_cluster_custom_object("trainer.kubeflow.org", "v1alpha1", RUNTIMES, runtime["metadata"]["name"])
+
+
+def run(ctx):
+    cluster = ctx.cluster
+    cluster.delete_trainjobs()
+    _delete_our_runtimes(ctx)
+
+    # 1. Requests per task: the first task creates the runtime, the next ones reuse it (409).
+    first = _requests_of_one_task(ctx, ours(cluster.kubeconfig_path))
+    again = _requests_of_one_task(ctx, ours(cluster.kubeconfig_path))
+    base = _requests_of_one_task(ctx, upstream())
+    yield Metric("requests per task, ships code (first: creates runtime)", len(first), len(base), "req", at_most=4,
+                 note="baseline ships no code")
+    yield Metric("requests per task, ships code (runtime exists: 409)", len(again), len(base), "req", at_most=4)
+    yield Detail("Requests of one task", [
+        f"- ours, first task: {_describe(first)}",
+        f"- ours, runtime exists: {_describe(again)}",
+        f"- baseline: {_describe(base)}",
+    ])
+    cluster.delete_trainjobs()
+
+    # 3. Runtime reuse: N identical tasks in one parallel experiment (NeMo-Run's thread pool).
+    tasks = 20 if ctx.quick else 100
+    _delete_our_runtimes(ctx)
+    cluster.clear_requests()
+    with nemorun_home():
+        launch(ours(cluster.kubeconfig_path), tasks, "bench-reuse")
+    requests = cluster.requests
+    runtimes = [r for r in cluster.objects(RUNTIMES) if r["metadata"]["name"] != UPSTREAM_RUNTIME]
+    answers = Counter(r.status_code for r in requests if r.resource == RUNTIMES and r.verb == "create")
+    trainjobs = sum(1 for r in requests if r.resource == "trainjobs" and r.verb == "create" and r.status_code == 201)
+    yield Metric(f"runtimes created by {tasks} identical tasks", len(runtimes), None, "", at_most=1,
+                 note=f"runtime POSTs: {answers.get(201, 0)}x 201, {answers.get(409, 0)}x 409; "
+                      f"{trainjobs}/{tasks} TrainJobs created")
+    per_task = Counter((r.verb, r.resource) for r in requests)
+    yield Detail(f"Requests of {tasks} identical tasks (one experiment, run in parallel)", [
+        f"- {count / tasks:g} per task: {verb} {resource}" for (verb, resource), count in sorted(per_task.items())
+    ])
+    cluster.delete_trainjobs(NAMESPACE)

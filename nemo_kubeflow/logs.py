@@ -14,6 +14,7 @@ import time
 from typing import Callable, Iterator, Optional
 
 from nemo_kubeflow.cluster import Cluster
+from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
     JOBSET_NAME_LABEL,
@@ -90,8 +91,11 @@ def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: 
     parts = [p for p in (condition, detail) if p]
     first = _first_failed(pods)
     if first is not None:
-        tail = list(cluster.pod_log(pods[first]["metadata"]["name"], namespace, container=TRAINER_NODE,
-                                    tail_lines=SUMMARY_TAIL))
+        try:
+            tail = list(cluster.pod_log(pods[first]["metadata"]["name"], namespace, container=TRAINER_NODE,
+                                        tail_lines=SUMMARY_TAIL))
+        except ClusterError:
+            tail = []
         if tail:
             parts.append(f"last lines of node {first}:\n" + "\n".join(f"    {line}" for line in tail))
     if job_dir:
@@ -130,9 +134,13 @@ def save_node_logs(cluster: Cluster, namespace: str, pods: dict[int, dict], dire
             path = os.path.join(directory, f"node-{index}.log")
             if os.path.exists(path):
                 continue
+            try:
+                lines = list(cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE))
+            except ClusterError as e:
+                # e.g. 400 PodInitializing: a failed init container (preflight) kept `node` from starting.
+                lines = [f"(no log of node {index}: {e.server_message or e})"]
             with open(path, "w") as f:
-                for line in cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE):
-                    f.write(line + "\n")
+                f.writelines(line + "\n" for line in lines)
         return directory
     except OSError as e:
         log.warning("could not save the node logs to %s: %s", directory, e)

@@ -78,6 +78,9 @@ KINDS: dict[str, Kind] = {
         Kind(TRAINJOB_KIND, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL),
         Kind(RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, RUNTIME_PLURAL),
         Kind(CLUSTER_RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, CLUSTER_RUNTIME_PLURAL, namespaced=False),
+        # Kueue, read only: the queue a job waits in, and the Workload it waits as.
+        Kind("LocalQueue", "kueue.x-k8s.io", "v1beta1", "localqueues"),
+        Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads"),
     )
 }
 

@@ -179,6 +179,43 @@ class KubeflowExecutor(Executor):
     #: GID that owns mounted volumes (``securityContext.fsGroup``), so a non-root user can write PVCs.
     fs_group: Optional[int] = None
 
+    # --- queueing and gang scheduling (docs/scheduling.md) --------------------------
+    #: Kueue LocalQueue (in ``namespace``) that admits the job: the TrainJob gets the label
+    #: ``kueue.x-k8s.io/queue-name``, stays suspended until Kueue admits it, and is not resumed by
+    #: NeMo-Run. The queue is checked before anything is written. ``None``: no queue.
+    queue_name: Optional[str] = None
+    #: Kueue WorkloadPriorityClass of the job (label ``kueue.x-k8s.io/priority-class``); it orders
+    #: the queue and decides preemption. Needs ``queue_name``.
+    workload_priority_class: Optional[str] = None
+    #: Gang scheduling, so that no pod starts before all of them can (the runtime's
+    #: ``spec.podGroupPolicy``): ``"none"``, ``"coscheduling"`` (the scheduler-plugins
+    #: Coscheduling plugin) or ``"volcano"``. Trainer then creates a PodGroup per TrainJob; the
+    #: cluster must run that scheduler.
+    pod_group_policy: str = "none"
+    #: With ``pod_group_policy="coscheduling"``: how long the PodGroup may wait for all its pods
+    #: to be schedulable (``scheduleTimeoutSeconds``); ``None`` keeps Trainer's default, 60.
+    schedule_timeout_seconds: Optional[int] = None
+    #: The scheduler of the pods (``schedulerName``). ``None``: ``"volcano"`` with the volcano
+    #: policy, ``"scheduler-plugins-scheduler"`` with coscheduling (scheduler-plugins installed as
+    #: a second scheduler), the cluster's default scheduler otherwise.
+    scheduler_name: Optional[str] = None
+    #: Kubernetes PriorityClass of the pods (``priorityClassName``): pod priority and preemption
+    #: by the scheduler (not Kueue's order: see ``workload_priority_class``).
+    priority_class_name: Optional[str] = None
+    #: Keep all of the job's node pods in one topology domain: a node label such as
+    #: ``"cloud.google.com/gce-topology-block"`` (required pod affinity among this job's own pods).
+    #: Pods that do not fit in the first pod's domain stay pending (pair it with gang scheduling).
+    topology_key: Optional[str] = None
+
+    # --- no silent hangs --------------------------------------------------------------
+    #: Timeouts for distributed jobs, so that a lost rank or a stuck collective ends the job instead
+    #: of hanging it: the launch script exports ``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``,
+    #: ``TORCH_NCCL_ENABLE_MONITORING=1``, ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=600`` and torchrun's
+    #: static rendezvous timeout ``PET_RDZV_CONF=timeout=1800``, each unless the task sets it
+    #: (``env_vars``, ``Script.env``), the image or an ``envFrom`` Secret does (docs/scheduling.md).
+    #: ``False`` exports none.
+    timeout_defaults: bool = True
+
     # --- network fabric --------------------------------------------------------
     #: The GPU interconnect between nodes: ``"none"``, ``"gke-tcpxo"`` (GKE A3 Mega),
     #: ``"gke-rdma"`` (GKE A3 Ultra/A4, gIB), ``"aws-efa"`` or ``"infiniband"``. Each profile
@@ -359,10 +396,53 @@ class KubeflowExecutor(Executor):
             yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
         yield from fabric_problems(self)
         yield from initializer_problems(self)
+        yield from self._scheduling_problems()
         if isinstance(self.preflight, str) and not self.preflight.strip():
             yield "preflight='': give a bash command, or True for the packaged checks"
         elif not isinstance(self.preflight, (bool, str)):
             yield f"preflight={self.preflight!r}: must be True, False or a bash command"
+
+    def _scheduling_problems(self):
+        from nemo_kubeflow.manifests import POD_GROUP_POLICIES, PRIORITY_CLASS_LABEL, QUEUE_LABEL
+
+        for fname, label in (("queue_name", QUEUE_LABEL), ("workload_priority_class", PRIORITY_CLASS_LABEL)):
+            value = getattr(self, fname)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not naming.is_rfc1123_subdomain(value) or len(value) > 63:
+                yield (f"{fname}={value!r}: must be a Kubernetes object name of at most 63 characters "
+                       "(lowercase letters, digits, '-' and '.')")
+            if label in self.labels and self.labels[label] != value:
+                yield f"{fname}={value!r} and labels[{label!r}]={self.labels[label]!r} disagree; set {fname} only"
+        if self.workload_priority_class is not None and self.queue_name is None and QUEUE_LABEL not in self.labels:
+            yield "workload_priority_class needs queue_name: Kueue orders only the jobs of its queues"
+        if self.pod_group_policy not in POD_GROUP_POLICIES:
+            yield f"pod_group_policy={self.pod_group_policy!r}: must be one of {', '.join(POD_GROUP_POLICIES)}"
+        if self.schedule_timeout_seconds is not None:
+            if self.pod_group_policy != "coscheduling":
+                yield "schedule_timeout_seconds applies to pod_group_policy='coscheduling' only"
+            if (not isinstance(self.schedule_timeout_seconds, int) or isinstance(self.schedule_timeout_seconds, bool)
+                    or self.schedule_timeout_seconds < 1):
+                yield f"schedule_timeout_seconds={self.schedule_timeout_seconds!r}: must be an integer >= 1"
+        if self.pod_group_policy != "none" and self.initializer is not None:
+            yield (
+                f"pod_group_policy={self.pod_group_policy!r} with an initializer: Trainer counts the initializer "
+                "pods in the gang, but they must finish before the node pods are created, so the gang can never "
+                "be complete; use queue_name (Kueue) instead, or drop the initializer"
+            )
+        for fname in ("priority_class_name", "scheduler_name"):
+            value = getattr(self, fname)
+            if value is not None and (not isinstance(value, str) or not naming.is_rfc1123_subdomain(value)):
+                yield f"{fname}={value!r}: not a valid Kubernetes object name"
+        if self.runtime_name is not None:
+            rendered = [f for f in ("priority_class_name", "scheduler_name") if getattr(self, f) is not None]
+            rendered += ["pod_group_policy"] if self.pod_group_policy != "none" else []
+            if rendered:
+                yield (f"{', '.join(rendered)} go into the rendered runtime, but runtime_name uses an existing one; "
+                       "set them in that runtime, or leave runtime_name unset")
+        if self.topology_key is not None and not _is_label_key(self.topology_key):
+            yield (f"topology_key={self.topology_key!r}: must be a node label key, "
+                   "e.g. 'cloud.google.com/gce-topology-block'")
 
     def _env_problems(self):
         env_names = list(self.env_vars) + list(self.secret_env_vars) + list(self.secret_key_refs)
@@ -418,6 +498,15 @@ class KubeflowExecutor(Executor):
         for m in self.secret_mounts:
             if not naming.is_rfc1123_subdomain(m.secret_name):
                 yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name"
+
+
+def _is_label_key(key: str) -> bool:
+    """A qualified name: an optional DNS subdomain prefix and '/', then at most 63 characters."""
+    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
+    return bool(
+        (not prefix or naming.is_rfc1123_subdomain(prefix))
+        and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name)
+    )
 
 
 def _is_env_name(name: str) -> bool:

@@ -22,6 +22,7 @@ from nemo_kubeflow.constants import (
     JOBSET_NAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    REPLICATED_JOB_LABEL,
     TASK_LABEL,
     TRAINER_API_VERSION,
     TRAINER_GROUP,
@@ -36,6 +37,42 @@ from nemo_kubeflow.steps import PREFLIGHT_CONTAINER
 PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 #: Shown instead of secret values wherever a manifest is printed or written.
 MASK = "<masked>"
+
+# --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
+KUEUE_GROUP = "kueue.x-k8s.io"
+#: The LocalQueue of a job. Kueue's webhook suspends a TrainJob that carries it, creates a
+#: Workload owned by it, and unsuspends it on admission.
+QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+#: The WorkloadPriorityClass of a job.
+PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
+LOCALQUEUE_KIND = "LocalQueue"
+WORKLOAD_KIND = "Workload"
+
+#: ``pod_group_policy`` values; each but "none" is a key of the runtime's ``spec.podGroupPolicy``.
+POD_GROUP_POLICIES = ("none", "coscheduling", "volcano")
+#: ``schedulerName`` of the pods per gang policy when ``scheduler_name`` is unset: Trainer only
+#: creates the PodGroup, the pods must go to the scheduler that reads it (Volcano's, or
+#: scheduler-plugins installed as a second scheduler, the name its Helm chart gives it).
+GANG_SCHEDULERS = {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano"}
+
+#: Timeouts a distributed job's launch script exports (``timeout_defaults``), so that a lost rank or a
+#: stuck collective ends the job (and lets JobSet restart it) instead of hanging it. Each is read by
+#: torch 2.x (ProcessGroupNCCL's environment, torchrun's ``PET_*``-backed flags).
+TIMEOUT_DEFAULTS: dict[str, str] = {
+    # A failed or timed-out NCCL collective aborts the communicators and ends the process
+    # (3 = SkipCleanUp: no cleanup that could itself hang). torch's current default, pinned
+    # against images and older torch versions that default otherwise.
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    # A monitor thread kills the process when NCCL's watchdog thread itself is stuck...
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    # ...for this many seconds without a heartbeat (torch's default is 480).
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "600",
+    # torchrun's --rdzv-conf: the static rendezvous (how Trainer wires torchrun) gives up when a node
+    # has not joined after this many seconds (torch's default 600; nodes pulling a large image start late).
+    "PET_RDZV_CONF": "timeout=1800",
+}
+#: Older spellings torch still reads: a value set under one of them is kept.
+TIMEOUT_ALIASES = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "NCCL_ASYNC_ERROR_HANDLING"}
 
 
 @dataclass
@@ -144,6 +181,64 @@ def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Opt
             }
         },
     }
+
+
+def timeout_exports(user_names: Sequence[str]) -> dict[str, str]:
+    """The launch script's ``export``s of the ``TIMEOUT_DEFAULTS`` the task does not set itself.
+
+    Names the task sets (``env_vars``, the task's env, Secret references) are left out; the others
+    are exported as ``"${NAME-default}"``, so that a value from anywhere else (the image, an ``envFrom``
+    Secret, the runtime or network fabric) still wins at run time.
+    """
+    taken = set(user_names)
+    exports = {}
+    for name, value in TIMEOUT_DEFAULTS.items():
+        alias = TIMEOUT_ALIASES.get(name)
+        if name in taken or alias in taken:
+            continue
+        default = f"${{{alias}-{value}}}" if alias else value
+        exports[name] = f'"${{{name}-{default}}}"'
+    return exports
+
+
+def queue_labels(queue_name: Optional[str], priority_class: Optional[str]) -> dict[str, str]:
+    """Kueue's labels on the TrainJob (its TrainJob integration reads them from the TrainJob's own metadata)."""
+    labels = {}
+    if queue_name:
+        labels[QUEUE_LABEL] = queue_name
+    if priority_class:
+        labels[PRIORITY_CLASS_LABEL] = priority_class
+    return labels
+
+
+def queue_name(trainjob: Optional[Mapping[str, Any]]) -> str:
+    """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
+    return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")
+
+
+def same_domain_affinity(trainjob_name: str, topology_key: str) -> dict:
+    """Required pod affinity among *this job's* node pods on ``topology_key``: every pod joins the
+    domain of the first one placed (the scheduler lets the first pod of a self-matching term go
+    anywhere). Scoped to the JobSet name and the ``node`` job, like the anti-affinity."""
+    return {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {JOBSET_NAME_LABEL: trainjob_name,
+                                                      REPLICATED_JOB_LABEL: TRAINER_NODE}},
+                    "topologyKey": topology_key,
+                }
+            ]
+        }
+    }
+
+
+def merge_affinity(*affinities: Optional[dict]) -> Optional[dict]:
+    """One ``affinity`` from parts with distinct keys (podAffinity, podAntiAffinity)."""
+    merged: dict[str, Any] = {}
+    for part in affinities:
+        merged.update(part or {})
+    return merged or None
 
 
 def one_pod_per_node_affinity(trainjob_name: str) -> dict:

@@ -57,6 +57,10 @@ def build_submission(
     if fabric.library_path:
         # Extended, not replaced, so that the image's own LD_LIBRARY_PATH survives.
         exports["LD_LIBRARY_PATH"] = shlex.quote(fabric.library_path) + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
+    if executor.timeout_defaults and executor.nodes * executor.nprocs_per_node > 1:
+        # In the script, not in spec.trainer.env: a value from the image or an envFrom Secret still wins.
+        task_env = [*executor.env_vars, *role.env, *executor.secret_env_vars, *executor.secret_key_refs]
+        exports.update(mf.timeout_exports(task_env))
     launch = build_launch(
         role.entrypoint,
         list(role.args),
@@ -87,7 +91,11 @@ def build_submission(
     patch = mf.runtime_patch(
         code.volumes if code else [],
         code.volume_mounts if code else [],
-        mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and executor.nodes > 1 else None,
+        mf.merge_affinity(
+            mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and executor.nodes > 1 else None,
+            mf.same_domain_affinity(name, executor.topology_key) if executor.topology_key and executor.nodes > 1
+            else None,
+        ),
         preflight_env,
     )
     trainjob = mf.build_trainjob(
@@ -101,7 +109,7 @@ def build_submission(
         nprocs_per_node=executor.nprocs_per_node,
         env=env,
         resources=mf.resources_per_node(executor),
-        labels={**labels, **executor.labels},
+        labels={**labels, **executor.labels, **mf.queue_labels(executor.queue_name, executor.workload_priority_class)},
         annotations=dict(executor.annotations),
         patch=patch,
         active_deadline_seconds=executor.active_deadline_seconds,
@@ -127,6 +135,14 @@ def build_submission(
         summary["network_fabric"] = fabric.name
     if executor.initializer is not None:
         summary["initializers"] = ", ".join(st.name for st in initializers.steps(executor))
+    queue = mf.queue_name(trainjob)
+    if queue:
+        summary["queue"] = f"Kueue LocalQueue {queue}" + (
+            f", priority {executor.workload_priority_class}" if executor.workload_priority_class else "")
+    if executor.pod_group_policy != "none":
+        summary["gang scheduling"] = executor.pod_group_policy
+    if executor.topology_key:
+        summary["placement"] = f"all nodes in one {executor.topology_key} domain"
     if executor.preflight:
         summary["preflight"] = "the packaged checks" if executor.preflight is True else "your command"
     return mf.Submission(

@@ -30,6 +30,7 @@ from nemo_kubeflow.constants import (
 )
 from nemo_kubeflow.errors import TemplateError
 from nemo_kubeflow.fabrics import Fabric, build_fabric
+from nemo_kubeflow.manifests import GANG_SCHEDULERS
 
 DEFAULT_TEMPLATE = "training_runtime.yaml.j2"
 RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
@@ -173,6 +174,22 @@ def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
     }
 
 
+def pod_group_policy(executor) -> Optional[dict[str, Any]]:
+    """The runtime's ``spec.podGroupPolicy`` (gang scheduling), or ``None`` when off."""
+    policy = getattr(executor, "pod_group_policy", "none") or "none"
+    if policy == "none":
+        return None
+    settings: dict[str, Any] = {}
+    if policy == "coscheduling" and executor.schedule_timeout_seconds is not None:
+        settings["scheduleTimeoutSeconds"] = executor.schedule_timeout_seconds
+    return {policy: settings}
+
+
+def scheduler_name(executor) -> Optional[str]:
+    """The pods' ``schedulerName``: the executor's, else the gang scheduler's, else none (the default)."""
+    return executor.scheduler_name or GANG_SCHEDULERS.get(executor.pod_group_policy)
+
+
 def runtime_context(executor) -> dict[str, Any]:
     """The template variables for ``executor``; templates/training_runtime.yaml.j2 shows how each is used."""
     fabric = build_fabric(executor)
@@ -203,6 +220,9 @@ def runtime_context(executor) -> dict[str, Any]:
         "preflight": preflight_context(executor, fabric),
         "initializers": initializers.steps(executor),
         "initializer_volume": initializers.volume(executor),
+        "pod_group_policy": pod_group_policy(executor),
+        "scheduler_name": scheduler_name(executor),
+        "priority_class_name": executor.priority_class_name,
     }
 
 

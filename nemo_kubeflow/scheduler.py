@@ -29,13 +29,20 @@ from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 from nemo_kubeflow import records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
-from nemo_kubeflow.errors import ConfigError, PackagingError
+from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor
 from nemo_kubeflow.logs import failure_summary, node_log_lines, node_log_path, node_selector, tee_to_file
-from nemo_kubeflow.manifests import Submission
+from nemo_kubeflow.manifests import Submission, queue_name
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.status import initializer_progress, job_status, pending_reason, trainjob_warning
+from nemo_kubeflow.status import (
+    initializer_progress,
+    job_status,
+    owned_workload,
+    pending_reason,
+    queue_wait_message,
+    trainjob_warning,
+)
 from nemo_kubeflow.submit import check_secret_sources, submit
 from nemo_kubeflow.validation import check_manifests
 
@@ -206,14 +213,29 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             return self._response(app_id, AppState[record.outcome_state], record.outcome_message, {}, nodes)
         status = job_status(trainjob, name=f"{namespace}/{name}")
         state, message = status.state, status.message
+        queue = queue_name(trainjob)
         waiting = state in (AppState.SUBMITTED, AppState.PENDING) and trainjob is not None \
             and not message.startswith("suspended")
-        if waiting:
+        if state in (AppState.SUBMITTED, AppState.PENDING) and queue and (trainjob.get("spec") or {}).get("suspend"):
+            # Suspended until Kueue admits it: say why it waits, from its Workload.
+            state, message = AppState.PENDING, self._why_queued(cluster, namespace, trainjob, queue)
+            self._report_progress(app_id, state, message)
+        elif waiting:
             state, message = self._why_waiting(cluster, namespace, name, nodes, record, state)
             self._report_progress(app_id, state, message)
         elif state == AppState.FAILED:
             message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "")
         return self._response(app_id, state, message, status.nodes, nodes)
+
+    @staticmethod
+    def _why_queued(cluster: Cluster, namespace: str, trainjob: dict, queue: str) -> str:
+        """While Kueue holds the job: the Workload's reason (one read; none if Workloads cannot be read)."""
+        try:
+            workloads = cluster.list("Workload", namespace)
+        except ClusterError as e:
+            log.debug("cannot read Kueue Workloads in %s: %s", namespace, e)
+            workloads = []
+        return queue_wait_message(queue, owned_workload(workloads, trainjob))
 
     def _why_waiting(self, cluster: Cluster, namespace: str, name: str, nodes: int,
                      record: Optional[records.AppRecord], state: AppState) -> tuple[AppState, str]:

@@ -16,6 +16,9 @@ row that matches wins.
 | ``node`` job active, not ready              | PENDING   | pods starting                              |
 | anything else                               | SUBMITTED | created, pods not there yet                |
 
+A suspended TrainJob with Kueue's queue-name label waits for its queue: the scheduler then lists
+the namespace's Workloads (one more read, only in that state) and ``queue_wait_message`` says why.
+
 Status costs one GET (the TrainJob). ``jobsStatus`` mirrors JobSet's
 ``replicatedJobsStatus``, which counts child *Jobs*, not pods: our runtime has one Job of
 N pods, and JobSet counts it ready once all its pods are ready or succeeded. Per-pod
@@ -209,6 +212,41 @@ def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
                 and container in (obj.get("fieldPath") or "") and "pull" in (e.get("message") or "").lower()):
             return e["message"]
     return ""
+
+
+def owned_workload(workloads: Sequence[dict], trainjob: dict) -> Optional[dict]:
+    """The Kueue Workload that stands for ``trainjob`` in its queue (Kueue makes the TrainJob its owner)."""
+    uid = trainjob.get("metadata", {}).get("uid")
+    for workload in workloads:
+        if any(ref.get("uid") == uid and ref.get("kind") == "TrainJob"
+               for ref in workload.get("metadata", {}).get("ownerReferences") or []):
+            return workload
+    return None
+
+
+def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
+    """"waiting for queue <name> to admit it", with what Kueue says about the Workload when there is one.
+
+    Kueue records why a Workload waits in its conditions: ``QuotaReserved=False`` with reason
+    ``Inadmissible`` ("LocalQueue q is stopped", "... doesn't exist") or ``Pending`` ("couldn't
+    assign flavors to pod set node: insufficient unused quota ..."); ``Evicted=True`` after a
+    preemption; ``Admitted=False`` while admission checks run after the quota is reserved.
+    """
+    text = f"waiting for queue {queue} to admit it"
+    if workload is None:
+        return text
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    evicted, reserved, admitted = (conditions.get(t) or {} for t in ("Evicted", "QuotaReserved", "Admitted"))
+    if evicted.get("status") == "True" and reserved.get("status") != "True":
+        return f"{text} again (evicted: {_cond_text(evicted)})"
+    if reserved.get("status") == "False" and _cond_text(reserved):
+        return f"{text}: {_cond_text(reserved)}"
+    if reserved.get("status") == "True" and admitted.get("status") != "True":
+        why = _cond_text(admitted)
+        return f"{text}: quota reserved, waiting for admission checks" + (f" ({why})" if why else "")
+    if admitted.get("status") == "True":
+        return f"admitted by queue {queue}, starting"
+    return text
 
 
 def initializer_progress(pods: Sequence[dict]) -> str:

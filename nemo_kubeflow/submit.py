@@ -9,7 +9,8 @@ Order, and why:
 3. The TrainJob, created **suspended**: nothing runs yet.
 4. The task's ConfigMaps and Secret, each with an ``ownerReference`` to the TrainJob,
    so Kubernetes deletes them with it (cancel, or cleanup by anyone).
-5. Resume: ``spec.suspend=false`` (skipped when a queue admits the job instead).
+5. Resume: ``spec.suspend=false``, skipped with a Kueue queue (``queue_name``): Kueue unsuspends
+   the job when it admits it. The LocalQueue is checked before step 1.
 
 A failure at any step removes what this submission created (deleting the TrainJob
 is enough for everything it owns), then raises ``SubmissionError`` with the server's
@@ -101,6 +102,9 @@ def submit(
     submission_id = uuid.uuid4().hex
     if sub.runtime is None:
         check_existing_runtime(cluster, sub)
+    queue = mf.queue_name(sub.trainjob)
+    if queue:
+        check_queue(cluster, ns, queue)
     try:
         for pvc in sub.pvcs:
             if _create_or_reuse(cluster, pvc, actions):
@@ -121,7 +125,7 @@ def submit(
         for obj in owned:
             _create_owned(cluster, obj, owner["uid"])
             actions.append(("create", obj["kind"], obj["metadata"]["name"]))
-        if resume:
+        if resume and not queue:  # with a queue, Kueue unsuspends the job when it admits it
             trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
             actions.append(("patch", TRAINJOB_KIND, sub.name))
         return SubmitResult(trainjob=trainjob, actions=actions)
@@ -152,6 +156,31 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> None:
     raise NotFoundError(
         f"runtime_name={name!r}: no {kind} of that name{where} (available: {listing}); "
         "fix runtime_name, or leave it unset to let nemo_kubeflow render a runtime",
+        status=404, reason="NotFound",
+    )
+
+
+def check_queue(cluster: Cluster, namespace: str, queue: str) -> None:
+    """With ``queue_name``, the Kueue LocalQueue must exist: a job sent to a missing queue would stay
+    suspended forever. Say so before writing anything, and list the queues that exist. Only a 404
+    counts: without permission to read LocalQueues (or on any other failure) submit anyway."""
+    try:
+        if cluster.get(mf.LOCALQUEUE_KIND, queue, namespace) is not None:
+            return
+    except ClusterError as e:
+        log.debug("cannot check Kueue LocalQueue %s/%s, submitting anyway: %s", namespace, queue, e)
+        return
+    try:
+        available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(mf.LOCALQUEUE_KIND, namespace)))
+        listing = f"queues in this namespace: {available or 'none'}"
+    except NotFoundError:
+        listing = "this cluster does not serve Kueue's LocalQueue API, kueue.x-k8s.io/v1beta1: is Kueue installed?"
+    except ClusterError:
+        listing = "the existing queues could not be listed"
+    raise NotFoundError(
+        f"queue_name={queue!r}: there is no Kueue LocalQueue {queue!r} in namespace {namespace!r} ({listing}); "
+        "the TrainJob would wait in it forever. Fix queue_name, ask an admin for the LocalQueue, "
+        "or leave queue_name unset",
         status=404, reason="NotFound",
     )
 

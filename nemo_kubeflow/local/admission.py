@@ -11,6 +11,7 @@ import re
 from typing import Any, Optional
 
 from nemo_kubeflow import constants as C
+from nemo_kubeflow.local import kueue
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, FieldError, webhook_denied
 from nemo_kubeflow.local.resources import ResourceType
@@ -36,7 +37,7 @@ _POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
 
 def apply_defaults(rt: ResourceType, obj: dict) -> None:
     spec = obj.get("spec")
-    if not isinstance(spec, dict):
+    if not isinstance(spec, dict) or not rt.is_trainer:
         return
     if rt is R.TRAINJOBS:
         ref = spec.get("runtimeRef")
@@ -63,6 +64,8 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
 
 
 def crd_errors(rt: ResourceType, obj: dict, old: Optional[dict]) -> list[FieldError]:
+    if not rt.is_trainer:
+        return kueue.crd_errors(rt, obj)
     if rt is R.TRAINJOBS:
         return _trainjob_crd_errors(obj, old)
     return _runtime_crd_errors(obj)
@@ -175,6 +178,8 @@ def find_container(runtime: dict, job_name: str, container_name: str) -> Optiona
 
 def admit(store: Store, rt: ResourceType, obj: dict, old: Optional[dict]) -> list[str]:
     """Run the validating webhook for `obj`; returns its warnings, raises 403 when it denies."""
+    if not rt.is_trainer:
+        return []
     if rt is R.TRAINJOBS:
         return _admit_trainjob(store, obj, old)
     if obj["metadata"].get("labels", {}).get("trainer.kubeflow.org/webhook-validation") == "disabled":

@@ -16,6 +16,7 @@ from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.events import EventRecorder
 from nemo_kubeflow.local.faults import USER, Fault, FaultHandle, Hooks, RequestRecord
 from nemo_kubeflow.local.kubelet import Kubelet
+from nemo_kubeflow.local.kueue import KueueController
 from nemo_kubeflow.local.logs import LogStore
 from nemo_kubeflow.local.registry import Registry
 from nemo_kubeflow.local.server import ApiServer
@@ -48,6 +49,7 @@ class LocalCluster:
         self._server: Optional[ApiServer] = None
         self._kubelet: Optional[Kubelet] = None
         self._controller: Optional[TrainerController] = None
+        self._kueue: Optional[KueueController] = None
 
     # -- lifecycle --
 
@@ -68,6 +70,8 @@ class LocalCluster:
         self._kubelet = Kubelet(store, self._workdir, events, logs, self._server.url)
         self._controller = TrainerController(store, events)
         self._controller.start()
+        self._kueue = KueueController(store, events)
+        self._kueue.start()
         self._write_kubeconfig()
         return self
 
@@ -76,9 +80,10 @@ class LocalCluster:
         if self._server is None:
             return
         self._server.stop()
+        self._kueue.stop()
         self._controller.stop()
         self._kubelet.stop()
-        self._server = self._controller = self._kubelet = None
+        self._server = self._controller = self._kubelet = self._kueue = None
         if self._given_workdir is None and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 

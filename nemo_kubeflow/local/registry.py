@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from nemo_kubeflow.local import admission, validation
+from nemo_kubeflow.local import admission, kueue, validation
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request, invalid, not_found
 from nemo_kubeflow.local.patch import json_patch, merge_patch, strategic_merge_patch
@@ -98,6 +98,8 @@ def _prepare_for_create(rt: ResourceType, obj: dict) -> None:
                          "capacity": {"storage": storage}}
     elif rt.status_subresource:
         obj.pop("status", None)  # the status subresource owns it
+    if rt is R.TRAINJOBS:
+        kueue.default_trainjob(obj)  # Kueue's mutating webhook (create only)
     if rt.is_custom:
         admission.apply_defaults(rt, obj)
 

@@ -8,6 +8,10 @@ from typing import Optional
 from nemo_kubeflow import constants as C
 
 
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+
+
 @dataclass(frozen=True)
 class ResourceType:
     group: str  # "" for the core group
@@ -43,6 +47,11 @@ class ResourceType:
 
     @property
     def is_custom(self) -> bool:
+        """Served from a CRD (Trainer's or Kueue's): no strategic merge patch, kind required."""
+        return self.group in (C.TRAINER_GROUP, KUEUE_GROUP)
+
+    @property
+    def is_trainer(self) -> bool:
         return self.group == C.TRAINER_GROUP
 
 
@@ -63,7 +72,15 @@ CLUSTER_RUNTIMES = ResourceType(
     C.TRAINER_GROUP, C.TRAINER_VERSION, C.CLUSTER_RUNTIME_PLURAL, C.CLUSTER_RUNTIME_KIND, False, has_generation=True
 )
 
-ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, EVENTS, EVENTS_V1, TRAINJOBS, RUNTIMES, CLUSTER_RUNTIMES)
+#: Kueue's queue of a namespace, and the Workload that stands for a job in it (the local Kueue
+#: emulation, kueue.py).
+LOCALQUEUES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True,
+                           status_subresource=True, has_generation=True)
+WORKLOADS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True,
+                         status_subresource=True, has_generation=True)
+
+ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, EVENTS, EVENTS_V1, TRAINJOBS, RUNTIMES, CLUSTER_RUNTIMES,
+       LOCALQUEUES, WORKLOADS)
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
 
 

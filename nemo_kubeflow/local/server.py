@@ -31,7 +31,7 @@ KUBERNETES_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "git
 #: How long a watch lasts when the client does not say (the real server picks 30-60 minutes).
 DEFAULT_WATCH_SECONDS = 1800
 _SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces": {"status"},
-                 "persistentvolumeclaims": {"status"}}
+                 "persistentvolumeclaims": {"status"}, "localqueues": {"status"}, "workloads": {"status"}}
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 _BOOLEAN_PARAMS = ("watch", "follow", "previous", "timestamps", "allowWatchBookmarks", "insecureSkipTLSVerifyBackend")
 

@@ -47,6 +47,9 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 #: Where PET_NODE_RANK and JOB_COMPLETION_INDEX read the completion index from.
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{C.COMPLETION_INDEX_ANNOTATION}']"
 DEFAULT_BACKOFF_LIMIT = 6
+#: What Trainer's coscheduling and volcano plugins put on every pod (scheduler-plugins, Volcano).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 #: Queued when a runtime changes: TrainJobs still waiting for theirs get another try.
 _RUNTIMES_CHANGED = ("", "")
 
@@ -170,6 +173,16 @@ def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: i
                 container = _container(_pod_spec(rjob), name) if rjob else None
                 if container is not None:
                     _upsert(container.setdefault("env", []), pet + master)
+    # Gang scheduling: the coscheduling and volcano plugins tie every pod to the job's PodGroup (there
+    # is no PodGroup object and no gang scheduler here: pods are scheduled one by one as always).
+    group = runtime["spec"].get("podGroupPolicy") or {}
+    for rjob in spec["replicatedJobs"]:
+        template = rjob["template"]["spec"]["template"]
+        if "coscheduling" in group:
+            template.setdefault("metadata", {}).setdefault("labels", {})[POD_GROUP_LABEL] = trainjob["metadata"]["name"]
+        if "volcano" in group:
+            template.setdefault("metadata", {}).setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = \
+                trainjob["metadata"]["name"]
     spec["suspend"] = bool(tj_spec.get("suspend"))
     return spec
 

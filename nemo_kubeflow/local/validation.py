@@ -21,6 +21,7 @@ from kubeflow_trainer_api import models as trainer_models
 from kubernetes_validate.utils import latest_version, schema_contents
 
 from nemo_kubeflow import constants as C
+from nemo_kubeflow.local import kueue
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request, invalid
 from nemo_kubeflow.local.resources import ResourceType
@@ -84,6 +85,8 @@ def _json_type(value: Any) -> str:
 
 def decode(rt: ResourceType, obj: dict) -> list[Path]:
     """Decode like the API server: raise for type errors, return the unknown fields' paths."""
+    if rt.is_custom and not rt.is_trainer:
+        return kueue.unknown_fields(rt, obj)
     model = _TRAINER_MODELS.get(rt.key)
     if model is not None:
         try:

@@ -121,3 +121,16 @@ def test_failed_preflight_is_named_in_the_status(local):
                        preflight='echo "checking"; echo "nccl: interface eth9 missing" >&2; exit 1')
     desc = wait_for_message(app_id, "preflight on node", timeout=60)
     assert desc.state == AppState.FAILED and "(pod " in desc.msg
+
+
+def test_following_logs_continues_across_a_gang_restart(local):
+    # First attempt fails (no marker yet on the shared claim), the restarted gang succeeds.
+    script = ('if [ ! -f /data/attempted-$PET_NODE_RANK ]; then touch /data/attempted-$PET_NODE_RANK; '
+              'echo "attempt one"; sleep 3; exit 5; fi\necho "attempt two"')
+    claim = PVCMount(claim_name="restart-claim", mount_path="/data", create=True, size="1Gi")
+    _, app_id = submit(local, "restart", script=script, retries=1, pvc_mounts=[claim])
+    lines = list(create_scheduler("t").log_iter(app_id, "restart", 0, should_tail=True))
+    text = "".join(lines)
+    assert "attempt one" in text and "attempt two" in text, text
+    assert "--- gang restart: following pod" in text and "(restart attempt 1)" in text
+    assert create_scheduler("t").describe(app_id).state == AppState.SUCCEEDED

@@ -35,7 +35,7 @@ from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request
 from nemo_kubeflow.local.events import EventRecorder
 from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.store import Store
-from nemo_kubeflow.local.timeutil import now_rfc3339
+from nemo_kubeflow.local.timeutil import set_condition
 
 logger = logging.getLogger(__name__)
 
@@ -99,15 +99,8 @@ def _condition(obj: dict, type_: str) -> dict:
 
 
 def _set_condition(obj: dict, type_: str, status: str, reason: str, message: str) -> None:
-    conditions = obj.setdefault("status", {}).setdefault("conditions", [])
-    for condition in conditions:
-        if condition["type"] == type_:
-            if condition["status"] != status:
-                condition["lastTransitionTime"] = now_rfc3339()
-            condition.update(status=status, reason=reason, message=message)
-            return
-    conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
-                       "lastTransitionTime": now_rfc3339(), "observedGeneration": obj["metadata"].get("generation", 1)})
+    set_condition(obj.setdefault("status", {}).setdefault("conditions", []), type_, status, reason, message,
+                  observed_generation=obj["metadata"].get("generation", 1))
 
 
 class KueueController:

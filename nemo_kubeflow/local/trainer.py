@@ -35,7 +35,7 @@ from nemo_kubeflow.local.patch import strategic_merge_patch
 from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.local.registry import apply_pod_defaults, random_suffix
 from nemo_kubeflow.local.store import Store
-from nemo_kubeflow.local.timeutil import now_rfc3339, parse
+from nemo_kubeflow.local.timeutil import now_rfc3339, parse, set_condition
 from nemo_kubeflow.local.validation import pod_spec_errors
 
 logger = logging.getLogger(__name__)
@@ -231,18 +231,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((POD_IP, 0))
         return sock.getsockname()[1]
-
-
-def _set_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str) -> None:
-    """meta.SetStatusCondition."""
-    for condition in conditions:
-        if condition["type"] == type_:
-            if condition["status"] != status:
-                condition["lastTransitionTime"] = now_rfc3339()
-            condition.update(status=status, reason=reason, message=message)
-            return
-    conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
-                       "lastTransitionTime": now_rfc3339()})
 
 
 def _condition(obj: dict, type_: str) -> Optional[dict]:
@@ -596,12 +584,12 @@ class TrainerController:
             status = obj.setdefault("status", {})
             conditions = status.setdefault("conditions", [])
             if suspended:
-                _set_condition(conditions, "Suspended", "True", "Suspended", "TrainJob is suspended")
+                set_condition(conditions, "Suspended", "True", "Suspended", "TrainJob is suspended")
             elif _is_true(obj, "Suspended"):
-                _set_condition(conditions, "Suspended", "False", "Resumed", "TrainJob is resumed")
+                set_condition(conditions, "Suspended", "False", "Resumed", "TrainJob is resumed")
             if state.terminal:
                 type_, reason, message = state.terminal
-                _set_condition(conditions, type_, "True", reason, message)
+                set_condition(conditions, type_, "True", reason, message)
             # After a deadline Trainer deletes the JobSet, so the last jobsStatus stays.
             if state.spec is not None and (state.terminal is None or state.terminal[1] != "DeadlineExceeded"):
                 status["jobsStatus"] = self._jobs_status(state, suspended)

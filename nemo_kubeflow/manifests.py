@@ -17,7 +17,6 @@ from kubeflow_trainer_api import models as m
 from nemo_kubeflow import naming
 from nemo_kubeflow.command import LaunchSpec
 from nemo_kubeflow.constants import (
-    CLUSTER_RUNTIME_KIND,
     EXPERIMENT_LABEL,
     JOBSET_NAME_LABEL,
     MANAGED_BY_LABEL,
@@ -365,7 +364,3 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict:
 def with_owner(obj: dict, owner: dict) -> dict:
     out = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
     return out
-
-
-def runtime_ref(runtime_kind: str, runtime_name: str) -> tuple[str, str]:
-    return (runtime_kind or CLUSTER_RUNTIME_KIND, runtime_name)

@@ -210,7 +210,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         nodes = nodes_of(trainjob, record)
         if trainjob is None and record is not None and record.outcome_state:
             # We deleted it ourselves after a fatal error: keep reporting that error.
-            return self._response(app_id, AppState[record.outcome_state], record.outcome_message, {}, nodes)
+            return self._response(app_id, AppState[record.outcome_state], record.outcome_message, nodes)
         status = job_status(trainjob, name=f"{namespace}/{name}")
         state, message = status.state, status.message
         queue = queue_name(trainjob)
@@ -225,7 +225,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             self._report_progress(app_id, state, message)
         elif state == AppState.FAILED:
             message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "")
-        return self._response(app_id, state, message, status.nodes, nodes)
+        return self._response(app_id, state, message, nodes)
 
     @staticmethod
     def _why_queued(cluster: Cluster, namespace: str, trainjob: dict, queue: str) -> str:
@@ -270,9 +270,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {message}")
 
     @staticmethod
-    def _response(app_id: str, state: AppState, message: str, node_states: dict, nodes: int) -> DescribeAppResponse:
+    def _response(app_id: str, state: AppState, message: str, nodes: int) -> DescribeAppResponse:
         role = records.parse_app_id(app_id)[1]
-        replicas = [ReplicaStatus(id=i, role=role, state=node_states.get(i, state), hostname="") for i in range(nodes)]
+        replicas = [ReplicaStatus(id=i, role=role, state=state, hostname="") for i in range(nodes)]
         return DescribeAppResponse(
             app_id=app_id,
             state=state,

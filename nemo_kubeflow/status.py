@@ -44,8 +44,6 @@ class JobStatus:
     state: AppState
     #: Human-readable reason ("" when there is nothing to add).
     message: str
-    #: Per node index: the TorchX state of its newest pod.
-    nodes: dict[int, AppState]
 
 
 def _condition(trainjob: dict, ctype: str) -> Optional[dict]:
@@ -58,15 +56,6 @@ def _condition(trainjob: dict, ctype: str) -> Optional[dict]:
 def _cond_text(cond: dict) -> str:
     reason, message = cond.get("reason") or "", cond.get("message") or ""
     return f"{reason}: {message}" if reason and message else reason or message
-
-
-_POD_PHASE = {
-    "Pending": AppState.PENDING,
-    "Running": AppState.RUNNING,
-    "Succeeded": AppState.SUCCEEDED,
-    "Failed": AppState.FAILED,
-    "Unknown": AppState.UNKNOWN,
-}
 
 
 def newest_pods_by_node(pods: Sequence[dict]) -> dict[int, dict]:
@@ -84,34 +73,32 @@ def newest_pods_by_node(pods: Sequence[dict]) -> dict[int, dict]:
     return newest
 
 
-def job_status(trainjob: Optional[dict], pods: Sequence[dict] = (), *, name: str = "") -> JobStatus:
+def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
+    """The state of a TrainJob from the object alone (one GET): see the table above."""
     if trainjob is None:
         return JobStatus(
             AppState.CANCELLED,
             f"TrainJob {name} no longer exists: it was cancelled or deleted outside NeMo-Run",
-            {},
         )
     nodes_total = ((trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
-    by_node = {i: _POD_PHASE.get((p.get("status") or {}).get("phase", ""), AppState.UNKNOWN)
-               for i, p in newest_pods_by_node(pods).items()}
 
     if (cond := _condition(trainjob, "Complete")) is not None:
-        return JobStatus(AppState.SUCCEEDED, _cond_text(cond), by_node)
+        return JobStatus(AppState.SUCCEEDED, _cond_text(cond))
     if (cond := _condition(trainjob, "Failed")) is not None:
-        return JobStatus(AppState.FAILED, _cond_text(cond), by_node)
+        return JobStatus(AppState.FAILED, _cond_text(cond))
     if trainjob.get("metadata", {}).get("deletionTimestamp"):
-        return JobStatus(AppState.CANCELLED, "TrainJob is being deleted", by_node)
+        return JobStatus(AppState.CANCELLED, "TrainJob is being deleted")
     if (cond := _condition(trainjob, "Suspended")) is not None:
-        return JobStatus(AppState.PENDING, f"suspended ({_cond_text(cond)})", by_node)
+        return JobStatus(AppState.PENDING, f"suspended ({_cond_text(cond)})")
 
     node_job = next((j for j in (trainjob.get("status") or {}).get("jobsStatus") or [] if j.get("name") == "node"), None)
     if node_job is not None:
         if (node_job.get("ready") or 0) > 0 or (node_job.get("succeeded") or 0) > 0:
-            return JobStatus(AppState.RUNNING, "", by_node)
+            return JobStatus(AppState.RUNNING, "")
         if (node_job.get("active") or 0) > 0:
             count = f" {nodes_total}" if nodes_total else ""
-            return JobStatus(AppState.PENDING, f"starting: waiting for all{count} nodes to be ready", by_node)
-    return JobStatus(AppState.SUBMITTED, "waiting for pods", by_node)
+            return JobStatus(AppState.PENDING, f"starting: waiting for all{count} nodes to be ready")
+    return JobStatus(AppState.SUBMITTED, "waiting for pods")
 
 
 def failure_detail(pods: Sequence[dict]) -> str:

@@ -103,8 +103,9 @@ def test_failure_summary_names_the_rank_and_saves_every_log(local):
 def test_failure_summary_says_which_logs_died_with_their_pods(local):
     script = 'echo "node $PET_NODE_RANK up"\nif [ "$PET_NODE_RANK" = 1 ]; then exit 4; fi\nsleep 30'
     _, app_id = submit(local, "lostlog", script=script)
-    desc = wait_for_message(app_id, "exited with code 4", timeout=60)
-    assert "no log for node(s) 0: their pods were deleted when the job failed" in desc.msg
+    # The Job controller deletes the failed Job's running pod shortly after the failure: wait for it.
+    desc = wait_for_message(app_id, "no log for node(s) 0: their pods were deleted when the job failed", timeout=60)
+    assert "exited with code 4" in desc.msg
 
 
 def test_following_logs_keeps_them_next_to_the_job(local):

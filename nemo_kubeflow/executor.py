@@ -225,14 +225,17 @@ class KubeflowExecutor(Executor):
     network_fabric: str = "none"
     #: The older spelling of ``network_fabric="gke-tcpxo"`` (GKE A3 Mega; needs privileged pods).
     enable_tcpxo: bool = False
-    #: ``gke-tcpxo`` settings.
-    tcpxo: TCPXOConfig = field(default_factory=TCPXOConfig)
-    #: ``gke-rdma`` settings.
-    gke_rdma: GKERDMAConfig = field(default_factory=GKERDMAConfig)
-    #: ``aws-efa`` settings.
-    aws_efa: EFAConfig = field(default_factory=EFAConfig)
-    #: ``infiniband`` settings.
-    infiniband: InfiniBandConfig = field(default_factory=InfiniBandConfig)
+    # The profile settings below default to None ("the profile's defaults") rather than to an
+    # instance: NeMo-Run serialises the executor several times per task, and five nested default
+    # configs doubled that cost.
+    #: ``gke-tcpxo`` settings; ``None``: ``TCPXOConfig()``.
+    tcpxo: Optional[TCPXOConfig] = None
+    #: ``gke-rdma`` settings; ``None``: ``GKERDMAConfig()``.
+    gke_rdma: Optional[GKERDMAConfig] = None
+    #: ``aws-efa`` settings; ``None``: ``EFAConfig()``.
+    aws_efa: Optional[EFAConfig] = None
+    #: ``infiniband`` settings; ``None``: ``InfiniBandConfig()``.
+    infiniband: Optional[InfiniBandConfig] = None
 
     # --- before training ---------------------------------------------------------
     #: Dataset and model to download before training: the Kubeflow SDK's
@@ -240,8 +243,9 @@ class KubeflowExecutor(Executor):
     #: and ``model-initializer`` jobs, and ``node`` starts once they complete; training reads
     #: ``/workspace/dataset`` and ``/workspace/model`` (docs/initializers.md).
     initializer: Optional["Initializer"] = None
-    #: How the initializers run: the claim they download into, images, commands, Secrets.
-    initializer_settings: InitializerSettings = field(default_factory=InitializerSettings)
+    #: How the initializers run: the claim they download into, images, commands, Secrets;
+    #: ``None``: ``InitializerSettings()`` (which has no claim: set one to use ``initializer``).
+    initializer_settings: Optional[InitializerSettings] = None
     #: Check every node pod before training, in a ``preflight`` init container that receives the
     #: PET_* variables: ``True`` runs the checks shipped with nemo_kubeflow (DNS of the master,
     #: GPUs, NCCL interfaces, writable claims), a string is a bash command of your own

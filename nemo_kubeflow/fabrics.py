@@ -171,17 +171,33 @@ def fabric_label(executor) -> str:
     return "enable_tcpxo" if executor.enable_tcpxo else f"network_fabric={executor.network_fabric!r}"
 
 
+#: profile -> (the executor's field holding its settings, the settings class).
+_SETTINGS = {
+    GKE_TCPXO: ("tcpxo", TCPXOConfig),
+    GKE_RDMA: ("gke_rdma", GKERDMAConfig),
+    AWS_EFA: ("aws_efa", EFAConfig),
+    INFINIBAND: ("infiniband", InfiniBandConfig),
+}
+
+
+def profile_settings(executor, name: str):
+    """The settings of profile ``name``: the executor's, or the class defaults where it has ``None``."""
+    attr, cls = _SETTINGS[name]
+    value = getattr(executor, attr)
+    return cls() if value is None else value
+
+
 def build_fabric(executor) -> Fabric:
     """The ``Fabric`` of ``executor``'s profile; ``Fabric()`` for ``"none"``. Pure."""
     name = fabric_name(executor)
     if name == GKE_TCPXO:
-        return _tcpxo(executor.tcpxo, executor.gpus_per_node)
+        return _tcpxo(profile_settings(executor, name), executor.gpus_per_node)
     if name == GKE_RDMA:
-        return _gke_rdma(executor.gke_rdma)
+        return _gke_rdma(profile_settings(executor, name))
     if name == AWS_EFA:
-        return _aws_efa(executor.aws_efa)
+        return _aws_efa(profile_settings(executor, name))
     if name == INFINIBAND:
-        return _infiniband(executor.infiniband)
+        return _infiniband(profile_settings(executor, name))
     return Fabric()
 
 
@@ -376,9 +392,12 @@ def fabric_problems(executor) -> Iterator[str]:
 
 
 def _profile_problems(executor, name: str) -> Iterator[str]:
+    attr, cls = _SETTINGS[name]
+    cfg = profile_settings(executor, name)
+    if not isinstance(cfg, cls):
+        yield f"{attr}: expected {cls.__name__}(...) for {fabric_label(executor)}, got {type(cfg).__name__}"
+        return
     if name in (GKE_TCPXO, GKE_RDMA):
-        attr = "tcpxo" if name == GKE_TCPXO else "gke_rdma"
-        cfg = getattr(executor, attr)
         if not isinstance(cfg.nic_count, int) or cfg.nic_count < 1:
             yield f"{attr}.nic_count={cfg.nic_count!r}: must be an integer >= 1"
         elif cfg.network_names and len(cfg.network_names) != cfg.nic_count:
@@ -387,8 +406,6 @@ def _profile_problems(executor, name: str) -> Iterator[str]:
                 "give one network per NIC"
             )
     elif name in (AWS_EFA, INFINIBAND):
-        attr = "aws_efa" if name == AWS_EFA else "infiniband"
-        cfg = getattr(executor, attr)
         if not isinstance(cfg.devices_per_node, int) or cfg.devices_per_node < 1:
             yield f"{attr}.devices_per_node={cfg.devices_per_node!r}: must be an integer >= 1"
         if not cfg.resource_name or "/" not in cfg.resource_name:

@@ -104,6 +104,12 @@ class Step:
         return {"name": VOLUME, "mountPath": self.mount_path, "subPath": self.sub_path}
 
 
+def settings(executor) -> InitializerSettings:
+    """The executor's ``initializer_settings``, or the defaults where it has ``None``."""
+    value = executor.initializer_settings
+    return InitializerSettings() if value is None else value
+
+
 def steps(executor) -> list[Step]:
     """The initializer jobs of ``executor``'s runtime, dataset first."""
     init: Optional["Initializer"] = executor.initializer
@@ -111,7 +117,7 @@ def steps(executor) -> list[Step]:
         return []
     from kubeflow.trainer.types.types import DataCacheInitializer
 
-    s: InitializerSettings = executor.initializer_settings
+    s = settings(executor)
     out = []
     if isinstance(init.dataset, DataCacheInitializer):
         # As Trainer's torch-distributed-with-cache runtime: the initializer starts the cache servers.
@@ -128,7 +134,7 @@ def steps(executor) -> list[Step]:
 
 def volume(executor) -> dict:
     """The shared ``initializer`` volume: the claim, or an emptyDir when only a data cache runs."""
-    claim = executor.initializer_settings.claim_name
+    claim = settings(executor).claim_name
     if claim:
         return {"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}
     return {"name": VOLUME, "emptyDir": {}}
@@ -155,7 +161,7 @@ def trainjob_initializer(executor) -> Optional["m.TrainerV1alpha1Initializer"]:
     from kubeflow.trainer.backends.kubernetes.utils import get_dataset_initializer, get_model_initializer
     from kubeflow_trainer_api import models as m
 
-    s: InitializerSettings = executor.initializer_settings
+    s = settings(executor)
     dataset = get_dataset_initializer(init.dataset) if init.dataset is not None else None
     model = get_model_initializer(init.model) if init.model is not None else None
     for converted in (dataset, model):
@@ -178,8 +184,11 @@ _SCHEMES = {"HuggingFaceDatasetInitializer": "hf", "HuggingFaceModelInitializer"
 def initializer_problems(executor) -> Iterator[str]:
     """Configuration problems of ``initializer``/``initializer_settings`` (pure; part of ``validate()``)."""
     init = executor.initializer
-    s: InitializerSettings = executor.initializer_settings
+    s = settings(executor)
     if init is None:
+        return
+    if not isinstance(s, InitializerSettings):
+        yield f"initializer_settings: expected InitializerSettings(...), got {type(s).__name__}"
         return
     from kubeflow.trainer.types import types as sdk
 

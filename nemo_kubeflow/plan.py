@@ -163,7 +163,7 @@ def _claims_to_create(executor) -> list[dict]:
     labels = {mf.MANAGED_BY_LABEL: mf.MANAGED_BY_VALUE}
     pvcs = [mf.pvc_manifest(p.claim_name, executor.namespace, labels, size=p.size, access_modes=p.access_modes,
                             storage_class=p.storage_class) for p in executor.pvc_mounts if p.create]
-    s = executor.initializer_settings
+    s = initializers.settings(executor)
     created = {p["metadata"]["name"] for p in pvcs}
     if executor.initializer is not None and s.create_claim and s.claim_name not in created:
         pvcs.append(mf.pvc_manifest(s.claim_name, executor.namespace, labels, size=s.claim_size,

@@ -14,7 +14,7 @@ from torchx.specs import Role
 
 import pss
 from nemo_kubeflow import ConfigError, KubeflowExecutor
-from nemo_kubeflow.fabrics import FABRICS, EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
+from nemo_kubeflow.fabrics import FABRICS, EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig, build_fabric
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.validation import check_manifests
@@ -145,6 +145,8 @@ def test_efa_pods_still_pass_the_restricted_profile():
      "gke_rdma.network_names has 1 names for nic_count=8: give one network per NIC"),
     (dict(network_fabric="gke-rdma", pod_annotations={"networking.gke.io/interfaces": "[]"}),
      "pod_annotations['networking.gke.io/interfaces']: network_fabric='gke-rdma' sets this annotation"),
+    (dict(network_fabric="aws-efa", aws_efa=InfiniBandConfig()),
+     "aws_efa: expected EFAConfig(...) for network_fabric='aws-efa', got InfiniBandConfig"),
 ])
 def test_invalid_combinations_are_named(kwargs, message):
     with pytest.raises(ConfigError) as err:
@@ -155,3 +157,15 @@ def test_invalid_combinations_are_named(kwargs, message):
 def test_profile_settings_are_typo_proof():
     with pytest.raises(TypeError, match="devices_per_nod"):
         EFAConfig(devices_per_nod=4)
+
+
+@pytest.mark.parametrize("profile, field, cls", [
+    ("gke-tcpxo", "tcpxo", TCPXOConfig), ("gke-rdma", "gke_rdma", GKERDMAConfig),
+    ("aws-efa", "aws_efa", EFAConfig), ("infiniband", "infiniband", InfiniBandConfig),
+])
+def test_unset_profile_settings_mean_the_profile_defaults(profile, field, cls):
+    # None is the default (cheaper for NeMo-Run to serialise); it must render exactly as cls() does.
+    unset = KubeflowExecutor(**GPU_NODE, network_fabric=profile)
+    assert getattr(unset, field) is None
+    explicit = dump_all(submission(**GPU_NODE, network_fabric=profile, **{field: cls()}).manifests())
+    assert dump_all(submission(**GPU_NODE, network_fabric=profile).manifests()) == explicit

@@ -152,7 +152,7 @@ def test_a_claim_listed_in_pvc_mounts_is_created_once():
 def test_data_cache_runs_with_its_service_account_and_no_claim():
     cache = Initializer(dataset=DataCacheInitializer(storage_uri="cache://schema/table",
                                                      metadata_loc="s3://b/meta.json", num_data_nodes=3))
-    sub = submission(initializer=cache, initializer_settings=inits.InitializerSettings())
+    sub = submission(initializer=cache, initializer_settings=None)  # None: the defaults, which have no claim
     check_manifests(sub.manifests())
     js = jobs(sub)
     assert list(js) == ["dataset-initializer", "node"]
@@ -172,6 +172,8 @@ def test_data_cache_runs_with_its_service_account_and_no_claim():
     (dict(initializer=Initializer(dataset=S3DatasetInitializer(storage_uri="s3://b/d", secret_access_key="k"))),
      "put SECRET_ACCESS_KEY in a Secret and set initializer_settings.dataset_secret"),
     (dict(initializer_settings=inits.InitializerSettings()), "initializer_settings.claim_name is not set"),
+    (dict(initializer_settings=None), "initializer_settings.claim_name is not set"),
+    (dict(initializer_settings={"claim_name": "c"}), "initializer_settings: expected InitializerSettings(...), got dict"),
     (dict(initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="tatsu-lab/alpaca"))),
      "write 'hf://tatsu-lab/alpaca'"),
     (dict(initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="file:///data"))),

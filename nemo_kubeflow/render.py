@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 import jinja2
 import yaml
 
-from nemo_kubeflow import initializers
+from nemo_kubeflow import initializers, yamlio
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     MANAGED_BY_LABEL,
@@ -257,7 +257,7 @@ def render_runtime(context: Mapping[str, Any], template_path: str | None = None)
             "(see docs/templates.md for the variables)"
         ) from None
     try:
-        obj = yaml.safe_load(text)
+        obj = yamlio.load(text)  # libyaml's loader when PyYAML has it
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at rendered line {mark.line + 1}" if mark else ""

@@ -159,6 +159,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         #: Injected for tests; otherwise one client per (kubeconfig, context).
         self._fixed_cluster = cluster
         self._clusters: dict[tuple, Cluster] = {}
+        #: Per cluster: the runtimes this scheduler created or reused, not sent again (submit.py).
+        self._known_runtimes: dict[tuple, set] = {}
         self._last_progress: dict[str, str] = {}
 
     def _run_opts(self) -> runopts:
@@ -192,7 +194,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         req = dryrun_info.request
         sub = req.submission
         cluster = self._cluster(req.kubeconfig, req.context)
-        result = submit(cluster, sub)
+        known = self._known_runtimes.setdefault((_abs(req.kubeconfig), req.context), set())
+        result = submit(cluster, sub, known_runtimes=known)
         records.save(records.AppRecord(
             namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
             nodes=req.nodes, job_dir=req.job_dir,

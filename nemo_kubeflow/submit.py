@@ -5,7 +5,11 @@ Order, and why:
 1. PVCs marked ``create`` (409 = the claim exists: use it). Claims hold data, so they
    are never owned by the TrainJob; one created here is removed again if the
    submission fails.
-2. The runtime, named by its content hash (409 = identical runtime exists: reuse).
+2. The runtime, named by its content hash (409 = identical runtime exists: reuse). Skipped
+   when this process already created or reused it on this cluster (``known_runtimes``). If a
+   runtime we did not create here is gone by the time the TrainJob arrives (deleted since, by
+   ``nemo-kubeflow gc`` say), Trainer's webhook refuses the TrainJob ("must be created before
+   the TrainJob"): the runtime is created then and the TrainJob sent again.
 3. The TrainJob, created **suspended**: nothing runs yet.
 4. The task's ConfigMaps and Secret, each with an ``ownerReference`` to the TrainJob,
    so Kubernetes deletes them with it (cancel, or cleanup by anyone).
@@ -89,8 +93,13 @@ def submit(
     resume: bool = True,
     runtime_wait: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
+    known_runtimes: Optional[set] = None,
 ) -> SubmitResult:
-    """Create everything in ``sub``; on failure remove what was created and raise."""
+    """Create everything in ``sub``; on failure remove what was created and raise.
+
+    ``known_runtimes``: runtimes (``runtime_key``) that earlier submissions to the same cluster
+    created or reused; theirs is not sent again. Updated in place.
+    """
     ns = sub.namespace
     created_pvcs: list[str] = []
     created_runtime: Optional[dict] = None
@@ -100,19 +109,32 @@ def submit(
     # Tells our own TrainJob apart from someone else's when a create whose answer was lost
     # (timeout, dropped connection) is retried and answered 409.
     submission_id = uuid.uuid4().hex
+    known = known_runtimes if known_runtimes is not None else set()
     if sub.runtime is None:
         check_existing_runtime(cluster, sub)
     queue = mf.queue_name(sub.trainjob)
     if queue:
         check_queue(cluster, ns, queue)
+
+    def create_runtime() -> None:
+        nonlocal created_runtime
+        if _create_or_reuse(cluster, sub.runtime, actions):
+            created_runtime = sub.runtime
+
     try:
         for pvc in sub.pvcs:
             if _create_or_reuse(cluster, pvc, actions):
                 created_pvcs.append(pvc["metadata"]["name"])
-        if sub.runtime is not None:
-            if _create_or_reuse(cluster, sub.runtime, actions):
-                created_runtime = sub.runtime
-        trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep)
+        runtime_known = sub.runtime is not None and runtime_key(sub.runtime) in known
+        if runtime_known:
+            actions.append(("reuse", sub.runtime["kind"], sub.runtime["metadata"]["name"]))
+        elif sub.runtime is not None:
+            create_runtime()
+        # A runtime this submission did not create (known, or answered 409) may be deleted before the
+        # TrainJob arrives (`nemo-kubeflow gc`): then the TrainJob is refused, and the runtime created again.
+        recreate = create_runtime if sub.runtime is not None and created_runtime is None else None
+        trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep,
+                                    ensure_runtime=recreate)
         owner = mf.owner_reference(trainjob)
         owned = []
         for cm in sub.configmaps:
@@ -128,15 +150,25 @@ def submit(
         if resume and not queue:  # with a queue, Kueue unsuspends the job when it admits it
             trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
             actions.append(("patch", TRAINJOB_KIND, sub.name))
+        if sub.runtime is not None:
+            known.add(runtime_key(sub.runtime))
         return SubmitResult(trainjob=trainjob, actions=actions)
     except BaseException as e:
         _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
+        if created_runtime is not None:
+            known.discard(runtime_key(created_runtime))
         if isinstance(e, ClusterError):
             raise SubmissionError(
                 f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}",
                 status=e.status, reason=e.reason, server_message=e.server_message,
             ) from e
         raise
+
+
+def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:
+    """(kind, namespace, name) of a runtime, for ``known_runtimes``."""
+    meta = runtime["metadata"]
+    return runtime["kind"], meta.get("namespace"), meta["name"]
 
 
 def check_existing_runtime(cluster: Cluster, sub: Submission) -> None:
@@ -210,7 +242,10 @@ def _create_owned(cluster: Cluster, obj: dict, owner_uid: str) -> dict:
 
 
 def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, actions: list, *,
-                     runtime_wait: float, sleep: Callable[[float], None]) -> dict:
+                     runtime_wait: float, sleep: Callable[[float], None],
+                     ensure_runtime: Optional[Callable[[], None]] = None) -> dict:
+    """Create the TrainJob. ``ensure_runtime``: how to create its runtime if the webhook says it is
+    missing (when this submission did not create it)."""
     trainjob = copy.deepcopy(sub.trainjob)
     trainjob["metadata"].setdefault("annotations", {})[SUBMISSION_ANNOTATION] = submission_id
     deadline = time.monotonic() + runtime_wait
@@ -237,6 +272,11 @@ def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, acti
             # Trainer's webhook reads runtimes through a cache: a runtime created a moment
             # ago can still be "not found" for the TrainJob admission. Retry briefly.
             message = (e.server_message or "").lower()
+            if "must be created before" in message and ensure_runtime is not None:
+                ensure_runtime()  # a 409 here means it exists after all: the webhook's cache lags, wait below
+                ensure_runtime = None
+                deadline = time.monotonic() + runtime_wait
+                continue
             if "must be created before" in message and time.monotonic() < deadline:
                 sleep(delay)
                 delay = min(delay * 2, 1.0)

@@ -69,6 +69,42 @@ def test_request_budget_and_owner_references(local, cluster):
     assert runtime_creates == [409]
 
 
+def test_a_runtime_already_seen_is_not_sent_again(local, cluster):
+    known: set = set()
+    submit(cluster, plan("seen1", experiment="seen"), known_runtimes=known)
+    assert len(known) == 1
+    local.clear_requests()
+    result = submit(cluster, plan("seen2", experiment="seen"), known_runtimes=known)
+    # 3 requests: the runtime this process created a moment ago is not POSTed again.
+    assert writes(local) == [("create", "trainjobs"), ("create", "configmaps"), ("patch", "trainjobs")]
+    assert result.actions[0][0] == "reuse"
+
+
+def test_a_known_runtime_deleted_since_is_created_again(local, cluster):
+    known: set = set()
+    first = plan("gone1", experiment="gone", pod_labels={"variant": "deleted-runtime"})
+    submit(cluster, first, known_runtimes=known)
+    runtime = first.runtime["metadata"]["name"]
+    cluster.delete("ClusterTrainingRuntime", runtime)  # say, by `nemo-kubeflow gc`
+    local.clear_requests()
+    result = submit(cluster, plan("gone2", experiment="gone", pod_labels={"variant": "deleted-runtime"}),
+                    known_runtimes=known)
+    # The webhook refuses the TrainJob (runtime missing); the runtime is created and the TrainJob sent again.
+    assert [(r.verb, r.resource, r.status_code) for r in local.requests if r.verb != "get"][:3] == [
+        ("create", "trainjobs", 403), ("create", "clustertrainingruntimes", 201), ("create", "trainjobs", 201)]
+    assert ("create", "ClusterTrainingRuntime", runtime) in result.actions
+    assert runtime in snapshot(local)["clustertrainingruntimes"]
+
+
+def test_rollback_forgets_a_runtime_it_deleted(local, cluster):
+    known: set = set()
+    sub = plan("forget1", experiment="forget", pod_labels={"variant": "rolled-back-runtime"})
+    local.inject_fault(verb="create", resource="configmaps", status=403, message="injected: forbidden", times=1)
+    with pytest.raises(SubmissionError):
+        submit(cluster, sub, known_runtimes=known)
+    assert known == set() and sub.runtime["metadata"]["name"] not in snapshot(local)["clustertrainingruntimes"]
+
+
 STEPS = [("create", "persistentvolumeclaims", "PVC create"), ("create", "clustertrainingruntimes", "runtime create"),
          ("create", "trainjobs", "TrainJob create"), ("create", "configmaps", "ConfigMap create"),
          ("create", "secrets", "Secret create"), ("patch", "trainjobs", "resume patch")]

@@ -62,6 +62,14 @@ BUNDLE_HASH_ANNOTATION = f"{LABEL_PREFIX}/bundle-hash"
 #: A random id per submission, to recognise our own TrainJob when a lost create is retried.
 SUBMISSION_ANNOTATION = f"{LABEL_PREFIX}/submission-id"
 
+# --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
+KUEUE_GROUP = "kueue.x-k8s.io"
+#: The LocalQueue of a job. Kueue's webhook suspends a TrainJob that carries it, creates a
+#: Workload owned by it, and unsuspends it on admission.
+QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+#: The WorkloadPriorityClass of a job.
+PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
+
 #: NeMo-Run writes inline scripts as /nemo_run/scripts/<name>.sh (nemo_run.config.RUNDIR_NAME).
 NEMO_RUN_POD_DIR = "/nemo_run"
 

@@ -16,11 +16,14 @@ from kubeflow_trainer_api import models as m
 
 from nemo_kubeflow import naming
 from nemo_kubeflow.command import LaunchSpec
-from nemo_kubeflow.constants import (
+from nemo_kubeflow.constants import (  # noqa: F401 (the Kueue labels are part of this module's API)
     EXPERIMENT_LABEL,
     JOBSET_NAME_LABEL,
+    KUEUE_GROUP,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
     REPLICATED_JOB_LABEL,
     TASK_LABEL,
     TRAINER_API_VERSION,
@@ -38,12 +41,6 @@ PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 MASK = "<masked>"
 
 # --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
-KUEUE_GROUP = "kueue.x-k8s.io"
-#: The LocalQueue of a job. Kueue's webhook suspends a TrainJob that carries it, creates a
-#: Workload owned by it, and unsuspends it on admission.
-QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
-#: The WorkloadPriorityClass of a job.
-PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
 LOCALQUEUE_KIND = "LocalQueue"
 WORKLOAD_KIND = "Workload"
 
@@ -208,11 +205,6 @@ def queue_labels(queue_name: Optional[str], priority_class: Optional[str]) -> di
     if priority_class:
         labels[PRIORITY_CLASS_LABEL] = priority_class
     return labels
-
-
-def queue_name(trainjob: Optional[Mapping[str, Any]]) -> str:
-    """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
-    return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")
 
 
 def same_domain_affinity(trainjob_name: str, topology_key: str) -> dict:

@@ -18,6 +18,7 @@ from nemo_kubeflow import naming
 from nemo_kubeflow.command import build_launch
 from nemo_kubeflow.fabrics import build_fabric
 from nemo_kubeflow.packaging import BundleFile, build_code_package, describe_package
+from nemo_kubeflow.status import queue_name
 from nemo_kubeflow.render import render_runtime, runtime_context
 
 # NeMo-Run's torchrun component shell-quotes its arguments itself; its other roles don't.
@@ -135,7 +136,7 @@ def build_submission(
         summary["network_fabric"] = fabric.name
     if executor.initializer is not None:
         summary["initializers"] = ", ".join(st.name for st in initializers.steps(executor))
-    queue = mf.queue_name(trainjob)
+    queue = queue_name(trainjob)
     if queue:
         summary["queue"] = f"Kueue LocalQueue {queue}" + (
             f", priority {executor.workload_priority_class}" if executor.workload_priority_class else "")

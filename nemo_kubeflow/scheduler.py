@@ -19,7 +19,7 @@ import os
 import shlex
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
 from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, runopts
@@ -32,19 +32,22 @@ from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCH
 from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor
 from nemo_kubeflow.logs import failure_summary, node_log_lines, node_log_path, node_selector, tee_to_file
-from nemo_kubeflow.manifests import Submission, queue_name
-from nemo_kubeflow.packaging import BundleFile
-from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.status import (
     initializer_progress,
     job_status,
     owned_workload,
     pending_reason,
+    queue_name,
     queue_wait_message,
     trainjob_warning,
 )
-from nemo_kubeflow.submit import check_secret_sources, submit
-from nemo_kubeflow.validation import check_manifests
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.manifests import Submission
+    from nemo_kubeflow.packaging import BundleFile
+
+# The build and apply half (manifests, plan, validation, submit) is imported where it is used:
+# it loads kubeflow_trainer_api (~0.5 s), and `nemo experiment status|logs|cancel` never needs it.
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ def _script_file(role: Role) -> Optional[tuple[int, str]]:
 
 def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
     """Add the local script a ``Script(path=...)`` task runs to ``files`` and point the role at its pod path."""
+    from nemo_kubeflow.packaging import BundleFile
+
     found = _script_file(role)
     if found is None:
         return role
@@ -141,6 +146,9 @@ def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
 
 def build_for_app(app: AppDef, executor: KubeflowExecutor) -> Submission:
     """Everything a task would send, checked offline: the build half of a dry run."""
+    from nemo_kubeflow.plan import build_submission
+    from nemo_kubeflow.validation import check_manifests
+
     executor.validate()
     role = app.roles[0]
     macros = executor.macro_values()
@@ -172,6 +180,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             raise ConfigError(f"the {SCHEDULER_NAME} scheduler runs KubeflowExecutor tasks, not {type(cfg).__name__}")
         if len(app.roles) != 1:
             raise ConfigError(f"a KubeflowExecutor task has exactly one role; got {len(app.roles)}")
+        from nemo_kubeflow.submit import check_secret_sources
+
         executor = cfg
         submission = build_for_app(app, executor)
         check_secret_sources(submission.secret_sources)
@@ -191,6 +201,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
 
     # --- apply -----------------------------------------------------------------------
     def schedule(self, dryrun_info: AppDryRunInfo[KubeflowRequest]) -> str:
+        from nemo_kubeflow.submit import submit
+
         req = dryrun_info.request
         sub = req.submission
         cluster = self._cluster(req.kubeconfig, req.context)

@@ -35,7 +35,7 @@ from typing import Optional, Sequence
 
 from torchx.specs import AppState
 
-from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, REPLICATED_JOB_LABEL
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, QUEUE_LABEL, REPLICATED_JOB_LABEL
 from nemo_kubeflow.steps import INITIALIZER_STEPS
 
 
@@ -246,3 +246,8 @@ def initializer_progress(pods: Sequence[dict]) -> str:
     if not phases:
         return ""
     return "initializing: " + ", ".join(f"{step} {phase}" for step, phase in sorted(phases.items()))
+
+
+def queue_name(trainjob: Optional[dict]) -> str:
+    """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
+    return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")

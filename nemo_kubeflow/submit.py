@@ -43,6 +43,7 @@ from nemo_kubeflow.errors import (
     SubmissionError,
 )
 from nemo_kubeflow.manifests import Submission
+from nemo_kubeflow.status import queue_name
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def submit(
     known = known_runtimes if known_runtimes is not None else set()
     if sub.runtime is None:
         check_existing_runtime(cluster, sub)
-    queue = mf.queue_name(sub.trainjob)
+    queue = queue_name(sub.trainjob)
     if queue:
         check_queue(cluster, ns, queue)
 

@@ -202,7 +202,9 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
         status = exp.status(return_dict=True)
         lines = [l for n in (0, 1) for l in sched.log_iter(app_id, "sleeper", n)]
         exp.cancel(job.id)
-        print(json.dumps({{"status": str(list(status.values())[0]["status"]), "lines": lines}}))
+        print(json.dumps({{"status": str(list(status.values())[0]["status"]), "lines": lines,
+                          "submission_path_loaded": sorted(m for m in sys.modules if m.startswith((
+                              "kubeflow_trainer_api", "nemo_kubeflow.validation", "nemo_kubeflow.plan")))}}))
     """)
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "PYTHONPATH": str(REPO / "test")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -210,6 +212,8 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert "RUNNING" in result["status"]
     assert "[node-0] reconnect-marker\n" in result["lines"] and "[node-1] reconnect-marker\n" in result["lines"]
+    # Status, logs and cancel never load the submission path (kubeflow_trainer_api alone is ~0.5 s).
+    assert result["submission_path_loaded"] == []
     from nemo_kubeflow.scheduler import create_scheduler
 
     wait_for(lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED)

@@ -722,6 +722,16 @@ def test_redaction_reaches_nested_env_vars():
     assert yaml.safe_load(out)["children"][0] == {"env_vars": {"B": "<redacted>"}}
 
 
+def test_redaction_skips_the_yaml_round_trip_only_when_every_env_vars_is_empty():
+    empty = "_target_: x.Executor\nenv_vars: {}\nsecret_env_vars: {}\npackager:\n  env_vars: {}\n"
+    assert redact_executor_yaml(empty) is empty
+    # One empty and one not (flow or block style): the full round trip redacts.
+    for mixed in (empty + f"launcher:\n  env_vars: {{A: {CANARY}}}\n", empty + f'launcher:\n  "env_vars": {{A: {CANARY}}}\n',
+                  empty + f"launcher:\n  env_vars:\n    A: {CANARY}\n"):
+        out = redact_executor_yaml(mixed)
+        assert CANARY not in out and yaml.safe_load(out)["launcher"]["env_vars"] == {"A": "<redacted>"}
+
+
 def test_unparsable_executor_yaml_is_not_shipped(
     job_dir: Path, repo: Path, caplog: pytest.LogCaptureFixture
 ):

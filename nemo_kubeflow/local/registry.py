@@ -14,12 +14,16 @@ from typing import Any, Optional
 
 from nemo_kubeflow.local import admission, kueue, validation
 from nemo_kubeflow.local import resources as R
-from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request, invalid, not_found
+from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request, conflict, invalid, not_found
 from nemo_kubeflow.local.patch import json_patch, merge_patch, strategic_merge_patch
 from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.selectors import field_matcher, label_matcher
 from nemo_kubeflow.local.store import Store
 from nemo_kubeflow.local.timeutil import now_rfc3339
+
+#: How often a patch is applied again after losing a race with another writer before the 409 is
+#: answered (GuaranteedUpdate retries without a bound; this keeps a livelock visible).
+PATCH_ATTEMPTS = 20
 
 #: utilrand.String's alphabet: no vowels (no words), no 0/1/3 (no look-alikes).
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -170,25 +174,43 @@ class Registry:
     def patch(self, rt: ResourceType, namespace: str, name: str, body: Any, content_type: str, query: dict,
               subresource: str = "") -> Result:
         _writable(rt)
-        old = self.store.get(rt, namespace, name)
         kind = content_type.split(";")[0].strip()
+        accepted = ["application/json-patch+json", "application/merge-patch+json"]
+        if not rt.is_custom:
+            accepted.append("application/strategic-merge-patch+json")
+        if kind not in accepted:
+            raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
+                                + ", ".join(accepted))
+        # GuaranteedUpdate: the patch applies to the object as stored now. When another writer (a
+        # controller writing status) got in between the read and the write, it is re-read and the
+        # patch applied again; only a resourceVersion the patch itself carries makes a 409.
+        attempts_left = PATCH_ATTEMPTS
+        while True:
+            old = self.store.get(rt, namespace, name)
+            patched = self._apply_patch(rt, namespace, name, old, body, kind)
+            precondition = patched["metadata"].get("resourceVersion")
+            if precondition and precondition != old["metadata"]["resourceVersion"]:
+                raise conflict(rt, name)
+            try:
+                return self._update(rt, old, patched, query, subresource)
+            except ApiError as error:
+                attempts_left -= 1
+                if error.code != 409 or error.reason != "Conflict" or not attempts_left:
+                    raise
+
+    def _apply_patch(self, rt: ResourceType, namespace: str, name: str, old: dict, body: Any, kind: str) -> dict:
         if kind == "application/json-patch+json":
             patched = json_patch(old, body)
         elif kind == "application/merge-patch+json":
             patched = merge_patch(old, _patch_object(body))
-        elif kind == "application/strategic-merge-patch+json" and not rt.is_custom:
-            patched = strategic_merge_patch(old, _patch_object(body))
         else:
-            raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
-                                "application/json-patch+json, application/merge-patch+json" +
-                                ("" if rt.is_custom else ", application/strategic-merge-patch+json"))
+            patched = strategic_merge_patch(old, _patch_object(body))
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
         if patched.get("metadata", {}).get("name") != name:
             raise bad_request(f"the name of the object ({patched.get('metadata', {}).get('name', '')}) does not "
                               f"match the name on the URL ({name})")
-        patched = self._decode(rt, namespace, patched)
-        return self._update(rt, old, patched, query, subresource)
+        return self._decode(rt, namespace, patched)
 
     def _update(self, rt: ResourceType, old: dict, obj: dict, query: dict, subresource: str) -> Result:
         meta = obj["metadata"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -101,6 +102,64 @@ def test_json_patch_and_merge_patch(core, custom, ns):
     got = custom.get_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name)
     assert got["metadata"]["labels"]["extra"] == "x" and got["metadata"]["generation"] == 1
     assert "namespace" not in got["metadata"]
+
+
+def test_patches_retry_internal_conflicts(custom, ns):
+    """A patch without a resourceVersion never answers 409: the server re-reads and re-applies it
+    when another writer (here: a status writer) got in between, as GuaranteedUpdate does."""
+    name = unique("rt")
+    create_runtime(custom, runtime(name))
+    # Managed elsewhere (MultiKueue): the Trainer emulation leaves it alone, only our writers touch it.
+    create_trainjob(custom, ns, trainjob("busy", name, ["true"], suspend=True, managedBy="kueue.x-k8s.io/multikueue"))
+    rounds, errors = 150, []
+
+    def write_status():
+        for i in range(rounds):
+            try:
+                custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "trainjobs", "busy", {"status": {
+                    "jobsStatus": [{"name": "node", "active": i, "ready": 0, "succeeded": 0, "failed": 0,
+                                    "suspended": 0}]}})
+            except ApiException as error:
+                errors.append(error)
+
+    writer = threading.Thread(target=write_status)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: requests interleave inside the server's read-modify-write
+    writer.start()
+    try:
+        for i in range(rounds):
+            try:
+                custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "busy",
+                                                      {"spec": {"suspend": i % 2 == 0}})
+            except ApiException as error:
+                errors.append(error)
+    finally:
+        writer.join()
+        sys.setswitchinterval(interval)
+    assert [(e.status, _status(e)["message"]) for e in errors] == []
+    job = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "busy")
+    assert job["spec"]["suspend"] is False and job["status"]["jobsStatus"][0]["active"] == rounds - 1
+
+
+def test_patch_with_a_stale_resource_version_conflicts(core, ns):
+    """A resourceVersion in the patch is an optimistic-lock precondition: a stale one answers 409."""
+    created = core.create_namespaced_config_map(ns, {"metadata": {"name": "locked"}, "data": {"a": "1"}})
+    stale = created.metadata.resource_version
+    core.patch_namespaced_config_map("locked", ns, {"data": {"a": "2"}})
+    for patch in ({"metadata": {"resourceVersion": stale}, "data": {"a": "3"}},
+                  [{"op": "replace", "path": "/metadata/resourceVersion", "value": stale},
+                   {"op": "replace", "path": "/data/a", "value": "3"}]):
+        with pytest.raises(ApiException) as error:
+            core.patch_namespaced_config_map("locked", ns, patch)
+        status = _status(error.value)
+        assert (error.value.status, status["reason"], status["message"]) == (
+            409, "Conflict", 'Operation cannot be fulfilled on configmaps "locked": the object has been modified; '
+                             "please apply your changes to the latest version and try again")
+    assert core.read_namespaced_config_map("locked", ns).data == {"a": "2"}
+    current = core.read_namespaced_config_map("locked", ns).metadata.resource_version
+    patched = core.patch_namespaced_config_map("locked", ns, {"metadata": {"resourceVersion": current},
+                                                              "data": {"a": "4"}})
+    assert patched.data == {"a": "4"} and patched.metadata.resource_version != current
 
 
 def test_error_messages(cluster, core, custom, ns):

@@ -82,11 +82,17 @@ WORKLOADS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", Tr
 ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, EVENTS, EVENTS_V1, TRAINJOBS, RUNTIMES, CLUSTER_RUNTIMES,
        LOCALQUEUES, WORKLOADS)
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
+_BY_GROUP_KIND = {(rt.group, rt.kind): rt for rt in ALL}
 
 
 def lookup(group: str, version: str, plural: str) -> Optional[ResourceType]:
     rt = _BY_GROUP_PLURAL.get((group, plural))
     return rt if rt is not None and rt.version == version else None
+
+
+def by_kind(api_version: str, kind: str) -> Optional[ResourceType]:
+    """The type an ownerReference names (any version of its group), None for one not served here."""
+    return _BY_GROUP_KIND.get((api_version.rpartition("/")[0], kind))
 
 
 def by_name(resource: str) -> ResourceType:

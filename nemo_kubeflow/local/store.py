@@ -117,7 +117,9 @@ class Store:
             meta["creationTimestamp"] = now_rfc3339()
             if rt.has_generation:
                 meta["generation"] = 1
-            return copy.deepcopy(self._commit("ADDED", rt, obj))
+            created = copy.deepcopy(self._commit("ADDED", rt, obj))
+            self._collect_if_orphaned(rt, created)
+            return created
 
     def replace(self, rt: ResourceType, obj: dict, *, expected_rv: Optional[str] = None) -> dict:
         """Store a new version of an existing object (server-owned metadata is kept)."""
@@ -143,7 +145,10 @@ class Store:
             if meta.get("deletionTimestamp") and not meta.get("finalizers") and rt is not R.PODS:
                 self._remove(rt, obj)
                 return copy.deepcopy(obj)
-            return copy.deepcopy(self._commit("MODIFIED", rt, obj))
+            stored = copy.deepcopy(self._commit("MODIFIED", rt, obj))
+            if meta.get("ownerReferences") != old["metadata"].get("ownerReferences"):
+                self._collect_if_orphaned(rt, stored)
+            return stored
 
     def mutate(self, rt: ResourceType, namespace: str, name: str,
                change: Callable[[dict], Optional[dict]]) -> Optional[dict]:
@@ -213,6 +218,22 @@ class Store:
         for rt_dep, dependent in list(self._dependents(uid)):
             meta = dependent["metadata"]
             self._delete_quietly(rt_dep, meta.get("namespace", ""), meta["name"])
+
+    def _collect_if_orphaned(self, rt: ResourceType, obj: dict) -> None:
+        """The garbage collector deletes an object whose owners are all gone. Deleting an owner
+        collects the dependents it has then; this takes one created (or given its owners) later,
+        say by a controller that read the owner just before it was deleted."""
+        refs = obj["metadata"].get("ownerReferences") or []
+        if refs and all(self._owner_gone(obj, ref) for ref in refs):
+            self._delete_quietly(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+    def _owner_gone(self, dependent: dict, ref: dict) -> bool:
+        """The GC's "dangling" check: no owner of that kind and name, or one with another uid."""
+        owner_rt = R.by_kind(ref.get("apiVersion", ""), ref.get("kind", ""))
+        if owner_rt is None:
+            return False  # a kind not served here: the GC cannot look it up and keeps the dependent
+        owner = self._stored(owner_rt, dependent["metadata"].get("namespace", ""), ref.get("name", ""))
+        return owner is None or owner["metadata"]["uid"] != ref.get("uid")
 
     def _delete_quietly(self, rt: ResourceType, namespace: str, name: str) -> None:
         try:

@@ -452,7 +452,8 @@ class TrainerController:
                 if now < job.retry_at:
                     self._after(job.retry_at - now, key)
                     break
-                self._create_pod(tj, state, job, index)
+                if not self._create_pod(tj, state, job, index):
+                    return  # the TrainJob is gone: nothing more to create
         failed = sorted((j for j in state.jobs if j.failure), key=lambda j: j.failed_at)
         if failed:
             self._apply_failure_policy(tj, state, failed[0])
@@ -629,16 +630,25 @@ class TrainerController:
                 "metadata": {"name": tj["metadata"]["name"], "namespace": tj["metadata"]["namespace"],
                              "uid": state.jobset_uid}}
 
-    def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> None:
+    def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> bool:
+        """Create the pod for `index`; False when the TrainJob was deleted since it was read."""
         pod = build_pod(tj, state, job, index)
         pod["metadata"]["ownerReferences"] = [self._owner_ref(tj)]
-        try:
-            created = self.store.create(R.PODS, pod)
-        except ApiError as error:
-            logger.warning("creating pod %s: %s", pod["metadata"]["name"], error)
-            return
+        namespace, name, uid = tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"]["uid"]
+        # Checked and created under the store lock: the TrainJob cannot go in between. (A pod created
+        # after it went would be garbage-collected at once; this spares starting it.)
+        with self.store.lock:
+            current = self.store.find(R.TRAINJOBS, namespace, name)
+            if current is None or current["metadata"]["uid"] != uid or current["metadata"].get("deletionTimestamp"):
+                return False
+            try:
+                created = self.store.create(R.PODS, pod)
+            except ApiError as error:
+                logger.warning("creating pod %s: %s", pod["metadata"]["name"], error)
+                return True
         self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "SuccessfulCreate",
                            f"Created pod: {created['metadata']['name']}", "job-controller")
+        return True
 
 
 def build_pod(tj: dict, state: JobSetState, job: JobState, index: int) -> dict:

@@ -268,6 +268,24 @@ def test_owner_reference_garbage_collection(cluster, core, ns):
     assert kept.metadata.owner_references is None
 
 
+def test_dependents_of_a_gone_owner_are_collected(cluster, core, ns):
+    """Created (or given an owner) after the owner went, a dependent is garbage-collected too:
+    the GC checks every dependent's owners, not only the dependents there are at a deletion."""
+    owner = core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
+    gone = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    core.delete_namespaced_config_map("owner", ns)
+    late = core.create_namespaced_config_map(ns, {"metadata": {"name": "late", "ownerReferences": [gone]}})
+    assert late.metadata.uid  # created, as on a real cluster, and collected right after
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})  # the same name, another uid
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "later", "ownerReferences": [gone]}})
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "adopted"}})
+    core.patch_namespaced_config_map("adopted", ns, {"metadata": {"ownerReferences": [gone]}})
+    # An owner of a kind not served here cannot be looked up: the GC leaves its dependents alone.
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "foreign", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "6b1e5bb6"}]}})
+    assert [cm["metadata"]["name"] for cm in cluster.objects("configmaps", ns)] == ["foreign", "owner"]
+
+
 def test_secrets_merge_string_data(core, ns):
     secret = core.create_namespaced_secret(ns, {"metadata": {"name": "s"}, "stringData": {"token": "abc"},
                                                 "data": {"raw": "eHl6"}})

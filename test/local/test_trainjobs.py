@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
 
 import pytest
 from kubernetes import watch
@@ -187,6 +189,43 @@ def test_deleting_a_running_trainjob_kills_its_processes(cluster, core, custom, 
     cluster.wait_for(lambda: not pods_of(core, ns, "doomed"))
     assert cluster.objects("configmaps", ns) == []  # the snapshot and our ConfigMap went with it
     assert "Killing" in {e.reason for e in core.list_namespaced_event(ns).items}
+
+
+def test_trainjobs_deleted_at_once_leave_nothing_behind(cluster, core, custom, ns, plain_runtime):
+    """A TrainJob deleted while the Trainer emulation works on it (snapshot, pods) leaves no
+    dependent and no process: what is created after its owner went is garbage-collected too."""
+    names = [f"brief-{i}" for i in range(40)]
+    for i, name in enumerate(names):
+        create_trainjob(custom, ns, trainjob(name, plain_runtime, ["sleep", "30"]))
+        time.sleep(i % 10 * 0.002)  # meet the emulation at different points of its work
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", name)
+
+    def leftovers() -> list[str]:
+        pods = [f"pod {p.metadata.name}" for p in core.list_namespaced_pod(ns).items]
+        configmaps = [f"configmap {c.metadata.name}" for c in core.list_namespaced_config_map(ns).items]
+        return pods + configmaps + [f"process {pid}" for pid in _processes_of_pods_in(cluster, ns)]
+
+    deadline = time.monotonic() + 5
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers() == []
+    assert custom.list_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs")["items"] == []
+
+
+def _processes_of_pods_in(cluster, namespace: str) -> list[int]:
+    """Living processes started for a pod of `namespace` (their HOME is the pod's directory)."""
+    home = f"HOME={cluster.workdir / 'pods' / namespace}/".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z" and any(var.startswith(home) for var in environ.split(b"\0")):
+                found.append(int(entry.name))
+    return found
 
 
 def test_active_deadline(cluster, core, custom, ns, plain_runtime):

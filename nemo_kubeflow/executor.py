@@ -14,6 +14,7 @@ so ``run.Experiment.from_id`` and ``nemo experiment ...`` find it again after fi
 re-imports the class.
 """
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -277,6 +278,20 @@ class KubeflowExecutor(Executor):
             self.packager = ConfigMapPackager()
 
     # --- NeMo-Run Executor API -------------------------------------------------
+    def to_config(self):
+        """This executor as a ``run.Config`` of the fields that differ from their defaults.
+
+        NeMo-Run serialises it for every task (``<task>_executor.yaml``) and for the experiment;
+        building it gives an equal executor. Only what was set: readable files, and less than
+        half the cost of writing all ~60 fields.
+        """
+        from fiddle.experimental.dataclasses import convert_dataclasses_to_configs
+        from nemo_run.config import Config
+
+        values = {f.name: convert_dataclasses_to_configs(getattr(self, f.name), allow_post_init=True)
+                  for f in dataclasses.fields(self) if f.init and not _has_default_value(self, f)}
+        return Config(type(self), **values)
+
     def assign(self, exp_id: str, exp_dir: str, task_id: str, task_dir: str) -> None:
         self.experiment_id = exp_id
         self.experiment_dir = exp_dir
@@ -515,6 +530,20 @@ def _is_label_key(key: str) -> bool:
 
 def _is_env_name(name: str) -> bool:
     return bool(re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name))
+
+
+def _has_default_value(obj, f: dataclasses.Field) -> bool:
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        return False
+    value = getattr(obj, f.name)
+    try:
+        return value is default or (type(value) is type(default) and bool(value == default))
+    except Exception:  # an odd value whose == fails: keep it
+        return False
 
 
 # Registration must happen when the module defining the class is imported: fiddle

@@ -16,8 +16,8 @@ import threading
 import time
 from collections import defaultdict
 
-from harness import (REPO, ClusterProcess, Detail, Metric, TaskSubmitter, in_fresh_process, interleaved, launch,
-                     median, nemorun_home, ours, stopwatch, table, upstream, use_kubeconfig)
+from harness import (REPO, Detail, Metric, TaskSubmitter, in_fresh_process, interleaved, launch, median,
+                     nemorun_home, ours, stopwatch, table, upstream)
 
 NAME = "latency"
 #: Our submission's time is judged against the baseline's bare TrainJob create.
@@ -61,21 +61,6 @@ def run(ctx):
                  ratio_at_most=RATIO_TARGET,
                  note="dry run {:.0f} + schedule {:.0f} ms ours; {:.0f} + {:.0f} ms baseline".format(
                      *(splits[name][i] for name in variants for i in (0, 1))))
-
-    # The other local-cluster configuration: as shipped, or with the harness's workarounds.
-    other = ClusterProcess(os.path.join(ctx.workdir, "other-cluster"), fixed=ctx.as_shipped)
-    try:
-        other.ensure_upstream_runtime()
-        use_kubeconfig(other.kubeconfig_path)
-        shipped, shipped_splits = _one_task({"ours": lambda: ours(other.kubeconfig_path), "baseline": upstream},
-                                            max(4, count // 3))
-    finally:
-        use_kubeconfig(kubeconfig)
-        other.stop()
-    label = "with the harness's workarounds" if ctx.as_shipped else "local cluster as shipped (no workarounds)"
-    yield Metric(f"  same, {label}", shipped["ours"], shipped["baseline"], "ms",
-                 note=f"schedule (4 requests) {shipped_splits['ours'][1]:.0f} ms ours, "
-                      f"(1 request) {shipped_splits['baseline'][1]:.0f} ms baseline")
 
     # --- the first task of a fresh process ------------------------------------------------
     cold = interleaved(1 if ctx.quick else ctx.repeats(heavy=True),

@@ -220,52 +220,11 @@ class _ClusterService:
     def __init__(self) -> None:
         self._cluster = None
 
-    def start(self, workdir: str, fixed: bool) -> str:
-        """Start the cluster; ``fixed`` applies the harness's two workarounds (below)."""
+    def start(self, workdir: str) -> str:
         from nemo_kubeflow.local import LocalCluster
 
-        self.conflicts = 0
-        if fixed:
-            self._retry_patch_conflicts()
-            self._send_without_nagle()
         self._cluster = LocalCluster(workdir).start()
         return str(self._cluster.kubeconfig_path)
-
-    def _retry_patch_conflicts(self) -> None:
-        """Work around an emulation bug: the local registry applies a patch with the
-        resourceVersion it read, so a Trainer status write in between answers 409 Conflict. A
-        real API server retries such a patch itself unless the patch carries a resourceVersion.
-        Without this, concurrent submissions fail at random in their resume patch."""
-        from nemo_kubeflow.local.apierrors import ApiError
-        from nemo_kubeflow.local.registry import Registry
-
-        original = Registry.patch
-        service = self
-
-        def patch(registry, rt, namespace, name, body, content_type, query, subresource=""):
-            precondition = isinstance(body, dict) and "resourceVersion" in (body.get("metadata") or {})
-            for attempt in range(20):
-                try:
-                    return original(registry, rt, namespace, name, body, content_type, query, subresource)
-                except ApiError as e:
-                    if e.code != 409 or precondition or "modified" not in str(e) or attempt == 19:
-                        raise
-                    service.conflicts += 1
-
-        Registry.patch = patch
-
-    def patch_conflicts(self) -> int:
-        return self.conflicts
-
-    @staticmethod
-    def _send_without_nagle() -> None:
-        """Work around an emulation slowness of commits before 3e83372: the local server wrote a
-        response's headers and body in two ``send`` calls without TCP_NODELAY, so on a kept-alive
-        connection the body waited for the client's delayed ACK (about 40 ms per request).
-        ``StreamRequestHandler.disable_nagle_algorithm`` sets TCP_NODELAY; a no-op since 3e83372."""
-        from nemo_kubeflow.local import server
-
-        server._Handler.disable_nagle_algorithm = True
 
     def stop(self) -> None:
         if self._cluster is not None:
@@ -297,13 +256,14 @@ class ClusterProcess:
     its threads do not take the GIL from the client being timed. Same inspection API as
     ``LocalCluster``: ``requests``, ``clear_requests()``, ``objects()``, plus ``count()``."""
 
-    def __init__(self, workdir: str, fixed: bool = True):
+    def __init__(self, workdir: str):
         self._manager = _Manager(ctx=multiprocessing.get_context("spawn"))
         self._manager.start()
         self._service = self._manager.ClusterService()
-        self.kubeconfig_path = self._service.start(workdir, fixed)
+        self.kubeconfig_path = self._service.start(workdir)
         self._api = None
-        #: Pods left behind by deleted TrainJobs that the harness deleted itself (a local-cluster bug).
+        #: Pods still there well after their TrainJob was deleted, deleted by the harness (0 unless
+        #: the local cluster's garbage collection regressed; reported at the end of the results).
         self.orphan_pods = 0
 
     @property
@@ -318,10 +278,6 @@ class ClusterProcess:
 
     def count(self, resource: str, namespace: Optional[str] = None) -> int:
         return self._service.count(resource, namespace)
-
-    def patch_conflicts(self) -> int:
-        """Patches the harness retried server-side (see ``_ClusterService._retry_patch_conflicts``)."""
-        return self._service.patch_conflicts()
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -368,10 +324,9 @@ class ClusterProcess:
         """Delete every TrainJob (their pods, ConfigMaps and Secrets go with them) and wait
         until no pod is left, so the next measurement starts on an idle server.
 
-        Works around a local-cluster bug: a pod the Trainer emulation creates just after its
-        TrainJob was deleted is never garbage-collected (a real cluster's GC removes objects
-        whose owner is gone), and would keep every later wait busy. Such orphans are deleted
-        here and counted in ``orphan_pods``."""
+        A pod still there a second after its TrainJob went would mean the local cluster's garbage
+        collection regressed (fixed in bdd4547): it is deleted, so that later waits are not held
+        up, and counted in ``orphan_pods``."""
         from kubernetes import client
 
         client.CustomObjectsApi(self.api).delete_collection_namespaced_custom_object(
@@ -560,14 +515,12 @@ class Context:
     quick: bool
     repeat: int
     workdir: str
-    #: Run the local cluster exactly as shipped (no harness workarounds, see ``_ClusterService``).
-    as_shipped: bool = False
     _cluster: Optional[ClusterProcess] = field(default=None, repr=False)
 
     @property
     def cluster(self) -> ClusterProcess:
         if self._cluster is None:
-            self._cluster = ClusterProcess(os.path.join(self.workdir, "cluster"), fixed=not self.as_shipped)
+            self._cluster = ClusterProcess(os.path.join(self.workdir, "cluster"))
             use_kubeconfig(self._cluster.kubeconfig_path)
             self._cluster.ensure_upstream_runtime()
         return self._cluster

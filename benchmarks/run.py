@@ -36,8 +36,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about 2 minutes)")
     parser.add_argument("--repeat", type=int, help="runs per measurement, medians reported (default 5, quick 2)")
     parser.add_argument("--only", help=f"comma-separated families: {', '.join(FAMILIES)}")
-    parser.add_argument("--local-as-shipped", action="store_true",
-                        help="run the local cluster without the harness's workarounds (see benchmarks/README.md)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent / "results" / "latest.md",
                         help="markdown results file (default: benchmarks/results/latest.md)")
@@ -89,7 +87,7 @@ def main(argv=None) -> int:
     details: list[Detail] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="nk-bench-") as workdir:
-        ctx = harness.Context(quick=args.quick, repeat=args.repeat, workdir=workdir, as_shipped=args.local_as_shipped)
+        ctx = harness.Context(quick=args.quick, repeat=args.repeat, workdir=workdir)
         try:
             for family in args.families:
                 module = importlib.import_module(f"bench_{family}")
@@ -106,9 +104,9 @@ def main(argv=None) -> int:
         finally:
             if ctx._cluster is not None:
                 try:
-                    details.append(Detail("Local-cluster workarounds used in this run", [
-                        f"- resume patches answered 409 and retried server-side: {ctx._cluster.patch_conflicts()}",
-                        f"- orphaned pods (their TrainJob deleted) removed by the harness: {ctx._cluster.orphan_pods}",
+                    details.append(Detail("Local-cluster health in this run", [
+                        f"- pods left after their TrainJob was deleted, removed by the harness: "
+                        f"{ctx._cluster.orphan_pods} (0 expected)",
                     ]))
                 except Exception:  # the cluster process is gone: nothing to report
                     pass

@@ -12,6 +12,7 @@ traceback) with exit code 2; ``validate`` exits 1 when it finds problems.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import importlib
 import importlib.util
@@ -23,6 +24,7 @@ import re
 import shlex
 import sys
 import tempfile
+import typing
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -87,10 +89,16 @@ def _apply_override(config: fdl.Buildable, override: str) -> None:
     *parents, leaf = key.split(".")
     target = config
     for part in parents:
+        parent = target
         try:
-            target = getattr(target, part)
+            target = getattr(parent, part)
         except (AttributeError, ValueError):  # fiddle raises ValueError for default_factory fields
             target = None
+        settings_class = _optional_settings_class(parent, part) if target is None else None
+        if settings_class is not None:
+            # A settings object left at None (its defaults), e.g. gke_rdma: start from the defaults.
+            target = fdl.Config(settings_class)
+            setattr(parent, part, target)
         if not isinstance(target, fdl.Buildable):
             raise ConfigError(
                 f"--set {override}: {part} is not a run.Config in this configuration, so its fields cannot "
@@ -114,6 +122,20 @@ def _apply_override(config: fdl.Buildable, override: str) -> None:
     if parsed is None:
         raise ConfigError(f"--set {override}: {_parse_reason(error)}") from None
     setattr(target, leaf, parsed)
+
+
+def _optional_settings_class(config: fdl.Buildable, name: str) -> Optional[type]:
+    """``X`` when field ``name`` of ``config``'s dataclass is ``Optional[X]`` with ``X`` a dataclass."""
+    cls = getattr(config, "__fn_or_cls__", None)
+    if not dataclasses.is_dataclass(cls):
+        return None
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if field is None or typing.get_origin(field.type) is not typing.Union:
+        return None
+    members = [t for t in typing.get_args(field.type) if t is not type(None)]
+    if len(members) == 1 and dataclasses.is_dataclass(members[0]):
+        return members[0]
+    return None
 
 
 def _parse_reason(e: CLIException) -> str:

@@ -121,8 +121,18 @@ def test_render_from_an_executor_file(tmp_path, monkeypatch, capsys):
     assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["trainer"]["image"] == "example.com/train:1"
 
 
+def test_set_reaches_into_profile_settings_left_at_their_defaults():
+    # kubeflow_gpu leaves gke_rdma unset (None: GKERDMAConfig()); --set starts from those defaults.
+    executor = tool.load_executor("kubeflow_gpu", overrides=["network_fabric=gke-rdma", "gke_rdma.nic_count=4",
+                                                              "gke_rdma.tuner_config=/t.txtpb"])
+    assert (executor.gke_rdma.nic_count, executor.gke_rdma.tuner_config) == (4, "/t.txtpb")
+    assert executor.gke_rdma.default_network == "default" and executor.aws_efa is None
+
+
 @pytest.mark.parametrize("argv, message", [
     (["render", "--factory", "nope", "--", "x"], "no executor factory of that name; known: "),
+    (["render", "--set", "gke_rdma.nic_cont=4", "--", "x"], "GKERDMAConfig has no field 'nic_cont'; did you mean nic_count?"),
+    (["render", "--set", "nodes.count=4", "--", "x"], "nodes is not a run.Config in this configuration"),
     (["render", "--set", "nodez=2", "--", "x"], "has no field 'nodez'; did you mean nodes?"),
     (["render", "--set", "nodes=two", "--", "x"], "cannot read 'two' as int"),
     (["render", "--set", "nodes=0", "--", "x"], "nodes=0: must be an integer >= 1"),

@@ -80,20 +80,22 @@ def test_a_runtime_already_seen_is_not_sent_again(local, cluster):
     assert result.actions[0][0] == "reuse"
 
 
-def test_a_known_runtime_deleted_since_is_created_again(local, cluster):
+@pytest.mark.parametrize("kind", ["ClusterTrainingRuntime", "TrainingRuntime"])
+def test_a_known_runtime_deleted_since_is_created_again(local, cluster, kind):
     known: set = set()
-    first = plan("gone1", experiment="gone", pod_labels={"variant": "deleted-runtime"})
+    settings = dict(experiment=f"gone-{kind.lower()}", pod_labels={"variant": "deleted-runtime"}, runtime_kind=kind)
+    first = plan("gone1", **settings)
     submit(cluster, first, known_runtimes=known)
-    runtime = first.runtime["metadata"]["name"]
-    cluster.delete("ClusterTrainingRuntime", runtime)  # say, by `nemo-kubeflow gc`
+    runtime, namespace = first.runtime["metadata"]["name"], first.runtime["metadata"].get("namespace")
+    cluster.delete(kind, runtime, namespace)  # say, by `nemo-kubeflow gc`
     local.clear_requests()
-    result = submit(cluster, plan("gone2", experiment="gone", pod_labels={"variant": "deleted-runtime"}),
-                    known_runtimes=known)
+    result = submit(cluster, plan("gone2", **settings), known_runtimes=known)
     # The webhook refuses the TrainJob (runtime missing); the runtime is created and the TrainJob sent again.
+    resource = kind.lower() + "s"
     assert [(r.verb, r.resource, r.status_code) for r in local.requests if r.verb != "get"][:3] == [
-        ("create", "trainjobs", 403), ("create", "clustertrainingruntimes", 201), ("create", "trainjobs", 201)]
-    assert ("create", "ClusterTrainingRuntime", runtime) in result.actions
-    assert runtime in snapshot(local)["clustertrainingruntimes"]
+        ("create", "trainjobs", 403), ("create", resource, 201), ("create", "trainjobs", 201)]
+    assert ("create", kind, runtime) in result.actions
+    assert runtime in snapshot(local)[resource]
 
 
 def test_rollback_forgets_a_runtime_it_deleted(local, cluster):

@@ -46,8 +46,11 @@ class TCPXOConfig:
     network_names: list[str] = field(default_factory=list)
     #: Network of the default interface ``eth0``.
     default_network: str = "default"
-    #: Image of the ``tcpxo-daemon`` (receive-datapath manager) sidecar.
-    daemon_image: str = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.17"
+    #: Image of the ``tcpxo-daemon`` (receive-datapath manager) sidecar. Its version is coupled
+    #: with the NCCL plugin installer's on the nodes: v1.0.21 goes with installer v1.0.15 (see the
+    #: release notes in container-engine-accelerators/gpudirect-tcpxo). Daemons before v1.0.18 also
+    #: want ``--num_nics``, which this profile no longer passes.
+    daemon_image: str = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21"
     #: Host directory holding the NVIDIA driver and the NCCL FasTrak plugin installed by GKE.
     nvidia_host_path: str = "/home/kubernetes/bin/nvidia"
     #: Extra or overriding NCCL environment variables for the training container.
@@ -79,8 +82,10 @@ class GKERDMAConfig:
     nvidia_host_path: str = "/home/kubernetes/bin/nvidia"
     #: Host directory of the gIB NCCL plugin installed by GKE (mounted at ``/usr/local/gib``).
     gib_host_path: str = "/home/kubernetes/bin/gib"
-    #: NCCL tuner configuration: ``.../tuner_config_a3u.txtpb`` for A3 Ultra, ``.../tuner_config_a4.txtpb`` for A4.
-    tuner_config: str = "/usr/local/gib/configs/tuner_config_a3u.txtpb"
+    #: NCCL tuner configuration (``NCCL_TUNER_CONFIG_PATH``). ``None``: A4's
+    #: ``/usr/local/gib/configs/tuner_config_a4.txtpb`` when ``node_selector`` picks B200 nodes
+    #: (``cloud.google.com/gke-accelerator: nvidia-b200``), A3 Ultra's ``tuner_config_a3u.txtpb`` otherwise.
+    tuner_config: Optional[str] = None
     #: Extra or overriding NCCL environment variables for the training container.
     nccl_env: dict[str, str] = field(default_factory=dict)
 
@@ -96,7 +101,8 @@ class EFAConfig:
     plugin. No privileges: the pods still pass the Pod Security "restricted" profile.
     """
 
-    #: EFA devices requested per node: p4d.24xlarge has 4, p5.48xlarge 32, p5en.48xlarge 16.
+    #: EFA devices requested per node: p4d.24xlarge has 4, p5.48xlarge 32, p5en.48xlarge 16,
+    #: p6-b200.48xlarge 8. More than the instance has leaves the pods unschedulable.
     devices_per_node: int = 32
     #: The extended resource the EFA device plugin registers.
     resource_name: str = "vpc.amazonaws.com/efa"
@@ -116,13 +122,16 @@ class InfiniBandConfig:
     """
 
     #: The extended resource your RDMA device plugin registers, e.g. ``rdma/rdma_shared_device_a``
-    #: (NVIDIA Network Operator's shared device plugin) or ``nvidia.com/hostdev`` (SR-IOV).
+    #: (NVIDIA Network Operator's shared device plugin), ``nvidia.com/hostdev`` (its host-device
+    #: network), ``nvidia.com/sriovlegacy`` (its SR-IOV example). The default ``rdma/ib`` is
+    #: CoreWeave's name.
     resource_name: str = "rdma/ib"
     #: How many of them per node: 1 for a shared device, one per virtual function for SR-IOV.
     devices_per_node: int = 1
     #: ``NCCL_IB_HCA``: the HCAs NCCL may use, e.g. ``"mlx5"`` or ``"=mlx5_0,mlx5_1"``; ``""`` lets NCCL pick.
     hca: str = ""
-    #: ``NCCL_IB_GID_INDEX``; RoCE v2 usually needs 3, InfiniBand nothing.
+    #: ``NCCL_IB_GID_INDEX``. ``None`` leaves it to NCCL, which picks a RoCE v2 GID itself since
+    #: 2.21 (InfiniBand ignores it); force one only for an older NCCL or an unusual GID table.
     gid_index: Optional[int] = None
     #: Extra or overriding NCCL environment variables for the training container.
     nccl_env: dict[str, str] = field(default_factory=dict)
@@ -193,7 +202,7 @@ def build_fabric(executor) -> Fabric:
     if name == GKE_TCPXO:
         return _tcpxo(profile_settings(executor, name), executor.gpus_per_node)
     if name == GKE_RDMA:
-        return _gke_rdma(profile_settings(executor, name))
+        return _gke_rdma(profile_settings(executor, name), executor.node_selector)
     if name == AWS_EFA:
         return _aws_efa(profile_settings(executor, name))
     if name == INFINIBAND:
@@ -216,19 +225,18 @@ def _tcpxo(cfg: TCPXOConfig, gpus: int) -> Fabric:
         "/dev/dmabuf_import_helper",
     ]
     gpu_nics = ",".join(f"eth{i}" for i in range(1, len(networks) + 1))
-    # NCCL settings from GKE's TCPXO guide.
+    # The plugin's current profile (nccl-env-profile.sh, installer v1.0.15): NCCL_ALGO and
+    # NCCL_NVLS_ENABLE=0 are gone from it (NVLSTree is the default the tuner expects).
     env = {
         "NCCL_FASTRAK_CTRL_DEV": "eth0",
         "NCCL_FASTRAK_IFNAME": gpu_nics,
         "NCCL_SOCKET_IFNAME": "eth0",
         "NCCL_CROSS_NIC": "0",
-        "NCCL_ALGO": "Ring,Tree",
         "NCCL_PROTO": "Simple,LL128",
         "NCCL_MIN_NCHANNELS": "4",
         "NCCL_TUNER_PLUGIN": "libnccl-tuner.so",
         "NCCL_TUNER_CONFIG_PATH": "/usr/local/nvidia/lib64/a3plus_tuner_config.textproto",
         "NCCL_SHIMNET_GUEST_CONFIG_CHECKER_CONFIG_FILE": "/usr/local/nvidia/lib64/a3plus_guest_config.textproto",
-        "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
         "NCCL_P2P_NET_CHUNKSIZE": "524288",
         "NCCL_P2P_PCI_CHUNKSIZE": "524288",
         "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
@@ -241,7 +249,8 @@ def _tcpxo(cfg: TCPXOConfig, gpus: int) -> Fabric:
         "NCCL_FASTRAK_ENABLE_HOTPATH_LOGGING": "0",
         "NCCL_FASTRAK_USE_LLCM": "1",
         "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
-        "NCCL_NVLS_ENABLE": "0",
+        # The plugin's guest config checker (installer >= v1.0.12) aborts a job without it.
+        "NCCL_NVLSTREE_MAX_CHUNKSIZE": "131072",
         **cfg.nccl_env,
     }
     daemon = {
@@ -252,7 +261,7 @@ def _tcpxo(cfg: TCPXOConfig, gpus: int) -> Fabric:
         "command": ["/bin/sh", "-c"],
         "args": [
             "set -e; chmod 755 /fts/entrypoint_rxdm_container.sh; exec /fts/entrypoint_rxdm_container.sh "
-            f"--num_hops=2 --num_nics={len(networks)} --uid= --alsologtostderr"
+            "--num_hops=2"
         ],
         "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
@@ -285,10 +294,22 @@ def _tcpxo(cfg: TCPXOConfig, gpus: int) -> Fabric:
     )
 
 
-def _gke_rdma(cfg: GKERDMAConfig) -> Fabric:
+#: GKE's accelerator node label, and the gIB tuner configuration of each machine it names.
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+_GIB_TUNER_CONFIGS = {"nvidia-b200": "/usr/local/gib/configs/tuner_config_a4.txtpb"}
+_GIB_DEFAULT_TUNER_CONFIG = "/usr/local/gib/configs/tuner_config_a3u.txtpb"  # A3 Ultra (nvidia-h200-141gb)
+
+
+def _gib_tuner_config(cfg: GKERDMAConfig, node_selector: dict) -> str:
+    if cfg.tuner_config:
+        return cfg.tuner_config
+    return _GIB_TUNER_CONFIGS.get(node_selector.get(GKE_ACCELERATOR_LABEL, ""), _GIB_DEFAULT_TUNER_CONFIG)
+
+
+def _gke_rdma(cfg: GKERDMAConfig, node_selector: dict) -> Fabric:
     extra = [cfg.gvnic_network] if cfg.gvnic_network else []
-    # The NCCL settings of GKE's /usr/local/gib/scripts/set_nccl_env.sh, set here rather than
-    # sourced so that the task's own NCCL_* variables still win.
+    # The NCCL settings of GKE's /usr/local/gib/scripts/set_nccl_env.sh (as cluster-toolkit's A3
+    # Ultra image mirrors them), set here rather than sourced so that the task's NCCL_* still win.
     env = {
         "NCCL_NET": "gIB",
         "NCCL_CROSS_NIC": "0",
@@ -299,7 +320,7 @@ def _gke_rdma(cfg: GKERDMAConfig) -> Fabric:
         "NCCL_IB_QPS_PER_CONNECTION": "4",
         "NCCL_IB_TC": "52",
         "NCCL_IB_FIFO_TC": "84",
-        "NCCL_TUNER_CONFIG_PATH": cfg.tuner_config,
+        "NCCL_TUNER_CONFIG_PATH": _gib_tuner_config(cfg, node_selector),
         "NCCL_SOCKET_IFNAME": "eth0,eth1" if extra else "eth0",
         **cfg.nccl_env,
     }
@@ -323,10 +344,12 @@ def _gke_rdma(cfg: GKERDMAConfig) -> Fabric:
 
 
 def _aws_efa(cfg: EFAConfig) -> Fabric:
+    # No FI_EFA_USE_DEVICE_RDMA: libfabric >= 1.18 uses RDMA where the device has it, and forcing it
+    # aborts the job on an EFA device without. The rest is what aws-ofi-nccl sets itself on p4d/p5/p6
+    # (it keeps values already set), spelled out so they show in the manifests.
     env = {
         "FI_PROVIDER": "efa",
-        "FI_EFA_USE_DEVICE_RDMA": "1",
-        # PyTorch data loaders fork; without this, libfabric's registered memory breaks the child.
+        # Data loaders fork; old kernels (< 5.15) need it for registered memory, newer ones ignore it.
         "FI_EFA_FORK_SAFE": "1",
         "NCCL_BUFFSIZE": "8388608",
         "NCCL_P2P_NET_CHUNKSIZE": "524288",

@@ -78,10 +78,9 @@ def test_gke_rdma_attaches_the_rdma_nics_and_the_gib_plugin():
     assert env["NCCL_NET"] == "gIB" and env["NCCL_TUNER_CONFIG_PATH"].endswith("tuner_config_a3u.txtpb")
     assert {"name": "gib", "mountPath": "/usr/local/gib"} in node["volumeMounts"]
     assert 'export LD_LIBRARY_PATH=/usr/local/gib/lib64:/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+' in sub.launch.args[0]
-    # A4 and custom networks are parameters.
+    # Custom networks and NCCL settings are parameters.
     a4 = submission(**dict(GPU_NODE, network_fabric="gke-rdma", gke_rdma=GKERDMAConfig(
-        tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb", gvnic_network="", nic_count=2,
-        network_names=["a", "b"], nccl_env={"NCCL_NET_GDR_LEVEL": "SYS"})))
+        gvnic_network="", nic_count=2, network_names=["a", "b"], nccl_env={"NCCL_NET_GDR_LEVEL": "SYS"})))
     [a4_node] = node_pod(a4)["spec"]["containers"]
     a4_env = {e["name"]: e["value"] for e in a4_node["env"]}
     assert a4_env["NCCL_SOCKET_IFNAME"] == "eth0" and a4_env["NCCL_NET_GDR_LEVEL"] == "SYS"
@@ -95,7 +94,9 @@ def test_aws_efa_requests_the_devices_per_node_and_sets_libfabric():
     assert resources["limits"] == resources["requests"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
     [node] = node_pod(sub)["spec"]["containers"]
     env = {e["name"]: e["value"] for e in node["env"]}
-    assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1")
+    assert env["FI_PROVIDER"] == "efa"
+    # Forcing device RDMA aborts on EFA devices without it; libfabric >= 1.18 uses it where it exists.
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env
     assert "resources" not in node  # the runtime keeps the SDK-readable shape (no EFA-only limits)
     assert "/opt/amazon/efa/lib" in sub.launch.args[0]
 
@@ -169,3 +170,17 @@ def test_unset_profile_settings_mean_the_profile_defaults(profile, field, cls):
     assert getattr(unset, field) is None
     explicit = dump_all(submission(**GPU_NODE, network_fabric=profile, **{field: cls()}).manifests())
     assert dump_all(submission(**GPU_NODE, network_fabric=profile).manifests()) == explicit
+
+
+@pytest.mark.parametrize("accelerator, tuner_config, expected", [
+    ("nvidia-h200-141gb", None, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),  # A3 Ultra
+    ("nvidia-b200", None, "/usr/local/gib/configs/tuner_config_a4.txtpb"),  # A4
+    (None, None, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),
+    ("nvidia-b200", "/mine.txtpb", "/mine.txtpb"),  # given: used as is
+])
+def test_gke_rdma_tuner_config_follows_the_machine_the_node_selector_picks(accelerator, tuner_config, expected):
+    selector = {"cloud.google.com/gke-accelerator": accelerator} if accelerator else {}
+    sub = submission(**GPU_NODE, network_fabric="gke-rdma", node_selector=selector,
+                     gke_rdma=GKERDMAConfig(tuner_config=tuner_config))
+    [node] = node_pod(sub)["spec"]["containers"]
+    assert {"name": "NCCL_TUNER_CONFIG_PATH", "value": expected} in node["env"]

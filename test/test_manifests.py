@@ -151,7 +151,14 @@ def test_tcpxo_only_when_enabled():
     assert [i["network"] for i in interfaces] == ["default"] + [f"vpc{i}" for i in range(1, 9)]
     node = tcpxo["spec"]["containers"][0]
     assert {"name": "NCCL_FASTRAK_IFNAME", "value": "eth1,eth2,eth3,eth4,eth5,eth6,eth7,eth8"} in node["env"]
-    assert "LD_LIBRARY_PATH" not in {e["name"] for e in node["env"]}
+    env = {e["name"]: e.get("value") for e in node["env"]}
+    # The plugin's current profile: its guest config checker aborts a job without NVLSTREE_MAX_CHUNKSIZE,
+    # and NCCL_ALGO / NCCL_NVLS_ENABLE=0 are no longer part of it.
+    assert env["NCCL_NVLSTREE_MAX_CHUNKSIZE"] == "131072"
+    assert not {"NCCL_ALGO", "NCCL_NVLS_ENABLE", "NCCL_DYNAMIC_CHUNK_SIZE"} & set(env)
+    assert sidecar["args"][0].endswith("/fts/entrypoint_rxdm_container.sh --num_hops=2")
+    assert sidecar["image"].endswith("tcpgpudmarxd-dev:v1.0.21")
+    assert "LD_LIBRARY_PATH" not in env
     assert 'LD_LIBRARY_PATH=/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in build("tcpxo").launch.args[0]
     assert build("tcpxo").runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
 

@@ -28,6 +28,8 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+#: JobSet's ``spec.ttlSecondsAfterFinished`` is an int32 with minimum 0 (jobset_types.go).
+JOBSET_TTL_MAX = 2**31 - 1
 
 # --- torch plugin environment (Torch.EnforceMLPolicy) -------------------------
 PET_NNODES = "PET_NNODES"

@@ -26,6 +26,7 @@ from nemo_run.core.packaging.base import Packager
 from nemo_kubeflow import naming
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
+    JOBSET_TTL_MAX,
     NEMO_RUN_POD_DIR,
     PET_ENV_NAMES,
     PET_MASTER_ADDR,
@@ -263,6 +264,14 @@ class KubeflowExecutor(Executor):
     #: ``templates/training_runtime.yaml.j2``).
     runtime_template: Optional[str] = None
 
+    # --- after the job finishes (docs/reliability.md#finished-jobs) ----------------------------
+    #: Seconds after the job finishes (succeeded or failed) until JobSet deletes the job's JobSet,
+    #: Jobs and pods, logs included (the runtime's ``ttlSecondsAfterFinished``; ``0``: at once). The
+    #: TrainJob, its ConfigMaps and its Secret stay (Trainer v2.3 has no TTL for TrainJobs):
+    #: ``nemo-kubeflow gc`` deletes them. ``None`` keeps the pods, so that logs and failure details
+    #: stay readable until you delete the job. Needs a rendered runtime (not ``runtime_name``).
+    ttl_seconds_after_finished: Optional[int] = None
+
     # --- cluster access ---------------------------------------------------------------
     #: Path of the kubeconfig; ``None`` uses ``$KUBECONFIG`` or ``~/.kube/config``
     #: (or the in-cluster service account). Read only when submitting.
@@ -416,10 +425,24 @@ class KubeflowExecutor(Executor):
         yield from fabric_problems(self)
         yield from initializer_problems(self)
         yield from self._scheduling_problems()
+        yield from self._finished_job_problems()
         if isinstance(self.preflight, str) and not self.preflight.strip():
             yield "preflight='': give a bash command, or True for the packaged checks"
         elif not isinstance(self.preflight, (bool, str)):
             yield f"preflight={self.preflight!r}: must be True, False or a bash command"
+
+    def _finished_job_problems(self):
+        ttl = self.ttl_seconds_after_finished
+        if ttl is None:
+            return
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= JOBSET_TTL_MAX:
+            yield (f"ttl_seconds_after_finished={ttl!r}: must be a whole number of seconds from 0 to "
+                   f"{JOBSET_TTL_MAX} (JobSet's ttlSecondsAfterFinished), e.g. 86400 for a day; "
+                   "None keeps finished jobs' pods")
+        if self.runtime_name is not None:
+            yield ("ttl_seconds_after_finished goes into the rendered runtime (a TrainJob cannot set it), but "
+                   f"runtime_name={self.runtime_name!r} uses an existing one; set ttlSecondsAfterFinished in "
+                   "that runtime's spec.template.spec instead, or leave runtime_name unset")
 
     def _scheduling_problems(self):
         from nemo_kubeflow.manifests import POD_GROUP_POLICIES, PRIORITY_CLASS_LABEL, QUEUE_LABEL

@@ -223,6 +223,7 @@ def runtime_context(executor) -> dict[str, Any]:
         "pod_group_policy": pod_group_policy(executor),
         "scheduler_name": scheduler_name(executor),
         "priority_class_name": executor.priority_class_name,
+        "ttl_seconds_after_finished": executor.ttl_seconds_after_finished,
     }
 
 
@@ -236,6 +237,18 @@ def runtime_hash(runtime: Mapping[str, Any]) -> str:
     }
     payload = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+
+def _check_ttl(runtime: Mapping[str, Any], context: Mapping[str, Any], name: str) -> None:
+    """A template of one's own that leaves out ``ttl_seconds_after_finished`` would drop it silently."""
+    ttl = context.get("ttl_seconds_after_finished")
+    jobset_spec = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if ttl is not None and jobset_spec.get("ttlSecondsAfterFinished") != ttl:
+        raise TemplateError(
+            f"{name} does not set ttl_seconds_after_finished={ttl}: add "
+            "`ttlSecondsAfterFinished: {{ ttl_seconds_after_finished }}` under spec.template.spec "
+            "(see templates/training_runtime.yaml.j2)"
+        )
 
 
 def render_runtime(context: Mapping[str, Any], template_path: str | None = None) -> dict[str, Any]:
@@ -267,6 +280,7 @@ def render_runtime(context: Mapping[str, Any], template_path: str | None = None)
             f"{name} must render one ClusterTrainingRuntime or TrainingRuntime, got "
             f"{type(obj).__name__ if not isinstance(obj, dict) else obj.get('kind')!r}"
         )
+    _check_ttl(obj, context, name)
     obj = copy.deepcopy(obj)
     digest = runtime_hash(obj)
     metadata = obj.setdefault("metadata", {})

@@ -326,6 +326,7 @@ class TrainerController:
         if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
         if _is_true(tj, "Complete") or _is_true(tj, "Failed"):
+            self._expire_after_ttl(tj, state)
             return
         suspended = bool(tj["spec"].get("suspend"))
         # Trainer builds the JobSet once, and re-applies it only while it is suspended.
@@ -571,6 +572,28 @@ class TrainerController:
             return
         state.terminal = ("Failed", "DeadlineExceeded", "TrainJob exceeded its active deadline")
         for pod in self._pods(tj):  # Trainer deletes the whole JobSet
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod)
+
+    def _expire_after_ttl(self, tj: dict, state: JobSetState) -> None:
+        """JobSet's ``ttlSecondsAfterFinished``: that long after it finished, the JobSet is deleted with
+        its Jobs and pods (here: the pods). Trainer builds no new JobSet for a finished TrainJob and
+        keeps its conditions and last jobsStatus."""
+        namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+        spec = state.spec
+        if spec is None:  # finished before this controller (re)started: the runtime as the job saw it
+            snapshot = self.store.find(R.CONFIGMAPS, namespace, name + SNAPSHOT_SUFFIX)
+            runtime = yaml.safe_load(snapshot["data"]["runtime"]) if snapshot else None
+            spec = ((runtime or {}).get("spec") or {}).get("template", {}).get("spec")
+        ttl = (spec or {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        finished = _condition(tj, "Complete") if _is_true(tj, "Complete") else _condition(tj, "Failed")
+        left = parse(finished["lastTransitionTime"]).timestamp() + ttl - time.time()
+        if left > 0:
+            self._after(left, (namespace, name))
+            return
+        for pod in self._pods(tj):
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(pod)
 

@@ -3,6 +3,7 @@
     nemo-kubeflow render --factory kubeflow_gpu --set nodes=2 -- python train.py --lr 0.1
     nemo-kubeflow validate manifests/*.yaml --template my_runtime.yaml.j2
     nemo-kubeflow gc --all-namespaces --dry-run
+    nemo-kubeflow gc --namespace team --experiment llama3-pretrain --older-than 7d
 
 ``render`` and ``validate`` never contact a cluster. ``gc`` talks to one only through
 ``cluster.KubernetesCluster``. Errors of this package are printed as one message (no
@@ -27,18 +28,20 @@ import tempfile
 import typing
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import fiddle as fdl
 import nemo_run as run
 import yaml
 from nemo_run.cli.cli_parser import CLIException, ParseError, parse_cli_args
 from nemo_run.run.torchx_backend.packaging import package
+from torchx.specs import AppState
 
-from nemo_kubeflow import yamlio
+from nemo_kubeflow import naming, yamlio
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
+    EXPERIMENT_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     RUNTIME_KIND,
@@ -49,6 +52,7 @@ from nemo_kubeflow.executor import KubeflowExecutor
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.render import render_runtime, runtime_context
 from nemo_kubeflow.scheduler import build_for_app, write_manifests
+from nemo_kubeflow.status import job_status
 from nemo_kubeflow.validation import check_manifests, validate_manifest
 
 DEFAULT_FACTORY = "kubeflow_gpu"
@@ -300,13 +304,120 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 # --- gc ------------------------------------------------------------------------------------
 
+#: ``--older-than`` units: 30s, 45m, 12h, 7d, 2w, and sums such as 1d12h.
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
 
-def _age_s(obj: dict, now: datetime) -> float:
-    stamp = obj.get("metadata", {}).get("creationTimestamp")
+
+def parse_duration(text: str) -> float:
+    """Seconds of ``7d``, ``12h``, ``1d12h``, ``90m``, ``3600s`` (argparse type of ``--older-than``)."""
+    value = text.strip()
+    if not _DURATION.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a duration such as 30m, 12h, 7d or 1d12h (units s, m, h, d, w)"
+        )
+    return float(sum(int(n) * DURATION_UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", value)))
+
+
+def format_age(seconds: float) -> str:
+    """``3d4h``, ``5h12m``, ``1m1s``, ``42s``: the largest unit and the next one, as kubectl shows ages."""
+    if seconds == float("inf"):
+        return "?"
+    left = max(0, int(seconds))
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    for i, (unit, size) in enumerate(units):
+        if left >= size or unit == "s":
+            text = f"{left // size}{unit}"
+            if i + 1 < len(units):
+                next_unit, next_size = units[i + 1]
+                if (left % size) // next_size:
+                    text += f"{(left % size) // next_size}{next_unit}"
+            return text
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _since(stamp: Optional[str], now: datetime) -> float:
     if not stamp:
         return float("inf")
-    created = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    return (now - created).total_seconds()
+    return (now - datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))).total_seconds()
+
+
+def _age_s(obj: dict, now: datetime) -> float:
+    return _since(obj.get("metadata", {}).get("creationTimestamp"), now)
+
+
+def _finished_age_s(trainjob: dict, now: datetime) -> float:
+    """Seconds since the TrainJob's Complete or Failed condition turned true (else since its creation)."""
+    for cond in (trainjob.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return _since(cond.get("lastTransitionTime") or trainjob["metadata"].get("creationTimestamp"), now)
+    return _age_s(trainjob, now)
+
+
+def experiment_labels(experiment: str) -> Callable[[str], bool]:
+    """Whether an experiment label value belongs to ``experiment``, an experiment id or title.
+
+    The label holds ``naming.label_value(id)`` and NeMo-Run's ids are ``<title>_<time_ns>``, so
+    a title matches ``<title>_<digits>``. An id too long for a label value was shortened with a
+    hash of the whole id: the ids of the title's experiments run from this machine
+    (``$NEMORUN_HOME/experiments/<title>/``) are recognised too.
+    """
+    wanted = {naming.label_value(experiment)}
+    try:
+        from nemo_run.config import get_nemorun_home
+
+        title_dir = Path(get_nemorun_home()) / "experiments" / experiment
+        if experiment and "/" not in experiment and title_dir.is_dir():
+            wanted |= {naming.label_value(d.name) for d in title_dir.iterdir() if d.is_dir()}
+    except OSError:
+        pass
+
+    def matches(label: str) -> bool:
+        if label in wanted:
+            return True
+        stamped = re.fullmatch(r".+_(\d+)", label)
+        return bool(stamped) and naming.label_value(f"{experiment}_{stamped.group(1)}") == label
+
+    return matches
+
+
+@dataclasses.dataclass
+class FinishedJobs:
+    """What ``gc`` decided about the TrainJobs nemo-kubeflow created."""
+
+    #: (namespace, TrainJob, state name, seconds since it finished), to delete.
+    selected: list[tuple[str, dict, str, float]] = dataclasses.field(default_factory=list)
+    #: Not finished (pending, suspended, running): never deleted.
+    unfinished: int = 0
+    #: Finished, but more recently than ``--older-than``.
+    recent: int = 0
+
+
+def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
+                         experiments: Sequence[str] = (), older_than: Optional[float] = None) -> FinishedJobs:
+    """The finished TrainJobs labelled as nemo-kubeflow's among ``jobs`` ((namespace, TrainJob)
+    pairs) that belong to one of ``experiments`` (all when empty) and finished at least
+    ``older_than`` seconds ago. Talks to no cluster."""
+    matchers = [experiment_labels(e) for e in experiments]
+    result = FinishedJobs()
+    for namespace, job in jobs:
+        labels = job.get("metadata", {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            continue  # not ours: never touched
+        if matchers and not any(m(labels.get(EXPERIMENT_LABEL, "")) for m in matchers):
+            continue
+        if job["metadata"].get("deletionTimestamp"):
+            continue  # already going
+        state = job_status(job).state
+        if state not in (AppState.SUCCEEDED, AppState.FAILED):
+            result.unfinished += 1
+            continue
+        age = _finished_age_s(job, now)
+        if older_than is not None and age < older_than:
+            result.recent += 1
+            continue
+        result.selected.append((namespace, job, state.name, age))
+    return result
 
 
 def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
@@ -315,6 +426,7 @@ def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     cluster = KubernetesCluster(kubeconfig=args.kubeconfig, context=args.context)
+    collect_jobs = bool(args.finished or args.experiment or args.older_than is not None)
     if args.all_namespaces:
         # One list per namespace: cluster.Kind.path has no cluster-wide form for namespaced kinds.
         namespaces = [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
@@ -331,14 +443,44 @@ def cmd_gc(args: argparse.Namespace) -> int:
             "pass --all-namespaces to collect them too",
             file=sys.stderr,
         )
-    referenced: set[tuple[str, Optional[str], str]] = set()
-    for ns in namespaces:
-        for job in cluster.list(TRAINJOB_KIND, ns):
-            ref = job.get("spec", {}).get("runtimeRef", {})
-            kind = ref.get("kind") or CLUSTER_RUNTIME_KIND  # Trainer's default
-            referenced.add((kind, None if kind == CLUSTER_RUNTIME_KIND else ns, ref.get("name", "")))
-
+    jobs = [(ns, job) for ns in namespaces for job in cluster.list(TRAINJOB_KIND, ns)]
     now = datetime.now(timezone.utc)
+    finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than)
+    verb = "would delete" if args.dry_run else "deleted"
+
+    leaving = set()
+    if collect_jobs:
+        deleted_jobs = 0
+        for ns, job, state, age in finished.selected:
+            name = job["metadata"]["name"]
+            # Deleting the TrainJob lets the garbage collector remove what it owns: the JobSet and
+            # its pods, the ConfigMaps, the Secret.
+            if args.dry_run or cluster.delete(TRAINJOB_KIND, name, ns):
+                print(f"{verb} {_describe(TRAINJOB_KIND, name, ns)}: {state}, finished {format_age(age)} ago")
+                deleted_jobs += 1
+            leaving.add((ns, job["metadata"].get("uid")))
+        recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
+                  if args.older_than is not None else "")
+        print(
+            f"TrainJobs: {verb} {deleted_jobs} finished (their JobSets, pods, ConfigMaps and Secrets go with "
+            f"them); kept {finished.unfinished} not finished{recent}",
+            file=sys.stderr,
+        )
+    elif finished.selected:
+        print(
+            f"{len(finished.selected)} finished TrainJob(s) kept, with their pods, ConfigMaps and Secrets: "
+            "pass --finished, --experiment or --older-than to delete them",
+            file=sys.stderr,
+        )
+
+    referenced: set[tuple[str, Optional[str], str]] = set()
+    for ns, job in jobs:
+        if (ns, job["metadata"].get("uid")) in leaving:
+            continue
+        ref = job.get("spec", {}).get("runtimeRef", {})
+        kind = ref.get("kind") or CLUSTER_RUNTIME_KIND  # Trainer's default
+        referenced.add((kind, None if kind == CLUSTER_RUNTIME_KIND else ns, ref.get("name", "")))
+
     removed = kept = young = 0
     for kind, ns, obj in candidates:
         name = obj["metadata"]["name"]
@@ -353,7 +495,6 @@ def cmd_gc(args: argparse.Namespace) -> int:
         elif cluster.delete(kind, name, ns):
             print(f"deleted {what}")
             removed += 1
-    verb = "would delete" if args.dry_run else "deleted"
     print(
         f"{verb} {removed}, kept {kept} in use, {young} younger than {args.min_age:g}s",
         file=sys.stderr,
@@ -414,16 +555,25 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_validate)
 
     gc = sub.add_parser(
-        "gc", help="delete rendered runtimes that no TrainJob references",
+        "gc", help="delete finished TrainJobs and rendered runtimes that no TrainJob references",
         description=f"Delete training runtimes labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} that no TrainJob "
-                    "references. Without --all-namespaces only TrainingRuntimes of the given namespaces are "
-                    "collected: ClusterTrainingRuntimes need the TrainJobs of every namespace.",
+                    "references and, with --finished, --experiment or --older-than, the finished TrainJobs "
+                    "with that label (their JobSets, pods, ConfigMaps and Secrets go with them). Jobs that "
+                    "have not finished and objects without the label are never deleted. Without "
+                    "--all-namespaces only TrainingRuntimes of the given namespaces are collected: "
+                    "ClusterTrainingRuntimes need the TrainJobs of every namespace.",
     )
     gc.add_argument("--namespace", "-n", action="append", metavar="NS",
                     help="namespace to collect (repeatable; default: default)")
     gc.add_argument("--all-namespaces", "-A", action="store_true",
                     help="collect in every namespace, and ClusterTrainingRuntimes (lists namespaces)")
     gc.add_argument("--dry-run", action="store_true", help="print what would be deleted, delete nothing")
+    gc.add_argument("--finished", action="store_true",
+                    help="delete every finished (succeeded or failed) TrainJob of nemo-kubeflow")
+    gc.add_argument("--experiment", "-e", action="append", metavar="ID_OR_TITLE",
+                    help="delete the finished TrainJobs of this experiment, by id or title (repeatable)")
+    gc.add_argument("--older-than", type=parse_duration, metavar="AGE",
+                    help="delete the finished TrainJobs that finished at least AGE ago, e.g. 12h, 7d, 1d12h")
     gc.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
                     help=f"leave runtimes younger than this alone (default {DEFAULT_MIN_AGE_S})")
     gc.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")

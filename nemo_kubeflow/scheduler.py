@@ -26,7 +26,7 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, runo
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
-from nemo_kubeflow import records, yamlio
+from nemo_kubeflow import finished_jobs, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
@@ -170,6 +170,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         #: Per cluster: the runtimes this scheduler created or reused, not sent again (submit.py).
         self._known_runtimes: dict[tuple, set] = {}
         self._last_progress: dict[str, str] = {}
+        finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
     def _run_opts(self) -> runopts:
         return runopts()
@@ -222,6 +223,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
+        finished_jobs.note_described(app_id, trainjob)
         nodes = nodes_of(trainjob, record)
         if trainjob is None and record is not None and record.outcome_state:
             # We deleted it ourselves after a fatal error: keep reporting that error.
@@ -318,6 +320,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = records.parse_app_id(app_id)
+        finished_jobs.note_cancelled(app_id)
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
 

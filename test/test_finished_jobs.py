@@ -1,0 +1,335 @@
+"""Finished jobs: JobSet's TTL, `nemo-kubeflow gc` of finished TrainJobs, and what a cancel of a
+finished job says (on the local cluster, over HTTP)."""
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nemo_run as run
+import pytest
+from kubernetes.client import CustomObjectsApi
+
+from nemo_kubeflow import KubeflowExecutor, tool
+from nemo_kubeflow.cluster import KubernetesCluster
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow.local.timeutil import parse
+from nemo_kubeflow.naming import label_value
+from nemo_kubeflow.submit import submit
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
+        yield c
+
+
+@pytest.fixture()
+def client(cluster):
+    return KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path))
+
+
+def executor(cluster, namespace: str, **fields) -> KubeflowExecutor:
+    return KubeflowExecutor(container_image="python:3.11", nodes=1, namespace=namespace, shm_size=None,
+                            kubeconfig=str(cluster.kubeconfig_path), **fields)
+
+
+def submit_job(cluster, client, namespace: str, experiment_id: str, script: str = "echo done", **fields):
+    """Submit one task the way the scheduler does; returns the Submission."""
+    sub = tool.render_submission(executor(cluster, namespace, **fields), [script], name="task",
+                                 experiment_id=experiment_id)
+    submit(client, sub)
+    return sub
+
+
+def finished_condition(client, namespace: str, name: str, timeout: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(TRAINJOB_KIND, name, namespace) or {}
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            if cond["type"] in ("Complete", "Failed") and cond["status"] == "True":
+                return cond
+        time.sleep(0.1)
+    raise AssertionError(f"TrainJob {namespace}/{name} did not finish")
+
+
+def pods_of(cluster, namespace: str, name: str) -> list[dict]:
+    return [p for p in cluster.objects("pods", namespace)
+            if p["metadata"].get("labels", {}).get(JOBSET_NAME_LABEL) == name]
+
+
+def names(cluster, resource: str, namespace: str) -> set[str]:
+    return {o["metadata"]["name"] for o in cluster.objects(resource, namespace)}
+
+
+def gc(capsys, cluster, *argv: str) -> tuple[str, str]:
+    capsys.readouterr()
+    assert tool.main(["gc", *argv, "--kubeconfig", str(cluster.kubeconfig_path)]) == 0
+    return capsys.readouterr()
+
+
+# --- ttl_seconds_after_finished ---------------------------------------------------------------
+
+
+def test_ttl_removes_the_pods_once_it_elapses_and_keeps_the_trainjob(cluster, client):
+    cluster.create_namespace("ttl")
+    ttl = 4
+    kept = submit_job(cluster, client, "ttl", "no-ttl_1")
+    expiring = submit_job(cluster, client, "ttl", "ttl_1", ttl_seconds_after_finished=ttl)
+    assert expiring.runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == ttl
+    assert "ttlSecondsAfterFinished" not in kept.runtime["spec"]["template"]["spec"]
+    finished_condition(client, "ttl", kept.name)
+    finished_at = parse(finished_condition(client, "ttl", expiring.name)["lastTransitionTime"]).timestamp()
+
+    pods, looked_at = pods_of(cluster, "ttl", expiring.name), time.time()
+    # Still there before the TTL elapses (unless this check itself came that late).
+    assert pods or looked_at >= finished_at + ttl
+    cluster.wait_for(lambda: not pods_of(cluster, "ttl", expiring.name), timeout=60)
+    assert time.time() >= finished_at + ttl
+
+    # The TrainJob keeps its state and its ConfigMaps; no new pods; the job without a TTL keeps its pods.
+    time.sleep(1)
+    assert pods_of(cluster, "ttl", expiring.name) == []
+    job = client.get(TRAINJOB_KIND, expiring.name, "ttl")
+    assert [c["type"] for c in job["status"]["conditions"] if c["status"] == "True"] == ["Complete"]
+    assert f"{expiring.name}-code" in names(cluster, "configmaps", "ttl")
+    assert pods_of(cluster, "ttl", kept.name)
+
+
+def test_ttl_with_an_existing_runtime_or_out_of_range_is_refused_before_anything_is_sent(cluster):
+    with pytest.raises(ConfigError) as error:
+        executor(cluster, "default", ttl_seconds_after_finished=-1).validate()
+    assert "ttl_seconds_after_finished=-1: must be a whole number of seconds from 0 to 2147483647" in str(error.value)
+    with pytest.raises(ConfigError) as error:
+        executor(cluster, "default", ttl_seconds_after_finished=60, runtime_name="shared").validate()
+    assert "runtime_name='shared' uses an existing one" in str(error.value)
+
+
+def test_a_template_of_ones_own_that_drops_the_ttl_is_an_error(tmp_path):
+    from nemo_kubeflow.errors import TemplateError
+    from nemo_kubeflow.render import render_runtime, runtime_context, templates_dir
+
+    text = (templates_dir() / "training_runtime.yaml.j2").read_text()
+    template = tmp_path / "no_ttl.yaml.j2"
+    template.write_text(text.replace("ttlSecondsAfterFinished: {{ ttl_seconds_after_finished }}", ""))
+    context = runtime_context(KubeflowExecutor(container_image="img", ttl_seconds_after_finished=60))
+    with pytest.raises(TemplateError, match="no_ttl.yaml.j2 does not set ttl_seconds_after_finished=60"):
+        render_runtime(context, str(template))
+    assert render_runtime(context)["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == 60
+
+
+# --- gc of finished TrainJobs -----------------------------------------------------------------
+
+
+def foreign_trainjob(client, namespace: str, like: dict, name: str) -> None:
+    """A finished TrainJob somebody made by hand on our runtime: no nemo-kubeflow labels."""
+    client.create({
+        "apiVersion": like["apiVersion"], "kind": TRAINJOB_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"runtimeRef": like["spec"]["runtimeRef"],
+                 "trainer": {"command": ["bash", "-c", "echo by hand"]}},
+    })
+    finished_condition(client, namespace, name)
+
+
+def test_gc_by_experiment_deletes_its_finished_jobs_and_what_they_own_only(cluster, client, capsys, monkeypatch):
+    cluster.create_namespace("gc-exp")
+    monkeypatch.setenv("GC_TEST_TOKEN", "s3cret")
+    a = submit_job(cluster, client, "gc-exp", "exp-a_1795319744650370646", secret_env_vars={"TOKEN": "env:GC_TEST_TOKEN"})
+    b = submit_job(cluster, client, "gc-exp", "exp-b_1795319744650370647")
+    for sub in (a, b):
+        finished_condition(client, "gc-exp", sub.name)
+    foreign_trainjob(client, "gc-exp", a.trainjob, "by-hand")
+    assert a.secret is not None and a.secret["metadata"]["name"] in names(cluster, "secrets", "gc-exp")
+
+    # By title, dry run: listed (kind, namespace, name, state, age), nothing deleted.
+    out, err = gc(capsys, cluster, "-n", "gc-exp", "--experiment", "exp-a", "--dry-run")
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"would delete TrainJob/{a.name} (namespace gc-exp): SUCCEEDED, finished "), out
+    assert lines[0].endswith(" ago")
+    assert "TrainJobs: would delete 1 finished" in err
+    assert {a.name, b.name, "by-hand"} <= names(cluster, "trainjobs", "gc-exp")
+
+    # By id: that experiment's TrainJob goes, and the garbage collector takes its ConfigMaps and Secret.
+    out, _ = gc(capsys, cluster, "-n", "gc-exp", "--experiment", "exp-a_1795319744650370646")
+    assert out.startswith(f"deleted TrainJob/{a.name} (namespace gc-exp): SUCCEEDED") and out.count("\n") == 1
+    cluster.wait_for(lambda: not [n for kind in ("configmaps", "secrets", "trainjobs")
+                                  for n in names(cluster, kind, "gc-exp") if n.startswith(a.name)], timeout=30)
+    assert not pods_of(cluster, "gc-exp", a.name)
+    assert {b.name, "by-hand"} <= names(cluster, "trainjobs", "gc-exp")
+
+    # Every finished one of ours; the hand-made TrainJob (no labels) is not touched, finished or not.
+    out, _ = gc(capsys, cluster, "-n", "gc-exp", "--finished")
+    assert out.startswith(f"deleted TrainJob/{b.name} (namespace gc-exp): SUCCEEDED") and out.count("\n") == 1
+    assert names(cluster, "trainjobs", "gc-exp") == {"by-hand"}
+    out, err = gc(capsys, cluster, "-n", "gc-exp", "--finished")
+    assert out == "" and "TrainJobs: deleted 0 finished" in err
+
+
+def test_gc_older_than_counts_from_when_the_job_finished(cluster, client, capsys):
+    cluster.create_namespace("gc-age")
+    old = submit_job(cluster, client, "gc-age", "old_1795319744650370646")
+    new = submit_job(cluster, client, "gc-age", "new_1795319744650370646")
+    for sub in (old, new):
+        finished_condition(client, "gc-age", sub.name)
+    # Finished eight days ago: the status subresource, as Trainer writes it.
+    job = client.get(TRAINJOB_KIND, old.name, "gc-age")
+    eight_days_ago = (datetime.now(timezone.utc) - timedelta(days=8)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [{**c, "lastTransitionTime": eight_days_ago} if c["type"] == "Complete" else c
+                  for c in job["status"]["conditions"]]
+    CustomObjectsApi(client.api_client).patch_namespaced_custom_object_status(
+        "trainer.kubeflow.org", "v1alpha1", "gc-age", "trainjobs", old.name, {"status": {"conditions": conditions}})
+
+    out, err = gc(capsys, cluster, "-n", "gc-age", "--older-than", "7d", "--dry-run")
+    assert out == f"would delete TrainJob/{old.name} (namespace gc-age): SUCCEEDED, finished 8d ago\n"
+    assert "kept 0 not finished, 1 that finished less than 7d ago" in err
+    out, _ = gc(capsys, cluster, "-n", "gc-age", "--older-than", "7d")
+    assert out == f"deleted TrainJob/{old.name} (namespace gc-age): SUCCEEDED, finished 8d ago\n"
+    assert names(cluster, "trainjobs", "gc-age") == {new.name}
+
+
+def test_gc_without_a_selection_keeps_finished_jobs_and_says_how_to_delete_them(cluster, client, capsys):
+    cluster.create_namespace("gc-hint")
+    sub = submit_job(cluster, client, "gc-hint", "hint_1795319744650370646")
+    finished_condition(client, "gc-hint", sub.name)
+    out, err = gc(capsys, cluster, "-n", "gc-hint", "--min-age", "0")
+    assert out == "" and "1 finished TrainJob(s) kept" in err and "--finished, --experiment or --older-than" in err
+    assert sub.name in names(cluster, "trainjobs", "gc-hint")
+
+
+def test_gc_frees_the_runtime_of_the_jobs_it_deletes(cluster, client, capsys):
+    cluster.create_namespace("gc-rt")
+    sub = submit_job(cluster, client, "gc-rt", "rt_1795319744650370646", runtime_kind="TrainingRuntime")
+    finished_condition(client, "gc-rt", sub.name)
+    runtime = sub.runtime["metadata"]["name"]
+    out, err = gc(capsys, cluster, "-n", "gc-rt", "--finished", "--min-age", "0", "--dry-run")
+    jobs_line, runtime_line = out.splitlines()
+    assert jobs_line.startswith(f"would delete TrainJob/{sub.name} (namespace gc-rt): SUCCEEDED, finished ")
+    assert runtime_line == f"would delete TrainingRuntime/{runtime} (namespace gc-rt)"
+    assert "kept 0 in use" in err
+    assert runtime in names(cluster, "trainingruntimes", "gc-rt")
+
+
+# --- running jobs, and cancel -----------------------------------------------------------------
+
+
+def run_experiment(cluster, namespace: str, title: str, script: str, **run_options):
+    """One task through NeMo-Run in a new namespace; (experiment, TrainJob name)."""
+    cluster.create_namespace(namespace)
+    with run.Experiment(title, executor=executor(cluster, namespace), log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="task")
+        exp.run(**run_options)
+    return exp, exp.jobs[0].handle.rsplit(":", 1)[1]
+
+
+def test_a_running_job_survives_gc_and_its_cancel_says_nothing_more(cluster, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # NeMo-Run's console: one line per message
+    exp, name = run_experiment(cluster, "gc-run", "gc-running", "echo started; sleep 300", detach=True)
+    cluster.wait_for(lambda: any(p.get("status", {}).get("phase") == "Running"
+                                 for p in pods_of(cluster, "gc-run", name)), timeout=60)
+    out, err = gc(capsys, cluster, "-n", "gc-run", "--finished", "--experiment", "gc-running", "--older-than", "0s")
+    assert out == "" and "kept 1 not finished" in err
+    assert name in names(cluster, "trainjobs", "gc-run")
+
+    capsys.readouterr()
+    exp.cancel(exp.jobs[0].id)
+    assert "already finished" not in capsys.readouterr().out
+    cluster.wait_for(lambda: name not in names(cluster, "trainjobs", "gc-run"), timeout=30)
+
+
+def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster, capsys, monkeypatch, nemorun_home):
+    monkeypatch.setenv("COLUMNS", "1000")
+    exp, name = run_experiment(cluster, "cancel", "done-cancel", "echo done", sequential=True)
+    assert name in names(cluster, "trainjobs", "cancel")
+
+    capsys.readouterr()
+    exp.cancel(exp.jobs[0].id)
+    out = capsys.readouterr().out
+    assert f"TrainJob cancel/{name} already finished (SUCCEEDED), so cancel deleted nothing" in out, out
+    suggested = out.split("Remove them with `", 1)[1].split("`", 1)[0]
+    experiment = label_value(exp._id)
+    assert suggested == (f"nemo-kubeflow gc --namespace cancel --experiment {experiment} "
+                         f"--kubeconfig {cluster.kubeconfig_path}")
+    assert f"kubectl delete trainjob {name} -n cancel" in out and "ttl_seconds_after_finished" in out
+    assert name in names(cluster, "trainjobs", "cancel")  # cancel itself deleted nothing
+
+    # The same from `nemo experiment cancel`, in a new process.
+    nemo = str(Path(sys.executable).parent / "nemo")
+    env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "1000"}
+    cli = subprocess.run([nemo, "experiment", "cancel", exp._id, "0"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert f"TrainJob cancel/{name} already finished (SUCCEEDED)" in cli.stdout + cli.stderr
+
+    # The command it suggests removes the job (its experiment has no other).
+    capsys.readouterr()
+    assert tool.main(shlex.split(suggested)[1:]) == 0
+    assert capsys.readouterr().out.startswith(f"deleted TrainJob/{name} (namespace cancel): SUCCEEDED")
+    assert name not in names(cluster, "trainjobs", "cancel")
+
+
+# --- pure helpers --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("45m", 2700), ("12h", 43200), ("7d", 604800),
+                                           ("2w", 1209600), ("1d12h", 129600), ("0s", 0)])
+def test_older_than_reads_durations(text, seconds):
+    assert tool.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["7", "7x", "d", "-1d", "1.5h", ""])
+def test_older_than_refuses_what_is_not_a_duration(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as 30m, 12h, 7d or 1d12h"):
+        tool.parse_duration(text)
+
+
+def test_older_than_error_on_the_command_line_names_the_option(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        tool.main(["gc", "--older-than", "7days"])
+    assert exit_.value.code == 2
+    assert "argument --older-than: '7days': expected a duration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seconds, text", [(5, "5s"), (59, "59s"), (61, "1m1s"), (3 * 3600 + 125, "3h2m"),
+                                           (8 * 86400 + 30, "8d"), (86400 + 3600, "1d1h")])
+def test_ages_print_like_kubectl(seconds, text):
+    assert tool.format_age(seconds) == text
+
+
+def test_experiment_selection_by_id_or_title():
+    by_title = tool.experiment_labels("llama3 8b")
+    assert by_title(label_value("llama3 8b_1795319744650370646"))
+    assert not by_title(label_value("llama3 8b-sft_1795319744650370646"))
+    assert not by_title(label_value("llama3_1795319744650370646"))
+    by_id = tool.experiment_labels("llama3 8b_1795319744650370646")
+    assert by_id(label_value("llama3 8b_1795319744650370646")) and not by_id("llama3-8b_1")
+
+
+def test_experiment_selection_by_a_long_title_uses_this_machines_experiments(nemorun_home):
+    title = "a-very-long-experiment-title-for-pretraining-llama3-70b"
+    exp_id = f"{title}_1795319744650370646"
+    (nemorun_home / "experiments" / title / exp_id).mkdir(parents=True)
+    label = label_value(exp_id)
+    assert len(label) <= 63 and "1795319744650370646" not in label  # shortened with a hash
+    assert tool.experiment_labels(title)(label)
+    assert not tool.experiment_labels("another-title")(label)
+
+
+def test_select_finished_jobs_never_selects_objects_without_our_label():
+    now = datetime.now(timezone.utc)
+    done = {"type": "Complete", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}
+    ours = {"metadata": {"name": "ours", "labels": {MANAGED_BY_LABEL: "nemo-kubeflow", EXPERIMENT_LABEL: "x_1"}},
+            "status": {"conditions": [done]}}
+    theirs = {"metadata": {"name": "theirs", "labels": {EXPERIMENT_LABEL: "x_1"}}, "status": {"conditions": [done]}}
+    running = {"metadata": {"name": "running", "labels": ours["metadata"]["labels"]},
+               "status": {"jobsStatus": [{"name": "node", "ready": 1}]}}
+    result = tool.select_finished_jobs([("ns", ours), ("ns", theirs), ("ns", running)], now, experiments=["x"])
+    assert [job["metadata"]["name"] for _, job, _, _ in result.selected] == ["ours"]
+    assert result.unfinished == 1

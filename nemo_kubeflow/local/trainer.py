@@ -579,15 +579,10 @@ class TrainerController:
         """JobSet's ``ttlSecondsAfterFinished``: that long after it finished, the JobSet is deleted with
         its Jobs and pods (here: the pods). Trainer builds no new JobSet for a finished TrainJob and
         keeps its conditions and last jobsStatus."""
-        namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
-        spec = state.spec
-        if spec is None:  # finished before this controller (re)started: the runtime as the job saw it
-            snapshot = self.store.find(R.CONFIGMAPS, namespace, name + SNAPSHOT_SUFFIX)
-            runtime = yaml.safe_load(snapshot["data"]["runtime"]) if snapshot else None
-            spec = ((runtime or {}).get("spec") or {}).get("template", {}).get("spec")
-        ttl = (spec or {}).get("ttlSecondsAfterFinished")
+        ttl = (state.spec or {}).get("ttlSecondsAfterFinished")
         if ttl is None:
             return
+        namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
         finished = _condition(tj, "Complete") if _is_true(tj, "Complete") else _condition(tj, "Failed")
         left = parse(finished["lastTransitionTime"]).timestamp() + ttl - time.time()
         if left > 0:

@@ -94,8 +94,9 @@ class _CancelEvents(logging.Handler):
             if cancelled or finished is None:
                 return
             from nemo_run.core.frontend.console.api import CONSOLE
+            from rich.markup import escape
 
-            CONSOLE.log(finished_cancel_message(event.app_id, *finished))
+            CONSOLE.log(escape(finished_cancel_message(event.app_id, *finished)), highlight=False)
         except Exception:  # noqa: BLE001 - a message must never break a cancel
             self.handleError(record)
 

@@ -96,7 +96,7 @@ class Cluster(Protocol):
     def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
              field_selector: Optional[str] = None) -> list[dict]: ...
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict: ...
-    def delete(self, kind: str, name: str, namespace: Optional[str] = None) -> bool: ...
+    def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool: ...
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
                 follow: bool = False, tail_lines: Optional[int] = None) -> Iterator[str]: ...
 
@@ -308,12 +308,16 @@ class KubernetesCluster:
                           namespace=namespace, body=patch, content_type="application/merge-patch+json",
                           query=[("fieldValidation", "Strict")])
 
-    def delete(self, kind: str, name: str, namespace: Optional[str] = None) -> bool:
-        """Delete with background propagation; ``False`` if it was already gone."""
+    def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool:
+        """Delete with background propagation; ``False`` if it was already gone. With ``uid``, only
+        that object: one recreated under the same name is refused (409 Conflict)."""
         spec = KINDS[kind]
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             self._call("DELETE", spec.path(namespace, name), verb="delete", kind=kind, name=name,
-                       namespace=namespace, body={"propagationPolicy": "Background"})
+                       namespace=namespace, body=body)
             return True
         except NotFoundError:
             return False

@@ -47,7 +47,7 @@ from nemo_kubeflow.constants import (
     RUNTIME_KIND,
     TRAINJOB_KIND,
 )
-from nemo_kubeflow.errors import ConfigError, NemoKubeflowError, TemplateError
+from nemo_kubeflow.errors import ClusterError, ConfigError, NemoKubeflowError, TemplateError
 from nemo_kubeflow.executor import KubeflowExecutor
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.render import render_runtime, runtime_context
@@ -455,7 +455,16 @@ def cmd_gc(args: argparse.Namespace) -> int:
             name = job["metadata"]["name"]
             # Deleting the TrainJob lets the garbage collector remove what it owns: the JobSet and
             # its pods, the ConfigMaps, the Secret.
-            if args.dry_run or cluster.delete(TRAINJOB_KIND, name, ns):
+            try:
+                # The uid: a TrainJob recreated under this name since the list is not the one that finished.
+                gone = args.dry_run or cluster.delete(TRAINJOB_KIND, name, ns, uid=job["metadata"].get("uid"))
+            except ClusterError as e:
+                if e.status != 409:
+                    raise
+                print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed",
+                      file=sys.stderr)
+                continue
+            if gone:
                 print(f"{verb} {_describe(TRAINJOB_KIND, name, ns)}: {state}, finished {format_age(age)} ago")
                 deleted_jobs += 1
             leaving.add((ns, job["metadata"].get("uid")))

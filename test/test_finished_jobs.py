@@ -17,7 +17,7 @@ from kubernetes.client import CustomObjectsApi
 from nemo_kubeflow import KubeflowExecutor, tool
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
-from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.errors import ClusterError, ConfigError
 from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.local.timeutil import parse
 from nemo_kubeflow.naming import label_value
@@ -215,6 +215,30 @@ def test_gc_frees_the_runtime_of_the_jobs_it_deletes(cluster, client, capsys):
     assert runtime_line == f"would delete TrainingRuntime/{runtime} (namespace gc-rt)"
     assert "kept 0 in use" in err
     assert runtime in names(cluster, "trainingruntimes", "gc-rt")
+
+
+def test_gc_deletes_only_the_trainjob_it_listed_not_one_recreated_under_its_name(cluster, client, capsys):
+    cluster.create_namespace("gc-uid")
+    sub = submit_job(cluster, client, "gc-uid", "uid_1795319744650370646")
+    finished_condition(client, "gc-uid", sub.name)
+    listed_uid = client.get(TRAINJOB_KIND, sub.name, "gc-uid")["metadata"]["uid"]
+    assert client.delete(TRAINJOB_KIND, sub.name, "gc-uid")
+    cluster.wait_for(lambda: sub.name not in names(cluster, "trainjobs", "gc-uid"), timeout=30)
+    foreign_trainjob(client, "gc-uid", sub.trainjob, sub.name)  # a new job under the same name
+    with pytest.raises(ClusterError) as conflict:
+        client.delete(TRAINJOB_KIND, sub.name, "gc-uid", uid=listed_uid)
+    assert conflict.value.status == 409 and "Precondition failed" in str(conflict.value)
+    assert sub.name in names(cluster, "trainjobs", "gc-uid")
+
+    # gc meets the same answer when a job is replaced between its list and its delete: it keeps it.
+    ours = submit_job(cluster, client, "gc-uid", "uid_1795319744650370647")
+    finished_condition(client, "gc-uid", ours.name)
+    fault = cluster.inject_fault(verb="delete", resource="trainjobs", status=409, reason="Conflict",
+                                 message="Precondition failed: UID in precondition: x, UID in object meta: y")
+    out, err = gc(capsys, cluster, "-n", "gc-uid", "--finished")
+    assert fault.fired and out == ""
+    assert f"kept TrainJob/{ours.name} (namespace gc-uid): replaced by a new TrainJob since it was listed" in err
+    assert ours.name in names(cluster, "trainjobs", "gc-uid")
 
 
 # --- running jobs, and cancel -----------------------------------------------------------------

@@ -19,6 +19,11 @@ _RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+#: RFC 1123 subdomains (most object names, label and annotation key prefixes) are at most 253 characters.
+DNS_SUBDOMAIN_MAX = 253
 
 #: Length of the hash suffix that keeps sanitised names unique.
 HASH_LEN = 6
@@ -44,11 +49,33 @@ def is_rfc1123_label(name: str) -> bool:
 
 
 def is_rfc1123_subdomain(name: str) -> bool:
-    return len(name) <= 253 and bool(_RFC1123_SUBDOMAIN.fullmatch(name))
+    return len(name) <= DNS_SUBDOMAIN_MAX and bool(_RFC1123_SUBDOMAIN.fullmatch(name))
 
 
 def is_label_value(value: str) -> bool:
     return len(value) <= DNS_LABEL_MAX and bool(_LABEL_VALUE.fullmatch(value))
+
+
+def is_qualified_name_part(name: str) -> bool:
+    """The name part of a label or annotation key (after an optional ``prefix/``)."""
+    return len(name) <= DNS_LABEL_MAX and bool(_QUALIFIED_NAME.fullmatch(name))
+
+
+def is_qualified_name(key: str) -> bool:
+    """A label or annotation key: an optional RFC 1123 subdomain prefix and ``/``, then the name part."""
+    prefix, slash, name = key.rpartition("/")
+    return (not slash or is_rfc1123_subdomain(prefix)) and is_qualified_name_part(name)
+
+
+def is_env_var_name(name: str) -> bool:
+    """An environment variable name the API server accepts (IsEnvVarName)."""
+    return bool(_ENV_VAR_NAME.fullmatch(name))
+
+
+def is_config_key(key: str) -> bool:
+    """A ConfigMap or Secret data key (IsConfigMapKey): no '/', not '.', not starting with '..'."""
+    return (len(key) <= DNS_SUBDOMAIN_MAX and bool(_CONFIG_KEY.fullmatch(key))
+            and key != "." and not key.startswith(".."))
 
 
 def trainjob_name(experiment_id: str, task_name: str, max_len: int = TRAINJOB_NAME_MAX) -> str:

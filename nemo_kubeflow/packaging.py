@@ -35,8 +35,8 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 import yaml
 from nemo_run.core.packaging.base import Packager
 
-from nemo_kubeflow import yamlio
-from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, NEMO_RUN_POD_DIR
+from nemo_kubeflow import naming, yamlio
+from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, DNS_LABEL_MAX, NEMO_RUN_POD_DIR
 from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
 
 logger = logging.getLogger(__name__)
@@ -69,13 +69,8 @@ CONFIGMAP_MARGIN_BYTES = 16 * 1024
 PLAIN_MAX_FILES = 1000
 REDACTED = "<redacted>"
 
-_KEY_RE = re.compile(r"[-._a-zA-Z0-9]+")
 _KEY_UNSAFE_RE = re.compile(r"[^-._a-zA-Z0-9]")
-_KEY_MAX = 253
-_DNS1123_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL_RE.pattern}(\.{_DNS1123_LABEL_RE.pattern})*")
-_SUBDOMAIN_MAX = 253
-_LABEL_MAX = 63
+_KEY_MAX = naming.DNS_SUBDOMAIN_MAX
 _LARGEST_SHOWN = 5
 
 
@@ -451,7 +446,7 @@ def _configmap_key(path: str) -> str:
     """A valid, unique ConfigMap key for ``path``: the path itself when it is already a valid key,
     else a readable flattened form plus a hash of the path (so ``a/b.py``, ``a-b.py`` and
     ``a_b.py`` stay distinct)."""
-    if _KEY_RE.fullmatch(path) and not path.startswith("..") and len(path) <= _KEY_MAX:
+    if naming.is_config_key(path):
         return path
     suffix = "." + hashlib.sha256(path.encode()).hexdigest()[:12]
     # Keep the tail when too long: it holds the file name, which is what a reader looks for.
@@ -493,17 +488,17 @@ def _b64_decoded_len(text: str) -> int:
 
 
 def _check_subdomain(value: str, what: str) -> None:
-    if len(value) > _SUBDOMAIN_MAX or not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
+    if not naming.is_rfc1123_subdomain(value):
         raise ConfigError(
-            f"{what} {value!r} is not a DNS-1123 subdomain: at most {_SUBDOMAIN_MAX} characters of "
+            f"{what} {value!r} is not a DNS-1123 subdomain: at most {naming.DNS_SUBDOMAIN_MAX} characters of "
             "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
         )
 
 
 def _check_label(value: str, what: str) -> None:
-    if len(value) > _LABEL_MAX or not _DNS1123_LABEL_RE.fullmatch(value):
+    if not naming.is_rfc1123_label(value):
         raise ConfigError(
-            f"{what} {value!r} is not a DNS-1123 label: at most {_LABEL_MAX} characters of "
+            f"{what} {value!r} is not a DNS-1123 label: at most {DNS_LABEL_MAX} characters of "
             "lower-case letters, digits and '-', starting and ending with a letter or digit"
         )
 

@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from nemo_kubeflow import constants as C
+from nemo_kubeflow import naming
 from nemo_kubeflow.errors import ManifestValidationError
 from nemo_kubeflow.quantity import parse_quantity
 
@@ -103,7 +104,7 @@ def check_manifests(objs: Sequence[dict]) -> None:
 
 # --- problems --------------------------------------------------------------------------
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _fmt_path(path: Path) -> str:
@@ -111,7 +112,7 @@ def _fmt_path(path: Path) -> str:
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
+        elif _PLAIN_KEY.fullmatch(part):
             out += f".{part}" if out else part
         else:
             out += f"[{json.dumps(part)}]"
@@ -207,12 +208,8 @@ def _find(node: Any, pattern: Sequence[str], path: Path) -> Iterator[tuple[Path,
 
 # --- names, labels, annotations ---------------------------------------------------------
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN_MAX = 253
+# Every name is checked by naming.py's helpers, which match whole strings ("abc\n" is no name).
+_DNS_SUBDOMAIN_MAX = naming.DNS_SUBDOMAIN_MAX
 _ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 
@@ -225,7 +222,7 @@ def _suggest_name(name: str, allow_dots: bool, limit: int, letter_first: bool = 
 
 
 def _check_dns_label(name: str, path: Path, out: _Problems, what: str = "name") -> None:
-    if len(name) > C.DNS_LABEL_MAX or not _DNS_LABEL.match(name):
+    if not naming.is_rfc1123_label(name):
         out.add(
             path,
             f"{what} {_short(name)} is not a DNS-1123 label (lowercase letters, digits and '-',"
@@ -235,7 +232,7 @@ def _check_dns_label(name: str, path: Path, out: _Problems, what: str = "name") 
 
 
 def _check_subdomain(name: str, path: Path, out: _Problems) -> None:
-    if len(name) > _DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.match(name):
+    if not naming.is_rfc1123_subdomain(name):
         out.add(
             path,
             f"{_short(name)} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.',"
@@ -247,11 +244,11 @@ def _check_subdomain(name: str, path: Path, out: _Problems) -> None:
 def _qualified_name_error(key: str) -> Optional[str]:
     """Why ``key`` is not a Kubernetes qualified name (``[prefix/]name``), or None."""
     prefix, _, name = key.rpartition("/")
-    if "/" in key and (not prefix or len(prefix) > _DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN.match(prefix)):
+    if "/" in key and not naming.is_rfc1123_subdomain(prefix):
         return f"prefix {_short(prefix)} must be a lowercase DNS-1123 subdomain"
     if len(name) > C.DNS_LABEL_MAX:
         return f"name part {_short(name)} is longer than {C.DNS_LABEL_MAX} characters"
-    if not _QUALIFIED_NAME.match(name):
+    if not naming.is_qualified_name_part(name):
         return (
             f"name part {_short(name)} must be alphanumeric, '-', '_' or '.',"
             " starting and ending with a letter or digit"
@@ -264,7 +261,7 @@ def _check_labels_annotations(meta: dict, path: Path, out: _Problems) -> None:
         why = _qualified_name_error(key)
         if why:
             out.add(path + ("labels", key), f"invalid label key: {why}", "use e.g. example.com/my-label")
-        if isinstance(value, str) and (len(value) > C.DNS_LABEL_MAX or not _LABEL_VALUE.match(value)):
+        if isinstance(value, str) and not naming.is_label_value(value):
             out.add(
                 path + ("labels", key),
                 f"invalid label value {_short(value)}: at most {C.DNS_LABEL_MAX} characters of"
@@ -313,7 +310,7 @@ def _check_metadata(obj: dict, kind: str, out: _Problems) -> None:
 
 def _check_trainjob_name(name: str, path: Path, out: _Problems) -> None:
     fix = f"use e.g. {_short(_suggest_name(name, False, C.TRAINJOB_NAME_MAX, letter_first=True))}"
-    if not _RFC1035_LABEL.match(name):
+    if not naming.is_rfc1035_label(name, max_len=len(name)):
         out.add(
             path,
             f"{_short(name)} is not an RFC 1035 label (lowercase letters, digits and '-', starting"
@@ -412,7 +409,6 @@ def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool =
             )
 
 
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
 #: Where the torch plugin takes each PET_* value from (torch.go EnforceMLPolicy).
 _PET_SOURCES = {
@@ -431,7 +427,7 @@ def _check_env(env: Any, path: Path, out: _Problems, trainer_env: bool = False) 
             continue
         name = var.get("name")
         if isinstance(name, str):
-            if not _ENV_NAME.match(name):
+            if not naming.is_env_var_name(name):
                 out.add(
                     path + (i, "name"),
                     f"{_short(name)} is not a valid environment variable name",
@@ -882,7 +878,7 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
         init = _dict(_dict(spec.get("initializer")).get(step))
         ipath = path + ("initializer", step)
         uri = init.get("storageUri")
-        if isinstance(uri, str) and uri and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://.+$", uri):
+        if isinstance(uri, str) and uri and not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://.+", uri):
             out.add(
                 ipath + ("storageUri",),
                 f"{_short(uri)} is not a URI",
@@ -908,7 +904,7 @@ def _check_runtime_patches(patches: Any, path: Path, out: _Problems) -> None:
         manager = _dict(patch).get("manager")
         if isinstance(manager, str):
             prefix, slash, rest = manager.partition("/")
-            if not slash or not rest or not _DNS_SUBDOMAIN.match(prefix):
+            if not slash or not rest or not naming.is_rfc1123_subdomain(prefix):
                 out.add(
                     path + (i, "manager"),
                     f"{_short(manager)} is not a domain-prefixed path",
@@ -1225,16 +1221,8 @@ def _check_env_injection(policy: dict, rjobs: list, path: Path, out: _Problems) 
                 )
 
 
-_DATA_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-
-
 def _check_data_key(key: str, path: Path, out: _Problems) -> None:
-    if (
-        len(key) > _DNS_SUBDOMAIN_MAX
-        or not _DATA_KEY.match(key)
-        or key in (".", "..")
-        or key.startswith("..")
-    ):
+    if not naming.is_config_key(key):
         out.add(
             path,
             f"invalid key {_short(key)}: keys are letters, digits, '-', '_' and '.'"

@@ -42,3 +42,12 @@ def test_trailing_newline_is_not_a_valid_name():
     assert not naming.is_rfc1123_label("job\n")
     assert not naming.is_rfc1035_label("job\n")
     assert not naming.is_rfc1123_subdomain("a.b\n")
+
+
+def test_name_helpers_match_whole_strings():
+    assert naming.is_qualified_name("example.com/team") and not naming.is_qualified_name("example.com/team\n")
+    assert not naming.is_qualified_name("Example.com/team")
+    assert naming.is_env_var_name("NCCL_DEBUG") and not naming.is_env_var_name("NCCL_DEBUG\n")
+    assert naming.is_config_key("a.py") and not naming.is_config_key("a.py\n")
+    assert not naming.is_config_key("..a") and not naming.is_config_key(".")
+    assert not naming.is_label_value("v1\n") and not naming.is_qualified_name_part("x\n")

@@ -45,8 +45,8 @@ DEFAULT_MASTER_PORT = 29500
 CONFIGMAP_MAX_BYTES = 1024 * 1024
 #: RFC 1035 labels (TrainJob names) and RFC 1123 labels are at most 63 characters.
 DNS_LABEL_MAX = 63
-#: TrainJob names stay short enough that `<name>-node-0-<index>` pod hostnames fit in 63.
-TRAINJOB_NAME_MAX = 50
+# TrainJob names have no fixed limit below 63: naming.jobset_name_budget derives it from the
+# runtime's replicated jobs (JobSet's pod-name rule).
 #: `spec.trainer.command` / `args` hold at most 128 items each (CRD maxItems).
 TRAINER_ARGV_MAX_ITEMS = 128
 #: `spec.trainer.env` holds at most 128 entries (CRD maxItems).

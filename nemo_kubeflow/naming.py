@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
 
-from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINJOB_NAME_MAX
+from nemo_kubeflow.constants import ANCESTOR_LABEL, ANCESTOR_TRAINER, DNS_LABEL_MAX
 
 # Used with fullmatch: `$` would also accept a trailing newline.
 _RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -78,13 +79,102 @@ def is_config_key(key: str) -> bool:
             and key != "." and not key.startswith(".."))
 
 
-def trainjob_name(experiment_id: str, task_name: str, max_len: int = TRAINJOB_NAME_MAX) -> str:
+# --- JobSet pod names ----------------------------------------------------------------------
+#
+# The rule mirrored here is JobSet v0.12.0's validating webhook (pkg/webhooks/jobset_webhook.go,
+# ValidateCreate, "JobSet name is too long, pod names generated for this JobSet will exceed 63
+# characters"): for every replicated job in Indexed completion mode it builds
+# placement.GenPodName(jobSet, replicatedJob, str(replicas-1), str(completions-1)) + "-abcde"
+# (pkg/util/placement: "<jobset>-<replicatedJob>-<jobIndex>-<podIndex>", then the Job controller's
+# 5 random characters) and refuses the JobSet unless that is an RFC 1035 label of at most 63
+# characters. JobSet defaults every replicated job to Indexed, and Trainer v2.3.0 sets completions to
+# the pod count (JobSet.SyncParallelCount), so the rule applies to each of them. Trainer names the
+# JobSet after the TrainJob: the TrainJob name carries the budget.
+
+#: The sample random suffix the webhook appends ("-abcde").
+POD_NAME_RANDOM_SUFFIX = "-abcde"
+
+
+@dataclass(frozen=True)
+class ReplicatedJobShape:
+    """What decides the longest pod name of one replicated job."""
+
+    name: str
+    #: ``replicas`` of the replicated job: Jobs ``<jobset>-<name>-0`` .. ``-<replicas-1>``.
+    replicas: int = 1
+    #: Pods per Job (``completions``): completion indexes 0 .. ``completions-1``.
+    completions: int = 1
+
+
+def longest_pod_name(jobset: str, job: ReplicatedJobShape) -> str:
+    """The name the JobSet webhook checks for ``job``: the largest job and pod index, a sample suffix."""
+    return f"{jobset}-{job.name}-{max(job.replicas, 1) - 1}-{max(job.completions, 1) - 1}{POD_NAME_RANDOM_SUFFIX}"
+
+
+def jobset_name_budget(jobs: Iterable[ReplicatedJobShape]) -> int:
+    """The longest JobSet (= TrainJob) name whose pod names all fit in 63 characters."""
+    overhead = max((len(longest_pod_name("", job)) for job in jobs), default=0)
+    return DNS_LABEL_MAX - overhead
+
+
+def longest_pod_names(jobset: str, jobs: Iterable[ReplicatedJobShape]) -> list[tuple[ReplicatedJobShape, str]]:
+    """(job, longest pod name) for each job whose longest pod name exceeds 63 characters, longest first."""
+    over = [(job, longest_pod_name(jobset, job)) for job in jobs]
+    return sorted(((job, pod) for job, pod in over if len(pod) > DNS_LABEL_MAX), key=lambda item: -len(item[1]))
+
+
+def _count(value: Any, default: int = 1) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def replicated_job_shapes(replicated_jobs: Any, num_nodes: Optional[int] = None,
+                          ml_policy: Any = None) -> list[ReplicatedJobShape]:
+    """The shapes of the JobSet Trainer builds from a runtime's ``spec.template.spec.replicatedJobs``.
+
+    As Trainer v2.3.0 counts pods (pkg/runtime/core/trainingruntime.go, then SyncParallelCount):
+    a replicated job's ``parallelism`` (default 1), except the one labelled
+    ``trainer.kubeflow.org/trainjob-ancestor-step: trainer``, which gets the TrainJob's
+    ``numNodes`` (``num_nodes``), else the runtime's ``mlPolicy.numNodes``, else 1.
+    Entries that are not objects with a string name are skipped (validation reports them).
+    """
+    policy_nodes = ml_policy.get("numNodes") if isinstance(ml_policy, dict) else None
+    shapes = []
+    for rjob in replicated_jobs if isinstance(replicated_jobs, list) else []:
+        if not isinstance(rjob, dict) or not isinstance(rjob.get("name"), str):
+            continue
+        template = rjob.get("template") if isinstance(rjob.get("template"), dict) else {}
+        labels = (template.get("metadata") or {}).get("labels") if isinstance(template.get("metadata"), dict) else None
+        job_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+        count = _count(job_spec.get("parallelism"))
+        if isinstance(labels, dict) and labels.get(ANCESTOR_LABEL) == ANCESTOR_TRAINER:
+            count = _count(num_nodes, _count(policy_nodes))
+        shapes.append(ReplicatedJobShape(rjob["name"], _count(rjob.get("replicas")), count))
+    return shapes
+
+
+def runtime_job_shapes(runtime: dict, num_nodes: Optional[int] = None) -> list[ReplicatedJobShape]:
+    """``replicated_job_shapes`` of a ClusterTrainingRuntime or TrainingRuntime manifest."""
+    spec = runtime.get("spec") if isinstance(runtime.get("spec"), dict) else {}
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    jobset_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    return replicated_job_shapes(jobset_spec.get("replicatedJobs"), num_nodes, spec.get("mlPolicy"))
+
+
+#: The shortest name budget ``trainjob_name`` can work with: a letter, "-" and the hash.
+TRAINJOB_NAME_MIN = HASH_LEN + 2
+
+
+def trainjob_name(experiment_id: str, task_name: str, max_len: int) -> str:
     """The TrainJob name for one task of one experiment run.
 
-    An RFC-1035 label of at most ``max_len`` characters: readable parts of the experiment
-    and task, then a hash of the *unsanitised* pair, so names that differ only in case,
-    punctuation or truncated tails (``llama3_8b`` vs ``llama3-8b``) never collide.
+    An RFC-1035 label of at most ``max_len`` characters (``jobset_name_budget`` of the runtime's
+    replicated jobs, so that every pod name fits): readable parts of the experiment and task,
+    then a hash of the *unsanitised* pair, so names that differ only in case, punctuation or
+    truncated tails (``llama3_8b`` vs ``llama3-8b``) never collide.
     """
+    if max_len < TRAINJOB_NAME_MIN:
+        raise ValueError(f"a TrainJob name needs at least {TRAINJOB_NAME_MIN} characters, the budget is {max_len}")
+    max_len = min(max_len, DNS_LABEL_MAX)
     digest = short_hash(experiment_id, task_name)
     body = sanitize(f"{experiment_id}-{task_name}") or "job"
     if not body[0].isalpha():

@@ -16,6 +16,8 @@ from nemo_kubeflow import initializers
 from nemo_kubeflow import manifests as mf
 from nemo_kubeflow import naming
 from nemo_kubeflow.command import build_launch
+from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE
+from nemo_kubeflow.errors import ConfigError
 from nemo_kubeflow.fabrics import build_fabric
 from nemo_kubeflow.packaging import BundleFile, build_code_package, describe_package
 from nemo_kubeflow.status import queue_name
@@ -38,7 +40,13 @@ def build_submission(
     """Everything one task sends. ``role`` is NeMo-Run's role after macro substitution."""
     ns = executor.namespace
     experiment_id = experiment_id or executor.experiment_id or "experiment"
-    name = naming.trainjob_name(experiment_id, task_name)
+    runtime = None
+    if executor.runtime_name:
+        runtime_name = executor.runtime_name
+    else:
+        runtime = render_runtime(runtime_context(executor), executor.runtime_template)
+        runtime_name = runtime["metadata"]["name"]
+    name = naming.trainjob_name(experiment_id, task_name, _name_budget(executor, runtime))
     labels = mf.common_labels(experiment_id, task_name, name)
 
     code = build_code_package(
@@ -74,13 +82,6 @@ def build_submission(
         prologue=code.prologue if code else "",
         exports=exports,
     )
-
-    runtime = None
-    if executor.runtime_name:
-        runtime_name = executor.runtime_name
-    else:
-        runtime = render_runtime(runtime_context(executor), executor.runtime_template)
-        runtime_name = runtime["metadata"]["name"]
 
     secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
     # NeMo-Run folds env_vars into role.env already; merging again keeps a role built any
@@ -157,6 +158,31 @@ def build_submission(
         launch=launch,
         summary=summary,
     )
+
+
+def planned_jobs(executor, runtime: Optional[dict]) -> list[naming.ReplicatedJobShape]:
+    """The replicated jobs of the JobSet Trainer will build: those of the rendered runtime; with an
+    existing runtime (``runtime_name``, not readable offline), the initializers this executor asks for and
+    the trainer's ``node`` job. submit.py checks an existing runtime's own jobs before writing anything."""
+    if runtime is not None:
+        return naming.runtime_job_shapes(runtime, executor.nodes)
+    return ([naming.ReplicatedJobShape(step.name) for step in initializers.steps(executor)]
+            + [naming.ReplicatedJobShape(TRAINER_NODE, completions=executor.nodes)])
+
+
+def _name_budget(executor, runtime: Optional[dict]) -> int:
+    """How long the TrainJob name may be so that JobSet accepts every pod name (naming.py has the rule)."""
+    jobs = planned_jobs(executor, runtime)
+    budget = naming.jobset_name_budget(jobs)
+    if budget < naming.TRAINJOB_NAME_MIN:
+        longest = max(jobs, key=lambda job: len(naming.longest_pod_name("", job)))
+        raise ConfigError(
+            f"replicated job {longest.name!r} of the runtime leaves {budget} characters for the TrainJob name"
+            f" (pod names '<trainjob>-{longest.name}-{longest.replicas - 1}-{longest.completions - 1}-<5 random>'"
+            f" must fit in {DNS_LABEL_MAX}); a name needs at least {naming.TRAINJOB_NAME_MIN}:"
+            " give the runtime's replicated jobs shorter names"
+        )
+    return budget
 
 
 def _claims_to_create(executor) -> list[dict]:

@@ -39,11 +39,13 @@ from nemo_kubeflow.errors import (
     AlreadyExistsError,
     ClusterError,
     ConfigError,
+    ManifestValidationError,
     NotFoundError,
     SubmissionError,
 )
 from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.status import queue_name
+from nemo_kubeflow.validation import pod_name_problems
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +176,18 @@ def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:
 
 def check_existing_runtime(cluster: Cluster, sub: Submission) -> None:
     """With ``runtime_name``, the runtime must exist: say so before writing anything,
-    and list the runtimes that do exist."""
+    and list the runtimes that do exist. Its replicated jobs must leave room for the pod names
+    (JobSet's rule, validation.pod_name_problems): else ``ManifestValidationError``, also before writing."""
     ref = sub.trainjob["spec"]["runtimeRef"]
     kind, name = ref.get("kind", CLUSTER_RUNTIME_KIND), ref["name"]
     namespace = None if kind == CLUSTER_RUNTIME_KIND else sub.namespace
-    if cluster.get(kind, name, namespace) is not None:
+    runtime = cluster.get(kind, name, namespace)
+    if runtime is not None:
+        # The name was planned without this runtime (plan.planned_jobs): its own replicated jobs decide.
+        problems = pod_name_problems(sub.trainjob, runtime)
+        if problems:
+            raise ManifestValidationError(TRAINJOB_KIND, sub.name, [
+                f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems])
         return
     try:
         available = sorted(o["metadata"]["name"] for o in cluster.list(kind, namespace))

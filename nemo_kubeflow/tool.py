@@ -53,7 +53,7 @@ from nemo_kubeflow.manifests import Submission
 from nemo_kubeflow.render import render_runtime, runtime_context
 from nemo_kubeflow.scheduler import build_for_app, write_manifests
 from nemo_kubeflow.status import job_status
-from nemo_kubeflow.validation import check_manifests, validate_manifest
+from nemo_kubeflow.validation import check_manifests, validate_manifests
 
 DEFAULT_FACTORY = "kubeflow_gpu"
 #: The experiment id ``render`` names objects after (NeMo-Run's is ``<title>_<timestamp>``).
@@ -289,10 +289,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             inputs.append((args.template, [render_runtime(runtime_context(executor), args.template)]))
         except TemplateError as e:
             problems.append(f"{args.template}: {e}")
-    for source, docs in inputs:
-        for doc in docs:
-            checked += 1
-            problems += [f"{source}: {_ident(doc)}: {p}" for p in validate_manifest(doc)]
+    # Together: a TrainJob's pod names are checked against its runtime when both are given.
+    sourced = [(source, doc) for source, docs in inputs for doc in docs]
+    for (source, doc), found in zip(sourced, validate_manifests([doc for _, doc in sourced])):
+        checked += 1
+        problems += [f"{source}: {_ident(doc)}: {p}" for p in found]
     for line in problems:
         print(line)
     if problems:

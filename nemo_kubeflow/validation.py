@@ -39,7 +39,7 @@ from nemo_kubeflow import naming
 from nemo_kubeflow.errors import ManifestValidationError
 from nemo_kubeflow.quantity import parse_quantity
 
-__all__ = ["KUBERNETES_VERSION", "check_manifests", "validate_manifest"]
+__all__ = ["KUBERNETES_VERSION", "check_manifests", "pod_name_problems", "validate_manifest", "validate_manifests"]
 
 #: Kubernetes version whose strict schemas check core objects. Fields added after it
 #: (e.g. pod-level ``resources``) are reported as unknown: an older API server rejects them.
@@ -80,26 +80,36 @@ def validate_manifest(obj: dict) -> list[str]:
     return list(problems)
 
 
+def validate_manifests(objs: Sequence[Any]) -> list[list[str]]:
+    """``validate_manifest`` of each object, plus the rules that need two of them: a TrainJob's
+    pod names are checked against every replicated job of its runtime when that is among ``objs``."""
+    results = [validate_manifest(obj) for obj in objs]
+    for i, obj in enumerate(objs):
+        if isinstance(obj, dict) and obj.get("kind") == C.TRAINJOB_KIND:
+            runtime = _runtime_of(obj, objs)
+            if runtime is not None:
+                # Its runtime's replicated jobs replace the `node` job assumed without it.
+                alone = set(pod_name_problems(obj))
+                results[i] = [p for p in results[i] if p not in alone] + pod_name_problems(obj, runtime)
+    return results
+
+
 def check_manifests(objs: Sequence[dict]) -> None:
-    """Validate every object; raise ManifestValidationError for the first invalid one.
+    """Validate every object (``validate_manifests``); raise ManifestValidationError for the first
+    invalid one.
 
     The error carries all the problems of that object.
     """
-    first: Optional[tuple[dict, list[str]]] = None
-    for obj in objs:
-        problems = validate_manifest(obj)
-        if problems and first is None:
-            first = (obj, problems)
-    if first is not None:
-        obj, problems = first
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        kind = obj.get("kind") if isinstance(obj, dict) else None
-        name = meta.get("name") if isinstance(meta, dict) else None
-        raise ManifestValidationError(
-            kind if isinstance(kind, str) else "<unknown kind>",
-            name if isinstance(name, str) else "<unnamed>",
-            problems,
-        )
+    for obj, problems in zip(objs, validate_manifests(objs)):
+        if problems:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            raise ManifestValidationError(
+                kind if isinstance(kind, str) else "<unknown kind>",
+                name if isinstance(name, str) else "<unnamed>",
+                problems,
+            )
 
 
 # --- problems --------------------------------------------------------------------------
@@ -309,7 +319,8 @@ def _check_metadata(obj: dict, kind: str, out: _Problems) -> None:
 
 
 def _check_trainjob_name(name: str, path: Path, out: _Problems) -> None:
-    fix = f"use e.g. {_short(_suggest_name(name, False, C.TRAINJOB_NAME_MAX, letter_first=True))}"
+    # The pod-name budget (a shorter limit) is checked with the spec: _check_pod_names.
+    fix = f"use e.g. {_short(_suggest_name(name, False, C.DNS_LABEL_MAX, letter_first=True))}"
     if not naming.is_rfc1035_label(name, max_len=len(name)):
         out.add(
             path,
@@ -319,13 +330,57 @@ def _check_trainjob_name(name: str, path: Path, out: _Problems) -> None:
         )
     if len(name) > C.DNS_LABEL_MAX:
         out.add(path, f"{len(name)} characters, over the CRD limit of {C.DNS_LABEL_MAX}", fix)
-    elif len(name) > C.TRAINJOB_NAME_MAX:
+
+
+def _trainjob_shapes(trainjob: dict, runtime: Optional[dict]) -> list[naming.ReplicatedJobShape]:
+    """The replicated jobs of the JobSet Trainer builds for ``trainjob``: its runtime's, or (runtime
+    unknown) the trainer's ``node`` job, the one every runtime of this tool has."""
+    num_nodes = _dict(_dict(trainjob.get("spec")).get("trainer")).get("numNodes")
+    num_nodes = num_nodes if _is_int(num_nodes) and num_nodes > 0 else None
+    if runtime is not None:
+        return naming.runtime_job_shapes(runtime, num_nodes)
+    return [naming.ReplicatedJobShape(C.TRAINER_NODE, completions=num_nodes or 1)]
+
+
+def _check_pod_names(trainjob: dict, runtime: Optional[dict], out: _Problems) -> None:
+    """JobSet's pod-name rule (naming.longest_pod_name has it and its source): the TrainJob is accepted,
+    then Trainer's JobSet is refused by JobSet's webhook and the job never starts."""
+    name = _dict(trainjob.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        return
+    jobs = _trainjob_shapes(trainjob, runtime)
+    budget = naming.jobset_name_budget(jobs)
+    for job, pod in naming.longest_pod_names(name, jobs):
         out.add(
-            path,
-            f"{len(name)} characters, over {C.TRAINJOB_NAME_MAX}: pod hostnames"
-            f" '<name>-node-0-<index>' must fit in {C.DNS_LABEL_MAX} characters",
-            f"shorten the name to at most {C.TRAINJOB_NAME_MAX} characters",
+            ("metadata", "name"),
+            f"TrainJob {_short(name, 70)}: pods of replicated job {job.name!r} would be named up to {len(pod)}"
+            f" characters ({_short(pod[: -len(naming.POD_NAME_RANDOM_SUFFIX)] + '-<5 random>', 130)}),"
+            f" over the {C.DNS_LABEL_MAX} JobSet allows: JobSet's webhook refuses the JobSet and the"
+            " TrainJob never starts",
+            f"shorten the TrainJob name to at most {budget} characters"
+            + (f", or rename replicated job {job.name!r}" if runtime is not None else ""),
         )
+
+
+def pod_name_problems(trainjob: dict, runtime: Optional[dict] = None) -> list[str]:
+    """The pod-name problems of ``trainjob`` with ``runtime`` (its ClusterTrainingRuntime or
+    TrainingRuntime: every replicated job; None: the trainer's ``node`` job only), as ``path: message``."""
+    out = _Problems()
+    _check_pod_names(trainjob, runtime, out)
+    return out.render()
+
+
+def _runtime_of(trainjob: dict, objs: Sequence[Any]) -> Optional[dict]:
+    """The runtime among ``objs`` that ``trainjob``'s runtimeRef names, if any."""
+    ref = _dict(_dict(trainjob.get("spec")).get("runtimeRef"))
+    kind = ref.get("kind") or C.CLUSTER_RUNTIME_KIND
+    namespace = _dict(trainjob.get("metadata")).get("namespace")
+    for obj in objs:
+        meta = _dict(obj.get("metadata")) if isinstance(obj, dict) else {}
+        if (isinstance(obj, dict) and obj.get("kind") == kind and meta.get("name") == ref.get("name")
+                and (kind == C.CLUSTER_RUNTIME_KIND or meta.get("namespace") in (None, namespace))):
+            return obj
+    return None
 
 
 # --- quantities, resources, env ---------------------------------------------------------
@@ -886,6 +941,7 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
             )
         _check_env(init.get("env"), ipath + ("env",), out)
     _check_runtime_patches(spec.get("runtimePatches"), path + ("runtimePatches",), out)
+    _check_pod_names(obj, None, out)
 
 
 _INITIALIZER_CONTAINERS = ("dataset-initializer", "model-initializer")

@@ -319,3 +319,53 @@ def test_resources_creation_failure_is_surfaced_in_status(local, cluster):
                           timeout=15)
     assert desc.state == AppState.PENDING
     assert desc.msg.startswith("TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed")
+
+
+def test_an_existing_runtime_whose_jobs_leave_no_room_for_the_name_is_refused_before_writing(local, cluster):
+    import copy
+
+    from nemo_kubeflow.errors import ManifestValidationError
+
+    base = plan("base", experiment="existing-runtime")
+    runtime = copy.deepcopy(base.runtime)
+    runtime["metadata"] = {"name": "warmup-runtime", "labels": runtime["metadata"].get("labels", {})}
+    [node] = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    warmup = copy.deepcopy(node)
+    warmup["name"] = "warm-up-the-dataset-cache"
+    warmup["template"]["metadata"]["labels"] = {}
+    runtime["spec"]["template"]["spec"]["replicatedJobs"] = [warmup, node]
+    cluster.create(runtime)
+    local.clear_requests()
+    # Planned offline for a `node` job only (the runtime is not read then): the full 48 characters.
+    sub = plan("pretrain", experiment="llama3-8b-pretrain-h100_1732406400123456789", runtime_name="warmup-runtime")
+    assert len(sub.name) == 48
+    with pytest.raises(ManifestValidationError) as err:
+        submit(cluster, sub)
+    assert writes(local) == []
+    message = str(err.value)
+    assert f"TrainJob {sub.name!r} is invalid" in message
+    assert "replicated job 'warm-up-the-dataset-cache' would be named up to 84 characters" in message
+    assert "runtime_name='warmup-runtime'" in message and "at most 27 characters" in message
+    cluster.delete("ClusterTrainingRuntime", "warmup-runtime")
+
+
+def test_an_experiment_with_a_long_title_gets_pod_names_jobset_accepts(local):
+    import nemo_run as run
+    from torchx.specs import AppState, parse_app_handle
+
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(local.kubeconfig_path))
+    title = "llama3-8b-pretrain-h100"
+    with run.Experiment(title, executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline="echo rank $PET_NODE_RANK"), name="pretrain")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    assert exp._id.startswith(f"{title}_") and len(exp._id) == len(title) + 20  # NeMo-Run's id: time_ns()
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED
+    name = parse_app_handle(job.handle)[2].split(":", 1)[1]
+    # `<id>-pretrain-<hash>` would be 59 characters: shortened to the 48 that two `node` pods allow.
+    assert len(name) == 48 and name.startswith("llama3-8b-pretrain-h100-")
+    pods = [p["metadata"]["name"] for p in local.objects("pods", "default")
+            if p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == name]
+    assert sorted(p.rsplit("-", 1)[0] for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
+    assert max(len(p) for p in pods) == 63

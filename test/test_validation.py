@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from nemo_kubeflow import validation
-from nemo_kubeflow.errors import ManifestValidationError
+from nemo_kubeflow.errors import ConfigError, ManifestValidationError
 from nemo_kubeflow.validation import check_manifests, validate_manifest
 
 DATA = Path(__file__).parent / "data" / "validation"
@@ -496,10 +496,10 @@ BROKEN = [
     ),
     case(
         "trainjob",
-        [("set", ("metadata", "name"), "a" * 51)],
+        [("set", ("metadata", "name"), "a" * 49)],
         "metadata.name",
-        "pod hostnames",
-        "name-over-50",
+        "pods of replicated job 'node' would be named up to 64 characters",
+        "name-over-pod-name-budget",
     ),
     case("configmap", [("set", ("metadata", "name"), "abc\n")], "metadata.name", "not a DNS-1123 subdomain",
          "name-trailing-newline"),
@@ -731,3 +731,130 @@ def test_validation_is_fast_after_warm_up() -> None:
         validation._validate(GKE_RUNTIME)
         timings.append(time.perf_counter() - start)
     assert statistics.median(timings) < 0.05
+
+
+# --- JobSet's pod-name rule: the TrainJob name leaves room for every pod name ------------------
+
+#: An experiment id as NeMo-Run makes it: the title, "_", time.time_ns() (19 digits).
+NEMO_RUN_ID = "llama3-8b-pretrain-h100_1732406400123456789"
+
+
+def _planned(nodes: int, with_initializers: bool, experiment_id: str = NEMO_RUN_ID, task: str = "pretrain"):
+    from kubeflow.trainer import HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
+    from torchx.specs import Role
+
+    from nemo_kubeflow import KubeflowExecutor
+    from nemo_kubeflow.initializers import InitializerSettings
+    from nemo_kubeflow.plan import build_submission
+
+    init = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://org/data"),
+                       model=HuggingFaceModelInitializer(storage_uri="hf://org/model")) if with_initializers else None
+    executor = KubeflowExecutor(container_image="img", nodes=nodes, shm_size=None, initializer=init,
+                                initializer_settings=InitializerSettings(claim_name="cache") if init else None)
+    executor.validate()
+    role = Role(name=task, image="", entrypoint="bash", args=["-c", "true"])
+    return build_submission(executor, role, [], task_name=task, experiment_id=experiment_id)
+
+
+def _pod_names(sub) -> dict[str, int]:
+    """The longest pod name of each replicated job, as JobSet's webhook computes it."""
+    from nemo_kubeflow import naming
+
+    jobs = naming.runtime_job_shapes(sub.runtime, sub.trainjob["spec"]["trainer"]["numNodes"])
+    return {job.name: len(naming.longest_pod_name(sub.name, job)) for job in jobs}
+
+
+@pytest.mark.parametrize("nodes, budget", [(1, 48), (9, 48), (10, 48), (128, 46)])
+def test_names_without_initializers_use_the_node_budget(nodes: int, budget: int) -> None:
+    sub = _planned(nodes, with_initializers=False)
+    assert len(sub.name) == budget and sub.name.startswith("llama3-8b-pretrain-h100-")
+    assert max(_pod_names(sub).values()) == 63
+    check_manifests(sub.manifests())
+
+
+@pytest.mark.parametrize("nodes", [1, 9, 10, 128])
+def test_names_with_initializers_leave_room_for_the_dataset_initializer(nodes: int) -> None:
+    sub = _planned(nodes, with_initializers=True)
+    pods = _pod_names(sub)
+    assert set(pods) == {"dataset-initializer", "model-initializer", "node"}
+    assert len(sub.name) == 33 and pods["dataset-initializer"] == 63 and max(pods.values()) == 63
+    check_manifests(sub.manifests())
+
+
+def test_short_names_are_not_shortened() -> None:
+    sub = _planned(2, with_initializers=True, experiment_id="e_1", task="t")
+    assert sub.name.startswith("e-1-t-") and len(sub.name) < 33
+
+
+def _renamed(sub, name: str) -> dict:
+    trainjob = copy.deepcopy(sub.trainjob)
+    trainjob["metadata"]["name"] = name
+    return trainjob
+
+
+@pytest.mark.parametrize("nodes, with_initializers, budget, longest_job",
+                         [(1, False, 48, "node"), (10, False, 48, "node"), (11, False, 47, "node"),
+                          (128, False, 46, "node"), (1, True, 33, "dataset-initializer"),
+                          (128, True, 33, "dataset-initializer")])
+def test_a_name_at_the_limit_validates_and_one_past_it_is_refused(nodes, with_initializers, budget, longest_job):
+    sub = _planned(nodes, with_initializers)
+    at_limit = _renamed(sub, "j" * budget)
+    assert validation.validate_manifests([sub.runtime, at_limit]) == [[], []]
+    past = _renamed(sub, "j" * (budget + 1))
+    [runtime_problems, problems] = validation.validate_manifests([sub.runtime, past])
+    assert runtime_problems == []
+    [message] = [p for p in problems if f"replicated job {longest_job!r}" in p]
+    # The TrainJob, the replicated job, the pod-name length and the fix.
+    assert message.startswith(f'metadata.name: TrainJob "{"j" * (budget + 1)}": pods of replicated job')
+    assert "would be named up to 64 characters" in message and "over the 63 JobSet allows" in message
+    assert message.endswith(f"shorten the TrainJob name to at most {budget} characters, "
+                            f"or rename replicated job {longest_job!r}")
+    with pytest.raises(ManifestValidationError, match="64 characters"):
+        check_manifests([sub.runtime, past])
+
+
+def test_without_its_runtime_a_trainjob_is_checked_for_its_node_job() -> None:
+    # 128 nodes: node pods "<name>-node-0-127-xxxxx"; the budget is 46.
+    trainjob = copy.deepcopy(TRAINJOB)
+    trainjob["spec"]["trainer"]["numNodes"] = 128
+    trainjob["metadata"]["name"] = "a" * 46
+    assert validate_manifest(trainjob) == []
+    trainjob["metadata"]["name"] = "a" * 47
+    [problem] = validate_manifest(trainjob)
+    assert "replicated job 'node' would be named up to 64 characters" in problem
+    assert "at most 46 characters" in problem
+
+
+def test_the_validate_command_checks_a_trainjob_against_its_runtime_file(tmp_path: Path, capsys) -> None:
+    from nemo_kubeflow.tool import main
+
+    sub = _planned(1, with_initializers=True)
+    runtime_file, trainjob_file = tmp_path / "runtime.yaml", tmp_path / "trainjob.yaml"
+    runtime_file.write_text(yaml.safe_dump(sub.runtime))
+    trainjob_file.write_text(yaml.safe_dump(_renamed(sub, "j" * 40)))
+    # Alone, the TrainJob's `node` pods fit; with its runtime, the dataset initializer's do not.
+    assert main(["validate", str(trainjob_file)]) == 0
+    assert main(["validate", str(runtime_file), str(trainjob_file)]) == 1
+    out = capsys.readouterr().out
+    assert f"{trainjob_file}: TrainJob/{'j' * 40}: metadata.name:" in out
+    assert "replicated job 'dataset-initializer' would be named up to 70 characters" in out
+    assert "at most 33 characters" in out
+
+
+def test_a_runtime_whose_job_names_leave_no_room_for_any_name_is_refused(tmp_path: Path) -> None:
+    from torchx.specs import Role
+
+    from nemo_kubeflow import KubeflowExecutor
+    from nemo_kubeflow.plan import build_submission
+    from nemo_kubeflow.render import templates_dir
+
+    long_job = "node-of-a-runtime-whose-replicated-job-names-are-far-too-long"
+    text = (templates_dir() / "training_runtime.yaml.j2").read_text()
+    template = tmp_path / "runtime.yaml.j2"
+    template.write_text(text.replace("        - name: node\n", f"        - name: {long_job}\n", 1))
+    executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, runtime_template=str(template))
+    role = Role(name="t", image="", entrypoint="bash", args=["-c", "true"])
+    with pytest.raises(ConfigError, match=f"replicated job '{long_job}' of the runtime leaves -9 characters"
+                                          " for the TrainJob name") as err:
+        build_submission(executor, role, [], task_name="t", experiment_id="e")
+    assert "give the runtime's replicated jobs shorter names" in str(err.value)

@@ -107,6 +107,14 @@ def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) ->
     return f"{kind} {name!r}{where}" if name else f"{kind} objects{where}"
 
 
+def kubectl_delete(kind: str, name: str, namespace: Optional[str]) -> str:
+    """The kubectl command that deletes one object, for messages that ask a user to clean up."""
+    spec = KINDS.get(kind)
+    resource = (f"{spec.plural}.{spec.group}" if spec.group else spec.plural) if spec else kind.lower()
+    scoped = f" -n {namespace}" if namespace and (spec is None or spec.namespaced) else ""
+    return f"kubectl delete {resource} {name}{scoped}"
+
+
 def _status_of(body: Any) -> dict:
     if isinstance(body, (bytes, bytearray)):
         body = body.decode("utf-8", "replace")

@@ -92,4 +92,5 @@ class NotFoundError(ClusterError):
 
 
 class SubmissionError(ClusterError):
-    """A submission failed part-way; everything it had created was removed."""
+    """A submission failed part-way; everything it had created was removed, or the message names
+    what could not be removed and the kubectl command that deletes it."""

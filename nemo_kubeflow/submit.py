@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from nemo_kubeflow import manifests as mf
-from nemo_kubeflow.cluster import Cluster
+from nemo_kubeflow.cluster import Cluster, describe_target, kubectl_delete
 from nemo_kubeflow.constants import CLUSTER_RUNTIME_KIND, SUBMISSION_ANNOTATION, TRAINJOB_KIND
 from nemo_kubeflow.errors import (
     AlreadyExistsError,
@@ -157,14 +157,17 @@ def submit(
             known.add(runtime_key(sub.runtime))
         return SubmitResult(trainjob=trainjob, actions=actions)
     except BaseException as e:
-        _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
+        left = _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
         if created_runtime is not None:
             known.discard(runtime_key(created_runtime))
         if isinstance(e, ClusterError):
+            message = (f"submitting TrainJob {sub.name!r} failed: {e}. {_describe_leftovers(left)}" if left
+                       else f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}")
             raise SubmissionError(
-                f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}",
-                status=e.status, reason=e.reason, server_message=e.server_message,
+                message, status=e.status, reason=e.reason, server_message=e.server_message,
             ) from e
+        if left:
+            e.add_note(f"submitting TrainJob {sub.name!r} was interrupted. {_describe_leftovers(left)}")
         raise
 
 
@@ -295,8 +298,10 @@ def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, acti
 
 
 def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Optional[dict],
-              pvcs: list[str]) -> None:
-    """Best-effort removal of what this submission created; never masks the first error."""
+              pvcs: list[str]) -> list[tuple[str, str, Optional[str], Exception]]:
+    """Best-effort removal of what this submission created; never masks the first error.
+
+    Returns what could not be deleted: (kind, name, namespace, why)."""
     steps: list[tuple[str, str, Optional[str]]] = []
     if trainjob is not None:
         steps.append((TRAINJOB_KIND, trainjob["metadata"]["name"], ns))
@@ -304,8 +309,21 @@ def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Opti
         kind = runtime["kind"]
         steps.append((kind, runtime["metadata"]["name"], None if kind == CLUSTER_RUNTIME_KIND else ns))
     steps += [("PersistentVolumeClaim", name, ns) for name in pvcs]
+    left = []
     for kind, name, namespace in steps:
         try:
             cluster.delete(kind, name, namespace)
-        except (ClusterError, NotFoundError) as e:
-            log.warning("rollback: could not delete %s %s: %s; delete it by hand", kind, name, e)
+        except ClusterError as e:
+            log.warning("rollback: %s; delete it with: %s", e, kubectl_delete(kind, name, namespace))
+            left.append((kind, name, namespace, e))
+    return left
+
+
+def _describe_leftovers(left: list[tuple[str, str, Optional[str], Exception]]) -> str:
+    """What a failed rollback left on the cluster, each with why and the command that deletes it."""
+    items = "; ".join(
+        f"{describe_target(kind, name, namespace)} ({getattr(e, 'reason', None) or e}),"
+        f" delete it with `{kubectl_delete(kind, name, namespace)}`"
+        for kind, name, namespace, e in left
+    )
+    return f"Removing what it had created failed too, so this is left on the cluster: {items}"

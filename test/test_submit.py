@@ -321,6 +321,29 @@ def test_resources_creation_failure_is_surfaced_in_status(local, cluster):
     assert desc.msg.startswith("TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed")
 
 
+def test_failed_rollback_names_what_is_left_and_how_to_delete_it(local, cluster):
+    sub = plan("left", experiment="rollback-fails", pod_labels={"variant": "rollback-fails"})
+    runtime = sub.runtime["metadata"]["name"]
+    local.inject_fault(verb="create", resource="configmaps", status=422, message="injected: invalid", times=1)
+    local.inject_fault(verb="delete", resource="trainjobs", status=403, message="injected: cannot delete", times=1)
+    local.inject_fault(verb="delete", resource="clustertrainingruntimes", status=403, times=1)
+    with pytest.raises(SubmissionError) as err:
+        submit(cluster, sub)
+    message = str(err.value)
+    assert "nothing was left" not in message
+    assert message.startswith(f"submitting TrainJob {sub.name!r} failed: cannot create ConfigMap")
+    assert "injected: invalid" in message  # the first error, still the one reported
+    assert message.endswith(
+        f"so this is left on the cluster: TrainJob {sub.name!r} in namespace 'default' (Forbidden), delete it with"
+        f" `kubectl delete trainjobs.trainer.kubeflow.org {sub.name} -n default`; ClusterTrainingRuntime"
+        f" {runtime!r} (Forbidden), delete it with `kubectl delete clustertrainingruntimes.trainer.kubeflow.org"
+        f" {runtime}`")
+    # What it names is really there.
+    assert sub.name in snapshot(local)["trainjobs"] and runtime in snapshot(local)["clustertrainingruntimes"]
+    cluster.delete("TrainJob", sub.name, "default")
+    cluster.delete("ClusterTrainingRuntime", runtime)
+
+
 def test_an_existing_runtime_whose_jobs_leave_no_room_for_the_name_is_refused_before_writing(local, cluster):
     import copy
 

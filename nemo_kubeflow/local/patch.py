@@ -85,7 +85,28 @@ def _merge_list(current: list, patch: list, merge_key: str) -> list:
             result.append(_strip_directives(item))
         else:
             result[index] = strategic_merge_patch(result[index], item)
-    return result
+    return _element_order(result, current, patch, merge_key)
+
+
+def _element_order(merged: list, current: list, patch: list, merge_key: str) -> list:
+    """normalizeElementOrder: the patch's items (in patch order) and the items only the target had
+    (in their order) are merged by position in the target, where an item the target lacked counts
+    as position -1, so the patch's new items come first."""
+    target_keys = [item.get(merge_key) for item in current if isinstance(item, dict)]
+    patch_keys = [item.get(merge_key) for item in patch]
+    from_patch = sorted((m for m in merged if m.get(merge_key) in patch_keys),
+                        key=lambda m: patch_keys.index(m.get(merge_key)))
+    target_only = [m for m in merged if m.get(merge_key) not in patch_keys]
+
+    def position(item: dict) -> int:
+        key = item.get(merge_key)
+        return target_keys.index(key) if key in target_keys else -1
+
+    ordered = []
+    while from_patch and target_only:
+        ordered.append(target_only.pop(0) if position(target_only[0]) <= position(from_patch[0])
+                       else from_patch.pop(0))
+    return ordered + target_only + from_patch
 
 
 # --- JSON patch -------------------------------------------------------------------------------

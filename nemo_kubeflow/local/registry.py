@@ -50,15 +50,18 @@ def success_status(rt: ResourceType, obj: dict) -> dict:
 # --- defaults the API server applies (pkg/apis/core/v1/defaults.go and the registry strategies) ---------
 
 
-def apply_pod_defaults(pod: dict) -> None:
-    spec = pod.setdefault("spec", {})
+#: The DefaultTolerationSeconds admission plugin's two tolerations (300 s each).
+DEFAULT_NOEXECUTE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def apply_pod_template_defaults(spec: dict) -> None:
+    """SetDefaults_PodSpec and friends: what the API server fills in any pod template (a Job's too)."""
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("serviceAccountName", "default")
     spec.setdefault("securityContext", {})
-    spec.setdefault("enableServiceLinks", True)
     for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
         container.setdefault("terminationMessagePath", "/dev/termination-log")
         container.setdefault("terminationMessagePolicy", "File")
@@ -70,10 +73,45 @@ def apply_pod_defaults(pod: dict) -> None:
             resources["requests"] = {**resources["limits"], **(resources.get("requests") or {})}
         for port in container.get("ports") or []:
             port.setdefault("protocol", "TCP")
+        for env in container.get("env") or []:
+            _default_field_ref(((env.get("valueFrom") or {}).get("fieldRef")))
     for volume in spec.get("volumes") or []:
-        for source in ("configMap", "secret"):
+        for source in ("configMap", "secret", "downwardAPI", "projected"):
             if source in volume:
                 volume[source].setdefault("defaultMode", 0o644)
+        if "hostPath" in volume:
+            volume["hostPath"].setdefault("type", "")
+        items = list((volume.get("downwardAPI") or {}).get("items") or [])
+        for projection in (volume.get("projected") or {}).get("sources") or []:
+            items += (projection.get("downwardAPI") or {}).get("items") or []
+        for item in items:
+            _default_field_ref(item.get("fieldRef"))
+
+
+def _default_field_ref(ref: Optional[dict]) -> None:
+    if ref is not None:
+        ref.setdefault("apiVersion", "v1")
+
+
+def apply_pod_defaults(pod: dict) -> None:
+    """A created pod: the template defaults plus what only pods get (admission plugins included)."""
+    spec = pod.setdefault("spec", {})
+    apply_pod_template_defaults(spec)
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("serviceAccountName", "default")
+    spec["serviceAccount"] = spec["serviceAccountName"]  # the deprecated twin, kept equal
+    # Priority admission: no PriorityClass objects here, so every pod gets the default 0.
+    spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    tolerations = spec.get("tolerations") or []
+    for key in DEFAULT_NOEXECUTE_TAINTS:
+        tolerated = any(t.get("key") in (key, None, "") and (t.get("key") or t.get("operator") == "Exists")
+                        and t.get("effect") in ("NoExecute", None, "") for t in tolerations)
+        if not tolerated:
+            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+    if tolerations:
+        spec["tolerations"] = tolerations
     per_container = [c["resources"] for c in spec.get("containers") or []]
     if per_container and all(r.get("limits") and r.get("requests") == r.get("limits") for r in per_container):
         qos = "Guaranteed"
@@ -323,6 +361,9 @@ def _writable(rt: ResourceType) -> None:
     if rt is R.EVENTS_V1:
         raise ApiError(405, "the server does not allow this method on the requested resource "
                             "(events.k8s.io/v1 events are read-only here)")
+    if rt.read_only:
+        raise ApiError(405, f"the server does not allow this method on the requested resource ({rt.qualified} "
+                            "are read-only on the local cluster: its emulated controllers write them)")
 
 
 def _patch_object(body: Any) -> dict:

@@ -10,6 +10,8 @@ from nemo_kubeflow import constants as C
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta1"
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class ResourceType:
     has_generation: bool = False
     #: Another group serves this type from the same storage (events.k8s.io events).
     storage: Optional[str] = None
+    #: Clients may only get, list and watch it: the emulated controllers write it (405 otherwise).
+    read_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -48,7 +52,7 @@ class ResourceType:
     @property
     def is_custom(self) -> bool:
         """Served from a CRD (Trainer's or Kueue's): no strategic merge patch, kind required."""
-        return self.group in (C.TRAINER_GROUP, KUEUE_GROUP)
+        return self.group in (C.TRAINER_GROUP, KUEUE_GROUP, JOBSET_GROUP)
 
     @property
     def is_trainer(self) -> bool:
@@ -62,7 +66,14 @@ PVCS = ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim",
 PODS = ResourceType("", "v1", "pods", "Pod", True, status_subresource=True, has_generation=True)
 EVENTS = ResourceType("", "v1", "events", "Event", True)
 #: events.k8s.io/v1 is a second view of the core events (read-only here).
-EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", True, storage="events")
+EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", True, storage="events", read_only=True)
+#: What the emulated JobSet and Job controllers build for a TrainJob (trainer.py): the JobSet, its
+#: headless Service and one Job per replica. Read-only here; the controllers own them.
+SERVICES = ResourceType("", "v1", "services", "Service", True, status_subresource=True, read_only=True)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True,
+                    read_only=True)
+JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", True, status_subresource=True,
+                       has_generation=True, read_only=True)
 TRAINJOBS = ResourceType(
     C.TRAINER_GROUP, C.TRAINER_VERSION, C.TRAINJOB_PLURAL, C.TRAINJOB_KIND, True,
     status_subresource=True, has_generation=True,
@@ -79,8 +90,8 @@ LOCALQUEUES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueu
 WORKLOADS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True,
                          status_subresource=True, has_generation=True)
 
-ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, EVENTS, EVENTS_V1, TRAINJOBS, RUNTIMES, CLUSTER_RUNTIMES,
-       LOCALQUEUES, WORKLOADS)
+ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, JOBS, JOBSETS, TRAINJOBS, RUNTIMES,
+       CLUSTER_RUNTIMES, LOCALQUEUES, WORKLOADS)
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
 _BY_GROUP_KIND = {(rt.group, rt.kind): rt for rt in ALL}
 

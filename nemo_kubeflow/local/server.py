@@ -76,7 +76,7 @@ class Route:
 def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
     resources = []
     for rt in types:
-        verbs = ["get", "list", "watch"] if rt is R.EVENTS_V1 else \
+        verbs = ["get", "list", "watch"] if rt.read_only else \
             ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
                           "kind": rt.kind, "verbs": verbs})

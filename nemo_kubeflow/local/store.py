@@ -103,8 +103,9 @@ class Store:
 
     # --- writes ------------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, obj: dict) -> dict:
-        """Store a new object; metadata.name must be set (generateName is resolved by the caller)."""
+    def create(self, rt: ResourceType, obj: dict, uid: Optional[str] = None) -> dict:
+        """Store a new object; metadata.name must be set (generateName is resolved by the caller).
+        `uid`: the one to give it, for a controller whose object names its own uid (a Job's selector)."""
         with self._lock:
             meta = obj["metadata"]
             if rt.namespaced and not self.namespace_exists(meta["namespace"]):
@@ -113,7 +114,7 @@ class Store:
                 raise already_exists(rt, meta["name"])
             obj = copy.deepcopy(obj)
             meta = obj["metadata"]
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = uid or str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
             if rt.has_generation:
                 meta["generation"] = 1

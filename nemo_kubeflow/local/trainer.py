@@ -1,10 +1,13 @@
-"""The Trainer, JobSet and Job controllers, folded into one: TrainJobs become pods.
+"""The Trainer, JobSet and Job controllers, folded into one: TrainJobs become JobSets, Jobs and pods.
 
 `build_jobset` is what Trainer v2.3 builds from a TrainJob and its runtime (runtimePatches,
-numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables). The controller then
-plays JobSet (one Job per replica, dependsOn, failurePolicy restarts, success/failure) and Job
-(indexed pods, backoffLimit) and writes the TrainJob status the way Trainer mirrors it from the JobSet.
-There are no JobSet or Job objects: pods are owned by the TrainJob directly.
+numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables); `default_jobset` and
+`jobset_pod_name_errors` are the JobSet webhooks. The controller then plays JobSet (the JobSet object
+and its headless Service, one Job per replica, dependsOn, failurePolicy restarts, success/failure) and
+the Job controller (indexed pods, backoffLimit) and writes the TrainJob status the way Trainer mirrors
+it from the JobSet. The objects chain as on a cluster: TrainJob -> JobSet -> Jobs -> pods (and the
+Service), each owned by the one before, so deleting the TrainJob collects everything. JobSets, Jobs
+and Services are read-only to clients, and carry no status (the TrainJob's status has it).
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ import yaml
 from nemo_kubeflow import constants as C
 from nemo_kubeflow.local import admission
 from nemo_kubeflow.local import resources as R
-from nemo_kubeflow.local.apierrors import ApiError, aggregate
+from nemo_kubeflow.local.apierrors import ApiError, FieldError, aggregate, invalid
 from nemo_kubeflow.local.events import EventRecorder
 from nemo_kubeflow.local.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow.local.patch import strategic_merge_patch
 from nemo_kubeflow.quantity import parse_quantity
-from nemo_kubeflow.local.registry import apply_pod_defaults, random_suffix
+from nemo_kubeflow.local.registry import apply_pod_defaults, apply_pod_template_defaults, random_suffix
 from nemo_kubeflow.local.store import Store
 from nemo_kubeflow.local.timeutil import now_rfc3339, parse, set_condition
 from nemo_kubeflow.local.validation import pod_spec_errors
@@ -43,9 +46,22 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-#: Where PET_NODE_RANK and JOB_COMPLETION_INDEX read the completion index from.
+#: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{C.COMPLETION_INDEX_ANNOTATION}']"
+#: ... and where the Job controller's JOB_COMPLETION_INDEX reads it from (the label).
+JOB_COMPLETION_INDEX_FIELD = f"metadata.labels['{C.COMPLETION_INDEX_LABEL}']"
+#: JobSet's pod webhook copies the pod's priority into this label.
+PRIORITY_LABEL = "jobset.sigs.k8s.io/priority"
+#: The Job controller's finalizer on its pods, removed once it has counted the finished pod.
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+#: JobSet's validating webhook, as the API server names it in a denial.
+JOBSET_WEBHOOK = "vjobset.kb.io"
+#: The longest a pod name may be (a DNS-1035 label; pods are also their own hostnames).
+MAX_POD_NAME = 63
+#: The Job controller's random suffix after `<job>-<index>-`, as the JobSet webhook counts it.
+POD_SUFFIX_LENGTH = 5
 DEFAULT_BACKOFF_LIMIT = 6
 #: What Trainer's coscheduling and volcano plugins put on every pod (scheduler-plugins, Volcano).
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -187,6 +203,58 @@ def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: i
     return spec
 
 
+# --- the JobSet webhooks (JobSet v0.12) -----------------------------------------------------------------
+
+
+def default_jobset(spec: dict) -> dict:
+    """The JobSet spec as stored: the CRD's and the mutating webhook's defaults, then what Go's
+    `omitempty` drops when the controller writes it (a `failurePolicy.maxRestarts` of 0)."""
+    spec = copy.deepcopy(spec)
+    spec.setdefault("successPolicy", {"operator": "All"})
+    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+    network = spec.setdefault("network", {})
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    policy = spec.get("failurePolicy")
+    if policy is not None:
+        policy.setdefault("restartStrategy", "Recreate")
+        if not policy.get("maxRestarts"):
+            policy.pop("maxRestarts", None)
+        for i, rule in enumerate(policy.get("rules") or []):
+            rule.setdefault("name", f"failurePolicyRule{i}")
+    for rjob in spec.get("replicatedJobs") or []:
+        rjob.setdefault("groupName", "default")
+        rjob.setdefault("replicas", 1)
+        rjob["template"].setdefault("metadata", {})  # Go writes an empty ObjectMeta as {}
+        job_spec = rjob["template"].setdefault("spec", {})
+        job_spec.setdefault("completionMode", "Indexed")
+        template = job_spec.setdefault("template", {})
+        template.setdefault("metadata", {})
+        pod_spec = template.setdefault("spec", {})
+        pod_spec.setdefault("restartPolicy", "OnFailure")
+        for container in (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or []):
+            container.setdefault("resources", {})  # a struct: Go writes it even when empty
+    return spec
+
+
+def jobset_pod_name_errors(jobset_name: str, spec: dict) -> list[FieldError]:
+    """JobSet's webhook rule: the longest pod name of every replicated job,
+    `<jobset>-<replicatedJob>-<last job index>-<last pod index>-<5 random>`, must fit in 63
+    characters (checked for Indexed jobs with completions, as JobSet does)."""
+    errors = []
+    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+        job_spec = rjob["template"].get("spec") or {}
+        if job_spec.get("completionMode") != "Indexed" or job_spec.get("completions") is None:
+            continue
+        last_job = f"{jobset_name}-{rjob['name']}-{rjob.get('replicas', 1) - 1}"
+        longest_pod = f"{last_job}-{job_spec['completions'] - 1}-" + "x" * POD_SUFFIX_LENGTH
+        if len(longest_pod) > MAX_POD_NAME:
+            errors.append(FieldError.invalid(
+                f"spec.replicatedJobs[{i}].name", last_job,
+                "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"))
+    return errors
+
+
 # --- JobSet / Job state ------------------------------------------------------------------------------
 
 
@@ -209,6 +277,7 @@ class JobState:
     complete: bool = False
     ready: bool = False
     active: int = 0
+    obj: Optional[dict] = None  # the Job object, once created
 
     @property
     def finished(self) -> bool:
@@ -334,9 +403,10 @@ class TrainerController:
             if not self._build(tj, state):
                 self._write_status(tj, state)
                 return
+        self._suspend_jobset(tj, state, suspended)
         self._check_deadline(tj, state)
         if state.terminal is None and suspended:
-            for pod in self._pods(tj):
+            for pod in self._pods(tj, state):
                 if not _gone_or_going(pod):
                     self._delete_pod(pod)  # suspending a Job deletes its running pods
         elif state.terminal is None:
@@ -348,9 +418,16 @@ class TrainerController:
         if runtime is None:
             return False
         try:
-            spec = build_jobset(tj, runtime, POD_IP, state.master_port)
+            spec = default_jobset(build_jobset(tj, runtime, POD_IP, state.master_port))
         except (KeyError, TypeError, AttributeError, ApiError) as error:
             self._creation_failed(tj, f"building the JobSet: {error}")
+            return False
+        errors = jobset_pod_name_errors(tj["metadata"]["name"], spec)
+        if errors:  # the JobSet webhook refuses it: the TrainJob stays, and never starts
+            denial = invalid(R.JOBSETS, tj["metadata"]["name"], errors).message
+            self._creation_failed(tj, f'admission webhook "{JOBSET_WEBHOOK}" denied the request: {denial}')
+            return False
+        if not self._apply_jobset(tj, state, spec):
             return False
         for rjob in spec["replicatedJobs"]:
             job_name = f"{tj['metadata']['name']}-{rjob['name']}-0"
@@ -404,6 +481,81 @@ class TrainerController:
         self.events.record(tj, "Warning", "TrainJobResourcesCreationFailed",
                            f"TrainJob resources reconciliation failed: {error}"[:1024], "trainjob-controller")
 
+    # -- the JobSet, its Service and the Jobs as objects --
+
+    def _apply_jobset(self, tj: dict, state: JobSetState, spec: dict) -> bool:
+        """Create the JobSet (or, rebuilt while suspended, update its spec) and its headless Service."""
+        namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+        existing = self.store.find(R.JOBSETS, namespace, name)
+        if existing is not None and not _owned_by(existing, tj["metadata"]["uid"]):
+            self._creation_failed(tj, f'jobsets.jobset.x-k8s.io "{name}" already exists and is not owned by '
+                                      "this TrainJob")
+            return False
+        if existing is None:
+            jobset = {"apiVersion": JOBSET_API, "kind": "JobSet",
+                      "metadata": {"name": name, "namespace": namespace, "ownerReferences": [self._owner_ref(tj)]},
+                      "spec": spec}
+            try:
+                existing = self.store.create(R.JOBSETS, jobset, uid=state.jobset_uid)
+            except ApiError as error:  # the namespace is going
+                self._creation_failed(tj, f"creating the JobSet: {error}")
+                return False
+        else:
+            self.store.mutate(R.JOBSETS, namespace, name, lambda js: {**js, "spec": spec})
+        state.jobset_uid = existing["metadata"]["uid"]
+        if (spec.get("network") or {}).get("enableDNSHostnames"):
+            self._create_service(existing, spec)
+        return True
+
+    def _create_service(self, jobset: dict, spec: dict) -> None:
+        meta = jobset["metadata"]
+        name = spec["network"].get("subdomain") or meta["name"]
+        if self.store.find(R.SERVICES, meta["namespace"], name) is not None:
+            return
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": name, "namespace": meta["namespace"], "ownerReferences": [_controller_ref(jobset)]},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "internalTrafficPolicy": "Cluster",
+                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                     "publishNotReadyAddresses": bool(spec["network"].get("publishNotReadyAddresses")),
+                     "selector": {C.JOBSET_NAME_LABEL: meta["name"]}, "sessionAffinity": "None",
+                     "type": "ClusterIP"},
+            "status": {"loadBalancer": {}}}
+        try:
+            self.store.create(R.SERVICES, service)
+        except ApiError as error:
+            logger.warning("creating service %s: %s", name, error)
+
+    def _suspend_jobset(self, tj: dict, state: JobSetState, suspended: bool) -> None:
+        def change(jobset: dict) -> Optional[dict]:
+            if jobset["metadata"]["uid"] != state.jobset_uid or jobset["spec"].get("suspend") == suspended:
+                return None
+            jobset["spec"]["suspend"] = suspended
+            return jobset
+
+        self.store.mutate(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
+        for job in state.jobs:
+            if job.obj is not None:
+                self.store.mutate(R.JOBS, tj["metadata"]["namespace"], job.name, lambda obj: _set_job_suspend(
+                    obj, job.uid, suspended))
+
+    def _create_job(self, tj: dict, state: JobSetState, job: JobState) -> bool:
+        """The JobSet controller creates `job` (the first time its pods may start)."""
+        jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
+        if jobset is None or jobset["metadata"]["uid"] != state.jobset_uid:
+            return False  # going with its TrainJob
+        try:
+            job.obj = self.store.create(R.JOBS, build_job(jobset, state, job), uid=job.uid)
+        except ApiError as error:
+            logger.warning("creating job %s: %s", job.name, error)
+            return False
+        return True
+
+    def _delete_jobs(self, tj: dict, jobs: list[JobState]) -> None:
+        """Delete Job objects; the garbage collector takes their pods."""
+        for job in jobs:
+            if job.obj is not None:
+                self.store.remove(R.JOBS, tj["metadata"]["namespace"], job.name, job.uid)
+
     def _new_jobs(self, tj: dict, spec: dict) -> list[JobState]:
         jobs = []
         for rjob in spec["replicatedJobs"]:
@@ -415,11 +567,25 @@ class TrainerController:
                     backoff_limit=job_spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)))
         return jobs
 
-    def _pods(self, tj: dict) -> list[dict]:
-        name, uid = tj["metadata"]["name"], tj["metadata"]["uid"]
+    def _pods(self, tj: dict, state: JobSetState) -> list[dict]:
+        """The pods of this TrainJob's JobSet (all its Jobs, every restart attempt)."""
+        name = tj["metadata"]["name"]
         return self.store.list(R.PODS, tj["metadata"]["namespace"], lambda p: (
             (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == name
-            and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])))[0]
+            and p["metadata"]["labels"].get(JOBSET_UID_LABEL) == state.jobset_uid))[0]
+
+    def _release(self, pod: dict) -> None:
+        """The Job controller has counted a finished pod: its tracking finalizer goes."""
+        def change(obj: dict) -> Optional[dict]:
+            finalizers = obj["metadata"].get("finalizers") or []
+            if obj["metadata"]["uid"] != pod["metadata"]["uid"] or JOB_TRACKING_FINALIZER not in finalizers:
+                return None
+            obj["metadata"]["finalizers"] = [f for f in finalizers if f != JOB_TRACKING_FINALIZER]
+            if not obj["metadata"]["finalizers"]:
+                del obj["metadata"]["finalizers"]
+            return obj
+
+        self.store.mutate(R.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
 
     def _delete_pod(self, pod: dict) -> None:
         try:
@@ -430,7 +596,7 @@ class TrainerController:
     # -- JobSet + Job --
 
     def _sync(self, tj: dict, state: JobSetState) -> None:
-        pods = self._pods(tj)
+        pods = self._pods(tj, state)
         attempt = str(state.restarts)
         stale = [p for p in pods if p["metadata"]["labels"].get(RESTART_ATTEMPT_LABEL) != attempt]
         if stale:  # wait until the previous attempt is gone (processes share ports across attempts)
@@ -445,6 +611,8 @@ class TrainerController:
             self._observe(tj, state, job, job_pods)
             if job.finished or not self._may_start(state, job):
                 continue
+            if job.obj is None and not self._create_job(tj, state, job):
+                return
             job.created = True
             busy = {int(p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL]) for p in job_pods if not _gone_or_going(p)}
             for index in range(job.completions):
@@ -467,6 +635,8 @@ class TrainerController:
         for pod in pods:
             status = pod.get("status") or {}
             index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
+            if _terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                self._release(pod)
             if status.get("phase") == "Succeeded":
                 job.succeeded.add(index)
             elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods:
@@ -546,8 +716,9 @@ class TrainerController:
         state.restarts_towards_max += int(counts)
         self.events.record(self._jobset_ref(tj, state), "Warning", "RestartJobSetFailurePolicyAction",
                            "applying RestartJobSet failure policy action" + first, "jobset-controller")
+        self._delete_jobs(tj, state.jobs)  # their pods go with them
         state.jobs = self._new_jobs(tj, state.spec)
-        for pod in self._pods(tj):
+        for pod in self._pods(tj, state):
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(pod)
 
@@ -555,7 +726,8 @@ class TrainerController:
         state.terminal = (type_, reason, message)
         self.events.record(self._jobset_ref(tj, state), "Normal" if type_ == "Complete" else "Warning", reason,
                            message, "jobset-controller")
-        for pod in self._pods(tj):  # a finished JobSet deletes its active Jobs
+        self._delete_jobs(tj, [job for job in state.jobs if not job.finished])  # a finished JobSet deletes its
+        for pod in self._pods(tj, state):  # active Jobs, and with them their pods
             if not _gone_or_going(pod):
                 self._delete_pod(pod)
 
@@ -571,7 +743,8 @@ class TrainerController:
             self._after(left, (tj["metadata"]["namespace"], tj["metadata"]["name"]))
             return
         state.terminal = ("Failed", "DeadlineExceeded", "TrainJob exceeded its active deadline")
-        for pod in self._pods(tj):  # Trainer deletes the whole JobSet
+        self.store.remove(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], state.jobset_uid)
+        for pod in self._pods(tj, state):  # Trainer deletes the whole JobSet (Jobs, pods, Service)
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(pod)
 
@@ -649,15 +822,17 @@ class TrainerController:
                              "uid": state.jobset_uid}}
 
     def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> bool:
-        """Create the pod for `index`; False when the TrainJob was deleted since it was read."""
-        pod = build_pod(tj, state, job, index)
-        pod["metadata"]["ownerReferences"] = [self._owner_ref(tj)]
+        """Create the pod for `index`; False when the TrainJob or the Job went since they were read."""
+        pod = build_pod(job.obj, index)
         namespace, name, uid = tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"]["uid"]
-        # Checked and created under the store lock: the TrainJob cannot go in between. (A pod created
-        # after it went would be garbage-collected at once; this spares starting it.)
+        # Checked and created under the store lock: the TrainJob and the Job cannot go in between. (A
+        # pod created after they went would be garbage-collected at once; this spares starting it.)
         with self.store.lock:
             current = self.store.find(R.TRAINJOBS, namespace, name)
             if current is None or current["metadata"]["uid"] != uid or current["metadata"].get("deletionTimestamp"):
+                return False
+            owner = self.store.find(R.JOBS, namespace, job.name)
+            if owner is None or owner["metadata"]["uid"] != job.uid:
                 return False
             try:
                 created = self.store.create(R.PODS, pod)
@@ -669,20 +844,37 @@ class TrainerController:
         return True
 
 
-def build_pod(tj: dict, state: JobSetState, job: JobState, index: int) -> dict:
-    """The pod the Job controller creates for `index`, with JobSet's and the Job's labels."""
-    spec = state.spec
+def _owned_by(obj: dict, uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def _controller_ref(owner: dict) -> dict:
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def _set_job_suspend(job: dict, uid: str, suspended: bool) -> Optional[dict]:
+    if job["metadata"]["uid"] != uid or job["spec"].get("suspend") == suspended:
+        return None
+    job["spec"]["suspend"] = suspended
+    return job
+
+
+def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
+    """The Job the JobSet controller creates for `job`, as the API server stores it (uid `job.uid`):
+    JobSet's labels and annotations on the Job and its pod template, the Job's selector and the
+    API server's Job and pod template defaults."""
+    spec = jobset["spec"]
     rjob = next(r for r in spec["replicatedJobs"] if r["name"] == job.rjob)
-    template = copy.deepcopy(rjob["template"]["spec"]["template"])
-    namespace, tj_name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+    namespace, jobset_name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
     replicas = {r["name"]: r.get("replicas", 1) for r in spec["replicatedJobs"]}
     earlier = sum(replicas[r["name"]] for r in spec["replicatedJobs"][: spec["replicatedJobs"].index(rjob)])
     group = rjob.get("groupName", "default")
     group_rjobs = [r for r in spec["replicatedJobs"] if r.get("groupName", "default") == group]
     group_earlier = sum(replicas[r["name"]] for r in group_rjobs[: group_rjobs.index(rjob)])
     jobset_meta = {
-        C.JOBSET_NAME_LABEL: tj_name,
-        "jobset.sigs.k8s.io/jobset-uid": state.jobset_uid,
+        C.JOBSET_NAME_LABEL: jobset_name,
+        JOBSET_UID_LABEL: jobset["metadata"]["uid"],
         C.REPLICATED_JOB_LABEL: job.rjob,
         RESTART_ATTEMPT_LABEL: str(state.restarts),
         "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[job.rjob]),
@@ -694,28 +886,60 @@ def build_pod(tj: dict, state: JobSetState, job: JobState, index: int) -> dict:
         "jobset.sigs.k8s.io/group-replicas": str(sum(replicas[r["name"]] for r in group_rjobs)),
         "jobset.sigs.k8s.io/job-group-index": str(group_earlier + job.index),
     }
-    job_labels = {"batch.kubernetes.io/controller-uid": job.uid, JOB_NAME_LABEL: job.name,
-                  "controller-uid": job.uid, "job-name": job.name, C.COMPLETION_INDEX_LABEL: str(index)}
+    selector = {"batch.kubernetes.io/controller-uid": job.uid, JOB_NAME_LABEL: job.name,
+                "controller-uid": job.uid, "job-name": job.name}
+    job_meta = rjob["template"].get("metadata") or {}
+    job_spec = copy.deepcopy(rjob["template"].get("spec") or {})
+    template = job_spec.setdefault("template", {})
+    template_meta = template.setdefault("metadata", {})
+    template_meta["labels"] = {**(template_meta.get("labels") or {}), **jobset_meta, **selector}
+    template_meta["annotations"] = {**(template_meta.get("annotations") or {}), **jobset_meta}
+    pod_spec = template.setdefault("spec", {})
+    pod_spec["subdomain"] = (spec.get("network") or {}).get("subdomain") or jobset_name
+    apply_pod_template_defaults(pod_spec)
+    job_spec.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    job_spec.setdefault("completions", 1)
+    job_spec.setdefault("parallelism", 1)
+    job_spec.setdefault("manualSelector", False)
+    job_spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    job_spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": job.uid}}
+    job_spec["suspend"] = bool(spec.get("suspend"))
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job.name, "namespace": namespace,
+                     "labels": {**(job_meta.get("labels") or {}), **jobset_meta},
+                     "annotations": {**(job_meta.get("annotations") or {}), **jobset_meta},
+                     "ownerReferences": [_controller_ref(jobset)]},
+        "spec": job_spec,
+    }
+
+
+def build_pod(job: dict, index: int) -> dict:
+    """The pod the Job controller creates for completion `index` of `job` (a stored Job), as the API
+    server and JobSet's pod webhook leave it."""
+    template = copy.deepcopy(job["spec"]["template"])
     metadata = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
-    pod_spec.setdefault("restartPolicy", "OnFailure")  # the JobSet webhook's default
-    pod_spec["hostname"] = f"{job.name}-{index}"
-    pod_spec["subdomain"] = (spec.get("network") or {}).get("subdomain") or tj_name
+    name = job["metadata"]["name"]
+    pod_spec["hostname"] = f"{name}-{index}"
     for container in (pod_spec.get("initContainers") or []) + pod_spec.get("containers", []):
         env = container.setdefault("env", [])
         if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
             env.append({"name": "JOB_COMPLETION_INDEX",
-                        "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}})
+                        "valueFrom": {"fieldRef": {"fieldPath": JOB_COMPLETION_INDEX_FIELD}}})
     pod = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "name": f"{job.name}-{index}-{random_suffix()}",
-            "namespace": namespace,
-            "labels": {**(metadata.get("labels") or {}), **jobset_meta, **job_labels},
-            "annotations": {**(metadata.get("annotations") or {}), **jobset_meta,
-                            C.COMPLETION_INDEX_ANNOTATION: str(index)},
+            "generateName": f"{name}-{index}-",
+            "name": f"{name}-{index}-{random_suffix()}",
+            "namespace": job["metadata"]["namespace"],
+            "labels": {**(metadata.get("labels") or {}), C.COMPLETION_INDEX_LABEL: str(index)},
+            "annotations": {**(metadata.get("annotations") or {}), C.COMPLETION_INDEX_ANNOTATION: str(index)},
+            "finalizers": [JOB_TRACKING_FINALIZER],
+            "ownerReferences": [_controller_ref(job)],
         },
         "spec": pod_spec,
     }
     apply_pod_defaults(pod)
+    pod["metadata"]["labels"][PRIORITY_LABEL] = str(pod["spec"]["priority"])
     return pod

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes import watch
+from kubernetes import client, watch
 from localcluster_helpers import (GROUP, VERSION, condition, container_pid, create_runtime, create_trainjob,
                                   get_trainjob, group_alive, pods_of, runtime, trainjob, unique, wait_finished)
 
@@ -55,7 +55,9 @@ def test_trainjob_runs_pods_to_completion(cluster, core, custom, ns, hello_runti
         assert labels["batch.kubernetes.io/job-completion-index"] == str(rank)
         assert labels["batch.kubernetes.io/job-name"] == "hello-node-0"
         assert pod.metadata.annotations["batch.kubernetes.io/job-completion-index"] == str(rank)
-        assert pod.metadata.owner_references[0].kind == "TrainJob"
+        [owner] = pod.metadata.owner_references
+        assert (owner.kind, owner.name, owner.controller) == ("Job", "hello-node-0", True)
+        assert pod.metadata.finalizers is None  # the Job controller released the finished pod
         env = {e.name: e for e in pod.spec.containers[0].env}
         assert env["PET_NNODES"].value == "2" and env["PET_NPROC_PER_NODE"].value == "1"
         assert env["PET_NODE_RANK"].value_from.field_ref.field_path == (
@@ -71,6 +73,17 @@ def test_trainjob_runs_pods_to_completion(cluster, core, custom, ns, hello_runti
     assert followed == ["rank=1 of 2", "hello from cfg"]
     raw = core.read_namespaced_pod_log(pods[0].metadata.name, ns, follow=True, _preload_content=False)
     assert raw.data == b"rank=0 of 2\nhello from cfg\n"
+
+    # The owner chain: TrainJob -> JobSet -> Job -> pods (and the JobSet's headless Service).
+    jobset = custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", "hello")
+    assert [(o["kind"], o["uid"]) for o in jobset["metadata"]["ownerReferences"]] == [
+        ("TrainJob", job["metadata"]["uid"])]
+    [k8s_job] = client.BatchV1Api(core.api_client).list_namespaced_job(ns).items
+    assert k8s_job.metadata.name == "hello-node-0" == owner.name and k8s_job.metadata.uid == owner.uid
+    assert k8s_job.metadata.owner_references[0].uid == jobset["metadata"]["uid"]
+    assert k8s_job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": owner.uid}
+    service = core.read_namespaced_service("hello", ns)
+    assert service.spec.cluster_ip == "None" and service.metadata.owner_references[0].kind == "JobSet"
 
     snapshot = core.read_namespaced_config_map("hello-runtime-snapshot", ns)
     assert snapshot.metadata.owner_references[0].uid == job["metadata"]["uid"]

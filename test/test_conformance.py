@@ -347,3 +347,13 @@ def test_jobset_jobs_service_and_pods_match_the_real_controllers(scenario, clust
                 assert trainjob_status(cluster, namespace, name) == step["trainjob_status"]
     finally:
         _cancel(cluster, namespace, name)
+
+
+def test_the_differences_are_listed_in_the_docs():
+    """docs/local-cluster.md mirrors INTENTIONAL_DIFFERENCES, one row per id."""
+    docs = (Path(__file__).parent.parent / "docs" / "local-cluster.md").read_text()
+    section = docs.split("### Compared with the recorded real controllers", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.M)
+    assert rows == list(INTENTIONAL_DIFFERENCES)
+    assert {key for keys in SCENARIO_DIFFERENCES.values() for key in keys} | {"finished-pod"} == \
+        set(INTENTIONAL_DIFFERENCES)

@@ -105,8 +105,8 @@ def apply_pod_defaults(pod: dict) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     tolerations = spec.get("tolerations") or []
     for key in DEFAULT_NOEXECUTE_TAINTS:
-        tolerated = any(t.get("key") in (key, None, "") and (t.get("key") or t.get("operator") == "Exists")
-                        and t.get("effect") in ("NoExecute", None, "") for t in tolerations)
+        tolerated = any(t.get("key") in (key, None, "") and t.get("effect") in ("NoExecute", None, "")
+                        for t in tolerations)
         if not tolerated:
             tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
                                 "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})

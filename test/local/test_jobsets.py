@@ -146,3 +146,27 @@ def test_jobsets_jobs_and_services_are_read_only(core, custom, ns):
     with pytest.raises(ApiException) as raised:
         client.BatchV1Api(core.api_client).create_namespaced_job(ns, {"metadata": {"name": "mine"}})
     assert raised.value.status == 405 and "read-only" in raised.value.body
+
+
+def test_api_server_pod_defaults(core, ns):
+    """What the API server and its admission plugins fill into a created pod (seen in the recording)."""
+    pod = core.api_client.sanitize_for_serialization(core.create_namespaced_pod(ns, {
+        "metadata": {"name": "defaults"},
+        "spec": {"tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "busybox:1", "command": ["true"], "env": [
+                     {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}],
+                 "volumes": [{"name": "h", "hostPath": {"path": "/tmp"}},
+                             {"name": "d", "downwardAPI": {"items": [
+                                 {"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}))
+    spec = pod["spec"]
+    assert (spec["priority"], spec["preemptionPolicy"]) == (0, "PreemptLowerPriority")
+    assert spec["serviceAccount"] == spec["serviceAccountName"] == "default"
+    # The pod tolerates unreachable already (any effect): only not-ready is added.
+    assert spec["tolerations"] == [
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+    assert spec["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["apiVersion"] == "v1"
+    assert spec["volumes"][0]["hostPath"] == {"path": "/tmp", "type": ""}
+    assert spec["volumes"][1]["downwardAPI"]["defaultMode"] == 420
+    assert spec["volumes"][1]["downwardAPI"]["items"][0]["fieldRef"]["apiVersion"] == "v1"
+    core.delete_namespaced_pod("defaults", ns, grace_period_seconds=0)

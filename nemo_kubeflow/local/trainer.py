@@ -35,6 +35,7 @@ from nemo_kubeflow.local.apierrors import ApiError, FieldError, aggregate, inval
 from nemo_kubeflow.local.events import EventRecorder
 from nemo_kubeflow.local.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow.local.patch import strategic_merge_patch
+from nemo_kubeflow.naming import ReplicatedJobShape, longest_pod_names
 from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.local.registry import apply_pod_defaults, apply_pod_template_defaults, random_suffix
 from nemo_kubeflow.local.store import Store
@@ -58,10 +59,6 @@ PRIORITY_LABEL = "jobset.sigs.k8s.io/priority"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 #: JobSet's validating webhook, as the API server names it in a denial.
 JOBSET_WEBHOOK = "vjobset.kb.io"
-#: The longest a pod name may be (a DNS-1035 label; pods are also their own hostnames).
-MAX_POD_NAME = 63
-#: The Job controller's random suffix after `<job>-<index>-`, as the JobSet webhook counts it.
-POD_SUFFIX_LENGTH = 5
 DEFAULT_BACKOFF_LIMIT = 6
 #: What Trainer's coscheduling and volcano plugins put on every pod (scheduler-plugins, Volcano).
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -238,19 +235,18 @@ def default_jobset(spec: dict) -> dict:
 
 
 def jobset_pod_name_errors(jobset_name: str, spec: dict) -> list[FieldError]:
-    """JobSet's webhook rule: the longest pod name of every replicated job,
-    `<jobset>-<replicatedJob>-<last job index>-<last pod index>-<5 random>`, must fit in 63
-    characters (checked for Indexed jobs with completions, as JobSet does)."""
+    """JobSet's webhook rule (the one in naming.py, which the product checks offline): the longest pod
+    name of every replicated job must fit in 63 characters (checked for Indexed jobs with completions,
+    as JobSet does)."""
     errors = []
     for i, rjob in enumerate(spec.get("replicatedJobs") or []):
         job_spec = rjob["template"].get("spec") or {}
         if job_spec.get("completionMode") != "Indexed" or job_spec.get("completions") is None:
             continue
-        last_job = f"{jobset_name}-{rjob['name']}-{rjob.get('replicas', 1) - 1}"
-        longest_pod = f"{last_job}-{job_spec['completions'] - 1}-" + "x" * POD_SUFFIX_LENGTH
-        if len(longest_pod) > MAX_POD_NAME:
+        shape = ReplicatedJobShape(rjob["name"], rjob.get("replicas", 1), job_spec["completions"])
+        if longest_pod_names(jobset_name, [shape]):
             errors.append(FieldError.invalid(
-                f"spec.replicatedJobs[{i}].name", last_job,
+                f"spec.replicatedJobs[{i}].name", f"{jobset_name}-{rjob['name']}-{shape.replicas - 1}",
                 "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"))
     return errors
 
@@ -749,9 +745,9 @@ class TrainerController:
                 self._delete_pod(pod)
 
     def _expire_after_ttl(self, tj: dict, state: JobSetState) -> None:
-        """JobSet's ``ttlSecondsAfterFinished``: that long after it finished, the JobSet is deleted with
-        its Jobs and pods (here: the pods). Trainer builds no new JobSet for a finished TrainJob and
-        keeps its conditions and last jobsStatus."""
+        """JobSet's ``ttlSecondsAfterFinished``: that long after it finished, the JobSet is deleted and
+        the garbage collector takes its Jobs, pods and Service. Trainer builds no new JobSet for a
+        finished TrainJob and keeps its conditions and last jobsStatus."""
         ttl = (state.spec or {}).get("ttlSecondsAfterFinished")
         if ttl is None:
             return
@@ -761,7 +757,8 @@ class TrainerController:
         if left > 0:
             self._after(left, (namespace, name))
             return
-        for pod in self._pods(tj):
+        self.store.remove(R.JOBSETS, namespace, name, state.jobset_uid)
+        for pod in self._pods(tj, state):  # pods still running their grace period go by their own delete
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(pod)
 

@@ -77,3 +77,15 @@ NEMO_RUN_POD_DIR = "/nemo_run"
 
 # Scheduler name registered with torchx and nemo_run. nemo_run's own is "kubeflow".
 SCHEDULER_NAME = "kubeflow_trainer"
+
+# --- pod fields the API server validates (k8s.io/kubernetes pkg/apis/core/validation) -------------
+#: The fields of a toleration (core/v1 Toleration).
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+#: Toleration operators (validateTolerations; "Equal" when unset).
+TOLERATION_OPERATORS = ("Equal", "Exists")
+#: Taint effects a toleration may name (unset: every effect).
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: Resource names without a domain prefix (hugepages-<size> aside); others are extended resources.
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+#: The most bytes an object's annotations may hold, keys and values together (TotalAnnotationSizeLimitB).
+ANNOTATIONS_MAX_BYTES = 256 * 1024

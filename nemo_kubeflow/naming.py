@@ -200,3 +200,92 @@ def label_value(text: str) -> str:
     if len(value) > DNS_LABEL_MAX:
         value = f"{value[: DNS_LABEL_MAX - HASH_LEN - 1].rstrip('-_.')}-{short_hash(text)}"
     return value
+
+
+# --- keys, paths and image references (checked before submission) --------------------------
+
+_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+#: Longest Secret/ConfigMap key (apimachinery IsConfigMapKey: a DNS subdomain's length).
+CONFIG_KEY_MAX = 253
+
+
+def is_qualified_name(key: str) -> bool:
+    """A label or annotation key (apimachinery ``IsQualifiedName``): an optional DNS-subdomain
+    prefix and ``/``, then at most 63 characters of ``[A-Za-z0-9_.-]`` with alphanumeric ends."""
+    if not isinstance(key, str):
+        return False
+    prefix, slash, name = key.rpartition("/")
+    if slash and not is_rfc1123_subdomain(prefix):
+        return False
+    return len(name) <= DNS_LABEL_MAX and bool(_QUALIFIED_NAME_PART.fullmatch(name))
+
+
+def is_config_key(key: str) -> bool:
+    """A key of a Secret or ConfigMap (apimachinery ``IsConfigMapKey``): ``[-._a-zA-Z0-9]+``,
+    at most 253 characters, and neither ``.``, ``..`` nor starting with ``..``."""
+    return (isinstance(key, str) and len(key) <= CONFIG_KEY_MAX and bool(_CONFIG_KEY.fullmatch(key))
+            and not key.startswith(".."))
+
+
+def descending_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a ``subPath`` or a volume item ``path`` (the API server's
+    ``validateLocalDescendingPath``): it must be relative and stay below the volume."""
+    if path.startswith("/"):
+        return "must be a relative path (it is taken inside the volume)"
+    if ".." in re.split(r"[/\\]", path):
+        return "must not contain '..' (it must stay inside the volume)"
+    return None
+
+
+# Image references, after the grammar of github.com/distribution/reference (regexp.go and
+# reference.go there; the kubelet and containerd parse images with it): a path of lowercase
+# components separated by '.', '_', '__' or runs of '-', an optional registry host[:port] in
+# front, an optional tag of at most 128 characters and an optional digest.
+_IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_PATH = re.compile(rf"{_IMAGE_PATH_COMPONENT}(?:/{_IMAGE_PATH_COMPONENT})*")
+_IMAGE_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_IMAGE_DOMAIN = re.compile(
+    rf"(?:{_IMAGE_DOMAIN_COMPONENT}(?:\.{_IMAGE_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?")
+_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_IMAGE_DIGEST = re.compile(r"([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*):([0-9a-fA-F]{32,})")
+#: Hex digits of the digest algorithms the OCI image spec registers (opencontainers/go-digest).
+IMAGE_DIGEST_HEX_LEN = {"sha256": 64, "sha384": 96, "sha512": 128}
+#: Longest image name, registry included (distribution/reference NameTotalLengthMax).
+IMAGE_NAME_MAX = 255
+
+
+def image_reference_problem(ref: str) -> str | None:
+    """Why the container runtime would refuse the image reference ``ref`` (it leaves the pod
+    in ``InvalidImageName``), or ``None`` when it parses. The phrase names the part at fault."""
+    name_and_tag, at, digest = ref.partition("@")
+    name, tag = name_and_tag, None
+    colon = name_and_tag.rfind(":")
+    if colon > name_and_tag.rfind("/"):
+        name, tag = name_and_tag[:colon], name_and_tag[colon + 1:]
+    first, slash, rest = name.partition("/")
+    # As reference.ParseNormalizedNamed splits it: a registry has a '.' or ':', is localhost, or is not lowercase.
+    has_domain = bool(slash) and (any(c in first for c in ".:") or first == "localhost" or first != first.lower())
+    domain, path = (first, rest) if has_domain else ("", name)
+    if domain and not _IMAGE_DOMAIN.fullmatch(domain):
+        return f"registry {domain!r} is not a host name or IP address with an optional ':port'"
+    if not _IMAGE_PATH.fullmatch(path):
+        if _IMAGE_PATH.fullmatch(path.lower()):
+            return f"the repository {path!r} must be lowercase (write {path.lower()!r})"
+        return (f"the repository {path!r} must be '/'-separated components of lowercase letters and "
+                "digits, joined inside by '.', '_', '__' or '-'")
+    if len(name) > IMAGE_NAME_MAX:
+        return f"the name is {len(name)} characters long; at most {IMAGE_NAME_MAX} are allowed"
+    if tag is not None and not _IMAGE_TAG.fullmatch(tag):
+        return ("the tag {!r} must be 1 to 128 letters, digits, '_', '.' or '-', not starting with "
+                "'.' or '-'".format(tag))
+    if at:
+        match = _IMAGE_DIGEST.fullmatch(digest)
+        algorithm = match.group(1) if match else digest.partition(":")[0]
+        want = IMAGE_DIGEST_HEX_LEN.get(algorithm)
+        if want is None:
+            return (f"the digest {digest!r} must be <algorithm>:<hex>, with algorithm one of "
+                    f"{', '.join(IMAGE_DIGEST_HEX_LEN)}")
+        if not re.fullmatch(rf"[0-9a-f]{{{want}}}", digest.partition(":")[2]):
+            return f"the digest {digest!r}: {algorithm} takes exactly {want} lowercase hex digits"
+    return None

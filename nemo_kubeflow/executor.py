@@ -14,9 +14,13 @@ so ``run.Experiment.from_id`` and ``nemo experiment ...`` find it again after fi
 re-imports the class.
 """
 
+import copy
 import dataclasses
+import difflib
+import functools
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -25,6 +29,7 @@ from nemo_run.core.packaging.base import Packager
 
 from nemo_kubeflow import naming
 from nemo_kubeflow.constants import (
+    ANNOTATIONS_MAX_BYTES,
     CLUSTER_RUNTIME_KIND,
     JOBSET_TTL_MAX,
     NEMO_RUN_POD_DIR,
@@ -34,6 +39,10 @@ from nemo_kubeflow.constants import (
     PET_NODE_RANK,
     PET_NPROC_PER_NODE,
     RUNTIME_KIND,
+    STANDARD_RESOURCES,
+    TAINT_EFFECTS,
+    TOLERATION_FIELDS,
+    TOLERATION_OPERATORS,
 )
 from nemo_kubeflow.errors import ConfigError
 from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig, fabric_problems
@@ -349,7 +358,10 @@ class KubeflowExecutor(Executor):
 
         Pure: touches neither the file system nor the cluster.
         """
-        problems = list(self._problems())
+        problems, checked = _type_problems(self)
+        # A field of the wrong type was checked at its default: its type is its one problem.
+        reset = tuple(f.name for f in dataclasses.fields(self) if getattr(checked, f.name) is not getattr(self, f.name))
+        problems += [p for p in checked._problems() if not re.match(rf"({'|'.join(reset) or '$^'})\b", p)]
         if problems:
             listing = "\n".join(f"  - {p}" for p in problems)
             raise ConfigError(f"KubeflowExecutor configuration is invalid:\n{listing}")
@@ -377,6 +389,8 @@ class KubeflowExecutor(Executor):
             )
         elif any(c.isspace() for c in self.container_image):
             yield f"container_image={self.container_image!r}: must not contain whitespace"
+        elif problem := naming.image_reference_problem(self.container_image.strip()):
+            yield f"container_image={self.container_image!r}: {problem}; the kubelet would refuse to pull it"
         if not naming.is_rfc1123_label(self.namespace or ""):
             yield (
                 f"namespace={self.namespace!r}: must be a DNS-1123 label "
@@ -401,6 +415,11 @@ class KubeflowExecutor(Executor):
             yield f"shm_size={self.shm_size!r}: not a Kubernetes quantity (e.g. '16Gi')"
         yield from self._env_problems()
         yield from self._volume_problems()
+        yield from self._image_problems()
+        yield from self._name_problems()
+        yield from self._key_problems()
+        yield from self._toleration_problems()
+        yield from self._resource_problems()
         if self.runtime_kind not in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
             yield f"runtime_kind={self.runtime_kind!r}: must be {CLUSTER_RUNTIME_KIND!r} or {RUNTIME_KIND!r}"
         if self.runtime_name is not None and not naming.is_rfc1123_subdomain(self.runtime_name):
@@ -444,6 +463,124 @@ class KubeflowExecutor(Executor):
                    f"runtime_name={self.runtime_name!r} uses an existing one; set ttlSecondsAfterFinished in "
                    "that runtime's spec.template.spec instead, or leave runtime_name unset")
 
+    def _image_problems(self):
+        """The other images the pods run (initializers, fabric daemons), by the same grammar."""
+        from nemo_kubeflow.fabrics import profile_settings
+        from nemo_kubeflow.initializers import settings
+
+        images = []
+        init = settings(self) if self.initializer is not None else None
+        if isinstance(init, InitializerSettings):
+            images += [(f"initializer_settings.{f}", getattr(init, f))
+                       for f in ("dataset_image", "model_image", "data_cache_image")]
+        if self.network_fabric == "gke-tcpxo" or self.enable_tcpxo:
+            tcpxo = profile_settings(self, "gke-tcpxo")
+            if isinstance(tcpxo, TCPXOConfig):
+                images.append(("tcpxo.daemon_image", tcpxo.daemon_image))
+        for where, image in images:
+            # Empty or with whitespace: initializer_problems says so already.
+            if image and not any(c.isspace() for c in image):
+                if problem := naming.image_reference_problem(image):
+                    yield f"{where}={image!r}: {problem}; the kubelet would refuse to pull it"
+
+    def _name_problems(self):
+        """Names of other objects the pods refer to: a wrong one is not refused by the API server but
+        leaves the pod Pending (an absent ServiceAccount, Secret or StorageClass can never be found)."""
+        subdomain = "a Kubernetes object name (at most 253 lowercase letters, digits, '-' and '.')"
+        if self.service_account is not None and not naming.is_rfc1123_subdomain(self.service_account):
+            yield f"service_account={self.service_account!r}: must be {subdomain}"
+        for i, secret in enumerate(self.image_pull_secrets):
+            if not naming.is_rfc1123_subdomain(secret):
+                yield f"image_pull_secrets[{i}]={secret!r}: must be {subdomain}, the name of a Secret"
+        for m in self.pvc_mounts:
+            if m.storage_class is not None and not naming.is_rfc1123_subdomain(m.storage_class):
+                yield f"pvc_mounts[{m.claim_name}]: storage_class={m.storage_class!r} must be {subdomain}"
+            if m.sub_path is not None and (problem := naming.descending_path_problem(m.sub_path)):
+                yield f"pvc_mounts[{m.claim_name}]: sub_path={m.sub_path!r} {problem}"
+        for m in self.secret_mounts:
+            for key in m.keys:
+                if not naming.is_config_key(key):
+                    yield (f"secret_mounts[{m.secret_name}]: keys has {key!r}, not a Secret key (at most 253 "
+                           "letters, digits, '-', '_' and '.', not starting with '..')")
+            if not 0 <= m.default_mode <= 0o777:
+                yield f"secret_mounts[{m.secret_name}]: default_mode={m.default_mode!r} must be a file mode 0o000..0o777"
+        for name, ref in self.secret_key_refs.items():
+            secret, _, key = str(ref).partition("/")
+            if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
+                yield f"secret_key_refs[{name!r}]={ref!r}: {key!r} is not a Secret key ([-._a-zA-Z0-9], at most 253)"
+        if self.fs_group is not None and self.fs_group < 0:
+            yield f"fs_group={self.fs_group!r}: must be a non-negative integer GID"
+
+    def _key_problems(self):
+        """Label and annotation keys and values, as the API server checks them."""
+        key_rule = ("keys are an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
+                    "'-', '_' and '.' starting and ending with a letter or digit, e.g. 'example.com/team'")
+        for fname in ("labels", "pod_labels", "annotations", "pod_annotations", "node_selector"):
+            for key in getattr(self, fname):
+                if not naming.is_qualified_name(key):
+                    yield f"{fname}[{key!r}]: not a valid key: {key_rule}"
+        for key, value in self.node_selector.items():
+            if not naming.is_label_value(value):
+                yield (f"node_selector[{key!r}]={value!r}: node label values are at most 63 characters of "
+                       "[A-Za-z0-9_.-], starting and ending with a letter or digit")
+        for fname in ("annotations", "pod_annotations"):
+            size = sum(len(k) + len(v) for k, v in getattr(self, fname).items())
+            if size > ANNOTATIONS_MAX_BYTES:
+                yield f"{fname}: {size} characters in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB"
+
+    def _toleration_problems(self):
+        """Tolerations as the API server validates them (``validateTolerations``): a wrong one would
+        be dropped or refused, and the pods would wait forever for an untainted node."""
+        for i, tol in enumerate(self.tolerations):
+            where = f"tolerations[{i}]"
+            unknown = sorted(set(tol) - set(TOLERATION_FIELDS))
+            if unknown:
+                close = {u: difflib.get_close_matches(u, TOLERATION_FIELDS, n=1) for u in unknown}
+                hints = "; ".join(f"did you mean {c[0]!r} for {u!r}" for u, c in close.items() if c)
+                yield (f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
+                       f"{', '.join(TOLERATION_FIELDS)}" + (f" ({hints})" if hints else ""))
+            key, operator = tol.get("key", ""), tol.get("operator", "Equal")
+            value, effect = tol.get("value", ""), tol.get("effect", "")
+            if not all(isinstance(v, str) for v in (key, operator, value, effect)):
+                yield f"{where}={tol!r}: key, operator, value and effect are strings"
+                continue
+            if key and not naming.is_qualified_name(key):
+                yield f"{where}: key={key!r} is not a taint key (a label key such as 'nvidia.com/gpu')"
+            if operator not in TOLERATION_OPERATORS:
+                yield f"{where}: operator={operator!r} must be one of {', '.join(TOLERATION_OPERATORS)}"
+            elif operator == "Exists" and value:
+                yield f"{where}: operator 'Exists' takes no value (got {value!r}); drop value, or use 'Equal'"
+            elif operator == "Equal" and not key:
+                yield f"{where}: an empty key tolerates every taint only with operator 'Exists'"
+            elif operator == "Equal" and not naming.is_label_value(value):
+                yield f"{where}: value={value!r} is not a taint value (at most 63 characters of [A-Za-z0-9_.-])"
+            if effect and effect not in TAINT_EFFECTS:
+                yield f"{where}: effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
+            seconds = tol.get("tolerationSeconds")
+            if seconds is not None:
+                if not isinstance(seconds, int) or isinstance(seconds, bool):
+                    yield f"{where}: tolerationSeconds={seconds!r} must be an integer"
+                elif effect != "NoExecute":
+                    yield f"{where}: tolerationSeconds applies to effect 'NoExecute' only (effect is {effect!r})"
+
+    def _resource_problems(self):
+        """Resource names and signs; the quantities' syntax is checked in ``_problems``."""
+        for res in [self.gpu_resource_name, *self.extra_resources]:
+            where = "gpu_resource_name" if res is self.gpu_resource_name else f"extra_resources[{res!r}]"
+            if not naming.is_qualified_name(res) or ("/" not in res and res not in STANDARD_RESOURCES
+                                                          and not res.startswith("hugepages-")):
+                yield (f"{where}: {res!r} is not a resource name: extended resources are fully qualified, "
+                       "e.g. 'nvidia.com/gpu' or 'vpc.amazonaws.com/efa'")
+        for fname in ("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size"):
+            value = getattr(self, fname)
+            quantity = parse_quantity(value) if value is not None else None
+            if quantity is not None and quantity < 0:
+                yield f"{fname}={value!r}: must not be negative"
+        for res, value in self.extra_resources.items():
+            quantity = parse_quantity(value)
+            if quantity is not None and (quantity < 0 or quantity != int(quantity)):
+                yield f"extra_resources[{res!r}]={value!r}: extended resources are whole, non-negative numbers"
+
     def _scheduling_problems(self):
         from nemo_kubeflow.manifests import POD_GROUP_POLICIES, PRIORITY_CLASS_LABEL, QUEUE_LABEL
 
@@ -482,7 +619,7 @@ class KubeflowExecutor(Executor):
             if rendered:
                 yield (f"{', '.join(rendered)} go into the rendered runtime, but runtime_name uses an existing one; "
                        "set them in that runtime, or leave runtime_name unset")
-        if self.topology_key is not None and not _is_label_key(self.topology_key):
+        if self.topology_key is not None and not naming.is_qualified_name(self.topology_key):
             yield (f"topology_key={self.topology_key!r}: must be a node label key, "
                    "e.g. 'cloud.google.com/gce-topology-block'")
 
@@ -542,17 +679,156 @@ class KubeflowExecutor(Executor):
                 yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name"
 
 
-def _is_label_key(key: str) -> bool:
-    """A qualified name: an optional DNS subdomain prefix and '/', then at most 63 characters."""
-    prefix, _, name = key.rpartition("/") if isinstance(key, str) else ("", "", "")
-    return bool(
-        (not prefix or naming.is_rfc1123_subdomain(prefix))
-        and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name)
-    )
-
-
 def _is_env_name(name: str) -> bool:
     return bool(re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name))
+
+
+# --- types of the fields ------------------------------------------------------------------
+# Python does not check dataclass annotations, and NeMo-Run builds executors from YAML and the
+# command line too, so a wrong type would otherwise surface as an AttributeError deep in the
+# build, or as a manifest the server refuses. bool is an int in Python, hence the explicit checks.
+
+#: Fields that take a Kubernetes quantity: a number is as good as a string there.
+_QUANTITY_FIELDS = frozenset({
+    "KubeflowExecutor.cpu_request", "KubeflowExecutor.cpu_limit", "KubeflowExecutor.memory_request",
+    "KubeflowExecutor.memory_limit", "KubeflowExecutor.shm_size", "KubeflowExecutor.extra_resources",
+    "PVCMount.size", "InitializerSettings.claim_size",
+})
+#: Settings objects whose own checks say when they are of the wrong class (and only when they are used).
+_SETTINGS_CHECKED_ELSEWHERE = frozenset({"tcpxo", "gke_rdma", "aws_efa", "infiniband", "initializer_settings"})
+_TYPE_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("True or False", "booleans"),
+               str: ("a string", "strings"), dict: ("a dict", "dicts"), list: ("a list", "lists")}
+
+
+def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowExecutor"]:
+    """The fields whose values have the wrong type, and the executor to run the other checks on:
+    ``executor`` itself, or a copy with those fields back at their defaults (so that every other
+    problem is still listed, and no check trips over a value of the wrong type)."""
+    problems, bad = [], []
+    hints = _field_types(type(executor))
+    for f in dataclasses.fields(executor):
+        if not f.init or f.name not in hints:
+            continue
+        value = getattr(executor, f.name)
+        classes = tuple(a for a in typing.get_args(hints[f.name]) if isinstance(a, type))
+        if f.name in _SETTINGS_CHECKED_ELSEWHERE and value is not None and not isinstance(value, classes):
+            continue
+        problem = _type_problem(value, hints[f.name], f.name,
+                                f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
+        if problem:
+            problems.append(problem)
+            bad.append(f)
+    if not bad:
+        return problems, executor
+    checked = copy.copy(executor)
+    for f in bad:
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        object.__setattr__(checked, f.name, default)
+    return problems, checked
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict:
+    """The resolved annotation of each field of dataclass ``cls``; forward references that do not
+    resolve (``"Initializer"``, imported only for type checkers) are left out."""
+    hints = {}
+    for f in dataclasses.fields(cls):
+        tp = f.type
+        if isinstance(tp, str):
+            try:
+                tp = typing.get_type_hints(cls, include_extras=False).get(f.name, tp)
+            except (NameError, TypeError):
+                continue
+        if not isinstance(tp, str):
+            hints[f.name] = tp
+    return hints
+
+
+def _type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[str]:
+    """Why ``value`` does not fit annotation ``tp`` (naming ``where`` and the type expected), or None."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is typing.Any or isinstance(tp, (str, typing.ForwardRef)):
+        return None
+    if origin is Union:
+        if any(isinstance(a, typing.ForwardRef) or _type_problem(value, a, where, numbers_ok) is None for a in args):
+            return None
+        others = [a for a in args if a is not type(None)]
+        if value is not None and len(others) == 1:  # Optional[X]: say what is wrong inside X
+            return _type_problem(value, others[0], where, numbers_ok)
+        return _mismatch(where, value, tp, numbers_ok)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            return _mismatch(where, value, tp, numbers_ok)
+        item_type = args[0] if args else typing.Any
+        return next((p for i, item in enumerate(value)
+                     if (p := _type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _mismatch(where, value, tp, numbers_ok)
+        key_type, value_type = args if args else (typing.Any, typing.Any)
+        for key, item in value.items():
+            problem = (_type_problem(key, key_type, f"{where} key")
+                       or _type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))
+            if problem:
+                return problem
+        return None
+    if tp is bool:
+        return None if isinstance(value, bool) else _mismatch(where, value, tp)
+    if tp in (int, float):
+        fits = isinstance(value, int if tp is int else (int, float)) and not isinstance(value, bool)
+        return None if fits else _mismatch(where, value, tp)
+    if tp is str:
+        fits = isinstance(value, str) or (numbers_ok and isinstance(value, (int, float)) and not isinstance(value, bool))
+        return None if fits else _mismatch(where, value, tp, numbers_ok)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, tp):
+            return _mismatch(where, value, tp)
+        hints = _field_types(tp)
+        return next((p for f in dataclasses.fields(tp) if f.init and f.name in hints
+                     if (p := _type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
+                                            f"{tp.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
+    if isinstance(tp, type) and not isinstance(value, tp):
+        return _mismatch(where, value, tp)
+    return None
+
+
+def _describe(tp, numbers_ok: bool = False, plural: bool = False) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union:
+        words = ["True, False" if a is bool else _describe(a, numbers_ok, plural) for a in args if a is not type(None)]
+        words += ["None"] if type(None) in args else []
+        return ", ".join(words[:-1]) + " or " + words[-1]
+    if origin in (list, dict):
+        word = _TYPE_NAMES[origin][plural]
+        if origin is list and args:
+            return f"{word} of {_describe(args[0], numbers_ok, True)}"
+        if origin is dict and args:
+            return f"{word} of {_describe(args[0], plural=True)} to {_describe(args[1], numbers_ok, True)}"
+        return word
+    if tp is str and numbers_ok:
+        return "quantities (strings or numbers)" if plural else "a quantity (a string such as '8Gi', or a number)"
+    if tp in _TYPE_NAMES:
+        return _TYPE_NAMES[tp][plural]
+    name = getattr(tp, "__name__", str(tp))
+    return f"{name} objects" if plural else f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+
+
+def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
+    got = "None" if value is None else type(value).__name__
+    fix = ""
+    if tp is int and isinstance(value, bool):
+        fix = " (True and False are integers to Python, not to Kubernetes: give a number)"
+    elif tp is int and isinstance(value, str) and value.strip().isdigit():
+        fix = f" (write {int(value)}, without quotes)"
+    elif tp is int and isinstance(value, float) and value.is_integer():
+        fix = f" (write {int(value)})"
+    elif tp is str and isinstance(value, (int, float, bool)):
+        fix = f" (quote it: {str(value)!r})"
+    elif tp is str and value is None:
+        fix = " (remove the entry, or give '')"
+    elif dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        fix = f" (write {tp.__name__}(**...) around it)"
+    return f"{where}={value!r}: must be {_describe(tp, numbers_ok)}, not {got}{fix}"
 
 
 def _has_default_value(obj, f: dataclasses.Field) -> bool:

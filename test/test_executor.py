@@ -10,7 +10,7 @@ from nemo_kubeflow import ConfigError, ConfigMapPackager, KubeflowExecutor, PVCM
 
 
 def ok(**kw):
-    return KubeflowExecutor(container_image="img", **kw)
+    return KubeflowExecutor(**{"container_image": "img", **kw})
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -156,3 +156,87 @@ def test_configuration_reference_is_up_to_date():
     # Every user-facing field is documented.
     undocumented = [name for name, text in field_docs(KubeflowExecutor).items() if not text]
     assert undocumented == []
+
+
+# --- image references (github.com/distribution/reference grammar) ---------------------------------
+@pytest.mark.parametrize("image", [
+    "python:3.11", "busybox", "nvcr.io/nvidia/nemo:25.02", "localhost:5000/team/img:dev", "[::1]:5000/img",
+    "MyRegistry.example.com/team/img", "ghcr.io/org/a__b/c-d--e.f:v1.2_x", "img@sha256:" + "a" * 64,
+    "img:tag@sha512:" + "0" * 128, "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21",
+])
+def test_valid_image_references_pass(image):
+    ok(container_image=image).validate()
+
+
+@pytest.mark.parametrize("image, message", [
+    ("Python:3.11", "the repository 'Python' must be lowercase (write 'python')"),
+    ("docker.io/Library/python", "the repository 'Library/python' must be lowercase"),
+    ("img@sha256:" + "A" * 64, "sha256 takes exactly 64 lowercase hex digits"),
+    ("img@sha256:" + "a" * 63, "sha256 takes exactly 64 lowercase hex digits"),
+    ("img@sha1:" + "a" * 40, "with algorithm one of sha256, sha384, sha512"),
+    ("img@latest", "the digest 'latest' must be <algorithm>:<hex>"),
+    ("img:" + "t" * 129, "the tag 'ttt"),
+    ("img:.hidden", "the tag '.hidden'"),
+    ("team//img", "the repository 'team//img'"),
+    ("a___b", "the repository 'a___b'"),
+    ("reg-.io/img", "registry 'reg-.io' is not a host name"),
+    ("reg.io/" + "a" * 250, "at most 255 are allowed"),
+])
+def test_invalid_image_references_name_the_part_at_fault(image, message):
+    with pytest.raises(ConfigError) as err:
+        ok(container_image=image).validate()
+    assert f"container_image={image!r}: " in str(err.value) and message in str(err.value)
+
+
+def test_initializer_and_fabric_images_use_the_same_grammar():
+    from kubeflow.trainer import HuggingFaceModelInitializer, Initializer
+
+    from nemo_kubeflow.fabrics import TCPXOConfig
+    from nemo_kubeflow.initializers import InitializerSettings
+
+    ex = ok(gpus_per_node=8, nprocs_per_node=8, network_fabric="gke-tcpxo", tcpxo=TCPXOConfig(daemon_image="Daemon:1"),
+            initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m")),
+            initializer_settings=InitializerSettings(claim_name="c", model_image="ghcr.io/Kubeflow/init"))
+    with pytest.raises(ConfigError) as err:
+        ex.validate()
+    assert "tcpxo.daemon_image='Daemon:1': the repository 'Daemon' must be lowercase" in str(err.value)
+    assert "initializer_settings.model_image='ghcr.io/Kubeflow/init': the repository" in str(err.value)
+
+
+# --- types of the fields -------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(gpus_per_node=True), "gpus_per_node=True: must be an integer, not bool"),
+    (dict(gpus_per_node="8"), "gpus_per_node='8': must be an integer, not str (write 8, without quotes)"),
+    (dict(container_image=["img"]), "container_image=['img']: must be a string, not list"),
+    (dict(env_vars={"A": 1.5}), "env_vars['A']=1.5: must be a string, not float (quote it: '1.5')"),
+    (dict(env_vars={1: "x"}), "env_vars key=1: must be a string, not int (quote it: '1')"),
+    (dict(preflight=1), "preflight=1: must be True, False or a string, not int"),
+    (dict(one_pod_per_node="no"), "one_pod_per_node='no': must be True or False, not str"),
+    (dict(shm_size=True), "shm_size=True: must be a quantity (a string such as '8Gi', or a number), not bool"),
+    (dict(extra_resources={"x.com/y": None}), "extra_resources['x.com/y']=None: must be a quantity"),
+    (dict(secret_mounts=[{"secret_name": "s"}]), "secret_mounts[0]={'secret_name': 's'}: must be a SecretMount"),
+    (dict(tolerations=["nvidia.com/gpu"]), "tolerations[0]='nvidia.com/gpu': must be a dict, not str"),
+])
+def test_wrong_types_name_the_field_and_the_type_expected(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        ok(**kwargs).validate()
+    assert message in str(err.value)
+
+
+def test_numbers_are_quantities():
+    ok(cpu_request=8, memory_limit=2**30, shm_size=1024, extra_resources={"x.com/y": 2}).validate()
+
+
+def test_a_wrong_type_is_reported_once_and_the_other_problems_still_are():
+    from nemo_kubeflow.fabrics import TCPXOConfig
+
+    with pytest.raises(ConfigError) as err:
+        KubeflowExecutor(container_image=5, nodes="2", namespace="BAD", network_fabric="gke-tcpxo", gpus_per_node=8,
+                         nprocs_per_node=8, tcpxo=TCPXOConfig(nic_count="8")).validate()
+    lines = str(err.value).splitlines()[1:]
+    assert lines == [
+        "  - nodes='2': must be an integer, not str (write 2, without quotes)",
+        "  - container_image=5: must be a string, not int (quote it: '5')",
+        "  - tcpxo.nic_count='8': must be an integer, not str (write 8, without quotes)",
+        "  - namespace='BAD': must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+    ]

@@ -96,9 +96,8 @@ def write_manifests(sub: Submission, directory: str) -> None:
             f.write(yamlio.dump(obj))
 
 
-def _script_file(role: Role) -> Optional[tuple[int, str]]:
-    """(index in role.args, local path) of the script a Script(path=...) task runs, if it
-    is a file on this machine that the pod would not otherwise have."""
+def _script_arg(role: Role) -> Optional[tuple[int, str]]:
+    """(index in role.args, path) of the script file a ``Script(path=...)`` task runs, if any."""
     args = list(role.args)
     i = 0
     if role.entrypoint in ("torchrun", "ft_launcher"):
@@ -115,9 +114,43 @@ def _script_file(role: Role) -> Optional[tuple[int, str]]:
         token = args[0]
     else:
         return None
-    if i < 0 or token.startswith("/nemo_run/") or not os.path.isfile(token):
+    if i < 0 or not token:
         return None
     return i, token
+
+
+def _script_file(role: Role) -> Optional[tuple[int, str]]:
+    """(index in role.args, local path) of the script a Script(path=...) task runs, if it
+    is a file on this machine that the pod would not otherwise have."""
+    found = _script_arg(role)
+    if found is None or found[1].startswith("/nemo_run/") or not os.path.isfile(found[1]):
+        return None
+    return found
+
+
+def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_id: Optional[str],
+                  local_script: bool = True) -> list[str]:
+    """What is wrong with the task itself (its name, its script), found before anything is sent.
+    ``local_script``: a relative script path must name a file here (NeMo-Run's ``Script(path=...)``)."""
+    problems = []
+    names = {"task name": role.name or app.name, "experiment id": experiment_id}
+    for what, name in names.items():
+        if name and "/" in name:
+            problems.append(
+                f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
+                f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
+            )
+    found = _script_arg(role) if local_script else None
+    if found is not None:
+        path = found[1]
+        shipped = any(f.path == f"code/{path}" for f in files)
+        if not os.path.isabs(path) and not shipped and not os.path.isfile(path):
+            problems.append(
+                f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
+                "this machine. Fix the path (it is relative to the current directory), or give the absolute "
+                "path of a file that is only in the image"
+            )
+    return problems
 
 
 def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
@@ -144,8 +177,9 @@ def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
     return role
 
 
-def build_for_app(app: AppDef, executor: KubeflowExecutor) -> Submission:
-    """Everything a task would send, checked offline: the build half of a dry run."""
+def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool = True) -> Submission:
+    """Everything a task would send, checked offline: the build half of a dry run.
+    ``local_script``: see ``task_problems``."""
     from nemo_kubeflow.plan import build_submission
     from nemo_kubeflow.validation import check_manifests
 
@@ -155,6 +189,9 @@ def build_for_app(app: AppDef, executor: KubeflowExecutor) -> Submission:
     if macros:
         role = macros.apply(role)
     files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
+    problems = task_problems(app, role, files, executor.experiment_id, local_script)
+    if problems:
+        raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
     role = ship_script(role, files, executor.workspace_mount_path)
     submission = build_submission(executor, role, files, task_name=role.name or app.name)
     check_manifests(submission.manifests())

@@ -232,7 +232,8 @@ def render_submission(
         executor.create_job_dir()
         app = package(task, script, executor=executor, serialize_to_file=True,
                       serialize_metadata_for_scripts=False)
-        return build_for_app(app, executor)
+        # A command line may run a script that is only in the image (docs/cli.md: shipped when it exists here).
+        return build_for_app(app, executor, local_script=False)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

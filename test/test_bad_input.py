@@ -30,6 +30,7 @@ class Case:
     task: Optional[Callable] = None
     setup: Optional[Callable] = None  # (local_cluster, tmp_path) -> dict of extra executor kwargs
     offline: bool = True
+    name: Optional[str] = None  # of the run (run.run's name); default bad-<id>
 
 
 def template(tmp_path, body: str) -> dict:
@@ -91,7 +92,7 @@ CASES = [
     # --- sizes ----------------------------------------------------------------------------
     Case("nodes-zero", "nodes=0: must be an integer >= 1", {"nodes": 0}),
     Case("nodes-negative", "nodes=-2: must be an integer >= 1", {"nodes": -2}),
-    Case("nodes-string", "nodes='2': must be an integer >= 1", {"nodes": "2"}),
+    Case("nodes-string", "nodes='2': must be an integer, not str (write 2, without quotes)", {"nodes": "2"}),
     Case("nprocs-zero", "nprocs_per_node=0: must be an integer >= 1", {"nprocs_per_node": 0}),
     Case("gpus-negative", "gpus_per_node=-1: must be an integer >= 0", {"gpus_per_node": -1}),
     Case("gpus-too-few", "nprocs_per_node=8 exceeds gpus_per_node=4", {"gpus_per_node": 4, "nprocs_per_node": 8}),
@@ -189,6 +190,89 @@ CASES = [
     Case("rbac-pvc", "permission to create persistentvolumeclaims", setup=deny("create", "persistentvolumeclaims"),
          offline=False, executor={"pvc_mounts": [PVCMount(claim_name="c", mount_path="/c", create=True, size="1Gi")]}),
     Case("rbac-resume", "permission to patch trainjobs", setup=deny("patch", "trainjobs"), offline=False),
+    # --- issue 13: accepted, then failed in the pod or stayed Pending -------------------------------
+    Case("image-uppercase-repository", "container_image='nvcr.io/nvidia/NeMo:25.02': the repository 'nvidia/NeMo' "
+         "must be lowercase (write 'nvidia/nemo')", {"container_image": "nvcr.io/nvidia/NeMo:25.02"}),
+    Case("image-short-digest", "the digest 'sha256:abc123': sha256 takes exactly 64 lowercase hex digits",
+         {"container_image": "python@sha256:abc123"}),
+    Case("image-digest-algorithm", "with algorithm one of sha256, sha384, sha512",
+         {"container_image": "python@md5:" + "0" * 32}),
+    Case("image-bad-tag", "the tag '-slim' must be 1 to 128 letters", {"container_image": "python:-slim"}),
+    Case("image-two-tags", "the repository 'python:3.11' must be '/'-separated components",
+         {"container_image": "python:3.11:slim"}),
+    Case("image-bad-registry", "registry 'my_registry:5000' is not a host name",
+         {"container_image": "my_registry:5000/team/img"}),
+    Case("task-name-slash", "task name 'team/llama': must not contain '/'", name="team/llama"),
+    Case("script-missing-py", "run.Script path 'missing.py': no such file in", task=lambda: run.Script("missing.py")),
+    Case("script-missing-sh", "run.Script path 'scripts/missing.sh': no such file in",
+         task=lambda: run.Script("scripts/missing.sh")),
+    Case("script-missing-torchrun", "run.Script path 'missing_train.py': no such file in",
+         task=lambda: run.Script("missing_train.py", entrypoint="python"), executor={"nprocs_per_node": 2}),
+    Case("node-selector-key", "node_selector['gpu type']: not a valid key", {"node_selector": {"gpu type": "h100"}}),
+    Case("node-selector-value", "node_selector['gpu']='H100 80GB': node label values are at most 63",
+         {"node_selector": {"gpu": "H100 80GB"}}),
+    Case("service-account-invalid", "service_account='Trainer_SA': must be a Kubernetes object name",
+         {"service_account": "Trainer_SA"}),
+    Case("pull-secret-invalid", "image_pull_secrets[0]='NGC Key': must be a Kubernetes object name",
+         {"image_pull_secrets": ["NGC Key"]}),
+    Case("pvc-sub-path-dotdot", "sub_path='../other-team' must not contain '..'",
+         {"pvc_mounts": [PVCMount(claim_name="data", mount_path="/data", sub_path="../other-team")]}),
+    Case("pvc-sub-path-absolute", "sub_path='/runs' must be a relative path",
+         {"pvc_mounts": [PVCMount(claim_name="data", mount_path="/data", sub_path="/runs")]}),
+    Case("secret-mount-key", "secret_mounts[creds]: keys has 'gcp/key.json', not a Secret key",
+         {"secret_mounts": [SecretMount(secret_name="creds", mount_path="/creds", keys=["gcp/key.json"])]}),
+    Case("image-int", "container_image=5: must be a string, not int (quote it: '5')", {"container_image": 5}),
+    Case("env-value-int", "env_vars['OMP_NUM_THREADS']=4: must be a string, not int (quote it: '4')",
+         {"env_vars": {"OMP_NUM_THREADS": 4}}),
+    Case("env-value-none", "env_vars['HF_HOME']=None: must be a string, not None (remove the entry, or give '')",
+         {"env_vars": {"HF_HOME": None}}),
+    Case("gpus-bool", "gpus_per_node=True: must be an integer, not bool", {"gpus_per_node": True}),
+    # --- the same classes of mistake, elsewhere ------------------------------------------------------
+    Case("nodes-bool", "nodes=True: must be an integer, not bool", {"nodes": True}),
+    Case("nodes-float", "nodes=2.0: must be an integer, not float (write 2)", {"nodes": 2.0}),
+    Case("retries-string", "retries='3': must be an integer, not str", {"retries": "3"}),
+    Case("deadline-bool", "active_deadline_seconds=True: must be an integer, not bool",
+         {"active_deadline_seconds": True}),
+    Case("restricted-string", "restricted_security='yes': must be True or False, not str",
+         {"restricted_security": "yes"}),
+    Case("labels-list", "labels=['team=nlp']: must be a dict of strings to strings, not list", {"labels": ["team=nlp"]}),
+    Case("pod-label-int", "pod_labels['run']=3: must be a string, not int", {"pod_labels": {"run": 3}}),
+    Case("secret-env-from-string", "secret_env_from='wandb': must be a list of strings, not str",
+         {"secret_env_from": "wandb"}),
+    Case("pvc-mount-dict", "pvc_mounts[0]={'claim_name': 'data', 'mount_path': '/data'}: must be a PVCMount, not dict",
+         {"pvc_mounts": [{"claim_name": "data", "mount_path": "/data"}]}),
+    Case("pvc-read-only-string", "pvc_mounts[0].read_only='false': must be True or False, not str",
+         {"pvc_mounts": [PVCMount(claim_name="data", mount_path="/data", read_only="false")]}),
+    Case("tolerations-dict", "tolerations={'key': 'nvidia.com/gpu'}: must be a list of dicts, not dict",
+         {"tolerations": {"key": "nvidia.com/gpu"}}),
+    Case("toleration-typo", "tolerations[0]: unknown field(s) 'opertor'",
+         {"tolerations": [{"key": "nvidia.com/gpu", "opertor": "Exists"}]}),
+    Case("toleration-operator", "tolerations[0]: operator='In' must be one of Equal, Exists",
+         {"tolerations": [{"key": "nvidia.com/gpu", "operator": "In", "value": "x"}]}),
+    Case("toleration-effect", "tolerations[0]: effect='NoSchedul' must be one of NoSchedule",
+         {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedul"}]}),
+    Case("toleration-exists-value", "operator 'Exists' takes no value",
+         {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "value": "present"}]}),
+    Case("toleration-seconds", "tolerationSeconds applies to effect 'NoExecute' only",
+         {"tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 60}]}),
+    Case("label-key-invalid", "labels['team name']: not a valid key", {"labels": {"team name": "nlp"}}),
+    Case("annotation-key-invalid", "pod_annotations['a/b/c']: not a valid key", {"pod_annotations": {"a/b/c": "x"}}),
+    Case("secret-key-ref-key", "secret_key_refs['TOKEN']='hf/token:v1': 'token:v1' is not a Secret key",
+         {"secret_key_refs": {"TOKEN": "hf/token:v1"}}),
+    Case("secret-mount-mode", "default_mode=1000 must be a file mode 0o000..0o777",
+         {"secret_mounts": [SecretMount(secret_name="creds", mount_path="/creds", default_mode=1000)]}),
+    Case("storage-class-invalid", "storage_class='Fast SSD' must be a Kubernetes object name",
+         {"pvc_mounts": [PVCMount(claim_name="c", mount_path="/c", create=True, size="1Gi", storage_class="Fast SSD")]}),
+    Case("priority-class-invalid", "priority_class_name='High_Priority': not a valid Kubernetes object name",
+         {"priority_class_name": "High_Priority"}),
+    Case("queue-name-invalid", "queue_name='Team Queue': must be a Kubernetes object name",
+         {"queue_name": "Team Queue"}),
+    Case("extra-resource-unqualified", "extra_resources['efa']: 'efa' is not a resource name",
+         {"extra_resources": {"efa": "4"}}),
+    Case("extra-resource-fraction", "extra_resources['vpc.amazonaws.com/efa']='0.5': extended resources are whole",
+         {"extra_resources": {"vpc.amazonaws.com/efa": "0.5"}}),
+    Case("cpu-negative", "cpu_request='-2': must not be negative", {"cpu_request": "-2"}),
+    Case("gpu-resource-name", "gpu_resource_name: 'gpu' is not a resource name", {"gpu_resource_name": "gpu"}),
 ]
 
 
@@ -219,7 +303,7 @@ def test_bad_input_fails_clearly_and_leaves_nothing(case, local, tmp_path, monke
     task = case.task() if case.task else run.Script(inline="echo hello")
     with pytest.raises(Exception) as err:
         executor = KubeflowExecutor(**kwargs)
-        run.run(task, executor=executor, name=f"bad-{case.id}"[:40], detach=True)
+        run.run(task, executor=executor, name=case.name or f"bad-{case.id}"[:40], detach=True)
     assert case.message in str(err.value), f"{case.id}: {err.value}"
     if case.offline:
         assert local.requests == [], f"{case.id} reached the cluster: {local.requests}"

@@ -713,7 +713,7 @@ def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowEx
         classes = tuple(a for a in typing.get_args(hints[f.name]) if isinstance(a, type))
         if f.name in _SETTINGS_CHECKED_ELSEWHERE and value is not None and not isinstance(value, classes):
             continue
-        problem = _type_problem(value, hints[f.name], f.name,
+        problem = type_problem(value, hints[f.name], f.name,
                                 f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
         if problem:
             problems.append(problem)
@@ -744,31 +744,31 @@ def _field_types(cls: type) -> dict:
     return hints
 
 
-def _type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[str]:
+def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[str]:
     """Why ``value`` does not fit annotation ``tp`` (naming ``where`` and the type expected), or None."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or isinstance(tp, (str, typing.ForwardRef)):
         return None
     if origin is Union:
-        if any(isinstance(a, typing.ForwardRef) or _type_problem(value, a, where, numbers_ok) is None for a in args):
+        if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
             return None
         others = [a for a in args if a is not type(None)]
         if value is not None and len(others) == 1:  # Optional[X]: say what is wrong inside X
-            return _type_problem(value, others[0], where, numbers_ok)
+            return type_problem(value, others[0], where, numbers_ok)
         return _mismatch(where, value, tp, numbers_ok)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             return _mismatch(where, value, tp, numbers_ok)
         item_type = args[0] if args else typing.Any
         return next((p for i, item in enumerate(value)
-                     if (p := _type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
+                     if (p := type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
     if origin is dict:
         if not isinstance(value, dict):
             return _mismatch(where, value, tp, numbers_ok)
         key_type, value_type = args if args else (typing.Any, typing.Any)
         for key, item in value.items():
-            problem = (_type_problem(key, key_type, f"{where} key")
-                       or _type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))
+            problem = (type_problem(key, key_type, f"{where} key")
+                       or type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))
             if problem:
                 return problem
         return None
@@ -785,7 +785,7 @@ def _type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[s
             return _mismatch(where, value, tp)
         hints = _field_types(tp)
         return next((p for f in dataclasses.fields(tp) if f.init and f.name in hints
-                     if (p := _type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
+                     if (p := type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
                                             f"{tp.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
     if isinstance(tp, type) and not isinstance(value, tp):
         return _mismatch(where, value, tp)

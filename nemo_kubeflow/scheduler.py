@@ -30,7 +30,7 @@ from nemo_kubeflow import finished_jobs, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
-from nemo_kubeflow.executor import KubeflowExecutor
+from nemo_kubeflow.executor import KubeflowExecutor, type_problem
 from nemo_kubeflow.logs import failure_summary, node_log_lines, node_log_path, node_selector, tee_to_file
 from nemo_kubeflow.status import (
     initializer_progress,
@@ -140,6 +140,8 @@ def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_i
                 f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
                 f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
             )
+    if problem := type_problem(dict(role.env), dict[str, str], "the task's env"):
+        problems.append(problem)
     found = _script_arg(role) if local_script else None
     if found is not None:
         path = found[1]
@@ -185,13 +187,13 @@ def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool
 
     executor.validate()
     role = app.roles[0]
-    macros = executor.macro_values()
-    if macros:
-        role = macros.apply(role)
     files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
     problems = task_problems(app, role, files, executor.experiment_id, local_script)
     if problems:
         raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
+    macros = executor.macro_values()
+    if macros:
+        role = macros.apply(role)
     role = ship_script(role, files, executor.workspace_mount_path)
     submission = build_submission(executor, role, files, task_name=role.name or app.name)
     check_manifests(submission.manifests())

@@ -227,6 +227,10 @@ CASES = [
     Case("env-value-none", "env_vars['HF_HOME']=None: must be a string, not None (remove the entry, or give '')",
          {"env_vars": {"HF_HOME": None}}),
     Case("gpus-bool", "gpus_per_node=True: must be an integer, not bool", {"gpus_per_node": True}),
+    Case("script-env-int", "the task's env['WORLD_SEED']=7: must be a string, not int (quote it: '7')",
+         task=lambda: run.Script(inline="echo hi", env={"WORLD_SEED": 7})),
+    Case("script-env-none", "the task's env['WANDB_MODE']=None: must be a string, not None",
+         task=lambda: run.Script(inline="echo hi", env={"WANDB_MODE": None})),
     # --- the same classes of mistake, elsewhere ------------------------------------------------------
     Case("nodes-bool", "nodes=True: must be an integer, not bool", {"nodes": True}),
     Case("nodes-float", "nodes=2.0: must be an integer, not float (write 2)", {"nodes": 2.0}),
@@ -308,3 +312,20 @@ def test_bad_input_fails_clearly_and_leaves_nothing(case, local, tmp_path, monke
     if case.offline:
         assert local.requests == [], f"{case.id} reached the cluster: {local.requests}"
     assert objects(local) == before
+
+
+def test_a_script_path_is_refused_only_where_the_pod_cannot_have_it(local, tmp_path, monkeypatch):
+    """The rule of the script-missing-* cases, from the other side: an absolute path not found
+    here is a file of the image, and a relative path that exists here is shipped."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    executor = KubeflowExecutor(container_image="python:3.11", kubeconfig=str(local.kubeconfig_path))
+    for script in (run.Script("/opt/app/train.py", entrypoint="python"), run.Script("train.py", entrypoint="python")):
+        with run.Experiment("script-paths") as exp:
+            exp.add(script, executor=executor.clone(), name="t")
+            exp.dryrun(delete_exp_dir=False)
+        [job] = exp.jobs
+        manifests = os.path.join(job.executor.job_dir, "manifests")
+        trainjob = next(f for f in sorted(os.listdir(manifests)) if "trainjob" in f)
+        text = open(os.path.join(manifests, trainjob)).read()
+        assert ("/opt/app/train.py" in text) if script.path.startswith("/") else ("/nemo_run/code/train.py" in text)

@@ -423,7 +423,7 @@ class KubeflowExecutor(Executor):
         if self.runtime_kind not in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
             yield f"runtime_kind={self.runtime_kind!r}: must be {CLUSTER_RUNTIME_KIND!r} or {RUNTIME_KIND!r}"
         if self.runtime_name is not None and not naming.is_rfc1123_subdomain(self.runtime_name):
-            yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name"
+            yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
         if self.runtime_name and self.runtime_template:
             yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
         if self.active_deadline_seconds is not None and (
@@ -486,7 +486,7 @@ class KubeflowExecutor(Executor):
     def _name_problems(self):
         """Names of other objects the pods refer to: a wrong one is not refused by the API server but
         leaves the pod Pending (an absent ServiceAccount, Secret or StorageClass can never be found)."""
-        subdomain = "a Kubernetes object name (at most 253 lowercase letters, digits, '-' and '.')"
+        subdomain = f"a Kubernetes object name ({_OBJECT_NAME_RULE})"
         if self.service_account is not None and not naming.is_rfc1123_subdomain(self.service_account):
             yield f"service_account={self.service_account!r}: must be {subdomain}"
         for i, secret in enumerate(self.image_pull_secrets):
@@ -612,7 +612,7 @@ class KubeflowExecutor(Executor):
         for fname in ("priority_class_name", "scheduler_name"):
             value = getattr(self, fname)
             if value is not None and (not isinstance(value, str) or not naming.is_rfc1123_subdomain(value)):
-                yield f"{fname}={value!r}: not a valid Kubernetes object name"
+                yield f"{fname}={value!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
         if self.runtime_name is not None:
             rendered = [f for f in ("priority_class_name", "scheduler_name") if getattr(self, f) is not None]
             rendered += ["pod_group_policy"] if self.pod_group_policy != "none" else []
@@ -650,7 +650,7 @@ class KubeflowExecutor(Executor):
                 yield f"secret_key_refs[{name!r}]={ref!r}: expected 'secret-name/key'"
         for secret in self.secret_env_from:
             if not naming.is_rfc1123_subdomain(secret):
-                yield f"secret_env_from: {secret!r} is not a valid Secret name"
+                yield f"secret_env_from: {secret!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
 
     def _volume_problems(self):
         paths: dict[str, str] = {self.workspace_mount_path: "workspace_mount_path"}
@@ -667,7 +667,7 @@ class KubeflowExecutor(Executor):
             paths[path] = what
         for m in self.pvc_mounts:
             if not naming.is_rfc1123_subdomain(m.claim_name):
-                yield f"pvc_mounts: claim_name {m.claim_name!r} is not a valid Kubernetes name"
+                yield f"pvc_mounts: claim_name {m.claim_name!r} is not a valid Kubernetes name ({_OBJECT_NAME_RULE})"
             if m.create:
                 if m.size is None or parse_quantity(str(m.size)) is None:
                     yield f"pvc_mounts[{m.claim_name}]: create=True needs size, e.g. size='100Gi'"
@@ -676,11 +676,15 @@ class KubeflowExecutor(Executor):
                     yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
         for m in self.secret_mounts:
             if not naming.is_rfc1123_subdomain(m.secret_name):
-                yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name"
+                yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
 
 
 def _is_env_name(name: str) -> bool:
     return bool(re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name))
+
+
+#: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.
+_OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
 
 
 # --- types of the fields ------------------------------------------------------------------

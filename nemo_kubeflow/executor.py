@@ -524,9 +524,9 @@ class KubeflowExecutor(Executor):
                 yield (f"node_selector[{key!r}]={value!r}: node label values are at most 63 characters of "
                        "[A-Za-z0-9_.-], starting and ending with a letter or digit")
         for fname in ("annotations", "pod_annotations"):
-            size = sum(len(k) + len(v) for k, v in getattr(self, fname).items())
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in getattr(self, fname).items())
             if size > ANNOTATIONS_MAX_BYTES:
-                yield f"{fname}: {size} characters in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB"
+                yield f"{fname}: {size} bytes in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB, keys included"
 
     def _toleration_problems(self):
         """Tolerations as the API server validates them (``validateTolerations``): a wrong one would
@@ -756,9 +756,13 @@ def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[st
     if origin is Union:
         if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
             return None
+        # The one alternative of the value's own kind (X of Optional[X], list[str] of Union[str, list[str]]):
+        # say what is wrong inside it.
+        kinds = [a for a in args if isinstance(typing.get_origin(a) or a, type)
+                 and isinstance(value, typing.get_origin(a) or a) and a is not type(None)]
         others = [a for a in args if a is not type(None)]
-        if value is not None and len(others) == 1:  # Optional[X]: say what is wrong inside X
-            return type_problem(value, others[0], where, numbers_ok)
+        if len(kinds) == 1 or (value is not None and len(others) == 1):
+            return type_problem(value, kinds[0] if len(kinds) == 1 else others[0], where, numbers_ok)
         return _mismatch(where, value, tp, numbers_ok)
     if origin is list:
         if not isinstance(value, (list, tuple)):
@@ -787,10 +791,13 @@ def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[st
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, tp):
             return _mismatch(where, value, tp)
-        hints = _field_types(tp)
-        return next((p for f in dataclasses.fields(tp) if f.init and f.name in hints
+        cls = type(value)
+        if not cls.__module__.startswith("nemo_kubeflow."):
+            return None  # NeMo-Run's own settings (Packager, launchers) are not annotated strictly enough
+        hints = _field_types(cls)
+        return next((p for f in dataclasses.fields(cls) if f.init and f.name in hints
                      if (p := type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
-                                            f"{tp.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
+                                            f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
     if isinstance(tp, type) and not isinstance(value, tp):
         return _mismatch(where, value, tp)
     return None
@@ -826,7 +833,7 @@ def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
         fix = f" (write {int(value)}, without quotes)"
     elif tp is int and isinstance(value, float) and value.is_integer():
         fix = f" (write {int(value)})"
-    elif tp is str and isinstance(value, (int, float, bool)):
+    elif tp is str and isinstance(value, (int, float, bool)) and not (numbers_ok and isinstance(value, bool)):
         fix = f" (quote it: {str(value)!r})"
     elif tp is str and value is None:
         fix = " (remove the entry, or give '')"

@@ -216,6 +216,12 @@ def test_initializer_and_fabric_images_use_the_same_grammar():
     (dict(extra_resources={"x.com/y": None}), "extra_resources['x.com/y']=None: must be a quantity"),
     (dict(secret_mounts=[{"secret_name": "s"}]), "secret_mounts[0]={'secret_name': 's'}: must be a SecretMount"),
     (dict(tolerations=["nvidia.com/gpu"]), "tolerations[0]='nvidia.com/gpu': must be a dict, not str"),
+    (dict(active_deadline_seconds="600"), "active_deadline_seconds='600': must be an integer, not str (write 600,"),
+    (dict(service_account=5), "service_account=5: must be a string, not int (quote it: '5')"),
+    (dict(cpu_request=True), "cpu_request=True: must be a quantity (a string such as '8Gi', or a number), not bool"),
+    (dict(packager=ConfigMapPackager(include_pattern=["*.py", 3])), "packager.include_pattern[1]=3: must be a string"),
+    (dict(packager=ConfigMapPackager(use_git="yes")), "packager.use_git='yes': must be True or False, not str"),
+    (dict(launcher=5), "launcher=5: must be a Launcher, a string or None, not int"),
 ])
 def test_wrong_types_name_the_field_and_the_type_expected(kwargs, message):
     with pytest.raises(ConfigError) as err:

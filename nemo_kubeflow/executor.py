@@ -503,7 +503,8 @@ class KubeflowExecutor(Executor):
                     yield (f"secret_mounts[{m.secret_name}]: keys has {key!r}, not a Secret key (at most 253 "
                            "letters, digits, '-', '_' and '.', not starting with '..')")
             if not 0 <= m.default_mode <= 0o777:
-                yield f"secret_mounts[{m.secret_name}]: default_mode={m.default_mode!r} must be a file mode 0o000..0o777"
+                yield (f"secret_mounts[{m.secret_name}]: default_mode={m.default_mode!r} must be a file mode "
+                       "0o000..0o777")
         for name, ref in self.secret_key_refs.items():
             secret, _, key = str(ref).partition("/")
             if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
@@ -526,7 +527,8 @@ class KubeflowExecutor(Executor):
         for fname in ("annotations", "pod_annotations"):
             size = sum(len(k.encode()) + len(v.encode()) for k, v in getattr(self, fname).items())
             if size > ANNOTATIONS_MAX_BYTES:
-                yield f"{fname}: {size} bytes in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB, keys included"
+                yield (f"{fname}: {size} bytes in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB, "
+                       "keys included")
 
     def _toleration_problems(self):
         """Tolerations as the API server validates them (``validateTolerations``): a wrong one would
@@ -786,7 +788,8 @@ def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[st
         fits = isinstance(value, int if tp is int else (int, float)) and not isinstance(value, bool)
         return None if fits else _mismatch(where, value, tp)
     if tp is str:
-        fits = isinstance(value, str) or (numbers_ok and isinstance(value, (int, float)) and not isinstance(value, bool))
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        fits = isinstance(value, str) or (numbers_ok and number)
         return None if fits else _mismatch(where, value, tp, numbers_ok)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, tp):

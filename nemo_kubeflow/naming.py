@@ -63,7 +63,10 @@ def is_qualified_name_part(name: str) -> bool:
 
 
 def is_qualified_name(key: str) -> bool:
-    """A label or annotation key: an optional RFC 1123 subdomain prefix and ``/``, then the name part."""
+    """A label or annotation key (apimachinery ``IsQualifiedName``): an optional RFC 1123 subdomain
+    prefix and ``/``, then the name part."""
+    if not isinstance(key, str):
+        return False
     prefix, slash, name = key.rpartition("/")
     return (not slash or is_rfc1123_subdomain(prefix)) and is_qualified_name_part(name)
 
@@ -75,7 +78,7 @@ def is_env_var_name(name: str) -> bool:
 
 def is_config_key(key: str) -> bool:
     """A ConfigMap or Secret data key (IsConfigMapKey): no '/', not '.', not starting with '..'."""
-    return (len(key) <= DNS_SUBDOMAIN_MAX and bool(_CONFIG_KEY.fullmatch(key))
+    return (isinstance(key, str) and len(key) <= DNS_SUBDOMAIN_MAX and bool(_CONFIG_KEY.fullmatch(key))
             and key != "." and not key.startswith(".."))
 
 
@@ -203,30 +206,6 @@ def label_value(text: str) -> str:
 
 
 # --- keys, paths and image references (checked before submission) --------------------------
-
-_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-#: Longest Secret/ConfigMap key (apimachinery IsConfigMapKey: a DNS subdomain's length).
-CONFIG_KEY_MAX = 253
-
-
-def is_qualified_name(key: str) -> bool:
-    """A label or annotation key (apimachinery ``IsQualifiedName``): an optional DNS-subdomain
-    prefix and ``/``, then at most 63 characters of ``[A-Za-z0-9_.-]`` with alphanumeric ends."""
-    if not isinstance(key, str):
-        return False
-    prefix, slash, name = key.rpartition("/")
-    if slash and not is_rfc1123_subdomain(prefix):
-        return False
-    return len(name) <= DNS_LABEL_MAX and bool(_QUALIFIED_NAME_PART.fullmatch(name))
-
-
-def is_config_key(key: str) -> bool:
-    """A key of a Secret or ConfigMap (apimachinery ``IsConfigMapKey``): ``[-._a-zA-Z0-9]+``,
-    at most 253 characters, and neither ``.``, ``..`` nor starting with ``..``."""
-    return (isinstance(key, str) and len(key) <= CONFIG_KEY_MAX and bool(_CONFIG_KEY.fullmatch(key))
-            and not key.startswith(".."))
-
 
 def descending_path_problem(path: str) -> str | None:
     """Why ``path`` cannot be a ``subPath`` or a volume item ``path`` (the API server's

@@ -220,7 +220,6 @@ def _find(node: Any, pattern: Sequence[str], path: Path) -> Iterator[tuple[Path,
 
 # Every name is checked by naming.py's helpers, which match whole strings ("abc\n" is no name).
 _DNS_SUBDOMAIN_MAX = naming.DNS_SUBDOMAIN_MAX
-_ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 
 def _suggest_name(name: str, allow_dots: bool, limit: int, letter_first: bool = False) -> str:
@@ -284,10 +283,10 @@ def _check_labels_annotations(meta: dict, path: Path, out: _Problems) -> None:
         if why:
             out.add(path + ("annotations", key), f"invalid annotation key: {why}")
     size = sum(len(k) + len(v) for k, v in annotations.items() if isinstance(v, str))
-    if size > _ANNOTATIONS_MAX_BYTES:
+    if size > C.ANNOTATIONS_MAX_BYTES:
         out.add(
             path + ("annotations",),
-            f"annotations total {size} bytes, over the {_ANNOTATIONS_MAX_BYTES}-byte limit",
+            f"annotations total {size} bytes, over the {C.ANNOTATIONS_MAX_BYTES}-byte limit",
             "move large values into a ConfigMap",
         )
 
@@ -385,7 +384,6 @@ def _runtime_of(trainjob: dict, objs: Sequence[Any]) -> Optional[dict]:
 
 # --- quantities, resources, env ---------------------------------------------------------
 
-_STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 #: Device keys the Kubeflow SDK recognises in the `node` container's limits
 #: (kubeflow/trainer/backends/kubernetes/utils.py: get_container_devices).
 _SDK_DEVICE_KEYS = ("nvidia.com/gpu", "google.com/tpu", "huawei.com/Ascend910", "cpu")
@@ -415,7 +413,7 @@ def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool =
     for section in ("requests", "limits"):
         for name, value in _dict(_dict(resources).get(section)).items():
             where = path + (section, name)
-            if "/" not in name and name not in _STANDARD_RESOURCES and not name.startswith("hugepages-"):
+            if "/" not in name and name not in C.STANDARD_RESOURCES and not name.startswith("hugepages-"):
                 fix = (
                     "use nvidia.com/gpu"
                     if "gpu" in name.lower()
@@ -424,7 +422,7 @@ def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool =
                 out.add(
                     where,
                     f"{_short(name)} is neither a standard resource"
-                    f" ({', '.join(_STANDARD_RESOURCES)}) nor domain-prefixed",
+                    f" ({', '.join(C.STANDARD_RESOURCES)}) nor domain-prefixed",
                     fix,
                 )
             elif "/" in name and _qualified_name_error(name):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections import deque
 from typing import Callable, Iterator, Optional
 
 from nemo_kubeflow.cluster import Cluster
@@ -22,7 +24,8 @@ from nemo_kubeflow.constants import (
     TRAINER_NODE,
     TRAINJOB_KIND,
 )
-from nemo_kubeflow.status import failure_detail, job_status, newest_pods_by_node
+from nemo_kubeflow.diagnosis import read_rank_failure
+from nemo_kubeflow.status import first_failed_node, job_status, newest_pods_by_node
 from nemo_kubeflow.steps import failed_step
 
 
@@ -77,48 +80,50 @@ def node_log_lines(
 log = logging.getLogger(__name__)
 #: Lines of the failed node's output quoted in a failure summary.
 SUMMARY_TAIL = 10
+#: Lines of the failed node's log read to find why it failed (torchrun's report and the traceback).
+DIAGNOSIS_TAIL = 300
 
 
-def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: str, job_dir: str = "") -> str:
-    """Why a job failed: Trainer's condition, the first node that failed with its exit code
-    or signal, and that node's last lines. Every node's log is saved once to
-    ``<job_dir>/logs/node-<i>.log`` (pods and their logs vanish when the job is deleted)."""
+def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: str, job_dir: str = "",
+                    keeper: Optional["NodeLogKeeper"] = None) -> str:
+    """Why a job failed: the failed rank and its exception (``diagnosis``), Trainer's condition,
+    the first node that failed with its exit code or signal, and that node's last lines (its
+    traceback when there is one). Every node's log is saved once to ``<job_dir>/logs/node-<i>.log``
+    (pods and their logs vanish when the job is deleted)."""
     all_pods = cluster.list("Pod", namespace, f"{JOBSET_NAME_LABEL}={trainjob}")
     node_pods = [p for p in all_pods if p["metadata"].get("labels", {}).get(REPLICATED_JOB_LABEL) == TRAINER_NODE]
     pods = newest_pods_by_node(node_pods)
     # An initializer or a preflight check that failed explains the failure better than a node.
-    detail = failed_step(all_pods) or failure_detail(list(pods.values()))
-    parts = [p for p in (condition, detail) if p]
-    first = _first_failed(pods)
-    if first is not None:
+    step = failed_step(all_pods)
+    first = first_failed_node(list(pods.values()))
+    detail = step or (f"node {first.index} (pod {first.pod}) {first.how()}" if first else "")
+    headline, quoted = "", []
+    if first is not None and not step:
         try:
-            tail = list(cluster.pod_log(pods[first]["metadata"]["name"], namespace, container=TRAINER_NODE,
-                                        tail_lines=SUMMARY_TAIL))
+            tail = list(cluster.pod_log(first.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
         except ClusterError:
             tail = []
-        if tail:
-            parts.append(f"last lines of node {first}:\n" + "\n".join(f"    {line}" for line in tail))
+        why = read_rank_failure(tail, first.exit_code)
+        headline = why.headline(int(first.index) if first.index.isdigit() else None)
+        quoted = list(why.traceback[-SUMMARY_TAIL:]) or tail[-SUMMARY_TAIL:]
+    parts = [p for p in (headline, condition, detail) if p]
+    if quoted:
+        parts.append(f"last lines of node {first.index}:\n" + "\n".join(f"    {line}" for line in quoted))
     if job_dir:
         saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
+        if keeper is not None:
+            # The nodes whose pods are gone: their last lines, kept while the job was waited for.
+            keeper.save()
         if saved:
             parts.append(f"node logs saved in {saved}")
     nodes = ((cluster.get(TRAINJOB_KIND, trainjob, namespace) or {}).get("spec", {}).get("trainer") or {}).get("numNodes")
-    gone = sorted(set(range(nodes or 0)) - set(pods))
+    gone = sorted(set(range(nodes or 0)) - set(pods)
+                  - ({i for i in range(nodes or 0) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()))
     if gone:
         # The Job controller deletes a failed Job's running pods, and their logs with them.
         parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
                      "job failed (follow the logs while it runs to keep them)")
     return "; ".join(parts)
-
-
-def _first_failed(pods: dict[int, dict]) -> Optional[int]:
-    failed = []
-    for index, pod in pods.items():
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if cs.get("name") == TRAINER_NODE and term.get("exitCode", 0) != 0:
-                failed.append((term.get("finishedAt") or "", index))
-    return min(failed)[1] if failed else None
 
 
 def node_log_path(job_dir: str, index: int) -> str:
@@ -161,3 +166,68 @@ def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
             out.write(line)
             out.flush()
             yield line
+
+
+#: Lines of each node kept in memory while a job is watched (``NodeLogKeeper``).
+KEEP_LINES = 2000
+#: Nodes followed by a ``NodeLogKeeper``: one streaming request each.
+MAX_KEPT_NODES = 64
+
+
+class _KeeperStopped(Exception):
+    pass
+
+
+class NodeLogKeeper:
+    """While a job is waited for: follow each node's log in a daemon thread, keeping its last
+    ``KEEP_LINES`` lines in memory, so that a node whose pod is deleted when another node fails
+    (the Job controller deletes a failed Job's running pods, logs and all) still has its last
+    lines to save. ``save`` writes them to ``<directory>/node-<i>.log`` for the nodes that have
+    no file there yet (log following with ``tail_logs`` writes the whole log itself)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, trainjob: str, nodes: int, directory: str) -> None:
+        self.directory = directory
+        self._lines = {i: deque(maxlen=KEEP_LINES) for i in range(min(nodes, MAX_KEPT_NODES))}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        for index in self._lines:
+            threading.Thread(target=self._follow, args=(cluster, namespace, trainjob, index), daemon=True,
+                             name=f"keep-log-{trainjob}-{index}").start()
+
+    def _follow(self, cluster: Cluster, namespace: str, trainjob: str, index: int) -> None:
+        def sleep(seconds: float) -> None:
+            if self._stopped.wait(seconds):
+                raise _KeeperStopped
+
+        try:
+            for line in node_log_lines(cluster, namespace, trainjob, index, follow=True, sleep=sleep):
+                with self._lock:
+                    self._lines[index].append(line)
+                if self._stopped.is_set():
+                    return
+        except _KeeperStopped:
+            return
+        except Exception as e:  # noqa: BLE001 - a lost stream only loses what it would have kept
+            log.debug("stopped keeping the log of node %d of %s: %s", index, trainjob, e)
+
+    def stop(self) -> None:
+        """Stop following (a stream that is still open ends with its pod)."""
+        self._stopped.set()
+
+    def save(self) -> list[int]:
+        """Write the kept lines of each node without a file yet; the nodes written."""
+        written = []
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            with self._lock:
+                kept = {i: list(lines) for i, lines in self._lines.items() if lines}
+            for index, lines in sorted(kept.items()):
+                path = os.path.join(self.directory, f"node-{index}.log")
+                if os.path.exists(path):
+                    continue
+                with open(path, "w") as f:
+                    f.writelines(lines)
+                written.append(index)
+        except OSError as e:
+            log.warning("could not save the node logs to %s: %s", self.directory, e)
+        return written

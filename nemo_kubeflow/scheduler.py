@@ -17,12 +17,13 @@ import dataclasses
 import logging
 import os
 import shlex
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
-from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, runopts
+from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_terminal, runopts
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
@@ -31,7 +32,14 @@ from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor, type_problem
-from nemo_kubeflow.logs import failure_summary, node_log_lines, node_log_path, node_selector, tee_to_file
+from nemo_kubeflow.logs import (
+    NodeLogKeeper,
+    failure_summary,
+    node_log_lines,
+    node_log_path,
+    node_selector,
+    tee_to_file,
+)
 from nemo_kubeflow.status import (
     initializer_progress,
     job_status,
@@ -209,6 +217,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         #: Per cluster: the runtimes this scheduler created or reused, not sent again (submit.py).
         self._known_runtimes: dict[tuple, set] = {}
         self._last_progress: dict[str, str] = {}
+        self._running_seen: dict[str, int] = {}
+        self._keepers: dict[str, NodeLogKeeper] = {}
+        self._reported_failure: dict[str, bool] = {}
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
     def _run_opts(self) -> runopts:
@@ -280,8 +291,32 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             state, message = self._why_waiting(cluster, namespace, name, nodes, record, state)
             self._report_progress(app_id, state, message)
         elif state == AppState.FAILED:
-            message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "")
+            message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "",
+                                      keeper=self._keepers.get(app_id))
+            self._report_failure(app_id, message)
+        elif state == AppState.RUNNING and record is not None and record.job_dir:
+            self._keep_logs(app_id, cluster, namespace, name, nodes, record.job_dir)
+        if is_terminal(state) and app_id in self._keepers:
+            self._keepers.pop(app_id).stop()
         return self._response(app_id, state, message, nodes)
+
+    def _keep_logs(self, app_id: str, cluster: Cluster, namespace: str, name: str, nodes: int, job_dir: str) -> None:
+        """From the second time a running job is described in this process (a wait polls; one status
+        call does not), keep every node's last lines, for the failure summary (``NodeLogKeeper``)."""
+        self._running_seen[app_id] = self._running_seen.get(app_id, 0) + 1
+        if self._running_seen[app_id] >= 2 and app_id not in self._keepers:
+            self._keepers[app_id] = NodeLogKeeper(cluster, namespace, name, nodes, os.path.join(job_dir, "logs"))
+
+    def _report_failure(self, app_id: str, message: str) -> None:
+        """Say why a job failed once, in NeMo-Run's console, when this process first sees it
+        (NeMo-Run's own status shows only the state)."""
+        if self._reported_failure.get(app_id) or threading.current_thread() is threading.main_thread():
+            return  # NeMo-Run waits and builds its status table in worker threads
+        self._reported_failure[app_id] = True
+        from nemo_run.core.frontend.console.api import CONSOLE
+        from rich.markup import escape
+
+        CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] failed: {escape(message)}", highlight=False)
 
     @staticmethod
     def _why_queued(cluster: Cluster, namespace: str, trainjob: dict, queue: str) -> str:

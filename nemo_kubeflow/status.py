@@ -101,31 +101,47 @@ def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
     return JobStatus(AppState.SUBMITTED, "waiting for pods")
 
 
+@dataclass(frozen=True)
+class NodeFailure:
+    """The first ``node`` container that ended with a non-zero exit code."""
+
+    index: str
+    pod: str
+    exit_code: Optional[int]
+    #: The kubelet's reason ("Error", "OOMKilled", "StartError"...).
+    reason: str
+
+    def how(self) -> str:
+        code = self.exit_code
+        how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
+        extra = f" ({self.reason})" if self.reason and self.reason not in ("Error", "Completed") else ""
+        return how + extra
+
+
+def first_failed_node(pods: Sequence[dict]) -> Optional[NodeFailure]:
+    """Which node failed first, from the pods' ``node`` container statuses (None if none did)."""
+    failures = []
+    for pod in pods:
+        labels = pod.get("metadata", {}).get("labels", {})
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") != "node":
+                continue
+            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if term and term.get("exitCode", 0) != 0:
+                failures.append((term.get("finishedAt") or "", NodeFailure(
+                    labels.get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"], term.get("exitCode"),
+                    term.get("reason") or "")))
+    return min(failures, key=lambda f: f[0])[1] if failures else None
+
+
 def failure_detail(pods: Sequence[dict]) -> str:
     """Which node failed first and how, from the pods' container statuses ("" if none did).
 
     Trainer's ``Failed`` condition copies JobSet's text ("first failed job: ..."), which
     names neither the pod nor the exit code; the kubelet's container status has both.
     """
-    failures = []
-    for pod in pods:
-        labels = pod.get("metadata", {}).get("labels", {})
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        for cs in statuses:
-            if cs.get("name") != "node":
-                continue
-            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-            if term and term.get("exitCode", 0) != 0:
-                failures.append((term.get("finishedAt") or "", labels.get(COMPLETION_INDEX_LABEL, "?"),
-                                 pod["metadata"]["name"], term))
-    if not failures:
-        return ""
-    _, index, pod_name, term = min(failures, key=lambda f: f[0])
-    code = term.get("exitCode")
-    how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
-    reason = term.get("reason")
-    extra = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
-    return f"node {index} (pod {pod_name}) {how}{extra}"
+    first = first_failed_node(pods)
+    return f"node {first.index} (pod {first.pod}) {first.how()}" if first else ""
 
 
 def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:

@@ -513,6 +513,42 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each task of an experiment: its TrainJob, state and why (the reason NeMo-Run's status omits)."""
+    from nemo_run.run.experiment import Experiment
+    from torchx.specs import parse_app_handle
+
+    from nemo_kubeflow.scheduler import create_scheduler
+
+    try:
+        exp = Experiment.from_id(args.experiment)
+    except (AssertionError, FileNotFoundError, ValueError):
+        exp = None
+    if exp is None:
+        raise ConfigError(f"no experiment {args.experiment!r} under {run.config.get_nemorun_home()}/experiments: "
+                          "give the id NeMo-Run printed (<title>_<number>), e.g. from `nemo experiment list <title>`")
+    scheduler = create_scheduler("nemo-kubeflow-status")
+    print(f"Experiment {exp._id}")
+    failed = False
+    for index, job in enumerate(exp.jobs):
+        handle = getattr(job, "handle", "") or ""
+        if not handle:
+            print(f"Task {index}: {job.id}: not launched")
+            continue
+        scheduler_name, _, app_id = parse_app_handle(handle)
+        if scheduler_name != scheduler.backend:
+            print(f"Task {index}: {job.id}: run by {scheduler_name}, not by Kubeflow Trainer")
+            continue
+        desc = scheduler.describe(app_id)
+        namespace, name = app_id.split(":", 1)
+        print(f"Task {index}: {job.id} (TrainJob {namespace}/{name})")
+        print(f"  state: {desc.state.name}")
+        if desc.msg:
+            print("  why:   " + desc.msg.replace("\n", "\n         "))
+        failed = failed or desc.state.name == "FAILED"
+    return 1 if failed else 0
+
+
 # --- command line --------------------------------------------------------------------------
 
 
@@ -564,6 +600,15 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also render this runtime template with the executor configuration and validate it")
     _add_executor_options(validate)
     validate.set_defaults(func=cmd_validate)
+
+    status = sub.add_parser(
+        "status", help="say what each task of an experiment is doing, and why it failed",
+        description="For each task of a NeMo-Run experiment: its TrainJob, its state, and the reason (the "
+                    "failed rank and its exception, exit code or signal, the last lines of the node; or what "
+                    "a pending job waits for). Exit code 1 if a task failed.",
+    )
+    status.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
+    status.set_defaults(func=cmd_status)
 
     gc = sub.add_parser(
         "gc", help="delete finished TrainJobs and rendered runtimes that no TrainJob references",

@@ -1,5 +1,6 @@
 """Why is it pending, why did it fail: what status tells the user, on the local cluster."""
 
+import re
 import time
 from pathlib import Path
 
@@ -103,7 +104,14 @@ def test_failure_summary_names_the_rank_and_saves_every_log(local):
 def test_failure_summary_says_which_logs_died_with_their_pods(local):
     script = 'echo "node $PET_NODE_RANK up"\nif [ "$PET_NODE_RANK" = 1 ]; then exit 4; fi\nsleep 30'
     _, app_id = submit(local, "lostlog", script=script)
-    # The Job controller deletes the failed Job's running pod shortly after the failure: wait for it.
+    name = app_id.split(":", 1)[1]
+
+    def failed():
+        job = next(j for j in local.objects("trainjobs", "default") if j["metadata"]["name"] == name)
+        return any(c["type"] == "Failed" and c["status"] == "True" for c in job.get("status", {}).get("conditions", []))
+
+    # Nobody waited for the detached job while it ran: nothing kept node 0's lines when its pod was deleted.
+    local.wait_for(failed, timeout=60)
     desc = wait_for_message(app_id, "no log for node(s) 0: their pods were deleted when the job failed", timeout=60)
     assert "exited with code 4" in desc.msg
 
@@ -135,3 +143,97 @@ def test_following_logs_continues_across_a_gang_restart(local):
     assert "attempt one" in text and "attempt two" in text, text
     assert "--- gang restart: following pod" in text and "(restart attempt 1)" in text
     assert create_scheduler("t").describe(app_id).state == AppState.SUCCEEDED
+
+
+# A torch worker that fails as the task says: the last rank raises, exits with 3, or is killed by SIGKILL.
+FAILING_WORKER = '''\
+import os, signal, sys, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+print(f"rank {rank} starting", flush=True)
+if rank == world - 1:
+    time.sleep(0.5)
+    how = sys.argv[1]
+    if how == "raise":
+        raise RuntimeError("step 7 got a bad batch")
+    if how == "exit":
+        sys.exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(30)
+'''
+
+
+def nemo_kubeflow_cli(*args, home):
+    import os
+    import subprocess
+    import sys
+
+    tool = Path(sys.executable).parent / "nemo-kubeflow"
+    env = {**os.environ, "NEMORUN_HOME": str(home), "COLUMNS": "250"}
+    return subprocess.run([str(tool), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
+    """The failed rank, its node and its exception (or exit code, signal, missing torchrun) reach
+    describe's message, the console of the waiting experiment, `nemo experiment status` and
+    `nemo-kubeflow status`; every node's last lines are kept although the failed Job's pods are deleted."""
+    from nemo_kubeflow import ConfigMapPackager
+
+    worker = tmp_path / "train.py"
+    worker.write_text(FAILING_WORKER)
+    base = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=2, shm_size=None,
+                            launcher="torchrun", kubeconfig=str(local.kubeconfig_path),
+                            packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="train.py"))
+    single = base.clone()
+    single.nprocs_per_node = 1
+    no_torch = base.clone()
+    no_torch.nodes, no_torch.nprocs_per_node = 1, 1
+    no_torch.env_vars = {"PATH": "/usr/bin:/bin"}  # the local cluster's stand-in for an image without torch
+    with run.Experiment("why", executor=base, log_level="WARN") as exp:
+        exp.add(run.Script(path=str(worker), args=["raise"], entrypoint="python"), name="raise")
+        exp.add(run.Script(path=str(worker), args=["exit"], entrypoint="python"), name="exit", executor=single)
+        exp.add(run.Script(path=str(worker), args=["kill"], entrypoint="python"), name="kill",
+                executor=single.clone())
+        exp.add(run.Script(path=str(worker), args=["raise"], entrypoint="python"), name="notorch", executor=no_torch)
+        exp.run(sequential=False)  # waits for all four
+        exp_id = exp._id
+    messages = {}
+    for job in exp.jobs:
+        desc = create_scheduler("t").describe(parse_app_handle(job.handle)[2])
+        assert desc.state == AppState.FAILED, (job.id, desc.state, desc.msg)
+        messages[job.id] = desc.msg
+    assert messages["raise"].startswith("rank 3 on node 1: RuntimeError: step 7 got a bad batch;"), messages["raise"]
+    assert 'raise RuntimeError("step 7 got a bad batch")' in messages["raise"]  # the traceback is quoted
+    assert messages["exit"].startswith("rank 1 on node 1: exited with code 3;"), messages["exit"]
+    assert messages["kill"].startswith("rank 1 on node 1: killed by SIGKILL"), messages["kill"]
+    assert messages["notorch"].startswith("node 0: torchrun: command not found in the container: the image has "
+                                          "no torch"), messages["notorch"]
+    assert "install torch" in messages["notorch"]
+    # Node 0 was still running when node 1 failed: its pod went with the failed Job, its last lines did not.
+    raise_logs = Path(exp.jobs[0].executor.job_dir) / "logs"
+    assert "rank 0 starting" in (raise_logs / "node-0.log").read_text()
+    assert "RuntimeError: step 7 got a bad batch" in (raise_logs / "node-1.log").read_text()
+    assert "no log for node(s)" not in messages["raise"]
+
+    out = nemo_kubeflow_cli("status", exp_id, home=nemorun_home)
+    assert out.returncode == 1, out.stderr
+    text = out.stdout
+    assert "Task 0: raise (TrainJob default/" in text and "state: FAILED" in text
+    for line in ("why:   rank 3 on node 1: RuntimeError: step 7 got a bad batch", "why:   rank 1 on node 1: exited "
+                 "with code 3", "why:   rank 1 on node 1: killed by SIGKILL", "why:   node 0: torchrun: command not"):
+        assert line in text, text
+    # NeMo-Run's own status prints only the state: the reason is printed with it.
+    import os
+    import subprocess
+    import sys
+
+    nemo = Path(sys.executable).parent / "nemo"
+    out = subprocess.run([str(nemo), "experiment", "status", exp_id], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "400"})
+    shown = " ".join((out.stdout + out.stderr).split())
+    assert "failed: rank 3 on node 1: RuntimeError: step 7 got a bad batch" in shown, shown[-3000:]
+    assert "failed: rank 1 on node 1: killed by SIGKILL" in shown
+
+
+def test_status_of_an_unknown_experiment(nemorun_home):
+    out = nemo_kubeflow_cli("status", "nosuch_123", home=nemorun_home)
+    assert out.returncode == 2 and "no experiment 'nosuch_123'" in out.stderr, out.stderr

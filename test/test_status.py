@@ -66,3 +66,61 @@ def test_initializer_progress():
     assert initializer_progress([p("model-initializer", "Pending"), p("dataset-initializer", "Running")]) == \
         "initializing: dataset-initializer Running, model-initializer Pending"
     assert initializer_progress([p("node", "Running")]) == ""
+
+
+ROOT_CAUSE_WITH_RECORD = """\
+[rank2]:[W1123 ProcessGroup.cpp] warning
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_22:49:33
+  host      : node-1
+  rank      : 5 (local_rank: 1)
+  exitcode  : 1 (pid: 14259)
+  error_file: /tmp/torchelastic_x/none_y/attempt_0/1/error.json
+  traceback : Traceback (most recent call last):
+    File "/nemo_run/code/train.py", line 9, in main
+      loss = step(batch)
+  ValueError: loss is nan at step 12
+  
+============================================================"""
+
+
+def test_rank_failure_from_an_error_file_traceback():
+    """With @record, torchrun prints the worker's error file: its exception is the root cause."""
+    from nemo_kubeflow.diagnosis import read_rank_failure
+
+    why = read_rank_failure(ROOT_CAUSE_WITH_RECORD.splitlines(), 1)
+    assert (why.rank, why.local_rank, why.exitcode) == (5, 1, 1)
+    assert why.headline(2) == "rank 5 on node 2: ValueError: loss is nan at step 12"
+    assert why.traceback[-1] == "ValueError: loss is nan at step 12"
+
+
+def test_rank_failure_picks_the_root_cause_rank_among_prefixed_tracebacks():
+    from nemo_kubeflow.diagnosis import read_rank_failure
+
+    log = ["[rank0]:Traceback (most recent call last):", '[rank0]:  File "t.py", line 3, in <module>',
+           "[rank0]:KeyError: 'another rank, later'",
+           "[rank1]:Traceback (most recent call last):", '[rank1]:  File "t.py", line 5, in <module>',
+           "[rank1]:    raise RuntimeError('x')", "[rank1]:RuntimeError: the real one",
+           "Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)",
+           "  exitcode  : 1 (pid: 7)", "  error_file: <N/A>",
+           "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+           "============================================================"]
+    assert read_rank_failure(log, 1).headline(0) == "rank 1 on node 0: RuntimeError: the real one"
+
+
+def test_rank_failure_without_torchrun_and_without_a_traceback():
+    from nemo_kubeflow.diagnosis import read_rank_failure
+
+    plain = ["step 1", "Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+             "ZeroDivisionError: division by zero"]
+    assert read_rank_failure(plain, 1).headline(3) == "node 3: ZeroDivisionError: division by zero"
+    assert read_rank_failure(["just output"], 2).headline(0) == ""
+    assert read_rank_failure(["sh: 1: exec: torchrun: not found"], 127).missing_command == "torchrun"

@@ -27,7 +27,7 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_t
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
-from nemo_kubeflow import finished_jobs, records, yamlio
+from nemo_kubeflow import finished_jobs, interrupt, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
@@ -234,6 +234,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         from nemo_kubeflow.submit import check_secret_sources
 
         executor = cfg
+        # Every run starts with this dry run, in the main thread: Ctrl-C must work in the wait that follows.
+        interrupt.install()
         submission = build_for_app(app, executor)
         check_secret_sources(submission.secret_sources)
         manifests_dir = None
@@ -258,14 +260,17 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         sub = req.submission
         cluster = self._cluster(req.kubeconfig, req.context)
         known = self._known_runtimes.setdefault((_abs(req.kubeconfig), req.context), set())
-        result = submit(cluster, sub, known_runtimes=known)
-        records.save(records.AppRecord(
-            namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
-            nodes=req.nodes, job_dir=req.job_dir,
-        ))
+        with interrupt.submitting(f"{sub.namespace}/{sub.name}"):
+            result = submit(cluster, sub, known_runtimes=known)
+            records.save(records.AppRecord(
+                namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
+                nodes=req.nodes, job_dir=req.job_dir,
+            ))
         log.info("submitted TrainJob %s/%s (%s)", sub.namespace, sub.name,
                  ", ".join(f"{v} {k}" for v, k, _ in result.actions))
-        return records.app_id(sub.namespace, sub.name)
+        app_id = records.app_id(sub.namespace, sub.name)
+        interrupt.submitted(app_id)
+        return app_id
 
     # --- observe ---------------------------------------------------------------------
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
@@ -298,6 +303,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             self._keep_logs(app_id, cluster, namespace, name, nodes, record.job_dir)
         if is_terminal(state) and app_id in self._keepers:
             self._keepers.pop(app_id).stop()
+        interrupt.check_wait(app_id, is_terminal(state))
         return self._response(app_id, state, message, nodes)
 
     def _keep_logs(self, app_id: str, cluster: Cluster, namespace: str, name: str, nodes: int, job_dir: str) -> None:

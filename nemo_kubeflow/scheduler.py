@@ -80,7 +80,7 @@ def format_summary(req: KubeflowRequest) -> str:
     sub = req.submission
     rows = list(sub.summary.items())
     width = max(len(k) for k, _ in rows)
-    lines = ["Kubeflow Trainer submission (dry run: nothing was sent)"]
+    lines = ["Kubeflow Trainer submission (dry run: nothing was sent to any cluster)"]
     lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
     lines.append("  objects:")
     for obj in sub.manifests():
@@ -88,7 +88,10 @@ def format_summary(req: KubeflowRequest) -> str:
         where = f" (namespace {ns})" if ns else ""
         lines.append(f"    - {obj['kind']} {obj['metadata']['name']}{where}")
     if req.manifests_dir:
-        lines.append(f"  manifests written to {req.manifests_dir}")
+        # NeMo-Run's exp.dryrun() removes the experiment directory when it returns, by default.
+        lines.append(f"  manifests written to {req.manifests_dir}: exp.dryrun() deletes this directory when it "
+                     "returns; keep it with exp.dryrun(delete_exp_dir=False), or write the manifests anywhere "
+                     "with nemo-kubeflow render --out DIR")
     return "\n".join(lines)
 
 

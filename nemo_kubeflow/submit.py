@@ -65,6 +65,11 @@ def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
                     f"export {ref} before submitting"
                 )
             values[key] = os.environ[ref]
+            if not values[key].strip():
+                raise ConfigError(
+                    f"secret_env_vars[{key!r}] reads ${ref}, which is empty in this environment; "
+                    f"export {ref} with the secret's value before submitting"
+                )
         elif kind == "file":
             path = os.path.expanduser(ref)
             try:
@@ -72,6 +77,11 @@ def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
                     values[key] = f.read().rstrip("\n")
             except OSError as e:
                 raise ConfigError(f"secret_env_vars[{key!r}]: cannot read {path!r}: {e.strerror}") from None
+            if not values[key].strip():
+                raise ConfigError(
+                    f"secret_env_vars[{key!r}]: {path!r} is empty; write the secret's value into it, "
+                    "or point the source at the file that holds it"
+                )
         else:
             raise ConfigError(f"secret_env_vars[{key!r}]: unknown source {kind!r}; use env: or file:")
     return values

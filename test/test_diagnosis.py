@@ -237,3 +237,21 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
 def test_status_of_an_unknown_experiment(nemorun_home):
     out = nemo_kubeflow_cli("status", "nosuch_123", home=nemorun_home)
     assert out.returncode == 2 and "no experiment 'nosuch_123'" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("source, setup, message", [
+    ("env:NEMO_KF_EMPTY_TOKEN", "env", "secret_env_vars['TOKEN'] reads $NEMO_KF_EMPTY_TOKEN, which is empty"),
+    ("file:{tmp}/token", "file", "secret_env_vars['TOKEN']: '{tmp}/token' is empty"),
+])
+def test_empty_secret_source_is_refused_before_anything_is_sent(local, tmp_path, monkeypatch, source, setup, message):
+    monkeypatch.setenv("NEMO_KF_EMPTY_TOKEN", "")
+    (tmp_path / "token").write_text("\n")
+    local.clear_requests()
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, shm_size=None,
+                                kubeconfig=str(local.kubeconfig_path),
+                                secret_env_vars={"TOKEN": source.format(tmp=tmp_path)})
+    with pytest.raises(Exception, match=re.escape(message.format(tmp=tmp_path))):
+        with run.Experiment("emptysecret", executor=executor, log_level="WARN") as exp:
+            exp.add(run.Script(inline="echo $TOKEN"), name="emptysecret")
+            exp.run(detach=True)
+    assert not [r for r in local.requests if r.verb in ("create", "patch", "update", "delete")]

@@ -232,6 +232,7 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
     shown = " ".join((out.stdout + out.stderr).split())
     assert "failed: rank 3 on node 1: RuntimeError: step 7 got a bad batch" in shown, shown[-3000:]
     assert "failed: rank 1 on node 1: killed by SIGKILL" in shown
+    assert "failed: rank 1 on node 1: exited with code 3" in shown
 
 
 def test_status_of_an_unknown_experiment(nemorun_home):

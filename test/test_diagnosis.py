@@ -1,6 +1,9 @@
 """Why is it pending, why did it fail: what status tells the user, on the local cluster."""
 
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -163,10 +166,6 @@ time.sleep(30)
 
 
 def nemo_kubeflow_cli(*args, home):
-    import os
-    import subprocess
-    import sys
-
     tool = Path(sys.executable).parent / "nemo-kubeflow"
     env = {**os.environ, "NEMORUN_HOME": str(home), "COLUMNS": "250"}
     return subprocess.run([str(tool), *args], env=env, capture_output=True, text=True, timeout=120)
@@ -222,10 +221,6 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
                  "with code 3", "why:   rank 1 on node 1: killed by SIGKILL", "why:   node 0: torchrun: command not"):
         assert line in text, text
     # NeMo-Run's own status prints only the state: the reason is printed with it.
-    import os
-    import subprocess
-    import sys
-
     nemo = Path(sys.executable).parent / "nemo"
     out = subprocess.run([str(nemo), "experiment", "status", exp_id], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "400"})

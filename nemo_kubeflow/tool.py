@@ -28,15 +28,12 @@ import tempfile
 import typing
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-import fiddle as fdl
-import nemo_run as run
 import yaml
-from nemo_run.cli.cli_parser import CLIException, ParseError, parse_cli_args
-from nemo_run.run.torchx_backend.packaging import package
-from torchx.specs import AppState
 
+# Only light modules at the top: `--help` and `validate FILE` must not pay for importing
+# NeMo-Run, fiddle, torchx or the Trainer models (seconds); each command imports what it uses.
 from nemo_kubeflow import naming, yamlio
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.constants import (
@@ -48,12 +45,14 @@ from nemo_kubeflow.constants import (
     TRAINJOB_KIND,
 )
 from nemo_kubeflow.errors import ClusterError, ConfigError, NemoKubeflowError, TemplateError
-from nemo_kubeflow.executor import KubeflowExecutor
-from nemo_kubeflow.manifests import Submission
-from nemo_kubeflow.render import render_runtime, runtime_context
-from nemo_kubeflow.scheduler import build_for_app, write_manifests
-from nemo_kubeflow.status import job_status
-from nemo_kubeflow.validation import check_manifests, validate_manifests
+
+if TYPE_CHECKING:
+    import fiddle as fdl
+    import nemo_run as run
+    from nemo_run.cli.cli_parser import CLIException
+
+    from nemo_kubeflow.executor import KubeflowExecutor
+    from nemo_kubeflow.manifests import Submission
 
 DEFAULT_FACTORY = "kubeflow_gpu"
 #: The experiment id ``render`` names objects after (NeMo-Run's is ``<title>_<timestamp>``).
@@ -61,6 +60,22 @@ DEFAULT_EXPERIMENT_ID = "experiment"
 #: ``gc`` leaves younger runtimes alone: a submission creates its runtime a moment before
 #: the TrainJob that references it.
 DEFAULT_MIN_AGE_S = 300
+
+
+def _import_nemo_run():
+    """``import nemo_run``, without the torch import it does only to register a YAML representer
+    for ``torch.dtype`` (about half of NeMo-Run's import time; no executor field is a dtype).
+    torch stays importable afterwards; only that representer is missing in this process."""
+    if "nemo_run" not in sys.modules and "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ModuleNotFoundError
+        try:
+            import nemo_run
+        finally:
+            if sys.modules.get("torch", 0) is None:
+                del sys.modules["torch"]
+    import nemo_run
+
+    return nemo_run
 
 
 # --- executor configuration --------------------------------------------------------------
@@ -74,6 +89,11 @@ def load_executor(
     """The executor of a factory (``kubeflow_gpu``, any registered ``run.Executor`` factory or a
     dotted path) or of ``FILE.py:NAME``, with ``FIELD=VALUE`` overrides in nemo_run's CLI syntax
     (the same as ``run.executor.FIELD=VALUE``)."""
+    _import_nemo_run()
+    import fiddle as fdl
+
+    from nemo_kubeflow.executor import KubeflowExecutor
+
     obj = _from_file(executor_file) if executor_file else _from_factory(factory or DEFAULT_FACTORY)
     config = _as_config(obj, executor_file or factory or DEFAULT_FACTORY)
     for override in overrides:
@@ -87,6 +107,9 @@ def load_executor(
 
 
 def _apply_override(config: fdl.Buildable, override: str) -> None:
+    import fiddle as fdl
+    from nemo_run.cli.cli_parser import CLIException, parse_cli_args
+
     key, sep, value = override.partition("=")
     if not sep or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", key):
         raise ConfigError(f"--set {override}: expected FIELD=VALUE, e.g. nodes=2 or tcpxo.nic_count=4")
@@ -144,6 +167,8 @@ def _optional_settings_class(config: fdl.Buildable, name: str) -> Optional[type]
 
 def _parse_reason(e: CLIException) -> str:
     """The innermost reason of nemo_run's nested parse errors."""
+    from nemo_run.cli.cli_parser import ParseError
+
     reason = str(e.args[0])
     cause: Optional[BaseException] = e
     while cause is not None:
@@ -155,6 +180,7 @@ def _parse_reason(e: CLIException) -> str:
 
 
 def _from_factory(name: str) -> Any:
+    run = _import_nemo_run()
     if "." in name:
         module_name, _, attr = name.rpartition(".")
         try:
@@ -189,6 +215,10 @@ def _from_file(spec: str) -> Any:
 
 def _as_config(obj: Any, source: str) -> fdl.Buildable:
     """A ``run.Config`` to apply overrides to, from a Config, an executor or a factory."""
+    import fiddle as fdl
+
+    from nemo_kubeflow.executor import KubeflowExecutor
+
     if callable(obj):  # a factory (Configs and executors are not callable)
         obj = obj()
     if isinstance(obj, fdl.Buildable):
@@ -203,6 +233,7 @@ def _as_config(obj: Any, source: str) -> fdl.Buildable:
 
 def script_for(command: Sequence[str]) -> run.Script:
     """The ``run.Script`` a user would write for ``command``."""
+    run = _import_nemo_run()
     if not command:
         raise ConfigError("give the command to run after --, e.g. -- python train.py --lr 0.1")
     if len(command) == 1:
@@ -220,6 +251,11 @@ def render_submission(
     experiment_id: str = DEFAULT_EXPERIMENT_ID,
 ) -> Submission:
     """What submitting ``command`` as a task would send, built as a NeMo-Run run builds it."""
+    _import_nemo_run()
+    from nemo_run.run.torchx_backend.packaging import package
+
+    from nemo_kubeflow.scheduler import build_for_app
+
     script = script_for(command)
     task = name or script.get_name()
     executor.validate()
@@ -240,6 +276,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     executor = load_executor(args.factory, args.executor_file, args.set)
     submission = render_submission(executor, args.command, name=args.name, experiment_id=args.experiment_id)
     if args.out:
+        from nemo_kubeflow.scheduler import write_manifests
+
         write_manifests(submission, args.out)
         for filename in sorted(os.listdir(args.out)):
             if filename.endswith(".yaml"):
@@ -275,6 +313,8 @@ def _documents(source: str) -> tuple[list[Any], list[str]]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from nemo_kubeflow.validation import validate_manifests
+
     if not args.files and not args.template:
         raise ConfigError("give manifest files to validate (- for stdin), or --template")
     problems: list[str] = []
@@ -285,6 +325,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         problems += [f"{source}: {e}" for e in errors]
         inputs.append(("<stdin>" if source == "-" else source, docs))
     if args.template:
+        from nemo_kubeflow.render import render_runtime, runtime_context
+
         executor = load_executor(args.factory, args.executor_file, args.set)
         try:
             inputs.append((args.template, [render_runtime(runtime_context(executor), args.template)]))
@@ -400,6 +442,10 @@ def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
     """The finished TrainJobs labelled as nemo-kubeflow's among ``jobs`` ((namespace, TrainJob)
     pairs) that belong to one of ``experiments`` (all when empty) and finished at least
     ``older_than`` seconds ago. Talks to no cluster."""
+    from torchx.specs import AppState
+
+    from nemo_kubeflow.status import job_status
+
     matchers = [experiment_labels(e) for e in experiments]
     result = FinishedJobs()
     for namespace, job in jobs:

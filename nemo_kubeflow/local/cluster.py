@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import shutil
@@ -21,6 +22,7 @@ from nemo_kubeflow.local.logs import LogStore
 from nemo_kubeflow.local.registry import Registry
 from nemo_kubeflow.local.server import ApiServer
 from nemo_kubeflow.local.store import Store
+from nemo_kubeflow.local.tls import ServerCredentials, make_credentials
 from nemo_kubeflow.local.trainer import TrainerController
 
 T = TypeVar("T")
@@ -44,6 +46,7 @@ class LocalCluster:
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._workdir: Optional[Path] = None
         self._token = secrets.token_urlsafe(32)
+        self._credentials: Optional[ServerCredentials] = None
         self._hooks = Hooks()
         self._store: Optional[Store] = None
         self._server: Optional[ApiServer] = None
@@ -65,7 +68,8 @@ class LocalCluster:
         registry.create(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, {
             "metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}}, {})
         events, logs = EventRecorder(store), LogStore()
-        self._server = ApiServer(store, registry, self._hooks, logs, self._token)
+        self._credentials = make_credentials()
+        self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials)
         self._server.start()
         self._kubelet = Kubelet(store, self._workdir, events, logs, self._server.url)
         self._controller = TrainerController(store, events)
@@ -114,13 +118,25 @@ class LocalCluster:
         return self._server.url
 
     @property
+    def ca_pem(self) -> bytes:
+        """The CA (PEM) that signed the API server's certificate; the kubeconfig carries it too."""
+        self._require_started()
+        return self._credentials.ca_pem
+
+    def ssl_context(self):
+        """An `ssl.SSLContext` that trusts this cluster's API server (for raw HTTPS clients)."""
+        self._require_started()
+        return self._credentials.client_context()
+
+    @property
     def kubeconfig_path(self) -> Path:
         return self.workdir / "kubeconfig"
 
     def _write_kubeconfig(self) -> None:
         config = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": CONTEXT, "cluster": {"server": self.url}}],
+            "clusters": [{"name": CONTEXT, "cluster": {
+                "server": self.url, "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}}],
             "users": [{"name": USER, "user": {"token": self._token}}],
             "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": USER, "namespace": "default"}}],
             "current-context": CONTEXT,

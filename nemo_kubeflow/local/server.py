@@ -1,12 +1,17 @@
 """The HTTP side of the API server: routing, bearer-token auth, faults, RBAC denials, the request
-log, watches and pod log streaming. Plain HTTP/1.1 on 127.0.0.1 only."""
+log, watches and pod log streaming. HTTP/1.1 over TLS on 127.0.0.1 only (see tls.py: kubectl sends
+a bearer token over HTTPS only)."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import queue
 import socket
+import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -18,10 +23,12 @@ from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, bad_request
 from nemo_kubeflow.local.faults import Hooks, RequestRecord
 from nemo_kubeflow.local.logs import LogStore, stream
+from nemo_kubeflow.local.printers import to_table, wants_table
 from nemo_kubeflow.local.registry import Registry, Result, event_v1
 from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.selectors import field_matcher, label_matcher
 from nemo_kubeflow.local.store import Store
+from nemo_kubeflow.local.tls import ServerCredentials
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +37,13 @@ KUBERNETES_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "git
                       "compiler": "gc", "platform": "linux/amd64"}
 #: How long a watch lasts when the client does not say (the real server picks 30-60 minutes).
 DEFAULT_WATCH_SECONDS = 1800
+#: A client that connects and never completes the TLS handshake gives its thread back after this.
+HANDSHAKE_TIMEOUT_S = 10.0
 _SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces": {"status"},
                  "persistentvolumeclaims": {"status"}, "localqueues": {"status"}, "workloads": {"status"}}
+#: kubectl resolves `kubectl get ns` through these (the real server's; the Trainer CRDs declare none).
+_SHORT_NAMES = {("", "namespaces"): ["ns"], ("", "configmaps"): ["cm"], ("", "persistentvolumeclaims"): ["pvc"],
+                ("", "pods"): ["po"], ("", "events"): ["ev"], ("events.k8s.io", "events"): ["ev"]}
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 _BOOLEAN_PARAMS = ("watch", "follow", "previous", "timestamps", "allowWatchBookmarks", "insecureSkipTLSVerifyBackend")
 
@@ -78,8 +90,13 @@ def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
     for rt in types:
         verbs = ["get", "list", "watch"] if rt.read_only else \
             ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
-                          "kind": rt.kind, "verbs": verbs})
+        resource = {"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
+                    "kind": rt.kind, "verbs": verbs}
+        if (rt.group, rt.plural) in _SHORT_NAMES:
+            resource["shortNames"] = _SHORT_NAMES[(rt.group, rt.plural)]
+        if rt is R.PODS:
+            resource["categories"] = ["all"]  # `kubectl get all`
+        resources.append(resource)
         for sub in sorted(_SUBRESOURCES.get(rt.plural, ()) if not rt.group or rt.is_custom else ()):
             resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
                               "kind": "Pod" if sub == "log" else rt.kind,
@@ -87,11 +104,53 @@ def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+@functools.lru_cache(maxsize=None)
+def _openapi_v3() -> dict[str, dict]:
+    """The OpenAPI v3 documents, by group-version path ("api/v1", "apis/<group>/<version>").
+
+    Only what kubectl reads before `apply` and `create`: for each kind, its PATCH operation
+    with the `fieldValidation` parameter. Seeing that, kubectl leaves validation to the server
+    (`fieldValidation=Strict`, the same checks as our other clients get) instead of downloading
+    schemas. There are no schemas here: `kubectl explain` has nothing to show.
+    """
+    docs: dict[str, dict] = {}
+    for rt in R.ALL:
+        gv = _gv_path(rt.group, rt.version)
+        doc = docs.setdefault(gv, {"openapi": "3.0.0", "info": {"title": "Kubernetes",
+                                                                "version": KUBERNETES_VERSION["gitVersion"]},
+                                   "paths": {}, "components": {"schemas": {}}})
+        scope = "/namespaces/{namespace}" if rt.namespaced else ""
+        doc["paths"][f"/{gv}{scope}/{rt.plural}/{{name}}"] = {"patch": {
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+            "parameters": [{"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+                           for name in ("dryRun", "fieldManager", "fieldValidation")],
+            "responses": {"200": {"description": "OK"}},
+        }}
+    return docs
+
+
+def _openapi_v3_index() -> dict:
+    paths = {}
+    for gv, doc in _openapi_v3().items():
+        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32].upper()
+        paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}
+    return {"paths": paths}
+
+
 def _discovery(path: str) -> Optional[dict]:
     groups = {}
     for rt in R.ALL:
         if rt.group:
             groups.setdefault((rt.group, rt.version), []).append(rt)
+    if path == "/openapi/v3":
+        return _openapi_v3_index()
+    if path.startswith("/openapi/v3/"):
+        return _openapi_v3().get(path[len("/openapi/v3/"):])
     if path == "/version":
         return KUBERNETES_VERSION
     if path == "/api":
@@ -143,16 +202,30 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, api: "ApiServer"):
+    def __init__(self, api: "ApiServer", tls: ssl.SSLContext):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.api = api
+        self.tls = tls
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
 
+    def get_request(self) -> tuple[socket.socket, tuple]:
+        # The handshake happens in the connection's own thread (_Handler.setup), not in the accept loop.
+        connection, address = super().get_request()
+        return self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that hangs up, or refuses our certificate (a kubeconfig with another cluster's
+        # CA, a plain-http URL), is not the server's error: no traceback on stderr.
+        if not isinstance(sys.exc_info()[1], (ssl.SSLError, OSError)):
+            super().handle_error(request, client_address)
+
 
 class ApiServer:
-    def __init__(self, store: Store, registry: Registry, hooks: Hooks, logs: LogStore, token: str):
+    def __init__(self, store: Store, registry: Registry, hooks: Hooks, logs: LogStore, token: str,
+                 credentials: ServerCredentials):
         self.store, self.registry, self.hooks, self.logs, self.token = store, registry, hooks, logs, token
+        self.credentials = credentials
         self.stopping = threading.Event()
         self._httpd: Optional[_Server] = None
 
@@ -160,10 +233,10 @@ class ApiServer:
     def url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("the API server is not running")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"https://127.0.0.1:{self._httpd.server_address[1]}"
 
     def start(self) -> None:
-        self._httpd = _Server(self)
+        self._httpd = _Server(self, self.credentials.server_context())
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="api-server",
                          daemon=True).start()
 
@@ -191,6 +264,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def setup(self) -> None:
+        self.request.settimeout(HANDSHAKE_TIMEOUT_S)
+        self.request.do_handshake()
+        self.request.settimeout(None)
         super().setup()
         with self.server.connections_lock:
             self.server.connections.add(self.connection)
@@ -292,10 +368,12 @@ class _Handler(BaseHTTPRequestHandler):
         registry = api.registry
         if verb == "get" and sub == "log":
             return self._send_log(api, namespace, name, query)
-        if verb == "get":
-            return self._send(registry.get(rt, namespace, name))
-        if verb == "list":
-            return self._send(registry.list(rt, target.namespace, query))
+        if verb in ("get", "list"):
+            result = registry.get(rt, namespace, name) if verb == "get" else registry.list(rt, target.namespace, query)
+            if wants_table(self.headers.get("Accept", "")):  # kubectl get
+                result = Result(result.code, to_table(rt, result.body, query.get("includeObject") or
+                                                      "PartialObjectMetadata"), result.warnings)
+            return self._send(result)
         if verb == "watch":
             return self._send_watch(api, rt, target.namespace, query)
         if verb == "create":
@@ -389,9 +467,13 @@ class _Handler(BaseHTTPRequestHandler):
             api.store.add_listener(listener)
         deadline = time.monotonic() + int(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
 
+        table = wants_table(self.headers.get("Accept", ""))  # kubectl get -w: each event's object a one-row Table
+
         def encode(event: str, obj: dict) -> bytes:
             if rt is R.EVENTS_V1 and event != "ERROR":
                 obj = event_v1(obj)
+            if table and event != "ERROR":
+                obj = to_table(rt, obj, query.get("includeObject") or "PartialObjectMetadata")
             return json.dumps({"type": event, "object": obj}).encode() + b"\n"
 
         def chunks() -> Iterator[bytes]:

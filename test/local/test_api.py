@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import threading
@@ -19,7 +20,7 @@ def _raw(cluster, method: str, path: str, body: bytes = b"", token: str = "") ->
                                      headers={"Content-Type": "application/json",
                                               **({"Authorization": f"Bearer {token}"} if token else {})})
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5, context=cluster.ssl_context()) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
@@ -45,7 +46,9 @@ def test_kubeconfig(cluster):
     assert config["current-context"] == cluster.context == "nemo-kubeflow-local"
     assert config["contexts"][0]["context"]["namespace"] == "default"
     assert config["clusters"][0]["cluster"]["server"] == cluster.url
-    assert cluster.url.startswith("http://127.0.0.1:")
+    # HTTPS: kubectl sends a bearer token over TLS only. The CA is in the kubeconfig, as a real cluster's.
+    assert cluster.url.startswith("https://127.0.0.1:")
+    assert base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]) == cluster.ca_pem
 
 
 def test_crud_and_label_selectors(core, ns):

@@ -56,8 +56,7 @@ def human_duration(seconds: float) -> str:
 
 
 def _age(obj: dict, at: dt.datetime) -> str:
-    stamp = obj.get("metadata", {}).get("creationTimestamp")
-    return human_duration((at - parse(stamp)).total_seconds()) if stamp else "<unknown>"
+    return _since(obj.get("metadata", {}).get("creationTimestamp"), at)
 
 
 def _pod_status(pod: dict) -> str:
@@ -107,6 +106,32 @@ def _pod_cells(pod: dict) -> list:
     return [f"{ready}/{total}", _pod_status(pod), restarts]
 
 
+def _column(name: str, description: str = "", priority: int = 0, type_: str = "string") -> dict:
+    return {"name": name, "type": type_, "format": "", "priority": priority, "description": description}
+
+
+def _since(stamp: Optional[str], at: dt.datetime) -> str:
+    return human_duration((at - parse(stamp)).total_seconds()) if stamp else "<unknown>"
+
+
+#: Events have no NAME column first: what happened matters more than the event's name.
+_EVENT_COLUMNS = [_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"),
+                  _column("Subobject", priority=1), _column("Source", priority=1), _column("Message"),
+                  _column("First Seen", priority=1), _column("Count", priority=1, type_="integer"),
+                  _column("Name", priority=1)]
+
+
+def _event_row(event: dict, at: dt.datetime) -> list:
+    involved, source = event.get("involvedObject") or {}, event.get("source") or {}
+    last = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
+    return [_since(last, at), event.get("type", ""), event.get("reason", ""),
+            f"{involved.get('kind', '').lower()}/{involved.get('name', '')}", involved.get("fieldPath", ""),
+            ", ".join(x for x in (source.get("component"), source.get("host")) if x) or event.get(
+                "reportingComponent", ""),
+            event.get("message", ""), _since(event.get("firstTimestamp") or event.get("eventTime"), at),
+            event.get("count", 1), event.get("metadata", {}).get("name", "")]
+
+
 def _last_condition_type(obj: dict) -> str:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return conditions[-1].get("type", "") if conditions else ""
@@ -145,10 +170,11 @@ def to_table(rt: ResourceType, body: dict, include_object: str = "PartialObjectM
     columns, cells = _COLUMNS.get(rt, ([], lambda _: []))
     items = body.get("items") if "items" in body else [body]
     at = now()
-    definitions = [_NAME, *columns, _AGE] + (_POD_WIDE if rt is R.PODS else [])
+    definitions = _EVENT_COLUMNS if rt is R.EVENTS else [_NAME, *columns, _AGE] + (_POD_WIDE if rt is R.PODS else [])
     rows = []
     for obj in items:
-        row = [obj.get("metadata", {}).get("name", ""), *cells(obj), _age(obj, at)]
+        row = _event_row(obj, at) if rt is R.EVENTS else [obj.get("metadata", {}).get("name", ""), *cells(obj),
+                                                           _age(obj, at)]
         if rt is R.PODS:
             row += [(obj.get("status") or {}).get("podIP") or "<none>", obj.get("spec", {}).get("nodeName") or "<none>"]
         entry: dict = {"cells": row}

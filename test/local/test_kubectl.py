@@ -103,6 +103,9 @@ def test_render_output_applies_and_runs(kubectl, cluster, ns, monkeypatch, capsy
     assert "Started container node" in described  # the pod's events
     assert kubectl("logs", pod, "-n", ns).stdout == "hello from kubectl\n"
     assert kubectl("logs", f"pod/{pod}", "-n", ns, "-c", "node", "--tail=1").stdout == "hello from kubectl\n"
+    header, *events = rows(kubectl("get", "events", "-n", ns).stdout)
+    assert header == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert ["Normal", "Started", f"pod/{pod}", "Started", "container", "node"] in [row[1:] for row in events]
 
 
 @needs_kubectl

@@ -141,10 +141,15 @@ class LocalCluster:
             "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": USER, "namespace": "default"}}],
             "current-context": CONTEXT,
         }
-        fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(config, f, sort_keys=False)
-        os.chmod(self.kubeconfig_path, 0o600)  # also when the file was there before
+        # Written aside and renamed: a client that polls for the file never reads half of it.
+        fd, partial = tempfile.mkstemp(prefix=".kubeconfig-", dir=self.workdir)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                yaml.safe_dump(config, f, sort_keys=False)
+            os.replace(partial, self.kubeconfig_path)
+        except BaseException:
+            os.unlink(partial)
+            raise
 
     def configuration(self):
         """A `kubernetes.client.Configuration` for this cluster (e.g. for the Kubeflow SDK)."""

@@ -39,6 +39,7 @@ KUBERNETES_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "git
 DEFAULT_WATCH_SECONDS = 1800
 #: A client that connects and never completes the TLS handshake gives its thread back after this.
 HANDSHAKE_TIMEOUT_S = 10.0
+PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces": {"status"},
                  "persistentvolumeclaims": {"status"}, "localqueues": {"status"}, "workloads": {"status"}}
 #: kubectl resolves `kubectl get ns` through these (the real server's; the Trainer CRDs declare none).
@@ -265,7 +266,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.request.settimeout(HANDSHAKE_TIMEOUT_S)
-        self.request.do_handshake()
+        try:
+            self.request.do_handshake()
+        except ssl.SSLError as error:
+            if error.reason == "HTTP_REQUEST":  # an http:// URL: say so in plain text, as Go's servers do
+                socket.socket.sendall(self.request, PLAIN_HTTP_ANSWER)
+            raise
         self.request.settimeout(None)
         super().setup()
         with self.server.connections_lock:

@@ -51,6 +51,16 @@ def test_kubeconfig(cluster):
     assert base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]) == cluster.ca_pem
 
 
+def test_plain_http_is_answered_with_what_to_fix(cluster):
+    """An http:// URL gets a plain-text 400 saying the server speaks HTTPS (as Go's servers answer it),
+    not a dropped connection."""
+    plain = cluster.url.replace("https://", "http://")
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(plain + "/api", timeout=5)
+    assert error.value.code == 400
+    assert error.value.read() == b"Client sent an HTTP request to an HTTPS server.\n"
+
+
 def test_crud_and_label_selectors(core, ns):
     for name, labels in (("a", {"app": "a", "tier": "x"}), ("b", {"app": "b"}), ("c", {"other": "1"})):
         created = core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels},

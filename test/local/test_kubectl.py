@@ -107,6 +107,11 @@ def test_render_output_applies_and_runs(kubectl, cluster, ns, monkeypatch, capsy
     assert header == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert ["Normal", "Started", f"pod/{pod}", "Started", "container", "node"] in [row[1:] for row in events]
 
+    # The re-apply set spec.suspend back to the manifests' true (a three-way merge with the live object).
+    assert yaml.safe_load(kubectl("get", "trainjob", job, "-n", ns, "-o", "yaml").stdout)["spec"]["suspend"] is True
+    assert kubectl("delete", "trainjob", job, "-n", ns).stdout == f'trainjob.trainer.kubeflow.org "{job}" deleted\n'
+    cluster.wait_for(lambda: not cluster.objects("pods", ns), timeout=30)
+
 
 @needs_kubectl
 def test_a_kubeconfig_without_the_ca_is_refused(kubectl, cluster, tmp_path):

@@ -99,7 +99,7 @@ def test_render_output_applies_and_runs(kubectl, cluster, ns, monkeypatch, capsy
     described = kubectl("describe", "pod", pod, "-n", ns).stdout
     assert f"Name:             {pod}" in described
     assert "Status:           Succeeded" in described
-    assert f"Controlled By:  TrainJob/{job}" in described
+    assert f"Controlled By:  Job/{job}-node-0" in described  # TrainJob -> JobSet -> Job -> pod
     assert "Started container node" in described  # the pod's events
     assert kubectl("logs", pod, "-n", ns).stdout == "hello from kubectl\n"
     assert kubectl("logs", f"pod/{pod}", "-n", ns, "-c", "node", "--tail=1").stdout == "hello from kubectl\n"

@@ -561,6 +561,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Each task of an experiment: its TrainJob, state and why (the reason NeMo-Run's status omits)."""
+    run = _import_nemo_run()
     from nemo_run.run.experiment import Experiment
     from torchx.specs import parse_app_handle
 

@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated NEMORUN_HOME for every test."""
 
 import os
+import sys
 
 import pytest
 from nemo_run.config import get_nemorun_home, set_nemorun_home
@@ -16,3 +17,60 @@ def nemorun_home(tmp_path, monkeypatch):
     monkeypatch.setenv("NEMORUN_HOME", str(home))
     yield home
     set_nemorun_home(previous)
+
+
+# ---------------------------------------------------------------- the `real` control plane
+# Tests marked `real` run on the upstream kube-apiserver, Trainer, JobSet and Kueue controllers
+# (test/controlplane/, docs/real-control-plane.md). They are deselected by default (pyproject's
+# addopts `-m "not real"`); `python -m pytest -q -m real` builds the binaries once (outside the
+# test timeouts: here, at collection) and runs them.
+REAL_BUILD = pytest.StashKey[object]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Build (or reuse) the control plane only when a selected test is marked `real`."""
+    if config.option.collectonly or not any(item.get_closest_marker("real") for item in items):
+        return
+    from controlplane import BuildUnavailable, ensure_built
+
+    try:
+        config.stash[REAL_BUILD] = ensure_built(out=sys.__stderr__)
+    except BuildUnavailable as exc:
+        config.stash[REAL_BUILD] = exc
+
+
+UNAVAILABLE = "real control plane unavailable"
+_UNAVAILABLE_LINE = sys._getframe().f_lineno
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Report the skips of an unavailable control plane at one place, so `-ra` folds them into one line."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].startswith(
+            f"Skipped: {UNAVAILABLE}"):
+        report.longrepr = (__file__, _UNAVAILABLE_LINE, report.longrepr[2])
+
+
+@pytest.fixture(scope="session")
+def real_control_plane(request, tmp_path_factory):
+    """The upstream control plane on loopback, for the session; every process stopped at the end."""
+    from controlplane import RealControlPlane
+
+    built = request.config.stash.get(REAL_BUILD, None)
+    if isinstance(built, Exception):
+        pytest.skip(f"{UNAVAILABLE}: {built}")
+    if built is None:
+        pytest.fail("the real_control_plane fixture is only for tests marked `real`")
+    with RealControlPlane(built, tmp_path_factory.mktemp("real-control-plane")) as control_plane:
+        yield control_plane
+
+
+@pytest.fixture()
+def real_namespace(real_control_plane):
+    """A fresh namespace on the real control plane, deleted after the test."""
+    name = real_control_plane.create_namespace()
+    yield name
+    real_control_plane.delete_namespace(name)

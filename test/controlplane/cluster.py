@@ -1,0 +1,568 @@
+"""Run the real upstream control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, and the Kubeflow Trainer, JobSet and Kueue controller managers, as local processes.
+
+    with RealControlPlane(build_info, workdir) as cp:
+        cp.kubeconfig_path      # token kubeconfig (user in system:masters), CA embedded
+        cp.create_namespace()   # a fresh namespace
+        cp.register_node("n1", cpu="8", memory="32Gi")
+
+Every process is started in its own process group (and dies with the test process through
+PR_SET_PDEATHSIG), and `stop()` (also run by `__exit__` and at interpreter exit) sends SIGTERM to each
+group, then SIGKILL after a grace period, by PID: nothing it started is left running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import ctypes
+import datetime
+import ipaddress
+import json
+import os
+import secrets
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+try:  # imported as the package `controlplane` (tests) or run from this folder
+    from . import manifests
+except ImportError:  # pragma: no cover
+    import manifests
+
+#: service CIDR the API server allocates ClusterIPs from (nothing routes it: there is no kube-proxy)
+SERVICE_CIDR = "10.96.0.0/16"
+KUEUE_NAMESPACE = "kueue-system"
+#: the Kueue integrations enabled (their CRDs are installed, their webhooks registered)
+KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
+
+
+class ControlPlaneError(RuntimeError):
+    """A component did not start or did not become ready; the message names it and its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: own process group, and SIGKILL when the process that started us dies."""
+    os.setpgrp()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # pragma: no cover - not glibc
+        pass
+
+
+class Certificates:
+    """A throw-away CA, a serving certificate for 127.0.0.1/localhost and the service-account key pair."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._not_before = now - datetime.timedelta(minutes=5)
+        self._not_after = now + datetime.timedelta(days=2)
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nemo-kubeflow-test-ca")])
+        ca_cert = (
+            x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+            .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(self._not_before).not_valid_after(self._not_after)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        self._ca_key, self._ca_cert = ca_key, ca_cert
+        self.ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+        self.ca_crt = self._write("ca.crt", self.ca_pem)
+        self.serving_crt, self.serving_key = self.issue("serving", "127.0.0.1", server=True)
+        # the API server's client certificate towards kubelets (pods/log, exec) of the node agent
+        self.kubelet_client_crt, self.kubelet_client_key = self.issue(
+            "kubelet-client", "kube-apiserver-kubelet-client", organization="system:masters", server=False)
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.sa_key = self._write("sa.key", sa_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        self.sa_pub = self._write("sa.pub", sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+    def issue(self, name: str, common_name: str, organization: str | None = None, server: bool = True,
+              hosts: tuple = ("127.0.0.1", "localhost")) -> tuple[Path, Path]:
+        """A certificate signed by the CA; server certificates cover `hosts`. Returns (crt, key) paths."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        if organization:
+            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+        builder = (
+            x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(self._ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(self._not_before).not_valid_after(self._not_after)
+            .add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        )
+        if server:
+            sans = []
+            for host in hosts:
+                try:
+                    sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+                except ValueError:
+                    sans.append(x509.DNSName(host))
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(self._ca_key, hashes.SHA256())
+        crt = self._write(f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM))
+        keyfile = self._write(f"{name}.key", key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        return crt, keyfile
+
+    def _write(self, name: str, data: bytes) -> Path:
+        path = self.dir / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return path
+
+
+class RealControlPlane:
+    """The upstream control plane, started from the binaries of `build.ensure_built()`."""
+
+    #: seconds each component gets to become ready (the first start of Kueue on 2 busy cores is slow)
+    READY_TIMEOUT = 180.0
+
+    def __init__(self, build_info: dict, workdir: Path):
+        self.build_info = build_info
+        self.binaries = {k: Path(v) for k, v in build_info["binaries"].items()}
+        self.module_dirs = {k: Path(v["module_dir"]) for k, v in build_info["components"].items()}
+        self.workdir = Path(workdir)
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.ports: dict[str, int] = {}
+        self.token = secrets.token_hex(16)
+        self._stopped = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "RealControlPlane":
+        atexit.register(self.stop)
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.certs = Certificates(self.workdir / "pki")
+        for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler",
+                     "trainer-webhook", "trainer-health", "trainer-status", "jobset-webhook", "jobset-health",
+                     "kueue-webhook", "kueue-health"):
+            self.ports[name] = free_port()
+        self._start_etcd()
+        self._start_apiserver()
+        self._write_kubeconfig()
+        self._wait(lambda: self._get("/readyz") == "ok", "kube-apiserver", "/readyz")
+        self._start_controller_manager()
+        self._start_scheduler()
+        self._install_crds()
+        self._ensure_namespace(KUEUE_NAMESPACE)
+        self._start_trainer()
+        self._start_jobset()
+        self._start_kueue()
+        for name in ("trainer", "jobset", "kueue"):
+            port = self.ports[f"{name}-health"]
+            self._wait(lambda port=port: _http_ok(f"http://127.0.0.1:{port}/readyz"), name, "/readyz")
+        self._register_webhooks()
+        for name in ("trainer", "jobset", "kueue"):
+            port = self.ports[f"{name}-webhook"]
+            self._wait(lambda port=port: self._webhook_answers(port), name, "its webhook server")
+        self._wait(lambda: self._default_service_account_exists(), "kube-controller-manager",
+                   "the `default` ServiceAccount")
+
+    def stop(self) -> None:
+        """SIGTERM every process group we started (reverse order), SIGKILL what is left after 10 s."""
+        if self._stopped:
+            return
+        self._stopped = True
+        procs = list(self.processes.items())[::-1]
+        for _, proc in procs:
+            if proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _, proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc.pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+        for log in getattr(self, "_logs", []):
+            log.close()
+        atexit.unregister(self.stop)
+
+    def pids(self) -> dict:
+        return {name: proc.pid for name, proc in self.processes.items()}
+
+    # ------------------------------------------------------------------ public helpers
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def log_path(self, component: str) -> Path:
+        return self.workdir / "logs" / f"{component}.log"
+
+    def request(self, method: str, path: str, body: dict | None = None, content_type: str = "application/json"):
+        """One authenticated call to the API server; returns the decoded JSON (or text)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": content_type, "Accept": "application/json"})
+        with urllib.request.urlopen(req, context=self._ssl_context(), timeout=30) as resp:
+            text = resp.read().decode()
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def create_namespace(self, prefix: str = "real") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self._ensure_namespace(name)
+        self._wait(lambda: self._default_service_account_exists(name), "kube-controller-manager",
+                   f"the `default` ServiceAccount in {name}")
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        try:
+            self.request("DELETE", f"/api/v1/namespaces/{name}")
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+
+    def register_node(self, name: str, cpu: str = "8", memory: str = "32Gi", gpus: int = 0,
+                      labels: dict | None = None, kubelet_port: int | None = None, ready: bool = True) -> dict:
+        """Create a Node with this capacity (and `nvidia.com/gpu` when gpus > 0) and mark it Ready.
+
+        This only registers the object (what `kubelet --register-node` does first); a node agent must
+        keep its Lease renewed and run the pods bound to it. `kubelet_port` is the agent's HTTPS port
+        (daemonEndpoints), through which the API server reaches `pods/log`.
+        """
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus:
+            capacity["nvidia.com/gpu"] = str(gpus)
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                                  "kubernetes.io/arch": "amd64", **(labels or {})}},
+        }
+        created = self.request("POST", "/api/v1/nodes", node)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "capacity": capacity, "allocatable": capacity,
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
+                            "message": "registered by the test control plane",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        }
+        if kubelet_port:
+            status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": kubelet_port}}
+        return self.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
+                            content_type="application/strategic-merge-patch+json") or created
+
+    def install_trainer_runtimes(self, names: tuple = ("torch_distributed.yaml",)) -> list:
+        """Install Trainer's own ClusterTrainingRuntimes from its module (through its webhook)."""
+        created = []
+        for doc in manifests.runtimes(self.module_dirs["trainer"], names):
+            created.append(self._apply(doc, "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes"))
+        return created
+
+    # ------------------------------------------------------------------ components
+    def _spawn(self, name: str, argv: list, env: dict | None = None) -> subprocess.Popen:
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path(name), "ab")
+        self._logs = getattr(self, "_logs", []) + [log]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, cwd=self.workdir, preexec_fn=_die_with_parent)
+        self.processes[name] = proc
+        return proc
+
+    def _start_etcd(self) -> None:
+        client = f"http://127.0.0.1:{self.ports['etcd']}"
+        peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
+        self._spawn("etcd", [
+            str(self.binaries["etcd"]), "--name=default", f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}", "--unsafe-no-fsync=true", "--log-level=warn",
+        ])
+
+    def _start_apiserver(self) -> None:
+        tokens = self.workdir / "pki" / "tokens.csv"
+        fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f'{self.token},test-admin,test-admin,"system:masters"\n')
+        c = self.certs
+        self._spawn("kube-apiserver", [
+            str(self.binaries["kube-apiserver"]),
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
+            f"--tls-cert-file={c.serving_crt}", f"--tls-private-key-file={c.serving_key}",
+            f"--client-ca-file={c.ca_crt}", f"--token-auth-file={tokens}",
+            "--authorization-mode=RBAC", "--allow-privileged=true",
+            f"--service-account-key-file={c.sa_pub}", f"--service-account-signing-key-file={c.sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # loopback is not a valid Endpoints address: no `kubernetes` Service endpoints
+            "--endpoint-reconciler-type=none",
+            f"--kubelet-client-certificate={c.kubelet_client_crt}", f"--kubelet-client-key={c.kubelet_client_key}",
+            f"--kubelet-certificate-authority={c.ca_crt}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--cert-dir={self.workdir / 'pki' / 'apiserver'}", "--profiling=false",
+        ])
+
+    def _component_flags(self, port_name: str) -> list:
+        kubeconfig = str(self.kubeconfig_path)
+        return [
+            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", f"--secure-port={self.ports[port_name]}",
+            f"--cert-dir={self.workdir / 'pki' / port_name}", "--profiling=false",
+        ]
+
+    def _start_controller_manager(self) -> None:
+        self._spawn("kube-controller-manager", [
+            str(self.binaries["kube-controller-manager"]), *self._component_flags("controller-manager"),
+            f"--service-account-private-key-file={self.certs.sa_key}", f"--root-ca-file={self.certs.ca_crt}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--controllers=*",
+        ])
+
+    def _start_scheduler(self) -> None:
+        self._spawn("kube-scheduler", [str(self.binaries["kube-scheduler"]), *self._component_flags("scheduler")])
+
+    def _serving_cert_dir(self, component: str) -> Path:
+        """controller-runtime's webhook server reads tls.crt/tls.key from its CertDir."""
+        cert_dir = self.workdir / "pki" / component
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        for name, src in (("tls.crt", self.certs.serving_crt), ("tls.key", self.certs.serving_key)):
+            (cert_dir / name).write_bytes(src.read_bytes())
+            os.chmod(cert_dir / name, 0o600)
+        return cert_dir
+
+    def _write_config(self, component: str, config: dict) -> Path:
+        path = self.workdir / f"{component}-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def _controller_env(self, component: str) -> dict:
+        # Trainer's configuration has no certDir: controller-runtime then looks in
+        # $TMPDIR/k8s-webhook-server/serving-certs, so each controller gets its own TMPDIR.
+        tmp = self.workdir / "tmp" / component
+        (tmp / "k8s-webhook-server").mkdir(parents=True, exist_ok=True)
+        serving = tmp / "k8s-webhook-server" / "serving-certs"
+        if not serving.exists():
+            serving.symlink_to(self._serving_cert_dir(component))
+        return {"KUBECONFIG": str(self.kubeconfig_path), "TMPDIR": str(tmp)}
+
+    def _start_trainer(self) -> None:
+        config = self._write_config("trainer", {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['trainer-health']}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": self.ports["trainer-webhook"], "host": "127.0.0.1"},
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+            "statusServer": {"port": self.ports["trainer-status"]},
+        })
+        self._spawn("trainer-controller-manager", [
+            str(self.binaries["trainer-controller-manager"]), f"--config={config}"], self._controller_env("trainer"))
+
+    def _start_jobset(self) -> None:
+        config = self._write_config("jobset", {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['jobset-health']}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": self.ports["jobset-webhook"], "host": "127.0.0.1",
+                        "certDir": str(self._serving_cert_dir("jobset"))},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+        })
+        self._spawn("jobset-controller-manager", [
+            str(self.binaries["jobset-controller-manager"]), f"--config={config}"], self._controller_env("jobset"))
+
+    def _start_kueue(self) -> None:
+        config = self._write_config("kueue", {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "manageJobsWithoutQueueName": False,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue-health']}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": self.ports["kueue-webhook"], "host": "127.0.0.1",
+                        "certDir": str(self._serving_cert_dir("kueue"))},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            # the visibility API is an aggregated API server of its own: not needed by the tests
+            "featureGates": {"VisibilityOnDemand": False},
+        })
+        self._spawn("kueue-controller-manager", [
+            str(self.binaries["kueue-controller-manager"]), f"--config={config}"], self._controller_env("kueue"))
+
+    # ------------------------------------------------------------------ objects
+    def _install_crds(self) -> None:
+        names = []
+        for component, upstream in manifests.UPSTREAMS.items():
+            port = self.ports[f"{component}-webhook"]
+            for crd in manifests.crds(self.module_dirs[component], upstream, port, self.certs.ca_pem):
+                self._apply(crd, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+                names.append(crd["metadata"]["name"])
+        for name in names:
+            self._wait(lambda name=name: self._crd_established(name), "kube-apiserver", f"CRD {name} Established")
+
+    def _register_webhooks(self) -> None:
+        for component, upstream in manifests.UPSTREAMS.items():
+            port = self.ports[f"{component}-webhook"]
+            for config in manifests.webhook_configurations(self.module_dirs[component], upstream, port,
+                                                           self.certs.ca_pem):
+                plural = config["kind"].lower() + "s"
+                self._apply(config, f"/apis/admissionregistration.k8s.io/v1/{plural}")
+
+    def _apply(self, obj: dict, collection: str) -> dict:
+        """Create, or replace when it exists (a restarted fixture on the same etcd never happens, but a
+        CRD re-read is cheap)."""
+        try:
+            return self.request("POST", collection, obj)
+        except urllib.error.HTTPError as e:
+            if e.code != 409:
+                raise ControlPlaneError(f"cannot create {obj['kind']} {obj['metadata']['name']}: "
+                                        f"{e.code} {e.read().decode()[:500]}") from None
+        current = self.request("GET", f"{collection}/{obj['metadata']['name']}")
+        obj = dict(obj, metadata={**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]})
+        return self.request("PUT", f"{collection}/{obj['metadata']['name']}", obj)
+
+    def _ensure_namespace(self, name: str) -> None:
+        try:
+            self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": name}})
+        except urllib.error.HTTPError as e:
+            if e.code != 409:
+                raise
+
+    def _crd_established(self, name: str) -> bool:
+        crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (crd.get("status") or {}).get("conditions", []))
+
+    def _default_service_account_exists(self, namespace: str = "default") -> bool:
+        try:
+            self.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+            return True
+        except urllib.error.HTTPError:
+            return False
+
+    def _webhook_answers(self, port: int) -> bool:
+        """The webhook server completes a TLS handshake with our CA and answers HTTP."""
+        try:
+            req = urllib.request.Request(f"https://127.0.0.1:{port}/", method="GET")
+            urllib.request.urlopen(req, context=self._ssl_context(), timeout=5)
+            return True
+        except urllib.error.HTTPError:
+            return True  # 404 for `/`: it answers
+        except OSError:
+            return False
+
+    # ------------------------------------------------------------------ plumbing
+    def _ssl_context(self) -> ssl.SSLContext:
+        if not hasattr(self, "_ctx"):
+            self._ctx = ssl.create_default_context(cafile=str(self.certs.ca_crt))
+        return self._ctx
+
+    def _get(self, path: str):
+        try:
+            return self.request("GET", path)
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "real",
+            "clusters": [{"name": "real", "cluster": {
+                "server": self.server,
+                "certificate-authority-data": base64.b64encode(self.certs.ca_pem).decode()}}],
+            "users": [{"name": "test-admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "real", "context": {"cluster": "real", "user": "test-admin",
+                                                      "namespace": "default"}}],
+        }
+        fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(config, f)
+
+    def wait_for(self, predicate, what: str, timeout: float | None = None, component: str = "kube-apiserver"):
+        """Poll `predicate` until it returns something true (returned); fail at once, with its log, when
+        a component exits, or after `timeout` (READY_TIMEOUT) with the log of `component`."""
+        timeout = self.READY_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise ControlPlaneError(
+                        f"{name} exited with code {proc.returncode} while waiting for {what}; "
+                        f"last lines of {self.log_path(name)}:\n{_tail(self.log_path(name))}")
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.25)
+        log = self.log_path(_process_of(component))
+        raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}; "
+                                f"last lines of {log}:\n{_tail(log)}")
+
+    def _wait(self, predicate, component: str, what: str) -> None:
+        self.wait_for(predicate, f"{component}: {what}", component=component)
+
+def _process_of(component: str) -> str:
+    return {"trainer": "trainer-controller-manager", "jobset": "jobset-controller-manager",
+            "kueue": "kueue-controller-manager"}.get(component, component)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,133 @@
+"""Smoke test on the real upstream control plane (kube-apiserver, Trainer, JobSet, Kueue controllers).
+
+Run with `python -m pytest -q -m real` (see docs/real-control-plane.md). There is no node yet (the
+node agent comes later), so pods stay Pending: this checks what the real controllers build from a
+TrainJob submitted through NeMo-Run and that cancelling lets the garbage collector remove it all.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nemo_run as run
+import pytest
+from torchx.specs import parse_app_handle
+
+from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
+from nemo_kubeflow.scheduler import create_scheduler
+
+pytestmark = pytest.mark.real
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def items(cp, path):
+    return cp.request("GET", path)["items"]
+
+
+def test_components_are_the_pinned_upstream_releases(real_control_plane):
+    cp = real_control_plane
+    version = cp.request("GET", "/version")
+    assert version["gitVersion"] == cp.build_info["versions"]["kubernetes"]
+    groups = {g["name"] for g in cp.request("GET", "/apis")["groups"]}
+    assert {"trainer.kubeflow.org", "jobset.x-k8s.io", "kueue.x-k8s.io"} <= groups
+    hooks = {h["name"] for c in items(cp, "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations")
+             for h in c["webhooks"]}
+    assert {"validator.trainjob.trainer.kubeflow.org", "vjobset.kb.io"} <= hooks
+    assert all(proc.poll() is None for proc in cp.processes.values())
+
+
+def test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them(real_control_plane,
+                                                                                 real_namespace):
+    cp, ns = real_control_plane, real_namespace
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=2,
+        nprocs_per_node=1,
+        namespace=ns,
+        kubeconfig=str(cp.kubeconfig_path),
+        shm_size=None,
+        packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
+    )
+    with run.Experiment("real-smoke", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline="echo hello; sleep 600"), name="hello")
+        exp.run(detach=True)
+        handle = exp.jobs[0].handle
+    app_id = parse_app_handle(handle)[2]
+    name = app_id.split(":", 1)[1]
+
+    trainjob = cp.request("GET", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}")
+    uid = trainjob["metadata"]["uid"]
+
+    def jobset():
+        found = [j for j in items(cp, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets")
+                 if j["metadata"]["name"] == name]
+        return found and found[0]
+
+    js = cp.wait_for(jobset, "the real Trainer to create the JobSet owned by the TrainJob")
+    assert [(o["kind"], o["uid"]) for o in js["metadata"]["ownerReferences"]] == [("TrainJob", uid)]
+
+    selector = f"?labelSelector={JOBSET_NAME_LABEL}%3D{name}"
+
+    def jobs():
+        return items(cp, f"/apis/batch/v1/namespaces/{ns}/jobs{selector}")
+
+    assert len(cp.wait_for(jobs, "the real JobSet controller to create one Job per node")) == 2
+
+    def unschedulable_pods():
+        pods = items(cp, f"/api/v1/namespaces/{ns}/pods{selector}")
+        conds = [c for p in pods for c in p["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+        return len(pods) == 2 and len(conds) == 2 and all(c["reason"] == "Unschedulable" for c in conds) and pods
+
+    pods = cp.wait_for(unschedulable_pods, "the pods, unschedulable (no node)")
+    assert all(p["status"]["phase"] == "Pending" for p in pods)
+    assert all(p["metadata"]["labels"]["jobset.sigs.k8s.io/priority"] == "0" for p in pods)
+
+    create_scheduler("t").cancel(app_id)
+
+    def collected():
+        left = (items(cp, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets")
+                + items(cp, f"/apis/batch/v1/namespaces/{ns}/jobs")
+                + items(cp, f"/api/v1/namespaces/{ns}/pods")
+                + [c for c in items(cp, f"/api/v1/namespaces/{ns}/configmaps")
+                   if c["metadata"]["name"].startswith(name)])
+        return not left
+
+    cp.wait_for(collected, "the garbage collector to remove the JobSet, Jobs, pods and ConfigMaps")
+    assert items(cp, f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs") == []
+
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its reaper."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_killing_the_test_process_leaves_no_component_running(real_control_plane, tmp_path):
+    """A second control plane in a child process; SIGKILL the child (no cleanup code can run):
+    every component it started dies with it (PR_SET_PDEATHSIG in each process group)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import json, sys, time
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from controlplane import RealControlPlane
+            with RealControlPlane(json.loads(sys.argv[1]), {str(tmp_path)!r}) as cp:
+                print(json.dumps(cp.pids()), flush=True)
+                time.sleep(600)
+        """), json.dumps(real_control_plane.build_info)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+    assert set(pids) == set(real_control_plane.pids())
+    real_control_plane.wait_for(lambda: not [pid for pid in pids.values() if _running(pid)],
+                                "the components of the killed process to die", timeout=30)

@@ -75,7 +75,10 @@ def test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them
     def jobs():
         return items(cp, f"/apis/batch/v1/namespaces/{ns}/jobs{selector}")
 
-    assert len(cp.wait_for(jobs, "the real JobSet controller to create one Job per node")) == 2
+    # Trainer's `node` replicated job: one Job whose parallelism is the number of nodes
+    [job] = cp.wait_for(jobs, "the real JobSet controller to create the `node` Job")
+    assert job["metadata"]["name"] == f"{name}-node-0"
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 2
 
     def unschedulable_pods():
         pods = items(cp, f"/api/v1/namespaces/{ns}/pods{selector}")

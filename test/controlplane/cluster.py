@@ -45,6 +45,9 @@ except ImportError:  # pragma: no cover
 #: service CIDR the API server allocates ClusterIPs from (nothing routes it: there is no kube-proxy)
 SERVICE_CIDR = "10.96.0.0/16"
 KUEUE_NAMESPACE = "kueue-system"
+#: Kueue v0.19 loads a metrics certificate from this fixed path whenever its internal certificate
+#: management is off (cmd/kueue/main.go), even with metrics disabled: it must exist.
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 #: the Kueue integrations enabled (their CRDs are installed, their webhooks registered)
 KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
 
@@ -409,7 +412,24 @@ class RealControlPlane:
         self._spawn("jobset-controller-manager", [
             str(self.binaries["jobset-controller-manager"]), f"--config={config}"], self._controller_env("jobset"))
 
+    def _kueue_metrics_certs(self) -> None:
+        if (KUEUE_METRICS_CERTS / "tls.crt").is_file() and (KUEUE_METRICS_CERTS / "tls.key").is_file():
+            return  # another run's; never served (metrics are off), only loaded
+        try:
+            KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+            for name, src in (("tls.crt", self.certs.serving_crt), ("tls.key", self.certs.serving_key)):
+                tmp = KUEUE_METRICS_CERTS / f".{name}.{os.getpid()}"
+                tmp.write_bytes(src.read_bytes())
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, KUEUE_METRICS_CERTS / name)
+        except OSError as e:
+            raise ControlPlaneError(
+                f"Kueue needs a certificate pair in {KUEUE_METRICS_CERTS} (a fixed path in Kueue v0.19 when its "
+                f"own certificate management is off) and it cannot be written: {e}; create that folder writable "
+                "by this user (any tls.crt/tls.key pair will do: metrics are not served)") from None
+
     def _start_kueue(self) -> None:
+        self._kueue_metrics_certs()
         config = self._write_config("kueue", {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
             "namespace": KUEUE_NAMESPACE,

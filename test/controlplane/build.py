@@ -273,7 +273,7 @@ def main(argv=None) -> int:
         print(f"controlplane: cannot build: {exc}", file=sys.stderr)
         return 1
     for name, comp in info["components"].items():
-        print(f"{name:12} {comp['version']:10} cold build {comp['seconds']} s")
+        print(f"{name:12} {comp['version']:10} built in {comp['seconds']} s")
     print(f"done in {time.monotonic() - start:.1f} s; binaries in {build_dir() / 'bin'}")
     return 0
 

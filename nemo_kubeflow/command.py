@@ -12,6 +12,11 @@ Three shapes of task:
   ``--nnodes/--nproc-per-node/--node-rank/--master-addr/--master-port`` from the
   ``PET_*`` variables (static rendezvous on the master pod, which is how Trainer
   wires torch jobs); the other flags (``--tee``, ``--no-python``...) are kept.
+* ft_launcher (NeMo-Run's ``FaultTolerance`` launcher, nvidia-resiliency-ext): in-job restarts
+  need an elastic rendezvous, so instead of the static one it gets a c10d rendezvous hosted by
+  the ``agent`` of node rank 0 on ``$PET_MASTER_ADDR:$PET_MASTER_PORT``, with an id per TrainJob
+  and gang attempt, and ``--nnodes/--nproc-per-node`` from ``PET_*``; its ``--ft-*`` flags and
+  ``--max-restarts`` are kept (docs/resilience.md).
 * a bash entrypoint (scripts): run as is; a ``torchrun`` shell function is exported
   so that a script calling ``torchrun`` gets the PET flags it does not pass itself.
 * anything else that is not distributed: run as is, no torchrun.
@@ -23,7 +28,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from nemo_kubeflow.constants import NEMO_RUN_POD_DIR
+from nemo_kubeflow.constants import NEMO_RUN_POD_DIR, RESTART_ATTEMPT_ENV
 
 #: torchrun's flags, in the order they are added, with the PET variable that feeds each.
 PET_FLAGS: tuple[tuple[str, str], ...] = (
@@ -51,6 +56,10 @@ _REPLACED_FLAGS = {
     "--master-addr", "--master_addr", "--master-port", "--master_port",
     "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id",
 }
+
+# NeMo-Run's ft_launcher component adds this when no FT setting is given; ft_launcher 0.4 calls it
+# deprecated (removed in 0.5) and runs the same without it, so it is dropped.
+_DROPPED_FT_FLAGS = {"--ignore-missing-fault-tol-cfg"}
 
 # Exported into bash scripts: adds the PET flags a `torchrun` call does not already pass.
 # Scanning stops at the script name so that the script's own arguments are not read as
@@ -110,7 +119,11 @@ def split_torchrun_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
         flag = token.split("=", 1)[0]
         if not token.startswith("-"):
             break
-        takes_value = token in _VALUE_FLAGS
+        # Every ft_launcher `--ft-*` option takes a value (nvidia-resiliency-ext 0.4).
+        takes_value = token in _VALUE_FLAGS or (token.startswith("--ft-") and "=" not in token)
+        if flag in _DROPPED_FT_FLAGS:
+            i += 1
+            continue
         if flag in _REPLACED_FLAGS:
             i += 2 if takes_value else 1
             continue
@@ -120,6 +133,23 @@ def split_torchrun_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
             i += 1
         i += 1
     return kept, list(args[i:])
+
+
+def ft_rendezvous_flags(rendezvous_id: str) -> str:
+    """ft_launcher's c10d rendezvous across the job's pods.
+
+    The agent of node rank 0 hosts the store (``is_host`` is given, not guessed from the
+    hostname: on the local cluster every pod has the master's address). The id changes with
+    each gang restart (``RESTART_ATTEMPT_ENV``), so a new attempt never joins an old round.
+    """
+    return " ".join([
+        "--rdzv-backend c10d",
+        '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"',
+        f'--rdzv-id {shlex.quote(rendezvous_id)}-"${{{RESTART_ATTEMPT_ENV}:-0}}"',
+        '--rdzv-conf "is_host=$([ "$PET_NODE_RANK" = 0 ] && echo 1 || echo 0)"',
+        '--nnodes "$PET_NNODES"',
+        '--nproc-per-node "$PET_NPROC_PER_NODE"',
+    ])
 
 
 def rewrite_workspace(arg: str, workspace: str) -> str:
@@ -140,6 +170,7 @@ def build_launch(
     pythonpath: Sequence[str] = (),
     prologue: str = "",
     exports: Mapping[str, str] | None = None,
+    rendezvous_id: str = "nemo",
 ) -> LaunchSpec:
     """Build the container command.
 
@@ -155,6 +186,7 @@ def build_launch(
         prologue: shell run first (e.g. unpacking a sharded code package).
         exports: variables exported by the script, values may use ``${VAR:+...}`` forms
             (used to extend ``LD_LIBRARY_PATH`` without replacing the image's).
+        rendezvous_id: the prefix of ft_launcher's rendezvous id (the TrainJob's name).
     """
     args = [rewrite_workspace(a, workspace) for a in args]
     quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
@@ -162,6 +194,10 @@ def build_launch(
     if entrypoint == "torchrun":
         kept, rest = split_torchrun_args(quoted)
         line = " ".join(["torchrun", pet_flags(), *kept, *rest])
+        uses_torchrun = True
+    elif entrypoint == "ft_launcher":
+        kept, rest = split_torchrun_args(quoted)
+        line = " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
         uses_torchrun = True
     elif entrypoint in ("python", "python3") and distributed:
         # A distributed Python task without a launcher: every process needs torchrun,

@@ -39,6 +39,11 @@ PET_MASTER_ADDR = "PET_MASTER_ADDR"
 PET_MASTER_PORT = "PET_MASTER_PORT"
 PET_ENV_NAMES = (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT)
 DEFAULT_MASTER_PORT = 29500
+#: JobSet's pod label counting gang restarts (``jobset.sigs.k8s.io/restart-attempt``, JobSet v0.12).
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+#: Set from ``RESTART_ATTEMPT_LABEL`` through the downward API when the task runs ``ft_launcher``:
+#: each gang attempt gets its own c10d rendezvous id.
+RESTART_ATTEMPT_ENV = "NEMO_KUBEFLOW_RESTART_ATTEMPT"
 
 # --- Kubernetes limits ---------------------------------------------------------
 #: The API server rejects a ConfigMap whose data plus binaryData exceed 1 MiB.

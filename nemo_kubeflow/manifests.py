@@ -25,6 +25,8 @@ from nemo_kubeflow.constants import (  # noqa: F401 (the Kueue labels are part o
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
     REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_ENV,
+    RESTART_ATTEMPT_LABEL,
     TASK_LABEL,
     TRAINER_API_VERSION,
     TRAINER_GROUP,
@@ -147,6 +149,12 @@ def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys:
         secret, _, key = ref.partition("/")
         out.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     return out
+
+
+def restart_attempt_env() -> dict:
+    """The gang attempt (JobSet's pod label) as an env var, for ft_launcher's rendezvous id."""
+    return {"name": RESTART_ATTEMPT_ENV,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RESTART_ATTEMPT_LABEL}']"}}}
 
 
 def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict],

@@ -81,6 +81,7 @@ def build_submission(
         pythonpath=[f"{workspace}/code"] if has_code else [],
         prologue=code.prologue if code else "",
         exports=exports,
+        rendezvous_id=name,
     )
 
     secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
@@ -88,6 +89,8 @@ def build_submission(
     # other way honest, and role.env wins because it carries Script.env overrides.
     plain_env = {**executor.env_vars, **role.env}
     env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
+    if role.entrypoint == "ft_launcher":
+        env.append(mf.restart_attempt_env())
     preflight_env = [{"name": k, "value": str(v)} for k, v in plain_env.items()
                      if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
     patch = mf.runtime_patch(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from nemo_run.run.torchx_backend.components import ft_launcher as nr_ft_launcher
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 
 from nemo_kubeflow.command import build_launch, split_torchrun_args
@@ -25,7 +26,7 @@ def fake_bin(tmp_path):
     """A bin dir with `torchrun` and `python` stand-ins that print their arguments as JSON."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in ("torchrun", "python"):
+    for tool in ("torchrun", "python", "ft_launcher"):
         path = bindir / tool
         path.write_text(
             f"#!{sys.executable}\nimport json, sys\nprint(json.dumps([{tool!r}] + sys.argv[1:]))\n"
@@ -64,6 +65,43 @@ def test_torchrun_launcher_gets_pet_flags_and_keeps_its_other_flags(fake_bin, tm
     assert "--rdzv-backend" not in argv and "--rdzv-endpoint" not in argv
     assert argv[11:] == ["--tee", "3", "train.py", "--lr", "0.1", "--name", "it's a \"test\" run"]
     assert launch.uses_torchrun
+
+
+def ft_role(*script_args, **ft_settings):
+    """The role NeMo-Run's FaultTolerance launcher produces (packaging.py passes these), after our macros."""
+    app = nr_ft_launcher.ft_launcher(*script_args, script="train.py", j="2x4", rdzv_backend="c10d", **ft_settings)
+    return KubeflowExecutor(container_image="img").macro_values().apply(app.roles[0])
+
+
+def test_ft_launcher_gets_a_c10d_rendezvous_per_trainjob_and_attempt(fake_bin, tmp_path):
+    role = ft_role("--lr", "0.1", max_restarts=3, rank_heartbeat_timeout=45.0, initial_rank_heartbeat_timeout=120.0,
+                   workload_check_interval=5.0, rank_termination_signal="SIGKILL", log_level="DEBUG")
+    launch = build_launch(role.entrypoint, role.args, args_are_quoted=True, distributed=True, workspace=str(tmp_path),
+                          rendezvous_id="exp-train")
+    for rank, attempt, is_host in (("0", {"NEMO_KUBEFLOW_RESTART_ATTEMPT": "2"}, "1"), ("1", {}, "0")):
+        [argv] = run_launch(launch, fake_bin, tmp_path, {**attempt, "PET_NODE_RANK": rank})
+        assert argv[:13] == [
+            "ft_launcher", "--rdzv-backend", "c10d", "--rdzv-endpoint", "job-node-0-0.job:29500",
+            "--rdzv-id", f"exp-train-{attempt.get('NEMO_KUBEFLOW_RESTART_ATTEMPT', '0')}",
+            "--rdzv-conf", f"is_host={is_host}", "--nnodes", "2", "--nproc-per-node", "4",
+        ]
+        # NeMo-Run's own rendezvous flags are gone, the FT settings and --max-restarts pass through.
+        rest = argv[13:]
+        assert "--node-rank" not in rest and "--rdzv-endpoint" not in rest and "--nnodes" not in rest
+        assert rest == [
+            "--ft-workload_check_interval", "5.0", "--ft-initial_rank_heartbeat_timeout", "120.0",
+            "--ft-rank_heartbeat_timeout", "45.0", "--ft-rank_termination_signal", "SIGKILL",
+            "--ft-log_level", "DEBUG", "--max-restarts", "3", "--tee", "3", "train.py", "--lr", "0.1",
+        ]
+
+
+def test_ft_launcher_without_settings_drops_the_deprecated_flag(fake_bin, tmp_path):
+    role = ft_role()
+    assert "--ignore-missing-fault-tol-cfg" in role.args  # what NeMo-Run 0.11 generates
+    launch = build_launch(role.entrypoint, role.args, args_are_quoted=True, distributed=True, workspace=str(tmp_path))
+    [argv] = run_launch(launch, fake_bin, tmp_path)
+    assert "--ignore-missing-fault-tol-cfg" not in argv
+    assert argv[-3:] == ["--tee", "3", "train.py"] and argv[6] == "nemo-0"
 
 
 def test_torchrun_launcher_module(fake_bin, tmp_path):

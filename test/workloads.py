@@ -27,3 +27,23 @@ def allreduce(expected_world_size: int) -> None:
 def fail(code: int = 3) -> None:
     print("about to fail", flush=True)
     raise SystemExit(code)
+
+
+def fault_tolerant_steps(steps: int, pid_dir: str, step_seconds: float = 0.3) -> None:
+    """Gloo all-reduces, one per step; each process writes ``rank<R>-<pid>.pid`` so a test can kill it.
+    (TORCHELASTIC_RESTART_COUNT counts only the failed agent's restarts: the others restart at 0.)"""
+    import time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    Path(pid_dir, f"rank{rank}-{os.getpid()}.pid").write_text(str(os.getpid()))
+    for _ in range(steps):
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        time.sleep(step_seconds)
+    print(f"rank {rank} finished {steps} steps", flush=True)
+    dist.destroy_process_group()

@@ -281,6 +281,19 @@ class KubeflowExecutor(Executor):
     #: stay readable until you delete the job. Needs a rendered runtime (not ``runtime_name``).
     ttl_seconds_after_finished: Optional[int] = None
 
+    # --- failures, restarts and preemption (docs/resilience.md) -------------------------------
+    #: Exit codes of the ``node`` container that mean a user error: the job fails at once, with no
+    #: gang restart used (the Job's ``podFailurePolicy`` FailJob rule and a JobSet ``failurePolicy``
+    #: rule FailJobSet on ``PodFailurePolicy``). Default ``[1]``: Python's exit on an uncaught
+    #: exception (and torchrun's when a rank raised). Any other failure, and any pod disrupted by
+    #: eviction, preemption or a lost node (``DisruptionTarget``), restarts the gang up to ``retries``.
+    #: Empty: every failure restarts. Needs a rendered runtime (not ``runtime_name``).
+    fail_fast_exit_codes: list[int] = field(default_factory=lambda: [1])
+    #: Seconds between SIGTERM and SIGKILL when a pod is stopped (Kueue preemption, eviction, cancel):
+    #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
+    #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
+    termination_grace_period_seconds: Optional[int] = None
+
     # --- cluster access ---------------------------------------------------------------
     #: Path of the kubeconfig; ``None`` uses ``$KUBECONFIG`` or ``~/.kube/config``
     #: (or the in-cluster service account). Read only when submitting.
@@ -445,6 +458,7 @@ class KubeflowExecutor(Executor):
         yield from initializer_problems(self)
         yield from self._scheduling_problems()
         yield from self._finished_job_problems()
+        yield from self._failure_policy_problems()
         if isinstance(self.preflight, str) and not self.preflight.strip():
             yield "preflight='': give a bash command, or True for the packaged checks"
         elif not isinstance(self.preflight, (bool, str)):
@@ -582,6 +596,23 @@ class KubeflowExecutor(Executor):
             quantity = parse_quantity(value)
             if quantity is not None and (quantity < 0 or quantity != int(quantity)):
                 yield f"extra_resources[{res!r}]={value!r}: extended resources are whole, non-negative numbers"
+
+    def _failure_policy_problems(self):
+        codes = self.fail_fast_exit_codes
+        if not isinstance(codes, (list, tuple)) or any(
+                not isinstance(c, int) or isinstance(c, bool) or not 1 <= c <= 255 for c in codes):
+            yield (f"fail_fast_exit_codes={codes!r}: must be a list of exit codes from 1 to 255 (0 is success; "
+                   "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
+        elif len(set(codes)) != len(codes):
+            yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
+        grace = self.termination_grace_period_seconds
+        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
+            yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "
+                   "(terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30")
+        if self.runtime_name is not None and grace is not None:
+            yield ("termination_grace_period_seconds goes into the rendered runtime, but "
+                   f"runtime_name={self.runtime_name!r} uses an existing one; set terminationGracePeriodSeconds "
+                   "in that runtime's pod template instead, or leave runtime_name unset")
 
     def _scheduling_problems(self):
         from nemo_kubeflow.manifests import POD_GROUP_POLICIES, PRIORITY_CLASS_LABEL, QUEUE_LABEL

@@ -224,6 +224,8 @@ def runtime_context(executor) -> dict[str, Any]:
         "scheduler_name": scheduler_name(executor),
         "priority_class_name": executor.priority_class_name,
         "ttl_seconds_after_finished": executor.ttl_seconds_after_finished,
+        "fail_fast_exit_codes": sorted(set(executor.fail_fast_exit_codes)),
+        "termination_grace_period_seconds": executor.termination_grace_period_seconds,
     }
 
 

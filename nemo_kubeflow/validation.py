@@ -1100,7 +1100,66 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
                 )
 
     _check_replicated_jobs(rjobs, jpath + ("replicatedJobs",), out, schema_paths)
+    _check_failure_policies(jobset, rjobs, jpath, out)
     _check_env_injection(_dict(spec.get("mlPolicy")), rjobs, path + ("mlPolicy",), out)
+
+
+#: JobSet v0.12 failurePolicy rule names (jobset_types.go).
+_FAILURE_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+#: The Job API's podFailurePolicy exit-code operators (batch/v1; the schema checks the actions).
+_EXIT_CODE_OPERATORS = ("In", "NotIn")
+
+
+def _check_failure_policies(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
+    """What the JobSet webhook and the Job API refuse in failure rules (beyond the schema)."""
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(_list(_dict(jobset.get("failurePolicy")).get("rules"))):
+        name = _dict(rule).get("name")
+        where = jpath + ("failurePolicy", "rules", i, "name")
+        if isinstance(name, str) and not _FAILURE_RULE_NAME.match(name):
+            out.add(where, f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
+                    "start with a letter; use letters, digits, '_', ',' or ':'")
+        elif isinstance(name, str) and name in seen:
+            out.add(where, f"rule {name} is already defined at rules[{seen[name]}]", "give each rule its own name")
+        if isinstance(name, str):
+            seen.setdefault(name, i)
+    for r, rjob in enumerate(rjobs):
+        job_spec = _dict(_dict(_dict(rjob).get("template")).get("spec"))
+        policy = job_spec.get("podFailurePolicy")
+        if not isinstance(policy, dict):
+            continue
+        ppath = jpath + ("replicatedJobs", r, "template", "spec", "podFailurePolicy")
+        pod_spec = _pod_spec(rjob)
+        restart = pod_spec.get("restartPolicy", "OnFailure")
+        if restart != "Never":
+            out.add(jpath + ("replicatedJobs", r) + _POD_SPEC_PATH + ("restartPolicy",),
+                    f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs "
+                    "Never", "set restartPolicy: Never in the pod template")
+        containers = {c.get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))
+                      if isinstance(c, dict)}
+        for k, rule in enumerate(_list(policy.get("rules"))):
+            rule, rpath = _dict(rule), ppath + ("rules", k)
+            if ("onExitCodes" in rule) == ("onPodConditions" in rule):
+                out.add(rpath, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
+            codes = _dict(rule.get("onExitCodes"))
+            if not codes:
+                continue
+            cpath = rpath + ("onExitCodes",)
+            if codes.get("operator") not in _EXIT_CODE_OPERATORS:
+                out.add(cpath + ("operator",), f"{_short(codes.get('operator'))} is not allowed", "use In or NotIn")
+            container = codes.get("containerName")
+            if container is not None and container not in containers:
+                out.add(cpath + ("containerName",), f"no container named {_short(container)} in the pod template",
+                        _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
+            values = _list(codes.get("values"))
+            if not values or len(values) > 255:
+                out.add(cpath + ("values",), "must list 1 to 255 exit codes", "list the exit codes the rule matches")
+            elif all(_is_int(v) for v in values):
+                if codes.get("operator") == "In" and 0 in values:
+                    out.add(cpath + ("values",), "contains 0 with operator In (the Job API refuses it)", "remove 0")
+                if values != sorted(set(values)):
+                    out.add(cpath + ("values",), "must be sorted without duplicates (the Job API refuses it)",
+                            f"write {sorted(set(values))}")
 
 
 def _check_ml_policy(policy: Any, path: Path, out: _Problems) -> None:

@@ -70,3 +70,47 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
         "rank0", "rank1"}
     assert "Worker group FAILED. 2/2 attempts left; will restart worker group" in logs
     print(f"in-job recovery (SIGKILL to every rank training again): {recovery:.1f}s")
+
+
+def run_script(cluster, inline: str, name: str, **settings):
+    """Run an inline script on 2 nodes; return the final state, the TrainJob and its pods' restart attempts."""
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(cluster.kubeconfig_path), **settings)
+    with run.Experiment(name, executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=inline), name="train")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    state = exp.status(return_dict=True)[job.id]["status"]
+    namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
+    api = client.ApiClient(cluster.configuration())
+    trainjob = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", trainjob_name)
+    events = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    reasons = [e.reason for e in events if e.involved_object.name.startswith(trainjob_name)]
+    return state, trainjob, reasons
+
+
+def failed_condition(trainjob) -> dict:
+    return next(c for c in trainjob["status"]["conditions"] if c["type"] == "Failed")
+
+
+def test_user_error_fails_at_once_without_using_restarts(cluster):
+    state, trainjob, reasons = run_script(cluster, 'echo "bad config on $PET_NODE_RANK"; exit 1', "user-err",
+                                          retries=2)
+    assert state == AppState.FAILED
+    assert failed_condition(trainjob)["reason"] == "FailJobSetFailurePolicyAction", trainjob["status"]
+    assert "PodFailurePolicy" in reasons and "RestartJobSetFailurePolicyAction" not in reasons, reasons
+
+
+def test_other_failures_restart_the_gang_up_to_retries(cluster):
+    state, trainjob, reasons = run_script(cluster, "exit 3", "other-err", retries=1)
+    assert state == AppState.FAILED
+    assert failed_condition(trainjob)["reason"] == "ReachedMaxRestarts", trainjob["status"]
+    assert reasons.count("RestartJobSetFailurePolicyAction") == 1 and "PodFailurePolicy" not in reasons, reasons
+
+
+def test_without_fail_fast_codes_exit_1_restarts_too(cluster):
+    state, trainjob, reasons = run_script(cluster, "exit 1", "no-fast", retries=1, fail_fast_exit_codes=[])
+    assert state == AppState.FAILED
+    assert failed_condition(trainjob)["reason"] == "ReachedMaxRestarts", trainjob["status"]
+    assert reasons.count("RestartJobSetFailurePolicyAction") == 1, reasons

@@ -638,6 +638,7 @@ class TrainerController:
             elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods:
                 job.failed_pods.add(pod["metadata"]["uid"])
                 job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
+                self._apply_pod_failure_policy(tj, state, job, pod)
             elif status.get("phase") in ("Pending", "Running"):
                 restarts += sum(s.get("restartCount", 0) for s in (status.get("containerStatuses") or []) +
                                 (status.get("initContainerStatuses") or []))
@@ -658,6 +659,22 @@ class TrainerController:
         elif len(job.succeeded) >= job.completions:
             job.complete = True
             self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed",
+                               "job-controller")
+
+    def _apply_pod_failure_policy(self, tj: dict, state: JobSetState, job: JobState, pod: dict) -> None:
+        """The Job's ``podFailurePolicy`` for one newly failed pod: FailJob fails the Job at once
+        (reason ``PodFailurePolicy``), Ignore does not count the failure, Count (or no match) counts it."""
+        rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
+        matched = pod_failure_policy_match(rjob["template"]["spec"], pod)
+        if matched is None or job.failure is not None:
+            return
+        action, message = matched
+        if action == "Ignore":
+            job.failed_pods.discard(pod["metadata"]["uid"])
+        elif action in ("FailJob", "FailIndex"):
+            job.failure = ("PodFailurePolicy", message)
+            job.failed_at = time.monotonic()
+            self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "PodFailurePolicy", message,
                                "job-controller")
 
     def _may_start(self, state: JobSetState, job: JobState) -> bool:
@@ -839,6 +856,35 @@ class TrainerController:
         self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "SuccessfulCreate",
                            f"Created pod: {created['metadata']['name']}", "job-controller")
         return True
+
+
+def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, str]]:
+    """(action, message) of the first ``podFailurePolicy`` rule matching a failed pod (the Job
+    controller's order: rules in order; an exit-code rule looks at each container's exit code)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    for index, rule in enumerate((job_spec.get("podFailurePolicy") or {}).get("rules") or []):
+        action = rule.get("action")
+        codes = rule.get("onExitCodes")
+        if codes:
+            sidecars = {c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []
+                        if c.get("restartPolicy") == "Always"}
+            statuses = list(status.get("containerStatuses") or []) + [
+                s for s in status.get("initContainerStatuses") or [] if s.get("name") not in sidecars]
+            for container in statuses:
+                if codes.get("containerName") and container.get("name") != codes["containerName"]:
+                    continue
+                code = ((container.get("state") or {}).get("terminated") or {}).get("exitCode")
+                if code is None or code == 0:
+                    continue
+                if (code in codes.get("values", [])) == (codes.get("operator") == "In"):
+                    return action, (f"Container {container['name']} for pod {meta['namespace']}/{meta['name']} "
+                                    f"failed with exit code {code} matching {action} rule at index {index}")
+        for wanted in rule.get("onPodConditions") or []:
+            if any(c.get("type") == wanted.get("type") and c.get("status") == wanted.get("status", "True")
+                   for c in status.get("conditions") or []):
+                return action, (f"Pod {meta['namespace']}/{meta['name']} has condition {wanted['type']} matching "
+                                f"{action} rule at index {index}")
+    return None
 
 
 def _owned_by(obj: dict, uid: str) -> bool:

@@ -241,6 +241,8 @@ def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
     conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
     evicted, reserved, admitted = (conditions.get(t) or {} for t in ("Evicted", "QuotaReserved", "Admitted"))
     if evicted.get("status") == "True" and reserved.get("status") != "True":
+        if evicted.get("reason") == "Preempted":  # not a failure: it resumes once admitted again
+            return f"preempted, waiting for queue {queue} to admit it again ({_cond_text(evicted)})"
         return f"{text} again (evicted: {_cond_text(evicted)})"
     if reserved.get("status") == "False" and _cond_text(reserved):
         return f"{text}: {_cond_text(reserved)}"

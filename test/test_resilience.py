@@ -1,8 +1,10 @@
 """Resilience on the local cluster (real HTTP, real processes): in-job restarts with ft_launcher."""
 
+import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import nemo_run as run
 import pytest
@@ -12,10 +14,11 @@ from torchx.specs import AppState
 import workloads
 from test_e2e import wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
+from nemo_kubeflow import constants as C
 from nemo_kubeflow.local import LocalCluster
 
-pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
-                    "(docs/resilience.md lists its dependencies)")
+REPO = Path(__file__).resolve().parent.parent
+
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,8 @@ def pid_files(directory):
 
 
 def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
+    pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
+                        "(docs/resilience.md lists its dependencies)")
     executor = KubeflowExecutor(
         container_image="python:3.11", nodes=2, nprocs_per_node=1, kubeconfig=str(cluster.kubeconfig_path),
         shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
@@ -114,3 +119,52 @@ def test_without_fail_fast_codes_exit_1_restarts_too(cluster):
     assert state == AppState.FAILED
     assert failed_condition(trainjob)["reason"] == "ReachedMaxRestarts", trainjob["status"]
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1, reasons
+
+
+def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, monkeypatch):
+    """Suspend the running TrainJob as Kueue does on preemption, resume it: the loop checkpoints on
+    SIGTERM (within the grace period), restarts from that step, and no step runs twice."""
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "kubeflow"))
+    import preemptible_training
+
+    checkpoints = tmp_path / "checkpoints"  # the local cluster's pods share this machine's files
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=1, nprocs_per_node=1, shm_size=None,
+        kubeconfig=str(cluster.kubeconfig_path), termination_grace_period_seconds=20,
+        packager=ConfigMapPackager(relative_path="examples/kubeflow", include_pattern="preemptible_training.py"),
+    )
+    task = run.Partial(preemptible_training.train, steps=60, step_seconds=0.1, checkpoint_every=25,
+                       checkpoint_dir=str(checkpoints))
+    api = client.ApiClient(cluster.configuration())
+    custom = client.CustomObjectsApi(api)
+    events_file = checkpoints / "events.jsonl"
+
+    def events():
+        return [json.loads(line) for line in events_file.read_text().splitlines()] if events_file.exists() else []
+
+    def set_suspend(namespace, name, value):
+        custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name,
+                                              {"spec": {"suspend": value}})
+
+    with run.Experiment("preempt", executor=executor, log_level="WARN") as exp:
+        exp.add(task, name="train")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+        namespace, name = job.handle.rsplit("/", 1)[-1].split(":", 1)
+        wait_for(lambda: sum("step" in e for e in events()) >= 30, timeout=120)
+        set_suspend(namespace, name, True)  # Kueue's preemption: suspend; Trainer deletes the pods
+        wait_for(lambda: any(e.get("why") == "SIGTERM" for e in events()), timeout=60)
+        pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={name}")
+        wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
+            namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={name}").items, timeout=60)
+        status = exp.status(return_dict=True)[job.id]
+        assert status["status"] == AppState.PENDING, status  # not FAILED: waiting to be let in again
+        set_suspend(namespace, name, False)  # re-admitted
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED
+    log = events()
+    steps = [e["step"] for e in log if "step" in e]
+    stopped_at = next(e["checkpoint"] for e in log if e.get("why") == "SIGTERM")
+    # Every step ran exactly once: the second run started at the SIGTERM checkpoint.
+    assert steps == list(range(1, 61)), steps
+    assert 30 <= stopped_at < 60 and len(pods.items) == 1
+    assert log[-1] == {"checkpoint": 60, "why": "done"}

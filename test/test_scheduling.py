@@ -144,8 +144,10 @@ def _workload(*conditions):
      "(NoChecks: The workload has not all checks ready)"),
     ((("Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: x) due to prioritization"),
       ("QuotaReserved", "False", "Pending", "Preempted")),
-     "waiting for queue q to admit it again (evicted: Preempted: Preempted to accommodate a workload (UID: x) "
+     "preempted, waiting for queue q to admit it again (Preempted: Preempted to accommodate a workload (UID: x) "
      "due to prioritization)"),
+    ((("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout"),),
+     "waiting for queue q to admit it again (evicted: PodsReadyTimeout: Exceeded the PodsReady timeout)"),
 ])
 def test_queue_wait_message_carries_kueues_reason(conditions, message):
     trainjob = {"metadata": {"uid": "u1"}}

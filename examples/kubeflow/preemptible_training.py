@@ -9,7 +9,15 @@ for the faults that give no warning (docs/resilience.md).
 
     # On a local cluster (`python -m nemo_kubeflow.local serve`, then export
     # NEMO_KUBEFLOW_LOCAL_KUBECONFIG=<the kubeconfig path it printed>):
-    python examples/kubeflow/preemptible_training.py run.executor=kubeflow_local steps=200 --yes
+    # (the local cluster's pods share this machine's files, so a local directory stands in for a PVC)
+    python examples/kubeflow/preemptible_training.py run.executor=kubeflow_local \
+        checkpoint_dir=/tmp/preemptible-checkpoints steps=200 --yes
+    # then, from another shell, preempt and re-admit it as Kueue would:
+    #   kubectl patch trainjob <name> --type merge -p '{"spec":{"suspend":true}}'   (then false)
+
+On a real cluster, mount a claim (``pvcs=[PVCMount(claim_name=..., mount_path="/checkpoints",
+create=True, size="10Gi")]``), pass ``checkpoint_dir=/checkpoints`` and give the pods time to write
+the checkpoint (``termination_grace_period_seconds``).
 
 The model is CPU-sized (fit y = 3x + 1); with several ranks the gradients are all-reduced (gloo),
 and so is the stop request, so that every rank stops after the same step.

@@ -25,7 +25,7 @@ from nemo_kubeflow.constants import (
     TRAINJOB_KIND,
 )
 from nemo_kubeflow.diagnosis import read_rank_failure
-from nemo_kubeflow.status import first_failed_node, job_status, newest_pods_by_node
+from nemo_kubeflow.status import first_failed_node, gang_restarts_note, job_status, newest_pods_by_node
 from nemo_kubeflow.steps import failed_step
 
 
@@ -106,7 +106,7 @@ def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: 
         why = read_rank_failure(tail, first.exit_code)
         headline = why.headline(int(first.index) if first.index.isdigit() else None)
         quoted = list(why.traceback[-SUMMARY_TAIL:]) or tail[-SUMMARY_TAIL:]
-    parts = [p for p in (headline, condition, detail) if p]
+    parts = [p for p in (headline, condition, detail, gang_restarts_note(node_pods)) if p]
     if quoted:
         parts.append(f"last lines of node {first.index}:\n" + "\n".join(f"    {line}" for line in quoted))
     if job_dir:

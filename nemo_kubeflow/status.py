@@ -35,7 +35,7 @@ from typing import Optional, Sequence
 
 from torchx.specs import AppState
 
-from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, QUEUE_LABEL, REPLICATED_JOB_LABEL
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, QUEUE_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
 from nemo_kubeflow.steps import INITIALIZER_STEPS
 
 
@@ -269,3 +269,18 @@ def initializer_progress(pods: Sequence[dict]) -> str:
 def queue_name(trainjob: Optional[dict]) -> str:
     """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
     return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")
+
+
+def gang_restarts_note(pods: Sequence[dict]) -> str:
+    """How many times JobSet restarted the whole gang before the pods at hand ("" if never).
+
+    JobSet labels each pod with its attempt (``jobset.sigs.k8s.io/restart-attempt``), so the newest
+    pods tell the count without reading events. A failure the ``podFailurePolicy`` classes as a user
+    error fails the job without a restart: "no gang restart" then says the budget was left untouched.
+    """
+    attempts = [int(v) for p in pods if (v := ((p.get("metadata") or {}).get("labels") or {})
+                                          .get(RESTART_ATTEMPT_LABEL, "")).isdigit()]
+    if not attempts:
+        return ""
+    count = max(attempts)
+    return "no gang restart" if count == 0 else f"after {count} gang restart{'s' if count > 1 else ''}"

@@ -12,10 +12,11 @@ from kubernetes import client
 from torchx.specs import AppState
 
 import workloads
-from test_e2e import wait_for
+from test_e2e import app_id_of, wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
 from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow.scheduler import create_scheduler
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,13 +87,14 @@ def run_script(cluster, inline: str, name: str, **settings):
         exp.run(sequential=True)
         job = exp.jobs[0]
     state = exp.status(return_dict=True)[job.id]["status"]
+    message = create_scheduler("t").describe(app_id_of(job.handle)).msg  # what `nemo experiment status` shows
     namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
     api = client.ApiClient(cluster.configuration())
     trainjob = client.CustomObjectsApi(api).get_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", trainjob_name)
     events = client.CoreV1Api(api).list_namespaced_event(namespace).items
     reasons = [e.reason for e in events if e.involved_object.name.startswith(trainjob_name)]
-    return state, trainjob, reasons
+    return state, trainjob, reasons, message
 
 
 def failed_condition(trainjob) -> dict:
@@ -100,22 +102,24 @@ def failed_condition(trainjob) -> dict:
 
 
 def test_user_error_fails_at_once_without_using_restarts(cluster):
-    state, trainjob, reasons = run_script(cluster, 'echo "bad config on $PET_NODE_RANK"; exit 1', "user-err",
-                                          retries=2)
+    state, trainjob, reasons, message = run_script(cluster, 'echo "bad config on $PET_NODE_RANK"; exit 1',
+                                                   "user-err", retries=2)
     assert state == AppState.FAILED
     assert failed_condition(trainjob)["reason"] == "FailJobSetFailurePolicyAction", trainjob["status"]
     assert "PodFailurePolicy" in reasons and "RestartJobSetFailurePolicyAction" not in reasons, reasons
+    assert "exited with code 1" in message and "no gang restart" in message, message
 
 
 def test_other_failures_restart_the_gang_up_to_retries(cluster):
-    state, trainjob, reasons = run_script(cluster, "exit 3", "other-err", retries=1)
+    state, trainjob, reasons, message = run_script(cluster, "exit 3", "other-err", retries=1)
     assert state == AppState.FAILED
     assert failed_condition(trainjob)["reason"] == "ReachedMaxRestarts", trainjob["status"]
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1 and "PodFailurePolicy" not in reasons, reasons
+    assert "exited with code 3" in message and "after 1 gang restart" in message, message
 
 
 def test_without_fail_fast_codes_exit_1_restarts_too(cluster):
-    state, trainjob, reasons = run_script(cluster, "exit 1", "no-fast", retries=1, fail_fast_exit_codes=[])
+    state, trainjob, reasons, _ = run_script(cluster, "exit 1", "no-fast", retries=1, fail_fast_exit_codes=[])
     assert state == AppState.FAILED
     assert failed_condition(trainjob)["reason"] == "ReachedMaxRestarts", trainjob["status"]
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1, reasons

@@ -1,6 +1,7 @@
 """Resilience on the local cluster (real HTTP, real processes): in-job restarts with ft_launcher."""
 
 import json
+import re
 import os
 import signal
 import time
@@ -172,3 +173,68 @@ def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, mo
     assert steps == list(range(1, 61)), steps
     assert 30 <= stopped_at < 60 and len(pods.items) == 1
     assert log[-1] == {"checkpoint": 60, "why": "done"}
+
+
+# --- offline checks of the new settings and of failure rules in runtimes ---------------------------------
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"fail_fast_exit_codes": [0]}, "fail_fast_exit_codes=[0]: must be a list of exit codes from 1 to 255"),
+    ({"fail_fast_exit_codes": [1, 300]}, "fail_fast_exit_codes=[1, 300]: must be a list of exit codes from 1 to 255"),
+    ({"fail_fast_exit_codes": [2, 2]}, "fail_fast_exit_codes=[2, 2]: lists an exit code twice"),
+    ({"termination_grace_period_seconds": -1}, "termination_grace_period_seconds=-1: must be a whole number"),
+    ({"termination_grace_period_seconds": 60, "runtime_name": "mine"},
+     "termination_grace_period_seconds goes into the rendered runtime"),
+])
+def test_bad_failure_settings_are_refused_before_anything_is_sent(settings, expected):
+    from nemo_kubeflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        KubeflowExecutor(container_image="img", **settings).validate()
+
+
+def rendered_runtime(**settings) -> dict:
+    from nemo_kubeflow.render import render_runtime, runtime_context
+
+    executor = KubeflowExecutor(container_image="img", **settings)
+    executor.validate()
+    return render_runtime(runtime_context(executor), None)
+
+
+def test_rendered_failure_rules_pass_validation_and_follow_the_settings():
+    from nemo_kubeflow.validation import validate_manifest
+
+    runtime = rendered_runtime(fail_fast_exit_codes=[3, 1], termination_grace_period_seconds=300)
+    assert validate_manifest(runtime) == []
+    jobset = runtime["spec"]["template"]["spec"]
+    node = jobset["replicatedJobs"][-1]["template"]["spec"]
+    assert node["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"] == [1, 3]
+    assert node["template"]["spec"]["terminationGracePeriodSeconds"] == 300
+    assert jobset["failurePolicy"]["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
+    plain = rendered_runtime(fail_fast_exit_codes=[])
+    assert validate_manifest(plain) == []
+    assert "rules" not in plain["spec"]["template"]["spec"]["failurePolicy"]
+    assert "podFailurePolicy" not in plain["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]
+
+
+def test_failure_rules_the_job_api_or_jobset_would_refuse_are_refused_offline():
+    from nemo_kubeflow.validation import validate_manifest
+
+    runtime = rendered_runtime()
+    jobset = runtime["spec"]["template"]["spec"]
+    node = jobset["replicatedJobs"][-1]["template"]["spec"]
+    node["template"]["spec"]["restartPolicy"] = "OnFailure"
+    codes = node["podFailurePolicy"]["rules"][1]["onExitCodes"]
+    codes.update(values=[3, 0, 3], containerName="nod")
+    node["podFailurePolicy"]["rules"][0]["onExitCodes"] = {"operator": "In", "values": [2]}
+    jobset["failurePolicy"]["rules"].append({"name": "user-error", "action": "FailJobSet"})
+    problems = "\n".join(validate_manifest(runtime))
+    for expected in (
+        "restartPolicy: is \"OnFailure\" (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs Never",
+        "onExitCodes.values: contains 0 with operator In",
+        "onExitCodes.values: must be sorted without duplicates",
+        "onExitCodes.containerName: no container named \"nod\" in the pod template; did you mean node?",
+        "podFailurePolicy.rules[0]: must set exactly one of onExitCodes and onPodConditions",
+        "failurePolicy.rules[1].name: \"user-error\" is not a valid rule name",
+    ):
+        assert expected in problems, problems

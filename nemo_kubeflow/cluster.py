@@ -98,7 +98,8 @@ class Cluster(Protocol):
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict: ...
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool: ...
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
-                follow: bool = False, tail_lines: Optional[int] = None) -> Iterator[str]: ...
+                follow: bool = False, tail_lines: Optional[int] = None,
+                since_seconds: Optional[int] = None) -> Iterator[str]: ...
 
 
 def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
@@ -331,8 +332,10 @@ class KubernetesCluster:
             return False
 
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
-                follow: bool = False, tail_lines: Optional[int] = None) -> Iterator[str]:
-        """Lines of a pod's log (without newlines). With ``follow``, until the container ends."""
+                follow: bool = False, tail_lines: Optional[int] = None,
+                since_seconds: Optional[int] = None) -> Iterator[str]:
+        """Lines of a pod's log (without newlines). With ``follow``, until the container ends;
+        with ``since_seconds``, only the lines of that many last seconds."""
         query: list = []
         if container:
             query.append(("container", container))
@@ -340,6 +343,8 @@ class KubernetesCluster:
             query.append(("follow", "true"))
         if tail_lines is not None:
             query.append(("tailLines", str(tail_lines)))
+        if since_seconds is not None:
+            query.append(("sinceSeconds", str(since_seconds)))
         resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
                           name=name, namespace=namespace, query=query, stream=True, retry=not follow)
         return _iter_lines(resp)

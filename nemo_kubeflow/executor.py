@@ -293,6 +293,9 @@ class KubeflowExecutor(Executor):
     #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
     #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
     termination_grace_period_seconds: Optional[int] = None
+    #: Following the logs (``nemo experiment logs -f``), warn when a running node has printed nothing
+    #: for this many seconds (a hung collective, a stuck data loader). ``None``: never warn.
+    stall_warning_seconds: Optional[int] = 900
 
     # --- cluster access ---------------------------------------------------------------
     #: Path of the kubeconfig; ``None`` uses ``$KUBECONFIG`` or ``~/.kube/config``
@@ -609,6 +612,10 @@ class KubeflowExecutor(Executor):
         if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
             yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "
                    "(terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30")
+        stall = self.stall_warning_seconds
+        if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
+            yield (f"stall_warning_seconds={stall!r}: must be a whole number of seconds >= 1, e.g. 900 (15 minutes); "
+                   "None turns the warning off")
         if self.runtime_name is not None and grace is not None:
             yield ("termination_grace_period_seconds goes into the rendered runtime, but "
                    f"runtime_name={self.runtime_name!r} uses an existing one; set terminationGracePeriodSeconds "

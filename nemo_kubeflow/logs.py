@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -50,8 +51,10 @@ def node_log_lines(
     follow: bool = False,
     poll: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
+    stall_after: Optional[float] = None,
 ) -> Iterator[str]:
-    """Lines (ending in newline) of node ``index``, each prefixed ``[node-<index>]``."""
+    """Lines (ending in newline) of node ``index``, each prefixed ``[node-<index>]``. Following,
+    a warning line comes after every ``stall_after`` seconds in which the running node printed nothing."""
     prefix = f"[node-{index}] "
     seen_pod: Optional[str] = None
     while True:
@@ -63,7 +66,12 @@ def node_log_lines(
                 restart = pod["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
                 yield f"{prefix}--- gang restart: following pod {name} (restart attempt {restart}) ---\n"
             seen_pod = name
-            for line in cluster.pod_log(name, namespace, container=TRAINER_NODE, follow=follow):
+            lines = cluster.pod_log(name, namespace, container=TRAINER_NODE, follow=follow)
+            if follow and stall_after:
+                lines = warn_when_silent(lines, stall_after, lambda silent: (
+                    f"--- warning: node {index} (pod {name}) has printed nothing for {silent:.0f} s while "
+                    "running: a hung collective or a stuck data loader? ---"))
+            for line in lines:
                 yield prefix + line + "\n"
             if not follow:
                 return
@@ -75,6 +83,38 @@ def node_log_lines(
         if state.name in ("SUCCEEDED", "FAILED", "CANCELLED"):
             return
         sleep(poll)
+
+
+def warn_when_silent(lines: Iterator[str], seconds: float, warning: Callable[[float], str]) -> Iterator[str]:
+    """``lines``, plus ``warning(silent seconds)`` after each ``seconds`` without a line.
+
+    The blocking log stream is read by a thread, so that silence can be noticed while it waits.
+    """
+    items: queue.Queue = queue.Queue()
+    end = object()
+
+    def pump() -> None:
+        try:
+            for line in lines:
+                items.put(line)
+            items.put(end)
+        except BaseException as error:  # noqa: BLE001 - handed to the reader, raised there
+            items.put(error)
+
+    threading.Thread(target=pump, name="log-silence", daemon=True).start()
+    last = time.monotonic()
+    while True:
+        try:
+            item = items.get(timeout=seconds)
+        except queue.Empty:
+            yield warning(time.monotonic() - last)
+            continue
+        if item is end:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        last = time.monotonic()
+        yield item
 
 
 log = logging.getLogger(__name__)

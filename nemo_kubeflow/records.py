@@ -28,6 +28,8 @@ class AppRecord:
     #: Set when nemo_kubeflow ended the job itself (e.g. an image that cannot be pulled).
     outcome_state: str = ""
     outcome_message: str = ""
+    #: Following a running node's log warns after this many seconds without output (None: never).
+    stall_warning_seconds: Optional[int] = None
 
 
 def app_id(namespace: str, name: str) -> str:

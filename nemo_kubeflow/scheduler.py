@@ -18,8 +18,9 @@ import logging
 import os
 import shlex
 import threading
+import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
@@ -47,6 +48,8 @@ from nemo_kubeflow.status import (
     pending_reason,
     queue_name,
     queue_wait_message,
+    running_for_at_least,
+    stall_message,
     trainjob_warning,
 )
 
@@ -70,6 +73,7 @@ class KubeflowRequest:
     nodes: int
     job_dir: str
     manifests_dir: Optional[str]
+    stall_warning_seconds: Optional[int] = None
 
     def __str__(self) -> str:
         return format_summary(self)
@@ -223,6 +227,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         self._running_seen: dict[str, int] = {}
         self._keepers: dict[str, NodeLogKeeper] = {}
         self._reported_failure: dict[str, bool] = {}
+        #: app id -> (when, warning) of the last stall check: NeMo-Run's wait loop polls often.
+        self._stall_checked: dict[str, tuple[float, str]] = {}
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
     def _run_opts(self) -> runopts:
@@ -252,6 +258,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             nodes=executor.nodes,
             job_dir=executor.job_dir,
             manifests_dir=manifests_dir,
+            stall_warning_seconds=executor.stall_warning_seconds,
         )
         return AppDryRunInfo(req, format_summary)
 
@@ -267,7 +274,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             result = submit(cluster, sub, known_runtimes=known)
             records.save(records.AppRecord(
                 namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
-                nodes=req.nodes, job_dir=req.job_dir,
+                nodes=req.nodes, job_dir=req.job_dir, stall_warning_seconds=req.stall_warning_seconds,
             ))
         log.info("submitted TrainJob %s/%s (%s)", sub.namespace, sub.name,
                  ", ".join(f"{v} {k}" for v, k, _ in result.actions))
@@ -302,8 +309,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "",
                                       keeper=self._keepers.get(app_id))
             self._report_failure(app_id, message)
-        elif state == AppState.RUNNING and record is not None and record.job_dir:
-            self._keep_logs(app_id, cluster, namespace, name, nodes, record.job_dir)
+        elif state == AppState.RUNNING and record is not None:
+            if record.job_dir:
+                self._keep_logs(app_id, cluster, namespace, name, nodes, record.job_dir)
+            if record.stall_warning_seconds:
+                message = self._stall_warning_throttled(app_id, cluster, namespace, trainjob,
+                                                        record.stall_warning_seconds) or message
         if is_terminal(state) and app_id in self._keepers:
             self._keepers.pop(app_id).stop()
         interrupt.check_wait(app_id, is_terminal(state))
@@ -326,6 +337,31 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         from rich.markup import escape
 
         CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] failed: {escape(message)}", highlight=False)
+
+
+    def _stall_warning_throttled(self, app_id: str, cluster: Cluster, namespace: str, trainjob: dict,
+                                 seconds: int) -> str:
+        """``_stall_warning``, not checked again before a tenth of the threshold (30 s at most) has passed."""
+        checked_at, warning = self._stall_checked.get(app_id, (float("-inf"), ""))
+        if time.monotonic() - checked_at >= min(30.0, seconds / 10):
+            warning = self._stall_warning(cluster, namespace, trainjob, seconds)
+            self._stall_checked[app_id] = (time.monotonic(), warning)
+        return warning
+
+    @staticmethod
+    def _stall_warning(cluster: Cluster, namespace: str, trainjob: dict, seconds: int) -> str:
+        """Which running nodes printed nothing for ``seconds``: no read at all while the job is younger
+        than that, then one pod list and one short log read (``sinceSeconds``) per node."""
+        now = datetime.now(timezone.utc)
+        created = trainjob["metadata"].get("creationTimestamp")
+        if not created or (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() < seconds:
+            return ""
+        name = trainjob["metadata"]["name"]
+        pods = cluster.list("Pod", namespace, node_selector(name))
+        silent = [index for index, pod in sorted(running_for_at_least(pods, seconds, now).items())
+                  if not any(True for _ in cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=1,
+                                                           since_seconds=seconds))]
+        return stall_message(silent, seconds)
 
     @staticmethod
     def _why_queued(cluster: Cluster, namespace: str, trainjob: dict, queue: str) -> str:
@@ -395,7 +431,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
-        lines = node_log_lines(cluster, namespace, name, k, follow=should_tail)
+        lines = node_log_lines(cluster, namespace, name, k, follow=should_tail,
+                               stall_after=record.stall_warning_seconds if record else None)
         if should_tail and record is not None and record.job_dir:
             # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
             lines = tee_to_file(lines, node_log_path(record.job_dir, k))

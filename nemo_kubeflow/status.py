@@ -31,6 +31,7 @@ A pod that fails while the JobSet restarts the gang is *not* a job failure: only
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Optional, Sequence
 
 from torchx.specs import AppState
@@ -284,3 +285,26 @@ def gang_restarts_note(pods: Sequence[dict]) -> str:
         return ""
     count = max(attempts)
     return "no gang restart" if count == 0 else f"after {count} gang restart{'s' if count > 1 else ''}"
+
+
+def running_for_at_least(pods: Sequence[dict], seconds: float, now: datetime) -> dict[int, str]:
+    """Node index -> pod name of the newest node pods whose ``node`` container has run ``seconds`` or more
+    (a node that just started has not had the time to be silent)."""
+    found = {}
+    for index, pod in newest_pods_by_node(pods).items():
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            if cs.get("name") == "node" and started and \
+                    (now - datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds() >= seconds:
+                found[index] = pod["metadata"]["name"]
+    return found
+
+
+def stall_message(silent: Sequence[int], seconds: int) -> str:
+    """The warning for running nodes that printed nothing for ``seconds`` ("" when none)."""
+    if not silent:
+        return ""
+    which = "node " + str(silent[0]) if len(silent) == 1 else "nodes " + ", ".join(map(str, silent))
+    return (f"warning: {which} printed nothing for the last {seconds} s while running (a hung collective? "
+            "a stuck data loader?); see their logs")
+

@@ -238,3 +238,36 @@ def test_failure_rules_the_job_api_or_jobset_would_refuse_are_refused_offline():
         "failurePolicy.rules[1].name: \"user-error\" is not a valid rule name",
     ):
         assert expected in problems, problems
+
+
+def test_following_logs_warns_when_a_running_node_goes_silent(cluster):
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(cluster.kubeconfig_path), stall_warning_seconds=1)
+    script = 'echo "step 1"; if [ "$PET_NODE_RANK" = 1 ]; then sleep 4; fi; echo "step 2"'
+    with run.Experiment("stall", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(detach=True)
+    app_id = app_id_of(exp.jobs[0].handle)
+    scheduler = create_scheduler("t")
+    silent = list(scheduler.log_iter(app_id, "train", 1, should_tail=True))
+    warnings = [line for line in silent if "--- warning: node 1" in line]
+    assert silent[0] == "[node-1] step 1\n" and silent[-1] == "[node-1] step 2\n", silent
+    assert 2 <= len(warnings) <= 5 and "has printed nothing for 1 s while running" in warnings[0], silent
+    chatty = list(scheduler.log_iter(app_id, "train", 0, should_tail=True))
+    assert chatty == ["[node-0] step 1\n", "[node-0] step 2\n"]  # a finished node's log: no warning
+
+
+def test_status_names_the_running_nodes_that_went_silent(cluster):
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(cluster.kubeconfig_path), stall_warning_seconds=2)
+    script = ('echo "step 0"; if [ "$PET_NODE_RANK" = 1 ]; then sleep 12; exit 0; fi\n'
+              'for i in $(seq 1 40); do echo "step $i"; sleep 0.3; done')
+    with run.Experiment("stall-status", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(detach=True)
+    app_id = app_id_of(exp.jobs[0].handle)
+    scheduler = create_scheduler("t")
+    desc = wait_for(lambda: (d := scheduler.describe(app_id)).msg.startswith("warning") and d, timeout=60)
+    assert desc.state == AppState.RUNNING
+    assert desc.msg.startswith("warning: node 1 printed nothing for the last 2 s while running"), desc.msg
+    wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, timeout=60)

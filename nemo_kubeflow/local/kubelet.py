@@ -9,11 +9,12 @@ host's tools run, with the directory of this Python first on PATH.
 from __future__ import annotations
 
 import base64
+import errno
 import logging
 import math
 import os
 import re
-import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -248,37 +249,79 @@ def _remap_text(content: bytes, remap: PathMap) -> bytes:
 
 
 class ContainerRun:
-    """A container's process: started in its own session, output piped into its log."""
+    """A container's processes, under their own init (container_init.py), output piped into its log.
+
+    The init is the subreaper of everything the container starts (sessions of their own included)
+    and kills it all when told, when the program exits, or when this process dies.
+    """
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: ContainerLog):
         self.log = log
+        self._control, theirs = socket.socketpair()
         read_fd, write_fd = os.pipe()
         try:
-            self.process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=write_fd,
-                                            stderr=write_fd, start_new_session=True, close_fds=True)
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_CONTAINER_INIT), str(theirs.fileno()), *argv], env=env, cwd=cwd,
+                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, start_new_session=True, close_fds=True,
+                pass_fds=(theirs.fileno(),))
         except BaseException:
             os.close(read_fd)
-            os.close(write_fd)
+            self._control.close()
             log.finish()
             raise
-        os.close(write_fd)
+        finally:
+            os.close(write_fd)
+            theirs.close()
         self._pump = threading.Thread(target=pump, args=(read_fd, log), daemon=True,
                                       name=f"log-{self.process.pid}")
         self._pump.start()
+        report = self._read_report()
+        if not report.startswith(b"started "):
+            self.process.wait()
+            self._finish()
+            code = int(report.split()[1]) if report.startswith(b"failed ") else errno.EIO
+            raise OSError(code, os.strerror(code), argv[0])
+        #: The program's PID (its session and process group have the same number).
+        self.pid = int(report.split()[1])
 
-    def signal(self, sig: int) -> None:
+    def _read_report(self) -> bytes:
+        report = b""
+        while not report.endswith(b"\n"):
+            chunk = self._control.recv(64)
+            if not chunk:
+                break
+            report += chunk
+        return report
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def terminate(self) -> None:
+        """SIGTERM to every process of the container."""
+        self._send(b"T")
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the container; its init exits once they are all gone."""
+        self._send(b"K")
+
+    def _send(self, command: bytes) -> None:
         try:
-            os.killpg(self.process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+            self._control.send(command)
+        except OSError:
+            pass  # the init has exited: so has everything it owned
 
     def wait(self) -> int:
         code = self.process.wait()
-        # PID 1 of a container ending takes the whole container down: so does its group here.
-        self.signal(signal.SIGKILL)
+        self._finish()
+        return 128 - code if code < 0 else code
+
+    def _finish(self) -> None:
+        self._control.close()
         self._pump.join(timeout=2.0)
         self.log.finish()
-        return 128 - code if code < 0 else code
+
+
+_CONTAINER_INIT = Path(__file__).with_name("container_init.py")
 
 
 # --- the pod worker -------------------------------------------------------------------------------------
@@ -301,7 +344,8 @@ class PodWorker(threading.Thread):
         self._runs: dict[str, ContainerRun] = {}
         self._statuses: dict[str, dict] = {}
         self._start_time: Optional[str] = None
-        self._kill_timer: Optional[threading.Timer] = None
+        self._kill_timers: list[threading.Timer] = []
+        self._kill_deadline: Optional[float] = None
 
     # -- status --
 
@@ -363,9 +407,11 @@ class PodWorker(threading.Thread):
         except Exception:  # noqa: BLE001 - a kubelet bug must not leave processes behind
             logger.exception("pod %s/%s", self.ns, self.name)
         finally:
-            self._kill_all(signal.SIGKILL)
-            if self._kill_timer:
-                self._kill_timer.cancel()
+            self._kill_all(True)
+            with self._lock:
+                timers, self._kill_timers = self._kill_timers, []
+            for timer in timers:
+                timer.cancel()
             if self.deleted:
                 self.kubelet.store.remove(R.PODS, self.ns, self.name, self.uid)
             self.kubelet.forget(self)
@@ -483,12 +529,12 @@ class PodWorker(threading.Thread):
         for run in runs:
             self._event("Normal", "Killing", f"Stopping container {run.log.path.parent.name}",
                         container=run.log.path.parent.name)
-            run.signal(signal.SIGTERM)
+            run.terminate()
         for run in runs:
             try:
                 run.process.wait(timeout=self.pod["spec"].get("terminationGracePeriodSeconds", 30))
             except subprocess.TimeoutExpired:
-                run.signal(signal.SIGKILL)
+                run.kill()
 
     def _should_restart(self, container: dict, code: int) -> bool:
         if self.terminating.is_set():
@@ -588,7 +634,7 @@ class PodWorker(threading.Thread):
             if started:
                 started.set()
             return 128
-        container_id = f"local://{run.process.pid}"
+        container_id = f"local://{run.pid}"
         self._event("Normal", "Created", f"Created container: {name}", container=name)
         self._event("Normal", "Started", f"Started container {name}", container=name)
         self._update(name, state={"running": {"startedAt": started_at}}, ready=True, started=True,
@@ -628,30 +674,48 @@ class PodWorker(threading.Thread):
     # -- termination --
 
     def terminate(self, grace: float) -> None:
-        """The pod is being deleted: SIGTERM every container now, SIGKILL after `grace` seconds."""
+        """The pod is being deleted: SIGTERM every process of every container now, SIGKILL after
+        `grace` seconds. Called again with a shorter grace (a forced delete, the cluster stopping),
+        the kill comes sooner."""
         with self._lock:
-            already = self.terminating.is_set()
+            first = not self.terminating.is_set()
             self.terminating.set()
-            names = [name for name, run in self._runs.items() if run.process.poll() is None]
-        if already:
-            if grace == 0:
-                self._kill_all(signal.SIGKILL)
-            return
-        for name in names:
-            self._event("Normal", "Killing", f"Stopping container {name}", container=name)
-        self._kill_all(signal.SIGTERM if grace > 0 else signal.SIGKILL)
-        if grace > 0:
-            self._kill_timer = threading.Timer(grace, self._kill_all, args=(signal.SIGKILL,))
-            self._kill_timer.daemon = True
-            self._kill_timer.start()
+            names = [name for name, run in self._runs.items() if run.running()]
+            deadline = time.monotonic() + grace
+            if self._kill_deadline is not None and self._kill_deadline <= deadline:
+                return
+            self._kill_deadline = deadline
+        if first:
+            for name in names:
+                self._event("Normal", "Killing", f"Stopping container {name}", container=name)
+        if grace <= 0:
+            self._kill_all(True)
+        else:
+            if first:
+                self._kill_all(False)
+            timer = threading.Timer(grace, self._kill_all, args=(True,))
+            timer.daemon = True
+            with self._lock:
+                self._kill_timers.append(timer)
+            timer.start()
         self.kubelet.wake()
 
-    def _kill_all(self, sig: int) -> None:
+    def _kill_all(self, kill: bool) -> None:
+        """SIGKILL (`kill`) or SIGTERM every process of every container still running."""
         with self._lock:
             runs = list(self._runs.values())
         for run in runs:
-            if run.process.poll() is None:
-                run.signal(sig)
+            if run.running():
+                run.kill() if kill else run.terminate()
+
+    def kill_and_wait(self) -> None:
+        """SIGKILL everything now and return once every process of the pod is gone."""
+        self.terminating.set()
+        self._kill_all(True)
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.process.wait()
 
 
 def _waiting_status(container: dict, reason: str) -> dict:
@@ -764,7 +828,8 @@ class Kubelet:
                 del self._workers[worker.uid]
 
     def stop(self) -> None:
-        """Kill every pod's processes (SIGTERM, then SIGKILL after at most STOP_GRACE)."""
+        """Kill every pod's processes (SIGTERM, then SIGKILL after at most STOP_GRACE); returns
+        once none is left."""
         with self._lock:
             self._stopped = True
             workers = list(self._workers.values())
@@ -774,6 +839,8 @@ class Kubelet:
         deadline = time.monotonic() + STOP_GRACE + 5.0
         for worker in workers:
             worker.join(max(0.1, deadline - time.monotonic()))
+        for worker in workers:
+            worker.kill_and_wait()
         self.logs.finish_all()
 
 

@@ -180,8 +180,8 @@ def test_suspend_and_resume(cluster, core, custom, ns, plain_runtime):
 
 def test_suspending_a_running_job_deletes_its_pods(cluster, core, custom, ns, plain_runtime):
     create_trainjob(custom, ns, trainjob("sleeper", plain_runtime, ["sleep", "60"]))
-    pods = cluster.wait_for(lambda: [p for p in pods_of(core, ns, "sleeper") if p.status.phase == "Running"]
-                            if len(pods_of(core, ns, "sleeper")) == 2 else None)
+    pods = cluster.wait_for(lambda: (lambda running: running if len(running) == 2 else None)(
+        [p for p in pods_of(core, ns, "sleeper") if p.status.phase == "Running"]))
     pids = [container_pid(p) for p in pods_of(core, ns, "sleeper")]
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "sleeper", {"spec": {"suspend": True}})
     cluster.wait_for(lambda: not pods_of(core, ns, "sleeper") and not any(group_alive(pid) for pid in pids))

@@ -16,7 +16,7 @@ import yaml
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.events import EventRecorder
 from nemo_kubeflow.local.faults import USER, Fault, FaultHandle, Hooks, RequestRecord
-from nemo_kubeflow.local.kubelet import Kubelet
+from nemo_kubeflow.local.kubelet import LocalKubelet
 from nemo_kubeflow.local.kueue import KueueController
 from nemo_kubeflow.local.logs import LogStore
 from nemo_kubeflow.local.registry import Registry
@@ -40,9 +40,12 @@ class LocalCluster:
     Args:
         workdir: where the kubeconfig, pod directories, PVC directories and logs go. None: a
             temporary directory, removed by `stop()`.
+        run_kubelet: False: no embedded node; pods stay unscheduled until a node agent
+            (nodeagent.py) runs those bound to its Nodes.
     """
 
-    def __init__(self, workdir: Union[str, Path, None] = None):
+    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True):
+        self._run_kubelet = run_kubelet
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._workdir: Optional[Path] = None
         self._token = secrets.token_urlsafe(32)
@@ -50,7 +53,7 @@ class LocalCluster:
         self._hooks = Hooks()
         self._store: Optional[Store] = None
         self._server: Optional[ApiServer] = None
-        self._kubelet: Optional[Kubelet] = None
+        self._kubelet: Optional[LocalKubelet] = None
         self._controller: Optional[TrainerController] = None
         self._kueue: Optional[KueueController] = None
 
@@ -71,7 +74,8 @@ class LocalCluster:
         self._credentials = make_credentials()
         self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials)
         self._server.start()
-        self._kubelet = Kubelet(store, self._workdir, events, logs, self._server.url)
+        if self._run_kubelet:
+            self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url)
         self._controller = TrainerController(store, events)
         self._controller.start()
         self._kueue = KueueController(store, events)
@@ -86,7 +90,8 @@ class LocalCluster:
         self._server.stop()
         self._kueue.stop()
         self._controller.stop()
-        self._kubelet.stop()
+        if self._kubelet is not None:
+            self._kubelet.stop()
         self._server = self._controller = self._kubelet = self._kueue = None
         if self._given_workdir is None and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)

@@ -1,4 +1,9 @@
-"""The scheduler and kubelet of the one node: pods run as local process groups.
+"""The kubelet: pods run as local processes, one back end for where the pods come from.
+
+Two back ends share this kubelet: `StoreBackend`, the local cluster's own node (it also plays the
+scheduler, binding every pod to itself), and the node agent's (nodeagent.py), which serves pods a
+real kube-scheduler bound to its Nodes on any API server. Everything else (volumes, environment,
+path remapping, init containers and sidecars, restarts, termination, status) is this module.
 
 A container is its `command + args` exec'd directly (no shell, like a container runtime) in a new
 session, with the container's environment and its volume mounts remapped to directories under
@@ -20,12 +25,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.events import NODE_NAME, EventRecorder
 from nemo_kubeflow.local.logs import ContainerLog, LogStore, pump
 from nemo_kubeflow.quantity import parse_quantity
+from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.store import Store
 from nemo_kubeflow.local.timeutil import now_rfc3339
 
@@ -65,7 +71,7 @@ def _field_ref(pod: dict, path: str) -> str:
         return "\n".join(f'{k}="{v}"' for k, v in sorted(bag.items()))
     values = {
         "metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", ""),
-        "metadata.uid": meta.get("uid", ""), "spec.nodeName": NODE_NAME,
+        "metadata.uid": meta.get("uid", ""), "spec.nodeName": pod["spec"].get("nodeName") or NODE_NAME,
         "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
         "status.podIP": POD_IP, "status.hostIP": POD_IP, "status.podIPs": POD_IP, "status.hostIPs": POD_IP,
     }
@@ -85,7 +91,13 @@ def _resource_ref(pod: dict, container: dict, ref: dict) -> str:
     return str(max(1, math.ceil(value / divisor)) if resource == "cpu" else math.ceil(value / divisor))
 
 
-def _source_data(store: Store, namespace: str, kind: str, name: str, optional: bool) -> Optional[dict[str, str]]:
+class Objects(Protocol):
+    """Where the kubelet reads the ConfigMaps, Secrets and claims a pod uses."""
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> Optional[dict]: ...
+
+
+def _source_data(store: Objects, namespace: str, kind: str, name: str, optional: bool) -> Optional[dict[str, str]]:
     """The data of a ConfigMap or Secret (decoded), None if optional and absent."""
     rt = R.CONFIGMAPS if kind == "configmap" else R.SECRETS
     obj = store.find(rt, namespace, name)
@@ -98,7 +110,7 @@ def _source_data(store: Store, namespace: str, kind: str, name: str, optional: b
     return dict(obj.get("data") or {})
 
 
-def container_env(store: Store, pod: dict, container: dict, base: dict[str, str]) -> dict[str, str]:
+def container_env(store: Objects, pod: dict, container: dict, base: dict[str, str]) -> dict[str, str]:
     namespace = pod["metadata"].get("namespace", "default")
     env = dict(base)
     for source in container.get("envFrom") or []:
@@ -158,7 +170,7 @@ def _write_file(path: Path, content: bytes, mode: int) -> None:
 class Volumes:
     """Materialises a pod's volumes under `<pod dir>/volumes/<name>` (PVCs under `<workdir>/pvcs`)."""
 
-    def __init__(self, store: Store, pod: dict, pod_dir: Path, workdir: Path):
+    def __init__(self, store: Objects, pod: dict, pod_dir: Path, workdir: Path):
         self.store, self.pod, self.pod_dir, self.workdir = store, pod, pod_dir, workdir
         self.namespace = pod["metadata"].get("namespace", "default")
 
@@ -351,13 +363,7 @@ class PodWorker(threading.Thread):
 
     def _set_status(self, change: Callable[[dict], None]) -> None:
         """Apply `change` to this pod's status atomically (nothing if the pod was replaced)."""
-        def apply(pod: dict) -> Optional[dict]:
-            if pod["metadata"]["uid"] != self.uid:
-                return None
-            change(pod.setdefault("status", {}))
-            return pod
-
-        self.kubelet.store.mutate(R.PODS, self.ns, self.name, apply)
+        self.kubelet.backend.write_status(self, change)
 
     def _container_statuses(self, bag: str) -> list[dict]:
         with self._lock:
@@ -413,7 +419,7 @@ class PodWorker(threading.Thread):
             for timer in timers:
                 timer.cancel()
             if self.deleted:
-                self.kubelet.store.remove(R.PODS, self.ns, self.name, self.uid)
+                self.kubelet.backend.remove_pod(self.ns, self.name, self.uid)
             self.kubelet.forget(self)
 
     def _wait_for_change(self, seen: int) -> int:
@@ -421,40 +427,9 @@ class PodWorker(threading.Thread):
         return self.kubelet.wait_for_change(seen, self.terminating)
 
     def _schedule(self) -> bool:
-        volumes = Volumes(self.kubelet.store, self.pod, self.dir, self.kubelet.workdir)
-        seen = self.kubelet.generation
-        while not self.terminating.is_set():
-            missing = volumes.missing_claims()
-            short = insufficient_resources(self.pod, node_capacity())
-            if not missing and not short:
-                break
-            if short:
-                # Nothing frees capacity on the local node: the pod stays Pending, like on a cluster
-                # without GPUs, until it is deleted.
-                message = "0/1 nodes are available: " + ", ".join(f"1 Insufficient {r}" for r in short) + "."
-            else:
-                message = f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found.'
-            self._set_status(lambda status: status.update(conditions=[{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                "lastTransitionTime": now_rfc3339()}]))
-            self._event("Warning", "FailedScheduling",
-                        f"{message} preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
-                        "scheduling.", "default-scheduler")
-            seen = self._wait_for_change(seen)
-        if self.terminating.is_set():
+        """Wait until the pod is bound to a node (by the back end), then show its containers waiting."""
+        if not self.kubelet.backend.bind(self):
             return False
-
-        def bind(pod: dict) -> Optional[dict]:
-            if pod["metadata"]["uid"] != self.uid:
-                return None
-            pod["spec"]["nodeName"] = NODE_NAME
-            return pod
-
-        if self.kubelet.store.mutate(R.PODS, self.ns, self.name, bind) is None:
-            return False
-        self.pod["spec"]["nodeName"] = NODE_NAME
-        self._event("Normal", "Scheduled", f"Successfully assigned {self.ns}/{self.name} to {NODE_NAME}",
-                    "default-scheduler")
         with self._lock:
             for c in (self.pod["spec"].get("initContainers") or []) + self.pod["spec"].get("containers", []):
                 self._statuses[c["name"]] = _waiting_status(c, "PodInitializing" if self.pod["spec"].get(
@@ -463,7 +438,7 @@ class PodWorker(threading.Thread):
         return True
 
     def _set_up_volumes(self) -> bool:
-        volumes = Volumes(self.kubelet.store, self.pod, self.dir, self.kubelet.workdir)
+        volumes = Volumes(self.kubelet.backend, self.pod, self.dir, self.kubelet.workdir)
         seen = self.kubelet.generation
         while not self.terminating.is_set():
             try:
@@ -476,7 +451,7 @@ class PodWorker(threading.Thread):
 
     def _path_map(self, container: Optional[dict]) -> PathMap:
         """Mount paths of `container` (of every container when None, first one wins) -> local paths."""
-        volumes = Volumes(self.kubelet.store, self.pod, self.dir, self.kubelet.workdir)
+        volumes = Volumes(self.kubelet.backend, self.pod, self.dir, self.kubelet.workdir)
         by_name = {v["name"]: volumes.local_dir(v) for v in self.pod["spec"].get("volumes") or []}
         containers = [container] if container else (self.pod["spec"].get("initContainers") or []) + \
             self.pod["spec"].get("containers", [])
@@ -561,7 +536,7 @@ class PodWorker(threading.Thread):
             return 1
         while not self.terminating.is_set():
             try:
-                env = container_env(self.kubelet.store, self.pod, container, base)
+                env = container_env(self.kubelet.backend, self.pod, container, base)
             except ContainerConfigError as error:
                 self._update(name, state={"waiting": {"reason": "CreateContainerConfigError", "message": str(error)}})
                 self._event("Warning", "Failed", f"Error: {error}", container=name)
@@ -601,7 +576,9 @@ class PodWorker(threading.Thread):
     def _start_and_wait(self, container: dict, env: dict[str, str], remap: PathMap, restarts: int,
                         started: Optional[threading.Event]) -> int:
         name = container["name"]
-        argv = [remap.apply(expand(a, env)) for a in (container.get("command") or []) + (container.get("args") or [])]
+        argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        argv, env = self.kubelet.backend.network(self.pod, argv, env)
+        argv = [remap.apply(a) for a in argv]
         env = {k: remap.apply(v) for k, v in env.items()}
         cwd = self._working_dir(container, remap)
         log = self.kubelet.logs.start_run(self.uid, name, self.dir / "logs" / name / f"{restarts}.log")
@@ -753,20 +730,42 @@ def _termination_message(path: Path, container: dict, log: ContainerLog, code: i
 # --- the node -----------------------------------------------------------------------------------------------
 
 
+class Backend(Objects, Protocol):
+    """What the kubelet needs from the cluster it serves."""
+
+    #: Records events (`record(involved, type, reason, message, component, field_path)`).
+    events: EventRecorder
+    #: The API server, for the containers' KUBERNETES_SERVICE_HOST/PORT.
+    api_url: str
+
+    def bind(self, worker: "PodWorker") -> bool:
+        """Wait until the pod is bound (spec.nodeName set on `worker.pod`); False if it went first."""
+
+    def write_status(self, worker: "PodWorker", change: Callable[[dict], None]) -> None:
+        """Apply `change` to the pod's status (a no-op if the pod is gone or was replaced)."""
+
+    def remove_pod(self, namespace: str, name: str, uid: str) -> None:
+        """The deleted pod's processes are gone: remove the object (grace 0, uid precondition)."""
+
+    def network(self, pod: dict, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """Rewrite what a container is given for the host network all pods share here."""
+
+
 class Kubelet:
-    def __init__(self, store: Store, workdir: Path, events: EventRecorder, logs: LogStore, api_url: str):
-        self.store, self.workdir, self.events, self.logs = store, workdir, events, logs
-        self.api_url = api_url
+    """Runs the pods a back end hands it (`pod_changed`); kills them all on `stop()`."""
+
+    def __init__(self, backend: Backend, workdir: Path, logs: LogStore):
+        self.backend, self.workdir, self.logs = backend, workdir, logs
+        self.events = backend.events
         self._lock = threading.Lock()
         self._workers: dict[str, PodWorker] = {}
         self._changes = threading.Condition()
         self._generation = 0
         self._stopped = False
-        store.add_listener(self._on_change)
 
     def base_env(self, pod: dict) -> dict[str, str]:
         """What every container starts with: the image's ENV and the service variables, stood in for."""
-        host, port = self.api_url.rsplit("//", 1)[-1].rsplit(":", 1)
+        host, port = self.backend.api_url.rsplit("//", 1)[-1].rstrip("/").rsplit(":", 1)
         return {
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
             "HOME": str(self.workdir / "pods" / pod["metadata"].get("namespace", "default") / pod["metadata"]["name"]),
@@ -777,33 +776,41 @@ class Kubelet:
             "KUBERNETES_SERVICE_PORT": port,
         }
 
-    def _on_change(self, event: str, rt, obj: dict) -> None:
-        if rt is R.PODS:
-            uid = obj["metadata"]["uid"]
-            with self._lock:
-                worker = self._workers.get(uid)
-                if event == "ADDED" and worker is None and not self._stopped:
-                    worker = self._workers[uid] = PodWorker(self, obj)
-                    worker.start()
-                    return
-            if worker is None:
-                if event == "MODIFIED" and obj["metadata"].get("deletionTimestamp"):
-                    # Nothing runs it any more: finish the deletion (off the store lock's listener).
-                    threading.Thread(target=self.store.remove, args=(R.PODS, obj["metadata"]["namespace"],
-                                                                     obj["metadata"]["name"], uid),
-                                     daemon=True).start()
+    def pod_changed(self, event: str, pod: dict) -> None:
+        """A pod of this kubelet was ADDED, MODIFIED or DELETED. Must not block (it may run under
+        the store's lock): it starts threads for the work."""
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            worker = self._workers.get(uid)
+            if event == "ADDED" and worker is None and not self._stopped:
+                worker = self._workers[uid] = PodWorker(self, pod)
+                worker.start()
                 return
-            # Listeners run under the store lock: kill (and record events) from another thread.
-            if event == "DELETED":
-                grace = 0
-            elif obj["metadata"].get("deletionTimestamp"):
-                worker.deleted = True
-                grace = obj["metadata"].get("deletionGracePeriodSeconds", 30)
-            else:
-                return
-            threading.Thread(target=worker.terminate, args=(grace,), daemon=True).start()
-        elif rt in (R.CONFIGMAPS, R.SECRETS, R.PVCS):
-            self.wake()
+        if worker is None:
+            if event == "MODIFIED" and pod["metadata"].get("deletionTimestamp"):
+                # Nothing runs it any more: finish the deletion.
+                threading.Thread(target=self.backend.remove_pod, args=(pod["metadata"]["namespace"],
+                                                                       pod["metadata"]["name"], uid),
+                                 daemon=True).start()
+            return
+        if event == "DELETED":
+            grace = 0
+        elif pod["metadata"].get("deletionTimestamp"):
+            worker.deleted = True
+            grace = pod["metadata"].get("deletionGracePeriodSeconds", 30)
+        else:
+            return
+        threading.Thread(target=worker.terminate, args=(grace,), daemon=True).start()
+
+    def knows(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._workers
+
+    def worker(self, namespace: str, name: str) -> Optional["PodWorker"]:
+        """The newest worker of the pod `namespace/name`, None if this kubelet runs no such pod."""
+        with self._lock:
+            found = [w for w in self._workers.values() if (w.ns, w.name) == (namespace, name)]
+        return found[-1] if found else None
 
     @property
     def generation(self) -> int:
@@ -819,8 +826,11 @@ class Kubelet:
     def wait_for_change(self, seen: int, cancel: threading.Event) -> int:
         with self._changes:
             if seen == self._generation and not cancel.is_set():
-                self._changes.wait(5.0)
+                self._changes.wait(self.recheck_seconds)
             return self._generation
+
+    #: How long a waiting pod goes without looking again for what it waits for, if not woken.
+    recheck_seconds = 5.0
 
     def forget(self, worker: PodWorker) -> None:
         with self._lock:
@@ -833,7 +843,6 @@ class Kubelet:
         with self._lock:
             self._stopped = True
             workers = list(self._workers.values())
-        self.store.remove_listener(self._on_change)
         for worker in workers:
             worker.terminate(min(STOP_GRACE, worker.pod["spec"].get("terminationGracePeriodSeconds", 30)))
         deadline = time.monotonic() + STOP_GRACE + 5.0
@@ -843,6 +852,91 @@ class Kubelet:
             worker.kill_and_wait()
         self.logs.finish_all()
 
+
+class StoreBackend:
+    """The local cluster's one node: pods from its store, and the scheduler's part too."""
+
+    def __init__(self, store: Store, events: EventRecorder, api_url: str):
+        self.store, self.events, self.api_url = store, events, api_url
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> Optional[dict]:
+        return self.store.find(rt, namespace, name)
+
+    def write_status(self, worker: "PodWorker", change: Callable[[dict], None]) -> None:
+        def apply(pod: dict) -> Optional[dict]:
+            if pod["metadata"]["uid"] != worker.uid:
+                return None
+            change(pod.setdefault("status", {}))
+            return pod
+
+        self.store.mutate(R.PODS, worker.ns, worker.name, apply)
+
+    def remove_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.store.remove(R.PODS, namespace, name, uid)
+
+    def network(self, pod: dict, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        return argv, env  # the Trainer emulation already gives 127.0.0.1 and a port per TrainJob
+
+    def bind(self, worker: "PodWorker") -> bool:
+        """kube-scheduler's part: bind to the one node once its claims exist and its extended
+        resources fit (Pending, with FailedScheduling events, until then)."""
+        volumes = Volumes(self, worker.pod, worker.dir, worker.kubelet.workdir)
+        seen = worker.kubelet.generation
+        while not worker.terminating.is_set():
+            missing = volumes.missing_claims()
+            short = insufficient_resources(worker.pod, node_capacity())
+            if not missing and not short:
+                break
+            if short:
+                # Nothing frees capacity on the local node: the pod stays Pending, like on a cluster
+                # without GPUs, until it is deleted.
+                message = "0/1 nodes are available: " + ", ".join(f"1 Insufficient {r}" for r in short) + "."
+            else:
+                message = f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found.'
+            worker._set_status(lambda status: status.update(conditions=[{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                "lastTransitionTime": now_rfc3339()}]))
+            worker._event("Warning", "FailedScheduling",
+                          f"{message} preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
+                          "scheduling.", "default-scheduler")
+            seen = worker._wait_for_change(seen)
+        if worker.terminating.is_set():
+            return False
+
+        def bind(pod: dict) -> Optional[dict]:
+            if pod["metadata"]["uid"] != worker.uid:
+                return None
+            pod["spec"]["nodeName"] = NODE_NAME
+            return pod
+
+        if self.store.mutate(R.PODS, worker.ns, worker.name, bind) is None:
+            return False
+        worker.pod["spec"]["nodeName"] = NODE_NAME
+        worker._event("Normal", "Scheduled", f"Successfully assigned {worker.ns}/{worker.name} to {NODE_NAME}",
+                      "default-scheduler")
+        return True
+
+
+class LocalKubelet(Kubelet):
+    """The local cluster's kubelet: follows its store. Pods bound to another node (a node agent's)
+    are not its own."""
+
+    def __init__(self, store: Store, workdir: Path, events: EventRecorder, logs: LogStore, api_url: str):
+        super().__init__(StoreBackend(store, events, api_url), workdir, logs)
+        self.store = store
+        store.add_listener(self._on_change)
+
+    def _on_change(self, event: str, rt, obj: dict) -> None:
+        if rt is R.PODS:
+            if obj["spec"].get("nodeName") not in (None, "", NODE_NAME) and not self.knows(obj["metadata"]["uid"]):
+                return
+            self.pod_changed(event, obj)
+        elif rt in (R.CONFIGMAPS, R.SECRETS, R.PVCS):
+            self.wake()
+
+    def stop(self) -> None:
+        self.store.remove_listener(self._on_change)
+        super().stop()
 
 
 #: Seconds between ErrImagePull and ImagePullBackOff (a real kubelet starts its back-off at 10 s).

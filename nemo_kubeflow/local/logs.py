@@ -111,7 +111,11 @@ class LogStore:
 
     def select(self, store: Store, namespace: str, name: str, query: dict) -> ContainerLog:
         """The run `pods/{name}/log` reads, with the API server's errors for the others."""
-        pod = store.get(R.PODS, namespace, name)
+        return self.select_for(store.get(R.PODS, namespace, name), query)
+
+    def select_for(self, pod: dict, query: dict) -> ContainerLog:
+        """The run of `pod` a log request (`container`, `previous`) reads; ApiError 400 for none."""
+        name = pod["metadata"]["name"]
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         names = [c["name"] for c in spec.get("containers") or []]
         init_names = [c["name"] for c in spec.get("initContainers") or []]

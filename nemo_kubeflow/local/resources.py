@@ -65,6 +65,8 @@ SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
 PVCS = ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, status_subresource=True)
 PODS = ResourceType("", "v1", "pods", "Pod", True, status_subresource=True, has_generation=True)
 EVENTS = ResourceType("", "v1", "events", "Event", True)
+#: Nodes, registered by node agents (nodeagent.py) attached to this server (no node controller).
+NODES = ResourceType("", "v1", "nodes", "Node", False, status_subresource=True)
 #: events.k8s.io/v1 is a second view of the core events (read-only here).
 EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", True, storage="events", read_only=True)
 #: What the emulated JobSet and Job controllers build for a TrainJob (trainer.py): the JobSet, its
@@ -90,8 +92,8 @@ LOCALQUEUES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueu
 WORKLOADS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True,
                          status_subresource=True, has_generation=True)
 
-ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, JOBS, JOBSETS, TRAINJOBS, RUNTIMES,
-       CLUSTER_RUNTIMES, LOCALQUEUES, WORKLOADS)
+ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, NODES, JOBS, JOBSETS, TRAINJOBS,
+       RUNTIMES, CLUSTER_RUNTIMES, LOCALQUEUES, WORKLOADS)
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
 _BY_GROUP_KIND = {(rt.group, rt.kind): rt for rt in ALL}
 

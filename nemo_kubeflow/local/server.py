@@ -41,7 +41,8 @@ DEFAULT_WATCH_SECONDS = 1800
 HANDSHAKE_TIMEOUT_S = 10.0
 PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces": {"status"},
-                 "persistentvolumeclaims": {"status"}, "localqueues": {"status"}, "workloads": {"status"}}
+                 "persistentvolumeclaims": {"status"}, "localqueues": {"status"}, "workloads": {"status"},
+                 "nodes": {"status"}}
 #: kubectl resolves `kubectl get ns` through these (the real server's; the Trainer CRDs declare none).
 _SHORT_NAMES = {("", "namespaces"): ["ns"], ("", "configmaps"): ["cm"], ("", "persistentvolumeclaims"): ["pvc"],
                 ("", "pods"): ["po"], ("", "events"): ["ev"], ("events.k8s.io", "events"): ["ev"]}

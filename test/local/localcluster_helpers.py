@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import textwrap
+import time
 import uuid
 from pathlib import Path
 from typing import Optional
@@ -114,3 +116,70 @@ def children_of(pid: int = os.getpid()) -> list[int]:
             if int(fields[1]) == pid and fields[0] != "Z":
                 found.append(int(entry.name))
     return found
+
+
+#: A container that traps SIGTERM (noting it), then starts a child in a session of its own, which
+#: starts an orphan (its parent exits at once): three processes no process group holds together.
+STUBBORN = textwrap.dedent("""
+    import os, signal, sys, time
+    out = sys.argv[1]
+    signal.signal(signal.SIGTERM, lambda *_: open(os.path.join(out, f"term-{os.getpid()}"), "w").close())
+    def record():
+        open(os.path.join(out, f"pid-{os.getpid()}"), "w").close()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)  # the grandchild below is orphaned
+        if os.fork() == 0:
+            os.setsid()
+        record()
+        while True:
+            time.sleep(1)
+    record()
+    while True:
+        time.sleep(1)
+""")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def recorded_pids(out: Path, count: int, timeout: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while len(list(out.glob("pid-*"))) < count:
+        assert time.monotonic() < deadline, f"only {sorted(out.iterdir())} after {timeout}s"
+        time.sleep(0.05)
+    return sorted(int(p.name.split("-")[1]) for p in out.glob("pid-*"))
+
+
+def wait_gone(pids: list[int], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"still running: {[p for p in pids if alive(p)]}"
+        time.sleep(0.05)
+
+
+def stubborn_pod(name: str, out: Path, grace: int) -> dict:
+    return {"metadata": {"name": name}, "spec": {
+        "terminationGracePeriodSeconds": grace, "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "python:3.11", "command": ["python", "-c", STUBBORN, str(out)]}]}}
+
+
+#: A gloo all-reduce of rank + 1 over every process of a torchrun job. One write per line: with
+#: PYTHONUNBUFFERED, print() writes the text and the newline separately, and ranks share pipes.
+ALL_REDUCE_SCRIPT = """\
+import sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+value = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(value)
+sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum={int(value.item())}\\n")
+dist.destroy_process_group()
+"""

@@ -7,65 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 
 from kubernetes import client, config
-from localcluster_helpers import create_runtime, create_trainjob, pods_of, runtime, trainjob, unique
+from localcluster_helpers import (alive, create_runtime, create_trainjob, pods_of, recorded_pids, runtime,
+                                  stubborn_pod, trainjob, unique, wait_gone)
 
 from nemo_kubeflow.local import LocalCluster
-
-#: A container that traps SIGTERM (noting it), then starts a child in a session of its own, which
-#: starts an orphan (its parent exits at once): three processes no process group holds together.
-STUBBORN = textwrap.dedent("""
-    import os, signal, sys, time
-    out = sys.argv[1]
-    signal.signal(signal.SIGTERM, lambda *_: open(os.path.join(out, f"term-{os.getpid()}"), "w").close())
-    def record():
-        open(os.path.join(out, f"pid-{os.getpid()}"), "w").close()
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() != 0:
-            os._exit(0)  # the grandchild below is orphaned
-        if os.fork() == 0:
-            os.setsid()
-        record()
-        while True:
-            time.sleep(1)
-    record()
-    while True:
-        time.sleep(1)
-""")
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def recorded_pids(out: Path, count: int, timeout: float = 30.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while len(list(out.glob("pid-*"))) < count:
-        assert time.monotonic() < deadline, f"only {sorted(out.iterdir())} after {timeout}s"
-        time.sleep(0.05)
-    return sorted(int(p.name.split("-")[1]) for p in out.glob("pid-*"))
-
-
-def wait_gone(pids: list[int], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while any(alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"still running: {[p for p in pids if alive(p)]}"
-        time.sleep(0.05)
-
-
-def stubborn_pod(name: str, out: Path, grace: int) -> dict:
-    return {"metadata": {"name": name}, "spec": {
-        "terminationGracePeriodSeconds": grace, "restartPolicy": "Never",
-        "containers": [{"name": "main", "image": "python:3.11", "command": ["python", "-c", STUBBORN, str(out)]}]}}
 
 
 def test_deleting_a_pod_sigterms_every_process_then_kills_them_after_the_grace_period(cluster, core, ns, tmp_path):

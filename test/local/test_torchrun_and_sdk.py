@@ -6,22 +6,9 @@ import time
 
 from kubeflow.common.types import KubernetesBackendConfig
 from kubeflow.trainer import TrainerClient
-from localcluster_helpers import (condition, create_runtime, create_trainjob, pods_of, runtime, trainjob, unique,
-                                  wait_finished)
+from localcluster_helpers import (ALL_REDUCE_SCRIPT, condition, create_runtime, create_trainjob, pods_of, runtime,
+                                  trainjob, unique, wait_finished)
 
-# One write per line: with PYTHONUNBUFFERED, print() writes the text and the newline separately and
-# the four ranks share two pipes.
-SCRIPT = """\
-import sys
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-value = torch.tensor([dist.get_rank() + 1.0])
-dist.all_reduce(value)
-sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum={int(value.item())}\\n")
-dist.destroy_process_group()
-"""
 TORCHRUN = ("torchrun --nnodes $PET_NNODES --nproc-per-node $PET_NPROC_PER_NODE --node-rank $PET_NODE_RANK "
             "--master-addr $PET_MASTER_ADDR --master-port $PET_MASTER_PORT /workspace/script.py")
 
@@ -30,7 +17,7 @@ def test_torchrun_all_reduce_across_two_nodes(cluster, core, custom, ns):
     name = unique("torch")
     create_runtime(custom, runtime(name, volumes=({"name": "code", "configMap": {"name": "script"}},),
                                    mounts=({"name": "code", "mountPath": "/workspace"},)))
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "script"}, "data": {"script.py": SCRIPT}})
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "script"}, "data": {"script.py": ALL_REDUCE_SCRIPT}})
     body = trainjob("allreduce", name, ["bash", "-c", TORCHRUN])
     body["spec"]["trainer"]["numProcPerNode"] = 2
     started = time.monotonic()

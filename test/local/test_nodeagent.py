@@ -1,0 +1,155 @@
+"""The node agent (our kubelet on any API server), attached to a local cluster without its own
+kubelet: Node registration, pods bound to its Nodes run, report status, serve logs over HTTPS,
+die on deletion, and torchrun finds its peers by their pod DNS names."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import urllib.error
+import urllib.request
+
+import pytest
+from kubernetes import client
+from localcluster_helpers import ALL_REDUCE_SCRIPT, alive, recorded_pids, stubborn_pod, wait_gone
+
+from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
+
+TORCHRUN = ("echo master $PET_MASTER_ADDR:$PET_MASTER_PORT; "
+            "torchrun --nnodes $PET_NNODES --nproc-per-node 1 --node-rank $PET_NODE_RANK "
+            "--master-addr $PET_MASTER_ADDR --master-port $PET_MASTER_PORT /workspace/script.py")
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    """A local API server whose pods no embedded kubelet runs."""
+    with LocalCluster(tmp_path_factory.mktemp("bare"), run_kubelet=False) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def agent(bare, tmp_path_factory):
+    with NodeAgent(bare.kubeconfig_path, [NodeSpec("n1", cpu="4", memory="8Gi"), NodeSpec("n2", gpus=2)],
+                   tmp_path_factory.mktemp("agent")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def core(bare) -> client.CoreV1Api:
+    return client.CoreV1Api(bare.api_client())
+
+
+def kubelet_get(agent: NodeAgent, path: str) -> tuple[int, str]:
+    """GET from the agent's kubelet endpoint as the API server does (not verifying its certificate)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{agent.port}{path}", context=context, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def wait_phase(bare, core, name: str, phases=("Succeeded", "Failed"), timeout: float = 30.0):
+    return bare.wait_for(lambda: (lambda p: p if p.status.phase in phases else None)(
+        core.read_namespaced_pod(name, "default")), timeout)
+
+
+def test_nodes_are_registered_ready_with_their_resources_and_endpoint(agent, core):
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    assert set(nodes) == {"n1", "n2"}
+    assert nodes["n1"].status.allocatable == {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+    assert nodes["n2"].status.allocatable["nvidia.com/gpu"] == "2"
+    for node in nodes.values():
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        assert (ready.status, ready.reason) == ("True", "KubeletReady")
+        assert node.status.daemon_endpoints.kubelet_endpoint.port == agent.port
+        assert [(a.type, a.address) for a in node.status.addresses][0] == ("InternalIP", "127.0.0.1")
+        assert node.metadata.labels["kubernetes.io/hostname"] == node.metadata.name
+    assert kubelet_get(agent, "/healthz") == (200, "ok")
+
+
+def test_a_bound_pod_runs_with_its_volumes_and_env_and_serves_its_logs(bare, agent, core):
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {"greeting.txt": "hello"}})
+    core.create_namespaced_secret("default", {"metadata": {"name": "creds"},
+                                              "data": {"token": base64.b64encode(b"s3cret").decode()}})
+    core.create_namespaced_pod("default", {"metadata": {"name": "worker"}, "spec": {
+        "nodeName": "n2", "restartPolicy": "Never",
+        "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}, {"name": "scratch", "emptyDir": {}}],
+        "initContainers": [{"name": "prepare", "image": "busybox",
+                            "command": ["sh", "-c", "echo prepared > /scratch/ready"],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+        "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c",
+                        'cat /etc/cfg/greeting.txt; echo; cat /scratch/ready; echo "node=$NODE token=${#TOKEN}"; '
+                        "exit 3"],
+                        "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}}],
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"},
+                                         {"name": "scratch", "mountPath": "/scratch"}]}]}})
+    pod = wait_phase(bare, core, "worker")
+    assert pod.status.phase == "Failed"
+    assert (pod.status.pod_ip, pod.status.host_ip) == ("127.0.0.1", "127.0.0.1")
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (3, "Error")
+    assert pod.status.init_container_statuses[0].state.terminated.exit_code == 0
+    assert {c.type: c.status for c in pod.status.conditions}["Initialized"] == "True"
+
+    assert kubelet_get(agent, "/containerLogs/default/worker/main") == (
+        200, "hello\nprepared\nnode=n2 token=6\n")
+    status, tail = kubelet_get(agent, "/containerLogs/default/worker/main?tailLines=1&timestamps=true")
+    assert status == 200 and tail.endswith(" node=n2 token=6\n") and tail.startswith("20")
+    assert kubelet_get(agent, "/containerLogs/default/worker/prepare") == (200, "")
+    status, message = kubelet_get(agent, "/containerLogs/default/worker/main?previous=true")
+    assert (status, message) == (400, 'previous terminated container "main" in pod "worker" not found')
+    assert kubelet_get(agent, "/containerLogs/default/nosuch/main")[0] == 404
+    events = {e.reason for e in core.list_namespaced_event("default", field_selector="involvedObject.name=worker").items}
+    assert {"Pulled", "Created", "Started"} <= events
+
+
+def test_deleting_a_pod_kills_every_process_after_the_grace_period_then_removes_it(bare, agent, core, tmp_path):
+    body = stubborn_pod("stubborn", tmp_path, grace=1)
+    body["spec"]["nodeName"] = "n1"
+    core.create_namespaced_pod("default", body)
+    pids = recorded_pids(tmp_path, 3)
+    wait_phase(bare, core, "stubborn", phases=("Running",))
+    core.delete_namespaced_pod("stubborn", "default")
+    wait_gone(pids)
+    assert len(list(tmp_path.glob("term-*"))) == 3  # SIGTERM reached all three first
+    bare.wait_for(lambda: "stubborn" not in {p.metadata.name for p in core.list_namespaced_pod("default").items})
+
+
+def test_torchrun_finds_its_master_by_pod_dns_name_on_a_port_of_its_own(bare, agent, core):
+    """Two pods as JobSet makes them (hostname + subdomain, PET_MASTER_ADDR the first pod's DNS name,
+    port 29500 declared), one per node."""
+    core.create_namespaced_config_map("default", {"metadata": {"name": "script"}, "data": {"script.py": ALL_REDUCE_SCRIPT}})
+    for rank, node in enumerate(("n1", "n2")):
+        core.create_namespaced_pod("default", {"metadata": {"name": f"job-node-0-{rank}"}, "spec": {
+            "nodeName": node, "restartPolicy": "Never", "hostname": f"job-node-0-{rank}", "subdomain": "job",
+            "volumes": [{"name": "code", "configMap": {"name": "script"}}],
+            "containers": [{"name": "node", "image": "pytorch", "command": ["bash", "-c", TORCHRUN],
+                            "ports": [{"containerPort": 29500}],
+                            "volumeMounts": [{"name": "code", "mountPath": "/workspace"}],
+                            "env": [{"name": "PET_NNODES", "value": "2"}, {"name": "PET_NODE_RANK", "value": str(rank)},
+                                    {"name": "PET_MASTER_ADDR", "value": "job-node-0-0.job"},
+                                    {"name": "PET_MASTER_PORT", "value": "29500"}]}]}})
+    pods = [wait_phase(bare, core, f"job-node-0-{rank}", timeout=120) for rank in range(2)]
+    logs = [kubelet_get(agent, f"/containerLogs/default/job-node-0-{rank}/node")[1] for rank in range(2)]
+    assert [p.status.phase for p in pods] == ["Succeeded", "Succeeded"], logs
+    masters = {line for log in logs for line in log.splitlines() if line.startswith("master ")}
+    assert len(masters) == 1  # both pods agree on one address and port
+    host, port = masters.pop().split()[1].split(":")
+    assert host == "127.0.0.1" and port != "29500"
+    assert sorted(line for log in logs for line in log.splitlines() if "sum=" in line) == [
+        "rank 0 of 2: sum=3", "rank 1 of 2: sum=3"]
+
+
+def test_stopping_the_agent_kills_its_pods_and_unregisters_its_nodes(bare, core, tmp_path):
+    with NodeAgent(bare.kubeconfig_path, [NodeSpec("n3")], tmp_path / "agent"):
+        body = stubborn_pod("left", tmp_path, grace=600)
+        body["spec"]["nodeName"] = "n3"
+        core.create_namespaced_pod("default", body)
+        pids = recorded_pids(tmp_path, 3)
+        assert "n3" in {n.metadata.name for n in core.list_node().items}
+    assert [pid for pid in pids if alive(pid)] == []
+    assert "n3" not in {n.metadata.name for n in core.list_node().items}

@@ -33,6 +33,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        help="a Node to register; repeat for more")
     agent.add_argument("--workdir", type=Path, required=True, help="pod directories, PVC directories and logs")
     agent.add_argument("--keep-nodes", action="store_true", help="leave the Node objects when stopping")
+    agent.add_argument("--tls-cert", type=Path, help="the kubelet endpoint's certificate (default: a self-signed one)")
+    agent.add_argument("--tls-key", type=Path, help="its key (with --tls-cert)")
     args = parser.parse_args(argv)
 
     if args.command == "serve":
@@ -47,9 +49,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         nodes = [NodeSpec.parse(text) for text in args.node]
     except ValueError as error:
         parser.error(str(error))
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together: give both, or neither for a self-signed certificate")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return _run_until_signalled(
-        NodeAgent(args.kubeconfig, nodes, args.workdir, context=args.context, unregister=not args.keep_nodes),
+        NodeAgent(args.kubeconfig, nodes, args.workdir, context=args.context, unregister=not args.keep_nodes,
+                  serving_cert=(args.tls_cert, args.tls_key) if args.tls_cert else None),
         lambda agent: f"Serving nodes {', '.join(n.name for n in nodes)}; kubelet endpoint https://127.0.0.1:{agent.port}")
 
 

@@ -302,11 +302,17 @@ class _LogHandler(BaseHTTPRequestHandler):
 class _KubeletServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, find_pod: Callable[[str, str], Optional[dict]], logs: LogStore):
+    def __init__(self, find_pod: Callable[[str, str], Optional[dict]], logs: LogStore,
+                 serving_cert: Optional[tuple[Path, Path]]):
         super().__init__((POD_IP, 0), _LogHandler)
         self.find_pod, self.logs = find_pod, logs
         self.stopping = threading.Event()
-        self.socket = _self_signed_context().wrap_socket(self.socket, server_side=True)
+        if serving_cert is None:
+            context = _self_signed_context()
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*serving_cert)
+        self.socket = context.wrap_socket(self.socket, server_side=True)
 
 
 # --- the agent ---------------------------------------------------------------------------------------------
@@ -321,10 +327,15 @@ class NodeAgent:
         nodes: the Nodes to serve.
         workdir: where pod directories, PVC directories and logs go.
         unregister: delete the Nodes when the agent stops (their pods are then garbage-collected).
+        serving_cert: (certificate, key) files of the kubelet endpoint, for an API server started
+            with `--kubelet-certificate-authority` (the certificate must name IP 127.0.0.1). None: a
+            self-signed one, for an API server that does not verify kubelets.
     """
 
     def __init__(self, kubeconfig: str | Path, nodes: Sequence[NodeSpec], workdir: str | Path, *,
-                 context: Optional[str] = None, unregister: bool = True):
+                 context: Optional[str] = None, unregister: bool = True,
+                 serving_cert: Optional[tuple[str | Path, str | Path]] = None):
+        self.serving_cert = (Path(serving_cert[0]), Path(serving_cert[1])) if serving_cert else None
         if not nodes:
             raise ValueError("a node agent needs at least one node")
         self.nodes = list(nodes)
@@ -351,7 +362,7 @@ class NodeAgent:
 
     def start(self) -> "NodeAgent":
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._server = _KubeletServer(self._pod, self.logs)
+        self._server = _KubeletServer(self._pod, self.logs, self.serving_cert)
         self._spawn(self._server.serve_forever, "kubelet-endpoint")
         for node in self.nodes:
             self._register(node)

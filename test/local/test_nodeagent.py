@@ -153,3 +153,46 @@ def test_stopping_the_agent_kills_its_pods_and_unregisters_its_nodes(bare, core,
         assert "n3" in {n.metadata.name for n in core.list_node().items}
     assert [pid for pid in pids if alive(pid)] == []
     assert "n3" not in {n.metadata.name for n in core.list_node().items}
+
+
+def test_the_kubelet_endpoint_serves_a_given_certificate(bare, tmp_path):
+    """For an API server that verifies kubelets (--kubelet-certificate-authority): a certificate
+    issued for 127.0.0.1 (self-signed here, so that it is its own CA)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-kubelet")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "kubelet.crt", tmp_path / "kubelet.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    with NodeAgent(bare.kubeconfig_path, [NodeSpec("n4")], tmp_path / "agent",
+                   serving_cert=(cert_file, key_file)) as agent:
+        verifying = ssl.create_default_context(cafile=str(cert_file))
+        with urllib.request.urlopen(f"https://127.0.0.1:{agent.port}/healthz", context=verifying) as answer:
+            assert answer.read() == b"ok"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--node", "n5:cpus=4"], "--node 'n5:cpus=4': 'cpus=4' is not one of cpu=, memory=, gpus=, pods="),
+    (["--node", "n5", "--tls-cert", "a.crt"], "--tls-cert and --tls-key go together"),
+])
+def test_node_agent_command_refuses_bad_options(tmp_path, capsys, extra, message):
+    from nemo_kubeflow.local.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["node-agent", "--kubeconfig", str(tmp_path / "kubeconfig"), "--workdir", str(tmp_path), *extra])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

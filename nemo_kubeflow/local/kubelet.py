@@ -806,12 +806,6 @@ class Kubelet:
         with self._lock:
             return uid in self._workers
 
-    def worker(self, namespace: str, name: str) -> Optional["PodWorker"]:
-        """The newest worker of the pod `namespace/name`, None if this kubelet runs no such pod."""
-        with self._lock:
-            found = [w for w in self._workers.values() if (w.ns, w.name) == (namespace, name)]
-        return found[-1] if found else None
-
     @property
     def generation(self) -> int:
         """Counts ConfigMap/Secret/PVC changes; read it before checking what a wait is for."""

@@ -55,7 +55,7 @@ from nemo_kubeflow.local.timeutil import now_micro, now_rfc3339
 logger = logging.getLogger(__name__)
 
 #: Seconds between heartbeats (the kubelet's nodeStatusUpdateFrequency and lease renewal).
-HEARTBEAT = 10.0
+HEARTBEAT_SECONDS = 10.0
 LEASE_DURATION = 40
 LEASE_NAMESPACE = "kube-node-lease"
 #: A watch is restarted after this long, as client-go's reflector does.
@@ -334,7 +334,9 @@ class NodeAgent:
 
     def __init__(self, kubeconfig: str | Path, nodes: Sequence[NodeSpec], workdir: str | Path, *,
                  context: Optional[str] = None, unregister: bool = True,
-                 serving_cert: Optional[tuple[str | Path, str | Path]] = None):
+                 serving_cert: Optional[tuple[str | Path, str | Path]] = None,
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS):
+        self.heartbeat_seconds = heartbeat_seconds
         self.serving_cert = (Path(serving_cert[0]), Path(serving_cert[1])) if serving_cert else None
         if not nodes:
             raise ValueError("a node agent needs at least one node")
@@ -471,7 +473,7 @@ class NodeAgent:
             logger.info("no Lease API or %s namespace: node heartbeats go through status only", LEASE_NAMESPACE)
 
     def _heartbeats(self) -> None:
-        while not self._stopping.wait(HEARTBEAT):
+        while not self._stopping.wait(self.heartbeat_seconds):
             for node in self.nodes:
                 try:
                     self._report(node)

@@ -196,3 +196,24 @@ def test_node_agent_command_refuses_bad_options(tmp_path, capsys, extra, message
     with pytest.raises(SystemExit) as exit_:
         main(["node-agent", "--kubeconfig", str(tmp_path / "kubeconfig"), "--workdir", str(tmp_path), *extra])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_heartbeats_move_and_a_pod_left_running_by_a_stopped_agent_is_failed_by_the_next(bare, core, tmp_path):
+    def ready(node: str):
+        return next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
+
+    with NodeAgent(bare.kubeconfig_path, [NodeSpec("n6")], tmp_path / "agent", unregister=False,
+                   heartbeat_seconds=0.3):
+        first = ready("n6")
+        bare.wait_for(lambda: ready("n6").last_heartbeat_time > first.last_heartbeat_time, timeout=10)
+        assert ready("n6").last_transition_time == first.last_transition_time
+        body = stubborn_pod("orphan", tmp_path, grace=600)
+        body["spec"]["nodeName"] = "n6"
+        core.create_namespaced_pod("default", body)
+        pids = recorded_pids(tmp_path, 3)
+        wait_phase(bare, core, "orphan", phases=("Running",))
+    assert [pid for pid in pids if alive(pid)] == []
+    with NodeAgent(bare.kubeconfig_path, [NodeSpec("n6")], tmp_path / "agent"):
+        pod = wait_phase(bare, core, "orphan", phases=("Failed",))
+        assert pod.status.reason == "NodeAgentRestarted"
+    assert len(list(tmp_path.glob("pid-*"))) == 3  # it did not run again

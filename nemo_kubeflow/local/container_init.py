@@ -21,15 +21,40 @@ killed (a container ends with its PID 1) and this process exits with its code (1
 a signal). It reports `started <pid>` or `failed <errno>` on the control socket first.
 """
 
-import ctypes
 import errno
 import os
 import select
-import signal
 import sys
 import time
 
+# _signal, not signal: the signal module imports enum, which would add tens of milliseconds to
+# every container's start.
+import _signal as signal
+
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option: int, value: int) -> int:
+    """prctl(2) through _ctypes alone: importing ctypes would add tens of milliseconds to every
+    container's start (what ctypes.CDLL(None).prctl does, minus building the whole module)."""
+    try:
+        import _ctypes
+
+        class CInt(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = CInt
+
+        class Libc:
+            _handle = _ctypes.dlopen(None, 0)
+
+        return Function(("prctl", Libc()))(option, value, 0, 0, 0)
+    except (ImportError, AttributeError, TypeError, OSError):
+        import ctypes
+
+        return ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
 
 
 def living_descendants(root: int) -> list[int]:
@@ -70,7 +95,8 @@ def signal_all(sig: int) -> list[int]:
 def main() -> int:
     control = int(sys.argv[1])
     argv = sys.argv[2:]
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if prctl(PR_SET_CHILD_SUBREAPER, 1) != 0:
+        os.write(2, b"container init: prctl(PR_SET_CHILD_SUBREAPER) failed; orphans may escape\n")
     # Signals reach the container through the control socket only: a container that signals its
     # own group (`kill 0`) must not take its init down with it.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
@@ -136,6 +162,11 @@ def main() -> int:
 
 def kill_everything() -> None:
     """SIGKILL every descendant until none is left, then reap them all."""
+    try:
+        if os.waitpid(-1, os.WNOHANG) == (0, 0):
+            pass  # a child lives: look for every descendant below
+    except ChildProcessError:
+        return  # no child at all, so no descendant (orphans would be our children): the usual end
     while signal_all(signal.SIGKILL):
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:

@@ -413,11 +413,12 @@ class PodWorker(threading.Thread):
         except Exception:  # noqa: BLE001 - a kubelet bug must not leave processes behind
             logger.exception("pod %s/%s", self.ns, self.name)
         finally:
-            self._kill_all(True)
+            self.kill_and_wait()  # sidecars too: a deleted pod goes only once nothing of it runs
             with self._lock:
                 timers, self._kill_timers = self._kill_timers, []
             for timer in timers:
                 timer.cancel()
+            self.kubelet.backend.pod_finished(self)
             if self.deleted:
                 self.kubelet.backend.remove_pod(self.ns, self.name, self.uid)
             self.kubelet.forget(self)
@@ -478,6 +479,8 @@ class PodWorker(threading.Thread):
                 continue
             if self._run_container(container) != 0:
                 if not self.terminating.is_set():
+                    self.kill_and_wait()  # its sidecars
+                    self.kubelet.backend.pod_finished(self)
                     self._publish("Failed")
                 return False
         return not self.terminating.is_set()
@@ -495,6 +498,7 @@ class PodWorker(threading.Thread):
         codes = [s["state"].get("terminated", {}).get("exitCode", 1) for s in self._container_statuses("containers")]
         phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
         self._stop_sidecars()
+        self.kubelet.backend.pod_finished(self)  # before the scheduler can count them free again
         self._publish(phase)
 
     def _stop_sidecars(self) -> None:
@@ -577,7 +581,7 @@ class PodWorker(threading.Thread):
                         started: Optional[threading.Event]) -> int:
         name = container["name"]
         argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
-        argv, env = self.kubelet.backend.network(self.pod, argv, env)
+        argv, env = self.kubelet.backend.network(self.pod, container, argv, env)
         argv = [remap.apply(a) for a in argv]
         env = {k: remap.apply(v) for k, v in env.items()}
         cwd = self._working_dir(container, remap)
@@ -747,8 +751,13 @@ class Backend(Objects, Protocol):
     def remove_pod(self, namespace: str, name: str, uid: str) -> None:
         """The deleted pod's processes are gone: remove the object (grace 0, uid precondition)."""
 
-    def network(self, pod: dict, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """Rewrite what a container is given for the host network all pods share here."""
+    def network(self, pod: dict, container: dict, argv: list[str],
+                env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """Rewrite what a container is given for the host network all pods share here (and its
+        devices: `env` is the container's, `CUDA_VISIBLE_DEVICES` for the GPUs it was given)."""
+
+    def pod_finished(self, worker: "PodWorker") -> None:
+        """Nothing of the pod runs any more: free what it held (devices). Called once or more."""
 
 
 class Kubelet:
@@ -868,8 +877,12 @@ class StoreBackend:
     def remove_pod(self, namespace: str, name: str, uid: str) -> None:
         self.store.remove(R.PODS, namespace, name, uid)
 
-    def network(self, pod: dict, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    def network(self, pod: dict, container: dict, argv: list[str],
+                env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         return argv, env  # the Trainer emulation already gives 127.0.0.1 and a port per TrainJob
+
+    def pod_finished(self, worker: "PodWorker") -> None:
+        pass  # GPUs are only counted here
 
     def bind(self, worker: "PodWorker") -> bool:
         """kube-scheduler's part: bind to the one node once its claims exist and its extended

@@ -51,6 +51,7 @@ from nemo_kubeflow.local.kubelet import POD_IP, Kubelet, PodWorker
 from nemo_kubeflow.local.logs import LogStore, stream
 from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.timeutil import now_micro, now_rfc3339
+from nemo_kubeflow.quantity import parse_quantity
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +143,46 @@ class PodNetwork:
         return [text(a) for a in argv], {k: variable(k, v) for k, v in env.items()}
 
 
+class GpuDevices:
+    """The device plugin's part: each Node's GPUs are host device indices (the first node's first,
+    in the order the nodes are given), and a container that asks for `nvidia.com/gpu` gets that
+    many of its node's free ones, the same on a restart, until its pod ends."""
+
+    def __init__(self, nodes: Sequence[NodeSpec]):
+        self._lock = threading.Lock()
+        self._free: dict[str, list[int]] = {}
+        self._node_of: dict[int, str] = {}
+        first = 0
+        for node in nodes:
+            self._free[node.name] = list(range(first, first + node.gpus))
+            self._node_of.update({device: node.name for device in self._free[node.name]})
+            first += node.gpus
+        self._held: dict[str, dict[str, list[int]]] = {}  # pod uid -> container -> devices
+
+    def assign(self, pod: dict, container: dict) -> Optional[list[int]]:
+        """The container's devices; None on a node without GPUs (its environment is left alone)."""
+        node = pod["spec"].get("nodeName", "")
+        if node not in self._node_of.values():
+            return None
+        limits = (container.get("resources") or {}).get("limits") or {}
+        wanted = int(parse_quantity(str(limits.get("nvidia.com/gpu", 0))) or 0)
+        with self._lock:
+            held = self._held.setdefault(pod["metadata"]["uid"], {})
+            if container["name"] not in held:
+                # The scheduler counted them against allocatable: they are free unless pods were
+                # bound by hand beyond it (then the container gets fewer).
+                free = self._free[node]
+                held[container["name"]], self._free[node] = free[:wanted], free[wanted:]
+            return held[container["name"]]
+
+    def release(self, uid: str) -> None:
+        with self._lock:
+            for devices in self._held.pop(uid, {}).values():
+                for device in devices:
+                    node = self._node_of[device]
+                    self._free[node] = sorted(self._free[node] + [device])
+
+
 # --- the back end: an API server through the kubernetes client ---------------------------------------------
 
 
@@ -175,8 +216,8 @@ class ApiEvents:
 class ApiBackend:
     """The kubelet's back end on a real API server: reads, status writes and deletes over HTTP."""
 
-    def __init__(self, api: KubernetesCluster, network: PodNetwork):
-        self.api, self.network_ = api, network
+    def __init__(self, api: KubernetesCluster, network: PodNetwork, gpus: "GpuDevices"):
+        self.api, self.network_, self.gpus = api, network, gpus
         self.events = ApiEvents(api)
         self.api_url = api.api_client.configuration.host
         self._lock = threading.Lock()
@@ -219,8 +260,16 @@ class ApiBackend:
             if getattr(error, "status", 0) not in (404, 409):
                 logger.warning("pod %s/%s: %s", namespace, name, error)
 
-    def network(self, pod: dict, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        return self.network_.rewrite(pod, argv, env)
+    def network(self, pod: dict, container: dict, argv: list[str],
+                env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        argv, env = self.network_.rewrite(pod, argv, env)
+        devices = self.gpus.assign(pod, container)
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+        return argv, env
+
+    def pod_finished(self, worker: PodWorker) -> None:
+        self.gpus.release(worker.uid)
 
 
 # --- the kubelet endpoint: container logs over HTTPS ------------------------------------------------------
@@ -345,7 +394,8 @@ class NodeAgent:
         self.unregister = unregister
         self.api = KubernetesCluster(str(kubeconfig), context)
         self.logs = LogStore()
-        self.kubelet = Kubelet(ApiBackend(self.api, PodNetwork()), self.workdir, self.logs)
+        backend = ApiBackend(self.api, PodNetwork(), GpuDevices(self.nodes))
+        self.kubelet = Kubelet(backend, self.workdir, self.logs)
         self.kubelet.recheck_seconds = 1.0  # no watch on ConfigMaps/Secrets/claims: look again soon
         self._server: Optional[_KubeletServer] = None
         self._stopping = threading.Event()

@@ -217,3 +217,29 @@ def test_heartbeats_move_and_a_pod_left_running_by_a_stopped_agent_is_failed_by_
         pod = wait_phase(bare, core, "orphan", phases=("Failed",))
         assert pod.status.reason == "NodeAgentRestarted"
     assert len(list(tmp_path.glob("pid-*"))) == 3  # it did not run again
+
+
+def test_gpu_containers_get_devices_of_their_own_until_their_pod_ends(bare, agent, core, tmp_path):
+    """n2 has 2 GPUs (host devices 0 and 1: n1, first, has none)."""
+    def pod(name: str, gpus: int, hold: bool) -> dict:
+        wait = f"while [ ! -e {tmp_path}/release ]; do sleep 0.05; done; " if hold else ""
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+        return {"metadata": {"name": name}, "spec": {"nodeName": "n2", "restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "cuda", "resources": resources,
+             "command": ["sh", "-c", f'echo "devices=[$CUDA_VISIBLE_DEVICES]"; {wait}true']}]}}
+
+    def devices(name: str) -> str:
+        wait_phase(bare, core, name, phases=("Running", "Succeeded"))
+        return bare.wait_for(lambda: kubelet_get(agent, f"/containerLogs/default/{name}/main")[1].strip())
+
+    core.create_namespaced_pod("default", pod("gpu-a", 1, hold=True))
+    assert devices("gpu-a") == "devices=[0]"
+    core.create_namespaced_pod("default", pod("gpu-b", 1, hold=True))
+    assert devices("gpu-b") == "devices=[1]"
+    core.create_namespaced_pod("default", pod("no-gpu", 0, hold=False))
+    assert devices("no-gpu") == "devices=[]"  # the node's GPUs are hidden from it
+    (tmp_path / "release").touch()
+    for name in ("gpu-a", "gpu-b"):
+        assert wait_phase(bare, core, name).status.phase == "Succeeded"
+    core.create_namespaced_pod("default", pod("gpu-both", 2, hold=False))
+    assert devices("gpu-both") == "devices=[0,1]"

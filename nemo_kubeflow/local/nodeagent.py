@@ -160,10 +160,11 @@ class GpuDevices:
         self._held: dict[str, dict[str, list[int]]] = {}  # pod uid -> container -> devices
 
     def assign(self, pod: dict, container: dict) -> Optional[list[int]]:
-        """The container's devices; None on a node without GPUs (its environment is left alone)."""
-        node = pod["spec"].get("nodeName", "")
-        if node not in self._node_of.values():
+        """The container's devices; None when no Node of this agent has GPUs (the environment is
+        then left alone: a CPU-only setup on a machine with GPUs)."""
+        if not self._node_of:
             return None
+        node = pod["spec"].get("nodeName", "")
         limits = (container.get("resources") or {}).get("limits") or {}
         wanted = int(parse_quantity(str(limits.get("nvidia.com/gpu", 0))) or 0)
         with self._lock:
@@ -171,7 +172,7 @@ class GpuDevices:
             if container["name"] not in held:
                 # The scheduler counted them against allocatable: they are free unless pods were
                 # bound by hand beyond it (then the container gets fewer).
-                free = self._free[node]
+                free = self._free.get(node, [])
                 held[container["name"]], self._free[node] = free[:wanted], free[wanted:]
             return held[container["name"]]
 

@@ -595,13 +595,18 @@ class PodWorker(threading.Thread):
         try:
             if not argv:
                 raise FileNotFoundError("the emulated image has no entrypoint: set command or args")
-            # Spawned and registered under the lock `terminate` takes: either it sees this run, or
-            # this run sees that the pod is terminating and never starts.
+            if self.terminating.is_set():
+                log.finish()
+                return 137
+            # Started outside the lock (its init takes a moment; the pod's other containers start
+            # meanwhile), registered under the lock `terminate` takes: either it sees this run, or
+            # this run sees the pod terminating and is killed at once.
+            run = ContainerRun(argv, env, cwd, log)
             with self._lock:
-                if self.terminating.is_set():
-                    log.finish()
-                    return 137
-                run = self._runs[name] = ContainerRun(argv, env, cwd, log)
+                self._runs[name] = run
+                late = self.terminating.is_set()
+            if late:
+                run.kill()
         except OSError as error:
             log.finish()
             message = (f'failed to create containerd task: failed to create shim task: OCI runtime create failed: '

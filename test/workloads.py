@@ -47,3 +47,13 @@ def fault_tolerant_steps(steps: int, pid_dir: str, step_seconds: float = 0.3) ->
         time.sleep(step_seconds)
     print(f"rank {rank} finished {steps} steps", flush=True)
     dist.destroy_process_group()
+
+
+def ignore_sigterm(pid_dir: str) -> None:
+    """A rank that ignores SIGTERM and sleeps: only SIGKILL ends it."""
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(os.path.join(pid_dir, f"pid-{os.getpid()}"), "w").close()
+    time.sleep(600)

@@ -9,10 +9,13 @@ import subprocess
 import sys
 import time
 
+import nemo_run as run
 from kubernetes import client, config
 from localcluster_helpers import (alive, create_runtime, create_trainjob, pods_of, recorded_pids, runtime,
                                   stubborn_pod, trainjob, unique, wait_gone)
 
+import workloads
+from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow.local import LocalCluster
 
 
@@ -85,3 +88,22 @@ def test_killing_the_clusters_owner_leaves_no_process(tmp_path):
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+def test_stopping_the_cluster_under_a_detached_experiment_kills_torchrun_ranks_that_ignore_sigterm(tmp_path):
+    """As a user meets it: `exp.run(detach=True)` of a torchrun task, then the local cluster stops."""
+    out = tmp_path / "out"
+    out.mkdir()
+    cluster = LocalCluster(tmp_path / "cluster").start()
+    try:
+        executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, launcher="torchrun",
+                                    kubeconfig=str(cluster.kubeconfig_path), shm_size=None,
+                                    packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"))
+        with run.Experiment("stubborn", executor=executor, log_level="WARN") as exp:
+            exp.add(run.Partial(workloads.ignore_sigterm, pid_dir=str(out)), name="stubborn")
+            exp.run(detach=True)
+        ranks = recorded_pids(out, 2, timeout=120)
+        assert all(os.getsid(pid) == pid for pid in ranks)  # torchrun gave each a session of its own
+    finally:
+        cluster.stop()
+    assert [pid for pid in ranks if alive(pid)] == []

@@ -243,3 +243,20 @@ def test_gpu_containers_get_devices_of_their_own_until_their_pod_ends(bare, agen
         assert wait_phase(bare, core, name).status.phase == "Succeeded"
     core.create_namespaced_pod("default", pod("gpu-both", 2, hold=False))
     assert devices("gpu-both") == "devices=[0,1]"
+
+
+def test_the_embedded_kubelet_leaves_pods_bound_to_other_nodes_alone(cluster, ns):
+    """A local cluster with its own kubelet: a pod bound to an agent's Node is not run (nor removed
+    on deletion) by it, while a pod after it runs."""
+    local = client.CoreV1Api(cluster.api_client())
+    command = ["sh", "-c", "echo ran"]
+    local.create_namespaced_pod(ns, {"metadata": {"name": "elsewhere"}, "spec": {
+        "nodeName": "agent-node", "restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "command": command}]}})
+    local.create_namespaced_pod(ns, {"metadata": {"name": "here"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "command": command}]}})
+    cluster.wait_for(lambda: local.read_namespaced_pod("here", ns).status.phase == "Succeeded")
+    local.delete_namespaced_pod("elsewhere", ns)
+    elsewhere = local.read_namespaced_pod("elsewhere", ns)
+    assert elsewhere.status.phase == "Pending" and not elsewhere.status.container_statuses
+    assert elsewhere.metadata.deletion_timestamp is not None  # its kubelet (an agent) would finish it
+    assert not cluster.pod_dir("elsewhere", ns).exists()

@@ -218,7 +218,7 @@ class ApiBackend:
     """The kubelet's back end on a real API server: reads, status writes and deletes over HTTP."""
 
     def __init__(self, api: KubernetesCluster, network: PodNetwork, gpus: "GpuDevices"):
-        self.api, self.network_, self.gpus = api, network, gpus
+        self.api, self.pod_network, self.gpus = api, network, gpus
         self.events = ApiEvents(api)
         self.api_url = api.api_client.configuration.host
         self._lock = threading.Lock()
@@ -263,7 +263,7 @@ class ApiBackend:
 
     def network(self, pod: dict, container: dict, argv: list[str],
                 env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        argv, env = self.network_.rewrite(pod, argv, env)
+        argv, env = self.pod_network.rewrite(pod, argv, env)
         devices = self.gpus.assign(pod, container)
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, devices))

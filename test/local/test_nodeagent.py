@@ -260,3 +260,25 @@ def test_the_embedded_kubelet_leaves_pods_bound_to_other_nodes_alone(cluster, ns
     assert elsewhere.status.phase == "Pending" and not elsewhere.status.container_statuses
     assert elsewhere.metadata.deletion_timestamp is not None  # its kubelet (an agent) would finish it
     assert not cluster.pod_dir("elsewhere", ns).exists()
+
+
+def test_pod_dns_names_and_declared_ports_are_rewritten_for_the_shared_host_network():
+    from nemo_kubeflow.local.nodeagent import PodNetwork
+
+    network = PodNetwork()
+
+    def pod(name: str, subdomain: str) -> dict:
+        return {"metadata": {"name": name, "namespace": "team"}, "spec": {
+            "hostname": name, "subdomain": subdomain, "containers": [{"name": "node", "ports": [{"containerPort": 29500}]}]}}
+
+    argv, env = network.rewrite(pod("a-node-0-1", "a"), [
+        "--rdzv-endpoint=a-node-0-0.a.team.svc.cluster.local:29500", "--other=b-node-0-0.b:29500", "a.b.c", "x.ab"],
+        {"PET_MASTER_ADDR": "a-node-0-0.a", "PET_MASTER_PORT": "29500", "WORKERS": "a-node-0-0.a.team,a-node-0-1.a",
+         "SIZE": "29500"})
+    port = env["PET_MASTER_PORT"]
+    assert port != "29500" and network.rewrite(pod("a-node-0-0", "a"), [], {"PET_MASTER_PORT": "29500"})[1] == {
+        "PET_MASTER_PORT": port}  # every pod of the JobSet gets the same port
+    assert network.rewrite(pod("b-node-0-0", "b"), [], {"PET_MASTER_PORT": "29500"})[1]["PET_MASTER_PORT"] != port
+    assert argv == [f"--rdzv-endpoint=127.0.0.1:{port}", "--other=b-node-0-0.b:29500", "a.b.c", "x.ab"]
+    assert env == {"PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port, "WORKERS": "127.0.0.1,127.0.0.1",
+                   "SIZE": "29500"}

@@ -1070,6 +1070,13 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
             "startupPolicyOrder InOrder and replicatedJobs[].dependsOn are mutually exclusive",
             "use one of them",
         )
+    ttl = jobset.get("ttlSecondsAfterFinished")
+    if isinstance(ttl, int) and not isinstance(ttl, bool) and not 0 <= ttl <= C.JOBSET_TTL_MAX:
+        out.add(
+            jpath + ("ttlSecondsAfterFinished",),
+            f"{ttl} is out of range (JobSet: 0 to {C.JOBSET_TTL_MAX} seconds)",
+            "give the seconds after which JobSet deletes a finished JobSet and its pods, e.g. 86400, or remove it",
+        )
     for where, template in _find(jobset, ("volumeClaimPolicies", "*", "templates", "*"), jpath):
         if _dict(template.get("metadata") if isinstance(template, dict) else None).get("namespace"):
             out.add(
@@ -1105,7 +1112,7 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
 
 
 #: JobSet v0.12 failurePolicy rule names (jobset_types.go).
-_FAILURE_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_FAILURE_RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")  # with fullmatch
 #: The Job API's podFailurePolicy exit-code operators (batch/v1; the schema checks the actions).
 _EXIT_CODE_OPERATORS = ("In", "NotIn")
 
@@ -1116,7 +1123,7 @@ def _check_failure_policies(jobset: dict, rjobs: list, jpath: Path, out: _Proble
     for i, rule in enumerate(_list(_dict(jobset.get("failurePolicy")).get("rules"))):
         name = _dict(rule).get("name")
         where = jpath + ("failurePolicy", "rules", i, "name")
-        if isinstance(name, str) and not _FAILURE_RULE_NAME.match(name):
+        if isinstance(name, str) and not _FAILURE_RULE_NAME.fullmatch(name):
             out.add(where, f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
                     "start with a letter; use letters, digits, '_', ',' or ':'")
         elif isinstance(name, str) and name in seen:

@@ -271,3 +271,15 @@ def test_status_names_the_running_nodes_that_went_silent(cluster):
     assert desc.state == AppState.RUNNING
     assert desc.msg.startswith("warning: node 1 printed nothing for the last 2 s while running"), desc.msg
     wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, timeout=60)
+
+
+def test_runtimes_of_ones_own_with_an_out_of_range_ttl_or_a_rule_name_with_a_newline_are_refused():
+    from nemo_kubeflow.validation import validate_manifest
+
+    runtime = rendered_runtime()
+    jobset = runtime["spec"]["template"]["spec"]
+    jobset["ttlSecondsAfterFinished"] = -1
+    jobset["failurePolicy"]["rules"][0]["name"] = "userError\n"
+    problems = "\n".join(validate_manifest(runtime))
+    assert "ttlSecondsAfterFinished: -1 is out of range (JobSet: 0 to 2147483647 seconds)" in problems, problems
+    assert "failurePolicy.rules[0].name: \"userError\\n\" is not a valid rule name" in problems, problems

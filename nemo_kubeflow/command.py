@@ -92,6 +92,15 @@ _TORCHRUN_FUNCTION = r"""torchrun() {
 }
 export -f torchrun""".replace("VALUE_FLAGS", "|".join(sorted(_VALUE_FLAGS)))
 
+# torchrun and ft_launcher prefix each line they tee (NeMo-Run's launcher passes `--tee 3`) with
+# `[<role><local rank>]:`; this template makes it the global rank, `[rank3]:`, the prefix torch itself
+# puts on its C++ warnings and the one diagnosis.py reads. A template the task sets itself is kept.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+RANK_PREFIX_EXPORT = (
+    '[ -n "${TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE+set}" ] || '
+    f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={shlex.quote(RANK_PREFIX_TEMPLATE)}"
+)
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -221,6 +230,8 @@ def build_launch(
         lines.append(f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"')
     if workdir:
         lines.append(f"cd {shlex.quote(workdir)}")
+    # Every shape: a script or a Python task may start torchrun itself (the function below).
+    lines.append(RANK_PREFIX_EXPORT)
     if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:
         lines.append(_TORCHRUN_FUNCTION)
     # exec: the training process becomes the shell's replacement, so signals from the

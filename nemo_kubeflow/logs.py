@@ -53,9 +53,11 @@ def node_log_lines(
     sleep: Callable[[float], None] = time.sleep,
     stall_after: Optional[float] = None,
 ) -> Iterator[str]:
-    """Lines (ending in newline) of node ``index``, each prefixed ``[node-<index>]``. Following,
-    a warning line comes after every ``stall_after`` seconds in which the running node printed nothing."""
-    prefix = f"[node-{index}] "
+    """Lines (ending in newline) of node ``index``, as the node printed them: every reader of a
+    scheduler's log (NeMo-Run, ``torchx log``) puts its own ``<role>/<replica>`` prefix before each,
+    the node's index; lines that torchrun tees start with the global rank, ``[rank<N>]:``
+    (``command.RANK_PREFIX_TEMPLATE``). Following, a warning line comes after every ``stall_after``
+    seconds in which the running node printed nothing."""
     seen_pod: Optional[str] = None
     while True:
         pod = _newest_pod(cluster, namespace, trainjob, index)
@@ -64,7 +66,7 @@ def node_log_lines(
         if pod is not None and phase != "Pending" and name != seen_pod:
             if seen_pod is not None:
                 restart = pod["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
-                yield f"{prefix}--- gang restart: following pod {name} (restart attempt {restart}) ---\n"
+                yield f"--- gang restart: following pod {name} (restart attempt {restart}) ---\n"
             seen_pod = name
             lines = cluster.pod_log(name, namespace, container=TRAINER_NODE, follow=follow)
             if follow and stall_after:
@@ -72,7 +74,7 @@ def node_log_lines(
                     f"--- warning: node {index} (pod {name}) has printed nothing for {silent:.0f} s while "
                     "running: a hung collective or a stuck data loader? ---"))
             for line in lines:
-                yield prefix + line + "\n"
+                yield line + "\n"
             if not follow:
                 return
             continue

@@ -30,7 +30,9 @@ from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
 from nemo_kubeflow import finished_jobs, interrupt, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
-from nemo_kubeflow.constants import JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TRAINER_NODE, TRAINJOB_KIND
+from nemo_kubeflow.constants import (
+    JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND,
+)
 from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
 from nemo_kubeflow.executor import KubeflowExecutor, type_problem
 from nemo_kubeflow.logs import (
@@ -246,6 +248,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         # Every run starts with this dry run, in the main thread: Ctrl-C must work in the wait that follows.
         interrupt.install()
         submission = build_for_app(app, executor)
+        # NeMo-Run's component says 1 replica; torchx keeps this AppDef for the submitting process, whose
+        # log readers (tail_logs, exp.logs) read one replica per count: one per node, as `describe` says.
+        app.roles[0].num_replicas = executor.nodes
         check_secret_sources(submission.secret_sources)
         manifests_dir = None
         if executor.job_dir:
@@ -292,7 +297,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         nodes = nodes_of(trainjob, record)
         if trainjob is None and record is not None and record.outcome_state:
             # We deleted it ourselves after a fatal error: keep reporting that error.
-            return self._response(app_id, AppState[record.outcome_state], record.outcome_message, nodes)
+            return self._response(app_id, AppState[record.outcome_state], record.outcome_message, nodes,
+                                  TRAINER_NODE)
         status = job_status(trainjob, name=f"{namespace}/{name}")
         state, message = status.state, status.message
         queue = queue_name(trainjob)
@@ -318,7 +324,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         if is_terminal(state) and app_id in self._keepers:
             self._keepers.pop(app_id).stop()
         interrupt.check_wait(app_id, is_terminal(state))
-        return self._response(app_id, state, message, nodes)
+        return self._response(app_id, state, message, nodes, role_of(trainjob))
 
     def _keep_logs(self, app_id: str, cluster: Cluster, namespace: str, name: str, nodes: int, job_dir: str) -> None:
         """From the second time a running job is described in this process (a wait polls; one status
@@ -406,8 +412,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {message}")
 
     @staticmethod
-    def _response(app_id: str, state: AppState, message: str, nodes: int) -> DescribeAppResponse:
-        role = records.parse_app_id(app_id)[1]
+    def _response(app_id: str, state: AppState, message: str, nodes: int, role: str) -> DescribeAppResponse:
         replicas = [ReplicaStatus(id=i, role=role, state=state, hostname="") for i in range(nodes)]
         return DescribeAppResponse(
             app_id=app_id,
@@ -465,6 +470,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         if record is None:
             return self._cluster(None, None)
         return self._cluster(record.kubeconfig, record.context)
+
+
+def role_of(trainjob: Optional[dict]) -> str:
+    """The role a described job reports: its task's name, as in the AppDef NeMo-Run submitted. NeMo-Run and
+    `torchx log` print `<role>/<replica>` before each log line (the role cut to its last 10 characters),
+    so a followed line reads `train/1 ...` in the submitting process and in any later one alike."""
+    return ((trainjob or {}).get("metadata", {}).get("labels") or {}).get(TASK_LABEL) or TRAINER_NODE
 
 
 def nodes_of(trainjob: Optional[dict], record: Optional[records.AppRecord]) -> int:

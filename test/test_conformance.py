@@ -25,6 +25,7 @@ import yaml
 import workloads
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
 from nemo_kubeflow import initializers as inits
+from nemo_kubeflow.command import RANK_PREFIX_EXPORT
 from nemo_kubeflow.local import LocalCluster
 
 DATA = Path(__file__).parent / "data" / "real-trainer"
@@ -142,6 +143,9 @@ def normalise(obj: dict, trainjob: str, namespace: str) -> dict:
     text = SHA1.sub("<sha1>", text)
     text = KEY_HASH.sub(".<hash>", text)
     text = text.replace(f'"{namespace}"', '"<namespace>"')
+    # The recordings predate the line that sets torchrun's log prefix to the global rank; the controllers
+    # copy the container's args as they are, so leaving it out hides nothing they did.
+    text = text.replace(json.dumps(RANK_PREFIX_EXPORT + "\n")[1:-1], "")
     text = re.sub(rf"\b{re.escape(trainjob)}\b", "<trainjob>", text)
     return json.loads(text)
 

@@ -125,7 +125,7 @@ def test_following_logs_keeps_them_next_to_the_job(local):
     for node in (0, 1):
         assert any("kept from node" in line for line in scheduler.log_iter(app_id, "tee", node, should_tail=True))
     logs = Path(exp.jobs[0].executor.job_dir) / "logs"
-    assert "[node-1] kept from node 1" in (logs / "node-1.log").read_text()
+    assert "kept from node 1\n" in (logs / "node-1.log").read_text()
 
 
 def test_failed_preflight_is_named_in_the_status(local):

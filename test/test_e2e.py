@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -46,6 +47,11 @@ def trainjob_name(handle: str) -> str:
     return app_id_of(handle).split(":", 1)[1]
 
 
+def plain(text: str) -> str:
+    """``text`` without terminal colours (NeMo-Run colours its log prefix)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def wait_for(predicate, timeout=60.0, interval=0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -88,7 +94,7 @@ def test_script_task_runs_on_every_node_with_minimal_requests(cluster, executor)
     scheduler = create_scheduler("t")
     for node in (0, 1):
         lines = list(scheduler.log_iter(app_id_of(handle), "hello", node))
-        assert f"[node-{node}] node {node} of 2 says hi there\n" in lines
+        assert f"node {node} of 2 says hi there\n" in lines
 
 
 def test_partial_task_runs_in_the_pods(cluster, executor):
@@ -100,10 +106,10 @@ def test_partial_task_runs_in_the_pods(cluster, executor):
     from nemo_kubeflow.scheduler import create_scheduler
 
     lines = list(create_scheduler("t").log_iter(app_id_of(job.handle), "greet", 1))
-    assert "[node-1] hello fiddle from node 1\n" in lines
+    assert "hello fiddle from node 1\n" in lines
 
 
-def test_torchrun_allreduce_two_nodes_two_procs(cluster, executor):
+def test_torchrun_allreduce_two_nodes_two_procs(cluster, executor, capsys):
     executor.nprocs_per_node = 2
     executor.launcher = "torchrun"
     with run.Experiment("e2e-allreduce", executor=executor, log_level="WARN") as exp:
@@ -117,6 +123,15 @@ def test_torchrun_allreduce_two_nodes_two_procs(cluster, executor):
     lines = [line for node in (0, 1) for line in scheduler.log_iter(app_id_of(job.handle), "allreduce", node)]
     sums = sorted(line for line in lines if "all_reduce sum" in line)
     assert len(sums) == 4 and all(line.rstrip().endswith("sum = 10") for line in sums), lines
+    # As a person reads them (NeMo-Run prints them on stderr), in the process that submitted the task:
+    # every node, one prefix (NeMo-Run's `<task>/<node>`), then the global rank on the lines torchrun tees.
+    capsys.readouterr()
+    exp.logs(job.id)
+    printed = plain(capsys.readouterr().err).splitlines()
+    for rank in range(4):
+        assert f"allreduce/{rank // 2} [rank{rank}]:rank {rank}/4: all_reduce sum = 10" in printed, printed
+    assert all(re.match(r"allreduce/[01] ", line) for line in printed if line), printed
+    assert not [line for line in printed if re.search(r"\[node-\d\]|\[default\d\]:", line)], printed
 
 
 def test_failing_task_reports_failed_with_message(cluster, executor):
@@ -211,7 +226,7 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert "RUNNING" in result["status"]
-    assert "[node-0] reconnect-marker\n" in result["lines"] and "[node-1] reconnect-marker\n" in result["lines"]
+    assert result["lines"].count("reconnect-marker\n") == 2, result["lines"]
     # Status, logs and cancel never load the submission path (kubeflow_trainer_api alone is ~0.5 s).
     assert result["submission_path_loaded"] == []
     from nemo_kubeflow.scheduler import create_scheduler
@@ -242,6 +257,6 @@ def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home)
     assert "RUNNING" in nemo_cli("status", exp_id)
     wait_for(lambda: "cli-marker-1" in "".join(scheduler.log_iter(app_id_of(handle), "cli", 1)))
     logs = nemo_cli("logs", exp_id, "0")
-    assert "[node-0] cli-marker-0" in logs and "[node-1] cli-marker-1" in logs
+    assert "cli/0 cli-marker-0\n" in plain(logs) and "cli/1 cli-marker-1\n" in plain(logs), logs
     nemo_cli("cancel", exp_id, "0")
     wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.CANCELLED)

@@ -251,10 +251,10 @@ def test_following_logs_warns_when_a_running_node_goes_silent(cluster):
     scheduler = create_scheduler("t")
     silent = list(scheduler.log_iter(app_id, "train", 1, should_tail=True))
     warnings = [line for line in silent if "--- warning: node 1" in line]
-    assert silent[0] == "[node-1] step 1\n" and silent[-1] == "[node-1] step 2\n", silent
+    assert silent[0] == "step 1\n" and silent[-1] == "step 2\n", silent
     assert 2 <= len(warnings) <= 5 and "has printed nothing for 1 s while running" in warnings[0], silent
     chatty = list(scheduler.log_iter(app_id, "train", 0, should_tail=True))
-    assert chatty == ["[node-0] step 1\n", "[node-0] step 2\n"]  # a finished node's log: no warning
+    assert chatty == ["step 1\n", "step 2\n"]  # a finished node's log: no warning
 
 
 def test_status_names_the_running_nodes_that_went_silent(cluster):

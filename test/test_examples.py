@@ -57,6 +57,20 @@ def trainjobs_of(cluster, experiment: str, task: str) -> list[dict]:
     return [job for job in cluster.objects("trainjobs", "default") if matches(job)]
 
 
+def test_main_example_prints_each_log_line_with_one_prefix(nemorun_home):
+    # As the README runs it: its own local cluster, NeMo-Run following the logs of both nodes.
+    out = re.sub(r"\x1b\[[0-9;]*m", "", run_example("hello_kubeflow.py", nemorun_home=nemorun_home))
+    assert "OK: every rank saw the same sum" in out, out[-3000:]
+    lines = out.splitlines()
+    for rank in range(4):
+        node = rank // 2  # static rendezvous: node i holds ranks 2i and 2i+1
+        assert f"allreduce/{node} [rank{rank}]:rank {rank}/4 on node {node}: all_reduce sum = 10" in lines, out[-6000:]
+    # NeMo-Run's `<task>/<node>` alone: no TrainJob id cut to 10 characters, no second node prefix, no local rank.
+    assert not re.search(r"\[node-\d\]|\[default\d\]:|^\S+/\d \S+/\d ", out, re.MULTILINE), out[-6000:]
+    # torch warns at import in every process when NumPy is missing; the set-up commands install it.
+    assert "Failed to initialize NumPy" not in out, out[-6000:]
+
+
 def test_train_entrypoint_dry_run_with_the_gpu_factory(nemorun_home):
     out = run_example("train_entrypoint.py", "run.executor=kubeflow_gpu", "run.executor.nodes=2", "steps=7",
                       "--dryrun", nemorun_home=nemorun_home)

@@ -1,11 +1,11 @@
-"""Shared fixtures: an isolated NEMORUN_HOME for every test."""
+"""Shared fixtures: an isolated NEMORUN_HOME for every test, a local cluster per module."""
 
-import os
 import sys
 
 import pytest
 from nemo_run.config import get_nemorun_home, set_nemorun_home
 
+from nemo_kubeflow.local import LocalCluster
 
 @pytest.fixture(autouse=True)
 def nemorun_home(tmp_path, monkeypatch):
@@ -17,6 +17,26 @@ def nemorun_home(tmp_path, monkeypatch):
     monkeypatch.setenv("NEMORUN_HOME", str(home))
     yield home
     set_nemorun_home(previous)
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory):
+    """A local cluster shared by the tests of one module (a module may count requests, inject faults
+    or list objects across namespaces, so modules do not share one); stopped after the module."""
+    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as started:
+        yield started
+
+
+# The modules call it `cluster`, or `local` where `cluster` is their KubernetesCluster client: two names
+# for the one fixture above, so a module overriding either (test_submit, test_concurrency) stays simple.
+@pytest.fixture(scope="module")
+def cluster(local_cluster):
+    return local_cluster
+
+
+@pytest.fixture(scope="module")
+def local(local_cluster):
+    return local_cluster
 
 
 # ---------------------------------------------------------------- the `real` control plane

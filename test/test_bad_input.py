@@ -14,7 +14,6 @@ import nemo_run as run
 import pytest
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount, SecretMount, TCPXOConfig
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.render import templates_dir
 
 RESOURCES = ("configmaps", "secrets", "persistentvolumeclaims", "trainjobs", "clustertrainingruntimes",
@@ -280,12 +279,6 @@ CASES = [
     Case("cpu-negative", "cpu_request='-2': must not be negative", {"cpu_request": "-2"}),
     Case("gpu-resource-name", "gpu_resource_name: 'gpu' is not a resource name", {"gpu_resource_name": "gpu"}),
 ]
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("bad-input")) as c:
-        yield c
 
 
 def objects(local):

@@ -251,12 +251,6 @@ SCENARIO_DIFFERENCES = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
-
-
 def wait_for(predicate, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,14 +12,7 @@ import pytest
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.scheduler import create_scheduler
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("diagnosis")) as c:
-        yield c
 
 
 def submit(local, name, script="echo hi", **kw):

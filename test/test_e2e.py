@@ -15,15 +15,8 @@ from torchx.specs import AppState, parse_app_handle
 
 import workloads
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
-from nemo_kubeflow.local import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
 
 
 @pytest.fixture()

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from torchx.specs import AppState
 
@@ -18,14 +17,6 @@ from nemo_kubeflow.validation import check_manifests
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "kubeflow"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from nemo_kubeflow.local import LocalCluster
-
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
 
 
 def run_example(script: str, *args: str, nemorun_home: Path, cluster=None) -> str:

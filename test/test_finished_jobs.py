@@ -18,16 +18,9 @@ from nemo_kubeflow import KubeflowExecutor, tool
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.local.timeutil import parse
 from nemo_kubeflow.naming import label_value
 from nemo_kubeflow.submit import submit
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
 
 
 @pytest.fixture()

@@ -31,7 +31,6 @@ from torchx.specs import AppState, Role, parse_app_handle
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
 from nemo_kubeflow import initializers as inits
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.local import initializer as local_initializer
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.scheduler import create_scheduler
@@ -209,12 +208,6 @@ def test_local_initializer_copies_a_file_source(tmp_path, monkeypatch):
 
 
 # --- on the local cluster ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
 
 
 def local_executor(cluster, dataset_uri: str, model_uri: str) -> KubeflowExecutor:

@@ -8,10 +8,8 @@ import textwrap
 import time
 
 import nemo_run as run
-import pytest
 from torchx.specs import parse_app_handle
 
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.scheduler import create_scheduler
 
 SCRIPT = textwrap.dedent("""\
@@ -26,12 +24,6 @@ SCRIPT = textwrap.dedent("""\
         exp.run(sequential=True)
     print("the script went on", flush=True)
 """)
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("interrupt")) as c:
-        yield c
 
 
 class Script:

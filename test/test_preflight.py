@@ -12,7 +12,6 @@ from torchx.specs import AppState, Role, parse_app_handle
 
 import pss
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.local.kubelet import expand
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.render import templates_dir
@@ -146,12 +145,6 @@ def test_empty_command_is_refused():
 
 
 # --- on the local cluster ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
 
 
 def run_task(cluster, name: str, **kw):

@@ -16,17 +16,10 @@ import workloads
 from test_e2e import app_id_of, wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.scheduler import create_scheduler
 
 REPO = Path(__file__).resolve().parent.parent
 
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
 
 
 def core_api(cluster) -> client.CoreV1Api:

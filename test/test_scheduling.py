@@ -16,7 +16,6 @@ from torchx.specs import AppState, parse_app_handle
 from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.errors import ConfigError, NotFoundError
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.manifests import TIMEOUT_DEFAULTS
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
@@ -201,12 +200,6 @@ def test_torch_reads_the_rendezvous_timeout_from_pet_rdzv_conf():
 
 
 # --- Kueue on the local cluster ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("scheduling")) as c:
-        yield c
 
 
 def queues(local):

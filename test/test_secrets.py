@@ -10,16 +10,9 @@ import pytest
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor, SubmissionError
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.scheduler import create_scheduler
 
 CANARY = "canary-7d1e0a9b5c"
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("secrets")) as c:
-        yield c
 
 
 def files_containing(root: Path, needle: str) -> list[str]:

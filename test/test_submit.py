@@ -17,19 +17,12 @@ from nemo_kubeflow.errors import (
     PermissionDeniedError,
     SubmissionError,
 )
-from nemo_kubeflow.local import LocalCluster
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.submit import submit
 
 RESOURCES = ("configmaps", "secrets", "persistentvolumeclaims", "trainjobs", "clustertrainingruntimes",
              "trainingruntimes")
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("submit-cluster")) as c:
-        yield c
 
 
 @pytest.fixture()

@@ -224,14 +224,6 @@ def test_validate_renders_a_user_template_with_an_executor_configuration(tmp_pat
 # --- gc, on the local cluster ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from nemo_kubeflow.local import LocalCluster
-
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as c:
-        yield c
-
-
 def rendered(tmp_path: Path, *sets: str) -> tuple[dict, dict]:
     """The runtime and the (suspended) TrainJob of a render."""
     out = tmp_path / "-".join(sets).replace("=", "_")

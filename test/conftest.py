@@ -1,6 +1,8 @@
-"""Shared fixtures: an isolated NEMORUN_HOME for every test, a local cluster per module."""
+"""Shared fixtures: an isolated NEMORUN_HOME for every test, a local cluster per module, the console
+scripts of this Python's environment."""
 
 import sys
+from pathlib import Path
 
 import pytest
 from nemo_run.config import get_nemorun_home, set_nemorun_home
@@ -37,6 +39,21 @@ def cluster(local_cluster):
 @pytest.fixture(scope="module")
 def local(local_cluster):
     return local_cluster
+
+
+@pytest.fixture(scope="session")
+def console_script():
+    """The path of a console script (`nemo`, `nemo-kubeflow`) of the environment running the tests: next to
+    sys.executable, so the tests need not have that environment's bin directory on PATH."""
+
+    def path(name: str) -> str:
+        script = Path(sys.executable).parent / name
+        if not script.is_file():
+            pytest.fail(f"console script {name!r} not found next to {sys.executable}: install the project into "
+                        f"this environment (pip install -e .)")
+        return str(script)
+
+    return path
 
 
 # ---------------------------------------------------------------- the `real` control plane

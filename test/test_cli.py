@@ -106,7 +106,7 @@ def test_run_executor_lookup_also_accepts_the_dotted_path():
     assert fdl.build(config).nodes == 2
 
 
-def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemorun_home):
+def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemorun_home, console_script):
     # A third-party package with its own nemo_run.cli entry point; it never imports nemo_kubeflow.
     site = tmp_path / "site"
     (site / "probe_pkg").mkdir(parents=True)
@@ -124,7 +124,8 @@ def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemo
     pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
 
     proc = subprocess.run(
-        ["nemo", "probe", "hello", "name=kubeflow", "run.executor=kubeflow_gpu", "run.executor.nodes=2",
+        [console_script("nemo"), "probe", "hello", "name=kubeflow", "run.executor=kubeflow_gpu",
+         "run.executor.nodes=2",
          "run.executor.namespace=team", "--dryrun"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env=cli_env(nemorun_home, PYTHONPATH=pythonpath),
@@ -137,9 +138,10 @@ def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemo
     assert "gpus_per_node=8" in out and "launcher='torchrun'" in out
 
 
-def test_nemo_finds_the_example_entrypoint_through_the_workspace_file(nemorun_home):
+def test_nemo_finds_the_example_entrypoint_through_the_workspace_file(nemorun_home, console_script):
     proc = subprocess.run(
-        ["nemo", "kubeflow", "train", "run.executor=kubeflow_gpu", "run.executor.nodes=2", "steps=7", "--dryrun"],
+        [console_script("nemo"), "kubeflow", "train", "run.executor=kubeflow_gpu", "run.executor.nodes=2", "steps=7",
+         "--dryrun"],
         capture_output=True, text=True, timeout=120, cwd=REPO / "examples" / "kubeflow", env=cli_env(nemorun_home),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -3,7 +3,6 @@
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -158,13 +157,15 @@ time.sleep(30)
 '''
 
 
-def nemo_kubeflow_cli(*args, home):
-    tool = Path(sys.executable).parent / "nemo-kubeflow"
-    env = {**os.environ, "NEMORUN_HOME": str(home), "COLUMNS": "250"}
-    return subprocess.run([str(tool), *args], env=env, capture_output=True, text=True, timeout=120)
+@pytest.fixture()
+def nemo_kubeflow_cli(console_script, nemorun_home):
+    """Runs `nemo-kubeflow ARGS` in a new process, with the test's NEMORUN_HOME."""
+    tool = console_script("nemo-kubeflow")
+    env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "250"}
+    return lambda *args: subprocess.run([tool, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
+def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home, nemo_kubeflow_cli, console_script):
     """The failed rank, its node and its exception (or exit code, signal, missing torchrun) reach
     describe's message, the console of the waiting experiment, `nemo experiment status` and
     `nemo-kubeflow status`; every node's last lines are kept although the failed Job's pods are deleted."""
@@ -206,7 +207,7 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
     assert "RuntimeError: step 7 got a bad batch" in (raise_logs / "node-1.log").read_text()
     assert "no log for node(s)" not in messages["raise"]
 
-    out = nemo_kubeflow_cli("status", exp_id, home=nemorun_home)
+    out = nemo_kubeflow_cli("status", exp_id)
     assert out.returncode == 1, out.stderr
     text = out.stdout
     assert "Task 0: raise (TrainJob default/" in text and "state: FAILED" in text
@@ -214,8 +215,8 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
                  "with code 3", "why:   rank 1 on node 1: killed by SIGKILL", "why:   node 0: torchrun: command not"):
         assert line in text, text
     # NeMo-Run's own status prints only the state: the reason is printed with it.
-    nemo = Path(sys.executable).parent / "nemo"
-    out = subprocess.run([str(nemo), "experiment", "status", exp_id], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([console_script("nemo"), "experiment", "status", exp_id], capture_output=True, text=True,
+                         timeout=120,
                          env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "400"})
     shown = " ".join((out.stdout + out.stderr).split())
     assert "failed: rank 3 on node 1: RuntimeError: step 7 got a bad batch" in shown, shown[-3000:]
@@ -223,8 +224,8 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home):
     assert "failed: rank 1 on node 1: exited with code 3" in shown
 
 
-def test_status_of_an_unknown_experiment(nemorun_home):
-    out = nemo_kubeflow_cli("status", "nosuch_123", home=nemorun_home)
+def test_status_of_an_unknown_experiment(nemo_kubeflow_cli):
+    out = nemo_kubeflow_cli("status", "nosuch_123")
     assert out.returncode == 2 and "no experiment 'nosuch_123'" in out.stderr, out.stderr
 
 

@@ -227,9 +227,7 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     wait_for(lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED)
 
 
-def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home):
-    import shutil
-
+def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home, console_script):
     with run.Experiment("e2e-cli", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline="echo cli-marker-$PET_NODE_RANK; sleep 300"), name="cli")
         exp.run(detach=True)
@@ -239,7 +237,7 @@ def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home)
 
     scheduler = create_scheduler("t")
     wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.RUNNING)
-    nemo = shutil.which("nemo") or str(Path(sys.executable).parent / "nemo")
+    nemo = console_script("nemo")
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "200"}
 
     def nemo_cli(*args):

@@ -5,10 +5,8 @@ import argparse
 import os
 import shlex
 import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import nemo_run as run
 import pytest
@@ -261,7 +259,8 @@ def test_a_running_job_survives_gc_and_its_cancel_says_nothing_more(cluster, cap
     cluster.wait_for(lambda: name not in names(cluster, "trainjobs", "gc-run"), timeout=30)
 
 
-def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster, capsys, monkeypatch, nemorun_home):
+def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster, capsys, monkeypatch, nemorun_home,
+                                                                     console_script):
     monkeypatch.setenv("COLUMNS", "1000")
     exp, name = run_experiment(cluster, "cancel", "done-cancel", "echo done", sequential=True)
     assert name in names(cluster, "trainjobs", "cancel")
@@ -278,7 +277,7 @@ def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster,
     assert name in names(cluster, "trainjobs", "cancel")  # cancel itself deleted nothing
 
     # The same from `nemo experiment cancel`, in a new process.
-    nemo = str(Path(sys.executable).parent / "nemo")
+    nemo = console_script("nemo")
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "1000"}
     cli = subprocess.run([nemo, "experiment", "cancel", exp._id, "0"], env=env, capture_output=True, text=True,
                          timeout=120)

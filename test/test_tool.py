@@ -73,10 +73,11 @@ def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
         assert validate_manifest(obj) == []
 
 
-def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home):
+def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home, console_script):
     tolerations = '[{"key": "pool", "operator": "Equal", "value": "a3", "effect": "NoSchedule"}]'
     proc = subprocess.run(
-        ["nemo-kubeflow", "render", "--factory", "kubeflow_tcpxo", "--set", "nodes=4", "--set", "namespace=x",
+        [console_script("nemo-kubeflow"), "render", "--factory", "kubeflow_tcpxo", "--set", "nodes=4",
+         "--set", "namespace=x",
          "--set", f"tolerations={tolerations}", "--", "python", "pretrain.py", "--steps", "10"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**os.environ, "NEMORUN_HOME": str(nemorun_home)},

@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated NEMORUN_HOME for every test, a local cluster per module, the console
-scripts of this Python's environment."""
+scripts of this Python's environment; and the `needs_torch` marker."""
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -8,6 +9,16 @@ import pytest
 from nemo_run.config import get_nemorun_home, set_nemorun_home
 
 from nemo_kubeflow.local import LocalCluster
+
+NO_TORCH = "torch is not installed: pip install torch==2.13.0"
+
+
+def pytest_runtest_setup(item):
+    """`@pytest.mark.needs_torch`: the test runs torch or torchrun (in this process or in the local
+    cluster's pods, which run this Python's torchrun); without torch it skips, saying how to install it."""
+    if item.get_closest_marker("needs_torch") and importlib.util.find_spec("torch") is None:
+        pytest.skip(NO_TORCH)
+
 
 @pytest.fixture(autouse=True)
 def nemorun_home(tmp_path, monkeypatch):

@@ -165,6 +165,7 @@ def nemo_kubeflow_cli(console_script, nemorun_home):
     return lambda *args: subprocess.run([tool, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.needs_torch
 def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home, nemo_kubeflow_cli, console_script):
     """The failed rank, its node and its exception (or exit code, signal, missing torchrun) reach
     describe's message, the console of the waiting experiment, `nemo experiment status` and

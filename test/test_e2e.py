@@ -90,6 +90,7 @@ def test_script_task_runs_on_every_node_with_minimal_requests(cluster, executor)
         assert f"node {node} of 2 says hi there\n" in lines
 
 
+@pytest.mark.needs_torch
 def test_partial_task_runs_in_the_pods(cluster, executor):
     with run.Experiment("e2e-partial", executor=executor, log_level="WARN") as exp:
         exp.add(run.Partial(workloads.greet, name="fiddle"), name="greet")
@@ -102,6 +103,7 @@ def test_partial_task_runs_in_the_pods(cluster, executor):
     assert "hello fiddle from node 1\n" in lines
 
 
+@pytest.mark.needs_torch
 def test_torchrun_allreduce_two_nodes_two_procs(cluster, executor, capsys):
     executor.nprocs_per_node = 2
     executor.launcher = "torchrun"

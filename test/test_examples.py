@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from torchx.specs import AppState
 
@@ -70,6 +71,7 @@ def test_train_entrypoint_dry_run_with_the_gpu_factory(nemorun_home):
     assert "KubeflowExecutor(" in out and "nodes=2" in out and "gpus_per_node=8" in out
 
 
+@pytest.mark.needs_torch
 def test_train_entrypoint_runs_on_the_local_cluster(cluster, nemorun_home):
     out = run_example("train_entrypoint.py", "run.executor=kubeflow_local", "run.executor.nodes=2", "--yes",
                       nemorun_home=nemorun_home, cluster=cluster)
@@ -80,6 +82,7 @@ def test_train_entrypoint_runs_on_the_local_cluster(cluster, nemorun_home):
     assert job_status(job).state == AppState.SUCCEEDED
 
 
+@pytest.mark.needs_torch
 def test_recipe_runs_with_torchrun_on_the_local_cluster(cluster, nemorun_home):
     out = run_example("recipe.py", nemorun_home=nemorun_home, cluster=cluster)
     assert "pretrain finished: SUCCEEDED" in out

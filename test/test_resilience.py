@@ -31,6 +31,7 @@ def pid_files(directory):
     return sorted(directory.glob("rank*.pid"), key=lambda p: p.stat().st_mtime_ns)
 
 
+@pytest.mark.needs_torch
 def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
     pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
                         "(docs/resilience.md lists its dependencies)")
@@ -119,6 +120,7 @@ def test_without_fail_fast_codes_exit_1_restarts_too(cluster):
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1, reasons
 
 
+@pytest.mark.needs_torch
 def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, monkeypatch):
     """Suspend the running TrainJob as Kueue does on preemption, resume it: the loop checkpoints on
     SIGTERM (within the grace period), restarts from that step, and no step runs twice."""

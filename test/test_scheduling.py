@@ -187,6 +187,7 @@ def test_exported_defaults_yield_to_the_environment_at_run_time():
     assert out.stdout.split() == ["1", "90", "timeout=1800"]
 
 
+@pytest.mark.needs_torch
 def test_torch_reads_the_rendezvous_timeout_from_pet_rdzv_conf():
     """torchrun's flags fall back to PET_<FLAG>, and the static rendezvous reads `timeout` from it."""
     code = ("from torch.distributed.run import get_args_parser;"

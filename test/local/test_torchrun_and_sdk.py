@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kubeflow.common.types import KubernetesBackendConfig
 from kubeflow.trainer import TrainerClient
 from localcluster_helpers import (ALL_REDUCE_SCRIPT, condition, create_runtime, create_trainjob, pods_of, runtime,
@@ -13,6 +14,7 @@ TORCHRUN = ("torchrun --nnodes $PET_NNODES --nproc-per-node $PET_NPROC_PER_NODE 
             "--master-addr $PET_MASTER_ADDR --master-port $PET_MASTER_PORT /workspace/script.py")
 
 
+@pytest.mark.needs_torch
 def test_torchrun_all_reduce_across_two_nodes(cluster, core, custom, ns):
     name = unique("torch")
     create_runtime(custom, runtime(name, volumes=({"name": "code", "configMap": {"name": "script"}},),

@@ -1,0 +1,170 @@
+"""The same e2e scenarios on both back ends: `local` (the embedded LocalCluster) and `real` (the upstream
+control plane, test/controlplane/, with our node agent running the pods). The `real` params are marked
+`real`, so the default run covers `local` only; `python -m pytest -q -m real test/test_backends.py` runs
+the upstream one (docs/real-control-plane.md). What the real run showed that the emulation does not is
+listed in docs/local-cluster.md ("What the real control plane showed")."""
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import nemo_run as run
+import pytest
+from torchx.specs import AppState, parse_app_handle
+
+import workloads
+from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
+from nemo_kubeflow.scheduler import create_scheduler
+
+# Where each kind of object lives on an API server (the real one has no `objects()` back door).
+API_PATHS = {
+    "pods": "/api/v1", "configmaps": "/api/v1", "secrets": "/api/v1",
+    "jobs": "/apis/batch/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
+    "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1",
+}
+
+
+@dataclass
+class Backend:
+    """One back end, as the scenarios see it: a kubeconfig, a fresh namespace and a way to list objects."""
+    name: str
+    kubeconfig: str
+    namespace: str
+    list_objects: Callable[[str], list]
+
+    def objects(self, resource: str, owned_by: str = "") -> list[dict]:
+        """The namespace's `resource` objects; with `owned_by`, those of that TrainJob (by name prefix)."""
+        return [o for o in self.list_objects(resource) if o["metadata"]["name"].startswith(owned_by)]
+
+    def executor(self, **overrides) -> KubeflowExecutor:
+        fields = dict(container_image="python:3.11",  # ignored by both back ends: the host's Python runs
+                      nodes=2, nprocs_per_node=1, namespace=self.namespace, kubeconfig=self.kubeconfig,
+                      shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"))
+        return KubeflowExecutor(**{**fields, **overrides})
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory):
+    from nemo_kubeflow.local import LocalCluster
+
+    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def node_agent(real_control_plane, tmp_path_factory):
+    from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
+
+    serving = real_control_plane.certs.issue("node-agent", "nemo-kubeflow-node-agent")
+    nodes = [NodeSpec("agent-a", cpu="8", memory="32Gi"), NodeSpec("agent-b", cpu="8", memory="32Gi")]
+    with NodeAgent(real_control_plane.kubeconfig_path, nodes, tmp_path_factory.mktemp("agent"),
+                   serving_cert=serving) as running:
+        yield running
+
+
+@pytest.fixture(params=["local", pytest.param("real", marks=pytest.mark.real)])
+def backend(request):
+    if request.param == "local":
+        cluster = request.getfixturevalue("local_cluster")
+        namespace = f"local-{len(cluster.objects('namespaces'))}"
+        cluster.create_namespace(namespace)
+        yield Backend("local", str(cluster.kubeconfig_path), namespace,
+                      lambda resource: cluster.objects(resource, namespace))
+        return
+    cp = request.getfixturevalue("real_control_plane")
+    request.getfixturevalue("node_agent")
+    namespace = request.getfixturevalue("real_namespace")
+
+    def list_objects(resource):
+        return cp.request("GET", f"{API_PATHS[resource]}/namespaces/{namespace}/{resource}")["items"]
+
+    yield Backend("real", str(cp.kubeconfig_path), namespace, list_objects)
+
+
+def wait_for(predicate, what: str, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def app_id_of(job) -> str:
+    return parse_app_handle(job.handle)[2]
+
+
+def logs(job, role: str, nodes=(0, 1)) -> list[str]:
+    scheduler = create_scheduler("t")
+    return [line for node in nodes for line in scheduler.log_iter(app_id_of(job), role, node)]
+
+
+# ---------------------------------------------------------------- (1) script and inline tasks
+
+def test_script_and_inline_tasks_succeed_with_logs_of_every_node(backend):
+    script = run.Script(inline='echo "node $PET_NODE_RANK of $PET_NNODES says $GREETING"', env={"GREETING": "hi"})
+    with run.Experiment("be-script", executor=backend.executor(), log_level="WARN") as exp:
+        exp.add(script, name="hello")
+        exp.add(run.Partial(workloads.greet, name="fiddle"), name="greet")
+        exp.run(sequential=True)
+        hello, greet = exp.jobs
+    status = exp.status(return_dict=True)
+    assert status[hello.id]["status"] == AppState.SUCCEEDED, logs(hello, "hello")
+    assert status[greet.id]["status"] == AppState.SUCCEEDED, logs(greet, "greet")
+    hello_lines = logs(hello, "hello")
+    assert "[node-0] node 0 of 2 says hi\n" in hello_lines and "[node-1] node 1 of 2 says hi\n" in hello_lines, \
+        hello_lines
+    greet_lines = logs(greet, "greet")
+    assert "[node-0] hello fiddle from node 0\n" in greet_lines and "[node-1] hello fiddle from node 1\n" in \
+        greet_lines, greet_lines
+
+
+# ---------------------------------------------------------------- (2) a failing rank
+
+FAILING_RANK = '''\
+import os, sys, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} starting", flush=True)
+if rank == 1:
+    sys.exit(3)
+time.sleep(20)
+'''
+
+
+def test_a_failing_rank_fails_the_job_with_its_rank_node_and_exit_code(backend, tmp_path):
+    worker = tmp_path / "train.py"
+    worker.write_text(FAILING_RANK)
+    executor = backend.executor(launcher="torchrun", packager=ConfigMapPackager(
+        relative_path=str(tmp_path), include_pattern="train.py"))
+    with run.Experiment("be-fail", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(path=str(worker), entrypoint="python"), name="boom")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.FAILED
+    desc = create_scheduler("t").describe(app_id_of(job))
+    assert desc.state == AppState.FAILED
+    assert desc.msg.startswith("rank 1 on node 1: exited with code 3;"), desc.msg
+
+
+# ---------------------------------------------------------------- (3) detach, reconnect, cancel
+
+def test_detach_reconnect_status_cancel_and_garbage_collection(backend):
+    with run.Experiment("be-cancel", executor=backend.executor(), log_level="WARN") as exp:
+        exp.add(run.Script(inline="echo cancel-marker; sleep 300"), name="long")
+        exp.run(detach=True)
+        exp_id = exp._id
+    reconnected = run.Experiment.from_id(exp_id)
+    job = reconnected.jobs[0]
+    name = app_id_of(job).split(":", 1)[1]
+    scheduler = create_scheduler("t")
+    wait_for(lambda: scheduler.describe(app_id_of(job)).state == AppState.RUNNING, "the TrainJob to run")
+    assert reconnected.status(return_dict=True)[job.id]["status"] == AppState.RUNNING
+    wait_for(lambda: "[node-1] cancel-marker\n" in logs(job, "long"), "the marker in node 1's log")
+    owned = ("jobsets", "jobs", "pods", "configmaps")
+    assert all(backend.objects(resource, name) for resource in owned), {r: len(backend.objects(r, name)) for r in owned}
+    reconnected.cancel(job.id)
+    for resource in ("trainjobs", *owned):
+        wait_for(lambda: not backend.objects(resource, name), f"the garbage collector to delete the {resource}")
+    desc = scheduler.describe(app_id_of(job))
+    assert desc.state == AppState.CANCELLED and "no longer exists" in desc.msg, (desc.state, desc.msg)

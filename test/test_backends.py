@@ -13,12 +13,12 @@ import pytest
 from torchx.specs import AppState, parse_app_handle
 
 import workloads
-from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
+from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
 from nemo_kubeflow.scheduler import create_scheduler
 
 # Where each kind of object lives on an API server (the real one has no `objects()` back door).
 API_PATHS = {
-    "pods": "/api/v1", "configmaps": "/api/v1", "secrets": "/api/v1",
+    "pods": "/api/v1", "configmaps": "/api/v1", "secrets": "/api/v1", "persistentvolumeclaims": "/api/v1",
     "jobs": "/apis/batch/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
     "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1",
 }
@@ -31,6 +31,9 @@ class Backend:
     kubeconfig: str
     namespace: str
     list_objects: Callable[[str], list]
+    #: Makes a claim of this namespace bindable: a PersistentVolume pre-bound to it on the real API server
+    #: (no provisioner there), nothing on the local one (its kubelet needs only the claim).
+    provide_volume: Callable[[str, str], None] = lambda claim, size: None
 
     def objects(self, resource: str, owned_by: str = "") -> list[dict]:
         """The namespace's `resource` objects; with `owned_by`, those of that TrainJob (by name prefix)."""
@@ -78,7 +81,18 @@ def backend(request):
     def list_objects(resource):
         return cp.request("GET", f"{API_PATHS[resource]}/namespaces/{namespace}/{resource}")["items"]
 
-    yield Backend("real", str(cp.kubeconfig_path), namespace, list_objects)
+    volumes = []
+
+    def provide_volume(claim, size):
+        volumes.append(f"{namespace}-{claim}")
+        cp.request("POST", "/api/v1/persistentvolumes", {"metadata": {"name": volumes[-1]}, "spec": {
+            "capacity": {"storage": size}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{volumes[-1]}"},  # never read: the node agent keeps its own directory
+            "claimRef": {"namespace": namespace, "name": claim}, "persistentVolumeReclaimPolicy": "Retain"}})
+
+    yield Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume)
+    for volume in volumes:
+        cp.request("DELETE", f"/api/v1/persistentvolumes/{volume}")
 
 
 def wait_for(predicate, what: str, timeout: float = 90.0):
@@ -168,3 +182,26 @@ def test_detach_reconnect_status_cancel_and_garbage_collection(backend):
         wait_for(lambda: not backend.objects(resource, name), f"the garbage collector to delete the {resource}")
     desc = scheduler.describe(app_id_of(job))
     assert desc.state == AppState.CANCELLED and "no longer exists" in desc.msg, (desc.state, desc.msg)
+
+
+# ---------------------------------------------------------------- (4) Secret env and a claim
+
+def test_secret_env_and_a_created_claim_reach_every_node(backend, monkeypatch):
+    monkeypatch.setenv("BACKENDS_TOKEN", "s3cret-value")
+    backend.provide_volume("be-ckpt", "1Gi")
+    executor = backend.executor(secret_env_vars={"TOKEN": "env:BACKENDS_TOKEN"}, pvc_mounts=[
+        PVCMount(claim_name="be-ckpt", mount_path="/ckpt", create=True, size="1Gi")])
+    # The token's length, never the token: a Secret never reaches a log.
+    script = run.Script(inline='echo "token length ${#TOKEN}"; echo "$PET_NODE_RANK" > /ckpt/node-$PET_NODE_RANK; '
+                               'cat /ckpt/node-$PET_NODE_RANK | sed "s/^/wrote /"')
+    with run.Experiment("be-volumes", executor=executor, log_level="WARN") as exp:
+        exp.add(script, name="vol")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    lines = logs(job, "vol")
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, lines
+    for node in (0, 1):
+        assert f"[node-{node}] token length 12\n" in lines and f"[node-{node}] wrote {node}\n" in lines, lines
+    assert not any("s3cret" in line for line in lines)
+    claim, = [c for c in backend.objects("persistentvolumeclaims") if c["metadata"]["name"] == "be-ckpt"]
+    assert claim.get("status", {}).get("phase") == "Bound", claim.get("status")

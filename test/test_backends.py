@@ -10,11 +10,17 @@ from typing import Callable
 
 import nemo_run as run
 import pytest
+from kubeflow.trainer import HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
+from kubernetes import client
+from kubernetes.config import new_client_from_config
 from torchx.specs import AppState, parse_app_handle
 
 import workloads
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
+from nemo_kubeflow import initializers as inits
+from nemo_kubeflow.local import initializer as local_initializer
 from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.steps import step_selector
 
 # Where each kind of object lives on an API server (the real one has no `objects()` back door).
 API_PATHS = {
@@ -38,6 +44,13 @@ class Backend:
     def objects(self, resource: str, owned_by: str = "") -> list[dict]:
         """The namespace's `resource` objects; with `owned_by`, those of that TrainJob (by name prefix)."""
         return [o for o in self.list_objects(resource) if o["metadata"]["name"].startswith(owned_by)]
+
+    def step_logs(self, trainjob: str, step: str, container: str) -> dict[int, str]:
+        """`container`'s log of each pod of a step, by completion index, through the API server's pods/log."""
+        core = client.CoreV1Api(new_client_from_config(config_file=self.kubeconfig))
+        pods = core.list_namespaced_pod(self.namespace, label_selector=step_selector(trainjob, step)).items
+        return {int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]):
+                core.read_namespaced_pod_log(p.metadata.name, self.namespace, container=container) for p in pods}
 
     def executor(self, **overrides) -> KubeflowExecutor:
         fields = dict(container_image="python:3.11",  # ignored by both back ends: the host's Python runs
@@ -205,3 +218,65 @@ def test_secret_env_and_a_created_claim_reach_every_node(backend, monkeypatch):
     assert not any("s3cret" in line for line in lines)
     claim, = [c for c in backend.objects("persistentvolumeclaims") if c["metadata"]["name"] == "be-ckpt"]
     assert claim.get("status", {}).get("phase") == "Bound", claim.get("status")
+
+
+# ---------------------------------------------------------------- (5) preflight
+
+def test_preflight_runs_first_with_the_pet_values_of_envinjection(backend):
+    with run.Experiment("be-preflight", executor=backend.executor(preflight=True), log_level="WARN") as exp:
+        exp.add(run.Script(inline="echo training on $PET_NODE_RANK"), name="t")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, logs(job, "t")
+    preflight = backend.step_logs(app_id_of(job).split(":", 1)[1], "node", "preflight")
+    assert sorted(preflight) == [0, 1], preflight
+    for rank, log in preflight.items():
+        assert f"preflight: node {rank} of 2, 1 process(es) per node, master " in log, log
+        assert log.endswith("preflight: all checks passed\n"), log
+
+
+# ---------------------------------------------------------------- (6) initializers
+
+def test_initializers_fill_the_shared_claim_before_training(backend, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text('{"text": "hello"}\n')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"layers": 2}\n')
+    backend.provide_volume("be-init-cache", "1Gi")
+    executor = backend.executor(
+        initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri=f"file://{tmp_path / 'data'}"),
+                                model=HuggingFaceModelInitializer(storage_uri=f"file://{tmp_path / 'model'}")),
+        initializer_settings=inits.InitializerSettings(
+            claim_name="be-init-cache", create_claim=True, claim_size="1Gi",
+            dataset_command=local_initializer.command("dataset"), model_command=local_initializer.command("model")))
+    with run.Experiment("be-init", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline="cat /workspace/dataset/train.jsonl /workspace/model/config.json"), name="t")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    lines = "".join(logs(job, "t"))
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, lines
+    assert '{"text": "hello"}' in lines and '{"layers": 2}' in lines, lines
+    name = app_id_of(job).split(":", 1)[1]
+    for step in ("dataset-initializer", "model-initializer"):
+        step_log = backend.step_logs(name, step, step)
+        assert list(step_log) == [0] and "copied 1 file(s)" in step_log[0], step_log
+
+
+# ---------------------------------------------------------------- (7) gang restart
+
+def test_a_rank_failing_once_restarts_the_gang_which_then_succeeds(backend, tmp_path):
+    marker = tmp_path / "failed-once"
+    script = (f'if [ "$PET_NODE_RANK" = 1 ] && [ ! -e {marker} ]; then touch {marker}; echo failing; exit 3; fi; '
+              'echo "attempt ok on $PET_NODE_RANK"')
+    with run.Experiment("be-restart", executor=backend.executor(retries=1), log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="t")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    lines = logs(job, "t")
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, lines
+    assert marker.exists()  # rank 1 failed once, and the job still succeeded: the gang ran again
+    jobset, = backend.objects("jobsets", app_id_of(job).split(":", 1)[1])
+    # The local JobSet emulation keeps its status to itself (docs/local-cluster.md, "What the real control
+    # plane showed"); the real controller counts the restart in the JobSet's status.
+    assert jobset.get("status", {}).get("restarts") == (1 if backend.name == "real" else None), jobset.get("status")
+    assert "[node-0] attempt ok on 0\n" in lines and "[node-1] attempt ok on 1\n" in lines, lines

@@ -27,15 +27,12 @@ and in `host:port` strings of the mapped names.
 from __future__ import annotations
 
 import copy
-import datetime as dt
-import ipaddress
 import json
 import logging
 import os
 import re
 import socket
 import ssl
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -51,6 +48,7 @@ from nemo_kubeflow.local.kubelet import POD_IP, Kubelet, PodWorker
 from nemo_kubeflow.local.logs import LogStore, stream
 from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.timeutil import now_micro, now_rfc3339
+from nemo_kubeflow.local.tls import make_credentials
 from nemo_kubeflow.quantity import parse_quantity
 
 logger = logging.getLogger(__name__)
@@ -276,34 +274,6 @@ class ApiBackend:
 # --- the kubelet endpoint: container logs over HTTPS ------------------------------------------------------
 
 
-def _self_signed_context() -> ssl.SSLContext:
-    """A TLS server context with a new self-signed certificate for 127.0.0.1 (the API server is
-    told not to verify it: no --kubelet-certificate-authority)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nemo-kubeflow-node-agent")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(POD_IP))]), critical=False)
-            .sign(key, hashes.SHA256()))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    with tempfile.TemporaryDirectory(prefix="nemo-kubeflow-agent-tls-") as directory:
-        cert_path, key_path = Path(directory, "tls.crt"), Path(directory, "tls.key")
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
-        context.load_cert_chain(cert_path, key_path)
-    return context
-
-
 class _LogHandler(BaseHTTPRequestHandler):
     server: "_KubeletServer"
     protocol_version = "HTTP/1.1"
@@ -358,7 +328,8 @@ class _KubeletServer(ThreadingHTTPServer):
         self.find_pod, self.logs = find_pod, logs
         self.stopping = threading.Event()
         if serving_cert is None:
-            context = _self_signed_context()
+            # The API server is told not to verify kubelets (no --kubelet-certificate-authority).
+            context = make_credentials("nemo-kubeflow-node-agent").server_context()
         else:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*serving_cert)

@@ -51,8 +51,9 @@ class ServerCredentials:
         return ssl.create_default_context(cadata=self.ca_pem.decode())
 
 
-def make_credentials() -> ServerCredentials:
-    """A new CA and a server certificate for 127.0.0.1 and localhost, signed by it."""
+def make_credentials(server_name: str = "nemo-kubeflow-local-apiserver") -> ServerCredentials:
+    """A new CA and a server certificate (common name ``server_name``) for 127.0.0.1 and localhost,
+    signed by it."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -79,7 +80,7 @@ def make_credentials() -> ServerCredentials:
 
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder()
-            .subject_name(name("nemo-kubeflow-local-apiserver")).issuer_name(ca_name).public_key(key.public_key())
+            .subject_name(name(server_name)).issuer_name(ca_name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,

@@ -123,8 +123,9 @@ def app_id_of(job) -> str:
 
 
 def logs(job, role: str, nodes=(0, 1)) -> list[str]:
+    """Each node's lines, tagged here with the node they were read from (log_iter adds no prefix)."""
     scheduler = create_scheduler("t")
-    return [line for node in nodes for line in scheduler.log_iter(app_id_of(job), role, node)]
+    return [f"[node-{node}] {line}" for node in nodes for line in scheduler.log_iter(app_id_of(job), role, node)]
 
 
 # ---------------------------------------------------------------- (1) script and inline tasks

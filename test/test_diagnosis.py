@@ -105,8 +105,13 @@ def test_failure_summary_says_which_logs_died_with_their_pods(local):
         job = next(j for j in local.objects("trainjobs", "default") if j["metadata"]["name"] == name)
         return any(c["type"] == "Failed" and c["status"] == "True" for c in job.get("status", {}).get("conditions", []))
 
+    def node0_gone():
+        return not any(p["metadata"]["name"].startswith(f"{name}-node-0-0-") for p in local.objects("pods", "default"))
+
     # Nobody waited for the detached job while it ran: nothing kept node 0's lines when its pod was deleted.
+    # Describe only once that pod is gone (under load it can still be terminating when Failed is set).
     local.wait_for(failed, timeout=60)
+    local.wait_for(node0_gone, timeout=60)
     desc = wait_for_message(app_id, "no log for node(s) 0: their pods were deleted when the job failed", timeout=60)
     assert "exited with code 4" in desc.msg
 

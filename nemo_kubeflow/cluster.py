@@ -26,12 +26,16 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     CLUSTER_RUNTIME_PLURAL,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCALQUEUE_KIND,
     RUNTIME_KIND,
     RUNTIME_PLURAL,
     TRAINER_GROUP,
     TRAINER_VERSION,
     TRAINJOB_KIND,
     TRAINJOB_PLURAL,
+    WORKLOAD_KIND,
 )
 from nemo_kubeflow.errors import (
     AdmissionDeniedError,
@@ -79,8 +83,8 @@ KINDS: dict[str, Kind] = {
         Kind(RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, RUNTIME_PLURAL),
         Kind(CLUSTER_RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, CLUSTER_RUNTIME_PLURAL, namespaced=False),
         # Kueue, read only: the queue a job waits in, and the Workload it waits as.
-        Kind("LocalQueue", "kueue.x-k8s.io", "v1beta1", "localqueues"),
-        Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads"),
+        Kind(LOCALQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSION, "localqueues"),
+        Kind(WORKLOAD_KIND, KUEUE_GROUP, KUEUE_VERSION, "workloads"),
     )
 }
 

@@ -1,7 +1,8 @@
-"""Names and numbers fixed by Kubernetes, JobSet and Kubeflow Trainer v2.3.
+"""Names and numbers fixed by Kubernetes, JobSet, Kueue and Kubeflow Trainer v2.3, and the few
+values nemo_kubeflow itself fixes (its labels, gang scheduler names, timeout defaults).
 
-Everything here mirrors a value the Trainer controller, JobSet or the API server
-hard-codes; the comment says where it comes from.
+A value the Trainer controller, JobSet, Kueue or the API server hard-codes is mirrored here once;
+the comment says where it comes from. Every module imports them from here.
 """
 
 # --- Kubeflow Trainer API ---------------------------------------------------
@@ -28,6 +29,9 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
 #: JobSet's ``spec.ttlSecondsAfterFinished`` is an int32 with minimum 0 (jobset_types.go).
 JOBSET_TTL_MAX = 2**31 - 1
 
@@ -71,11 +75,43 @@ SUBMISSION_ANNOTATION = f"{LABEL_PREFIX}/submission-id"
 
 # --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
 KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+#: The queue of a namespace a job is sent to, and the object that stands for a job in it.
+LOCALQUEUE_KIND = "LocalQueue"
+WORKLOAD_KIND = "Workload"
 #: The LocalQueue of a job. Kueue's webhook suspends a TrainJob that carries it, creates a
 #: Workload owned by it, and unsuspends it on admission.
 QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
 #: The WorkloadPriorityClass of a job.
 PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
+
+# --- gang scheduling ---------------------------------------------------------------------------
+#: ``pod_group_policy`` values; each but "none" is a key of the runtime's ``spec.podGroupPolicy``.
+POD_GROUP_POLICIES = ("none", "coscheduling", "volcano")
+#: ``schedulerName`` of the pods per gang policy when ``scheduler_name`` is unset: Trainer only
+#: creates the PodGroup, the pods must go to the scheduler that reads it (Volcano's, or
+#: scheduler-plugins installed as a second scheduler, the name its Helm chart gives it).
+GANG_SCHEDULERS = {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano"}
+
+# --- timeouts of a distributed job ---------------------------------------------------------------
+#: Timeouts a distributed job's launch script exports (``timeout_defaults``), so that a lost rank or a
+#: stuck collective ends the job (and lets JobSet restart it) instead of hanging it. Each is read by
+#: torch 2.x (ProcessGroupNCCL's environment, torchrun's ``PET_*``-backed flags).
+TIMEOUT_DEFAULTS: dict[str, str] = {
+    # A failed or timed-out NCCL collective aborts the communicators and ends the process
+    # (3 = SkipCleanUp: no cleanup that could itself hang). torch's current default, pinned
+    # against images and older torch versions that default otherwise.
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    # A monitor thread kills the process when NCCL's watchdog thread itself is stuck...
+    "TORCH_NCCL_ENABLE_MONITORING": "1",
+    # ...for this many seconds without a heartbeat (torch's default is 480).
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "600",
+    # torchrun's --rdzv-conf: the static rendezvous (how Trainer wires torchrun) gives up when a node
+    # has not joined after this many seconds (torch's default 600; nodes pulling a large image start late).
+    "PET_RDZV_CONF": "timeout=1800",
+}
+#: Older spellings torch still reads: a value set under one of them is kept.
+TIMEOUT_ALIASES = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "NCCL_ASYNC_ERROR_HANDLING"}
 
 #: NeMo-Run writes inline scripts as /nemo_run/scripts/<name>.sh (nemo_run.config.RUNDIR_NAME).
 NEMO_RUN_POD_DIR = "/nemo_run"

@@ -38,6 +38,9 @@ from nemo_kubeflow.constants import (
     PET_NNODES,
     PET_NODE_RANK,
     PET_NPROC_PER_NODE,
+    POD_GROUP_POLICIES,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
     RUNTIME_KIND,
     STANDARD_RESOURCES,
     TAINT_EFFECTS,
@@ -622,8 +625,6 @@ class KubeflowExecutor(Executor):
                    "in that runtime's pod template instead, or leave runtime_name unset")
 
     def _scheduling_problems(self):
-        from nemo_kubeflow.manifests import POD_GROUP_POLICIES, PRIORITY_CLASS_LABEL, QUEUE_LABEL
-
         for fname, label in (("queue_name", QUEUE_LABEL), ("workload_priority_class", PRIORITY_CLASS_LABEL)):
             value = getattr(self, fname)
             if value is None:

@@ -16,10 +16,9 @@ from kubeflow_trainer_api import models as m
 
 from nemo_kubeflow import naming
 from nemo_kubeflow.command import LaunchSpec
-from nemo_kubeflow.constants import (  # noqa: F401 (the Kueue labels are part of this module's API)
+from nemo_kubeflow.constants import (
     EXPERIMENT_LABEL,
     JOBSET_NAME_LABEL,
-    KUEUE_GROUP,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     PRIORITY_CLASS_LABEL,
@@ -28,6 +27,8 @@ from nemo_kubeflow.constants import (  # noqa: F401 (the Kueue labels are part o
     RESTART_ATTEMPT_ENV,
     RESTART_ATTEMPT_LABEL,
     TASK_LABEL,
+    TIMEOUT_ALIASES,
+    TIMEOUT_DEFAULTS,
     TRAINER_API_VERSION,
     TRAINER_GROUP,
     TRAINER_NODE,
@@ -41,37 +42,6 @@ from nemo_kubeflow.steps import PREFLIGHT_CONTAINER
 PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 #: Shown instead of secret values wherever a manifest is printed or written.
 MASK = "<masked>"
-
-# --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
-LOCALQUEUE_KIND = "LocalQueue"
-WORKLOAD_KIND = "Workload"
-
-#: ``pod_group_policy`` values; each but "none" is a key of the runtime's ``spec.podGroupPolicy``.
-POD_GROUP_POLICIES = ("none", "coscheduling", "volcano")
-#: ``schedulerName`` of the pods per gang policy when ``scheduler_name`` is unset: Trainer only
-#: creates the PodGroup, the pods must go to the scheduler that reads it (Volcano's, or
-#: scheduler-plugins installed as a second scheduler, the name its Helm chart gives it).
-GANG_SCHEDULERS = {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano"}
-
-#: Timeouts a distributed job's launch script exports (``timeout_defaults``), so that a lost rank or a
-#: stuck collective ends the job (and lets JobSet restart it) instead of hanging it. Each is read by
-#: torch 2.x (ProcessGroupNCCL's environment, torchrun's ``PET_*``-backed flags).
-TIMEOUT_DEFAULTS: dict[str, str] = {
-    # A failed or timed-out NCCL collective aborts the communicators and ends the process
-    # (3 = SkipCleanUp: no cleanup that could itself hang). torch's current default, pinned
-    # against images and older torch versions that default otherwise.
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
-    # A monitor thread kills the process when NCCL's watchdog thread itself is stuck...
-    "TORCH_NCCL_ENABLE_MONITORING": "1",
-    # ...for this many seconds without a heartbeat (torch's default is 480).
-    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "600",
-    # torchrun's --rdzv-conf: the static rendezvous (how Trainer wires torchrun) gives up when a node
-    # has not joined after this many seconds (torch's default 600; nodes pulling a large image start late).
-    "PET_RDZV_CONF": "timeout=1800",
-}
-#: Older spellings torch still reads: a value set under one of them is kept.
-TIMEOUT_ALIASES = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "NCCL_ASYNC_ERROR_HANDLING"}
-
 
 @dataclass
 class Submission:

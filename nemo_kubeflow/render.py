@@ -24,13 +24,13 @@ import yaml
 from nemo_kubeflow import initializers, yamlio
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
+    GANG_SCHEDULERS,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     RUNTIME_HASH_LABEL,
 )
 from nemo_kubeflow.errors import TemplateError
 from nemo_kubeflow.fabrics import Fabric, build_fabric
-from nemo_kubeflow.manifests import GANG_SCHEDULERS
 
 DEFAULT_TEMPLATE = "training_runtime.yaml.j2"
 RUNTIME_NAME_PREFIX = "nemo-kubeflow-"

@@ -34,7 +34,14 @@ from typing import Callable, Optional
 
 from nemo_kubeflow import manifests as mf
 from nemo_kubeflow.cluster import Cluster, describe_target, kubectl_delete
-from nemo_kubeflow.constants import CLUSTER_RUNTIME_KIND, SUBMISSION_ANNOTATION, TRAINJOB_KIND
+from nemo_kubeflow.constants import (
+    CLUSTER_RUNTIME_KIND,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCALQUEUE_KIND,
+    SUBMISSION_ANNOTATION,
+    TRAINJOB_KIND,
+)
 from nemo_kubeflow.errors import (
     AlreadyExistsError,
     ClusterError,
@@ -220,16 +227,17 @@ def check_queue(cluster: Cluster, namespace: str, queue: str) -> None:
     suspended forever. Say so before writing anything, and list the queues that exist. Only a 404
     counts: without permission to read LocalQueues (or on any other failure) submit anyway."""
     try:
-        if cluster.get(mf.LOCALQUEUE_KIND, queue, namespace) is not None:
+        if cluster.get(LOCALQUEUE_KIND, queue, namespace) is not None:
             return
     except ClusterError as e:
         log.debug("cannot check Kueue LocalQueue %s/%s, submitting anyway: %s", namespace, queue, e)
         return
     try:
-        available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(mf.LOCALQUEUE_KIND, namespace)))
+        available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(LOCALQUEUE_KIND, namespace)))
         listing = f"queues in this namespace: {available or 'none'}"
     except NotFoundError:
-        listing = "this cluster does not serve Kueue's LocalQueue API, kueue.x-k8s.io/v1beta1: is Kueue installed?"
+        listing = (f"this cluster does not serve Kueue's LocalQueue API, {KUEUE_GROUP}/{KUEUE_VERSION}: "
+                   "is Kueue installed?")
     except ClusterError:
         listing = "the existing queues could not be listed"
     raise NotFoundError(

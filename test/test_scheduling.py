@@ -16,7 +16,7 @@ from torchx.specs import AppState, parse_app_handle
 from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.errors import ConfigError, NotFoundError
-from nemo_kubeflow.manifests import TIMEOUT_DEFAULTS
+from nemo_kubeflow.constants import TIMEOUT_DEFAULTS
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.scheduler import create_scheduler

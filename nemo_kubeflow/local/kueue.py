@@ -39,9 +39,7 @@ from nemo_kubeflow.local.timeutil import set_condition
 
 logger = logging.getLogger(__name__)
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+JOB_UID_LABEL = f"{C.KUEUE_GROUP}/job-uid"
 STOP_POLICIES = ("None", "Hold", "HoldAndDrain")
 COMPONENT = "kueue-admission"
 
@@ -81,7 +79,7 @@ def crd_errors(rt: ResourceType, obj: dict) -> list[FieldError]:
 
 def default_trainjob(obj: dict) -> None:
     """Kueue's mutating webhook (on create): a job that names a queue starts suspended."""
-    if (obj.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL) and isinstance(obj.get("spec"), dict):
+    if (obj.get("metadata", {}).get("labels") or {}).get(C.QUEUE_LABEL) and isinstance(obj.get("spec"), dict):
         obj["spec"]["suspend"] = True
 
 
@@ -123,7 +121,7 @@ class KueueController:
 
     def _on_change(self, event: str, rt: ResourceType, obj: dict) -> None:
         meta = obj["metadata"]
-        if rt is R.TRAINJOBS and (meta.get("labels") or {}).get(QUEUE_LABEL):
+        if rt is R.TRAINJOBS and (meta.get("labels") or {}).get(C.QUEUE_LABEL):
             self._queue.put(("job", meta["namespace"], meta["name"]))
         elif rt is R.LOCALQUEUES:
             self._queue.put(("queue", meta["namespace"], meta["name"]))
@@ -148,7 +146,7 @@ class KueueController:
                 try:
                     if kind == "queue":  # every job of that queue gets another look
                         for tj in self.store.list(R.TRAINJOBS, namespace, lambda o, q=name: (
-                                o["metadata"].get("labels") or {}).get(QUEUE_LABEL) == q)[0]:
+                                o["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == q)[0]:
                             self._reconcile(namespace, tj["metadata"]["name"])
                     else:
                         self._reconcile(namespace, name)
@@ -161,7 +159,7 @@ class KueueController:
         tj = self.store.find(R.TRAINJOBS, namespace, name)
         if tj is None or tj["metadata"].get("deletionTimestamp"):
             return  # its Workload goes with it (ownerReference)
-        queue_name = (tj["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+        queue_name = (tj["metadata"].get("labels") or {}).get(C.QUEUE_LABEL)
         if not queue_name:
             return
         workload = self._workload(tj) or self._create_workload(tj, queue_name)
@@ -200,12 +198,12 @@ class KueueController:
             "podSets": [{"name": C.TRAINER_NODE, "count": trainer.get("numNodes") or 1,
                          "template": {"spec": {"containers": [container], "restartPolicy": "Never"}}}],
         }
-        priority_class = (meta.get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+        priority_class = (meta.get("labels") or {}).get(C.PRIORITY_CLASS_LABEL)
         if priority_class:
             workload_spec.update(priorityClassName=priority_class,
                                  priorityClassSource="kueue.x-k8s.io/workloadpriorityclass")
         workload = {
-            "apiVersion": R.WORKLOADS.api_version, "kind": "Workload",
+            "apiVersion": R.WORKLOADS.api_version, "kind": C.WORKLOAD_KIND,
             "metadata": {
                 "name": workload_name(meta["name"], meta["uid"]), "namespace": meta["namespace"],
                 "labels": {JOB_UID_LABEL: meta["uid"]},

@@ -8,11 +8,6 @@ from typing import Optional
 from nemo_kubeflow import constants as C
 
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
-JOBSET_GROUP = "jobset.x-k8s.io"
-JOBSET_VERSION = "v1alpha2"
-
 
 @dataclass(frozen=True)
 class ResourceType:
@@ -52,7 +47,7 @@ class ResourceType:
     @property
     def is_custom(self) -> bool:
         """Served from a CRD (Trainer's or Kueue's): no strategic merge patch, kind required."""
-        return self.group in (C.TRAINER_GROUP, KUEUE_GROUP, JOBSET_GROUP)
+        return self.group in (C.TRAINER_GROUP, C.KUEUE_GROUP, C.JOBSET_GROUP)
 
     @property
     def is_trainer(self) -> bool:
@@ -74,7 +69,7 @@ EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", True, storage
 SERVICES = ResourceType("", "v1", "services", "Service", True, status_subresource=True, read_only=True)
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True,
                     read_only=True)
-JOBSETS = ResourceType(JOBSET_GROUP, JOBSET_VERSION, "jobsets", "JobSet", True, status_subresource=True,
+JOBSETS = ResourceType(C.JOBSET_GROUP, C.JOBSET_VERSION, "jobsets", "JobSet", True, status_subresource=True,
                        has_generation=True, read_only=True)
 TRAINJOBS = ResourceType(
     C.TRAINER_GROUP, C.TRAINER_VERSION, C.TRAINJOB_PLURAL, C.TRAINJOB_KIND, True,
@@ -87,9 +82,9 @@ CLUSTER_RUNTIMES = ResourceType(
 
 #: Kueue's queue of a namespace, and the Workload that stands for a job in it (the local Kueue
 #: emulation, kueue.py).
-LOCALQUEUES = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue", True,
+LOCALQUEUES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "localqueues", C.LOCALQUEUE_KIND, True,
                            status_subresource=True, has_generation=True)
-WORKLOADS = ResourceType(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", True,
+WORKLOADS = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "workloads", C.WORKLOAD_KIND, True,
                          status_subresource=True, has_generation=True)
 
 ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, NODES, JOBS, JOBSETS, TRAINJOBS,

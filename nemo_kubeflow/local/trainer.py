@@ -45,8 +45,6 @@ from nemo_kubeflow.local.validation import pod_spec_errors
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
-JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 #: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
@@ -488,7 +486,7 @@ class TrainerController:
                                       "this TrainJob")
             return False
         if existing is None:
-            jobset = {"apiVersion": JOBSET_API, "kind": "JobSet",
+            jobset = {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
                       "metadata": {"name": name, "namespace": namespace, "ownerReferences": [self._owner_ref(tj)]},
                       "spec": spec}
             try:
@@ -594,7 +592,7 @@ class TrainerController:
     def _sync(self, tj: dict, state: JobSetState) -> None:
         pods = self._pods(tj, state)
         attempt = str(state.restarts)
-        stale = [p for p in pods if p["metadata"]["labels"].get(RESTART_ATTEMPT_LABEL) != attempt]
+        stale = [p for p in pods if p["metadata"]["labels"].get(C.RESTART_ATTEMPT_LABEL) != attempt]
         if stale:  # wait until the previous attempt is gone (processes share ports across attempts)
             for pod in stale:
                 if not pod["metadata"].get("deletionTimestamp"):
@@ -831,7 +829,7 @@ class TrainerController:
                 "metadata": {"name": job_name, "namespace": tj["metadata"]["namespace"], "uid": uid}}
 
     def _jobset_ref(self, tj: dict, state: JobSetState) -> dict:
-        return {"apiVersion": JOBSET_API, "kind": "JobSet",
+        return {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
                 "metadata": {"name": tj["metadata"]["name"], "namespace": tj["metadata"]["namespace"],
                              "uid": state.jobset_uid}}
 
@@ -919,7 +917,7 @@ def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
         C.JOBSET_NAME_LABEL: jobset_name,
         JOBSET_UID_LABEL: jobset["metadata"]["uid"],
         C.REPLICATED_JOB_LABEL: job.rjob,
-        RESTART_ATTEMPT_LABEL: str(state.restarts),
+        C.RESTART_ATTEMPT_LABEL: str(state.restarts),
         "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[job.rjob]),
         "jobset.sigs.k8s.io/global-replicas": str(sum(replicas.values())),
         "jobset.sigs.k8s.io/job-index": str(job.index),

@@ -41,8 +41,17 @@ PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
 PET_NODE_RANK = "PET_NODE_RANK"
 PET_MASTER_ADDR = "PET_MASTER_ADDR"
 PET_MASTER_PORT = "PET_MASTER_PORT"
-PET_ENV_NAMES = (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT)
 DEFAULT_MASTER_PORT = 29500
+#: What the torch plugin sets each PET_* variable to (torch.go EnforceMLPolicy). Its webhook rejects a
+#: TrainJob whose ``spec.trainer.env`` sets one of them (naming.trainer_env_problem says so).
+PET_ENV_VALUES = {
+    PET_NNODES: "spec.trainer.numNodes",
+    PET_NPROC_PER_NODE: "spec.trainer.numProcPerNode",
+    PET_NODE_RANK: "each pod's job completion index",
+    PET_MASTER_ADDR: "the first node pod, <trainjob>-node-0-0.<trainjob>",
+    PET_MASTER_PORT: str(DEFAULT_MASTER_PORT),
+}
+PET_ENV_NAMES = tuple(PET_ENV_VALUES)
 #: JobSet's pod label counting gang restarts (``jobset.sigs.k8s.io/restart-attempt``, JobSet v0.12).
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 #: Set from ``RESTART_ATTEMPT_LABEL`` through the downward API when the task runs ``ft_launcher``:

@@ -33,7 +33,6 @@ from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     JOBSET_TTL_MAX,
     NEMO_RUN_POD_DIR,
-    PET_ENV_NAMES,
     PET_MASTER_ADDR,
     PET_NNODES,
     PET_NODE_RANK,
@@ -455,7 +454,7 @@ class KubeflowExecutor(Executor):
             yield f"workspace_mount_path={self.workspace_mount_path!r}: must be an absolute path"
         for key, value in {**self.labels, **self.pod_labels}.items():
             if not naming.is_label_value(str(value)):
-                yield f"label {key}={value!r}: label values are at most 63 characters of [A-Za-z0-9_.-]"
+                yield f"label {key}={value!r}: label values are {naming.LABEL_VALUE_RULE}"
         if self.run_as_user is not None and (not isinstance(self.run_as_user, int) or self.run_as_user < 0):
             yield f"run_as_user={self.run_as_user!r}: must be a non-negative integer UID"
         if self.restricted_security and self.run_as_user == 0:
@@ -542,8 +541,7 @@ class KubeflowExecutor(Executor):
                     yield f"{fname}[{key!r}]: not a valid key: {key_rule}"
         for key, value in self.node_selector.items():
             if not naming.is_label_value(value):
-                yield (f"node_selector[{key!r}]={value!r}: node label values are at most 63 characters of "
-                       "[A-Za-z0-9_.-], starting and ending with a letter or digit")
+                yield f"node_selector[{key!r}]={value!r}: node label values are {naming.LABEL_VALUE_RULE}"
         for fname in ("annotations", "pod_annotations"):
             size = sum(len(k.encode()) + len(v.encode()) for k, v in getattr(self, fname).items())
             if size > ANNOTATIONS_MAX_BYTES:
@@ -575,7 +573,7 @@ class KubeflowExecutor(Executor):
             elif operator == "Equal" and not key:
                 yield f"{where}: an empty key tolerates every taint only with operator 'Exists'"
             elif operator == "Equal" and not naming.is_label_value(value):
-                yield f"{where}: value={value!r} is not a taint value (at most 63 characters of [A-Za-z0-9_.-])"
+                yield f"{where}: value={value!r} is not a taint value ({naming.LABEL_VALUE_RULE})"
             if effect and effect not in TAINT_EFFECTS:
                 yield f"{where}: effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
             seconds = tol.get("tolerationSeconds")
@@ -668,13 +666,10 @@ class KubeflowExecutor(Executor):
         env_names = list(self.env_vars) + list(self.secret_env_vars) + list(self.secret_key_refs)
         seen: set[str] = set()
         for name in env_names:
-            if name in PET_ENV_NAMES:
-                yield (
-                    f"environment variable {name}: Kubeflow Trainer sets the PET_* variables itself "
-                    "and rejects TrainJobs that set them; remove it"
-                )
-            elif not _is_env_name(name):
-                yield f"environment variable {name!r}: names are letters, digits, '_', '-', '.' and don't start with a digit"
+            if reserved := naming.trainer_env_problem(name):
+                yield f"environment variable {reserved}; remove it"
+            elif not naming.is_env_var_name(name):
+                yield f"environment variable {name!r}: names are {naming.ENV_VAR_NAME_RULE}"
             if name in seen:
                 yield f"environment variable {name} is set twice (env_vars, secret_env_vars, secret_key_refs)"
             seen.add(name)
@@ -718,10 +713,6 @@ class KubeflowExecutor(Executor):
         for m in self.secret_mounts:
             if not naming.is_rfc1123_subdomain(m.secret_name):
                 yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
-
-
-def _is_env_name(name: str) -> bool:
-    return bool(re.fullmatch(r"[-._a-zA-Z][-._a-zA-Z0-9]*", name))
 
 
 #: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.

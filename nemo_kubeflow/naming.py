@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from nemo_kubeflow.constants import ANCESTOR_LABEL, ANCESTOR_TRAINER, DNS_LABEL_MAX
+from nemo_kubeflow.constants import ANCESTOR_LABEL, ANCESTOR_TRAINER, DNS_LABEL_MAX, PET_ENV_VALUES
 
 # Used with fullmatch: `$` would also accept a trailing newline.
 _RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -74,6 +74,22 @@ def is_qualified_name(key: str) -> bool:
 def is_env_var_name(name: str) -> bool:
     """An environment variable name the API server accepts (IsEnvVarName)."""
     return bool(_ENV_VAR_NAME.fullmatch(name))
+
+
+#: ``is_env_var_name`` in words, for messages.
+ENV_VAR_NAME_RULE = "letters, digits, '_', '-' and '.', not starting with a digit"
+#: ``is_label_value`` in words, for messages.
+LABEL_VALUE_RULE = f"at most {DNS_LABEL_MAX} characters of [A-Za-z0-9_.-], starting and ending with a letter or digit"
+
+
+def trainer_env_problem(name: str) -> Optional[str]:
+    """Why a TrainJob's ``spec.trainer.env`` cannot set ``name`` (``None`` when it can): Kubeflow
+    Trainer's torch plugin sets the PET_* variables itself, and its webhook rejects a TrainJob that
+    sets one of them."""
+    value = PET_ENV_VALUES.get(name)
+    if value is None:
+        return None
+    return f"{name} is set by Kubeflow Trainer's torch plugin, to {value}, and its webhook rejects TrainJobs that set it"
 
 
 def is_config_key(key: str) -> bool:

@@ -273,8 +273,7 @@ def _check_labels_annotations(meta: dict, path: Path, out: _Problems) -> None:
         if isinstance(value, str) and not naming.is_label_value(value):
             out.add(
                 path + ("labels", key),
-                f"invalid label value {_short(value)}: at most {C.DNS_LABEL_MAX} characters of"
-                " letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+                f"invalid label value {_short(value)}: {naming.LABEL_VALUE_RULE}",
                 "shorten it or move it to an annotation",
             )
     annotations = _dict(meta.get("annotations"))
@@ -463,14 +462,6 @@ def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool =
 
 
 _ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
-#: Where the torch plugin takes each PET_* value from (torch.go EnforceMLPolicy).
-_PET_SOURCES = {
-    C.PET_NNODES: "from spec.trainer.numNodes",
-    C.PET_NPROC_PER_NODE: "from spec.trainer.numProcPerNode",
-    C.PET_NODE_RANK: "from each pod's job completion index",
-    C.PET_MASTER_ADDR: "to the first node pod, <trainjob>-node-0-0.<trainjob>",
-    C.PET_MASTER_PORT: f"to {C.DEFAULT_MASTER_PORT}",
-}
 
 
 def _check_env(env: Any, path: Path, out: _Problems, trainer_env: bool = False) -> None:
@@ -484,7 +475,7 @@ def _check_env(env: Any, path: Path, out: _Problems, trainer_env: bool = False) 
                 out.add(
                     path + (i, "name"),
                     f"{_short(name)} is not a valid environment variable name",
-                    "use letters, digits, '_', '-' and '.', not starting with a digit",
+                    f"use {naming.ENV_VAR_NAME_RULE}",
                 )
             if name in seen:
                 out.add(
@@ -494,12 +485,9 @@ def _check_env(env: Any, path: Path, out: _Problems, trainer_env: bool = False) 
                 )
             else:
                 seen[name] = i
-            if trainer_env and name in C.PET_ENV_NAMES:
-                out.add(
-                    path + (i, "name"),
-                    f"{name} is set by Kubeflow Trainer's torch plugin and its webhook rejects it here",
-                    f"remove it; Trainer sets it {_PET_SOURCES[name]}",
-                )
+            reserved = naming.trainer_env_problem(name) if trainer_env else None
+            if reserved:
+                out.add(path + (i, "name"), reserved, "remove it")
         value_from = var.get("valueFrom")
         if var.get("value") not in (None, "") and value_from is not None:
             out.add(path + (i,), "sets both value and valueFrom", "keep only one")

@@ -114,7 +114,8 @@ CASES = [
          {"pvc_mounts": [PVCMount(claim_name="c", mount_path="/c", create=True, size="1Gi",
                                   access_modes=["ReadWriteAll"])]}),
     # --- environment and secrets -------------------------------------------------------------
-    Case("pet-env", "Kubeflow Trainer sets the PET_* variables itself", {"env_vars": {"PET_NODE_RANK": "0"}}),
+    Case("pet-env", "environment variable PET_NODE_RANK is set by Kubeflow Trainer's torch plugin",
+         {"env_vars": {"PET_NODE_RANK": "0"}}),
     Case("pet-env-in-script", "spec.trainer.env[0].name: PET_MASTER_ADDR is set by Kubeflow Trainer",
          task=lambda: run.Script(inline="echo hi", env={"PET_MASTER_ADDR": "x"})),
     Case("env-leading-digit", "environment variable '1X'", {"env_vars": {"1X": "v"}}),

@@ -1,5 +1,6 @@
 import pytest
 
+from nemo_kubeflow import constants as C
 from nemo_kubeflow import naming
 from nemo_kubeflow.naming import ReplicatedJobShape as Job
 
@@ -123,3 +124,11 @@ def test_name_helpers_match_whole_strings():
     assert naming.is_config_key("a.py") and not naming.is_config_key("a.py\n")
     assert not naming.is_config_key("..a") and not naming.is_config_key(".")
     assert not naming.is_label_value("v1\n") and not naming.is_qualified_name_part("x\n")
+
+
+def test_trainer_env_problem_names_each_pet_variable_and_what_trainer_sets_it_to():
+    assert naming.trainer_env_problem("NCCL_DEBUG") is None
+    for name in C.PET_ENV_NAMES:
+        problem = naming.trainer_env_problem(name)
+        assert problem.startswith(f"{name} is set by Kubeflow Trainer's torch plugin, to {C.PET_ENV_VALUES[name]},")
+    assert "to 29500" in naming.trainer_env_problem("PET_MASTER_PORT")

@@ -15,14 +15,16 @@ from typing import Any, Iterable, Optional
 
 from nemo_kubeflow.constants import ANCESTOR_LABEL, ANCESTOR_TRAINER, DNS_LABEL_MAX, PET_ENV_VALUES
 
-# Used with fullmatch: `$` would also accept a trailing newline.
-_RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
-_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+# The patterns of k8s.io/apimachinery/pkg/util/validation, spelled as the API server's messages quote
+# them (the local cluster's validation quotes ``.pattern``). Use them with fullmatch: `$` would also
+# accept a trailing newline. The length limits are separate (the is_* functions below apply them).
+RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+RFC1123_SUBDOMAIN = re.compile(rf"{RFC1123_LABEL.pattern}(\.{RFC1123_LABEL.pattern})*")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 #: RFC 1123 subdomains (most object names, label and annotation key prefixes) are at most 253 characters.
 DNS_SUBDOMAIN_MAX = 253
 
@@ -42,24 +44,24 @@ def sanitize(text: str) -> str:
 
 
 def is_rfc1035_label(name: str, max_len: int = DNS_LABEL_MAX) -> bool:
-    return len(name) <= max_len and bool(_RFC1035_LABEL.fullmatch(name))
+    return len(name) <= max_len and bool(RFC1035_LABEL.fullmatch(name))
 
 
 def is_rfc1123_label(name: str) -> bool:
-    return len(name) <= DNS_LABEL_MAX and bool(_RFC1123_LABEL.fullmatch(name))
+    return len(name) <= DNS_LABEL_MAX and bool(RFC1123_LABEL.fullmatch(name))
 
 
 def is_rfc1123_subdomain(name: str) -> bool:
-    return len(name) <= DNS_SUBDOMAIN_MAX and bool(_RFC1123_SUBDOMAIN.fullmatch(name))
+    return len(name) <= DNS_SUBDOMAIN_MAX and bool(RFC1123_SUBDOMAIN.fullmatch(name))
 
 
 def is_label_value(value: str) -> bool:
-    return len(value) <= DNS_LABEL_MAX and bool(_LABEL_VALUE.fullmatch(value))
+    return len(value) <= DNS_LABEL_MAX and bool(LABEL_VALUE.fullmatch(value))
 
 
 def is_qualified_name_part(name: str) -> bool:
     """The name part of a label or annotation key (after an optional ``prefix/``)."""
-    return len(name) <= DNS_LABEL_MAX and bool(_QUALIFIED_NAME.fullmatch(name))
+    return len(name) <= DNS_LABEL_MAX and bool(QUALIFIED_NAME.fullmatch(name))
 
 
 def is_qualified_name(key: str) -> bool:
@@ -73,7 +75,14 @@ def is_qualified_name(key: str) -> bool:
 
 def is_env_var_name(name: str) -> bool:
     """An environment variable name the API server accepts (IsEnvVarName)."""
-    return bool(_ENV_VAR_NAME.fullmatch(name))
+    return bool(ENV_VAR_NAME.fullmatch(name))
+
+
+def is_relaxed_env_var_name(name: str) -> bool:
+    """An environment variable name under the API server's relaxed rule (IsRelaxedEnvVarName, the
+    default since Kubernetes 1.32): printable ASCII other than '='. The local cluster's API server
+    applies it; our own checks keep the strict ``is_env_var_name``, which every version accepts."""
+    return bool(name) and all(" " <= c <= "~" and c != "=" for c in name)
 
 
 #: ``is_env_var_name`` in words, for messages.
@@ -94,7 +103,7 @@ def trainer_env_problem(name: str) -> Optional[str]:
 
 def is_config_key(key: str) -> bool:
     """A ConfigMap or Secret data key (IsConfigMapKey): no '/', not '.', not starting with '..'."""
-    return (isinstance(key, str) and len(key) <= DNS_SUBDOMAIN_MAX and bool(_CONFIG_KEY.fullmatch(key))
+    return (isinstance(key, str) and len(key) <= DNS_SUBDOMAIN_MAX and bool(CONFIG_KEY.fullmatch(key))
             and key != "." and not key.startswith(".."))
 
 

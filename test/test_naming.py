@@ -132,3 +132,8 @@ def test_trainer_env_problem_names_each_pet_variable_and_what_trainer_sets_it_to
         problem = naming.trainer_env_problem(name)
         assert problem.startswith(f"{name} is set by Kubeflow Trainer's torch plugin, to {C.PET_ENV_VALUES[name]},")
     assert "to 29500" in naming.trainer_env_problem("PET_MASTER_PORT")
+
+
+def test_relaxed_env_var_names_are_printable_ascii_without_equals():
+    assert naming.is_relaxed_env_var_name("1 x.y") and not naming.is_env_var_name("1 x.y")
+    assert not any(map(naming.is_relaxed_env_var_name, ("", "A=B", "A\n", "\u00e9")))

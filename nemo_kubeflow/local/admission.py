@@ -7,10 +7,10 @@ and the `Validate` methods of the torch and jobset plugins.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from nemo_kubeflow import constants as C
+from nemo_kubeflow import naming
 from nemo_kubeflow.local import kueue
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, FieldError, webhook_denied
@@ -25,7 +25,6 @@ RUNTIME_WEBHOOKS = {
 }
 MANAGED_BY_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
 _MANAGED_BY_VALUES = (MANAGED_BY_CONTROLLER, "kueue.x-k8s.io/multikueue")
-_RFC1035 = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 #: The ancestor label value -> the container that job must have (trainingruntime_webhook.go).
 _ANCESTOR_CONTAINERS = {"trainer": C.TRAINER_NODE, "model-initializer": "model-initializer",
                         "dataset-initializer": "dataset-initializer"}
@@ -114,7 +113,7 @@ def _trainjob_crd_errors(obj: dict, old: Optional[dict]) -> list[FieldError]:
             errors.append(FieldError.duplicate(f"spec.runtimePatches[{i}]", {"manager": manager}))
     if len(managers) > 16:
         errors.append(FieldError("spec.runtimePatches", "Too many", "must have at most 16 items", len(managers)))
-    if not re.match(_RFC1035, name):
+    if not naming.RFC1035_LABEL.fullmatch(name):
         errors.append(FieldError.invalid("", "object", "metadata.name must match RFC 1035 DNS label format"))
     if len(name) > C.DNS_LABEL_MAX:
         errors.append(FieldError.invalid("", "object", "metadata.name must be no more than 63 characters"))

@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from nemo_kubeflow import naming
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.errors import ClusterError, NotFoundError
 from nemo_kubeflow.local.apierrors import ApiError
@@ -119,7 +120,7 @@ class PodNetwork:
         names = None
         if spec.get("subdomain"):
             sub, ns = re.escape(spec["subdomain"]), re.escape(namespace)
-            names = re.compile(rf"(?<![\w.-])[a-z0-9]([-a-z0-9]*[a-z0-9])?\.{sub}"
+            names = re.compile(rf"(?<![\w.-]){naming.RFC1123_LABEL.pattern}\.{sub}"
                                rf"(\.{ns}(\.svc(\.cluster\.local)?)?)?(?![\w.-])(:(?P<port>\d+))?")
 
         def text(value: str) -> str:

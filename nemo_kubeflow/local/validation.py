@@ -21,6 +21,7 @@ from kubeflow_trainer_api import models as trainer_models
 from kubernetes_validate.utils import latest_version, schema_contents
 
 from nemo_kubeflow import constants as C
+from nemo_kubeflow import naming
 from nemo_kubeflow.local import kueue
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request, invalid
@@ -154,32 +155,25 @@ def prune(obj: dict, paths: list[Path]) -> None:
 
 # --- names and metadata (k8s.io/apimachinery/pkg/util/validation) ---------------------------------
 
-_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
-_QUALIFIED_NAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_VALUE = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_CONFIG_KEY = "[-._a-zA-Z0-9]+"
-
-
 def dns1123_subdomain(value: str) -> list[str]:
     errors = []
-    if len(value) > 253:
-        errors.append("must be no more than 253 characters")
-    if not re.fullmatch(_DNS1123_SUBDOMAIN, value):
+    if len(value) > naming.DNS_SUBDOMAIN_MAX:
+        errors.append(f"must be no more than {naming.DNS_SUBDOMAIN_MAX} characters")
+    if not naming.RFC1123_SUBDOMAIN.fullmatch(value):
         errors.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
                       "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                      f"for validation is '{_DNS1123_SUBDOMAIN}')")
+                      f"for validation is '{naming.RFC1123_SUBDOMAIN.pattern}')")
     return errors
 
 
 def dns1123_label(value: str) -> list[str]:
     errors = []
-    if len(value) > 63:
-        errors.append("must be no more than 63 characters")
-    if not re.fullmatch(_DNS1123_LABEL, value):
+    if len(value) > C.DNS_LABEL_MAX:
+        errors.append(f"must be no more than {C.DNS_LABEL_MAX} characters")
+    if not naming.RFC1123_LABEL.fullmatch(value):
         errors.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
                       "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
-                      f"for validation is '{_DNS1123_LABEL}')")
+                      f"for validation is '{naming.RFC1123_LABEL.pattern}')")
     return errors
 
 
@@ -192,12 +186,12 @@ def _qualified_name(value: str) -> list[str]:
         errors.extend("prefix part " + e for e in dns1123_subdomain(prefix))
     if not name:
         errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    if name and not re.fullmatch(_QUALIFIED_NAME, name):
+    elif len(name) > C.DNS_LABEL_MAX:
+        errors.append(f"name part must be no more than {C.DNS_LABEL_MAX} characters")
+    if name and not naming.QUALIFIED_NAME.fullmatch(name):
         errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
                       "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-                      f"validation is '{_QUALIFIED_NAME}')")
+                      f"validation is '{naming.QUALIFIED_NAME.pattern}')")
     return errors
 
 
@@ -213,19 +207,20 @@ def _metadata_errors(rt: ResourceType, meta: dict) -> list[FieldError]:
         errors.extend(FieldError.invalid("metadata.labels", key, msg) for msg in _qualified_name(key))
         if not isinstance(value, str):
             continue
-        if len(value) > 63:
-            errors.append(FieldError.invalid("metadata.labels", value, "must be no more than 63 characters"))
-        if not re.fullmatch(_LABEL_VALUE, value):
+        if len(value) > C.DNS_LABEL_MAX:
+            errors.append(FieldError.invalid("metadata.labels", value,
+                                             f"must be no more than {C.DNS_LABEL_MAX} characters"))
+        if not naming.LABEL_VALUE.fullmatch(value):
             errors.append(FieldError.invalid(
                 "metadata.labels", value,
                 "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
                 "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "
-                f"regex used for validation is '{_LABEL_VALUE}')"))
+                f"regex used for validation is '{naming.LABEL_VALUE.pattern}')"))
     for key in meta.get("annotations") or {}:
         errors.extend(FieldError.invalid("metadata.annotations", key, msg) for msg in _qualified_name(key.lower()))
     size = sum(len(k) + len(v or "") for k, v in (meta.get("annotations") or {}).items())
-    if size > 256 * 1024:
-        errors.append(FieldError.too_long("metadata.annotations", 256 * 1024))
+    if size > C.ANNOTATIONS_MAX_BYTES:
+        errors.append(FieldError.too_long("metadata.annotations", C.ANNOTATIONS_MAX_BYTES))
     return errors
 
 
@@ -234,12 +229,12 @@ def _metadata_errors(rt: ResourceType, meta: dict) -> list[FieldError]:
 
 def _config_key_errors(bag: str, key: str) -> list[FieldError]:
     messages = []
-    if len(key) > 253:
-        messages.append("must be no more than 253 characters")
-    if not re.fullmatch(_CONFIG_KEY, key):
+    if len(key) > naming.DNS_SUBDOMAIN_MAX:
+        messages.append(f"must be no more than {naming.DNS_SUBDOMAIN_MAX} characters")
+    if not naming.CONFIG_KEY.fullmatch(key):
         messages.append("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
                         "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
-                        f"'{_CONFIG_KEY}')")
+                        f"'{naming.CONFIG_KEY.pattern}')")
     if key in (".", ".."):
         messages.append(f"must not be '{key}'")
     elif key.startswith(".."):
@@ -337,7 +332,7 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
             for j, env in enumerate(container.get("env") or []):
                 if not env.get("name"):
                     errors.append(FieldError.required(f"{where}.env[{j}].name"))
-                elif "=" in env["name"]:
+                elif not naming.is_relaxed_env_var_name(env["name"]):
                     errors.append(FieldError.invalid(
                         f"{where}.env[{j}].name", env["name"],
                         "a valid environment variable name must consist only of printable ASCII characters "

@@ -251,6 +251,22 @@ def test_field_validation(core, custom, ns):
     assert 'unknown field "spec.containers[0].volumeMount"' in _status(error.value)["message"]
 
 
+@pytest.mark.parametrize("name, accepted", [("MY VAR.1", True), ("1st", True), ("A=B", False), ("TAB\tX", False),
+                                            ("NAME\n", False)])
+def test_pod_env_var_names_follow_the_relaxed_rule(core, ns, name, accepted):
+    """Printable ASCII other than '=' (IsRelaxedEnvVarName, the default since Kubernetes 1.32)."""
+    pod = {"metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": name, "value": "v"}]}]}}
+    if accepted:
+        assert core.create_namespaced_pod(ns, pod, dry_run="All").metadata.name == "p"
+        return
+    with pytest.raises(ApiException) as error:
+        core.create_namespaced_pod(ns, pod, dry_run="All")
+    assert error.value.status == 422
+    assert ("spec.containers[0].env[0].name: Invalid value: " in _status(error.value)["message"]
+            and "must consist only of printable ASCII characters other than '='" in _status(error.value)["message"])
+
+
 def test_dry_run_stores_nothing(cluster, core, custom, ns):
     created = core.create_namespaced_config_map(ns, {"metadata": {"name": "dry"}, "data": {"a": "b"}}, dry_run="All")
     assert created.metadata.name == "dry" and created.metadata.uid

@@ -94,6 +94,11 @@ QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
 #: The WorkloadPriorityClass of a job.
 PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
 
+#: The values a TrainJob's ``spec.managedBy`` may take (the CRD's CEL rule): Trainer's own controller
+#: (the default), or MultiKueue, which dispatches the job to another cluster.
+TRAINJOB_CONTROLLER = f"{TRAINER_GROUP}/trainjob-controller"
+TRAINJOB_MANAGED_BY_VALUES = (TRAINJOB_CONTROLLER, f"{KUEUE_GROUP}/multikueue")
+
 # --- gang scheduling ---------------------------------------------------------------------------
 #: ``pod_group_policy`` values; each but "none" is a key of the runtime's ``spec.podGroupPolicy``.
 POD_GROUP_POLICIES = ("none", "coscheduling", "volcano")

@@ -907,7 +907,7 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
             "set a positive number of seconds or leave it unset",
         )
     managed_by = spec.get("managedBy")
-    allowed = ("trainer.kubeflow.org/trainjob-controller", "kueue.x-k8s.io/multikueue")
+    allowed = C.TRAINJOB_MANAGED_BY_VALUES
     if isinstance(managed_by, str) and managed_by not in allowed:
         out.add(
             path + ("managedBy",),

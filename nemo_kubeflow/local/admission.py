@@ -23,8 +23,6 @@ RUNTIME_WEBHOOKS = {
     R.RUNTIMES.key: "validator.trainingruntime.trainer.kubeflow.org",
     R.CLUSTER_RUNTIMES.key: "validator.clustertrainingruntime.trainer.kubeflow.org",
 }
-MANAGED_BY_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
-_MANAGED_BY_VALUES = (MANAGED_BY_CONTROLLER, "kueue.x-k8s.io/multikueue")
 #: The ancestor label value -> the container that job must have (trainingruntime_webhook.go).
 _ANCESTOR_CONTAINERS = {"trainer": C.TRAINER_NODE, "model-initializer": "model-initializer",
                         "dataset-initializer": "dataset-initializer"}
@@ -44,7 +42,7 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
             ref.setdefault("apiGroup", C.TRAINER_GROUP)
             ref.setdefault("kind", C.CLUSTER_RUNTIME_KIND)
         spec.setdefault("suspend", False)
-        spec.setdefault("managedBy", MANAGED_BY_CONTROLLER)
+        spec.setdefault("managedBy", C.TRAINJOB_CONTROLLER)
         for patch in spec.get("runtimePatches") or []:
             patch.setdefault("time", now_rfc3339())
         return
@@ -85,7 +83,7 @@ def _trainjob_crd_errors(obj: dict, old: Optional[dict]) -> list[FieldError]:
     if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] < 1:
         errors.append(FieldError.invalid("spec.activeDeadlineSeconds", spec["activeDeadlineSeconds"],
                                          "spec.activeDeadlineSeconds in body should be greater than or equal to 1"))
-    if spec.get("managedBy") not in _MANAGED_BY_VALUES:
+    if spec.get("managedBy") not in C.TRAINJOB_MANAGED_BY_VALUES:
         errors.append(FieldError.invalid("spec.managedBy", "string",
                                          "ManagedBy must be trainer.kubeflow.org/trainjob-controller or "
                                          "kueue.x-k8s.io/multikueue if set"))

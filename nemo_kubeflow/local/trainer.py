@@ -383,7 +383,7 @@ class TrainerController:
             self._states.pop(key, None)
             self._waiting_for_runtime.discard(key)
             return
-        if tj["spec"].get("managedBy", admission.MANAGED_BY_CONTROLLER) != admission.MANAGED_BY_CONTROLLER:
+        if tj["spec"].get("managedBy", C.TRAINJOB_CONTROLLER) != C.TRAINJOB_CONTROLLER:
             return
         state = self._states.get(key)
         if state is None or state.trainjob_uid != tj["metadata"]["uid"]:

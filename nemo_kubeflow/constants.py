@@ -58,6 +58,12 @@ RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 #: each gang attempt gets its own c10d rendezvous id.
 RESTART_ATTEMPT_ENV = "NEMO_KUBEFLOW_RESTART_ATTEMPT"
 
+# --- Kubernetes ------------------------------------------------------------------
+#: The Kubernetes version whose strict schemas check core objects (kubeschema.py), both before a
+#: submission (validation.py) and in the local cluster's API server. Fields added after it (e.g.
+#: pod-level ``resources``) are unknown fields: an API server of this version would reject them.
+KUBERNETES_VERSION = "1.31"
+
 # --- Kubernetes limits ---------------------------------------------------------
 #: The API server rejects a ConfigMap whose data plus binaryData exceed 1 MiB.
 CONFIGMAP_MAX_BYTES = 1024 * 1024

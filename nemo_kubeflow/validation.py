@@ -10,8 +10,8 @@ Three layers check each object (docs/validation.md lists every rule):
    unknown fields (with a "did you mean"), wrong types, missing required fields, the
    models' enums. A ``from_dict``/``to_dict`` round trip backs this up.
 2. The strict Kubernetes OpenAPI schemas bundled with ``kubernetes-validate``, pinned to
-   ``KUBERNETES_VERSION``: the Job and pod templates inside runtimes, ConfigMaps, Secrets
-   and PVCs.
+   ``constants.KUBERNETES_VERSION`` (kubeschema.py, shared with the local cluster): the Job and
+   pod templates inside runtimes, ConfigMaps, Secrets and PVCs.
 3. The rules neither library knows, mirrored from the API server, the CRDs' CEL rules, the
    Trainer webhooks and the Kubeflow SDK: names, quantities, env, runtime structure, sizes.
 
@@ -37,13 +37,10 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from nemo_kubeflow import constants as C
 from nemo_kubeflow import naming
 from nemo_kubeflow.errors import ManifestValidationError
+from nemo_kubeflow.kubeschema import strict_validator
 from nemo_kubeflow.quantity import parse_quantity
 
-__all__ = ["KUBERNETES_VERSION", "check_manifests", "pod_name_problems", "validate_manifest", "validate_manifests"]
-
-#: Kubernetes version whose strict schemas check core objects. Fields added after it
-#: (e.g. pod-level ``resources``) are reported as unknown: an older API server rejects them.
-KUBERNETES_VERSION = "1.31"
+__all__ = ["check_manifests", "pod_name_problems", "validate_manifest", "validate_manifests"]
 
 #: Results kept, keyed by a hash of the object; identical runtimes repeat across tasks.
 _CACHE_SIZE = 512
@@ -787,24 +784,6 @@ def _check_model(obj: dict, kind: str, out: _Problems) -> None:
 # --- schema layer 2: strict Kubernetes schemas (kubernetes-validate) ----------------------
 
 
-@lru_cache(maxsize=None)
-def _kube_validator(kind: str, api_version: str) -> Any:
-    import jsonschema
-    from kubernetes_validate import utils as kv
-    from packaging.version import Version
-    from referencing import Registry, Resource
-
-    # kubernetes_validate.validate() re-reads its 1.3 MB definitions on every call and stops
-    # at the first error; one validator per kind, built from the same files, does neither.
-    version = [v for v in kv.all_versions() if Version(v) <= Version(KUBERNETES_VERSION)][-1]
-    folder = f"kubernetes-json-schema/v{version}-local-strict"
-    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group_version}.json", version)
-    definitions = kv.schema_contents(f"{folder}/_definitions.json", version)
-    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
-    return jsonschema.Draft202012Validator(schema, registry=registry)
-
-
 def _schema_types(schema: dict) -> str:
     options = schema.get("oneOf") or schema.get("anyOf") or [schema]
     types = [
@@ -819,7 +798,7 @@ def _schema_types(schema: dict) -> str:
 def _check_kube(doc: dict, kind: str, api_version: str, base: Path, out: _Problems, skip: set[Path]) -> None:
     """Validate ``doc`` against the strict schema; report under ``base`` unless the path is in ``skip``."""
     problems = _Problems()
-    for err in _kube_validator(kind, api_version).iter_errors(doc):
+    for err in strict_validator(kind, api_version).iter_errors(doc):
         path = base + tuple(err.absolute_path)
         if err.validator == "additionalProperties":
             known = list(_dict(err.schema.get("properties")))
@@ -827,7 +806,7 @@ def _check_kube(doc: dict, kind: str, api_version: str, base: Path, out: _Proble
                 if key not in known:
                     problems.add(
                         path + (key,),
-                        f"unknown field in Kubernetes {KUBERNETES_VERSION}",
+                        f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
                         _did_you_mean(key, known),
                     )
         elif err.validator == "required":

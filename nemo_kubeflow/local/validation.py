@@ -3,25 +3,23 @@ built-in validation of object metadata, ConfigMaps, Secrets and Pods.
 
 Unknown fields are found by comparing the request with what the typed models keep:
 the `kubeflow_trainer_api` models for Trainer objects (what the CRD schema prunes) and the
-strict JSON schemas shipped with `kubernetes_validate` for core objects.
+strict JSON schemas shipped with `kubernetes_validate` for core objects, pinned to the Kubernetes
+version the product's own validation checks against (kubeschema.py).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import re
 from typing import Any, Optional
 
-import jsonschema
 import pydantic
-import referencing
 from kubeflow_trainer_api import models as trainer_models
-from kubernetes_validate.utils import latest_version, schema_contents
 
 from nemo_kubeflow import constants as C
 from nemo_kubeflow import naming
+from nemo_kubeflow.kubeschema import strict_validator
 from nemo_kubeflow.local import kueue
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, FieldError, bad_request, invalid
@@ -64,19 +62,6 @@ def _dropped(given: Any, kept: Any, path: Path) -> list[Path]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
-def _core_validator(kind: str) -> jsonschema.protocols.Validator:
-    version = latest_version()
-    folder = f"kubernetes-json-schema/v{version}-local-strict"
-    schema = schema_contents(f"{folder}/{kind.lower()}-v1.json", version)
-    definitions = schema_contents(f"{folder}/_definitions.json", version)
-    registry = referencing.Registry().with_resources([
-        (schema.get("$id", ""), referencing.Resource.from_contents(schema)),
-        (definitions.get("$id", ""), referencing.Resource.from_contents(definitions)),
-    ])
-    return jsonschema.Draft202012Validator(schema, registry=registry)
-
-
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number"}
 
 
@@ -98,7 +83,7 @@ def decode(rt: ResourceType, obj: dict) -> list[Path]:
     unknown: list[Path] = []
     decode_errors: list[str] = []
     required: list[FieldError] = []
-    for error in _core_validator(rt.kind).iter_errors(obj):
+    for error in strict_validator(rt.kind, rt.api_version).iter_errors(obj):
         path = tuple(error.absolute_path)
         if error.validator == "additionalProperties":
             allowed = set(error.schema.get("properties", {}))

@@ -56,6 +56,21 @@ def test_every_page_is_in_the_nav():
     assert len(pages) == len(set(pages)), "a page appears twice in the nav"
 
 
+def test_architecture_names_every_module_and_no_other():
+    """docs/architecture.md lists each module of the package (one line each) and names no module
+    that is gone, in its list or in its diagram."""
+    text = (DOCS / "architecture.md").read_text()
+    package = REPO / "nemo_kubeflow"
+    modules = {p.relative_to(package).as_posix() for p in [*package.glob("*.py"), *package.glob("local/*.py")]}
+    listed = re.findall(r"^- `((?:local/)?[\w]+\.py)`: \S", text, re.M)
+    assert sorted(modules - set(listed)) == [], "add a line for these modules to docs/architecture.md"
+    assert sorted(set(listed) - modules) == [], "docs/architecture.md lists modules that do not exist"
+    assert len(listed) == len(set(listed)), "docs/architecture.md lists a module twice"
+    diagram = "\n".join(fenced(text, ""))
+    named = set(re.findall(r"(?<![\w/.])((?:local/)?[a-z_]+\.py)\b", diagram))
+    assert named and sorted(named - modules) == [], "the diagram of docs/architecture.md names missing modules"
+
+
 def test_getting_started_runs_the_readme_commands():
     readme = (REPO / "README.md").read_text()
     try_it = readme.split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]

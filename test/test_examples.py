@@ -11,7 +11,7 @@ import pytest
 import yaml
 from torchx.specs import AppState
 
-from nemo_kubeflow.cli import LOCAL_KUBECONFIG_ENV
+from nemo_kubeflow.factories import LOCAL_KUBECONFIG_ENV
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, TASK_LABEL
 from nemo_kubeflow.status import job_status
 from nemo_kubeflow.validation import check_manifests

@@ -98,6 +98,6 @@ def train(steps: int = 200, step_seconds: float = 0.1, checkpoint_every: int = 5
 
 
 if __name__ == "__main__":
-    import nemo_kubeflow.cli  # noqa: F401  (registers the kubeflow_* executor factories)
+    import nemo_kubeflow.factories  # noqa: F401  (registers the kubeflow_* executor factories)
 
     run.cli.main(train)

@@ -53,6 +53,6 @@ if __name__ == "__main__":
     # run.cli.main does not load nemo_run.cli entry points, so register the kubeflow_*
     # factories here. Only here: NeMo-Run runs this file in the pods too, where
     # nemo_kubeflow need not be installed.
-    import nemo_kubeflow.cli  # noqa: F401
+    import nemo_kubeflow.factories  # noqa: F401
 
     run.cli.main(train)

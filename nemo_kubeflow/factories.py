@@ -10,7 +10,7 @@ The factories are registered under ``run.Executor``: nemo_run looks executors up
 invisible. This module is the package's ``nemo_run.cli`` entry point, so every
 ``nemo <group> <cmd>`` (and ``run.cli.resolve_factory``) finds them without the user
 importing anything. Scripts driven by ``run.cli.main`` do not load entry points: they
-must ``import nemo_kubeflow.cli`` themselves.
+must ``import nemo_kubeflow.factories`` themselves.
 
 Each factory returns a ``run.Config`` (not a built executor) so that
 ``run.executor.<field>=`` overrides apply to any field, nested ones included

@@ -13,7 +13,7 @@ import pytest
 from nemo_run.cli.api import RunContext
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.cli import (
+from nemo_kubeflow.factories import (
     LOCAL_KUBECONFIG_ENV,
     LocalClusterNotConfiguredError,
     kubeflow_gpu,
@@ -101,8 +101,8 @@ def test_kubeflow_local_without_a_cluster_says_how_to_start_one(monkeypatch, tmp
 
 
 def test_run_executor_lookup_also_accepts_the_dotted_path():
-    # For scripts that neither import nemo_kubeflow.cli nor run under `nemo`.
-    config = RunContext(name="t").parse_executor("nemo_kubeflow.cli.kubeflow_cpu", "nodes=2")
+    # For scripts that neither import nemo_kubeflow.factories nor run under `nemo`.
+    config = RunContext(name="t").parse_executor("nemo_kubeflow.factories.kubeflow_cpu", "nodes=2")
     assert fdl.build(config).nodes == 2
 
 

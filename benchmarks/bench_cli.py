@@ -25,10 +25,10 @@ TARGET_MS = 500
 RENDER_RATIO = 1.5
 
 #: What the ``nemo-kubeflow`` console script runs.
-_CONSOLE_SCRIPT = "import sys\nfrom nemo_kubeflow.tool import main\nsys.exit(main())"
+_CONSOLE_SCRIPT = "import sys\nfrom nemo_kubeflow.console import main\nsys.exit(main())"
 
 
-#: NeMo-Run's import as ``render`` does it: without torch (see ``tool._import_nemo_run``).
+#: NeMo-Run's import as ``render`` does it: without torch (see ``console._import_nemo_run``).
 _NEMO_RUN = "import sys\nsys.modules['torch'] = None\nimport nemo_run"
 
 

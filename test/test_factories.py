@@ -63,7 +63,7 @@ def test_factories_resolve_in_a_fresh_process_without_importing_the_package(tmp_
     assert local["kubeconfig"] == str(kubeconfig) and local["gpus_per_node"] == 0
     # The entry point is loaded for every `nemo` command: it must not drag in the heavy modules.
     heavy = {"nemo_kubeflow.scheduler", "nemo_kubeflow.validation", "nemo_kubeflow.render", "jinja2",
-             "kubeflow_trainer_api", "nemo_kubeflow.tool"}
+             "kubeflow_trainer_api", "nemo_kubeflow.console"}
     assert heavy.isdisjoint(out["imported"]), heavy & set(out["imported"])
 
 

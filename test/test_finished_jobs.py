@@ -12,7 +12,7 @@ import nemo_run as run
 import pytest
 from kubernetes.client import CustomObjectsApi
 
-from nemo_kubeflow import KubeflowExecutor, tool
+from nemo_kubeflow import KubeflowExecutor, console
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError
@@ -33,7 +33,7 @@ def executor(cluster, namespace: str, **fields) -> KubeflowExecutor:
 
 def submit_job(cluster, client, namespace: str, experiment_id: str, script: str = "echo done", **fields):
     """Submit one task the way the scheduler does; returns the Submission."""
-    sub = tool.render_submission(executor(cluster, namespace, **fields), [script], name="task",
+    sub = console.render_submission(executor(cluster, namespace, **fields), [script], name="task",
                                  experiment_id=experiment_id)
     submit(client, sub)
     return sub
@@ -61,7 +61,7 @@ def names(cluster, resource: str, namespace: str) -> set[str]:
 
 def gc(capsys, cluster, *argv: str) -> tuple[str, str]:
     capsys.readouterr()
-    assert tool.main(["gc", *argv, "--kubeconfig", str(cluster.kubeconfig_path)]) == 0
+    assert console.main(["gc", *argv, "--kubeconfig", str(cluster.kubeconfig_path)]) == 0
     return capsys.readouterr()
 
 
@@ -286,7 +286,7 @@ def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster,
 
     # The command it suggests removes the job (its experiment has no other).
     capsys.readouterr()
-    assert tool.main(shlex.split(suggested)[1:]) == 0
+    assert console.main(shlex.split(suggested)[1:]) == 0
     assert capsys.readouterr().out.startswith(f"deleted TrainJob/{name} (namespace cancel): SUCCEEDED")
     assert name not in names(cluster, "trainjobs", "cancel")
 
@@ -297,18 +297,18 @@ def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster,
 @pytest.mark.parametrize("text, seconds", [("30s", 30), ("45m", 2700), ("12h", 43200), ("7d", 604800),
                                            ("2w", 1209600), ("1d12h", 129600), ("0s", 0)])
 def test_older_than_reads_durations(text, seconds):
-    assert tool.parse_duration(text) == seconds
+    assert console.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["7", "7x", "d", "-1d", "1.5h", ""])
 def test_older_than_refuses_what_is_not_a_duration(text):
     with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as 30m, 12h, 7d or 1d12h"):
-        tool.parse_duration(text)
+        console.parse_duration(text)
 
 
 def test_older_than_error_on_the_command_line_names_the_option(capsys):
     with pytest.raises(SystemExit) as exit_:
-        tool.main(["gc", "--older-than", "7days"])
+        console.main(["gc", "--older-than", "7days"])
     assert exit_.value.code == 2
     assert "argument --older-than: '7days': expected a duration" in capsys.readouterr().err
 
@@ -316,15 +316,15 @@ def test_older_than_error_on_the_command_line_names_the_option(capsys):
 @pytest.mark.parametrize("seconds, text", [(5, "5s"), (59, "59s"), (61, "1m1s"), (3 * 3600 + 125, "3h2m"),
                                            (8 * 86400 + 30, "8d"), (86400 + 3600, "1d1h")])
 def test_ages_print_like_kubectl(seconds, text):
-    assert tool.format_age(seconds) == text
+    assert console.format_age(seconds) == text
 
 
 def test_experiment_selection_by_id_or_title():
-    by_title = tool.experiment_labels("llama3 8b")
+    by_title = console.experiment_labels("llama3 8b")
     assert by_title(label_value("llama3 8b_1795319744650370646"))
     assert not by_title(label_value("llama3 8b-sft_1795319744650370646"))
     assert not by_title(label_value("llama3_1795319744650370646"))
-    by_id = tool.experiment_labels("llama3 8b_1795319744650370646")
+    by_id = console.experiment_labels("llama3 8b_1795319744650370646")
     assert by_id(label_value("llama3 8b_1795319744650370646")) and not by_id("llama3-8b_1")
 
 
@@ -334,8 +334,8 @@ def test_experiment_selection_by_a_long_title_uses_this_machines_experiments(nem
     (nemorun_home / "experiments" / title / exp_id).mkdir(parents=True)
     label = label_value(exp_id)
     assert len(label) <= 63 and "1795319744650370646" not in label  # shortened with a hash
-    assert tool.experiment_labels(title)(label)
-    assert not tool.experiment_labels("another-title")(label)
+    assert console.experiment_labels(title)(label)
+    assert not console.experiment_labels("another-title")(label)
 
 
 def test_select_finished_jobs_never_selects_objects_without_our_label():
@@ -346,6 +346,6 @@ def test_select_finished_jobs_never_selects_objects_without_our_label():
     theirs = {"metadata": {"name": "theirs", "labels": {EXPERIMENT_LABEL: "x_1"}}, "status": {"conditions": [done]}}
     running = {"metadata": {"name": "running", "labels": ours["metadata"]["labels"]},
                "status": {"jobsStatus": [{"name": "node", "ready": 1}]}}
-    result = tool.select_finished_jobs([("ns", ours), ("ns", theirs), ("ns", running)], now, experiments=["x"])
+    result = console.select_finished_jobs([("ns", ours), ("ns", theirs), ("ns", running)], now, experiments=["x"])
     assert [job["metadata"]["name"] for _, job, _, _ in result.selected] == ["ours"]
     assert result.unfinished == 1

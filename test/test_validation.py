@@ -826,7 +826,7 @@ def test_without_its_runtime_a_trainjob_is_checked_for_its_node_job() -> None:
 
 
 def test_the_validate_command_checks_a_trainjob_against_its_runtime_file(tmp_path: Path, capsys) -> None:
-    from nemo_kubeflow.tool import main
+    from nemo_kubeflow.console import main
 
     sub = _planned(1, with_initializers=True)
     runtime_file, trainjob_file = tmp_path / "runtime.yaml", tmp_path / "trainjob.yaml"

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from nemo_kubeflow import tool
+from nemo_kubeflow import console
 from nemo_kubeflow.local.printers import human_duration
 
 KUBECTL = shutil.which("kubectl")
@@ -51,7 +51,7 @@ def test_get_namespaces(kubectl, ns):
 @needs_kubectl
 def test_render_output_applies_and_runs(kubectl, cluster, ns, monkeypatch, capsys):
     monkeypatch.setenv("NEMO_KUBEFLOW_LOCAL_KUBECONFIG", str(cluster.kubeconfig_path))
-    assert tool.main(["render", "--factory", "kubeflow_local", "--set", f"namespace={ns}", "--name", "hello",
+    assert console.main(["render", "--factory", "kubeflow_local", "--set", f"namespace={ns}", "--name", "hello",
                       "--", "echo hello from kubectl"]) == 0
     manifests = capsys.readouterr().out
     runtime, trainjob, configmap = yaml.safe_load_all(manifests)

@@ -10,7 +10,7 @@ import nemo_run as run
 import pytest
 import yaml
 
-from nemo_kubeflow import tool
+from nemo_kubeflow import console
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.validation import validate_manifest
 
@@ -47,7 +47,7 @@ def without_nemo_run_metadata(trainjob: dict) -> dict:
 def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(TRAIN_PY)
-    executor = tool.load_executor("kubeflow_cpu", overrides=["nodes=2", "namespace=team"])
+    executor = console.load_executor("kubeflow_cpu", overrides=["nodes=2", "namespace=team"])
     with run.Experiment("render-match", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(path="train.py", args=COMMAND[2:], entrypoint="python"), name="train")
         exp.dryrun(delete_exp_dir=False)
@@ -55,7 +55,7 @@ def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
         dryrun = load_dir(Path(exp.jobs[0].executor.job_dir) / "manifests")
 
     out = tmp_path / "rendered"
-    code = tool.main(["render", "--factory", "kubeflow_cpu", "--set", "nodes=2", "--set", "namespace=team",
+    code = console.main(["render", "--factory", "kubeflow_cpu", "--set", "nodes=2", "--set", "namespace=team",
                       "--experiment-id", experiment_id, "--name", "train", "--out", str(out), "--", *COMMAND])
     assert code == 0, capsys.readouterr().err
     rendered = load_dir(out)
@@ -96,7 +96,7 @@ def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home, c
 
 def test_render_masks_secrets(monkeypatch, capsys):
     monkeypatch.setenv("HF_TOKEN", "canary-5f1d2e")
-    code = tool.main(["render", "--factory", "kubeflow_cpu", "--set", 'secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"}',
+    code = console.main(["render", "--factory", "kubeflow_cpu", "--set", 'secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"}',
                       "--", "echo hello"])
     out = capsys.readouterr().out
     assert code == 0
@@ -114,7 +114,7 @@ def test_render_from_an_executor_file(tmp_path, monkeypatch, capsys):
             return KubeflowExecutor(container_image="example.com/train:1", nodes=3, nprocs_per_node=4,
                                     gpus_per_node=4, runtime_kind="TrainingRuntime", namespace="team")
     """))
-    code = tool.main(["render", "--executor-file", "my_executors.py:gpu", "--set", "nodes=2", "--", "echo hi"])
+    code = console.main(["render", "--executor-file", "my_executors.py:gpu", "--set", "nodes=2", "--", "echo hi"])
     assert code == 0, capsys.readouterr().err
     objs = list(yaml.safe_load_all(capsys.readouterr().out))
     runtime, job = objs[0], objs[1]
@@ -124,7 +124,7 @@ def test_render_from_an_executor_file(tmp_path, monkeypatch, capsys):
 
 def test_set_reaches_into_profile_settings_left_at_their_defaults():
     # kubeflow_gpu leaves gke_rdma unset (None: GKERDMAConfig()); --set starts from those defaults.
-    executor = tool.load_executor("kubeflow_gpu", overrides=["network_fabric=gke-rdma", "gke_rdma.nic_count=4",
+    executor = console.load_executor("kubeflow_gpu", overrides=["network_fabric=gke-rdma", "gke_rdma.nic_count=4",
                                                               "gke_rdma.tuner_config=/t.txtpb"])
     assert (executor.gke_rdma.nic_count, executor.gke_rdma.tuner_config) == (4, "/t.txtpb")
     assert executor.gke_rdma.default_network == "default" and executor.aws_efa is None
@@ -141,21 +141,21 @@ def test_set_reaches_into_profile_settings_left_at_their_defaults():
     (["render", "--executor-file", "missing.py:gpu", "--", "x"], "missing.py does not exist"),
 ])
 def test_errors_are_one_message_and_exit_code_2(argv, message, capsys):
-    assert tool.main(argv) == 2
+    assert console.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("nemo-kubeflow: error: ") and message in err, err
     assert "Traceback" not in err
 
 
 def test_validate_reports_a_typo_in_a_trainjob_with_exit_code_1(tmp_path, capsys):
-    assert tool.main(["render", "--factory", "kubeflow_cpu", "--out", str(tmp_path), "--", "echo hi"]) == 0
+    assert console.main(["render", "--factory", "kubeflow_cpu", "--out", str(tmp_path), "--", "echo hi"]) == 0
     [job_file] = tmp_path.glob("*-trainjob-*.yaml")
     name = yaml.safe_load(job_file.read_text())["metadata"]["name"]
     job_file.write_text(job_file.read_text().replace("numProcPerNode:", "numProcsPerNode:"))
     capsys.readouterr()
 
     files = [str(f) for f in sorted(tmp_path.glob("*.yaml"))]
-    assert tool.main(["validate", *files]) == 1
+    assert console.main(["validate", *files]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         f"{job_file}: TrainJob/{name}: spec.trainer.numProcsPerNode: unknown field; did you mean numProcPerNode?"]
@@ -163,14 +163,14 @@ def test_validate_reports_a_typo_in_a_trainjob_with_exit_code_1(tmp_path, capsys
 
 
 def test_validate_reads_multi_document_yaml_and_reports_unreadable_input(tmp_path, capsys):
-    assert tool.main(["render", "--factory", "kubeflow_gpu", "--", "echo hi"]) == 0
+    assert console.main(["render", "--factory", "kubeflow_gpu", "--", "echo hi"]) == 0
     bundle = tmp_path / "all.yaml"
     bundle.write_text(capsys.readouterr().out)
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: [unclosed\n")
-    assert tool.main(["validate", str(bundle)]) == 0
+    assert console.main(["validate", str(bundle)]) == 0
     assert "3 object(s) valid" in capsys.readouterr().err
-    assert tool.main(["validate", str(bundle), str(broken), str(tmp_path / "missing.yaml")]) == 1
+    assert console.main(["validate", str(bundle), str(broken), str(tmp_path / "missing.yaml")]) == 1
     out = capsys.readouterr().out
     assert f"{broken}: invalid YAML at line 2" in out
     assert f"{tmp_path / 'missing.yaml'}: cannot read: No such file or directory" in out
@@ -213,12 +213,12 @@ def test_validate_renders_a_user_template_with_an_executor_configuration(tmp_pat
     typo.write_text(TEMPLATE.replace("NODES_KEY", "numNode"))
     undefined.write_text(TEMPLATE.replace("NODES_KEY", "numNodes").replace("{{ image | tojson }}", '"{{ images }}"'))
 
-    assert tool.main(["validate", "--template", str(good), "--factory", "kubeflow_cpu", "--set", "nodes=3"]) == 0
-    assert tool.main(["validate", "--template", str(typo)]) == 1
+    assert console.main(["validate", "--template", str(good), "--factory", "kubeflow_cpu", "--set", "nodes=3"]) == 0
+    assert console.main(["validate", "--template", str(typo)]) == 1
     out = capsys.readouterr().out
     assert "spec.mlPolicy.numNode: unknown field; did you mean numNodes?" in out
     assert out.startswith(f"{typo}: ClusterTrainingRuntime/nemo-kubeflow-")
-    assert tool.main(["validate", "--template", str(undefined)]) == 1
+    assert console.main(["validate", "--template", str(undefined)]) == 1
     assert "'images' is undefined" in capsys.readouterr().out
 
 
@@ -231,7 +231,7 @@ def rendered(tmp_path: Path, *sets: str) -> tuple[dict, dict]:
     argv = ["render", "--factory", "kubeflow_cpu", "--name", "task", "--out", str(out)]
     for s in sets:
         argv += ["--set", s]
-    assert tool.main([*argv, "--", "echo hi"]) == 0
+    assert console.main([*argv, "--", "echo hi"]) == 0
     objs = load_dir(out)
     return objs[0], objs[1]
 
@@ -253,14 +253,14 @@ def test_gc_deletes_unreferenced_rendered_runtimes_and_keeps_the_rest(cluster, t
     capsys.readouterr()
 
     # Just created: a submission may be about to reference them.
-    assert tool.main(["gc", "--all-namespaces", *kubeconfig]) == 0
+    assert console.main(["gc", "--all-namespaces", *kubeconfig]) == 0
     assert "deleted 0, kept 1 in use, 1 younger than 300s" in capsys.readouterr().err
 
-    assert tool.main(["gc", "--all-namespaces", "--dry-run", "--min-age", "0", *kubeconfig]) == 0
+    assert console.main(["gc", "--all-namespaces", "--dry-run", "--min-age", "0", *kubeconfig]) == 0
     assert capsys.readouterr().out == f"would delete ClusterTrainingRuntime/{unused}\n"
     assert {used, unused, "hand-made"} <= names(cluster, "clustertrainingruntimes")
 
-    assert tool.main(["gc", "--all-namespaces", "--min-age", "0", *kubeconfig]) == 0
+    assert console.main(["gc", "--all-namespaces", "--min-age", "0", *kubeconfig]) == 0
     out, err = capsys.readouterr()
     assert out == f"deleted ClusterTrainingRuntime/{unused}\n"
     assert "deleted 1, kept 1 in use" in err
@@ -278,7 +278,7 @@ def test_gc_of_a_namespace_collects_its_training_runtimes_only(cluster, tmp_path
     capsys.readouterr()
 
     argv = ["gc", "--namespace", "team", "--min-age", "0", "--kubeconfig", str(cluster.kubeconfig_path)]
-    assert tool.main(argv) == 0
+    assert console.main(argv) == 0
     out, err = capsys.readouterr()
     assert out == f"deleted TrainingRuntime/{namespaced['metadata']['name']} (namespace team)\n"
     assert "ClusterTrainingRuntimes skipped" in err and "--all-namespaces" in err
@@ -287,7 +287,7 @@ def test_gc_of_a_namespace_collects_its_training_runtimes_only(cluster, tmp_path
 
 
 def test_gc_without_a_reachable_cluster_is_a_clear_error(tmp_path, capsys):
-    assert tool.main(["gc", "--kubeconfig", str(tmp_path / "nope")]) == 2
+    assert console.main(["gc", "--kubeconfig", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nemo-kubeflow: error: kubeconfig") and "does not exist" in err
 

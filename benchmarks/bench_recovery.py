@@ -132,13 +132,19 @@ def _kill_one_rank(ctx, variant: str) -> dict:
                 return result
             first = {rank: min(t for r, _, t, _ in new if r == rank) for rank in range(NODES)}
             result["recovery"] = max(first.values()) - killed
-            # Where the slowest rank's time went: its new process's milestones, from its pid file.
-            slowest = max(first, key=first.get)
-            pid = next(p for r, _, t, p in new if r == slowest and t == first[slowest])
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                marks = json.loads((out / "pids" / f"rank{slowest}-{pid}").read_text())
-                result["phases"] = [marks["created"] - killed, marks["entered"] - marks["created"],
-                                    marks["ready"] - marks["entered"], first[slowest] - marks["ready"]]
+            # Where the time went: when the last rank's new process was created, ran the script, had its
+            # process group and stepped (each rank's milestones from its pid file).
+            marks = {}
+            for rank in range(NODES):
+                pid = next(p for r, _, t, p in new if r == rank and t == first[rank])
+                with contextlib.suppress(OSError, ValueError):
+                    marks[rank] = json.loads((out / "pids" / f"rank{rank}-{pid}").read_text())
+            if len(marks) == NODES:
+                last = [killed] + [max(m[k] for m in marks.values()) for k in ("created", "entered", "ready")]
+                result["phases"] = [b - a for a, b in zip(last, last[1:] + [max(first.values())])]
+                result["ranks"] = "; ".join(
+                    f"rank {r} +{m['created'] - killed:.1f}/+{m['entered'] - killed:.1f}/+{m['ready'] - killed:.1f}"
+                    f"/+{first[r] - killed:.1f}" for r, m in sorted(marks.items()))
             done_before = max(s for r, s, t, _ in _step_lines(out) if r == 0 and t <= killed)
             resumed_at = min(s for r, s, _, _ in new if r == 0)
             result["redone"] = max(0, done_before - resumed_at + 1)
@@ -260,7 +266,7 @@ def run(ctx):
                  note="target: in-job at least 3x faster")
     spawn_ft = _median_of([{"x": s["phases"][0]} for s in ft if s.get("phases")], "x")
     spawn_gang = _median_of([{"x": s["phases"][0]} for s in gang if s.get("phases")], "x")
-    yield Metric("  kill -> the last rank's new process exists (the restart itself, before the script starts)",
+    yield Metric("  kill -> every rank's new process exists (the restart itself, before the script starts)",
                  spawn_ft, spawn_gang, "s", note="the rest is the new process's own start: Python, torch, gloo "
                  "(see 'Recovery runs' below)")
     yield Metric("  steps redone after the kill (checkpoint every step)", _median_of(ft, "redone"),
@@ -285,13 +291,15 @@ def run(ctx):
                  _median_of(sigterm, "restart"), _median_of(none, "restart"), "s",
                  note=f"final step reached after the resume: {_samples(sigterm + none, 'finished')}")
     yield Detail("Recovery runs", [
-        "A kill's recovery splits, for the last rank to train again, into: the kill -> its new process exists "
-        "(failure noticed, peers stopped, rendezvous or new pods, spawn), -> the script runs (Python start), "
-        "-> its process group is up (torch import, gloo), -> its first step.",
+        "A kill's recovery splits into: the kill -> every rank's new process exists (failure noticed, peers "
+        "stopped, rendezvous or new pods, spawn), -> every one runs the script (Python start), -> every one "
+        "has its process group (torch import, gloo), -> every one has stepped. Per rank, the same four "
+        "moments after the kill: created/script/process group/first step.",
         "",
     ] + [
         f"- {s['variant']}: started {fmt(s.get('start'))} s after submission, recovery {fmt(s.get('recovery'))} s"
         + (" = " + " + ".join(f"{x:.1f}" for x in s["phases"]) if s.get("phases") else "")
+        + (f" ({s['ranks']})" if s.get("ranks") else "")
         + f", steps redone {s.get('redone', 'n/a')}, pods recreated {s.get('pods_recreated', 'n/a')}"
         + (f" ({s['note']})" if s.get("note") else "") for s in ft + gang
     ] + [

@@ -216,8 +216,8 @@ def _preempt_once(ctx, grace: int) -> dict:
                 result["note"] = "pods never went"
                 return result
             result["stop"] = time.monotonic() - suspended
-            done_first = len(steps())
             first_run = steps()
+            done_first = len(first_run)
             resumed = time.monotonic()
             suspend(False)  # re-admitted at once
             if not _wait(lambda: len(steps()) > done_first, interval=0.02):

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from nemo_run.cli.cli_parser import CLIException
 
     from nemo_kubeflow.executor import KubeflowExecutor
-    from nemo_kubeflow.manifests import Submission
+    from nemo_kubeflow.plan import Submission
 
 DEFAULT_FACTORY = "kubeflow_gpu"
 #: The experiment id ``render`` names objects after (NeMo-Run's is ``<title>_<timestamp>``).
@@ -254,7 +254,7 @@ def render_submission(
     _import_nemo_run()
     from nemo_run.run.torchx_backend.packaging import package
 
-    from nemo_kubeflow.scheduler import build_for_app
+    from nemo_kubeflow.plan import build_for_app
 
     script = script_for(command)
     task = name or script.get_name()
@@ -325,11 +325,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         problems += [f"{source}: {e}" for e in errors]
         inputs.append(("<stdin>" if source == "-" else source, docs))
     if args.template:
+        from nemo_kubeflow.plan import resolve
         from nemo_kubeflow.render import render_runtime, runtime_context
 
         executor = load_executor(args.factory, args.executor_file, args.set)
         try:
-            inputs.append((args.template, [render_runtime(runtime_context(executor), args.template)]))
+            inputs.append((args.template, [render_runtime(runtime_context(resolve(executor)), args.template)]))
         except TemplateError as e:
             problems.append(f"{args.template}: {e}")
     # Together: a TrainJob's pod names are checked against its runtime when both are given.

@@ -12,7 +12,7 @@ annotations at run time.
 """
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from nemo_kubeflow import naming
 from nemo_kubeflow.quantity import parse_quantity
@@ -110,14 +110,12 @@ def settings(executor) -> InitializerSettings:
     return InitializerSettings() if value is None else value
 
 
-def steps(executor) -> list[Step]:
-    """The initializer jobs of ``executor``'s runtime, dataset first."""
-    init: Optional["Initializer"] = executor.initializer
+def steps(init: Optional["Initializer"], s: InitializerSettings) -> list[Step]:
+    """The initializer jobs of the runtime for ``initializer`` and its settings, dataset first."""
     if init is None:
         return []
     from kubeflow.trainer.types.types import DataCacheInitializer
 
-    s = settings(executor)
     out = []
     if isinstance(init.dataset, DataCacheInitializer):
         # As Trainer's torch-distributed-with-cache runtime: the initializer starts the cache servers.
@@ -132,36 +130,35 @@ def steps(executor) -> list[Step]:
     return out
 
 
-def volume(executor) -> dict:
+def volume(s: InitializerSettings) -> dict:
     """The shared ``initializer`` volume: the claim, or an emptyDir when only a data cache runs."""
-    claim = settings(executor).claim_name
+    claim = s.claim_name
     if claim:
         return {"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}
     return {"name": VOLUME, "emptyDir": {}}
 
 
-def node_mounts(executor) -> list[dict]:
+def node_mounts(steps: Sequence[Step]) -> list[dict]:
     """Mounts of the downloads in the training container, at the SDK's dataset and model paths."""
-    return [st.mount for st in steps(executor) if st.feeds_training]
+    return [st.mount for st in steps if st.feeds_training]
 
 
-def node_env(executor) -> list[dict]:
+def node_env(steps: Sequence[Step]) -> list[dict]:
     """Runtime environment of the training container: the data cache's clients need the job name."""
-    if any(not st.feeds_training for st in steps(executor)):
+    if any(not st.feeds_training for st in steps):
         return [{"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": _JOBSET_NAME_FIELD}}}]
     return []
 
 
-def trainjob_initializer(executor) -> Optional["m.TrainerV1alpha1Initializer"]:
+def trainjob_initializer(init: Optional["Initializer"],
+                         s: InitializerSettings) -> Optional["m.TrainerV1alpha1Initializer"]:
     """``spec.initializer``, through the Kubeflow SDK's own converters (``get_dataset_initializer``,
     ``get_model_initializer``), plus the ``secretRef`` of each step."""
-    init: Optional["Initializer"] = executor.initializer
     if init is None or (init.dataset is None and init.model is None):
         return None
     from kubeflow.trainer.backends.kubernetes.utils import get_dataset_initializer, get_model_initializer
     from kubeflow_trainer_api import models as m
 
-    s = settings(executor)
     dataset = get_dataset_initializer(init.dataset) if init.dataset is not None else None
     model = get_model_initializer(init.model) if init.model is not None else None
     for converted in (dataset, model):
@@ -224,10 +221,11 @@ def initializer_problems(executor) -> Iterator[str]:
     taken = {executor.workspace_mount_path: "workspace_mount_path"}
     taken.update({m.mount_path: f"pvc_mounts[{m.claim_name}]" for m in executor.pvc_mounts})
     taken.update({m.mount_path: f"secret_mounts[{m.secret_name}]" for m in executor.secret_mounts})
-    for st in steps(executor):
+    planned = steps(init, s)
+    for st in planned:
         if st.feeds_training and st.mount_path in taken:
             yield f"{taken[st.mount_path]}: {st.mount_path} is where {st.name} puts its download; mount elsewhere"
-    needs_claim = [st.name for st in steps(executor) if st.feeds_training]
+    needs_claim = [st.name for st in planned if st.feeds_training]
     if needs_claim and not s.claim_name:
         yield (
             f"initializer_settings.claim_name is not set: {' and '.join(needs_claim)} download into a "

@@ -9,8 +9,7 @@ validation through ``cluster.py``.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from kubeflow_trainer_api import models as m
 
@@ -35,46 +34,16 @@ from nemo_kubeflow.constants import (
     TRAINJOB_KIND,
     TRAINJOB_LABEL,
 )
-from nemo_kubeflow.fabrics import build_fabric
 from nemo_kubeflow.steps import PREFLIGHT_CONTAINER
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.fabrics import Fabric
 
 #: The field manager of our runtime patch (Trainer requires a domain-prefixed path).
 PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 #: Shown instead of secret values wherever a manifest is printed or written.
 MASK = "<masked>"
 
-@dataclass
-class Submission:
-    """Everything one task's submission sends, in the order it is sent."""
-
-    namespace: str
-    trainjob: dict
-    #: The rendered runtime, or ``None`` when an existing runtime is used.
-    runtime: Optional[dict]
-    configmaps: list[dict]
-    #: The Secret of ``secret_env_vars``, with masked values (filled in at submission).
-    secret: Optional[dict]
-    #: Secret key -> where its value is read on the submitting machine (``env:``/``file:``).
-    secret_sources: dict[str, str]
-    #: Claims to create when missing.
-    pvcs: list[dict]
-    launch: LaunchSpec
-    summary: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return self.trainjob["metadata"]["name"]
-
-    def manifests(self) -> list[dict]:
-        """All objects, masked, in submission order (for dry runs and validation)."""
-        objs = [*self.pvcs]
-        if self.runtime is not None:
-            objs.append(self.runtime)
-        objs.append(self.trainjob)
-        objs.extend(self.configmaps)
-        if self.secret is not None:
-            objs.append(self.secret)
-        return objs
 
 
 def common_labels(experiment_id: str, task_name: str, trainjob: str) -> dict[str, str]:
@@ -86,7 +55,8 @@ def common_labels(experiment_id: str, task_name: str, trainjob: str) -> dict[str
     }
 
 
-def resources_per_node(executor) -> Optional[dict[str, dict[str, str]]]:
+def resources_per_node(executor, fabric: Fabric) -> Optional[dict[str, dict[str, str]]]:
+    """The TrainJob's ``resourcesPerNode``: CPU, memory, GPUs, the fabric's devices, ``extra_resources``."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if executor.cpu_request is not None:
@@ -102,7 +72,7 @@ def resources_per_node(executor) -> Optional[dict[str, dict[str, str]]]:
         requests[executor.gpu_resource_name] = limits[executor.gpu_resource_name] = str(executor.gpus_per_node)
     # The fabric's devices (EFA, RDMA) follow the TrainJob like GPUs: a runtime whose node limits
     # name no cpu or gpu makes the Kubeflow SDK refuse it.
-    for res, value in {**build_fabric(executor).resources, **executor.extra_resources}.items():
+    for res, value in {**fabric.resources, **executor.extra_resources}.items():
         requests[res] = limits[res] = str(value)
     if not requests and not limits:
         return None

@@ -1,7 +1,7 @@
 """Rendering the training runtime from its Jinja template.
 
-``runtime_context`` turns an executor into template variables and ``render_runtime``
-renders, parses and names the result. Both are pure apart from reading the template
+``runtime_context`` turns a task's resolved executor (``plan.ExecutorFacts``) into template
+variables and ``render_runtime`` renders, parses and names the result. Both are pure apart from reading the template
 file. Rendered runtimes are named by a hash of their content, so every task with the
 same settings shares one runtime (the API server answers 409 to the second create,
 which means "reuse").
@@ -16,7 +16,7 @@ import json
 import shlex
 from pathlib import Path
 import re
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import jinja2
 import yaml
@@ -30,7 +30,10 @@ from nemo_kubeflow.constants import (
     RUNTIME_HASH_LABEL,
 )
 from nemo_kubeflow.errors import TemplateError
-from nemo_kubeflow.fabrics import Fabric, build_fabric
+from nemo_kubeflow.fabrics import Fabric
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.plan import ExecutorFacts
 
 DEFAULT_TEMPLATE = "training_runtime.yaml.j2"
 RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
@@ -81,9 +84,10 @@ def _environment(directory: str) -> jinja2.Environment:
     return env
 
 
-def runtime_volumes(executor, fabric: Fabric) -> tuple[list[dict], list[dict]]:
+def runtime_volumes(executor, fabric: Fabric, steps: Sequence[initializers.Step],
+                    init_settings: initializers.InitializerSettings) -> tuple[list[dict], list[dict]]:
     """Volumes and ``node`` mounts the runtime carries: /dev/shm, PVCs, Secret files, the
-    initializers' downloads, the network fabric's."""
+    initializers' downloads (``steps``), the network fabric's."""
     volumes: list[dict] = []
     mounts: list[dict] = []
     if executor.shm_size is not None:
@@ -99,9 +103,9 @@ def runtime_volumes(executor, fabric: Fabric) -> tuple[list[dict], list[dict]]:
             secret["items"] = [{"key": k, "path": k} for k in sm.keys]
         volumes.append({"name": name, "secret": secret})
         mounts.append({"name": name, "mountPath": sm.mount_path, "readOnly": True})
-    if initializers.node_mounts(executor):
-        volumes.append(initializers.volume(executor))
-        mounts += initializers.node_mounts(executor)
+    if initializers.node_mounts(steps):
+        volumes.append(initializers.volume(init_settings))
+        mounts += initializers.node_mounts(steps)
     volumes += fabric.volumes
     mounts += fabric.mounts
     return volumes, mounts
@@ -190,10 +194,10 @@ def scheduler_name(executor) -> Optional[str]:
     return executor.scheduler_name or GANG_SCHEDULERS.get(executor.pod_group_policy)
 
 
-def runtime_context(executor) -> dict[str, Any]:
-    """The template variables for ``executor``; templates/training_runtime.yaml.j2 shows how each is used."""
-    fabric = build_fabric(executor)
-    volumes, mounts = runtime_volumes(executor, fabric)
+def runtime_context(facts: ExecutorFacts) -> dict[str, Any]:
+    """The template variables of a task's executor (``plan.resolve``); templates/training_runtime.yaml.j2
+    shows how each is used."""
+    executor, fabric, steps = facts.executor, facts.fabric, facts.initializer_steps
     return {
         "kind": executor.runtime_kind,
         "name": "placeholder",  # replaced by the content hash after rendering
@@ -213,13 +217,13 @@ def runtime_context(executor) -> dict[str, Any]:
         "pod_security_context": pod_security_context(executor),
         "container_security_context": container_security_context(executor),
         "node_security_context": node_security_context(executor, fabric),
-        "node_env": [{"name": k, "value": v} for k, v in sorted(fabric.env.items())] + initializers.node_env(executor),
-        "volumes": volumes,
-        "volume_mounts": mounts,
+        "node_env": [{"name": k, "value": v} for k, v in sorted(fabric.env.items())] + initializers.node_env(steps),
+        "volumes": list(facts.volumes),
+        "volume_mounts": list(facts.mounts),
         "sidecars": list(fabric.sidecars),
         "preflight": preflight_context(executor, fabric),
-        "initializers": initializers.steps(executor),
-        "initializer_volume": initializers.volume(executor),
+        "initializers": list(steps),
+        "initializer_volume": initializers.volume(facts.initializer_settings),
         "pod_group_policy": pod_group_policy(executor),
         "scheduler_name": scheduler_name(executor),
         "priority_class_name": executor.priority_class_name,

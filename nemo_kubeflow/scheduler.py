@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -33,8 +32,8 @@ from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import (
     JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND,
 )
-from nemo_kubeflow.errors import ClusterError, ConfigError, PackagingError
-from nemo_kubeflow.executor import KubeflowExecutor, type_problem
+from nemo_kubeflow.errors import ClusterError, ConfigError
+from nemo_kubeflow.executor import KubeflowExecutor
 from nemo_kubeflow.logs import (
     NodeLogKeeper,
     failure_summary,
@@ -56,10 +55,9 @@ from nemo_kubeflow.status import (
 )
 
 if TYPE_CHECKING:
-    from nemo_kubeflow.manifests import Submission
-    from nemo_kubeflow.packaging import BundleFile
+    from nemo_kubeflow.plan import Submission
 
-# The build and apply half (manifests, plan, validation, submit) is imported where it is used:
+# The build and apply half (plan, manifests, validation, submit) is imported where it is used:
 # it loads kubeflow_trainer_api (~0.5 s), and `nemo experiment status|logs|cancel` never needs it.
 
 log = logging.getLogger(__name__)
@@ -113,110 +111,6 @@ def write_manifests(sub: Submission, directory: str) -> None:
             f.write(yamlio.dump(obj))
 
 
-def _script_arg(role: Role) -> Optional[tuple[int, str]]:
-    """(index in role.args, path) of the script file a ``Script(path=...)`` task runs, if any."""
-    args = list(role.args)
-    i = 0
-    if role.entrypoint in ("torchrun", "ft_launcher"):
-        from nemo_kubeflow.command import split_torchrun_args
-
-        kept, rest = split_torchrun_args(args)
-        if "-m" in kept or "--module" in kept or not rest:
-            return None
-        i = args.index(rest[0]) if rest[0] in args else -1
-        token = shlex.split(rest[0])[0] if rest[0] else ""
-    elif role.entrypoint in ("python", "python3", "bash", "sh"):
-        if not args or args[0].startswith("-"):
-            return None
-        token = args[0]
-    else:
-        return None
-    if i < 0 or not token:
-        return None
-    return i, token
-
-
-def _script_file(role: Role) -> Optional[tuple[int, str]]:
-    """(index in role.args, local path) of the script a Script(path=...) task runs, if it
-    is a file on this machine that the pod would not otherwise have."""
-    found = _script_arg(role)
-    if found is None or found[1].startswith("/nemo_run/") or not os.path.isfile(found[1]):
-        return None
-    return found
-
-
-def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_id: Optional[str],
-                  local_script: bool = True) -> list[str]:
-    """What is wrong with the task itself (its name, its script), found before anything is sent.
-    ``local_script``: a relative script path must name a file here (NeMo-Run's ``Script(path=...)``)."""
-    problems = []
-    names = {"task name": role.name or app.name, "experiment id": experiment_id}
-    for what, name in names.items():
-        if name and "/" in name:
-            problems.append(
-                f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
-                f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
-            )
-    if problem := type_problem(dict(role.env), dict[str, str], "the task's env"):
-        problems.append(problem)
-    found = _script_arg(role) if local_script else None
-    if found is not None:
-        path = found[1]
-        shipped = any(f.path == f"code/{path}" for f in files)
-        if not os.path.isabs(path) and not shipped and not os.path.isfile(path):
-            problems.append(
-                f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
-                "this machine. Fix the path (it is relative to the current directory), or give the absolute "
-                "path of a file that is only in the image"
-            )
-    return problems
-
-
-def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
-    """Add the local script a ``Script(path=...)`` task runs to ``files`` and point the role at its pod path."""
-    from nemo_kubeflow.packaging import BundleFile
-
-    found = _script_file(role)
-    if found is None:
-        return role
-    index, local = found
-    rel = os.path.relpath(os.path.abspath(local))
-    pod_rel = os.path.basename(local) if rel.startswith("..") else rel.replace(os.sep, "/")
-    if not any(f.path == f"code/{pod_rel}" for f in files):
-        try:
-            with open(local, "rb") as fh:
-                data = fh.read()
-        except OSError as e:
-            raise PackagingError(f"cannot read the task's script {local!r}: {e.strerror}") from None
-        files.append(BundleFile(path=f"code/{pod_rel}", data=data, mode=0o755 if os.access(local, os.X_OK) else 0o644))
-    args = list(role.args)
-    pod_path = f"{workspace.rstrip('/')}/code/{pod_rel}"
-    args[index] = shlex.quote(pod_path) if role.entrypoint in ("torchrun", "ft_launcher") else pod_path
-    role.args = args
-    return role
-
-
-def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool = True) -> Submission:
-    """Everything a task would send, checked offline: the build half of a dry run.
-    ``local_script``: see ``task_problems``."""
-    from nemo_kubeflow.plan import build_submission
-    from nemo_kubeflow.validation import check_manifests
-
-    executor.validate()
-    role = app.roles[0]
-    files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
-    problems = task_problems(app, role, files, executor.experiment_id, local_script)
-    if problems:
-        raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
-    macros = executor.macro_values()
-    if macros:
-        role = macros.apply(role)
-    role = ship_script(role, files, executor.workspace_mount_path)
-    submission = build_submission(executor, role, files, task_name=role.name or app.name)
-    check_manifests(submission.manifests())
-    return submission
-
-
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore[misc]
     def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
@@ -242,6 +136,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             raise ConfigError(f"the {SCHEDULER_NAME} scheduler runs KubeflowExecutor tasks, not {type(cfg).__name__}")
         if len(app.roles) != 1:
             raise ConfigError(f"a KubeflowExecutor task has exactly one role; got {len(app.roles)}")
+        from nemo_kubeflow.plan import build_for_app
         from nemo_kubeflow.submit import check_secret_sources
 
         executor = cfg

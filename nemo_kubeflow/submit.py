@@ -50,7 +50,7 @@ from nemo_kubeflow.errors import (
     NotFoundError,
     SubmissionError,
 )
-from nemo_kubeflow.manifests import Submission
+from nemo_kubeflow.plan import Submission
 from nemo_kubeflow.status import queue_name
 from nemo_kubeflow.validation import pod_name_problems
 

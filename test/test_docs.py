@@ -82,9 +82,10 @@ def test_getting_started_runs_the_readme_commands():
 
 def test_every_template_variable_is_documented():
     from nemo_kubeflow import KubeflowExecutor
+    from nemo_kubeflow.plan import resolve
     from nemo_kubeflow.render import runtime_context
 
-    variables = runtime_context(KubeflowExecutor(container_image="python:3.11"))
+    variables = runtime_context(resolve(KubeflowExecutor(container_image="python:3.11")))
     text = (DOCS / "templates.md").read_text()
     missing = [name for name in variables if f"`{name}`" not in text]
     assert missing == [], f"document these template variables in docs/templates.md: {missing}"

@@ -104,12 +104,13 @@ def test_ttl_with_an_existing_runtime_or_out_of_range_is_refused_before_anything
 
 def test_a_template_of_ones_own_that_drops_the_ttl_is_an_error(tmp_path):
     from nemo_kubeflow.errors import TemplateError
+    from nemo_kubeflow.plan import resolve
     from nemo_kubeflow.render import render_runtime, runtime_context, templates_dir
 
     text = (templates_dir() / "training_runtime.yaml.j2").read_text()
     template = tmp_path / "no_ttl.yaml.j2"
     template.write_text(text.replace("ttlSecondsAfterFinished: {{ ttl_seconds_after_finished }}", ""))
-    context = runtime_context(KubeflowExecutor(container_image="img", ttl_seconds_after_finished=60))
+    context = runtime_context(resolve(KubeflowExecutor(container_image="img", ttl_seconds_after_finished=60)))
     with pytest.raises(TemplateError, match="no_ttl.yaml.j2 does not set ttl_seconds_after_finished=60"):
         render_runtime(context, str(template))
     assert render_runtime(context)["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == 60

@@ -3,11 +3,12 @@
 import pytest
 
 from nemo_kubeflow import KubeflowExecutor, TemplateError
+from nemo_kubeflow.plan import resolve
 from nemo_kubeflow.render import render_runtime, runtime_context, templates_dir
 
 
 def ctx(**kw):
-    return runtime_context(KubeflowExecutor(container_image="img", **kw))
+    return runtime_context(resolve(KubeflowExecutor(container_image="img", **kw)))
 
 
 def test_packaged_template_is_found():

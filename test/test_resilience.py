@@ -189,11 +189,12 @@ def test_bad_failure_settings_are_refused_before_anything_is_sent(settings, expe
 
 
 def rendered_runtime(**settings) -> dict:
+    from nemo_kubeflow.plan import resolve
     from nemo_kubeflow.render import render_runtime, runtime_context
 
     executor = KubeflowExecutor(container_image="img", **settings)
     executor.validate()
-    return render_runtime(runtime_context(executor), None)
+    return render_runtime(runtime_context(resolve(executor)), None)
 
 
 def test_rendered_failure_rules_pass_validation_and_follow_the_settings():

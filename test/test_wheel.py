@@ -23,10 +23,10 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = (
-        "import nemo_kubeflow, nemo_kubeflow.render as r\n"
+        "import nemo_kubeflow, nemo_kubeflow.plan as plan, nemo_kubeflow.render as r\n"
         f"assert nemo_kubeflow.__file__.startswith({str(site)!r}), nemo_kubeflow.__file__\n"
         "from nemo_kubeflow import KubeflowExecutor\n"
-        "rt = r.render_runtime(r.runtime_context(KubeflowExecutor(container_image='img', nodes=2)))\n"
+        "rt = r.render_runtime(r.runtime_context(plan.resolve(KubeflowExecutor(container_image='img', nodes=2))))\n"
         "print(r.templates_dir(), rt['metadata']['name'])\n"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,

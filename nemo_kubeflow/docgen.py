@@ -1,6 +1,8 @@
-"""Generate the configuration reference (docs/executor.md) from the ``#:`` field comments.
+"""Generate the configuration reference (docs/executor.md) from the ``#:`` field comments, and the
+table of network fabric profiles in docs/fabrics.md from the registry (``fabrics.PROFILES``).
 
     python -m nemo_kubeflow.docgen > docs/executor.md
+    python -m nemo_kubeflow.docgen --fabrics-table     # the table at the top of docs/fabrics.md
 
 The comments above each dataclass field are the single source: Sphinx autodoc reads the
 same ``#:`` convention, and a test checks that docs/executor.md is up to date.
@@ -62,7 +64,7 @@ def reference(cls: type, inherited: bool = False) -> str:
 
 def render() -> str:
     from nemo_kubeflow.executor import KubeflowExecutor, PVCMount, SecretMount
-    from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+    from nemo_kubeflow.fabrics import PROFILES
     from nemo_kubeflow.initializers import InitializerSettings
     from nemo_kubeflow.packaging import ConfigMapPackager
 
@@ -81,12 +83,30 @@ def render() -> str:
         "",
         reference(KubeflowExecutor),
     ]
-    for cls in (PVCMount, SecretMount, TCPXOConfig, GKERDMAConfig, EFAConfig, InfiniBandConfig, InitializerSettings,
+    for cls in (PVCMount, SecretMount, *(p.settings for p in PROFILES.values()), InitializerSettings,
                 ConfigMapPackager):
         doc = inspect.getdoc(cls) or ""
         parts += ["", f"## {cls.__name__}", "", doc.split("\n\n")[0], "", reference(cls)]
     return "\n".join(parts) + "\n"
 
 
+def fabrics_table() -> str:
+    """The profiles of docs/fabrics.md: machines, settings, and the Pod Security profile their pods pass
+    (from what each profile's default settings build)."""
+    from nemo_kubeflow.executor import KubeflowExecutor
+    from nemo_kubeflow.fabrics import PROFILES, build_fabric
+
+    rows = ["| `network_fabric` | Machines | Parameters | Pod Security profile the namespace must allow |",
+            "|---|---|---|---|",
+            '| `"none"` (default) | anything | | baseline (restricted with `restricted_security`) |']
+    for p in PROFILES.values():
+        fabric = build_fabric(KubeflowExecutor(container_image="img", gpus_per_node=8, network_fabric=p.name))
+        security = "privileged" if fabric.privileges() else "baseline, or restricted"
+        rows.append(f'| `"{p.name}"` | {p.machines} | `{p.field}: {p.settings.__name__}` | {security} |')
+    return "\n".join(rows) + "\n"
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    import sys
+
+    print(fabrics_table() if "--fabrics-table" in sys.argv[1:] else render(), end="")

@@ -47,7 +47,9 @@ from nemo_kubeflow.constants import (
     TOLERATION_OPERATORS,
 )
 from nemo_kubeflow.errors import ConfigError
-from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig, fabric_problems
+from nemo_kubeflow.fabrics import (
+    PROFILES, EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig, fabric_name, fabric_problems, profile_settings,
+)
 from nemo_kubeflow.initializers import InitializerSettings, initializer_problems
 from nemo_kubeflow.quantity import parse_quantity
 
@@ -484,7 +486,6 @@ class KubeflowExecutor(Executor):
 
     def _image_problems(self):
         """The other images the pods run (initializers, fabric daemons), by the same grammar."""
-        from nemo_kubeflow.fabrics import profile_settings
         from nemo_kubeflow.initializers import settings
 
         images = []
@@ -492,10 +493,11 @@ class KubeflowExecutor(Executor):
         if isinstance(init, InitializerSettings):
             images += [(f"initializer_settings.{f}", getattr(init, f))
                        for f in ("dataset_image", "model_image", "data_cache_image")]
-        if self.network_fabric == "gke-tcpxo" or self.enable_tcpxo:
-            tcpxo = profile_settings(self, "gke-tcpxo")
-            if isinstance(tcpxo, TCPXOConfig):
-                images.append(("tcpxo.daemon_image", tcpxo.daemon_image))
+        profile = PROFILES.get(fabric_name(self))
+        if profile is not None and profile.images:
+            cfg = profile_settings(self, profile.name)
+            if isinstance(cfg, profile.settings):
+                images += [(f"{profile.field}.{f}", getattr(cfg, f)) for f in profile.images]
         for where, image in images:
             # Empty or with whitespace: initializer_problems says so already.
             if image and not any(c.isspace() for c in image):
@@ -731,7 +733,7 @@ _QUANTITY_FIELDS = frozenset({
     "PVCMount.size", "InitializerSettings.claim_size",
 })
 #: Settings objects whose own checks say when they are of the wrong class (and only when they are used).
-_SETTINGS_CHECKED_ELSEWHERE = frozenset({"tcpxo", "gke_rdma", "aws_efa", "infiniband", "initializer_settings"})
+_SETTINGS_CHECKED_ELSEWHERE = frozenset({*(p.field for p in PROFILES.values()), "initializer_settings"})
 _TYPE_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("True or False", "booleans"),
                str: ("a string", "strings"), dict: ("a dict", "dicts"), list: ("a list", "lists")}
 

@@ -7,6 +7,11 @@ it turns the executor into a ``Fabric`` (pod annotations, node env, per-node res
 sidecars) that ``render.py`` puts into the shared runtime and ``manifests.py`` into
 ``resourcesPerNode``. What each profile needs from the cluster is in docs/fabrics.md.
 
+``PROFILES`` is the registry: one ``Profile`` per profile (its name, the executor field and class of
+its settings, its builder, the checks of its settings), which the executor's validation, the docs
+(``docgen``) and the tests iterate. A new profile is a settings class, a builder and one entry
+there, plus its field on ``KubeflowExecutor``.
+
 No ``from __future__ import annotations``: NeMo-Run's CLI reads the profile dataclasses'
 annotations at run time (``run.executor.gke_rdma.nic_count=4``).
 """
@@ -14,14 +19,13 @@ annotations at run time (``run.executor.gke_rdma.nic_count=4``).
 import difflib
 import json
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 NONE = "none"
 GKE_TCPXO = "gke-tcpxo"
 GKE_RDMA = "gke-rdma"
 AWS_EFA = "aws-efa"
 INFINIBAND = "infiniband"
-FABRICS = (NONE, GKE_TCPXO, GKE_RDMA, AWS_EFA, INFINIBAND)
 
 #: Capabilities the Pod Security "baseline" profile allows a container to add.
 _BASELINE_CAPABILITIES = {
@@ -180,34 +184,19 @@ def fabric_label(executor) -> str:
     return "enable_tcpxo" if executor.enable_tcpxo else f"network_fabric={executor.network_fabric!r}"
 
 
-#: profile -> (the executor's field holding its settings, the settings class).
-_SETTINGS = {
-    GKE_TCPXO: ("tcpxo", TCPXOConfig),
-    GKE_RDMA: ("gke_rdma", GKERDMAConfig),
-    AWS_EFA: ("aws_efa", EFAConfig),
-    INFINIBAND: ("infiniband", InfiniBandConfig),
-}
-
-
 def profile_settings(executor, name: str):
     """The settings of profile ``name``: the executor's, or the class defaults where it has ``None``."""
-    attr, cls = _SETTINGS[name]
-    value = getattr(executor, attr)
-    return cls() if value is None else value
+    profile = PROFILES[name]
+    value = getattr(executor, profile.field)
+    return profile.settings() if value is None else value
 
 
 def build_fabric(executor) -> Fabric:
     """The ``Fabric`` of ``executor``'s profile; ``Fabric()`` for ``"none"``. Pure."""
     name = fabric_name(executor)
-    if name == GKE_TCPXO:
-        return _tcpxo(profile_settings(executor, name), executor.gpus_per_node)
-    if name == GKE_RDMA:
-        return _gke_rdma(profile_settings(executor, name), executor.node_selector)
-    if name == AWS_EFA:
-        return _aws_efa(profile_settings(executor, name))
-    if name == INFINIBAND:
-        return _infiniband(profile_settings(executor, name))
-    return Fabric()
+    if name == NONE:
+        return Fabric()
+    return PROFILES[name].build(profile_settings(executor, name), executor)
 
 
 def _interfaces_annotation(default_network: str, networks: list[str]) -> str:
@@ -415,21 +404,66 @@ def fabric_problems(executor) -> Iterator[str]:
 
 
 def _profile_problems(executor, name: str) -> Iterator[str]:
-    attr, cls = _SETTINGS[name]
+    profile = PROFILES[name]
     cfg = profile_settings(executor, name)
-    if not isinstance(cfg, cls):
-        yield f"{attr}: expected {cls.__name__}(...) for {fabric_label(executor)}, got {type(cfg).__name__}"
+    if not isinstance(cfg, profile.settings):
+        yield (f"{profile.field}: expected {profile.settings.__name__}(...) for {fabric_label(executor)}, "
+               f"got {type(cfg).__name__}")
         return
-    if name in (GKE_TCPXO, GKE_RDMA):
-        if not isinstance(cfg.nic_count, int) or cfg.nic_count < 1:
-            yield f"{attr}.nic_count={cfg.nic_count!r}: must be an integer >= 1"
-        elif cfg.network_names and len(cfg.network_names) != cfg.nic_count:
-            yield (
-                f"{attr}.network_names has {len(cfg.network_names)} names for nic_count={cfg.nic_count}: "
-                "give one network per NIC"
-            )
-    elif name in (AWS_EFA, INFINIBAND):
-        if not isinstance(cfg.devices_per_node, int) or cfg.devices_per_node < 1:
-            yield f"{attr}.devices_per_node={cfg.devices_per_node!r}: must be an integer >= 1"
-        if not cfg.resource_name or "/" not in cfg.resource_name:
-            yield f"{attr}.resource_name={cfg.resource_name!r}: give the device plugin's resource, e.g. 'rdma/ib'"
+    yield from profile.checks(profile.field, cfg)
+
+
+def _nic_problems(attr: str, cfg) -> Iterator[str]:
+    """Profiles that attach one network per GPU NIC (``nic_count``, ``network_names``)."""
+    if not isinstance(cfg.nic_count, int) or cfg.nic_count < 1:
+        yield f"{attr}.nic_count={cfg.nic_count!r}: must be an integer >= 1"
+    elif cfg.network_names and len(cfg.network_names) != cfg.nic_count:
+        yield (
+            f"{attr}.network_names has {len(cfg.network_names)} names for nic_count={cfg.nic_count}: "
+            "give one network per NIC"
+        )
+
+
+def _device_problems(attr: str, cfg) -> Iterator[str]:
+    """Profiles that request a device plugin's resource (``resource_name``, ``devices_per_node``)."""
+    if not isinstance(cfg.devices_per_node, int) or cfg.devices_per_node < 1:
+        yield f"{attr}.devices_per_node={cfg.devices_per_node!r}: must be an integer >= 1"
+    if not cfg.resource_name or "/" not in cfg.resource_name:
+        yield f"{attr}.resource_name={cfg.resource_name!r}: give the device plugin's resource, e.g. 'rdma/ib'"
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One network fabric profile."""
+
+    #: The ``network_fabric`` value.
+    name: str
+    #: The ``KubeflowExecutor`` field holding its settings (``None`` there: ``settings()``).
+    field: str
+    #: The settings dataclass.
+    settings: type
+    #: (settings, executor) -> ``Fabric``; pure.
+    build: Callable[[Any, Any], Fabric]
+    #: (field, settings) -> problems of the settings, each naming ``field.<parameter>``.
+    checks: Callable[[str, Any], Iterator[str]]
+    #: The machines it is for (docs/fabrics.md).
+    machines: str
+    #: Settings fields holding container images, checked like ``container_image``.
+    images: tuple[str, ...] = ()
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile(GKE_TCPXO, "tcpxo", TCPXOConfig, lambda cfg, executor: _tcpxo(cfg, executor.gpus_per_node),
+            _nic_problems, "GKE A3 Mega (H100 Mega)", images=("daemon_image",)),
+    Profile(GKE_RDMA, "gke_rdma", GKERDMAConfig, lambda cfg, executor: _gke_rdma(cfg, executor.node_selector),
+            _nic_problems, "GKE A3 Ultra (H200), A4 (B200)"),
+    Profile(AWS_EFA, "aws_efa", EFAConfig, lambda cfg, executor: _aws_efa(cfg),
+            _device_problems, "AWS p4d, p5, p5en, p6"),
+    Profile(INFINIBAND, "infiniband", InfiniBandConfig, lambda cfg, executor: _infiniband(cfg),
+            _device_problems, "InfiniBand or RoCE clusters"),
+)}
+#: Every ``network_fabric`` value.
+FABRICS = (NONE, *PROFILES)

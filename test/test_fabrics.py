@@ -5,6 +5,7 @@ Regenerate the golden files after an intended change with:
 and review the diff.
 """
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from torchx.specs import Role
 
 import pss
 from nemo_kubeflow import ConfigError, KubeflowExecutor
-from nemo_kubeflow.fabrics import FABRICS, EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig, build_fabric
+from nemo_kubeflow import fabrics
+from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
 from nemo_kubeflow.packaging import BundleFile
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.validation import check_manifests
@@ -55,7 +57,7 @@ def test_golden_manifests(profile):
     assert text == path.read_text(), f"manifests changed; see the module docstring to regenerate {path}"
 
 
-@pytest.mark.parametrize("profile", [f for f in FABRICS if f != "none"])
+@pytest.mark.parametrize("profile", list(fabrics.PROFILES))
 def test_every_profile_passes_offline_validation(profile):
     check_manifests(submission(**dict(GPU_NODE, network_fabric=profile)).manifests())
 
@@ -160,16 +162,38 @@ def test_profile_settings_are_typo_proof():
         EFAConfig(devices_per_nod=4)
 
 
-@pytest.mark.parametrize("profile, field, cls", [
-    ("gke-tcpxo", "tcpxo", TCPXOConfig), ("gke-rdma", "gke_rdma", GKERDMAConfig),
-    ("aws-efa", "aws_efa", EFAConfig), ("infiniband", "infiniband", InfiniBandConfig),
-])
+@pytest.mark.parametrize("profile, field, cls", [(p.name, p.field, p.settings) for p in fabrics.PROFILES.values()])
 def test_unset_profile_settings_mean_the_profile_defaults(profile, field, cls):
     # None is the default (cheaper for NeMo-Run to serialise); it must render exactly as cls() does.
     unset = KubeflowExecutor(**GPU_NODE, network_fabric=profile)
     assert getattr(unset, field) is None
     explicit = dump_all(submission(**GPU_NODE, network_fabric=profile, **{field: cls()}).manifests())
     assert dump_all(submission(**GPU_NODE, network_fabric=profile).manifests()) == explicit
+
+
+@pytest.mark.parametrize("profile", fabrics.PROFILES.values(), ids=list(fabrics.PROFILES))
+def test_every_profile_is_a_field_of_the_executor_and_documented(profile):
+    import typing
+
+    from nemo_kubeflow.docgen import fabrics_table, field_docs
+
+    # Its settings field, defaulting to None (the profile's defaults), typed for NeMo-Run's CLI.
+    [field] = [f for f in dataclasses.fields(KubeflowExecutor) if f.name == profile.field]
+    assert field.default is None and typing.get_args(field.type) == (profile.settings, type(None))
+    assert profile.name in field_docs(KubeflowExecutor)["network_fabric"]
+    docs = Path(__file__).parent.parent / "docs"
+    assert fabrics_table() in (docs / "fabrics.md").read_text(), \
+        "run: python -m nemo_kubeflow.docgen --fabrics-table, and paste it over the table in docs/fabrics.md"
+    assert f"## {profile.settings.__name__}" in (docs / "executor.md").read_text()
+
+
+@pytest.mark.parametrize("profile", fabrics.PROFILES.values(), ids=list(fabrics.PROFILES))
+def test_every_profile_refuses_settings_of_another_profile(profile):
+    other = next(p for p in fabrics.PROFILES.values() if p.settings is not profile.settings)
+    with pytest.raises(ConfigError) as err:
+        KubeflowExecutor(**GPU_NODE, network_fabric=profile.name, **{profile.field: other.settings()}).validate()
+    assert (f"{profile.field}: expected {profile.settings.__name__}(...) for network_fabric={profile.name!r}, "
+            f"got {other.settings.__name__}") in str(err.value)
 
 
 @pytest.mark.parametrize("accelerator, tuner_config, expected", [

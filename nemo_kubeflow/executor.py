@@ -782,11 +782,23 @@ def _field_types(cls: type) -> dict:
     return hints
 
 
+@functools.lru_cache(maxsize=None)
+def _annotation_parts(tp) -> tuple:
+    """``(typing.get_origin(tp), typing.get_args(tp))``, once per annotation: validate() asks for
+    them for every field of every task's executor."""
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
 def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[str]:
     """Why ``value`` does not fit annotation ``tp`` (naming ``where`` and the type expected), or None."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or isinstance(tp, (str, typing.ForwardRef)):
         return None
+    try:
+        origin, args = _annotation_parts(tp)
+    except TypeError:  # an unhashable annotation
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp in _PLAIN_TYPES and value is not None and type(value) is tp:
+        return None  # the common case, a value of exactly the annotated class
     if origin is Union:
         if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
             return None
@@ -836,6 +848,10 @@ def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[st
     if isinstance(tp, type) and not isinstance(value, tp):
         return _mismatch(where, value, tp)
     return None
+
+
+#: Annotations a value of exactly that class always fits (bool is no int here: ``type(True) is bool``).
+_PLAIN_TYPES = frozenset({str, int, float, bool})
 
 
 def _describe(tp, numbers_ok: bool = False, plural: bool = False) -> str:

@@ -9,11 +9,14 @@ which means "reuse").
 
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
 import functools
 import hashlib
 import json
 import shlex
+import threading
 from pathlib import Path
 import re
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
@@ -40,6 +43,7 @@ RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
 SHM_VOLUME = "dshm"
 
 
+@functools.lru_cache(maxsize=None)
 def templates_dir() -> Path:
     """The packaged templates (inside the wheel), or the repository's ``templates/``."""
     here = Path(__file__).resolve().parent
@@ -257,8 +261,43 @@ def _check_ttl(runtime: Mapping[str, Any], context: Mapping[str, Any], name: str
         )
 
 
+#: Runtimes rendered from the packaged template, by their context as JSON: every task of the same
+#: settings renders the same runtime, and Jinja plus YAML parsing were the largest share of a dry run.
+#: Not for a template of one's own, which may change while the process runs.
+_RENDERED: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+_RENDERED_MAX = 16
+_RENDERED_LOCK = threading.Lock()
+
+
+def _context_key(context: Mapping[str, Any]) -> str:
+    """``context`` as JSON, in its own order: equal keys render equal runtimes (the initializer
+    ``Step``s are dataclasses, written with their class name)."""
+    def encode(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return [type(value).__qualname__, dataclasses.asdict(value)]
+        raise TypeError(f"{type(value).__name__} in the template context")
+    return json.dumps(context, default=encode)
+
+
 def render_runtime(context: Mapping[str, Any], template_path: str | None = None) -> dict[str, Any]:
     """Render, parse and name a runtime. Raises ``TemplateError`` with the template's line."""
+    if template_path:
+        return _render(context, template_path)
+    key = _context_key(context)
+    with _RENDERED_LOCK:
+        runtime = _RENDERED.get(key)
+        if runtime is not None:
+            _RENDERED.move_to_end(key)
+    if runtime is None:
+        runtime = _render(context, None)
+        with _RENDERED_LOCK:
+            _RENDERED[key] = runtime
+            while len(_RENDERED) > _RENDERED_MAX:
+                _RENDERED.popitem(last=False)
+    return copy.deepcopy(runtime)  # the caller's own, as a fresh render's
+
+
+def _render(context: Mapping[str, Any], template_path: str | None) -> dict[str, Any]:
     if template_path:
         path = Path(template_path).expanduser()
         if not path.is_file():

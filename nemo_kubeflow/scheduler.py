@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -108,7 +109,22 @@ def write_manifests(sub: Submission, directory: str) -> None:
     for i, obj in enumerate(sub.manifests()):
         filename = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         with open(os.path.join(directory, filename), "w") as f:
-            f.write(yamlio.dump(obj))
+            f.write(_runtime_yaml(obj) if obj is sub.runtime else yamlio.dump(obj))
+
+
+#: The runtime's YAML by its JSON (in its own key order): the tasks of one configuration write the same
+#: runtime, and YAML's representer was the largest share of writing the manifests.
+_RUNTIME_YAML: dict[str, str] = {}
+
+
+def _runtime_yaml(runtime: dict) -> str:
+    key = json.dumps(runtime)
+    text = _RUNTIME_YAML.get(key)
+    if text is None:
+        if len(_RUNTIME_YAML) >= 16:
+            _RUNTIME_YAML.clear()
+        text = _RUNTIME_YAML[key] = yamlio.dump(runtime)
+    return text
 
 
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore[misc]

@@ -25,6 +25,18 @@ def test_values_are_quoted_safely():
     assert spec["nodeSelector"] == {"k": "yes"}  # a string, not YAML's boolean
 
 
+def test_a_repeated_render_is_the_callers_own_and_follows_every_setting():
+    # Runtimes from the packaged template are kept by their context: a second task of the same
+    # settings must get an equal runtime that it may change, and any other setting a different one.
+    first = render_runtime(ctx(nodes=2))
+    first["spec"]["template"]["spec"]["replicatedJobs"].clear()
+    second = render_runtime(ctx(nodes=2))
+    assert second["spec"]["template"]["spec"]["replicatedJobs"]
+    assert second == render_runtime(ctx(nodes=2)) and second["metadata"]["name"] == first["metadata"]["name"]
+    assert render_runtime(ctx(nodes=3))["metadata"]["name"] != second["metadata"]["name"]
+    assert render_runtime(ctx(nodes=2, fail_fast_exit_codes=[1, 2]))["metadata"]["name"] != second["metadata"]["name"]
+
+
 @pytest.mark.parametrize("body, message", [
     ("kind: {{ kind }\n", "template syntax error"),
     ("kind: {{ no_such_variable }}\n", "'no_such_variable' is undefined"),

@@ -16,12 +16,14 @@ import threading
 import time
 from collections import defaultdict
 
-from harness import (REPO, Detail, Metric, TaskSubmitter, in_fresh_process, interleaved, launch, median,
+from harness import (REPO, Detail, Metric, TaskSubmitter, cpu_hog, in_fresh_process, interleaved, launch, median,
                      nemorun_home, ours, stopwatch, table, upstream)
 
 NAME = "latency"
-#: Our submission's time is judged against the baseline's bare TrainJob create.
-RATIO_TARGET = 1.5
+#: Our submission's time is judged against the baseline's bare TrainJob create: experiments of 10 and
+#: 100 tasks (issue 16), on a quiet machine and beside a CPU hog alike; a single task keeps 1.5.
+RATIO_TARGET = 1.3
+RATIO_TARGET_ONE_TASK = 1.5
 
 
 def run(ctx):
@@ -35,19 +37,10 @@ def run(ctx):
             launch(make(), 1, "bench-warmup")
     cluster.delete_trainjobs()
 
-    # --- whole experiments --------------------------------------------------------------
-    for tasks in (1, 10) if ctx.quick else (1, 10, 100):
-        def measure(make, tasks=tasks):
-            with nemorun_home():
-                seconds, _ = launch(make(), tasks, f"bench-{tasks}")
-            cluster.delete_trainjobs()
-            return seconds
-
-        samples = interleaved(ctx.repeats(heavy=tasks >= 100),
-                              **{name: (lambda make=make: measure(make)) for name, make in variants.items()})
-        yield Metric(f"experiment of {tasks} task{'s' if tasks > 1 else ''}: add + run(detach=True)",
-                     median(samples["ours"]) * 1000, median(samples["baseline"]) * 1000, "ms",
-                     ratio_at_most=RATIO_TARGET, note=f"{median(samples['ours']) * 1000 / tasks:.0f} ms/task ours")
+    # --- whole experiments, on a quiet machine and beside a busy loop per core --------------
+    for loaded in (False, True):
+        with cpu_hog() if loaded else contextlib.nullcontext(0) as hogs:
+            yield from _experiments(ctx, variants, hogs)
 
     # --- NeMo-Run serialising the executor (done several times per task) ----------------
     yield _serialization(variants)
@@ -77,6 +70,33 @@ def run(ctx):
     # --- where our time goes ------------------------------------------------------------------
     yield from _breakdown(ctx, kubeconfig)
     cluster.delete_trainjobs()
+
+
+def _experiments(ctx, variants, hogs: int):
+    """Experiments of 1, 10 and 100 tasks, ours and the baseline alternating; ``hogs`` busy loops run beside."""
+    cluster = ctx.cluster
+    where = f"beside {hogs} busy loops (loaded)" if hogs else "quiet"
+    for tasks in (1, 10, 100):
+        cpu = defaultdict(list)
+
+        def measure(make, name, tasks=tasks):
+            with nemorun_home():
+                started = time.process_time()
+                seconds, _ = launch(make(), tasks, f"bench-{tasks}")
+                cpu[name].append(time.process_time() - started)
+            cluster.delete_trainjobs()
+            return seconds
+
+        samples = interleaved(ctx.repeats(heavy=tasks >= 100),
+                              **{name: (lambda make=make, name=name: measure(make, name))
+                                 for name, make in variants.items()})
+        # The submitting process's CPU time: what other load on the machine does not change.
+        yield Metric(f"experiment of {tasks} task{'s' if tasks > 1 else ''}, {where}: add + run(detach=True)",
+                     median(samples["ours"]) * 1000, median(samples["baseline"]) * 1000, "ms",
+                     ratio_at_most=RATIO_TARGET if tasks > 1 else RATIO_TARGET_ONE_TASK,
+                     note="{:.0f} ms/task ours; CPU of the submitting process {:.0f} ms/task ours, {:.0f} baseline".format(
+                         median(samples["ours"]) * 1000 / tasks,
+                         *(median(cpu[name]) * 1000 / tasks for name in ("ours", "baseline"))))
 
 
 def _serialization(variants) -> Metric:

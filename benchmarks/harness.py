@@ -156,6 +156,25 @@ def interleaved(repeat: int, **variants: Callable[[], float]) -> dict[str, list[
     return samples
 
 
+@contextlib.contextmanager
+def cpu_hog(processes: Optional[int] = None) -> Iterator[int]:
+    """A busy loop per core (``processes``, default ``os.cpu_count()``) beside what runs inside the
+    block, as on a shared or busy machine: a user's own training, a build, other sessions. Normal
+    priority, so the scheduler shares the cores fairly between them and the benchmark. Yields how many
+    were started; stops exactly those (by process id) when the block ends."""
+    count = processes or os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    try:
+        time.sleep(0.2)  # running, not starting up, when the block begins
+        yield count
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
+
+
 # --------------------------------------------------------------------------------------------
 # The machine
 # --------------------------------------------------------------------------------------------

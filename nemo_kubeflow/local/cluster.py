@@ -15,7 +15,8 @@ import yaml
 
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.events import EventRecorder
-from nemo_kubeflow.local.faults import USER, Fault, FaultHandle, Hooks, RequestRecord
+from nemo_kubeflow.local import virtual_nodes
+from nemo_kubeflow.local.faults import USER, Fault, FaultHandle, Hooks, RequestRecord, lose_node, oom_kill
 from nemo_kubeflow.local.kubelet import LocalKubelet
 from nemo_kubeflow.local.kueue import KueueController
 from nemo_kubeflow.local.logs import LogStore
@@ -221,6 +222,24 @@ class LocalCluster:
 
     def allow_all(self) -> None:
         self._hooks.allow_all()
+
+    def add_virtual_nodes(self, *names: str) -> None:
+        """Nodes the local kubelet schedules onto (virtual_nodes.py): from now on each pod is bound to
+        one of them that fits its node selector and affinity, instead of the one local node."""
+        self._require_started()
+        for name in names:
+            self._store.create(R.NODES, virtual_nodes.node_object(name))
+
+    def lose_node(self, name: str) -> list[str]:
+        """Fault a node the way a lost (then returning) node is handled: its pods are marked
+        ``DisruptionTarget`` and deleted (faults.lose_node). Returns the pods' names."""
+        self._require_started()
+        return lose_node(self._store, self._kubelet.events, name)
+
+    def oom_kill(self, pod: str, container: str = "node", namespace: str = "default") -> None:
+        """Kill a running container as the kernel's OOM killer does (exit 137, reason OOMKilled)."""
+        self._require_started()
+        oom_kill(self._kubelet, self._store, namespace, pod, container)
 
     def create_namespace(self, name: str) -> dict:
         self._require_started()

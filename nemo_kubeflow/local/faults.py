@@ -151,3 +151,57 @@ class Hooks:
         details["kind"] = plural
         return ApiError(403, f'{subject} is forbidden: User "{USER}" cannot {verb} resource "{resource}" in API '
                              f'group "{group}" {scope}', details=details)
+
+
+# --- faults of nodes and containers (not of the API server) ---------------------------------------------
+
+#: What Kubernetes' taint-eviction controller writes on a pod of a lost node before deleting it.
+TAINT_EVICTION_CONDITION = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                            "message": "Taint manager: deleting due to NoExecute taint"}
+
+
+def lose_node(store, events, node: str) -> list[str]:
+    """A node stops answering and comes back (a flapping node): the node lifecycle controller marks
+    its pods not ready (event NodeNotReady), the taint-eviction controller sets ``DisruptionTarget``
+    on each and deletes it (event TaintManagerEviction); its kubelet then stops their containers.
+    Returns the names of the pods deleted. The Node itself stays Ready, free for new pods."""
+    from nemo_kubeflow.local import resources as R
+    from nemo_kubeflow.local.timeutil import now_rfc3339
+
+    deleted = []
+    for pod in store.list(R.PODS, None, lambda p: p["spec"].get("nodeName") == node)[0]:
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        events.record(pod, "Warning", "NodeNotReady", "Node is not ready", "node-controller")
+
+        def disrupt(obj: dict, uid=meta["uid"]) -> Optional[dict]:
+            if obj["metadata"]["uid"] != uid:
+                return None
+            conditions = [c for c in (obj.get("status") or {}).get("conditions") or []
+                          if c["type"] != "DisruptionTarget"]
+            obj.setdefault("status", {})["conditions"] = conditions + [
+                {**TAINT_EVICTION_CONDITION, "lastTransitionTime": now_rfc3339()}]
+            return obj
+
+        if store.mutate(R.PODS, meta["namespace"], meta["name"], disrupt) is None:
+            continue
+        events.record(pod, "Normal", "TaintManagerEviction", f"Marking for deletion Pod {meta['namespace']}/"
+                      f"{meta['name']}", "taint-eviction-controller")
+        try:
+            store.delete(R.PODS, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
+        except ApiError:
+            continue  # gone meanwhile
+        deleted.append(meta["name"])
+    return deleted
+
+
+def oom_kill(kubelet, store, namespace: str, pod_name: str, container: str) -> None:
+    """The kernel's OOM killer ends `container` of a running pod: SIGKILL to its processes, exit
+    code 137, terminated reason OOMKilled."""
+    from nemo_kubeflow.local import resources as R
+
+    pod = store.find(R.PODS, namespace, pod_name)
+    worker = kubelet.worker(pod["metadata"]["uid"]) if pod is not None and kubelet is not None else None
+    if worker is None or not worker.oom_kill(container):
+        raise ValueError(f"container {container!r} of pod {namespace}/{pod_name} is not running on the local kubelet")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol
 
 from nemo_kubeflow.local import resources as R
+from nemo_kubeflow.local import virtual_nodes
 from nemo_kubeflow.local.events import NODE_NAME, EventRecorder
 from nemo_kubeflow.local.logs import ContainerLog, LogStore, pump
 from nemo_kubeflow.quantity import parse_quantity
@@ -354,6 +355,8 @@ class PodWorker(threading.Thread):
         self.deleted = False
         self._lock = threading.Lock()
         self._runs: dict[str, ContainerRun] = {}
+        #: Containers the (emulated) kernel OOM killer ended: their exit reports reason OOMKilled.
+        self.oom_killed: set[str] = set()
         self._statuses: dict[str, dict] = {}
         self._start_time: Optional[str] = None
         self._kill_timers: list[threading.Timer] = []
@@ -628,7 +631,7 @@ class PodWorker(threading.Thread):
         if started:
             started.set()
         code = run.wait()
-        reason = "Completed" if code == 0 else "Error"
+        reason = "Completed" if code == 0 else "OOMKilled" if name in self.oom_killed and code == 137 else "Error"
         message = _termination_message(termination_log, container, log, code)
         terminated = {"exitCode": code, "reason": reason, "startedAt": started_at, "finishedAt": now_rfc3339(),
                       "containerID": container_id}
@@ -686,6 +689,17 @@ class PodWorker(threading.Thread):
             timer.start()
         self.kubelet.wake()
 
+    def oom_kill(self, container: str) -> bool:
+        """What the kernel does to a container over its memory limit: SIGKILL to all its processes,
+        reported as OOMKilled. False if the container is not running."""
+        with self._lock:
+            run = self._runs.get(container)
+            if run is None or not run.running():
+                return False
+            self.oom_killed.add(container)
+        run.kill()
+        return True
+
     def _kill_all(self, kill: bool) -> None:
         """SIGKILL (`kill`) or SIGTERM every process of every container still running."""
         with self._lock:
@@ -718,7 +732,8 @@ def _conditions(old: list[dict], wanted: dict[str, bool]) -> list[dict]:
         before = previous.get(type_)
         since = before["lastTransitionTime"] if before and before.get("status") == status else now_rfc3339()
         result.append({"type": type_, "status": status, "lastTransitionTime": since})
-    return result
+    # Conditions other components own (DisruptionTarget, set by the taint manager or an eviction) stay.
+    return result + [c for c in old if c["type"] not in wanted]
 
 
 def _exec_error(error: OSError) -> str:
@@ -816,6 +831,10 @@ class Kubelet:
             return
         threading.Thread(target=worker.terminate, args=(grace,), daemon=True).start()
 
+    def worker(self, uid: str) -> Optional[PodWorker]:
+        with self._lock:
+            return self._workers.get(uid)
+
     def knows(self, uid: str) -> bool:
         with self._lock:
             return uid in self._workers
@@ -912,21 +931,43 @@ class StoreBackend:
                           f"{message} preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
                           "scheduling.", "default-scheduler")
             seen = worker._wait_for_change(seen)
-        if worker.terminating.is_set():
+        node_name = self._choose_virtual_node(worker)
+        if worker.terminating.is_set() or node_name is None:
             return False
 
         def bind(pod: dict) -> Optional[dict]:
             if pod["metadata"]["uid"] != worker.uid:
                 return None
-            pod["spec"]["nodeName"] = NODE_NAME
+            pod["spec"]["nodeName"] = node_name
             return pod
 
         if self.store.mutate(R.PODS, worker.ns, worker.name, bind) is None:
             return False
-        worker.pod["spec"]["nodeName"] = NODE_NAME
-        worker._event("Normal", "Scheduled", f"Successfully assigned {worker.ns}/{worker.name} to {NODE_NAME}",
+        worker.pod["spec"]["nodeName"] = node_name
+        worker._event("Normal", "Scheduled", f"Successfully assigned {worker.ns}/{worker.name} to {node_name}",
                       "default-scheduler")
         return True
+
+    def _choose_virtual_node(self, worker: "PodWorker") -> Optional[str]:
+        """The local node, or with virtual nodes (virtual_nodes.py) the one the pod fits best; while
+        none fits, the pod stays Pending (FailedScheduling), re-checked as nodes change."""
+        while not worker.terminating.is_set():
+            nodes = [n for n in self.store.list(R.NODES, None)[0] if virtual_nodes.is_virtual(n)]
+            if not nodes:
+                return NODE_NAME
+            load: dict[str, int] = {}
+            for pod in self.store.list(R.PODS, None)[0]:
+                if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    load[pod["spec"]["nodeName"]] = load.get(pod["spec"]["nodeName"], 0) + 1
+            name, message = virtual_nodes.choose(worker.pod, nodes, load)
+            if name is not None:
+                return name
+            worker._set_status(lambda status: status.update(conditions=[{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                "lastTransitionTime": now_rfc3339()}]))
+            worker._event("Warning", "FailedScheduling", message, "default-scheduler")
+            worker.terminating.wait(1.0)
+        return None
 
 
 class LocalKubelet(Kubelet):

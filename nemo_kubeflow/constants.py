@@ -34,6 +34,9 @@ JOBSET_VERSION = "v1alpha2"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
 #: JobSet's ``spec.ttlSecondsAfterFinished`` is an int32 with minimum 0 (jobset_types.go).
 JOBSET_TTL_MAX = 2**31 - 1
+#: The exit code of a container the kernel's OOM killer ended (128 + SIGKILL), with the kubelet's
+#: terminated reason ``OOMKilled``; a Job's podFailurePolicy sees only the code.
+OOM_KILLED_EXIT_CODE = 137
 
 # --- torch plugin environment (Torch.EnforceMLPolicy) -------------------------
 PET_NNODES = "PET_NNODES"

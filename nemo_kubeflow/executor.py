@@ -33,6 +33,7 @@ from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     JOBSET_TTL_MAX,
     NEMO_RUN_POD_DIR,
+    OOM_KILLED_EXIT_CODE,
     PET_MASTER_ADDR,
     PET_NNODES,
     PET_NODE_RANK,
@@ -293,6 +294,14 @@ class KubeflowExecutor(Executor):
     #: eviction, preemption or a lost node (``DisruptionTarget``), restarts the gang up to ``retries``.
     #: Empty: every failure restarts. Needs a rendered runtime (not ``runtime_name``).
     fail_fast_exit_codes: list[int] = field(default_factory=lambda: [1])
+    #: What a ``node`` container killed for memory (exit code 137, ``OOMKilled``) means. ``False``
+    #: (default): a user error, like ``fail_fast_exit_codes``: the job fails at once (137 joins the
+    #: FailJob rule). ``True``: an infrastructure fault that restarts the gang, up to ``retries``
+    #: (say, memory that leaks over days, or a node whose other tenants squeeze it). The Job's
+    #: ``podFailurePolicy`` sees only exit codes, so any other SIGKILL of the container's main
+    #: process (137) is classed the same way; a pod disrupted by eviction, preemption or a lost node
+    #: always restarts the gang. Needs a rendered runtime (not ``runtime_name``).
+    restart_on_oom_kill: bool = False
     #: Seconds between SIGTERM and SIGKILL when a pod is stopped (Kueue preemption, eviction, cancel):
     #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
     #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
@@ -611,6 +620,12 @@ class KubeflowExecutor(Executor):
                    "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
         elif len(set(codes)) != len(codes):
             yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
+        if not isinstance(self.restart_on_oom_kill, bool):
+            yield f"restart_on_oom_kill={self.restart_on_oom_kill!r}: must be True or False"
+        elif self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in (codes if isinstance(codes, (list, tuple)) else ()):
+            yield (f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
+                   f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
+                   "fail_fast_exit_codes, or leave restart_on_oom_kill False")
         grace = self.termination_grace_period_seconds
         if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
             yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "

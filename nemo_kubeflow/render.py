@@ -30,6 +30,7 @@ from nemo_kubeflow.constants import (
     GANG_SCHEDULERS,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    OOM_KILLED_EXIT_CODE,
     RUNTIME_HASH_LABEL,
 )
 from nemo_kubeflow.errors import TemplateError
@@ -232,9 +233,17 @@ def runtime_context(facts: ExecutorFacts) -> dict[str, Any]:
         "scheduler_name": scheduler_name(executor),
         "priority_class_name": executor.priority_class_name,
         "ttl_seconds_after_finished": executor.ttl_seconds_after_finished,
-        "fail_fast_exit_codes": sorted(set(executor.fail_fast_exit_codes)),
+        "fail_fast_exit_codes": fail_fast_exit_codes(executor),
         "termination_grace_period_seconds": executor.termination_grace_period_seconds,
     }
+
+
+def fail_fast_exit_codes(executor) -> list[int]:
+    """The exit codes of the FailJob rule: the user's, plus OOMKilled's unless it restarts the gang."""
+    codes = set(executor.fail_fast_exit_codes)
+    if not executor.restart_on_oom_kill:
+        codes.add(OOM_KILLED_EXIT_CODE)
+    return sorted(codes)
 
 
 def runtime_hash(runtime: Mapping[str, Any]) -> str:

@@ -200,9 +200,9 @@ def _greet():
 def scenario_executor(scenario: str, cluster: LocalCluster, namespace: str, tmp_path: Path) -> tuple:
     """(executor, task, task name, experiment title) of each recorded configuration."""
     # The recordings predate the failure classes (fail_fast_exit_codes renders a podFailurePolicy and a
-    # JobSet rule): [] renders the runtime the real controllers were given.
+    # JobSet rule): [] (with OOM kills restarting too) renders the runtime the real controllers were given.
     base = dict(container_image="nvcr.io/nvidia/nemo:25.02", namespace=namespace,
-                kubeconfig=str(cluster.kubeconfig_path), fail_fast_exit_codes=[])
+                kubeconfig=str(cluster.kubeconfig_path), fail_fast_exit_codes=[], restart_on_oom_kill=True)
     if scenario == "a":
         return KubeflowExecutor(**base, nodes=2, nprocs_per_node=8, gpus_per_node=8, launcher="torchrun",
                                 pvc_mounts=[PVCMount(claim_name="rc-ckpt", mount_path="/ckpt", create=True,

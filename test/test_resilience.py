@@ -81,6 +81,11 @@ def run_script(cluster, inline: str, name: str, **settings):
         exp.add(run.Script(inline=inline), name="train")
         exp.run(sequential=True)
         job = exp.jobs[0]
+    return outcome(cluster, exp, job)
+
+
+def outcome(cluster, exp, job):
+    """A finished job's final state, its TrainJob, the reasons of its events and its status message."""
     state = exp.status(return_dict=True)[job.id]["status"]
     message = create_scheduler("t").describe(app_id_of(job.handle)).msg  # what `nemo experiment status` shows
     namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
@@ -178,6 +183,10 @@ def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, mo
     ({"fail_fast_exit_codes": [1, 300]}, "fail_fast_exit_codes=[1, 300]: must be a list of exit codes from 1 to 255"),
     ({"fail_fast_exit_codes": [2, 2]}, "fail_fast_exit_codes=[2, 2]: lists an exit code twice"),
     ({"termination_grace_period_seconds": -1}, "termination_grace_period_seconds=-1: must be a whole number"),
+    ({"restart_on_oom_kill": "yes"}, "restart_on_oom_kill='yes': must be True or False"),
+    ({"restart_on_oom_kill": True, "fail_fast_exit_codes": [1, 137]},
+     "restart_on_oom_kill=True restarts the gang on exit code 137 (OOMKilled), but fail_fast_exit_codes=[1, 137] "
+     "fails the job at once on it"),
     ({"termination_grace_period_seconds": 60, "runtime_name": "mine"},
      "termination_grace_period_seconds goes into the rendered runtime"),
 ])
@@ -204,10 +213,17 @@ def test_rendered_failure_rules_pass_validation_and_follow_the_settings():
     assert validate_manifest(runtime) == []
     jobset = runtime["spec"]["template"]["spec"]
     node = jobset["replicatedJobs"][-1]["template"]["spec"]
-    assert node["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"] == [1, 3]
+    assert node["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"] == [1, 3, 137]  # OOMKilled too
     assert node["template"]["spec"]["terminationGracePeriodSeconds"] == 300
     assert jobset["failurePolicy"]["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
-    plain = rendered_runtime(fail_fast_exit_codes=[])
+    oom_restarts = rendered_runtime(fail_fast_exit_codes=[3, 1], restart_on_oom_kill=True)
+    assert validate_manifest(oom_restarts) == []
+    assert oom_restarts["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["podFailurePolicy"][
+        "rules"][1]["onExitCodes"]["values"] == [1, 3]
+    only_oom = rendered_runtime(fail_fast_exit_codes=[])
+    assert only_oom["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["podFailurePolicy"][
+        "rules"][1]["onExitCodes"]["values"] == [137]
+    plain = rendered_runtime(fail_fast_exit_codes=[], restart_on_oom_kill=True)
     assert validate_manifest(plain) == []
     assert "rules" not in plain["spec"]["template"]["spec"]["failurePolicy"]
     assert "podFailurePolicy" not in plain["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]
@@ -279,3 +295,51 @@ def test_runtimes_of_ones_own_with_an_out_of_range_ttl_or_a_rule_name_with_a_new
     problems = "\n".join(validate_manifest(runtime))
     assert "ttlSecondsAfterFinished: -1 is out of range (JobSet: 0 to 2147483647 seconds)" in problems, problems
     assert "failurePolicy.rules[0].name: \"userError\\n\" is not a valid rule name" in problems, problems
+
+
+# --- OOM kills: a user error unless restart_on_oom_kill -------------------------------------------------
+
+
+def oom_kill_node_0(cluster, tmp_path, name: str, **settings):
+    """Run 2 nodes that wait for a marker file; OOM-kill node 0's container once both run, then
+    write the marker (a restarted gang finishes at once). Returns what run_script's caller needs."""
+    marker = tmp_path / "oom-killed"
+    script = f'for i in $(seq 1 300); do [ -e {marker} ] && exit 0; sleep 0.2; done; exit 5'
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(cluster.kubeconfig_path), **settings)
+    core = core_api(cluster)
+    with run.Experiment(name, executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+        namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
+
+        def running_pods():
+            pods = core.list_namespaced_pod(namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={trainjob_name}").items
+            running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+            return len(running) == 2 and running
+
+        pod = next(p for p in wait_for(running_pods, timeout=120)
+                   if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
+        cluster.oom_kill(pod.metadata.name, namespace=namespace)
+        wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Failed"
+                 if core.list_namespaced_pod(namespace, field_selector=f"metadata.name={pod.metadata.name}").items
+                 else True, timeout=60)
+        marker.write_text("")
+    return outcome(cluster, exp, job)
+
+
+def test_an_oom_killed_node_fails_the_job_at_once_by_default(cluster, tmp_path):
+    state, trainjob, reasons, message = oom_kill_node_0(cluster, tmp_path, "oom-fail", retries=2)
+    assert state == AppState.FAILED
+    assert failed_condition(trainjob)["reason"] == "FailJobSetFailurePolicyAction", trainjob["status"]
+    assert "PodFailurePolicy" in reasons and "RestartJobSetFailurePolicyAction" not in reasons, reasons
+    assert "node 0" in message and "was killed by signal 9 (OOMKilled)" in message and "no gang restart" in message, \
+        message
+
+
+def test_an_oom_killed_node_restarts_the_gang_when_the_user_opts_in(cluster, tmp_path):
+    state, trainjob, reasons, _ = oom_kill_node_0(cluster, tmp_path, "oom-restart", retries=1,
+                                                  restart_on_oom_kill=True)
+    assert state == AppState.SUCCEEDED, trainjob["status"]
+    assert reasons.count("RestartJobSetFailurePolicyAction") == 1 and "PodFailurePolicy" not in reasons, reasons

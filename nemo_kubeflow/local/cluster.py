@@ -234,7 +234,7 @@ class LocalCluster:
         """Fault a node the way a lost (then returning) node is handled: its pods are marked
         ``DisruptionTarget`` and deleted (faults.lose_node). Returns the pods' names."""
         self._require_started()
-        return lose_node(self._store, self._kubelet.events, name)
+        return lose_node(self._store, self._kubelet.events, self._kubelet, name)
 
     def oom_kill(self, pod: str, container: str = "node", namespace: str = "default") -> None:
         """Kill a running container as the kernel's OOM killer does (exit 137, reason OOMKilled)."""

@@ -160,11 +160,14 @@ TAINT_EVICTION_CONDITION = {"type": "DisruptionTarget", "status": "True", "reaso
                             "message": "Taint manager: deleting due to NoExecute taint"}
 
 
-def lose_node(store, events, node: str) -> list[str]:
-    """A node stops answering and comes back (a flapping node): the node lifecycle controller marks
-    its pods not ready (event NodeNotReady), the taint-eviction controller sets ``DisruptionTarget``
-    on each and deletes it (event TaintManagerEviction); its kubelet then stops their containers.
-    Returns the names of the pods deleted. The Node itself stays Ready, free for new pods."""
+def lose_node(store, events, kubelet, node: str) -> list[str]:
+    """A node dies and comes back (a flapping node): the node lifecycle controller marks its pods not
+    ready (event NodeNotReady), the taint-eviction controller sets ``DisruptionTarget`` on each
+    (event TaintManagerEviction), their containers die (the pods end Failed, which the Job controller
+    counts) and the pods are deleted. Returns the names of the pods. The Node itself stays Ready,
+    free for new pods."""
+    import time
+
     from nemo_kubeflow.local import resources as R
     from nemo_kubeflow.local.timeutil import now_rfc3339
 
@@ -188,11 +191,18 @@ def lose_node(store, events, node: str) -> list[str]:
             continue
         events.record(pod, "Normal", "TaintManagerEviction", f"Marking for deletion Pod {meta['namespace']}/"
                       f"{meta['name']}", "taint-eviction-controller")
+        worker = kubelet.worker(meta["uid"])
+        if worker is not None:
+            worker.kill()
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and ((store.find(R.PODS, meta["namespace"], meta["name"]) or {})
+                                                   .get("status") or {}).get("phase") == "Running":
+                time.sleep(0.05)
+        deleted.append(meta["name"])
         try:
             store.delete(R.PODS, meta["namespace"], meta["name"], preconditions={"uid": meta["uid"]})
         except ApiError:
-            continue  # gone meanwhile
-        deleted.append(meta["name"])
+            pass  # the Job controller was first (a gang restart deletes the pods)
     return deleted
 
 

@@ -689,6 +689,11 @@ class PodWorker(threading.Thread):
             timer.start()
         self.kubelet.wake()
 
+    def kill(self) -> None:
+        """SIGKILL every container now, as when the node under the pod dies; the pod then ends
+        as its containers' exit codes say (Failed, with restartPolicy Never)."""
+        self._kill_all(True)
+
     def oom_kill(self, container: str) -> bool:
         """What the kernel does to a container over its memory limit: SIGKILL to all its processes,
         reported as OOMKilled. False if the container is not running."""

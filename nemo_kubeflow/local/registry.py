@@ -279,7 +279,8 @@ class Registry:
         return Result(200, self.store.replace(rt, obj, expected_rv=expected), warnings)
 
     def delete(self, rt: ResourceType, namespace: str, name: str, body: Any, query: dict) -> Result:
-        _writable(rt)
+        if not rt.deletable:
+            _writable(rt)
         options = body if isinstance(body, dict) else {}
         propagation = options.get("propagationPolicy") or query.get("propagationPolicy") or "Background"
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))

@@ -24,6 +24,8 @@ class ResourceType:
     storage: Optional[str] = None
     #: Clients may only get, list and watch it: the emulated controllers write it (405 otherwise).
     read_only: bool = False
+    #: ... but clients may delete it (a JobSet: Trainer builds it again; node_avoidance.py does so).
+    deletable: bool = False
 
     @property
     def api_version(self) -> str:
@@ -70,7 +72,7 @@ SERVICES = ResourceType("", "v1", "services", "Service", True, status_subresourc
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True,
                     read_only=True)
 JOBSETS = ResourceType(C.JOBSET_GROUP, C.JOBSET_VERSION, "jobsets", "JobSet", True, status_subresource=True,
-                       has_generation=True, read_only=True)
+                       has_generation=True, read_only=True, deletable=True)
 TRAINJOBS = ResourceType(
     C.TRAINER_GROUP, C.TRAINER_VERSION, C.TRAINJOB_PLURAL, C.TRAINJOB_KIND, True,
     status_subresource=True, has_generation=True,

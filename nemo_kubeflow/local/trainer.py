@@ -343,7 +343,7 @@ class TrainerController:
 
     def _on_change(self, event: str, rt, obj: dict) -> None:
         meta = obj["metadata"]
-        if rt is R.TRAINJOBS:
+        if rt is R.TRAINJOBS or (rt is R.JOBSETS and event == "DELETED"):  # the JobSet is named after its TrainJob
             self._queue.put((meta["namespace"], meta["name"]))
         elif rt is R.PODS and C.JOBSET_NAME_LABEL in (meta.get("labels") or {}):
             self._queue.put((meta["namespace"], meta["labels"][C.JOBSET_NAME_LABEL]))
@@ -391,6 +391,10 @@ class TrainerController:
         if _is_true(tj, "Complete") or _is_true(tj, "Failed"):
             self._expire_after_ttl(tj, state)
             return
+        if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
+            # Deleted by someone else (node_avoidance.py does so): Trainer builds it again, from the
+            # TrainJob as it is now (its runtimePatches included); the new JobSet's restarts start at 0.
+            state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
         suspended = bool(tj["spec"].get("suspend"))
         # Trainer builds the JobSet once, and re-applies it only while it is suspended.
         if state.spec is None or (suspended and not any(job.created for job in state.jobs)):
@@ -406,6 +410,10 @@ class TrainerController:
         elif state.terminal is None:
             self._sync(tj, state)
         self._write_status(tj, state)
+
+    def _jobset_exists(self, tj: dict, state: JobSetState) -> bool:
+        jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
+        return jobset is not None and jobset["metadata"]["uid"] == state.jobset_uid
 
     def _build(self, tj: dict, state: JobSetState) -> bool:
         runtime = self._runtime_snapshot(tj)
@@ -725,6 +733,10 @@ class TrainerController:
             return
         state.restarts += 1
         state.restarts_towards_max += int(counts)
+        restarts = {"restarts": state.restarts, "restartsCountTowardsMax": state.restarts_towards_max}
+        self.store.mutate(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], lambda js: {
+            **js, "status": {**(js.get("status") or {}), **restarts}} if js["metadata"]["uid"] == state.jobset_uid
+            else None)
         self.events.record(self._jobset_ref(tj, state), "Warning", "RestartJobSetFailurePolicyAction",
                            "applying RestartJobSet failure policy action" + first, "jobset-controller")
         self._delete_jobs(tj, state.jobs)  # their pods go with them

@@ -79,6 +79,9 @@ KINDS: dict[str, Kind] = {
         Kind("Pod", "", "v1", "pods"),
         Kind("Event", "", "v1", "events"),
         Kind("Namespace", "", "v1", "namespaces", namespaced=False),
+        Kind("Node", "", "v1", "nodes", namespaced=False),
+        # JobSet: read, and deleted to have Trainer build it again (node_avoidance.py).
+        Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
         Kind(TRAINJOB_KIND, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL),
         Kind(RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, RUNTIME_PLURAL),
         Kind(CLUSTER_RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, CLUSTER_RUNTIME_PLURAL, namespaced=False),

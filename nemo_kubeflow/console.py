@@ -25,6 +25,7 @@ import re
 import shlex
 import sys
 import tempfile
+import time
 import typing
 from datetime import datetime, timezone
 from pathlib import Path
@@ -560,8 +561,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    """Each task of an experiment: its TrainJob, state and why (the reason NeMo-Run's status omits)."""
+def _experiment_tasks(experiment_id: str, session: str):
+    """The experiment, a scheduler, and each task as (index, job, app id or None, why not ours)."""
     run = _import_nemo_run()
     from nemo_run.run.experiment import Experiment
     from torchx.specs import parse_app_handle
@@ -569,23 +570,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     from nemo_kubeflow.scheduler import create_scheduler
 
     try:
-        exp = Experiment.from_id(args.experiment)
+        exp = Experiment.from_id(experiment_id)
     except (AssertionError, FileNotFoundError, ValueError):
         exp = None
     if exp is None:
-        raise ConfigError(f"no experiment {args.experiment!r} under {run.config.get_nemorun_home()}/experiments: "
+        raise ConfigError(f"no experiment {experiment_id!r} under {run.config.get_nemorun_home()}/experiments: "
                           "give the id NeMo-Run printed (<title>_<number>), e.g. from `nemo experiment list <title>`")
-    scheduler = create_scheduler("nemo-kubeflow-status")
-    print(f"Experiment {exp._id}")
-    failed = False
+    scheduler = create_scheduler(session)
+    tasks = []
     for index, job in enumerate(exp.jobs):
         handle = getattr(job, "handle", "") or ""
+        scheduler_name, _, app_id = parse_app_handle(handle) if handle else ("", "", "")
         if not handle:
-            print(f"Task {index}: {job.id}: not launched")
-            continue
-        scheduler_name, _, app_id = parse_app_handle(handle)
-        if scheduler_name != scheduler.backend:
-            print(f"Task {index}: {job.id}: run by {scheduler_name}, not by Kubeflow Trainer")
+            tasks.append((index, job, None, "not launched"))
+        elif scheduler_name != scheduler.backend:
+            tasks.append((index, job, None, f"run by {scheduler_name}, not by Kubeflow Trainer"))
+        else:
+            tasks.append((index, job, app_id, ""))
+    return exp, scheduler, tasks
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Each task of an experiment: its TrainJob, state and why (the reason NeMo-Run's status omits)."""
+    exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-status")
+    print(f"Experiment {exp._id}")
+    failed = False
+    for index, job, app_id, why_not in tasks:
+        if app_id is None:
+            print(f"Task {index}: {job.id}: {why_not}")
             continue
         desc = scheduler.describe(app_id)
         namespace, name = app_id.split(":", 1)
@@ -595,6 +607,32 @@ def cmd_status(args: argparse.Namespace) -> int:
             print("  why:   " + desc.msg.replace("\n", "\n         "))
         failed = failed or desc.state.name == "FAILED"
     return 1 if failed else 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Look at an experiment's tasks until they finish, printing each change of state or reason.
+    Looking is what moves a job off a node that failed it (node_avoidance.py) and what notices stalls,
+    so this keeps a detached job looked after with no `nemo experiment run` attached."""
+    from torchx.specs import is_terminal
+
+    exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-watch")
+    ours = [(index, job, app_id) for index, job, app_id, _ in tasks if app_id is not None]
+    if not ours:
+        raise ConfigError(f"experiment {exp._id} has no task launched on Kubeflow Trainer: nothing to watch")
+    print(f"Watching experiment {exp._id} (every {args.interval:g}s; Ctrl-C stops watching, not the jobs)", flush=True)
+    shown: dict[int, str] = {}
+    while True:
+        states = []
+        for index, job, app_id in ours:
+            desc = scheduler.describe(app_id)
+            states.append(desc.state)
+            line = desc.state.name + (f": {desc.msg}" if desc.msg else "")
+            if shown.get(index) != line:
+                shown[index] = line
+                print(f"{time.strftime('%H:%M:%S')} Task {index}: {job.id}: {line}", flush=True)
+        if all(is_terminal(state) for state in states):
+            return 1 if any(state.name == "FAILED" for state in states) else 0
+        time.sleep(args.interval)
 
 
 # --- command line --------------------------------------------------------------------------
@@ -657,6 +695,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
     status.set_defaults(func=cmd_status)
+
+    watch = sub.add_parser(
+        "watch", help="look after an experiment's running tasks until they finish (for detached jobs)",
+        description="Describe each task of a NeMo-Run experiment every INTERVAL seconds and print each change "
+                    "of state or reason, until every task has finished (exit code 1 if one failed). While it "
+                    "looks, a job whose node failed it is moved off that node, as an attached run would do "
+                    "(docs/resilience.md#bad-nodes).",
+    )
+    watch.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
+    watch.add_argument("--interval", type=float, default=30.0, metavar="SECONDS",
+                       help="seconds between looks (default 30)")
+    watch.set_defaults(func=cmd_watch)
 
     gc = sub.add_parser(
         "gc", help="delete finished TrainJobs and rendered runtimes that no TrainJob references",

@@ -302,6 +302,13 @@ class KubeflowExecutor(Executor):
     #: process (137) is classed the same way; a pod disrupted by eviction, preemption or a lost node
     #: always restarts the gang. Needs a rendered runtime (not ``runtime_name``).
     restart_on_oom_kill: bool = False
+    #: After a gang restart caused by a node fault (its pod deleted by the taint manager on a lost or
+    #: NotReady node, evicted by the kubelet under node pressure), keep the job off that node: the
+    #: client that next looks at the job (a waiting run, ``nemo experiment status``,
+    #: ``nemo-kubeflow watch``) suspends the TrainJob, adds a ``NotIn`` node affinity through a runtime
+    #: patch, has Trainer build the JobSet again, and resumes it. Never so many nodes that the job no
+    #: longer fits; status says which nodes are avoided and why (docs/resilience.md#bad-nodes).
+    avoid_failed_nodes: bool = True
     #: Seconds between SIGTERM and SIGKILL when a pod is stopped (Kueue preemption, eviction, cancel):
     #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
     #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
@@ -620,6 +627,8 @@ class KubeflowExecutor(Executor):
                    "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
         elif len(set(codes)) != len(codes):
             yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
+        if not isinstance(self.avoid_failed_nodes, bool):
+            yield f"avoid_failed_nodes={self.avoid_failed_nodes!r}: must be True or False"
         if not isinstance(self.restart_on_oom_kill, bool):
             yield f"restart_on_oom_kill={self.restart_on_oom_kill!r}: must be True or False"
         elif self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in (codes if isinstance(codes, (list, tuple)) else ()):

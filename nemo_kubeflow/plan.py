@@ -23,7 +23,7 @@ from torchx.specs import AppDef, Role
 
 from nemo_kubeflow import initializers
 from nemo_kubeflow import manifests as mf
-from nemo_kubeflow import naming
+from nemo_kubeflow import naming, node_avoidance
 from nemo_kubeflow.command import LaunchSpec, build_launch, split_torchrun_args
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE
 from nemo_kubeflow.errors import ConfigError, PackagingError
@@ -200,7 +200,7 @@ def build_submission(
         env=env,
         resources=facts.resources,
         labels={**labels, **executor.labels, **mf.queue_labels(executor.queue_name, executor.workload_priority_class)},
-        annotations=dict(executor.annotations),
+        annotations={**dict(executor.annotations), **node_avoidance.submit_annotations(executor)},
         patch=patch,
         active_deadline_seconds=executor.active_deadline_seconds,
         initializer=initializers.trainjob_initializer(executor.initializer, facts.initializer_settings),

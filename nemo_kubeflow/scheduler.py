@@ -28,7 +28,7 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_t
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
-from nemo_kubeflow import finished_jobs, interrupt, records, yamlio
+from nemo_kubeflow import finished_jobs, interrupt, node_avoidance, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import (
     JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND,
@@ -232,6 +232,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             if record.stall_warning_seconds:
                 message = self._stall_warning_throttled(app_id, cluster, namespace, trainjob,
                                                         record.stall_warning_seconds) or message
+        if trainjob is not None and not is_terminal(state):
+            message = "; ".join(m for m in (message, node_avoidance.check(cluster, namespace, name, trainjob, nodes))
+                                if m)
         if is_terminal(state) and app_id in self._keepers:
             self._keepers.pop(app_id).stop()
         interrupt.check_wait(app_id, is_terminal(state))

@@ -300,26 +300,32 @@ def test_runtimes_of_ones_own_with_an_out_of_range_ttl_or_a_rule_name_with_a_new
 # --- OOM kills: a user error unless restart_on_oom_kill -------------------------------------------------
 
 
+def waiting_nodes(cluster, marker, **settings):
+    """An executor of 2 nodes, and a script that waits (up to 3 minutes) for `marker`, then succeeds."""
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(cluster.kubeconfig_path), **settings)
+    return executor, f'for i in $(seq 1 900); do [ -e {marker} ] && exit 0; sleep 0.2; done; exit 5'
+
+
+def two_running_pods(core, namespace: str, trainjob: str):
+    """The TrainJob's 2 running pods (not being deleted), or None."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={trainjob}").items
+    running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    return running if len(running) == 2 else None
+
+
 def oom_kill_node_0(cluster, tmp_path, name: str, **settings):
     """Run 2 nodes that wait for a marker file; OOM-kill node 0's container once both run, then
     write the marker (a restarted gang finishes at once). Returns what run_script's caller needs."""
     marker = tmp_path / "oom-killed"
-    script = f'for i in $(seq 1 300); do [ -e {marker} ] && exit 0; sleep 0.2; done; exit 5'
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
-                                kubeconfig=str(cluster.kubeconfig_path), **settings)
+    executor, script = waiting_nodes(cluster, marker, **settings)
     core = core_api(cluster)
     with run.Experiment(name, executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline=script), name="train")
         exp.run(sequential=True)
         job = exp.jobs[0]
         namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
-
-        def running_pods():
-            pods = core.list_namespaced_pod(namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={trainjob_name}").items
-            running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
-            return len(running) == 2 and running
-
-        pod = next(p for p in wait_for(running_pods, timeout=120)
+        pod = next(p for p in wait_for(lambda: two_running_pods(core, namespace, trainjob_name), timeout=120)
                    if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
         cluster.oom_kill(pod.metadata.name, namespace=namespace)
         wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Failed"
@@ -343,3 +349,162 @@ def test_an_oom_killed_node_restarts_the_gang_when_the_user_opts_in(cluster, tmp
                                                   restart_on_oom_kill=True)
     assert state == AppState.SUCCEEDED, trainjob["status"]
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1 and "PodFailurePolicy" not in reasons, reasons
+
+
+# --- a node that failed the job is not used again -------------------------------------------------------
+
+
+@pytest.fixture
+def three_nodes(tmp_path):
+    """A local cluster of its own whose kubelet schedules onto three virtual nodes."""
+    from nemo_kubeflow.local import LocalCluster
+
+    with LocalCluster(workdir=tmp_path / "cluster") as started:
+        started.add_virtual_nodes("node-a", "node-b", "node-c")
+        yield started
+
+
+def lose_node_of_rank_0(cluster, tmp_path, name: str, check):
+    """Run 2 nodes that wait for a marker; lose the node of rank 0, then have the client look at the job
+    (as a waiting run does) until `check(message, pods)` holds; write the marker. Returns the outcome,
+    the node lost, what `check` returned, and the TrainJob's last pods."""
+    marker = tmp_path / "done"
+    executor, script = waiting_nodes(cluster, marker, retries=2)
+    core = core_api(cluster)
+    scheduler = create_scheduler("t")
+    with run.Experiment(name, executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+        namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
+
+        def running_pods():
+            return two_running_pods(core, namespace, trainjob_name)
+
+        first = wait_for(running_pods, timeout=120)
+        lost = next(p.spec.node_name for p in first if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
+        assert cluster.lose_node(lost)
+        seen = wait_for(lambda: check(scheduler.describe(app_id_of(job.handle)).msg, running_pods(), lost),
+                        timeout=180)
+        pods = running_pods()
+        marker.write_text("")
+    return outcome(cluster, exp, job), lost, seen, pods
+
+
+def test_a_node_lost_mid_run_is_avoided_by_the_next_attempt(three_nodes, tmp_path):
+    def moved(message, pods, lost):
+        away = pods and all(p.spec.node_name != lost for p in pods)
+        return "avoiding node" in message and "suspended" not in message and away and (message, pods)
+
+    (state, trainjob, reasons, _), lost, (message, pods), _ = lose_node_of_rank_0(three_nodes, tmp_path, "bad-node",
+                                                                                  moved)
+    assert state == AppState.SUCCEEDED, trainjob["status"]
+    assert f"avoiding node {lost} after its pod bad-node" in message, message
+    assert "failed with NodeNotReady (Node is not ready); 1 gang restart before the move" in message, message
+    # The pods of the new JobSet run elsewhere, and carry the NotIn term.
+    assert lost not in {p.spec.node_name for p in pods}, [p.spec.node_name for p in pods]
+    terms = pods[0].spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert [(e.key, e.operator, e.values) for e in terms[0].match_expressions] == [
+        ("kubernetes.io/hostname", "NotIn", [lost])]
+    assert trainjob["spec"]["suspend"] is False
+    managers = [p["manager"] for p in trainjob["spec"]["runtimePatches"]]
+    assert managers[-1] == "nemo-kubeflow.nvidia.com/node-avoidance" and len(set(managers)) == len(managers)
+    assert reasons.count("RestartJobSetFailurePolicyAction") == 1, reasons
+
+
+def test_a_lost_node_is_not_avoided_when_the_job_would_no_longer_fit(tmp_path):
+    from nemo_kubeflow.local import LocalCluster
+
+    with LocalCluster(workdir=tmp_path / "cluster") as cluster:
+        cluster.add_virtual_nodes("node-a", "node-b")
+
+        def capped(message, pods, lost):
+            return "not avoiding node" in message and len(pods or []) == 2 and (message, pods)
+
+        (state, trainjob, _, _), lost, (message, _), pods = lose_node_of_rank_0(cluster, tmp_path, "no-room", capped)
+    assert state == AppState.SUCCEEDED, trainjob["status"]
+    assert f"not avoiding node {lost}: only 1 schedulable node would be left for 2 pods" in message, message
+    # Nothing was moved: the same JobSet ran on, restarted once by JobSet itself.
+    assert all(p["manager"] != "nemo-kubeflow.nvidia.com/node-avoidance" for p in trainjob["spec"]["runtimePatches"])
+    assert {p.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] for p in pods} == {"1"}
+
+
+def test_watch_moves_a_detached_job_off_its_lost_node(three_nodes, tmp_path, nemorun_home, console_script):
+    """No run attached: `nemo-kubeflow watch`, in a process of its own, looks after the job until it ends."""
+    import subprocess
+
+    marker = tmp_path / "done"
+    executor, script = waiting_nodes(three_nodes, marker, retries=2)
+    with run.Experiment("watched", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(detach=True)
+    core = core_api(three_nodes)
+    trainjob_name = exp.jobs[0].handle.rsplit(":", 1)[-1]
+    pods = wait_for(lambda: two_running_pods(core, "default", trainjob_name), timeout=120)
+    lost = next(p.spec.node_name for p in pods if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
+    three_nodes.lose_node(lost)
+    env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "250"}
+    watcher = subprocess.Popen([console_script("nemo-kubeflow"), "watch", exp._id, "--interval", "0.5"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (running := two_running_pods(core, "default", trainjob_name))
+                 and lost not in {p.spec.node_name for p in running}
+                 and all(p.spec.affinity.node_affinity for p in running), timeout=120)
+        marker.write_text("")
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, (out, err)
+    assert f"avoiding node {lost} after its pod watched-" in out and "SUCCEEDED" in out.splitlines()[-1], out
+
+
+def test_the_avoidance_term_keeps_the_runtimes_own_node_affinity_and_replaces_its_own():
+    from nemo_kubeflow.node_avoidance import avoidance_affinity
+
+    gpu = {"key": "gpu", "operator": "In", "values": ["h100"]}
+    pod_spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [gpu, {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}]}]}}}}
+    terms = avoidance_affinity(pod_spec, ["b", "a"], previous=["a"])["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    ours = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a", "b"]}
+    # A patch replaces the term list whole: each of the runtime's terms (ORed) gets the NotIn (ANDed).
+    assert terms == [{"matchExpressions": [gpu, ours]},
+                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}],
+                      "matchExpressions": [ours]}]
+    assert avoidance_affinity({}, ["a"], previous=[])["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"]}]}]
+
+
+def test_only_node_faults_count_and_never_so_many_that_the_job_no_longer_fits():
+    from nemo_kubeflow.node_avoidance import NodeFault, capped, node_faults
+
+    def pod(name, node, reason):
+        return {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": "m"}]}}
+
+    pods = [pod("j-node-0-0-a", "n1", "DeletionByTaintManager"), pod("j-node-0-1-b", "n2", "PreemptionByScheduler"),
+            pod("j-node-0-2-c", "n3", "EvictionByEvictionAPI")]
+    events = [{"involvedObject": {"kind": "Pod", "name": "j-node-0-1-z"}, "reason": "Scheduled",
+               "message": "Successfully assigned default/j-node-0-1-z to n4"},
+              {"involvedObject": {"kind": "Pod", "name": "j-node-0-1-z"}, "reason": "Evicted",
+               "message": "The node was low on resource: memory."},
+              {"involvedObject": {"kind": "Pod", "name": "other-node-0-0-q"}, "reason": "NodeNotReady"}]
+    faults = node_faults(pods, events, "j")
+    assert faults == [NodeFault("n1", "j-node-0-0-a", "DisruptionTarget (DeletionByTaintManager: m)"),
+                      NodeFault("n4", "j-node-0-1-z", "Evicted (The node was low on resource: memory.)")]
+    taken, why = capped([], faults, ["n1", "n2", "n3", "n4"], pods=2)
+    assert taken == faults and why == ""
+    taken, why = capped([], faults, ["n1", "n2", "n4"], pods=2)
+    assert taken == faults[:1] and why == "not avoiding node n4: only 1 schedulable node would be left for 2 pods"
+
+
+def test_avoid_failed_nodes_false_marks_the_trainjob_and_a_non_bool_is_refused():
+    from nemo_kubeflow.errors import ConfigError
+    from nemo_kubeflow.node_avoidance import ANNOTATION, OFF, submit_annotations
+
+    assert submit_annotations(KubeflowExecutor(container_image="img", avoid_failed_nodes=False)) == {ANNOTATION: OFF}
+    assert submit_annotations(KubeflowExecutor(container_image="img")) == {}
+    with pytest.raises(ConfigError, match=re.escape("avoid_failed_nodes='no': must be True or False")):
+        KubeflowExecutor(container_image="img", avoid_failed_nodes="no").validate()

@@ -273,10 +273,15 @@ def _continue_move(cluster: Any, namespace: str, name: str, trainjob: dict, avoi
     restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
     done = Avoidance(avoidance.avoided + avoidance.moving, (), avoidance.restarts_before + restarts,
                      avoidance.capped)
-    previous = avoidance.nodes()
-    cluster.patch(TRAINJOB_KIND, name, namespace, {
-        "spec": {"runtimePatches": runtime_patches(trainjob, avoidance_affinity(_node_pod_spec(jobset), nodes,
-                                                                                previous))}})
+    patches = runtime_patches(trainjob, avoidance_affinity(_node_pod_spec(jobset), nodes, avoidance.nodes()))
+    refused = patch_problems(trainjob, patches)
+    if refused:  # what Trainer's webhook would refuse is not sent: give up the move, resume as it was
+        given_up = Avoidance(avoidance.avoided, (), avoidance.restarts_before,
+                             f"not avoiding node {', '.join(f.node for f in avoidance.moving)}: {refused[0]}")
+        cluster.patch(TRAINJOB_KIND, name, namespace, {
+            "metadata": {"annotations": {ANNOTATION: given_up.to_json()}}, "spec": {"suspend": False}})
+        return status_line(given_up)
+    cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"runtimePatches": patches}})
     if jobset is not None:
         # Trainer creates it again from the TrainJob, now with the node affinity (JobSet refuses
         # the affinity on the existing one).
@@ -284,6 +289,17 @@ def _continue_move(cluster: Any, namespace: str, name: str, trainjob: dict, avoi
     cluster.patch(TRAINJOB_KIND, name, namespace, {
         "metadata": {"annotations": {ANNOTATION: done.to_json()}}, "spec": {"suspend": False}})
     return status_line(done)
+
+
+def patch_problems(trainjob: dict, patches: list[dict]) -> list[str]:
+    """What offline validation (validation.py, Trainer's CRD and webhook rules) says about the
+    TrainJob's runtimePatches once `patches` replace them ([] if nothing)."""
+    from nemo_kubeflow.validation import validate_manifest
+
+    candidate = {"apiVersion": trainjob.get("apiVersion"), "kind": TRAINJOB_KIND,
+                 "metadata": {"name": trainjob["metadata"]["name"], "namespace": trainjob["metadata"].get("namespace")},
+                 "spec": {**trainjob["spec"], "runtimePatches": patches}}
+    return [p for p in validate_manifest(candidate) if "runtimePatches" in p]
 
 
 def _annotate(cluster: Any, namespace: str, name: str, avoidance: Avoidance) -> None:

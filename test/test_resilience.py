@@ -388,6 +388,7 @@ def lose_node_of_rank_0(cluster, tmp_path, name: str, check):
                         timeout=180)
         pods = running_pods()
         marker.write_text("")
+    scheduler.describe(app_id_of(job.handle))  # finished: stops the log keepers its looks started
     return outcome(cluster, exp, job), lost, seen, pods
 
 
@@ -508,3 +509,17 @@ def test_avoid_failed_nodes_false_marks_the_trainjob_and_a_non_bool_is_refused()
     assert submit_annotations(KubeflowExecutor(container_image="img")) == {}
     with pytest.raises(ConfigError, match=re.escape("avoid_failed_nodes='no': must be True or False")):
         KubeflowExecutor(container_image="img", avoid_failed_nodes="no").validate()
+
+
+def test_a_move_the_trainer_webhook_would_refuse_is_not_sent():
+    from nemo_kubeflow.node_avoidance import avoidance_affinity, patch_problems, runtime_patches
+
+    trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                "metadata": {"name": "j", "namespace": "default"},
+                "spec": {"runtimeRef": {"name": "torch-distributed"},
+                         "runtimePatches": [{"manager": f"example.com/m{i}"} for i in range(16)]}}
+    patches = runtime_patches(trainjob, avoidance_affinity({}, ["n1"], previous=[]))
+    assert any("17 patches, over the CRD limit of 16" in p for p in patch_problems(trainjob, patches)), \
+        patch_problems(trainjob, patches)
+    trainjob["spec"]["runtimePatches"] = trainjob["spec"]["runtimePatches"][:1]
+    assert patch_problems(trainjob, runtime_patches(trainjob, avoidance_affinity({}, ["n1"], previous=[]))) == []

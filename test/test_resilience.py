@@ -523,3 +523,25 @@ def test_a_move_the_trainer_webhook_would_refuse_is_not_sent():
         patch_problems(trainjob, patches)
     trainjob["spec"]["runtimePatches"] = trainjob["spec"]["runtimePatches"][:1]
     assert patch_problems(trainjob, runtime_patches(trainjob, avoidance_affinity({}, ["n1"], previous=[]))) == []
+
+
+def test_runtime_patches_cannot_change_while_the_jobset_still_runs_pods(cluster, tmp_path):
+    """Trainer's webhook: suspending and patching in one request is refused while pods run, so a
+    move must wait for the pods to stop (node_avoidance.py does)."""
+    marker = tmp_path / "done"
+    executor, script = waiting_nodes(cluster, marker)
+    core = core_api(cluster)
+    custom = client.CustomObjectsApi(client.ApiClient(cluster.configuration()))
+    with run.Experiment("patch-live", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(sequential=True)
+        namespace, name = exp.jobs[0].handle.rsplit("/", 1)[-1].split(":", 1)
+        wait_for(lambda: two_running_pods(core, namespace, name), timeout=120)
+        trainjob = custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name)
+        patches = trainjob["spec"]["runtimePatches"] + [{"manager": "example.com/late"}]
+        with pytest.raises(client.ApiException) as refused:
+            custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name,
+                                                  {"spec": {"suspend": True, "runtimePatches": patches}})
+        marker.write_text("")
+    assert "RuntimePatches cannot be modified when the JobSet's ReplicatedJob node is still active" in \
+        refused.value.body, refused.value.body

@@ -233,7 +233,7 @@ def _admit_trainjob(store: Store, trainjob: dict, old: Optional[dict]) -> list[s
                 f"must not have reserved envs, invalid envs configured: [{' '.join(reserved)}]"))
     errors.extend(_runtime_patch_errors(runtime, spec.get("runtimePatches") or []))
     if old is not None:
-        errors.extend(_suspended_only_patch_errors(trainjob, old))
+        errors.extend(_suspended_only_patch_errors(store, trainjob, old))
     if errors:
         raise webhook_denied(TRAINJOB_WEBHOOK, errors)
     return []
@@ -277,15 +277,23 @@ def _runtime_patch_errors(runtime: dict, patches: list[dict]) -> list[FieldError
     return errors
 
 
-def _suspended_only_patch_errors(obj: dict, old: dict) -> list[FieldError]:
-    """runtimePatches may change only while the TrainJob is suspended before or after the update."""
+def _suspended_only_patch_errors(store: Store, obj: dict, old: dict) -> list[FieldError]:
+    """runtimePatches may change only while the TrainJob is suspended before or after the update,
+    and not while a replicated job of its JobSet is still active (a Job with a pod running that is
+    not being deleted: the emulated JobSet keeps no replicatedJobsStatus, so its pods tell)."""
     spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
     if _patches_without_time(spec) == _patches_without_time(old_spec):
         return []
-    if spec.get("suspend") or old_spec.get("suspend"):
-        return []
-    return [FieldError.forbidden("spec.runtimePatches", "RuntimePatches can only be modified when the TrainJob is "
-                                                         "suspended before or after the update")]
+    if not (spec.get("suspend") or old_spec.get("suspend")):
+        return [FieldError.forbidden("spec.runtimePatches", "RuntimePatches can only be modified when the TrainJob "
+                                                             "is suspended before or after the update")]
+    meta = obj["metadata"]
+    active = sorted({(p["metadata"].get("labels") or {}).get(C.REPLICATED_JOB_LABEL, "") for p in store.list(
+        R.PODS, meta.get("namespace"), lambda p: (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) ==
+        meta["name"] and not p["metadata"].get("deletionTimestamp") and
+        (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))[0]})
+    return [FieldError.forbidden("spec.runtimePatches", f"RuntimePatches cannot be modified when the JobSet's "
+                                                         f"ReplicatedJob {name} is still active") for name in active]
 
 
 def _patches_without_time(spec: dict) -> list[Any]:

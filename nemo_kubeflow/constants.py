@@ -34,6 +34,8 @@ JOBSET_VERSION = "v1alpha2"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
 #: JobSet's ``spec.ttlSecondsAfterFinished`` is an int32 with minimum 0 (jobset_types.go).
 JOBSET_TTL_MAX = 2**31 - 1
+#: The well-known Node label with the node's name (node affinity and pod anti-affinity key on it).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The exit code of a container the kernel's OOM killer ended (128 + SIGKILL), with the kubelet's
 #: terminated reason ``OOMKilled``; a Job's podFailurePolicy sees only the code.
 OOM_KILLED_EXIT_CODE = 137
@@ -57,6 +59,8 @@ PET_ENV_VALUES = {
 PET_ENV_NAMES = tuple(PET_ENV_VALUES)
 #: JobSet's pod label counting gang restarts (``jobset.sigs.k8s.io/restart-attempt``, JobSet v0.12).
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+#: JobSet's pod label with the UID of the JobSet that made the pod (a JobSet built again has a new one).
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 #: Set from ``RESTART_ATTEMPT_LABEL`` through the downward API when the task runs ``ft_launcher``:
 #: each gang attempt gets its own c10d rendezvous id.
 RESTART_ATTEMPT_ENV = "NEMO_KUBEFLOW_RESTART_ATTEMPT"

@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional, Sequence
 
 from nemo_kubeflow.constants import (
+    HOSTNAME_LABEL,
     JOBSET_NAME_LABEL,
+    JOBSET_UID_LABEL,
     LABEL_PREFIX,
     RESTART_ATTEMPT_LABEL,
     TRAINER_NODE,
@@ -39,7 +41,6 @@ PATCH_MANAGER = f"{LABEL_PREFIX}/node-avoidance"
 ANNOTATION = f"{LABEL_PREFIX}/node-avoidance"
 #: The annotation's value when the executor says ``avoid_failed_nodes=False``.
 OFF = "off"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 JOBSET_KIND = "JobSet"
 NODE_KIND = "Node"
 
@@ -226,7 +227,7 @@ def _check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted
     if avoidance.moving:
         return _continue_move(cluster, namespace, name, trainjob, avoidance, nodes_wanted)
     pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
-    jobset_uids = {(p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-uid", "") for p in pods}
+    jobset_uids = {(p["metadata"].get("labels") or {}).get(JOBSET_UID_LABEL, "") for p in pods}
     key = (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids)))
     attempt = gang_attempt(pods)
     disrupted = any(_disruption(p) for p in pods)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from nemo_kubeflow.constants import HOSTNAME_LABEL
 from nemo_kubeflow.local.timeutil import now_rfc3339
 
 #: Marks the Nodes the local kubelet schedules onto (a node agent's Nodes are not its own).
 VIRTUAL_NODE_LABEL = "nemo-kubeflow.local/virtual-node"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def node_object(name: str) -> dict:

@@ -364,12 +364,12 @@ def three_nodes(tmp_path):
         yield started
 
 
-def lose_node_of_rank_0(cluster, tmp_path, name: str, check):
+def lose_node_of_rank_0(cluster, tmp_path, name: str, check, **settings):
     """Run 2 nodes that wait for a marker; lose the node of rank 0, then have the client look at the job
     (as a waiting run does) until `check(message, pods)` holds; write the marker. Returns the outcome,
     the node lost, what `check` returned, and the TrainJob's last pods."""
     marker = tmp_path / "done"
-    executor, script = waiting_nodes(cluster, marker, retries=2)
+    executor, script = waiting_nodes(cluster, marker, retries=2, **settings)
     core = core_api(cluster)
     scheduler = create_scheduler("t")
     with run.Experiment(name, executor=executor, log_level="WARN") as exp:
@@ -545,3 +545,20 @@ def test_runtime_patches_cannot_change_while_the_jobset_still_runs_pods(cluster,
         marker.write_text("")
     assert "RuntimePatches cannot be modified when the JobSet's ReplicatedJob node is still active" in \
         refused.value.body, refused.value.body
+
+
+def test_with_avoid_failed_nodes_false_the_job_is_left_where_the_restart_put_it(three_nodes, tmp_path):
+    looks = []
+
+    def restarted(message, pods, lost):
+        looks.append(message)
+        return len(looks) >= 5 and pods and {p.metadata.labels["jobset.sigs.k8s.io/restart-attempt"]
+                                             for p in pods} == {"1"} and (message, pods)
+
+    (state, trainjob, _, _), _, _, pods = lose_node_of_rank_0(three_nodes, tmp_path, "stay", restarted,
+                                                               avoid_failed_nodes=False)
+    assert state == AppState.SUCCEEDED, trainjob["status"]
+    assert not [m for m in looks if "avoiding" in m], looks
+    assert trainjob["metadata"]["annotations"]["nemo-kubeflow.nvidia.com/node-avoidance"] == "off"
+    assert all(p["manager"] != "nemo-kubeflow.nvidia.com/node-avoidance" for p in trainjob["spec"]["runtimePatches"])
+    assert not [p for p in pods if p.spec.affinity and p.spec.affinity.node_affinity]

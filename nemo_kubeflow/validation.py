@@ -6,16 +6,20 @@ pruned silently or rejected with a 422 half-way through a submission.
 
 Three layers check each object (docs/validation.md lists every rule):
 
-1. The ``kubeflow_trainer_api`` models (TrainJob, ClusterTrainingRuntime, TrainingRuntime):
-   unknown fields (with a "did you mean"), wrong types, missing required fields, the
-   models' enums. A ``from_dict``/``to_dict`` round trip backs this up.
-2. The strict Kubernetes OpenAPI schemas bundled with ``kubernetes-validate``, pinned to
-   ``constants.KUBERNETES_VERSION`` (kubeschema.py, shared with the local cluster): the Job and
-   pod templates inside runtimes, ConfigMaps, Secrets and PVCs.
-3. The rules neither library knows, mirrored from the API server, the CRDs' CEL rules, the
+1. The Trainer v2.3 CRDs' schemas (TrainJob, ClusterTrainingRuntime, TrainingRuntime), with
+   Strict semantics: unknown fields (with a "did you mean"), wrong types (no "8" for 8),
+   missing required fields, enums (the CRDs' and the kubeflow_trainer_api models'), and the
+   CRDs' minimum/maxItems/maxLength/pattern rules; metadata against the API server's ObjectMeta.
+2. The strict Kubernetes schemas of ``kubernetes-validate``, pinned to
+   ``constants.KUBERNETES_VERSION``:
+   the Job and pod templates inside runtimes, ConfigMaps, Secrets and PVCs.
+3. The rules neither schema knows, mirrored from the API server, the CRDs' CEL rules, the
    Trainer webhooks and the Kubeflow SDK: names, quantities, env, runtime structure, sizes.
 
-Both libraries are imported on first use: ``import nemo_kubeflow`` stays cheap.
+Layers 1 and 2 read nemo_kubeflow/schemas.json, compiled from those sources by
+``python -m nemo_kubeflow.schemagen`` and shipped in the wheel: one ``json.load`` of ~35 kB
+instead of importing ~400 pydantic models and 1.3 MB of core definitions (0.5 s and more in a
+fresh process). ``import nemo_kubeflow`` stays cheap: the file is read on first use.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import hashlib
 import json
 import re
 import threading
-import typing
 from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
@@ -35,9 +38,8 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from nemo_kubeflow import constants as C
-from nemo_kubeflow import naming
+from nemo_kubeflow import naming, schemas
 from nemo_kubeflow.errors import ManifestValidationError
-from nemo_kubeflow.kubeschema import strict_validator
 from nemo_kubeflow.quantity import parse_quantity
 
 __all__ = ["check_manifests", "pod_name_problems", "validate_manifest", "validate_manifests"]
@@ -134,15 +136,23 @@ def _sort_key(path: Path) -> tuple:
 class _Problems:
     def __init__(self) -> None:
         self.items: list[tuple[Path, str]] = []
+        #: Reported only where ``items`` has nothing at the same path: the CRDs' generic value rules
+        #: (minimum, maxItems, enum...), which the specific rules of this module word better.
+        self.fallbacks: list[tuple[Path, str]] = []
 
     def add(self, path: Path, what: str, fix: str = "") -> None:
         self.items.append((path, f"{what}; {fix}" if fix else what))
+
+    def soft(self, path: Path, what: str, fix: str = "") -> None:
+        self.fallbacks.append((path, f"{what}; {fix}" if fix else what))
 
     def paths(self) -> set[Path]:
         return {path for path, _ in self.items}
 
     def render(self) -> list[str]:
-        unique = sorted(set(self.items), key=lambda item: (_sort_key(item[0]), item[1]))
+        taken = self.paths()
+        items = self.items + [item for item in self.fallbacks if item[0] not in taken]
+        unique = sorted(set(items), key=lambda item: (_sort_key(item[0]), item[1]))
         return [f"{_fmt_path(path)}: {message}" for path, message in unique]
 
 
@@ -585,86 +595,44 @@ def _check_pod_spec(pod: dict, path: Path, out: _Problems) -> None:
         _check_resources(pod.get("resources"), path + ("resources",), out)
 
 
-# --- schema layer 1: the kubeflow_trainer_api models -------------------------------------
+# --- the schema layer: the compiled CRD and core schemas (schemas.json) ---------------------
 
-
-@dataclass(frozen=True)
-class _Field:
-    attr: str
-    annotation: Any
-    required: bool
-
-
-#: Fields removed from the API (model name -> field -> what to use instead).
-_REMOVED_FIELDS = {
-    "TrainerV1alpha1TorchMLPolicySource": {
-        "numProcPerNode": "removed in Trainer v2.2; set spec.trainer.numProcPerNode on the TrainJob",
-    },
-    "TrainerV1alpha1TrainJobSpec": {
-        "podTemplateOverrides": "removed in Trainer v2.2; use spec.runtimePatches",
-        "podSpecOverrides": "removed in Trainer v2.1; use spec.runtimePatches",
-    },
+#: Fields removed from the API (path from the object's root -> what to use instead).
+_REMOVED_FIELDS: dict[tuple[str, ...], str] = {
+    ("spec", "mlPolicy", "torch", "numProcPerNode"):
+        "removed in Trainer v2.2; set spec.trainer.numProcPerNode on the TrainJob",
+    ("spec", "podTemplateOverrides"): "removed in Trainer v2.2; use spec.runtimePatches",
+    ("spec", "podSpecOverrides"): "removed in Trainer v2.1; use spec.runtimePatches",
 }
-
-
-@lru_cache(maxsize=None)
-def _trainer_model(kind: str) -> Any:
-    # Importing the models takes ~0.6 s, so it happens on the first trainer object only.
-    from kubeflow_trainer_api import models
-
-    return {
-        C.TRAINJOB_KIND: models.TrainerV1alpha1TrainJob,
-        C.CLUSTER_RUNTIME_KIND: models.TrainerV1alpha1ClusterTrainingRuntime,
-        C.RUNTIME_KIND: models.TrainerV1alpha1TrainingRuntime,
-    }[kind]
-
-
-@lru_cache(maxsize=None)
-def _fields(cls: type) -> dict[str, _Field]:
-    return {
-        (f.alias or name): _Field(name, f.annotation, f.is_required()) for name, f in cls.model_fields.items()
-    }
-
-
-@lru_cache(maxsize=None)
-def _blank(cls: type) -> Any:
-    """An empty instance to run single-field validation (with the model's enum validators) on."""
-    return cls.model_construct()
-
-
-def _unwrap(annotation: Any) -> Any:
-    """Strip Optional[...] and Annotated[...] (Strict) from a field annotation."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _unwrap(typing.get_args(annotation)[0])
-    if origin is Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return _unwrap(args[0])
-    return annotation
-
-
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and hasattr(annotation, "model_fields")
-
-
-def _has_model(annotation: Any) -> bool:
-    annotation = _unwrap(annotation)
-    return _is_model(annotation) or any(_has_model(a) for a in typing.get_args(annotation))
-
 
 _EXPECTED = {
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "string_type": "a string",
-    "bool_type": "a boolean (true/false)",
-    "list_type": "a list",
-    "dict_type": "an object",
-    "float_type": "a number",
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean (true/false)",
+    "quantity": "a quantity (number or string)",
+    "int-or-string": "a value (integer or string)",
 }
 
 
-_JSON_NAMES = {"str": "string", "float": "number", "int": "integer"}
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: Strict semantics, as the models' Strict types and the API server's decoder: no "8" for 8, no 8.0 for
+#: an integer, no 1 for true.
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": _is_int,
+    "number": _is_number,
+    "boolean": lambda v: isinstance(v, bool),
+    "quantity": lambda v: isinstance(v, str) or _is_number(v),
+    "int-or-string": lambda v: isinstance(v, str) or _is_int(v),
+}
 
 
 def _type_problem(expected: str, value: Any, path: Path, out: _Problems) -> None:
@@ -676,154 +644,101 @@ def _type_problem(expected: str, value: Any, path: Path, out: _Problems) -> None
             else "set a whole number, e.g. 8"
         )
     elif expected == "a string" and isinstance(value, (int, float)):
-        fix = f'quote it: "{value}"'
+        fix = f'quote it: "{json.dumps(value)}"'
     elif expected == "a list" and isinstance(value, str):
-        fix = 'write one item per argument, e.g. ["bash", "-c", "..."]'
+        fix = ('write one item per argument, e.g. ["bash", "-c", "..."]' if path and path[-1] in ("command", "args")
+               else f"write a list, e.g. [{_short(value)}]")
     out.add(path, f"expected {expected}, got {_json_type(value)} {_short(value)}", fix)
 
 
-def _check_leaf(value: Any, owner: type, attr: str, path: Path, out: _Problems) -> None:
-    from pydantic import ValidationError
-
+@lru_cache(maxsize=None)
+def _pattern(pattern: str) -> Optional[re.Pattern]:
     try:
-        owner.__pydantic_validator__.validate_assignment(_blank(owner), attr, value)
-    except ValidationError as exc:
-        for err in exc.errors():
-            where = path + tuple(err["loc"][1:])
-            expected = _EXPECTED.get(err["type"])
-            if expected:
-                _type_problem(expected, err["input"], where, out)
+        return re.compile(pattern)
+    except re.error:  # a Go (RE2) construct Python lacks: the API server checks it
+        return None
+
+
+def _enum_list(values: Sequence[Any]) -> str:
+    return ", ".join(v if isinstance(v, str) and v else json.dumps(v) for v in values)
+
+
+def _check_constraints(value: Any, node: dict, path: Path, out: _Problems) -> None:
+    """The CRDs' value rules, reported unless a rule of this module already reported the field (``soft``)."""
+    if "enum_soft" in node and value not in node["enum_soft"]:
+        out.soft(path, f"{_short(value)} is not allowed", f"use one of {_enum_list(node['enum_soft'])}")
+    if _is_number(value):
+        if "minimum" in node and value < node["minimum"]:
+            out.soft(path, f"{value} is less than {node['minimum']}", f"set at least {node['minimum']}")
+        if "maximum" in node and value > node["maximum"]:
+            out.soft(path, f"{value} is more than {node['maximum']}", f"set at most {node['maximum']}")
+    elif isinstance(value, list):
+        if "maxItems" in node and len(value) > node["maxItems"]:
+            out.soft(path, f"{len(value)} items, over the CRD limit of {node['maxItems']}", "remove some")
+        if "minItems" in node and len(value) < node["minItems"]:
+            out.soft(path, f"{len(value)} items; the CRD requires at least {node['minItems']}", "add items")
+    elif isinstance(value, str):
+        if "maxLength" in node and len(value) > node["maxLength"]:
+            out.soft(path, f"{len(value)} characters, over the CRD limit of {node['maxLength']}", "shorten it")
+        if "minLength" in node and len(value) < node["minLength"]:
+            out.soft(path, "must not be empty" if node["minLength"] == 1
+                     else f"shorter than the {node['minLength']} characters the CRD requires", "set a value")
+        compiled = _pattern(node["pattern"]) if "pattern" in node else None
+        if compiled is not None and not compiled.search(value):
+            if node.get("type") == "quantity":
+                out.soft(path, f"{_short(value)} is not a Kubernetes quantity", _QUANTITY_FIX)
             else:
-                out.add(where, err["msg"].removeprefix("Value error, "))
+                out.soft(path, f"{_short(value)} does not match the CRD's pattern {node['pattern']}",
+                         "fix the value")
 
 
-def _walk_value(value: Any, annotation: Any, path: Path, owner: type, attr: str, out: _Problems) -> None:
-    annotation = _unwrap(annotation)
-    if _is_model(annotation):
-        if "actual_instance" in annotation.model_fields:
-            # oneOf wrappers (Quantity, IntOrString): the wrapper's own parser decides.
-            try:
-                annotation.from_dict(value)
-            except ValueError:
-                schemas = annotation.model_fields["one_of_schemas"].default
-                kinds = " or ".join(sorted(_JSON_NAMES.get(t, t) for t in schemas))
-                label = "a quantity" if "Quantity" in annotation.__name__ else "a value"
-                _type_problem(f"{label} ({kinds})", value, path, out)
-        else:
-            _walk_model(value, annotation, path, out)
-    elif not _has_model(annotation):
-        _check_leaf(value, owner, attr, path, out)
-    elif typing.get_origin(annotation) is list:
-        if not isinstance(value, list):
-            _type_problem("a list", value, path, out)
-            return
-        for i, item in enumerate(value):
-            _walk_value(item, typing.get_args(annotation)[0], path + (i,), owner, attr, out)
-    elif typing.get_origin(annotation) is dict:
-        if not isinstance(value, dict):
-            _type_problem("an object", value, path, out)
-            return
-        for key, item in value.items():
-            _walk_value(item, typing.get_args(annotation)[1], path + (key,), owner, attr, out)
-
-
-def _walk_model(value: Any, cls: type, path: Path, out: _Problems) -> None:
-    """Check ``value`` against a model: unknown keys, types, required fields, model enums.
-
-    This mirrors what ``cls.from_dict`` keeps and rejects, but finds every problem with its
-    full path (``from_dict`` stops at the first error and reports it relative to the
-    innermost model).
-    """
-    if not isinstance(value, dict):
-        _type_problem("an object", value, path, out)
+def _walk(value: Any, index: int, path: Path, out: _Problems, unknown: str, core: bool = False) -> None:
+    """Check ``value`` against schema node ``index``: type, enum, the CRD's value rules, then each field
+    (unknown ones with a "did you mean", required ones) or item. Every problem is found, each at its full
+    path. ``unknown``: what an unknown field is called. ``core``: a core schema, whose map values may be
+    null (the Trainer models refuse them)."""
+    node = schemas.nodes()[index]
+    kind = node.get("type")
+    if kind is not None and not _TYPE_CHECKS[kind](value):
+        _type_problem(_EXPECTED[kind], value, path, out)
         return
-    fields = _fields(cls)
-    for key, item in value.items():
-        field = fields.get(key)
-        if field is None:
-            removed = _REMOVED_FIELDS.get(cls.__name__, {}).get(key)
-            out.add(path + (key,), "unknown field", removed or _did_you_mean(key, list(fields)))
-        elif item is not None:
-            _walk_value(item, field.annotation, path + (key,), cls, field.attr, out)
-    for key, field in fields.items():
-        if field.required and value.get(key) is None:
-            out.add(path + (key,), "required field is missing", f"set {key}")
-
-
-def _dropped_keys(original: Any, kept: Any, path: Path) -> Iterator[Path]:
-    if isinstance(original, dict) and isinstance(kept, dict):
-        for key, value in original.items():
-            if value is None:
-                continue
-            if key not in kept:
-                yield path + (key,)
-            else:
-                yield from _dropped_keys(value, kept[key], path + (key,))
-    elif isinstance(original, list) and isinstance(kept, list):
-        for i, (a, b) in enumerate(zip(original, kept, strict=False)):
-            yield from _dropped_keys(a, b, path + (i,))
+    enum = node.get("enum")
+    if enum is not None and value not in enum:
+        out.add(path, f"{_short(value)} must be one of enum values ({_enum_list(enum)})")
+        return
+    _check_constraints(value, node, path, out)
+    if isinstance(value, dict):
+        properties: dict[str, int] = node.get("properties", {})
+        additional = node.get("additional")
+        for key, item in value.items():
+            child = properties.get(key, additional)
+            if child is None:
+                if not node.get("open"):
+                    removed = _REMOVED_FIELDS.get(tuple(p for p in path if isinstance(p, str)) + (key,))
+                    out.add(path + (key,), unknown, removed or _did_you_mean(key, list(properties)))
+            elif item is not None or (key not in properties and not core):  # a null field is "not set"
+                _walk(item, child, path + (key,), out, unknown, core)
+        for key in node.get("required", ()):
+            if value.get(key) is None:
+                out.add(path + (key,), "required field is missing", f"set {key}")
+    elif isinstance(value, list) and "items" in node:
+        for i, item in enumerate(value):
+            _walk(item, node["items"], path + (i,), out, unknown, core)
 
 
 def _check_model(obj: dict, kind: str, out: _Problems) -> None:
-    cls = _trainer_model(kind)
-    before = len(out.items)
-    _walk_model(obj, cls, (), out)
-    if len(out.items) > before:
-        return
-    # Round trip: what the models would send. Anything dropped or rejected that the walk
-    # above missed is still reported (an unusual from_dict in a future model release).
-    try:
-        kept = cls.from_dict(obj).to_dict()
-    except ValueError as exc:
-        out.add((), f"rejected by the {cls.__name__} model: {exc}")
-        return
-    for path in _dropped_keys(obj, kept, ()):
-        out.add(path, "unknown field; the kubeflow_trainer_api models drop it", "remove it")
+    """``obj`` against its Trainer v2.3 CRD schema (metadata: the API server's ObjectMeta)."""
+    _walk(obj, schemas.root(kind), (), out, "unknown field")
 
 
-# --- schema layer 2: strict Kubernetes schemas (kubernetes-validate) ----------------------
-
-
-def _schema_types(schema: dict) -> str:
-    options = schema.get("oneOf") or schema.get("anyOf") or [schema]
-    types = [
-        t
-        for option in options
-        for t in ([option["type"]] if isinstance(option.get("type"), str) else option.get("type", []))
-        if t != "null"
-    ]
-    return " or ".join(dict.fromkeys(types)) or "another value"
-
-
-def _check_kube(doc: dict, kind: str, api_version: str, base: Path, out: _Problems, skip: set[Path]) -> None:
-    """Validate ``doc`` against the strict schema; report under ``base`` unless the path is in ``skip``."""
+def _check_kube(doc: dict, kind: str, base: Path, out: _Problems, skip: set[Path]) -> None:
+    """Validate ``doc`` against the strict core schema of ``kind`` for ``KUBERNETES_VERSION``; report
+    under ``base`` unless the path is in ``skip``."""
     problems = _Problems()
-    for err in strict_validator(kind, api_version).iter_errors(doc):
-        path = base + tuple(err.absolute_path)
-        if err.validator == "additionalProperties":
-            known = list(_dict(err.schema.get("properties")))
-            for key in err.instance:
-                if key not in known:
-                    problems.add(
-                        path + (key,),
-                        f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
-                        _did_you_mean(key, known),
-                    )
-        elif err.validator == "required":
-            for key in err.validator_value:
-                if key not in err.instance:
-                    problems.add(path + (key,), "required field is missing", f"set {key}")
-        elif err.validator in ("type", "oneOf", "anyOf"):
-            _type_problem(_schema_types(err.schema), err.instance, path, problems)
-        elif err.validator == "enum":
-            problems.add(
-                path,
-                f"{_short(err.instance)} is not allowed",
-                "use one of " + ", ".join(map(str, err.validator_value)),
-            )
-        else:
-            problems.add(path, err.message[:200])
+    _walk(doc, schemas.root(f"core/{kind}"), base, problems, f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
+          core=True)
     out.items.extend(item for item in problems.items if item[0] not in skip)
+    out.fallbacks.extend(item for item in problems.fallbacks if item[0] not in skip)
 
 
 # --- kinds ------------------------------------------------------------------------------
@@ -1208,7 +1123,7 @@ def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths
                 "metadata": _dict(template.get("metadata")),
                 "spec": template["spec"],
             }
-            _check_kube(job, "Job", "batch/v1", rpath + ("template",), out, schema_paths)
+            _check_kube(job, "Job", rpath + ("template",), out, schema_paths)
 
     if not trainer_jobs:
         misplaced = any(
@@ -1340,7 +1255,7 @@ def _check_size(size: int, path: Path, out: _Problems, what: str) -> None:
 
 
 def _check_configmap(obj: dict, out: _Problems) -> None:
-    _check_kube(obj, "ConfigMap", "v1", (), out, out.paths())
+    _check_kube(obj, "ConfigMap", (), out, out.paths())
     data, binary = _dict(obj.get("data")), _dict(obj.get("binaryData"))
     size = 0
     for key, value in data.items():
@@ -1368,7 +1283,7 @@ _SECRET_TYPES: dict[str, tuple[str, ...]] = {
 
 
 def _check_secret(obj: dict, out: _Problems) -> None:
-    _check_kube(obj, "Secret", "v1", (), out, out.paths())
+    _check_kube(obj, "Secret", (), out, out.paths())
     data, string_data = _dict(obj.get("data")), _dict(obj.get("stringData"))
     sizes: dict[str, int] = {}
     for key, value in data.items():
@@ -1396,7 +1311,7 @@ _ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnc
 
 
 def _check_pvc(obj: dict, out: _Problems) -> None:
-    _check_kube(obj, "PersistentVolumeClaim", "v1", (), out, out.paths())
+    _check_kube(obj, "PersistentVolumeClaim", (), out, out.paths())
     schema_paths = out.paths()
     spec = _dict(obj.get("spec"))
     modes = _list(spec.get("accessModes"))

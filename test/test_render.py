@@ -64,3 +64,34 @@ def test_user_template_can_reuse_the_variables(tmp_path):
     rt = render_runtime(ctx(), str(path))
     assert rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"
     assert rt["metadata"]["name"] != render_runtime(ctx())["metadata"]["name"]
+
+
+@pytest.fixture
+def template_cache(tmp_path, monkeypatch):
+    from nemo_kubeflow import render
+
+    monkeypatch.setenv(render.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    render._environment.cache_clear()  # a new Environment picks up the cache folder
+    yield tmp_path / "cache" / "templates"
+    render._environment.cache_clear()
+
+
+def test_compiled_templates_are_kept_on_disk_and_follow_edits(tmp_path, template_cache, monkeypatch):
+    from nemo_kubeflow import render
+
+    path = tmp_path / "custom.yaml.j2"
+    path.write_text((templates_dir() / "training_runtime.yaml.j2").read_text())
+    first = render_runtime(ctx(), str(path))
+    assert len(list(template_cache.glob("*.cache"))) == 1
+    # A later process (a new Environment) with an edited template: Jinja checks the source's checksum.
+    path.write_text(path.read_text().replace("backoffLimit: 0", "backoffLimit: 0\n              completionMode: Indexed"))
+    render._environment.cache_clear()
+    edited = render_runtime(ctx(), str(path))
+    assert edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"
+    assert "completionMode" not in first["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    # A cache that cannot be written (a file where its folder goes) costs only the compile.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv(render.CACHE_DIR_ENV, str(blocker))
+    render._environment.cache_clear()
+    assert render_runtime(ctx(), str(path)) == edited

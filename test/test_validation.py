@@ -621,6 +621,45 @@ BROKEN = [
     ),
     case("pvc", [("set", ("kind",), "Deployment")], "kind", "unknown kind", "unknown-kind"),
     case("configmap", [("set", ("apiVersion",), "v2")], "apiVersion", "use v1", "wrong-apiVersion"),
+    # The CRDs' own rules (schemas.json), where no rule of validation.py words it better.
+    case(
+        "gke",
+        [("set", (*RJOB, "template", "metadata", "generateName"), "x-")],
+        f"{RJOB_P}.template.metadata.generateName",
+        "unknown field; remove it (known fields: annotations, finalizers, labels, name, namespace)",
+        "crd-embedded-metadata-is-restricted",
+    ),
+    case(
+        "gke",
+        [("set", ("spec", "mlPolicy", "torch", "envInjection", "targets", 0, "containerNames"), [])],
+        "spec.mlPolicy.torch.envInjection.targets[0].containerNames",
+        "the CRD requires at least 1",
+        "crd-min-items",
+    ),
+    case(
+        "trainjob",
+        [("set", ("spec", "activeDeadlineSeconds"), 0)],
+        "spec.activeDeadlineSeconds",
+        "set a positive number of seconds",
+        "crd-minimum-worded-by-the-mirror",
+    ),
+    case(
+        "trainjob",
+        [("set", ("spec", "runtimePatches"), [{"manager": "example.com/x", "trainingRuntimeSpec": {"template": {
+            "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": "sidecar", "imagePullPolicy": "Sometimes"}]}}}}}]}}}}])],
+        "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
+        ".containers[0].imagePullPolicy",
+        "unknown field; remove it (known fields: env, name, securityContext, volumeMounts)",
+        "runtime-patch-containers-take-few-fields",
+    ),
+    case(
+        "trainjob",
+        [("set", ("metadata", "labels"), {"team": None})],
+        "metadata.labels.team",
+        "expected a string, got null",
+        "label-value-null",
+    ),
 ]
 
 

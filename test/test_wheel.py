@@ -1,4 +1,5 @@
-"""The built wheel carries the runtime templates: a non-editable install renders them."""
+"""The built wheel carries the runtime templates and the compiled schemas: a non-editable install renders
+and validates with them."""
 
 import subprocess
 import sys
@@ -17,6 +18,7 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
     [wheel] = (tmp_path / "dist").glob("nemo_kubeflow-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "nemo_kubeflow/templates/training_runtime.yaml.j2" in names
+    assert "nemo_kubeflow/schemas.json" in names  # the compiled schemas offline validation reads
     assert not any(n.startswith(("test/", "templates/")) for n in names)
 
     # Unpacked outside the repository, like site-packages: only the wheel's own files are found.
@@ -27,6 +29,8 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
         f"assert nemo_kubeflow.__file__.startswith({str(site)!r}), nemo_kubeflow.__file__\n"
         "from nemo_kubeflow import KubeflowExecutor\n"
         "rt = r.render_runtime(r.runtime_context(plan.resolve(KubeflowExecutor(container_image='img', nodes=2))))\n"
+        "from nemo_kubeflow.validation import validate_manifest\n"
+        "assert validate_manifest(rt) == [] and validate_manifest({**rt, 'spek': 1}) != [], 'schemas.json'\n"
         "print(r.templates_dir(), rt['metadata']['name'])\n"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,

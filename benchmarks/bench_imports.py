@@ -9,15 +9,19 @@ cost the most, among those loaded after ``nemo_run``.
 
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import subprocess
 import sys
 
-from harness import Detail, Metric, median, table
+from harness import REPO, Detail, Metric, median, table
 
 NAME = "imports"
 TARGET_MS = 100
+#: The submission path is loaded by the first dry run or submission, which issue 16 bounds at 150 ms in all
+#: (bench_latency's "first task in a fresh process"): its imports must leave room for the work.
+SUBMISSION_TARGET_MS = 150
 
 #: (row name, statement): timed one after the other in one process, after ``import nemo_run``,
 #: so each row is the cumulative cost up to that statement.
@@ -31,7 +35,8 @@ STATEMENTS = (
 
 NOTES = {
     2: "torchx loads it for every submission, status, logs and cancel; ",
-    3: "loaded by the first dry run or submission only (kubeflow_trainer_api's ~400 pydantic models); ",
+    3: "loaded by the first dry run or submission only (validation reads schemas.json on first use, not the "
+       "SDK's ~400 pydantic models); ",
 }
 
 _TIMED = """
@@ -79,11 +84,13 @@ def _top(entries: list[tuple[int, str]], key, top: int) -> list[list[str]]:
 
 
 def run(ctx):
+    # As installed by pip: our modules byte-compiled (this environment may set PYTHONDONTWRITEBYTECODE).
+    compileall.compile_dir(str(REPO / "nemo_kubeflow"), quiet=1)
     runs = 2 if ctx.quick else max(5, ctx.repeat)
     samples = [_cumulative_ms() for _ in range(runs)]
     for i, (name, statement) in enumerate(STATEMENTS):
         yield Metric(f"{name}, after import nemo_run", median(s[i] for s in samples), 0, "ms",
-                     at_most=TARGET_MS if i < 3 else None, note=NOTES.get(i, "") + f"cumulative; median of {runs} "
+                     at_most=TARGET_MS if i < 3 else SUBMISSION_TARGET_MS, note=NOTES.get(i, "") + f"cumulative; median of {runs} "
                                                                     "fresh processes; baseline ships in nemo_run")
     for _, statement in STATEMENTS[2:] if ctx.quick else STATEMENTS[1:]:
         entries = importtime(statement)

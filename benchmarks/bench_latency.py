@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import cProfile
 import os
@@ -24,6 +25,9 @@ NAME = "latency"
 #: 100 tasks (issue 16), on a quiet machine and beside a CPU hog alike; a single task keeps 1.5.
 RATIO_TARGET = 1.3
 RATIO_TARGET_ONE_TASK = 1.5
+#: The first task of a fresh process (every `python my_experiment.py`, every `nemo llm ...`): imports,
+#: dry run (build + offline validation) and submission, after `import nemo_run` (issue 16).
+FRESH_TARGET_MS = 150
 
 
 def run(ctx):
@@ -57,15 +61,18 @@ def run(ctx):
                       "(1 request)".format(*(splits[name][i] for name in variants for i in (0, 1))))
 
     # --- the first task of a fresh process ------------------------------------------------
+    # As installed by pip: our modules byte-compiled (this environment may set PYTHONDONTWRITEBYTECODE).
+    compileall.compile_dir(str(REPO / "nemo_kubeflow"), quiet=1)
     cold = interleaved(1 if ctx.quick else ctx.repeats(heavy=True),
                        **{name: (lambda name=name: in_fresh_process(_COLD, variant=name, kubeconfig=kubeconfig))
                           for name in variants})
     cluster.delete_trainjobs()
     yield Metric("first task in a fresh process (after import nemo_run)",
                  median(c["total"] for c in cold["ours"]) * 1000,
-                 median(c["total"] for c in cold["baseline"]) * 1000, "ms",
-                 note="ours: {:.0f} ms imports (executor, scheduler), {:.0f} ms dry run, {:.0f} ms schedule".format(
-                     *(median(c[k] for c in cold["ours"]) * 1000 for k in ("import", "dryrun", "schedule"))))
+                 median(c["total"] for c in cold["baseline"]) * 1000, "ms", at_most=FRESH_TARGET_MS,
+                 note="ours: {:.0f} ms imports (executor, scheduler), {:.0f} ms dry run, {:.0f} ms schedule; "
+                      "the first dry run alone: {:.0f} ms; compiled template cached on disk".format(
+                     *(median(c[k] for c in cold["ours"]) * 1000 for k in ("import", "dryrun", "schedule", "first_dry_run"))))
 
     # --- where our time goes ------------------------------------------------------------------
     yield from _breakdown(ctx, kubeconfig)
@@ -167,7 +174,8 @@ with harness.nemorun_home() as home:
         submitter = harness.TaskSubmitter(executor, home)  # loads the torchx scheduler
     app, prepared = submitter.prepare()
     dry, sched, _ = submitter.submit(app, prepared)
-print(json.dumps({"import": imported[0], "dryrun": dry, "schedule": sched, "total": imported[0] + dry + sched}))
+print(json.dumps({"import": imported[0], "dryrun": dry, "schedule": sched, "first_dry_run": imported[0] + dry,
+                  "total": imported[0] + dry + sched}))
 """
 
 

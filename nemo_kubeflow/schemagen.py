@@ -46,13 +46,13 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from nemo_kubeflow.validation import KUBERNETES_VERSION
+
 REPO = Path(__file__).resolve().parent.parent
 CRD_DIR = REPO / "test" / "data" / "crds"
 OUTPUT = Path(__file__).resolve().parent / "schemas.json"
 #: Trainer release the CRDs and models are from.
 TRAINER_VERSION = "2.3.0"
-#: Kubernetes version of the strict core schemas (validation.KUBERNETES_VERSION reads it from the file).
-KUBERNETES_VERSION = "1.31"
 
 #: kind -> (CRD file, model class name)
 TRAINER_KINDS = {

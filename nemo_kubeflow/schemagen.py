@@ -46,7 +46,7 @@ import typing
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from nemo_kubeflow.validation import KUBERNETES_VERSION
+from nemo_kubeflow.constants import KUBERNETES_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 CRD_DIR = REPO / "test" / "data" / "crds"

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from nemo_kubeflow import schemagen, schemas, validation
+from nemo_kubeflow import constants, schemagen, schemas
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def test_shipped_schemas_are_what_the_generator_makes_of_the_pinned_sources():
 def test_schemas_name_their_sources():
     data = schemas.data()
     assert data["trainer_version"] == "2.3.0"
-    assert data["kubernetes_version"] == validation.KUBERNETES_VERSION
+    assert data["kubernetes_version"] == constants.KUBERNETES_VERSION
     assert set(data["roots"]) == {"TrainJob", "ClusterTrainingRuntime", "TrainingRuntime", "core/Job",
                                   "core/ConfigMap", "core/Secret", "core/PersistentVolumeClaim"}
     assert sorted(data["crd_sha256"]) == sorted(p.name for p in schemagen.CRD_DIR.glob("*.yaml"))

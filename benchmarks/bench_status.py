@@ -1,4 +1,4 @@
-"""What status costs: one ``describe``, and ``exp.status()`` of many jobs (time, requests, growth)."""
+"""What status costs: one ``describe`` in each state, and ``exp.status()`` of many jobs (time, requests, growth)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def _log_keeping(request) -> bool:
+    """A request of the waiting process's log keeper (``logs.NodeLogKeeper``: one node's pods, its followed
+    log), not of the describe being counted: the keeper runs in threads of its own."""
+    return request.verb == "watch" or request.query.get("follow") == "true" \
+        or "job-completion-index" in request.query.get("labelSelector", "")
+
+
+def _failing():
+    import nemo_run as run
+
+    return run.Script(inline="exit 3")
 
 
 _FRESH_DESCRIBE = """
@@ -49,31 +62,46 @@ def _gets(requests) -> int:
 def run(ctx):
     cluster = ctx.cluster
     kubeconfig = cluster.kubeconfig_path
-    variants = {"ours": lambda: ours(kubeconfig), "baseline": upstream}
+    variants = {"ours": lambda **overrides: ours(kubeconfig, **overrides), "baseline": upstream}
     small, large = (5, 20) if ctx.quick else (10, 100)
 
-    # --- one describe: of a running job and of a finished one; in a fresh process ---------------
-    gets, states, fresh = {}, {}, {}
+    # --- one describe in each state: running, pending, failed, finished; in a fresh process --------------
+    # What each reads is the last column of status.py's table: the TrainJob always; the pods once when
+    # running, waiting or failed; Warning events when waiting (or after a gang restart); the failed node's
+    # last lines when failed (the first describe of a failed job also saves each node's log: not counted).
+    states = (("running", _sleeper, {}), ("pending", quick_task, {"gpus_per_node": 1}),
+              ("failed", _failing, {}), ("finished", quick_task, {}))
+    requests, kinds, shown, fresh = {}, {}, {}, {}
     with nemorun_home():
         for name, make in variants.items():
-            for when, task in (("running", _sleeper), ("finished", quick_task)):
-                _, exp = launch(make(), 1, f"bench-describe-{name}", task=task)
+            for when, task, overrides in states:
+                if overrides and name == "baseline":
+                    continue  # a GPU request the local cluster cannot place: ours only
+                _, exp = launch(make(**overrides) if overrides else make(), 1, f"bench-describe-{name}", task=task)
                 scheduler, backend, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
                 if when == "running":
                     _wait_for(lambda: scheduler.describe(app_id).state.name in ("RUNNING", "FAILED", "SUCCEEDED"))
+                elif when == "pending":
+                    _wait_for(lambda: "cannot be scheduled" in (scheduler.describe(app_id).msg or ""))
                 else:
                     cluster.wait_finished()
+                    scheduler.describe(app_id)  # a failed job's first describe saves the node logs
                 cluster.clear_requests()
                 response = scheduler.describe(app_id)
-                gets[name, when] = _gets(cluster.requests)
-                states[name, when] = response.state.name if response else "None"
+                requests[name, when] = [r for r in cluster.requests if not _log_keeping(r)]
+                kinds[name, when] = ", ".join(sorted(f"{r.verb} {r.resource}" for r in requests[name, when]))
+                shown[name, when] = response.state.name if response else "None"
                 if when == "finished":
                     fresh[name] = [in_fresh_process(_FRESH_DESCRIBE, backend=backend, app_id=app_id)["seconds"] * 1000
                                    for _ in range(1 if ctx.quick else ctx.repeats(heavy=True))]
                 cluster.delete_trainjobs()
-    for when in ("running", "finished"):
-        yield Metric(f"GETs per describe of one {when} job", gets["ours", when], gets["baseline", when], "req",
-                     at_most=1, note=f"state {states['ours', when]} ours, {states['baseline', when]} baseline")
+    for when, most in (("running", 2), ("pending", 3), ("failed", 3), ("finished", 1)):
+        theirs = requests.get(("baseline", when))
+        yield Metric(f"requests per describe of one {when} job", len(requests["ours", when]),
+                     len(theirs) if theirs is not None else None, "req", at_most=most,
+                     note=f"state {shown['ours', when]}: {kinds['ours', when]}"
+                          + (f"; baseline {shown['baseline', when]}: {kinds['baseline', when]}" if theirs is not None
+                             else "; baseline: not run (GPU request)"))
     yield Metric("first describe in a fresh process (after import nemo_run)", median(fresh["ours"]),
                  median(fresh["baseline"]), "ms", note="what `nemo experiment status` pays per process")
 

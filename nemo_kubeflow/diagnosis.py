@@ -1,7 +1,15 @@
-"""Why a training process failed, in the words it wrote: read from the failed node's log. Pure.
+"""Why a job waits, why it failed, how often it restarted: the one place that reads a TrainJob's
+pods and events for ``describe``, and that tells what they (and the failed node's log) say.
 
-The pod's container status says only how ``node`` ended (exit code 1, or a signal). What the
-user needs is in the log:
+``JobView`` reads the TrainJob's pods once, and its Warning events at most once, per describe;
+``why_waiting``, ``why_failed`` and ``JobView.restarts`` read only from it (plus, for a failed job,
+the failed node's last lines and every node's log, kept next to the job). The parsers below
+(container states, torchrun's report, ft_launcher's restarts) are pure.
+
+What a describe reads in each state is the last column of ``status.py``'s table.
+
+The failed node's log. The pod's container status says only how ``node`` ended (exit code 1, or a
+signal). What the user needs is in the log:
 
 * torchrun's failure report ends with ``Root Cause (first observed failure):`` and the failed
   worker's global ``rank``, ``local_rank``, ``exitcode`` (negative for a signal, with its name)
@@ -18,9 +26,23 @@ user needs is in the log:
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+
+from torchx.specs import AppState
+
+from nemo_kubeflow.constants import (
+    COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL, TRAINER_NODE,
+)
+from nemo_kubeflow.errors import ClusterError
+from nemo_kubeflow.status import newest_pods_by_node
+from nemo_kubeflow.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.cluster import Cluster
+    from nemo_kubeflow.logs import NodeLogKeeper
 
 ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
 #: torchrun's own exception, raised in the agent after a worker failed: never the root cause.
@@ -179,3 +201,506 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
             error = _exception_line(tb)
     return RankFailure(rank=root.get("rank"), local_rank=root.get("local_rank"), exitcode=root.get("exitcode"),
                        signal_name=root.get("signal", ""), error=error, traceback=tuple(tb))
+
+
+# --- ft_launcher's in-job restarts, from a node's log ------------------------------------------------
+
+#: What the agent of ft_launcher (and torchrun) logs each time it restarts its worker group: after a
+#: failure ("Worker group FAILED. 2/2 attempts left; will restart worker group"), when a peer's agent
+#: restarted ("Detected 1 new nodes from group_rank=0; will restart worker group"), or ft_launcher's
+#: "1/2 restart attempts left; restarting worker group...".
+_WORKER_GROUP_RESTART = re.compile(r"will restart worker group|restart attempts left; restarting worker group")
+#: torchelastic's line for a worker that died: "failed (exitcode: -9) local_rank: 1 (pid: 812) of binary: ...".
+_WORKER_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+)")
+
+
+@dataclass(frozen=True)
+class InJobRestarts:
+    """The worker-group restarts one node's agent logged (0 when none, or when the log says nothing)."""
+
+    count: int = 0
+    #: Why the last one happened, when this node's own worker failed ("local rank 1 exited with code -9").
+    why: str = ""
+
+
+def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
+    """How many times ft_launcher (or torchrun with ``--max-restarts``) restarted its workers, from
+    a node's log. Each agent logs every restart of the job (its own worker's failure, or a peer's)."""
+    count, why = 0, ""
+    for line in lines:
+        if m := _WORKER_EXIT.search(line):
+            code = int(m["code"])
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            why = f"local rank {m['local']} {how}"
+        if _WORKER_GROUP_RESTART.search(line):
+            count += 1
+    return InJobRestarts(count, why)
+
+
+# --- what the pods and events say --------------------------------------------------------------------
+
+
+def terminated_state(container_status: dict) -> Optional[dict]:
+    """The container's terminated state: its current one, else the one before its last restart."""
+    return (container_status.get("state") or {}).get("terminated") or \
+        (container_status.get("lastState") or {}).get("terminated")
+
+
+def failed_containers(pod: dict, *, init: bool = False) -> Iterable[tuple[dict, dict]]:
+    """(container status, terminated state) of each container of ``pod`` that ended with a non-zero
+    exit code (init containers with ``init``): the one scan of container states for every diagnosis."""
+    status = pod.get("status") or {}
+    for cs in status.get("initContainerStatuses" if init else "containerStatuses") or []:
+        term = terminated_state(cs)
+        if term and term.get("exitCode", 0) != 0:
+            yield cs, term
+
+
+def _labels(pod: dict) -> dict:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def _step_of(pod: dict) -> Optional[str]:
+    return _labels(pod).get(REPLICATED_JOB_LABEL)
+
+
+def restart_attempt(pod: dict) -> Optional[int]:
+    """The gang attempt a pod belongs to (JobSet's label; 0 for the first), None when unlabelled."""
+    value = _labels(pod).get(RESTART_ATTEMPT_LABEL, "")
+    return int(value) if value.isdigit() else None
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """The first ``node`` container that ended with a non-zero exit code."""
+
+    index: str
+    pod: str
+    exit_code: Optional[int]
+    #: The kubelet's reason ("Error", "OOMKilled", "StartError"...).
+    reason: str
+
+    def how(self) -> str:
+        code = self.exit_code
+        how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
+        extra = f" ({self.reason})" if self.reason and self.reason not in ("Error", "Completed") else ""
+        return how + extra
+
+    def detail(self) -> str:
+        return f"node {self.index} (pod {self.pod}) {self.how()}"
+
+
+def first_failed_node(pods: Sequence[dict]) -> Optional[NodeFailure]:
+    """Which node failed first, from the pods' ``node`` container statuses (None if none did)."""
+    failures = []
+    for pod in pods:
+        for cs, term in failed_containers(pod):
+            if cs.get("name") == TRAINER_NODE:
+                failures.append((term.get("finishedAt") or "", NodeFailure(
+                    _labels(pod).get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"], term.get("exitCode"),
+                    term.get("reason") or "")))
+    return min(failures, key=lambda f: f[0])[1] if failures else None
+
+
+def failure_detail(pods: Sequence[dict]) -> str:
+    """Which node failed first and how, from the pods' container statuses ("" if none did).
+
+    Trainer's ``Failed`` condition copies JobSet's text ("first failed job: ..."), which
+    names neither the pod nor the exit code; the kubelet's container status has both.
+    """
+    first = first_failed_node(pods)
+    return first.detail() if first else ""
+
+
+def failed_step(pods: Sequence[dict]) -> Optional[str]:
+    """What failed first among the initializers and the preflight checks, with its message
+    (``None`` if neither did). Give it the TrainJob's pods (``steps.step_selector`` or the JobSet label).
+
+    Trainer's ``Failed`` condition only names the first failed Job; the step's own message is in its
+    pod's container status, where the initializer and preflight containers put it
+    (``terminationMessagePolicy: FallbackToLogsOnError``; the preflight script writes its verdict to
+    the termination log)."""
+    failures = []
+    for pod in pods:
+        job = _step_of(pod)
+        if job in INITIALIZER_STEPS:
+            where, failed = job, list(failed_containers(pod))
+        elif job == TRAINER_NODE:
+            where = f"preflight on node {_labels(pod).get(COMPLETION_INDEX_LABEL, '?')}"
+            failed = [(cs, t) for cs, t in failed_containers(pod, init=True) if cs.get("name") == PREFLIGHT_CONTAINER]
+        else:
+            continue
+        for _, term in failed:
+            why = _headline(term.get("message") or "") or f"exited with code {term.get('exitCode')}"
+            failures.append((term.get("finishedAt") or "", f"{where} (pod {pod['metadata']['name']}): {why}"))
+    return min(failures)[1] if failures else None
+
+
+def _headline(message: str) -> str:
+    """The line of a termination message (often a log tail) that says what went wrong: the last
+    one mentioning an error (a logged ERROR, ``FooError: ...``), else the last line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    return (errors or lines or [""])[-1]
+
+
+def initializer_progress(pods: Sequence[dict]) -> str:
+    """``initializing: dataset-initializer Running, ..." while initializer pods exist (``""`` otherwise)."""
+    phases = {}
+    for pod in pods:
+        step = _step_of(pod)
+        if step in INITIALIZER_STEPS:
+            phases[step] = (pod.get("status") or {}).get("phase", "Pending")
+    if not phases:
+        return ""
+    return "initializing: " + ", ".join(f"{step} {phase}" for step, phase in sorted(phases.items()))
+
+
+def _event_object(event: dict) -> dict:
+    """The object an event is about, from either recorder (core ``involvedObject``, events.k8s.io ``regarding``)."""
+    return event.get("involvedObject") or event.get("regarding") or {}
+
+
+def _event_time(event: dict) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+
+
+def _event_text(event: dict) -> str:
+    return event.get("message") or event.get("note") or ""
+
+
+def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
+    """The newest Warning event about the TrainJob itself, as "Reason: message" ("" if none).
+
+    Events come from both recorders (core ``firstTimestamp``/``lastTimestamp`` and
+    events.k8s.io ``eventTime``), so either time is used to order them.
+    """
+    warnings = [e for e in events if e.get("type") == "Warning" and _event_object(e).get("kind") == "TrainJob"
+                and _event_object(e).get("name") == trainjob]
+    if not warnings:
+        return ""
+    newest = max(warnings, key=_event_time)
+    return f"{newest.get('reason')}: {_event_text(newest)}".rstrip(": ")
+
+
+# Registry answers that no amount of waiting fixes.
+_PERMANENT_PULL_ERRORS = ("not found", "manifest unknown", "unauthorized", "denied", "no such host",
+                          "invalid reference format")
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    message: str
+    #: The job can never start as configured (an image that does not exist): stop waiting.
+    fatal: bool = False
+
+
+def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> PendingReason:
+    """Why a job that has not started yet is waiting, from its pods and their events.
+
+    Checked in order: image pulls (fatal when the registry says the image does not exist),
+    missing Secret/ConfigMap keys, scheduling, volumes, then "k/N nodes running".
+    """
+    newest = newest_pods_by_node(pods)
+    for index, pod in sorted(newest.items()):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason, message = waiting.get("reason", ""), waiting.get("message", "")
+            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+                text = _pull_error(pod, cs["name"], events) or message
+                fatal = reason == "InvalidImageName" or any(p in text.lower() for p in _PERMANENT_PULL_ERRORS)
+                return PendingReason(f"image {cs.get('image', '')!r} cannot be pulled on node {index}: {text}", fatal)
+            if reason == "CreateContainerConfigError":
+                return PendingReason(f"node {index} cannot start: {message}")
+    for index, pod in sorted(newest.items()):
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return PendingReason(f"node {index} cannot be scheduled: {cond.get('message', cond.get('reason', ''))}")
+    pod_names = {p["metadata"]["name"] for p in newest.values()}
+    mounts = [e for e in events if e.get("reason") == "FailedMount" and _event_object(e).get("name") in pod_names]
+    if mounts:
+        return PendingReason(f"a volume cannot be mounted: {_event_text(mounts[-1])}")
+    running = sum(1 for p in newest.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded"))
+    return PendingReason(f"{running}/{nodes} nodes running")
+
+
+def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
+    """The kubelet's 'Failed to pull image' event text for this container, if any."""
+    for e in reversed(list(events)):
+        obj = _event_object(e)
+        if (e.get("reason") == "Failed" and obj.get("name") == pod["metadata"]["name"]
+                and container in (obj.get("fieldPath") or "") and "pull" in _event_text(e).lower()):
+            return _event_text(e)
+    return ""
+
+
+# --- restarts: how many, of which kind, and why ------------------------------------------------------
+
+#: Pod conditions and events that mean Kubernetes took the pod away (not the program failing): each
+#: restarts the gang (the ``DisruptionTarget`` rule of the ``node`` Job's podFailurePolicy counts it).
+DISRUPTION_EVENTS = {
+    "Evicted": "evicted",  # kubelet: node pressure; the API's eviction
+    "Preempted": "preempted",  # scheduler: a higher-priority pod needed the node
+    "TaintManagerEviction": "deleted by the taint manager",  # its node went away or was tainted NoExecute
+    "NodeNotReady": "its node stopped being ready",  # node controller
+}
+#: The events that say a child Job failed (the gang then restarts, or the JobSet fails).
+JOB_FAILURE_EVENTS = ("BackoffLimitExceeded", "PodFailurePolicy", "DeadlineExceeded")
+#: JobSet's event for each restart of the gang ("applying RestartJobSet failure policy action ...").
+GANG_RESTART_EVENT = "RestartJobSetFailurePolicyAction"
+#: JobSet's condition reason (mirrored on the TrainJob) when a ``FailJobSet`` rule matched: our
+#: ``userError`` rule, for an exit code in ``fail_fast_exit_codes``.
+FAIL_FAST_REASON = "FailJobSetFailurePolicyAction"
+
+
+def pod_end(pod: dict) -> str:
+    """Why a ``node`` pod ended, in a few words ("" while it runs): disrupted (the pod's
+    ``DisruptionTarget`` condition, an eviction), else its ``node`` container's exit code."""
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            why = ": ".join(t for t in (cond.get("reason"), cond.get("message")) if t)
+            return f"was disrupted (DisruptionTarget{', ' + why if why else ''})"
+    if status.get("reason") == "Evicted":
+        return f"was evicted ({status.get('message') or 'Evicted'})"
+    first = first_failed_node([pod])
+    return first.how() if first else ""
+
+
+def _name(pod: dict) -> str:
+    return pod["metadata"]["name"]
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """How often a job restarted, of which kind, and why (what of it is known)."""
+
+    #: Restarts of the whole gang by JobSet (``failurePolicy``, up to ``retries``): the newest pods' attempt.
+    gang: int = 0
+    #: Why each gang restart happened, oldest first, where known: "attempt 0: node 1 (pod p) exited with code 3".
+    gang_causes: tuple[str, ...] = ()
+    #: Worker-group restarts inside the running pods (ft_launcher), from the node logs read; None: none read.
+    in_job: Optional[int] = None
+    in_job_cause: str = ""
+    #: Containers the kubelet restarted in place (a runtime whose pods use ``restartPolicy: OnFailure``).
+    in_place: int = 0
+    #: The job failed at once on a user error (a ``fail_fast_exit_codes`` exit code): no restart tried.
+    failed_fast: bool = False
+
+    def note(self, *, finished: bool) -> str:
+        """"after 1 gang restart: ...; 2 in-job restarts by ft_launcher" (a failed job always gets
+        its gang count, "no gang restart" included; a running one only what happened)."""
+        parts = []
+        if self.failed_fast and not self.gang:
+            parts.append("no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job "
+                         "failed at once without using retries")
+        elif self.gang or finished:
+            plural = "s" if self.gang != 1 else ""
+            count = ("no gang restart" if not self.gang else f"after {self.gang} gang restart{plural}") if finished \
+                else f"{self.gang} gang restart{plural} so far"
+            parts.append(count + (f" ({', '.join(self.gang_causes)})" if self.gang_causes else ""))
+        if self.in_job:
+            plural = "s" if self.in_job != 1 else ""
+            cause = f", the last as {self.in_job_cause}" if self.in_job_cause else ""
+            parts.append(f"{self.in_job} in-job restart{plural} by ft_launcher (no pod recreated{cause})")
+        if self.in_place:
+            plural = "s" if self.in_place != 1 else ""
+            parts.append(f"{self.in_place} container restart{plural} in place by the kubelet")
+        return "; ".join(parts)
+
+
+def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str) -> tuple[str, ...]:
+    """Why each of ``gang`` restarts happened: what this process saw of each attempt's failed pod
+    (``seen``, attempt -> "node 1 (pod p) exited with code 3"), else what the events about the job's
+    pods and Jobs still say (the failed pods are deleted with their attempt; events outlive them)."""
+    causes = [f"attempt {attempt}: {seen[attempt]}" for attempt in range(gang) if attempt in seen]
+    if len(causes) == gang:
+        return tuple(causes)
+    mine = [e for e in events if _event_object(e).get("name", "") == trainjob
+            or _event_object(e).get("name", "").startswith(f"{trainjob}-")]
+    said: list[str] = []
+    for e in sorted(mine, key=_event_time):
+        obj, reason, times = _event_object(e), e.get("reason", ""), e.get("count") or 1
+        often = f" ({times} times)" if times > 1 else ""
+        if reason in DISRUPTION_EVENTS and obj.get("kind") == "Pod":
+            said.append(f"pod {obj.get('name')} {DISRUPTION_EVENTS[reason]}{often}: {_event_text(e)}".rstrip(": "))
+        elif reason == "PodFailurePolicy" and obj.get("kind") == "Job":
+            said.append(f"Job {obj.get('name')}{often}: {_event_text(e)}")
+        elif reason in JOB_FAILURE_EVENTS and obj.get("kind") == "Job":
+            # The pod that failed went with its attempt, and its exit code with it.
+            said.append(f"a pod of Job {obj.get('name')} failed{often} ({reason})")
+    said = list(dict.fromkeys(said))
+    return tuple(causes + (["events: " + ", ".join(said)] if said else []))
+
+
+@dataclass
+class JobView:
+    """A TrainJob with its pods, read once per describe, and its Warning events, read at most once
+    (only the states that need them: waiting, and after a gang restart)."""
+
+    cluster: "Cluster"
+    trainjob: dict
+    pods: list[dict]
+    _events: Optional[list[dict]] = field(default=None, repr=False)
+
+    @classmethod
+    def read(cls, cluster: "Cluster", trainjob: dict) -> "JobView":
+        meta = trainjob["metadata"]
+        pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}")
+        return cls(cluster, trainjob, pods)
+
+    @property
+    def name(self) -> str:
+        return self.trainjob["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.trainjob["metadata"]["namespace"]
+
+    @property
+    def nodes(self) -> int:
+        return ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
+
+    @property
+    def events(self) -> list[dict]:
+        if self._events is None:
+            self._events = self.cluster.list("Event", self.namespace, field_selector="type=Warning")
+        return self._events
+
+    @property
+    def node_pods(self) -> list[dict]:
+        return [p for p in self.pods if _step_of(p) == TRAINER_NODE]
+
+    def newest_nodes(self) -> dict[int, dict]:
+        return newest_pods_by_node(self.node_pods)
+
+    def gang_restarts(self) -> int:
+        """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it)."""
+        return max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
+
+    def attempts_seen(self) -> bool:
+        return any(restart_attempt(p) is not None for p in self.node_pods)
+
+    def failures_by_attempt(self) -> dict[int, str]:
+        """Attempt -> how its first ``node`` pod ended, for the pods at hand that failed or were disrupted."""
+        found: dict[int, tuple[str, str]] = {}
+        for pod in self.node_pods:
+            attempt, how = restart_attempt(pod), pod_end(pod)
+            if attempt is None or not how:
+                continue
+            term = next((t for _, t in failed_containers(pod)), {})
+            when = term.get("finishedAt") or pod["metadata"].get("deletionTimestamp") or "~"
+            what = f"node {_labels(pod).get(COMPLETION_INDEX_LABEL, '?')} (pod {_name(pod)}) {how}"
+            if attempt not in found or when < found[attempt][0]:
+                found[attempt] = (when, what)
+        return {attempt: what for attempt, (_, what) in found.items()}
+
+    def restarts(self, *, seen: Optional[dict[int, str]] = None, in_job: Optional[InJobRestarts] = None,
+                 condition_reason: str = "") -> Restarts:
+        """How often the job restarted, of which kind, and why. ``seen``: what this process saw of
+        earlier attempts' failed pods; ``in_job``: ft_launcher's restarts read from node logs."""
+        gang = self.gang_restarts()
+        causes: tuple[str, ...] = ()
+        if gang:
+            causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name)
+        in_place = sum(cs.get("restartCount") or 0 for p in self.newest_nodes().values()
+                       for cs in (p.get("status") or {}).get("containerStatuses") or [])
+        return Restarts(gang=gang, gang_causes=causes, in_job=in_job.count if in_job else None,
+                        in_job_cause=in_job.why if in_job else "", in_place=in_place,
+                        failed_fast=condition_reason == FAIL_FAST_REASON)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: AppState
+    message: str
+    #: The job can never start as configured: the caller deletes it (``scheduler._delete_unstartable``).
+    fatal: bool = False
+
+
+def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
+    """What a job that has not started waits for: its initializers, Trainer's Warning about the
+    TrainJob (a JobSet it cannot build), then its pods (``pending_reason``)."""
+    pods = view.node_pods
+    initializing = initializer_progress(view.pods)
+    if initializing and not pods:
+        return Verdict(AppState.PENDING, initializing)
+    if not pods:
+        # Trainer reports a JobSet it cannot build only as a Warning event on the TrainJob.
+        warning = trainjob_warning(view.events, view.name)
+        if warning:
+            return Verdict(AppState.PENDING, warning)
+    reason = pending_reason(pods, view.events, nodes)
+    if reason.fatal:
+        return Verdict(AppState.FAILED, f"{reason.message}; the TrainJob was deleted", fatal=True)
+    return Verdict(AppState.PENDING if pods else state, reason.message)
+
+
+#: Lines of the failed node's output quoted in a failure summary.
+SUMMARY_TAIL = 10
+#: Lines of the failed node's log read to find why it failed (torchrun's report and the traceback).
+DIAGNOSIS_TAIL = 300
+
+
+def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optional["NodeLogKeeper"] = None,
+               *, seen: Optional[dict[int, str]] = None) -> str:
+    """Why a job failed: the failed rank and its exception (``read_rank_failure``), Trainer's
+    condition, the first node that failed with its exit code or signal (or the initializer or
+    preflight check that failed), the restarts before, and that node's last lines (its traceback
+    when there is one). Every node's log is saved once to ``<job_dir>/logs/node-<i>.log`` (pods
+    and their logs vanish when the job is deleted)."""
+    from nemo_kubeflow.logs import node_log_path, save_node_logs
+
+    cluster, namespace = view.cluster, view.namespace
+    pods = view.newest_nodes()
+    # An initializer or a preflight check that failed explains the failure better than a node.
+    step = failed_step(view.pods)
+    first = first_failed_node(list(pods.values()))
+    detail = step or (first.detail() if first else "")
+    headline, quoted, tail = "", [], []
+    if first is not None and not step:
+        try:
+            tail = list(cluster.pod_log(first.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
+        except ClusterError:
+            tail = []
+        why = read_rank_failure(tail, first.exit_code)
+        headline = why.headline(int(first.index) if first.index.isdigit() else None)
+        quoted = list(why.traceback[-SUMMARY_TAIL:]) or tail[-SUMMARY_TAIL:]
+    in_job = keeper_in_job_restarts(keeper)
+    from_tail = read_in_job_restarts(tail) if tail else None
+    if from_tail and (in_job is None or from_tail.count > in_job.count):
+        in_job = from_tail
+    restarts = view.restarts(seen=seen, in_job=in_job, condition_reason=failed_reason(view.trainjob)) \
+        if view.attempts_seen() or in_job else None
+    parts = [p for p in (headline, condition, detail, restarts.note(finished=True) if restarts else "") if p]
+    if quoted:
+        parts.append(f"last lines of node {first.index}:\n" + "\n".join(f"    {line}" for line in quoted))
+    if job_dir:
+        saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
+        if keeper is not None:
+            # The nodes whose pods are gone: their last lines, kept while the job was waited for.
+            keeper.save()
+        if saved:
+            parts.append(f"node logs saved in {saved}")
+    nodes = view.nodes
+    gone = sorted(set(range(nodes)) - set(pods)
+                  - ({i for i in range(nodes) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()))
+    if gone:
+        # The Job controller deletes a failed Job's running pods, and their logs with them.
+        parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
+                     "job failed (follow the logs while it runs to keep them)")
+    return "; ".join(parts)
+
+
+def failed_reason(trainjob: dict) -> str:
+    """The reason of the TrainJob's ``Failed`` condition ("" when it has none)."""
+    return next((c.get("reason") or "" for c in (trainjob.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Failed" and c.get("status") == "True"), "")
+
+
+def keeper_in_job_restarts(keeper: Optional["NodeLogKeeper"]) -> Optional[InJobRestarts]:
+    """ft_launcher's restarts in the lines a ``NodeLogKeeper`` holds (the most any node logged)."""
+    if keeper is None:
+        return None
+    found = [read_in_job_restarts(lines) for lines in keeper.kept_lines().values()]
+    return max(found, key=lambda r: (r.count, bool(r.why)), default=None)

@@ -25,9 +25,7 @@ from nemo_kubeflow.constants import (
     TRAINER_NODE,
     TRAINJOB_KIND,
 )
-from nemo_kubeflow.diagnosis import read_rank_failure
-from nemo_kubeflow.status import first_failed_node, gang_restarts_note, job_status, newest_pods_by_node
-from nemo_kubeflow.steps import failed_step
+from nemo_kubeflow.status import job_status, newest_pods_by_node
 
 
 def node_selector(trainjob: str, index: Optional[int] = None) -> str:
@@ -120,52 +118,6 @@ def warn_when_silent(lines: Iterator[str], seconds: float, warning: Callable[[fl
 
 
 log = logging.getLogger(__name__)
-#: Lines of the failed node's output quoted in a failure summary.
-SUMMARY_TAIL = 10
-#: Lines of the failed node's log read to find why it failed (torchrun's report and the traceback).
-DIAGNOSIS_TAIL = 300
-
-
-def failure_summary(cluster: Cluster, namespace: str, trainjob: str, condition: str, job_dir: str = "",
-                    keeper: Optional["NodeLogKeeper"] = None) -> str:
-    """Why a job failed: the failed rank and its exception (``diagnosis``), Trainer's condition,
-    the first node that failed with its exit code or signal, and that node's last lines (its
-    traceback when there is one). Every node's log is saved once to ``<job_dir>/logs/node-<i>.log``
-    (pods and their logs vanish when the job is deleted)."""
-    all_pods = cluster.list("Pod", namespace, f"{JOBSET_NAME_LABEL}={trainjob}")
-    node_pods = [p for p in all_pods if p["metadata"].get("labels", {}).get(REPLICATED_JOB_LABEL) == TRAINER_NODE]
-    pods = newest_pods_by_node(node_pods)
-    # An initializer or a preflight check that failed explains the failure better than a node.
-    step = failed_step(all_pods)
-    first = first_failed_node(list(pods.values()))
-    detail = step or (f"node {first.index} (pod {first.pod}) {first.how()}" if first else "")
-    headline, quoted = "", []
-    if first is not None and not step:
-        try:
-            tail = list(cluster.pod_log(first.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
-        except ClusterError:
-            tail = []
-        why = read_rank_failure(tail, first.exit_code)
-        headline = why.headline(int(first.index) if first.index.isdigit() else None)
-        quoted = list(why.traceback[-SUMMARY_TAIL:]) or tail[-SUMMARY_TAIL:]
-    parts = [p for p in (headline, condition, detail, gang_restarts_note(node_pods)) if p]
-    if quoted:
-        parts.append(f"last lines of node {first.index}:\n" + "\n".join(f"    {line}" for line in quoted))
-    if job_dir:
-        saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
-        if keeper is not None:
-            # The nodes whose pods are gone: their last lines, kept while the job was waited for.
-            keeper.save()
-        if saved:
-            parts.append(f"node logs saved in {saved}")
-    nodes = ((cluster.get(TRAINJOB_KIND, trainjob, namespace) or {}).get("spec", {}).get("trainer") or {}).get("numNodes")
-    gone = sorted(set(range(nodes or 0)) - set(pods)
-                  - ({i for i in range(nodes or 0) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()))
-    if gone:
-        # The Job controller deletes a failed Job's running pods, and their logs with them.
-        parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
-                     "job failed (follow the logs while it runs to keep them)")
-    return "; ".join(parts)
 
 
 def node_log_path(job_dir: str, index: int) -> str:
@@ -255,6 +207,11 @@ class NodeLogKeeper:
     def stop(self) -> None:
         """Stop following (a stream that is still open ends with its pod)."""
         self._stopped.set()
+
+    def kept_lines(self) -> dict[int, list[str]]:
+        """Node index -> the lines kept so far (for ``diagnosis``: ft_launcher's restarts while running)."""
+        with self._lock:
+            return {i: list(lines) for i, lines in self._lines.items()}
 
     def save(self) -> list[int]:
         """Write the kept lines of each node without a file yet; the nodes written."""

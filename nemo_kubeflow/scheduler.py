@@ -30,29 +30,18 @@ from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
 from nemo_kubeflow import finished_jobs, interrupt, node_avoidance, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
-from nemo_kubeflow.constants import (
-    JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND,
-)
+from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND
+from nemo_kubeflow.diagnosis import InJobRestarts, JobView, Restarts, keeper_in_job_restarts, why_failed, why_waiting
 from nemo_kubeflow.errors import ClusterError, ConfigError
 from nemo_kubeflow.executor import KubeflowExecutor
-from nemo_kubeflow.logs import (
-    NodeLogKeeper,
-    failure_summary,
-    node_log_lines,
-    node_log_path,
-    node_selector,
-    tee_to_file,
-)
+from nemo_kubeflow.logs import NodeLogKeeper, node_log_lines, node_log_path, tee_to_file
 from nemo_kubeflow.status import (
-    initializer_progress,
     job_status,
     owned_workload,
-    pending_reason,
     queue_name,
     queue_wait_message,
     running_for_at_least,
     stall_message,
-    trainjob_warning,
 )
 
 if TYPE_CHECKING:
@@ -141,6 +130,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         self._reported_failure: dict[str, bool] = {}
         #: app id -> (when, warning) of the last stall check: NeMo-Run's wait loop polls often.
         self._stall_checked: dict[str, tuple[float, str]] = {}
+        #: app id -> gang attempt -> how its failed pod ended, as this process saw it: JobSet deletes an
+        #: attempt's pods when it restarts the gang, so later describes only have the events.
+        self._failures_seen: dict[str, dict[int, str]] = {}
+        #: app id -> the most ft_launcher restarts the kept node logs showed (old lines leave the keeper).
+        self._in_job_seen: dict[str, InJobRestarts] = {}
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
     def _run_opts(self) -> runopts:
@@ -220,25 +214,51 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             state, message = AppState.PENDING, self._why_queued(cluster, namespace, trainjob, queue)
             self._report_progress(app_id, state, message)
         elif waiting:
-            state, message = self._why_waiting(cluster, namespace, name, nodes, record, state)
+            verdict = why_waiting(JobView.read(cluster, trainjob), nodes, state)
+            state, message = verdict.state, verdict.message
+            if verdict.fatal:
+                self._delete_unstartable(cluster, namespace, name, record, message)
             self._report_progress(app_id, state, message)
         elif state == AppState.FAILED:
-            message = failure_summary(cluster, namespace, name, message, record.job_dir if record else "",
-                                      keeper=self._keepers.get(app_id))
+            view = self._view(app_id, cluster, trainjob)
+            message = why_failed(view, message, record.job_dir if record else "", keeper=self._keepers.get(app_id),
+                                 seen=self._failures_seen.get(app_id))
             self._report_failure(app_id, message)
-        elif state == AppState.RUNNING and record is not None:
-            if record.job_dir:
+        elif state == AppState.RUNNING:
+            view = self._view(app_id, cluster, trainjob)
+            if record is not None and record.job_dir:
                 self._keep_logs(app_id, cluster, namespace, name, nodes, record.job_dir)
-            if record.stall_warning_seconds:
-                message = self._stall_warning_throttled(app_id, cluster, namespace, trainjob,
-                                                        record.stall_warning_seconds) or message
+            facts = [self._restarts(app_id, view).note(finished=False)]
+            if record is not None and record.stall_warning_seconds:
+                facts.insert(0, self._stall_warning_throttled(app_id, cluster, view, record.stall_warning_seconds))
+            message = "; ".join(f for f in facts if f) or message
         if trainjob is not None and not is_terminal(state):
             message = "; ".join(m for m in (message, node_avoidance.check(cluster, namespace, name, trainjob, nodes))
                                 if m)
+        if state == AppState.RUNNING:
+            # NeMo-Run's wait and `nemo experiment status` show only the state: say what changed.
+            self._report_progress(app_id, state, message)
         if is_terminal(state) and app_id in self._keepers:
             self._keepers.pop(app_id).stop()
         interrupt.check_wait(app_id, is_terminal(state))
         return self._response(app_id, state, message, nodes, role_of(trainjob))
+
+    def _view(self, app_id: str, cluster: Cluster, trainjob: dict) -> JobView:
+        """The job's pods (one read), noting how each gang attempt's failed pod ended while it is at hand."""
+        view = JobView.read(cluster, trainjob)
+        seen = self._failures_seen.setdefault(app_id, {})
+        for attempt, how in view.failures_by_attempt().items():
+            seen.setdefault(attempt, how)
+        return view
+
+    def _restarts(self, app_id: str, view: JobView) -> Restarts:
+        """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
+        the node logs this process keeps while it waits (none read otherwise)."""
+        in_job = keeper_in_job_restarts(self._keepers.get(app_id))
+        best = self._in_job_seen.get(app_id)
+        if in_job is not None and (best is None or in_job.count >= best.count):
+            self._in_job_seen[app_id] = best = in_job
+        return view.restarts(seen=self._failures_seen.get(app_id), in_job=best)
 
     def _keep_logs(self, app_id: str, cluster: Cluster, namespace: str, name: str, nodes: int, job_dir: str) -> None:
         """From the second time a running job is described in this process (a wait polls; one status
@@ -259,25 +279,23 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] failed: {escape(message)}", highlight=False)
 
 
-    def _stall_warning_throttled(self, app_id: str, cluster: Cluster, namespace: str, trainjob: dict,
-                                 seconds: int) -> str:
+    def _stall_warning_throttled(self, app_id: str, cluster: Cluster, view: JobView, seconds: int) -> str:
         """``_stall_warning``, not checked again before a tenth of the threshold (30 s at most) has passed."""
         checked_at, warning = self._stall_checked.get(app_id, (float("-inf"), ""))
         if time.monotonic() - checked_at >= min(30.0, seconds / 10):
-            warning = self._stall_warning(cluster, namespace, trainjob, seconds)
+            warning = self._stall_warning(cluster, view, seconds)
             self._stall_checked[app_id] = (time.monotonic(), warning)
         return warning
 
     @staticmethod
-    def _stall_warning(cluster: Cluster, namespace: str, trainjob: dict, seconds: int) -> str:
-        """Which running nodes printed nothing for ``seconds``: no read at all while the job is younger
-        than that, then one pod list and one short log read (``sinceSeconds``) per node."""
+    def _stall_warning(cluster: Cluster, view: JobView, seconds: int) -> str:
+        """Which running nodes printed nothing for ``seconds``: no log read while the job is younger
+        than that, then one short log read (``sinceSeconds``) per node (the pods are the view's)."""
         now = datetime.now(timezone.utc)
-        created = trainjob["metadata"].get("creationTimestamp")
+        created = view.trainjob["metadata"].get("creationTimestamp")
         if not created or (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() < seconds:
             return ""
-        name = trainjob["metadata"]["name"]
-        pods = cluster.list("Pod", namespace, node_selector(name))
+        namespace, pods = view.namespace, view.node_pods
         silent = [index for index, pod in sorted(running_for_at_least(pods, seconds, now).items())
                   if not any(True for _ in cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=1,
                                                            since_seconds=seconds))]
@@ -293,37 +311,25 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             workloads = []
         return queue_wait_message(queue, owned_workload(workloads, trainjob))
 
-    def _why_waiting(self, cluster: Cluster, namespace: str, name: str, nodes: int,
-                     record: Optional[records.AppRecord], state: AppState) -> tuple[AppState, str]:
-        """While a job has not started: what it waits for (two reads: its pods, Warning events)."""
-        all_pods = cluster.list("Pod", namespace, f"{JOBSET_NAME_LABEL}={name}")
-        pods = [p for p in all_pods if p["metadata"].get("labels", {}).get(REPLICATED_JOB_LABEL) == TRAINER_NODE]
-        events = cluster.list("Event", namespace, field_selector="type=Warning")
-        initializing = initializer_progress(all_pods)
-        if initializing and not pods:
-            return AppState.PENDING, initializing
-        if not pods:
-            # Trainer reports a JobSet it cannot build only as a Warning event on the TrainJob.
-            warning = trainjob_warning(events, name)
-            if warning:
-                return AppState.PENDING, warning
-        reason = pending_reason(pods, events, nodes)
-        if not reason.fatal:
-            return (AppState.PENDING if pods else state), reason.message
-        # It can never start as configured: stop waiting, and free the cluster.
-        message = f"{reason.message}; the TrainJob was deleted"
+    @staticmethod
+    def _delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Optional[records.AppRecord],
+                            message: str) -> None:
+        """A job that can never start as configured (``diagnosis.why_waiting`` says fatal: an image the
+        registry does not have): stop waiting and free the cluster. The TrainJob is deleted, and the app
+        record keeps the outcome, so that later describes (which find no TrainJob) still report it."""
         cluster.delete(TRAINJOB_KIND, name, namespace)
         if record is not None:
             records.save(dataclasses.replace(record, outcome_state=AppState.FAILED.name, outcome_message=message))
-        return AppState.FAILED, message
 
     def _report_progress(self, app_id: str, state: AppState, message: str) -> None:
-        """Show what a waiting job waits for, in NeMo-Run's console, when it changes."""
+        """Show what a waiting job waits for, or how often a running one restarted, in NeMo-Run's console,
+        when it changes."""
         if message and self._last_progress.get(app_id) != message:
             self._last_progress[app_id] = message
             from nemo_run.core.frontend.console.api import CONSOLE
+            from rich.markup import escape
 
-            CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {message}")
+            CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {escape(message)}")
 
     @staticmethod
     def _response(app_id: str, state: AppState, message: str, nodes: int, role: str) -> DescribeAppResponse:

@@ -5,24 +5,25 @@ Trainer v2.3 sets only three condition types on a TrainJob (``Suspended``,
 from the JobSet) and the pods. The table below is checked in order; the first
 row that matches wins.
 
-| TrainJob                                    | AppState  | why                                        |
-|---------------------------------------------|-----------|--------------------------------------------|
-| not found (404)                             | CANCELLED | deleted: cancelled, or removed by someone  |
-| condition Complete=True                     | SUCCEEDED | every node finished with exit code 0       |
-| condition Failed=True                       | FAILED    | JobSet failed after its restarts, deadline |
-| being deleted (deletionTimestamp)           | CANCELLED | cancel in progress                         |
-| condition Suspended=True                    | PENDING   | waiting for resume or a queue's admission  |
-| ``node`` job ready or succeeded             | RUNNING   | every pod of the job is ready (or done)    |
-| ``node`` job active, not ready              | PENDING   | pods starting                              |
-| anything else                               | SUBMITTED | created, pods not there yet                |
+| TrainJob                          | AppState  | why                                        | ``describe`` also reads (``diagnosis``)      |
+|-----------------------------------|-----------|--------------------------------------------|----------------------------------------------|
+| not found (404)                   | CANCELLED | deleted: cancelled, or removed by someone  | nothing                                      |
+| condition Complete=True           | SUCCEEDED | every node finished with exit code 0       | nothing                                      |
+| condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | pods, the failed node's last lines, each node's log once (with a job dir); Warning events after a gang restart |
+| being deleted (deletionTimestamp) | CANCELLED | cancel in progress                         | nothing                                      |
+| condition Suspended=True          | PENDING   | waiting for resume or a queue's admission  | nothing; Kueue's Workloads in a queue        |
+| ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | pods; Warning events after a gang restart; past ``stall_warning_seconds``, one short log read per node (throttled) |
+| ``node`` job active, not ready    | PENDING   | pods starting                              | pods, Warning events                         |
+| anything else                     | SUBMITTED | created, pods not there yet                | pods, Warning events                         |
 
-A suspended TrainJob with Kueue's queue-name label waits for its queue: the scheduler then lists
-the namespace's Workloads (one more read, only in that state) and ``queue_wait_message`` says why.
-
-Status costs one GET (the TrainJob). ``jobsStatus`` mirrors JobSet's
+``job_status`` needs only the TrainJob (one GET). ``jobsStatus`` mirrors JobSet's
 ``replicatedJobsStatus``, which counts child *Jobs*, not pods: our runtime has one Job of
-N pods, and JobSet counts it ready once all its pods are ready or succeeded. Per-pod
-detail needs a pod list, which logs and failure reports do.
+N pods, and JobSet counts it ready once all its pods are ready or succeeded. What ``describe``
+adds (why a job waits or failed, how often it restarted and why) needs the pods: the last
+column is what one describe reads besides the TrainJob, each at most once (``diagnosis.JobView``).
+A suspended TrainJob with Kueue's queue-name label waits for its queue: describe then lists the
+namespace's Workloads and ``queue_wait_message`` says why. A job that can never start (an image
+the registry does not have) is deleted by describe (``scheduler._delete_unstartable``), one DELETE.
 
 A pod that fails while the JobSet restarts the gang is *not* a job failure: only the
 ``Failed`` condition, which Trainer sets once the JobSet gives up, is.
@@ -36,8 +37,7 @@ from typing import Optional, Sequence
 
 from torchx.specs import AppState
 
-from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, QUEUE_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL
-from nemo_kubeflow.steps import INITIALIZER_STEPS
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, QUEUE_LABEL
 
 
 @dataclass(frozen=True)
@@ -102,122 +102,6 @@ def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
     return JobStatus(AppState.SUBMITTED, "waiting for pods")
 
 
-@dataclass(frozen=True)
-class NodeFailure:
-    """The first ``node`` container that ended with a non-zero exit code."""
-
-    index: str
-    pod: str
-    exit_code: Optional[int]
-    #: The kubelet's reason ("Error", "OOMKilled", "StartError"...).
-    reason: str
-
-    def how(self) -> str:
-        code = self.exit_code
-        how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
-        extra = f" ({self.reason})" if self.reason and self.reason not in ("Error", "Completed") else ""
-        return how + extra
-
-
-def first_failed_node(pods: Sequence[dict]) -> Optional[NodeFailure]:
-    """Which node failed first, from the pods' ``node`` container statuses (None if none did)."""
-    failures = []
-    for pod in pods:
-        labels = pod.get("metadata", {}).get("labels", {})
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") != "node":
-                continue
-            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-            if term and term.get("exitCode", 0) != 0:
-                failures.append((term.get("finishedAt") or "", NodeFailure(
-                    labels.get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"], term.get("exitCode"),
-                    term.get("reason") or "")))
-    return min(failures, key=lambda f: f[0])[1] if failures else None
-
-
-def failure_detail(pods: Sequence[dict]) -> str:
-    """Which node failed first and how, from the pods' container statuses ("" if none did).
-
-    Trainer's ``Failed`` condition copies JobSet's text ("first failed job: ..."), which
-    names neither the pod nor the exit code; the kubelet's container status has both.
-    """
-    first = first_failed_node(pods)
-    return f"node {first.index} (pod {first.pod}) {first.how()}" if first else ""
-
-
-def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
-    """The newest Warning event about the TrainJob itself, as "Reason: message" ("" if none).
-
-    Events come from both recorders (core ``firstTimestamp``/``lastTimestamp`` and
-    events.k8s.io ``eventTime``), so either time is used to order them.
-    """
-    def when(e: dict) -> str:
-        return e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or ""
-
-    warnings = [
-        e for e in events
-        if e.get("type") == "Warning"
-        and (e.get("involvedObject") or e.get("regarding") or {}).get("kind") == "TrainJob"
-        and (e.get("involvedObject") or e.get("regarding") or {}).get("name") == trainjob
-    ]
-    if not warnings:
-        return ""
-    newest = max(warnings, key=when)
-    return f"{newest.get('reason')}: {newest.get('message') or newest.get('note') or ''}".rstrip(": ")
-
-
-# Registry answers that no amount of waiting fixes.
-_PERMANENT_PULL_ERRORS = ("not found", "manifest unknown", "unauthorized", "denied", "no such host",
-                          "invalid reference format")
-
-
-@dataclass(frozen=True)
-class PendingReason:
-    message: str
-    #: The job can never start as configured (an image that does not exist): stop waiting.
-    fatal: bool = False
-
-
-def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> PendingReason:
-    """Why a job that has not started yet is waiting, from its pods and their events.
-
-    Checked in order: image pulls (fatal when the registry says the image does not exist),
-    missing Secret/ConfigMap keys, scheduling, volumes, then "k/N nodes running".
-    """
-    newest = newest_pods_by_node(pods)
-    for index, pod in sorted(newest.items()):
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            reason, message = waiting.get("reason", ""), waiting.get("message", "")
-            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
-                text = _pull_error(pod, cs["name"], events) or message
-                fatal = reason == "InvalidImageName" or any(p in text.lower() for p in _PERMANENT_PULL_ERRORS)
-                return PendingReason(f"image {cs.get('image', '')!r} cannot be pulled on node {index}: {text}", fatal)
-            if reason == "CreateContainerConfigError":
-                return PendingReason(f"node {index} cannot start: {message}")
-    for index, pod in sorted(newest.items()):
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                return PendingReason(f"node {index} cannot be scheduled: {cond.get('message', cond.get('reason', ''))}")
-    pod_names = {p["metadata"]["name"] for p in newest.values()}
-    mounts = [e for e in events if e.get("reason") == "FailedMount"
-              and (e.get("involvedObject") or {}).get("name") in pod_names]
-    if mounts:
-        return PendingReason(f"a volume cannot be mounted: {mounts[-1].get('message', '')}")
-    running = sum(1 for p in newest.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded"))
-    return PendingReason(f"{running}/{nodes} nodes running")
-
-
-def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
-    """The kubelet's 'Failed to pull image' event text for this container, if any."""
-    for e in reversed(list(events)):
-        obj = e.get("involvedObject") or {}
-        if (e.get("reason") == "Failed" and obj.get("name") == pod["metadata"]["name"]
-                and container in (obj.get("fieldPath") or "") and "pull" in (e.get("message") or "").lower()):
-            return e["message"]
-    return ""
-
-
 def owned_workload(workloads: Sequence[dict], trainjob: dict) -> Optional[dict]:
     """The Kueue Workload that stands for ``trainjob`` in its queue (Kueue makes the TrainJob its owner)."""
     uid = trainjob.get("metadata", {}).get("uid")
@@ -255,36 +139,9 @@ def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
     return text
 
 
-def initializer_progress(pods: Sequence[dict]) -> str:
-    """``initializing: dataset-initializer Running, ..." while initializer pods exist (``""`` otherwise)."""
-    phases = {}
-    for pod in pods:
-        step = pod.get("metadata", {}).get("labels", {}).get(REPLICATED_JOB_LABEL)
-        if step in INITIALIZER_STEPS:
-            phases[step] = (pod.get("status") or {}).get("phase", "Pending")
-    if not phases:
-        return ""
-    return "initializing: " + ", ".join(f"{step} {phase}" for step, phase in sorted(phases.items()))
-
-
 def queue_name(trainjob: Optional[dict]) -> str:
     """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
     return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")
-
-
-def gang_restarts_note(pods: Sequence[dict]) -> str:
-    """How many times JobSet restarted the whole gang before the pods at hand ("" if never).
-
-    JobSet labels each pod with its attempt (``jobset.sigs.k8s.io/restart-attempt``), so the newest
-    pods tell the count without reading events. A failure the ``podFailurePolicy`` classes as a user
-    error fails the job without a restart: "no gang restart" then says the budget was left untouched.
-    """
-    attempts = [int(v) for p in pods if (v := ((p.get("metadata") or {}).get("labels") or {})
-                                          .get(RESTART_ATTEMPT_LABEL, "")).isdigit()]
-    if not attempts:
-        return ""
-    count = max(attempts)
-    return "no gang restart" if count == 0 else f"after {count} gang restart{'s' if count > 1 else ''}"
 
 
 def running_for_at_least(pods: Sequence[dict], seconds: float, now: datetime) -> dict[int, str]:

@@ -251,3 +251,45 @@ def test_empty_secret_source_is_refused_before_anything_is_sent(local, tmp_path,
             exp.add(run.Script(inline="echo $TOKEN"), name="emptysecret")
             exp.run(detach=True)
     assert not [r for r in local.requests if r.verb in ("create", "patch", "update", "delete")]
+
+
+def describe_cost(local, app_id):
+    """What one describe by a new scheduler (as `nemo experiment status` makes) sends for this job, from the
+    local API server's request log: "verb resource" of each request, sorted. The log also has what other
+    tests' log followers send; those name other jobs, and are left out."""
+    name = app_id.split(":", 1)[1]
+    local.clear_requests()
+    desc = create_scheduler("cost").describe(app_id)
+    mine = [r for r in local.requests
+            if (r.name or "").startswith(name) or name in r.query.get("labelSelector", "")
+            or (r.resource == "events" and r.verb == "list")]
+    return desc, sorted(f"{r.verb} {r.resource}" for r in mine)
+
+
+def test_what_a_describe_costs_in_each_state(local):
+    """The last column of status.py's table, counted over HTTP: pods and events are read once per describe,
+    and only in the states that need them; a finished job costs its one GET."""
+    _, done = submit(local, "costdone")
+    local.wait_for(lambda: create_scheduler("t").describe(done).state == AppState.SUCCEEDED, timeout=60)
+    desc, requests = describe_cost(local, done)
+    assert desc.state == AppState.SUCCEEDED and requests == ["get trainjobs"], requests
+
+    _, running = submit(local, "costrun", script="sleep 60")
+    local.wait_for(lambda: create_scheduler("t").describe(running).state == AppState.RUNNING, timeout=60)
+    desc, requests = describe_cost(local, running)
+    assert desc.state == AppState.RUNNING and desc.msg == "", desc.msg  # no restart: nothing to add
+    assert requests == ["get trainjobs", "list pods"], requests
+    create_scheduler("t").cancel(running)
+
+    _, pending = submit(local, "costpend", gpus_per_node=1)
+    wait_for_message(pending, "cannot be scheduled")
+    desc, requests = describe_cost(local, pending)
+    assert desc.state == AppState.PENDING and requests == ["get trainjobs", "list events", "list pods"], requests
+    create_scheduler("t").cancel(pending)
+
+    _, failed = submit(local, "costfail", script="exit 3")
+    wait_for_message(failed, "exited with code 3", timeout=60)  # the first describe saves each node's log
+    desc, requests = describe_cost(local, failed)
+    assert desc.state == AppState.FAILED and "no gang restart" in desc.msg, desc.msg
+    # The TrainJob once (not again for its node count), the pods once, the failed node's last lines.
+    assert requests == ["get pods/log", "get trainjobs", "list pods"], requests

@@ -34,7 +34,8 @@ from nemo_kubeflow import initializers as inits
 from nemo_kubeflow.local import initializer as local_initializer
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.scheduler import create_scheduler
-from nemo_kubeflow.steps import failed_step, step_selector
+from nemo_kubeflow.diagnosis import failed_step
+from nemo_kubeflow.steps import step_selector
 from nemo_kubeflow.validation import check_manifests
 from nemo_kubeflow.yamlio import dump_all
 

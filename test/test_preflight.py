@@ -15,7 +15,8 @@ from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
 from nemo_kubeflow.local.kubelet import expand
 from nemo_kubeflow.plan import build_submission
 from nemo_kubeflow.render import templates_dir
-from nemo_kubeflow.steps import failed_step, step_selector
+from nemo_kubeflow.diagnosis import failed_step
+from nemo_kubeflow.steps import step_selector
 from nemo_kubeflow.validation import check_manifests
 
 SCRIPT = templates_dir() / "preflight.sh"

@@ -48,7 +48,7 @@ def pod(index, name, code=None, finished="2026-01-01T00:00:01Z", reason="Error")
 
 
 def test_failure_detail_names_the_first_failed_node():
-    from nemo_kubeflow.status import failure_detail
+    from nemo_kubeflow.diagnosis import failure_detail
 
     pods = [pod(0, "j-node-0-0-a", 137, "2026-01-01T00:00:05Z", "OOMKilled"),
             pod(1, "j-node-0-1-b", 3, "2026-01-01T00:00:02Z"), pod(2, "j-node-0-2-c")]
@@ -58,7 +58,7 @@ def test_failure_detail_names_the_first_failed_node():
 
 
 def test_initializer_progress():
-    from nemo_kubeflow.status import initializer_progress
+    from nemo_kubeflow.diagnosis import initializer_progress
 
     def p(step, phase):
         return {"metadata": {"labels": {"jobset.sigs.k8s.io/replicatedjob-name": step}}, "status": {"phase": phase}}

@@ -4,6 +4,7 @@ import json
 import re
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -40,12 +41,15 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
         shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
         launcher=run.FaultTolerance(max_restarts=2, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60),
     )
-    task = run.Partial(workloads.fault_tolerant_steps, steps=40, pid_dir=str(tmp_path))
+    task = run.Partial(workloads.fault_tolerant_steps, steps=60, pid_dir=str(tmp_path))
     core = core_api(cluster)
     with run.Experiment("ft-inj", executor=executor, log_level="WARN") as exp:
         exp.add(task, name="train")
         exp.run(sequential=True)
         first = wait_for(lambda: len(pid_files(tmp_path)) == 2 and pid_files(tmp_path), timeout=120)
+        # A waiting process keeps each node's log from its second describe on: status counts ft_launcher's restarts.
+        watcher, app_id = create_scheduler("watch"), app_id_of(exp.jobs[0].handle)
+        assert [watcher.describe(app_id).msg for _ in range(2)] == ["", ""]  # running, no restart yet
         pods_before = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod("default").items
                        if p.metadata.labels.get("jobset.sigs.k8s.io/jobset-name", "").startswith("ft-inj")}
         assert len(pods_before) == 2
@@ -56,7 +60,12 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
         except AssertionError:
             raise AssertionError("".join(core.read_namespaced_pod_log(n, "default") for n in pods_before)) from None
         recovery = time.monotonic() - killed_at
+        restarted = wait_for(lambda: (d := watcher.describe(app_id)).state == AppState.RUNNING
+                             and "in-job restart" in d.msg and d, timeout=60)
         job = exp.jobs[0]
+    # Every agent logs the group's restart; the killed rank's agent says how its worker ended.
+    assert restarted.msg == ("1 in-job restart by ft_launcher (no pod recreated, the last as local rank 0 killed by "
+                             "signal 9)"), restarted.msg
     assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED
     pods = [p for p in core.list_namespaced_pod("default").items if p.metadata.name in pods_before]
     # The same pods, never restarted: the rank came back inside them.
@@ -64,8 +73,8 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
     assert all(s.restart_count == 0 for p in pods for s in p.status.container_statuses)
     logs = "".join(core.read_namespaced_pod_log(name, "default") for name in pods_before)
     # ft_launcher prefixes each worker's lines (`--tee 3`): "[default0]:rank 0 finished 40 steps".
-    assert sorted(line.rsplit(":", 1)[-1] for line in logs.splitlines() if "finished 40 steps" in line) == [
-        f"rank {r} finished 40 steps" for r in range(2)], logs
+    assert sorted(line.rsplit(":", 1)[-1] for line in logs.splitlines() if "finished 60 steps" in line) == [
+        f"rank {r} finished 60 steps" for r in range(2)], logs
     # Every rank was restarted once (the killed one and its peer), as new processes.
     assert {p.name.split("-")[0] for p in pid_files(tmp_path)[2:]} | {p.name.split("-")[0] for p in first} == {
         "rank0", "rank1"}
@@ -107,7 +116,8 @@ def test_user_error_fails_at_once_without_using_restarts(cluster):
     assert state == AppState.FAILED
     assert failed_condition(trainjob)["reason"] == "FailJobSetFailurePolicyAction", trainjob["status"]
     assert "PodFailurePolicy" in reasons and "RestartJobSetFailurePolicyAction" not in reasons, reasons
-    assert "exited with code 1" in message and "no gang restart" in message, message
+    assert "exited with code 1" in message and "no gang restart: its exit code is in fail_fast_exit_codes (a user " \
+        "error), so the job failed at once without using retries" in message, message
 
 
 def test_other_failures_restart_the_gang_up_to_retries(cluster):
@@ -116,6 +126,39 @@ def test_other_failures_restart_the_gang_up_to_retries(cluster):
     assert failed_condition(trainjob)["reason"] == "ReachedMaxRestarts", trainjob["status"]
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1 and "PodFailurePolicy" not in reasons, reasons
     assert "exited with code 3" in message and "after 1 gang restart" in message, message
+
+
+def test_status_says_how_often_and_why_the_gang_restarted_while_it_runs(cluster, tmp_path, console_script):
+    """Node 1 fails the first attempt (exit 3: not a user error), the gang restarts and runs: a running
+    job's status counts the restart and says why, from one pod list and one event list."""
+    marker = tmp_path / "failed-once"  # the local cluster's pods share this machine's files
+    script = (f'if [ "$PET_NODE_RANK" = 1 ] && [ ! -f {marker} ]; then touch {marker}; exit 3; fi\n'
+              'echo "attempt $NEMO_KUBEFLOW_RESTART_ATTEMPT up"; sleep 120')
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
+                                kubeconfig=str(cluster.kubeconfig_path), retries=2)
+    with run.Experiment("gang-run", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="train")
+        exp.run(detach=True)
+    app_id, name = app_id_of(exp.jobs[0].handle), app_id_of(exp.jobs[0].handle).split(":", 1)[1]
+    desc = wait_for(lambda: (d := create_scheduler("t").describe(app_id)).state == AppState.RUNNING
+                    and "gang restart" in d.msg and d, timeout=90)
+    # The failed pod went with attempt 0; the Job's event says it failed (an eviction would name the pod).
+    assert desc.msg == f"1 gang restart so far (events: a pod of Job {name}-node-0 failed (BackoffLimitExceeded))", \
+        desc.msg
+    cluster.clear_requests()
+    create_scheduler("t").describe(app_id)
+    mine = sorted(f"{r.verb} {r.resource}" for r in cluster.requests if (r.name or "").startswith(name)
+                  or name in r.query.get("labelSelector", "") or r.resource == "events")
+    assert mine == ["get trainjobs", "list events", "list pods"], mine
+    out = subprocess.run([console_script("nemo-kubeflow"), "status", exp._id], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "250"})
+    assert "state: RUNNING" in out.stdout and "why:   1 gang restart so far" in out.stdout, out.stdout + out.stderr
+    # NeMo-Run's own status prints only the state: the restarts are printed with it.
+    out = subprocess.run([console_script("nemo"), "experiment", "status", exp._id], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "400"})
+    shown = " ".join((out.stdout + out.stderr).split())
+    assert "running: 1 gang restart so far (events: a pod of Job" in shown, shown[-3000:]
+    create_scheduler("t").cancel(app_id)
 
 
 def test_without_fail_fast_codes_exit_1_restarts_too(cluster):

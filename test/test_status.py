@@ -124,3 +124,99 @@ def test_rank_failure_without_torchrun_and_without_a_traceback():
     assert read_rank_failure(plain, 1).headline(3) == "node 3: ZeroDivisionError: division by zero"
     assert read_rank_failure(["just output"], 2).headline(0) == ""
     assert read_rank_failure(["sh: 1: exec: torchrun: not found"], 127).missing_command == "torchrun"
+
+
+# --- restarts: how many, of which kind, why (diagnosis.Restarts) ------------------------------------------
+
+def node_pod(index, attempt, *, code=None, conditions=(), reason="", restarts=0):
+    """A `node` pod as the API returns it, of gang attempt `attempt`."""
+    cs = {"name": "node", "restartCount": restarts, "state": {"running": {}}}
+    if code is not None:
+        cs["state"] = {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": "2026-01-01T00:00:02Z"}}
+    status = {"containerStatuses": [cs], "conditions": list(conditions)}
+    if reason:
+        status.update(phase="Failed", reason=reason, message="The node was low on resource: memory.")
+    return {"metadata": {"name": f"j-node-0-{index}-{attempt}x", "creationTimestamp": f"2026-01-01T00:0{attempt}:00Z",
+                         "labels": {"batch.kubernetes.io/job-completion-index": str(index),
+                                    "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                                    "jobset.sigs.k8s.io/restart-attempt": str(attempt)}},
+            "status": status}
+
+
+def event(kind, name, reason, message, count=1, type_="Warning"):
+    return {"type": type_, "reason": reason, "message": message, "count": count,
+            "involvedObject": {"kind": kind, "name": name}, "lastTimestamp": "2026-01-01T00:00:03Z"}
+
+
+def view(pods, events=()):
+    from nemo_kubeflow.diagnosis import JobView
+
+    return JobView(cluster=None, trainjob={"metadata": {"name": "j", "namespace": "ns"}}, pods=list(pods),
+                   _events=list(events))
+
+
+def test_how_a_node_pod_ended_names_disruptions_before_exit_codes():
+    from nemo_kubeflow.diagnosis import pod_end
+
+    disrupted = node_pod(0, 0, code=137, conditions=[{"type": "DisruptionTarget", "status": "True",
+                                                      "reason": "DeletionByTaintManager",
+                                                      "message": "Taint manager: deleting due to NoExecute taint"}])
+    assert pod_end(disrupted) == ("was disrupted (DisruptionTarget, DeletionByTaintManager: Taint manager: deleting "
+                                  "due to NoExecute taint)")
+    assert pod_end(node_pod(0, 0, reason="Evicted")) == "was evicted (The node was low on resource: memory.)"
+    assert pod_end(node_pod(1, 0, code=3)) == "exited with code 3"
+    assert pod_end(node_pod(1, 0)) == ""
+
+
+def test_gang_restarts_while_running_say_why_each_happened():
+    # Attempt 0 ended on an exit code this process saw; attempt 1's pods went before anyone looked:
+    # the events still say a pod was evicted, and the Job failed.
+    events = [event("Pod", "j-node-0-1-1x", "Evicted", "The node was low on resource: memory."),
+              event("Job", "j-node-0", "BackoffLimitExceeded", "Job has reached the specified backoff limit", 2),
+              event("Job", "other-node-0", "BackoffLimitExceeded", "not this job's")]
+    restarts = view([node_pod(0, 2), node_pod(1, 2)], events).restarts(seen={0: "node 1 (pod p) exited with code 3"})
+    assert restarts.gang == 2
+    assert restarts.note(finished=False) == (
+        "2 gang restarts so far (attempt 0: node 1 (pod p) exited with code 3, events: pod j-node-0-1-1x evicted: "
+        "The node was low on resource: memory., a pod of Job j-node-0 failed (2 times) (BackoffLimitExceeded))")
+    # Seen for every attempt: the events are not needed.
+    assert view([node_pod(0, 1)], events).restarts(seen={0: "node 0 (pod q) was evicted (x)"}).gang_causes == (
+        "attempt 0: node 0 (pod q) was evicted (x)",)
+
+
+def test_restart_notes_by_kind():
+    from nemo_kubeflow.diagnosis import InJobRestarts, Restarts
+
+    assert Restarts().note(finished=False) == ""  # a running job that never restarted: nothing to say
+    assert Restarts().note(finished=True) == "no gang restart"
+    assert Restarts(failed_fast=True).note(finished=True) == (
+        "no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job failed at once "
+        "without using retries")
+    assert Restarts(gang=1).note(finished=True) == "after 1 gang restart"
+    assert view([node_pod(0, 0, restarts=2)]).restarts(in_job=InJobRestarts(3, "local rank 0 killed by signal 9"))\
+        .note(finished=False) == ("3 in-job restarts by ft_launcher (no pod recreated, the last as local rank 0 "
+                                  "killed by signal 9); 2 container restarts in place by the kubelet")
+
+
+# What ft_launcher's agents log (nvidia-resiliency-ext 0.4.1's launcher and torchelastic's formats): node 1's
+# worker was SIGKILLed twice; node 0's agent restarted its healthy worker each time with the group.
+FT_NODE_1 = """\
+[default0]:rank 1 step 3
+E1124 01:50:01.000000 812 site-packages/torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: -9) local_rank: 0 (pid: 901) of binary: /usr/bin/python
+I1124 01:50:01.100000 812 site-packages/nvidia_resiliency_ext/fault_tolerance/launcher.py:318] [default] Worker group FAILED. 2/2 attempts left; will restart worker group
+[default0]:rank 1 step 4
+E1124 01:50:09.000000 812 site-packages/torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: -9) local_rank: 0 (pid: 950) of binary: /usr/bin/python
+I1124 01:50:09.100000 812 site-packages/nvidia_resiliency_ext/fault_tolerance/launcher.py:318] [default] Worker group FAILED. 1/2 attempts left; will restart worker group
+""".splitlines()
+FT_NODE_0 = """\
+I1124 01:50:01.200000 700 launcher.py:340] [default] Detected 1 new nodes from group_rank=0; will restart worker group
+I1124 01:50:09.200000 700 launcher.py:443] 1/2 restart attempts left; restarting worker group...
+""".splitlines()
+
+
+def test_in_job_restarts_are_read_from_ft_launchers_log():
+    from nemo_kubeflow.diagnosis import InJobRestarts, read_in_job_restarts
+
+    assert read_in_job_restarts(FT_NODE_1) == InJobRestarts(2, "local rank 0 killed by signal 9")
+    assert read_in_job_restarts(FT_NODE_0) == InJobRestarts(2, "")
+    assert read_in_job_restarts(["[default0]:rank 0 step 1"]) == InJobRestarts(0, "")

@@ -45,8 +45,11 @@ if TYPE_CHECKING:
     from nemo_kubeflow.logs import NodeLogKeeper
 
 ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
-#: torchrun's own exception, raised in the agent after a worker failed: never the root cause.
-_AGENT_ERRORS = ("ChildFailedError",)
+#: Exceptions the launcher's agent logs that are never the root cause: torchrun's own, raised after a
+#: worker failed; ft_launcher's GPU health check on a machine without NVML (logged, then skipped).
+_AGENT_ERRORS = ("ChildFailedError", "NVMLError_LibraryNotFound", "libnvidia-ml.so")
+#: A log line of torchrun's or ft_launcher's agent (the launcher ran on this node).
+_AGENT_LOG = re.compile(r"torch[/.]distributed[/.]elastic|fault_tolerance[/.]")
 _PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:")
 _FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
@@ -144,6 +147,30 @@ def _root_cause(lines: Sequence[str]) -> dict:
     return found
 
 
+#: ft_launcher prints no root-cause report; its agent's last word names the failed global rank:
+#: "Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=0, pid=30546, exitcode=1, ...".
+_FT_FAILURE = re.compile(r"Some rank\(s\) exited with non-zero exit code: \{(?P<rank>\d+): "
+                         r"ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)")
+
+
+def _ft_launcher_failure(lines: Sequence[str]) -> dict:
+    """The fields of ``_root_cause`` from ft_launcher's last failure line ({} when there is none)."""
+    for line in reversed(lines):
+        if m := _FT_FAILURE.search(line):
+            code = int(m["code"])
+            signal_name = ""
+            if code < 0:
+                import signal
+
+                try:
+                    signal_name = signal.Signals(-code).name
+                except ValueError:
+                    signal_name = ""
+            return {"rank": int(m["rank"]), "local_rank": int(m["local"]), "exitcode": code, "signal": signal_name,
+                    "traceback": []}
+    return {}
+
+
 def _tracebacks(lines: Sequence[str]) -> dict[Optional[str], list[list[str]]]:
     """Python tracebacks in the log, by torchrun worker prefix (None: unprefixed), each as its
     lines from "Traceback (most recent call last):" to the exception line."""
@@ -180,7 +207,7 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
             m = _NOT_FOUND.search(line)
             if m:
                 return RankFailure(missing_command=m["cmd"])
-    root = _root_cause(lines)
+    root = _root_cause(lines) or _ft_launcher_failure(lines)
     error = _exception_line(root.get("traceback") or [])
     tb: list[str] = list(root.get("traceback") or []) if error else []
     if not error:
@@ -189,13 +216,15 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
         rank = root.get("rank")
         keys = [k for k in (f"rank{rank}" if rank is not None else None,
                             f"local{local}" if local is not None else None) if k and k in by_worker]
-        candidates = [t for k in keys for t in by_worker[k]]
+        def usable(tracebacks: list[list[str]]) -> list[list[str]]:
+            return [t for t in tracebacks if not any(a in _exception_line(t) for a in _AGENT_ERRORS)]
+
+        candidates = usable([t for k in keys for t in by_worker[k]])
         if not candidates and not root:
             # No torchrun: the process's own traceback, unprefixed.
-            candidates = by_worker.get(None, [])
+            candidates = usable(by_worker.get(None, []))
         if not candidates and len([k for k in by_worker if k is not None]) == 1:
-            candidates = next(v for k, v in by_worker.items() if k is not None)
-        candidates = [t for t in candidates if not any(a in _exception_line(t) for a in _AGENT_ERRORS)]
+            candidates = usable(next(v for k, v in by_worker.items() if k is not None))
         if candidates:
             tb = candidates[-1]
             error = _exception_line(tb)
@@ -279,6 +308,8 @@ class NodeFailure:
     exit_code: Optional[int]
     #: The kubelet's reason ("Error", "OOMKilled", "StartError"...).
     reason: str
+    #: When the container ended (RFC 3339, to the second).
+    finished: str = ""
 
     def how(self) -> str:
         code = self.exit_code
@@ -290,16 +321,17 @@ class NodeFailure:
         return f"node {self.index} (pod {self.pod}) {self.how()}"
 
 
+def failed_nodes(pods: Sequence[dict]) -> list[NodeFailure]:
+    """The ``node`` containers that ended with a non-zero exit code, the first to end first."""
+    failures = [NodeFailure(_labels(pod).get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"],
+                            term.get("exitCode"), term.get("reason") or "", term.get("finishedAt") or "")
+                for pod in pods for cs, term in failed_containers(pod) if cs.get("name") == TRAINER_NODE]
+    return sorted(failures, key=lambda f: f.finished)
+
+
 def first_failed_node(pods: Sequence[dict]) -> Optional[NodeFailure]:
     """Which node failed first, from the pods' ``node`` container statuses (None if none did)."""
-    failures = []
-    for pod in pods:
-        for cs, term in failed_containers(pod):
-            if cs.get("name") == TRAINER_NODE:
-                failures.append((term.get("finishedAt") or "", NodeFailure(
-                    _labels(pod).get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"], term.get("exitCode"),
-                    term.get("reason") or "")))
-    return min(failures, key=lambda f: f[0])[1] if failures else None
+    return next(iter(failed_nodes(pods)), None)
 
 
 def failure_detail(pods: Sequence[dict]) -> str:
@@ -640,6 +672,9 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
 SUMMARY_TAIL = 10
 #: Lines of the failed node's log read to find why it failed (torchrun's report and the traceback).
 DIAGNOSIS_TAIL = 300
+#: Failed nodes whose logs are read to find the failed rank (more than one only when a launcher agent
+#: failed without naming one: ``why_failed``).
+MAX_FAILED_NODES_READ = 3
 
 
 def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optional["NodeLogKeeper"] = None,
@@ -655,17 +690,25 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
     pods = view.newest_nodes()
     # An initializer or a preflight check that failed explains the failure better than a node.
     step = failed_step(view.pods)
-    first = first_failed_node(list(pods.values()))
+    failed = failed_nodes(list(pods.values()))
+    first = failed[0] if failed else None
     detail = step or (first.detail() if first else "")
-    headline, quoted, tail = "", [], []
-    if first is not None and not step:
+    headline, quoted, tail, explained = "", [], [], first
+    # The first node to fail is not always where the failure began: when a rank fails, the launcher
+    # agents of the other nodes fail too once their rendezvous closes, sometimes sooner. So while a
+    # node's log shows a launcher agent but names no failed rank, the next failed node's log is read.
+    for failure in (failed[:MAX_FAILED_NODES_READ] if first and not step else []):
         try:
-            tail = list(cluster.pod_log(first.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
+            lines = list(cluster.pod_log(failure.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
         except ClusterError:
-            tail = []
-        why = read_rank_failure(tail, first.exit_code)
-        headline = why.headline(int(first.index) if first.index.isdigit() else None)
-        quoted = list(why.traceback[-SUMMARY_TAIL:]) or tail[-SUMMARY_TAIL:]
+            lines = []
+        why = read_rank_failure(lines, failure.exit_code)
+        if failure is first or why.rank is not None:
+            explained, tail = failure, lines
+            headline = why.headline(int(failure.index) if failure.index.isdigit() else None)
+            quoted = list(why.traceback[-SUMMARY_TAIL:]) or lines[-SUMMARY_TAIL:]
+        if why.rank is not None or not any(_AGENT_LOG.search(line) for line in lines):
+            break
     in_job = keeper_in_job_restarts(keeper)
     from_tail = read_in_job_restarts(tail) if tail else None
     if from_tail and (in_job is None or from_tail.count > in_job.count):
@@ -674,7 +717,7 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
         if view.attempts_seen() or in_job else None
     parts = [p for p in (headline, condition, detail, restarts.note(finished=True) if restarts else "") if p]
     if quoted:
-        parts.append(f"last lines of node {first.index}:\n" + "\n".join(f"    {line}" for line in quoted))
+        parts.append(f"last lines of node {explained.index}:\n" + "\n".join(f"    {line}" for line in quoted))
     if job_dir:
         saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
         if keeper is not None:

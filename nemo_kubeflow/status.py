@@ -9,7 +9,7 @@ row that matches wins.
 |-----------------------------------|-----------|--------------------------------------------|----------------------------------------------|
 | not found (404)                   | CANCELLED | deleted: cancelled, or removed by someone  | nothing                                      |
 | condition Complete=True           | SUCCEEDED | every node finished with exit code 0       | nothing                                      |
-| condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | pods, the failed node's last lines, each node's log once (with a job dir); Warning events after a gang restart |
+| condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | pods, the failed node's last lines (up to 3 failed nodes' when a launcher agent failed without naming the failed rank), each node's log once (with a job dir); Warning events after a gang restart |
 | being deleted (deletionTimestamp) | CANCELLED | cancel in progress                         | nothing                                      |
 | condition Suspended=True          | PENDING   | waiting for resume or a queue's admission  | nothing; Kueue's Workloads in a queue        |
 | ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | pods; Warning events after a gang restart; past ``stall_warning_seconds``, one short log read per node (throttled) |

@@ -82,6 +82,29 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
     print(f"in-job recovery (SIGKILL to every rank training again): {recovery:.1f}s")
 
 
+@pytest.mark.needs_torch
+def test_ft_launcher_restarts_then_a_user_error_says_both(cluster):
+    """A rank that raises on every start: ft_launcher restarts it in the pods once (--max-restarts 1), then
+    the pod exits 1, a user error, and the job fails with no gang restart. The failure says all three."""
+    pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
+                        "(docs/resilience.md lists its dependencies)")
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=2, nprocs_per_node=1, kubeconfig=str(cluster.kubeconfig_path),
+        shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"), retries=2,
+        launcher=run.FaultTolerance(max_restarts=1, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60),
+    )
+    with run.Experiment("ft-user", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Partial(workloads.raise_on_rank, rank_to_fail=1, message="bad config"), name="train")
+        exp.run(sequential=True)
+    desc = create_scheduler("t").describe(app_id_of(exp.jobs[0].handle))
+    assert desc.state == AppState.FAILED
+    # ft_launcher's c10d rendezvous numbers ranks in the order the nodes join: rank 1 may run on node 0.
+    assert re.match(r"rank 1 on node [01]: RuntimeError: bad config;", desc.msg), desc.msg
+    assert "no gang restart: its exit code is in fail_fast_exit_codes" in desc.msg, desc.msg
+    assert "; 1 in-job restart by ft_launcher (no pod recreated, the last as local rank 0 exited with code 1)" \
+        in desc.msg, desc.msg
+
+
 def run_script(cluster, inline: str, name: str, **settings):
     """Run an inline script on 2 nodes; return the final state, the TrainJob and its pods' restart attempts."""
     executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,

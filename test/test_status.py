@@ -220,3 +220,30 @@ def test_in_job_restarts_are_read_from_ft_launchers_log():
     assert read_in_job_restarts(FT_NODE_1) == InJobRestarts(2, "local rank 0 killed by signal 9")
     assert read_in_job_restarts(FT_NODE_0) == InJobRestarts(2, "")
     assert read_in_job_restarts(["[default0]:rank 0 step 1"]) == InJobRestarts(0, "")
+
+
+# ft_launcher's log when rank 1 raised (nvidia-resiliency-ext 0.4.1 on CPU): its GPU health check logs an NVML
+# traceback first (not the cause), and it ends with a ProcessFailure line instead of torchrun's root-cause report.
+FT_FAILED_LOG = """\
+[2026-11-24 02:23:42,830] [ERROR] [ft_launcher27156@vm] NVML Error: NVML Shared Library Not Found
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pynvml.py", line 3190, in _LoadNvmlLibrary
+    nvmlLib = CDLL("libnvidia-ml.so.1")
+OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or directory
+[rank1]:Traceback (most recent call last):
+[rank1]:  File "/nemo_run/code/workloads.py", line 68, in raise_on_rank
+[rank1]:    raise RuntimeError(message)
+[rank1]:RuntimeError: bad config
+[2026-11-24 02:24:44,019] [ERROR] [ft_launcher27156@vm] failed (exitcode: 1) local_rank: 0 (pid: 30546) of binary: /venv/bin/python3
+[2026-11-24 02:24:44,531] [ERROR] [ft_launcher27156@vm] Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=0, pid=30546, exitcode=1, error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html', timestamp=1795487084)}. Agent's exit code = 1
+""".splitlines()
+
+
+def test_ft_launchers_failed_rank_is_read_past_its_nvml_check():
+    from nemo_kubeflow.diagnosis import read_rank_failure
+
+    why = read_rank_failure(FT_FAILED_LOG, 1)
+    assert (why.rank, why.local_rank, why.exitcode) == (1, 0, 1)
+    assert why.headline(1) == "rank 1 on node 1: RuntimeError: bad config"
+    # A peer's log, with only the health check's traceback: nothing to say, rather than the NVML error.
+    assert read_rank_failure(FT_FAILED_LOG[:5], 1).headline(0) == ""

@@ -57,3 +57,13 @@ def ignore_sigterm(pid_dir: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     open(os.path.join(pid_dir, f"pid-{os.getpid()}"), "w").close()
     time.sleep(600)
+
+
+def raise_on_rank(rank_to_fail: int, message: str) -> None:
+    """One rank raises ``RuntimeError(message)`` every time it starts (the others wait): ft_launcher
+    restarts the group until ``--max-restarts`` is used up, then the pod exits 1."""
+    import time
+
+    if int(os.environ["RANK"]) == rank_to_fail:
+        raise RuntimeError(message)
+    time.sleep(60)

@@ -211,22 +211,26 @@ def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
 _checked_attempts: dict[tuple[str, str, str], int] = {}  # (namespace, TrainJob uid, JobSet uid) -> gang attempt
 
 
-def check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
+def check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
+          pods: Optional[list] = None) -> str:
     """Look for node faults of an unfinished TrainJob and move it off their nodes, step by step (each
-    call does what it can without waiting). Returns the status line ("" when there is nothing to say)."""
+    call does what it can without waiting). Returns the status line ("" when there is nothing to say).
+    ``pods``: the job's pods when the caller has just read them (describe's JobView), not read again."""
     if ((trainjob.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION) == OFF:
         return ""
     try:
-        return _check(cluster, namespace, name, trainjob, nodes_wanted)
+        return _check(cluster, namespace, name, trainjob, nodes_wanted, pods)
     except ClusterError as error:  # e.g. Trainer's webhook still sees an active Job: the next look goes on
         return f"moving the job off a failed node: {error}; trying again at the next status check"
 
 
-def _check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
+def _check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
+           pods: Optional[list]) -> str:
     avoidance = Avoidance.of(trainjob)
     if avoidance.moving:
         return _continue_move(cluster, namespace, name, trainjob, avoidance, nodes_wanted)
-    pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
+    if pods is None:
+        pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
     jobset_uids = {(p["metadata"].get("labels") or {}).get(JOBSET_UID_LABEL, "") for p in pods}
     key = (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids)))
     attempt = gang_attempt(pods)

@@ -207,6 +207,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         status = job_status(trainjob, name=f"{namespace}/{name}")
         state, message = status.state, status.message
         queue = queue_name(trainjob)
+        view: Optional[JobView] = None  # the job's pods, read at most once per describe
         waiting = state in (AppState.SUBMITTED, AppState.PENDING) and trainjob is not None \
             and not message.startswith("suspended")
         if state in (AppState.SUBMITTED, AppState.PENDING) and queue and (trainjob.get("spec") or {}).get("suspend"):
@@ -214,7 +215,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             state, message = AppState.PENDING, self._why_queued(cluster, namespace, trainjob, queue)
             self._report_progress(app_id, state, message)
         elif waiting:
-            verdict = why_waiting(JobView.read(cluster, trainjob), nodes, state)
+            view = JobView.read(cluster, trainjob)
+            verdict = why_waiting(view, nodes, state)
             state, message = verdict.state, verdict.message
             if verdict.fatal:
                 self._delete_unstartable(cluster, namespace, name, record, message)
@@ -233,7 +235,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
                 facts.insert(0, self._stall_warning_throttled(app_id, cluster, view, record.stall_warning_seconds))
             message = "; ".join(f for f in facts if f) or message
         if trainjob is not None and not is_terminal(state):
-            message = "; ".join(m for m in (message, node_avoidance.check(cluster, namespace, name, trainjob, nodes))
+            message = "; ".join(m for m in (message, node_avoidance.check(
+                cluster, namespace, name, trainjob, nodes, pods=view.pods if view else None))
                                 if m)
         if state == AppState.RUNNING:
             # NeMo-Run's wait and `nemo experiment status` show only the state: say what changed.

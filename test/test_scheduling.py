@@ -281,9 +281,9 @@ def test_held_queue_then_released_runs_without_our_resume(local):
     app_id = parse_app_handle(exp.jobs[0].handle)[2]
     name = app_id.split(":")[1]
 
-    desc = wait_for(app_id, lambda d: "is stopped" in d.msg)
+    desc = wait_for(app_id, lambda d: "is inactive" in d.msg)
     assert desc.state == AppState.PENDING
-    assert desc.msg == "waiting for queue held to admit it: Inadmissible: LocalQueue held is stopped"
+    assert desc.msg == "waiting for queue held to admit it: Inadmissible: LocalQueue held is inactive"
     [workload] = local.objects("workloads", "default")
     assert workload["metadata"]["ownerReferences"][0]["name"] == name
     assert workload["spec"]["queueName"] == "held" and workload["spec"]["priorityClassName"] == "low"

@@ -10,7 +10,7 @@ reconciler and the Workload controller):
   the `kueue.x-k8s.io/priority-class` label as its priority class, and one pod set `node`;
 * while the job is not admitted it stays suspended (Kueue suspends it again if someone resumes it),
   and the Workload says why in `QuotaReserved=False`: reason `Inadmissible`, "LocalQueue <q>
-  doesn't exist" or "LocalQueue <q> is stopped" (`spec.stopPolicy: Hold` or `HoldAndDrain`);
+  doesn't exist" or "LocalQueue <q> is inactive" (`spec.stopPolicy: Hold` or `HoldAndDrain`);
 * otherwise it is admitted: `status.admission`, `QuotaReserved=True` ("Quota reserved in
   ClusterQueue <cq>"), `Admitted=True` ("The workload is admitted"), and the TrainJob is
   unsuspended; when the TrainJob ends, `Finished=True`.
@@ -176,7 +176,7 @@ class KueueController:
         if local_queue is None:
             self._inadmissible(workload, f"LocalQueue {queue_name} doesn't exist")
         elif (local_queue.get("spec") or {}).get("stopPolicy", "None") != "None":
-            self._inadmissible(workload, f"LocalQueue {queue_name} is stopped")
+            self._inadmissible(workload, f"LocalQueue {queue_name} is inactive")
         else:
             self._admit(tj, workload, (local_queue.get("spec") or {}).get("clusterQueue", ""))
 

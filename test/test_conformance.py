@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import nemo_run as run
 import pytest
 import yaml
+from torchx.specs import parse_app_handle
 
 import workloads
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
@@ -357,3 +358,59 @@ def test_the_differences_are_listed_in_the_docs():
     assert rows == list(INTENTIONAL_DIFFERENCES)
     assert {key for keys in SCENARIO_DIFFERENCES.values() for key in keys} | {"finished-pod"} == \
         set(INTENTIONAL_DIFFERENCES)
+
+
+# --- the JobSet's and the Jobs' status, as the real JobSet and Job controllers write them ---------------------
+
+#: test/data/real-trainer/statuses.yaml: what the real control plane (test/controlplane/: Trainer v2.3.0,
+#: JobSet v0.12.0, kube-controller-manager v1.36.3, our node agent running the pods) wrote into the JobSet's
+#: and the Job's status for these three runs of a 2-node job (`retries`, the task's script), recorded with
+#: `status_facts` below; the local cluster must write the same.
+STATUS_SCENARIOS = {
+    "restarted-then-completed": (1, 'if [ "$PET_NODE_RANK" = 1 ] && [ ! -e {marker} ]; then touch {marker}; '
+                                    'echo failing; exit 3; fi; echo "attempt ok on $PET_NODE_RANK"'),
+    "failed": (0, 'if [ "$PET_NODE_RANK" = 1 ]; then exit 3; fi; sleep 2'),
+    "running": (0, "sleep 30"),
+}
+_TIMES = ("lastTransitionTime", "lastProbeTime", "startTime", "completionTime")
+
+
+def status_facts(jobset: dict, jobs: list[dict], name: str) -> dict:
+    """The JobSet's and Jobs' status with times reduced to `<time>` and the TrainJob's name to `<trainjob>`."""
+    def times(value):
+        if isinstance(value, dict):
+            return {k: "<time>" if k in _TIMES and v else times(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [times(v) for v in value]
+        return value
+
+    facts = {"jobset": jobset.get("status") or {},
+             "jobs": {j["metadata"]["name"]: j.get("status") or {} for j in jobs}}
+    return json.loads(json.dumps(times(facts)).replace(name, "<trainjob>"))
+
+
+def _local_status_facts(cluster: LocalCluster, namespace: str, name: str) -> dict:
+    [jobset] = [j for j in cluster.objects("jobsets", namespace) if j["metadata"]["name"] == name]
+    jobs = [j for j in cluster.objects("jobs", namespace) if j["metadata"]["name"].startswith(name)]
+    return status_facts(jobset, jobs, name)
+
+
+@pytest.mark.parametrize("scenario", list(STATUS_SCENARIOS))
+def test_jobset_and_job_status_match_the_real_controllers(scenario, cluster, tmp_path):
+    want = yaml.safe_load((DATA / "statuses.yaml").read_text())["scenarios"][scenario]
+    retries, script = STATUS_SCENARIOS[scenario]
+    namespace = f"status-{scenario}"
+    cluster.create_namespace(namespace)
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, namespace=namespace, shm_size=None,
+                                retries=retries, kubeconfig=str(cluster.kubeconfig_path))
+    with run.Experiment(f"status-{scenario}", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline=script.format(marker=tmp_path / "failed-once")), name="t")
+        exp.run(detach=True)
+        name = parse_app_handle(exp.jobs[0].handle)[2].split(":", 1)[1]
+    try:
+        try:
+            wait_for(lambda: _local_status_facts(cluster, namespace, name) == want, timeout=90)
+        except AssertionError:  # show what differs
+            assert _local_status_facts(cluster, namespace, name) == want
+    finally:
+        _cancel(cluster, namespace, name)

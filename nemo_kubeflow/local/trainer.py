@@ -4,10 +4,11 @@
 numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables); `default_jobset` and
 `jobset_pod_name_errors` are the JobSet webhooks. The controller then plays JobSet (the JobSet object
 and its headless Service, one Job per replica, dependsOn, failurePolicy restarts, success/failure) and
-the Job controller (indexed pods, backoffLimit) and writes the TrainJob status the way Trainer mirrors
+the Job controller (indexed pods, backoffLimit), writes the JobSet's and the Jobs' status as those
+controllers do (test/data/real-trainer/statuses.yaml) and the TrainJob status the way Trainer mirrors
 it from the JobSet. The objects chain as on a cluster: TrainJob -> JobSet -> Jobs -> pods (and the
 Service), each owned by the one before, so deleting the TrainJob collects everything. JobSets, Jobs
-and Services are read-only to clients, and carry no status (the TrainJob's status has it).
+and Services are read-only to clients.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from nemo_kubeflow.local.patch import strategic_merge_patch
 from nemo_kubeflow.naming import ReplicatedJobShape, longest_pod_names
 from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.local.registry import apply_pod_defaults, apply_pod_template_defaults, random_suffix
+from nemo_kubeflow.local.resources import ResourceType
 from nemo_kubeflow.local.store import Store
 from nemo_kubeflow.local.timeutil import now_rfc3339, parse, set_condition
 from nemo_kubeflow.local.validation import pod_spec_errors
@@ -271,6 +273,13 @@ class JobState:
     complete: bool = False
     ready: bool = False
     active: int = 0
+    ready_pods: int = 0
+    #: pods the Job controller deleted when the Job failed: the real one counts them as failed too
+    failed_on_finish: int = 0
+    #: created suspended, then resumed (the real JobSet creates its first Jobs while it is suspended)
+    resumed: bool = False
+    start_time: Optional[str] = None
+    completion_time: Optional[str] = None
     obj: Optional[dict] = None  # the Job object, once created
 
     @property
@@ -288,6 +297,10 @@ class JobSetState:
     restarts: int = 0
     restarts_towards_max: int = 0
     terminal: Optional[tuple[str, str, str]] = None  # (condition type, reason, message)
+    #: the JobSet was created suspended (its first Jobs are, too, until it is resumed)
+    created_suspended: bool = False
+    #: the JobSet's RestartingJobSet condition (status, reason, message) once it restarted
+    restarting: Optional[tuple[str, str, str]] = None
 
 
 def _free_port() -> int:
@@ -497,6 +510,7 @@ class TrainerController:
             jobset = {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
                       "metadata": {"name": name, "namespace": namespace, "ownerReferences": [self._owner_ref(tj)]},
                       "spec": spec}
+            state.created_suspended = bool(spec.get("suspend"))
             try:
                 existing = self.store.create(R.JOBSETS, jobset, uid=state.jobset_uid)
             except ApiError as error:  # the namespace is going
@@ -545,6 +559,11 @@ class TrainerController:
         jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
         if jobset is None or jobset["metadata"]["uid"] != state.jobset_uid:
             return False  # going with its TrainJob
+        rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
+        waits = bool(rjob.get("dependsOn")) or (state.spec.get("startupPolicy") or {}).get(
+            "startupPolicyOrder") == "InOrder" and state.spec["replicatedJobs"].index(rjob) > 0
+        job.resumed = state.created_suspended and state.restarts == 0 and not waits
+        job.start_time = now_rfc3339()
         try:
             job.obj = self.store.create(R.JOBS, build_job(jobset, state, job), uid=job.uid)
         except ApiError as error:
@@ -650,7 +669,8 @@ class TrainerController:
                                 (status.get("initContainerStatuses") or []))
         active = [p for p in pods if not _gone_or_going(p)]
         job.active = len(active)
-        job.ready = len([p for p in active if _pod_ready(p)]) + len(job.succeeded) >= job.completions
+        job.ready_pods = len([p for p in active if _pod_ready(p)])
+        job.ready = job.ready_pods + len(job.succeeded) >= job.completions
         if job.finished:
             return
         on_failure = bool(pods) and pods[0]["spec"].get("restartPolicy") == "OnFailure"
@@ -660,10 +680,12 @@ class TrainerController:
             job.failed_at = time.monotonic()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "BackoffLimitExceeded",
                                job.failure[1], "job-controller")
+            job.failed_on_finish = len(active)
             for pod in active:
                 self._delete_pod(pod)
         elif len(job.succeeded) >= job.completions:
             job.complete = True
+            job.completion_time = now_rfc3339()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed",
                                "job-controller")
 
@@ -711,7 +733,7 @@ class TrainerController:
         if policy is None:
             self._finish(tj, state, "Failed", "FailedJobs", "jobset failed due to one or more job failures" + first)
             return
-        action = "RestartJobSet"
+        action, matched = "RestartJobSet", None
         for rule in policy.get("rules") or []:
             if rule.get("targetReplicatedJobs") and job.rjob not in rule["targetReplicatedJobs"]:
                 continue
@@ -720,7 +742,7 @@ class TrainerController:
             patterns = rule.get("onJobFailureMessagePatterns") or []
             if patterns and not any(re.search(p, job.failure[1]) for p in patterns):
                 continue
-            action = rule.get("action", action)
+            action, matched = rule.get("action", action), rule
             break
         if action == "FailJobSet":
             self._finish(tj, state, "Failed", "FailJobSetFailurePolicyAction",
@@ -733,10 +755,9 @@ class TrainerController:
             return
         state.restarts += 1
         state.restarts_towards_max += int(counts)
-        restarts = {"restarts": state.restarts, "restartsCountTowardsMax": state.restarts_towards_max}
-        self.store.mutate(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], lambda js: {
-            **js, "status": {**(js.get("status") or {}), **restarts}} if js["metadata"]["uid"] == state.jobset_uid
-            else None)
+        message = ("applying RestartJobSet failure policy action" if counts else
+                   "applying RestartJobSetAndIgnoreMaxRestarts failure policy action") + first
+        state.restarting = ("True", f"FailurePolicy_{matched['name']}" if matched else "DefaultFailurePolicy", message)
         self.events.record(self._jobset_ref(tj, state), "Warning", "RestartJobSetFailurePolicyAction",
                            "applying RestartJobSet failure policy action" + first, "jobset-controller")
         self._delete_jobs(tj, state.jobs)  # their pods go with them
@@ -814,6 +835,85 @@ class TrainerController:
             return obj
 
         self.store.mutate(R.TRAINJOBS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
+        if state.spec is not None:
+            self._write_jobset_status(tj, state, suspended)
+            for job in state.jobs:
+                if job.obj is not None:
+                    self._write_job_status(tj, job)
+
+    def _write_jobset_status(self, tj: dict, state: JobSetState, suspended: bool) -> None:
+        """The JobSet controller's status: conditions, restarts, replicatedJobsStatus, terminalState."""
+        def fill(jobset: dict, status: dict, conditions: list) -> None:
+            if suspended:
+                set_condition(conditions, "Suspended", "True", "SuspendedJobs", "jobset is suspended")
+            elif _is_true(jobset, "Suspended"):
+                set_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed")
+            if state.restarting is not None:
+                if state.terminal is not None:
+                    state.restarting = ("False", "JobSetCompleted", "jobset completed successfully") \
+                        if state.terminal[0] == "Complete" else ("False", "JobSetFailed", "jobset failed")
+                elif suspended:
+                    state.restarting = ("False", "JobSetSuspended", "jobset is suspended")
+                elif state.restarting[0] == "True" and state.jobs and all(j.ready or j.complete for j in state.jobs):
+                    state.restarting = ("False", "JobsReady", "all jobs are ready")
+                set_condition(conditions, "RestartingJobSet", *state.restarting)
+            if state.terminal is not None:
+                type_, reason, message = state.terminal
+                set_condition(conditions, "Completed" if type_ == "Complete" else type_, "True", reason, message)
+                status["terminalState"] = "Completed" if type_ == "Complete" else type_
+            status["replicatedJobsStatus"] = self._jobs_status(state, suspended)
+            status["restarts"] = state.restarts
+            if state.restarts_towards_max:
+                status["restartsCountTowardsMax"] = state.restarts_towards_max
+
+        self._fill_status(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], state.jobset_uid, fill)
+
+    def _write_job_status(self, tj: dict, job: JobState) -> None:
+        """The Job controller's status of an Indexed Job: conditions, counts, completedIndexes, times."""
+        def fill(obj: dict, status: dict, conditions: list) -> None:
+            if obj["spec"].get("suspend"):
+                _set_job_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended")
+            elif job.resumed or any(c["type"] == "Suspended" for c in conditions):
+                _set_job_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed")
+            if job.complete:
+                for type_ in ("SuccessCriteriaMet", "Complete"):
+                    _set_job_condition(conditions, type_, "True", "CompletionsReached",
+                                       "Reached expected number of succeeded pods")
+                status["completionTime"] = job.completion_time
+            elif job.failure is not None:
+                for type_ in ("FailureTarget", "Failed"):
+                    _set_job_condition(conditions, type_, "True", *job.failure)
+            if job.start_time and not obj["spec"].get("suspend"):
+                status["startTime"] = job.start_time
+            counts = {"active": 0 if job.finished else job.active, "succeeded": len(job.succeeded),
+                      "failed": len(job.failed_pods) + job.failed_on_finish}
+            for key, value in counts.items():
+                if value:
+                    status[key] = value
+                else:
+                    status.pop(key, None)
+            status["terminating"] = 0
+            status["ready"] = 0 if job.finished else job.ready_pods
+            if job.succeeded:
+                status["completedIndexes"] = completed_indexes(job.succeeded)
+            status["uncountedTerminatedPods"] = {}
+
+        self._fill_status(R.JOBS, tj["metadata"]["namespace"], job.name, job.uid, fill)
+
+    def _fill_status(self, rt: ResourceType, namespace: str, name: str, uid: str, fill) -> None:
+        """Let `fill(obj, status, conditions)` update the status of object `uid`; store it only if it changed."""
+        def change(obj: dict) -> Optional[dict]:
+            if obj["metadata"]["uid"] != uid:
+                return None
+            before = copy.deepcopy(obj.get("status"))
+            status = obj.setdefault("status", {})
+            conditions = status.setdefault("conditions", [])
+            fill(obj, status, conditions)
+            if not conditions:
+                del status["conditions"]
+            return None if status == before else obj
+
+        self.store.mutate(rt, namespace, name, change)
 
     def _jobs_status(self, state: JobSetState, suspended: bool) -> list[dict]:
         result = []
@@ -895,6 +995,33 @@ def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, s
                 return action, (f"Pod {meta['namespace']}/{meta['name']} has condition {wanted['type']} matching "
                                 f"{action} rule at index {index}")
     return None
+
+
+def _set_job_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str) -> None:
+    """A Job condition: like other conditions, plus the lastProbeTime the Job controller writes."""
+    existing = next((c for c in conditions if c["type"] == type_), None)
+    if existing is not None and (existing["status"], existing["reason"], existing["message"]) == (
+            status, reason, message):
+        return
+    now = now_rfc3339()
+    set_condition(conditions, type_, status, reason, message)
+    condition = next(c for c in conditions if c["type"] == type_)
+    condition["lastProbeTime"] = now
+
+
+def completed_indexes(indexes: set) -> str:
+    """The Job controller's compressed list of indexes: runs of three or more as `first-last`
+    ("0-3,5,6"), a pair as two numbers."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    parts = []
+    for first, last in runs:
+        parts.append(str(first) if first == last else f"{first},{last}" if last == first + 1 else f"{first}-{last}")
+    return ",".join(parts)
 
 
 def _owned_by(obj: dict, uid: str) -> bool:

@@ -447,13 +447,28 @@ def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> 
     for index, pod in sorted(newest.items()):
         for cond in (pod.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                return PendingReason(f"node {index} cannot be scheduled: {cond.get('message', cond.get('reason', ''))}")
+                message = cond.get("message", cond.get("reason", ""))
+                return PendingReason(f"node {index} cannot be scheduled: {message}{_unbound_claims(pod, message)}")
     pod_names = {p["metadata"]["name"] for p in newest.values()}
     mounts = [e for e in events if e.get("reason") == "FailedMount" and _event_object(e).get("name") in pod_names]
     if mounts:
         return PendingReason(f"a volume cannot be mounted: {_event_text(mounts[-1])}")
     running = sum(1 for p in newest.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded"))
     return PendingReason(f"{running}/{nodes} nodes running")
+
+
+def _unbound_claims(pod: dict, scheduler_message: str) -> str:
+    """kube-scheduler says "pod has unbound immediate PersistentVolumeClaims" without naming them:
+    name the pod's claims (a claim binds once a PersistentVolume matches it or a StorageClass
+    provisions one)."""
+    if "unbound" not in scheduler_message or "PersistentVolumeClaim" not in scheduler_message:
+        return ""
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in (pod.get("spec") or {}).get("volumes") or []
+              if "persistentVolumeClaim" in v]
+    if not claims:
+        return ""
+    return (f" (the pod's claims: {', '.join(claims)}; a claim is bound once a PersistentVolume matches it or "
+            "its StorageClass provisions one: `kubectl get pvc` shows which is Pending)")
 
 
 def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:

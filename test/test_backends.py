@@ -4,6 +4,7 @@ control plane, test/controlplane/, with our node agent running the pods). The `r
 the upstream one (docs/real-control-plane.md). What the real run showed that the emulation does not is
 listed in docs/local-cluster.md ("What the real control plane showed")."""
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -40,6 +41,13 @@ class Backend:
     #: Makes a claim of this namespace bindable: a PersistentVolume pre-bound to it on the real API server
     #: (no provisioner there), nothing on the local one (its kubelet needs only the claim).
     provide_volume: Callable[[str, str], None] = lambda claim, size: None
+    #: Makes a ClusterQueue for this namespace's LocalQueues to point at: with a ResourceFlavor and quota for
+    #: the tests' pods on the real Kueue, nothing on the local one (no ClusterQueues: it admits from the
+    #: LocalQueue alone). Returns its name.
+    provide_cluster_queue: Callable[[], str] = lambda: "cluster-queue"
+
+    def custom_objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(new_client_from_config(config_file=self.kubeconfig))
 
     def objects(self, resource: str, owned_by: str = "") -> list[dict]:
         """The namespace's `resource` objects; with `owned_by`, those of that TrainJob (by name prefix)."""
@@ -103,9 +111,25 @@ def backend(request):
             "hostPath": {"path": f"/tmp/{volumes[-1]}"},  # never read: the node agent keeps its own directory
             "claimRef": {"namespace": namespace, "name": claim}, "persistentVolumeReclaimPolicy": "Retain"}})
 
-    yield Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume)
+    cluster_queues = []
+
+    def provide_cluster_queue():
+        if not cp.request("GET", "/apis/kueue.x-k8s.io/v1beta1/resourceflavors")["items"]:
+            cp.request("POST", "/apis/kueue.x-k8s.io/v1beta1/resourceflavors", {
+                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "be-flavor"}})
+        cluster_queues.append(f"{namespace}-cq")
+        cp.request("POST", "/apis/kueue.x-k8s.io/v1beta1/clusterqueues", {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queues[-1]},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                {"name": "be-flavor", "resources": [{"name": "cpu", "nominalQuota": "16"},
+                                                    {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
+        return cluster_queues[-1]
+
+    yield Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume, provide_cluster_queue)
     for volume in volumes:
         cp.request("DELETE", f"/api/v1/persistentvolumes/{volume}")
+    for cluster_queue in cluster_queues:
+        cp.request("DELETE", f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{cluster_queue}")
 
 
 def wait_for(predicate, what: str, timeout: float = 90.0):
@@ -277,6 +301,117 @@ def test_a_rank_failing_once_restarts_the_gang_which_then_succeeds(backend, tmp_
     assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, lines
     assert marker.exists()  # rank 1 failed once, and the job still succeeded: the gang ran again
     jobset, = backend.objects("jobsets", app_id_of(job).split(":", 1)[1])
-    # Both count the restart in the JobSet's status (the local emulation writes only the restart counts).
-    assert jobset.get("status", {}).get("restarts") == 1, jobset.get("status")
+    # JobSet counts the restart in its status, and says how the restarted gang ended
+    status = jobset.get("status", {})
+    assert (status.get("restarts"), status.get("restartsCountTowardsMax"), status.get("terminalState")) == \
+        (1, 1, "Completed"), status
+    restarting, = [c for c in status["conditions"] if c["type"] == "RestartingJobSet"]
+    assert (restarting["status"], restarting["reason"]) == ("False", "JobSetCompleted"), restarting
     assert "[node-0] attempt ok on 0\n" in lines and "[node-1] attempt ok on 1\n" in lines, lines
+
+
+# ---------------------------------------------------------------- (8) a Kueue LocalQueue that admits later
+
+def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
+    custom = backend.custom_objects()
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "be-held"},
+             "spec": {"clusterQueue": backend.provide_cluster_queue(), "stopPolicy": "Hold"}}
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", queue)
+    with run.Experiment("be-queue", executor=backend.executor(queue_name="be-held"), log_level="WARN") as exp:
+        exp.add(run.Script(inline='echo "admitted on $PET_NODE_RANK"'), name="q")
+        exp.run(detach=True)
+        job = exp.jobs[0]
+    name = app_id_of(job).split(":", 1)[1]
+    scheduler = create_scheduler("t")
+    desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("waiting for queue") and d,
+                    "Kueue to say why the job waits")
+    assert desc.state == AppState.PENDING, (desc.state, desc.msg)
+    assert desc.msg == "waiting for queue be-held to admit it: Inadmissible: LocalQueue be-held is inactive", desc.msg
+    trainjob, = backend.objects("trainjobs", name)
+    assert trainjob["spec"].get("suspend") is True
+    assert backend.objects("pods", name) == []
+    custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", "be-held",
+                                          {"spec": {"stopPolicy": "None"}})
+    wait_for(lambda: scheduler.describe(app_id_of(job)).state in (AppState.SUCCEEDED, AppState.FAILED),
+             "Kueue to admit the job and the job to finish")
+    lines = logs(job, "q")
+    assert scheduler.describe(app_id_of(job)).state == AppState.SUCCEEDED, lines
+    assert "[node-0] admitted on 0\n" in lines and "[node-1] admitted on 1\n" in lines, lines
+
+
+# ---------------------------------------------------------------- (9) TCPXO-style sidecar ordering
+
+SIDECAR = {
+    # like GKE's tcpxo-daemon: a native sidecar (an init container with restartPolicy Always) that must be up
+    # before training starts and is stopped (SIGTERM) once training has ended
+    "name": "rxdm", "image": "python:3.11", "restartPolicy": "Always",
+    "command": ["bash", "-c", 'trap \'date +%s.%N > "$MARKERS/$HOSTNAME.stopped"; echo rxdm stopping; exit 0\' TERM; '
+                'date +%s.%N > "$MARKERS/$HOSTNAME.up"; echo rxdm up; while true; do sleep 0.1; done'],
+}
+
+
+def test_a_native_sidecar_starts_before_training_and_stops_after_it(backend, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    sidecar = dict(SIDECAR, env=[{"name": "MARKERS", "value": str(markers)}])
+    # the default runtime template, with one more sidecar (what the gke-tcpxo profile adds is the same kind)
+    template = tmp_path / "sidecar_runtime.yaml.j2"
+    template.write_text(f"{{% set sidecars = sidecars + [{json.dumps(sidecar)}] %}}"
+                        '{% include "training_runtime.yaml.j2" %}')
+    script = (f'test -e {markers}/$HOSTNAME.up && echo "sidecar up before training on $PET_NODE_RANK"; '
+              f'sleep 1; date +%s.%N > {markers}/$HOSTNAME.trained')
+    with run.Experiment("be-sidecar", executor=backend.executor(runtime_template=str(template)),
+                        log_level="WARN") as exp:
+        exp.add(run.Script(inline=script), name="t")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    lines = logs(job, "t")
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, lines
+    assert "[node-0] sidecar up before training on 0\n" in lines and \
+        "[node-1] sidecar up before training on 1\n" in lines, lines
+    name = app_id_of(job).split(":", 1)[1]
+    pods = backend.objects("pods", name)
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    for pod in pods:
+        host = pod["spec"]["hostname"]  # $HOSTNAME in its containers (JobSet's DNS hostnames)
+        trained = float((markers / f"{host}.trained").read_text())
+        stopped = float(wait_for(lambda: (markers / f"{host}.stopped").is_file() and
+                                 (markers / f"{host}.stopped").read_text().strip(), "the sidecar's stop"))
+        assert float((markers / f"{host}.up").read_text()) < trained < stopped
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        rxdm, = [s for s in pod["status"]["initContainerStatuses"] if s["name"] == "rxdm"]
+        assert "terminated" in rxdm["state"], rxdm
+        node, = [s for s in pod["status"]["containerStatuses"] if s["name"] == "node"]
+        assert node["state"]["terminated"]["exitCode"] == 0, node
+
+
+# ---------------------------------------------------------------- (10) a claim the pods wait for
+
+def test_pods_waiting_for_their_claim_are_described_with_the_claims_name(backend):
+    with run.Experiment("be-claim", log_level="WARN", executor=backend.executor(
+            pvc_mounts=[PVCMount(claim_name="be-later", mount_path="/data")])) as exp:
+        exp.add(run.Script(inline="echo claim mounted on $PET_NODE_RANK"), name="t")
+        exp.run(detach=True)
+        job = exp.jobs[0]
+    scheduler = create_scheduler("t")
+    desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("node ") and d,
+                    "the scheduler to say why the pods wait")
+    assert desc.state == AppState.PENDING
+    assert 'cannot be scheduled: 0/' in desc.msg and 'persistentvolumeclaim "be-later" not found' in desc.msg, desc.msg
+    core = client.CoreV1Api(new_client_from_config(config_file=backend.kubeconfig))
+    core.create_namespaced_persistent_volume_claim(backend.namespace, {"metadata": {"name": "be-later"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    if backend.name == "real":
+        # The claim exists but nothing binds it (no PersistentVolume, no provisioner): the scheduler's
+        # words do not name it, the description does. (The local cluster binds every claim at once.)
+        desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.count("unbound") and d,
+                        "the scheduler to find the claim unbound")
+        assert desc.state == AppState.PENDING
+        assert "pod has unbound immediate PersistentVolumeClaims" in desc.msg and \
+            "(the pod's claims: be-later;" in desc.msg, desc.msg
+        backend.provide_volume("be-later", "1Gi")
+    wait_for(lambda: scheduler.describe(app_id_of(job)).state in (AppState.SUCCEEDED, AppState.FAILED),
+             "the job to run once its claim is bound")
+    lines = logs(job, "t")
+    assert scheduler.describe(app_id_of(job)).state == AppState.SUCCEEDED, lines
+    assert "[node-0] claim mounted on 0\n" in lines and "[node-1] claim mounted on 1\n" in lines, lines

@@ -19,7 +19,7 @@ JOBSET = "v0.12.0"
 KUEUE = "v0.19.2"
 
 #: Bump when the build recipe itself changes (flags, layout), to force a rebuild.
-RECIPE = 1
+RECIPE = 2
 
 
 def staging_version(kubernetes_version: str) -> str:

@@ -6,9 +6,11 @@ the CRI format `<RFC3339Nano time> stdout <F|P> <text>` (P marks a line split wi
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import os
 import threading
+from array import array
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -18,10 +20,17 @@ from nemo_kubeflow.local.store import Store
 
 #: containerd splits lines longer than this into partial (P) records.
 MAX_LINE = 16 * 1024
+#: A follow stream sends what gathered in this long after it woke up: one chunk per batch of a
+#: chatty container's lines rather than one per line (128 such streams stay cheap).
+FOLLOW_BATCH_S = 0.05
 
 
 class ContainerLog:
-    """The log of one container run; readers wait on it while the run goes on."""
+    """The log of one container run; readers wait on it while the run goes on.
+
+    An index of where each record starts (and where each second starts) lets a read with
+    `tailLines` or `sinceTime` seek to its first record instead of reading the whole file: a
+    follower that polls a long log pays for what it gets, not for the log's length."""
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,17 +38,39 @@ class ContainerLog:
         self._file = open(path, "ab")
         self._cond = threading.Condition()
         self._size = 0
+        #: Offset of each record.
+        self._starts = array("q")
+        #: (second "YYYY-MM-DDTHH:MM:SS", index of its first record), in order.
+        self._seconds: list[tuple[str, int]] = []
         self.finished = False
 
     def write(self, text: bytes, partial: bool = False) -> None:
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z").encode()
-        record = stamp + (b" stdout P " if partial else b" stdout F ") + text + b"\n"
+        self.write_lines([text], partial_last=partial)
+
+    def write_lines(self, texts: list[bytes], partial_last: bool = False) -> None:
+        """Append one record per text, all stamped now, in one write: the lines that one read of
+        the container's pipe brought (a runtime stamps what it reads together alike)."""
+        if not texts:
+            return
+        now = dt.datetime.now(dt.timezone.utc)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%f000Z").encode()
+        full, partial = stamp + b" stdout F ", stamp + b" stdout P "
+        records = [full + text + b"\n" for text in texts]
+        if partial_last:
+            records[-1] = partial + texts[-1] + b"\n"
+        second = stamp[:19].decode()
         with self._cond:
             if self.finished:
                 return
-            self._file.write(record)
+            if not self._seconds or self._seconds[-1][0] != second:
+                self._seconds.append((second, len(self._starts)))
+            offset = self._size
+            for record in records:
+                self._starts.append(offset)
+                offset += len(record)
+            self._file.write(b"".join(records))
             self._file.flush()
-            self._size += len(record)
+            self._size = offset
             self._cond.notify_all()
 
     def finish(self) -> None:
@@ -58,6 +89,18 @@ class ContainerLog:
             data = f.read(size - offset)
         return data, offset + len(data)
 
+    def start_offset(self, since: Optional[str] = None, tail: Optional[int] = None) -> int:
+        """Where the records a read wants start: the first of second `since` or later, and not
+        before the last `tail` records."""
+        with self._cond:
+            first = 0
+            if since is not None:
+                at = bisect.bisect_left(self._seconds, (since, -1))
+                first = self._seconds[at][1] if at < len(self._seconds) else len(self._starts)
+            if tail is not None:
+                first = max(first, len(self._starts) - tail)
+            return self._starts[first] if first < len(self._starts) else self._size
+
     def wait_beyond(self, offset: int, timeout: float) -> None:
         with self._cond:
             if self._size <= offset and not self.finished:
@@ -69,17 +112,20 @@ class ContainerLog:
 
     def tail(self, lines: int) -> str:
         """The last `lines` lines as plain text (for termination messages)."""
-        data, _ = self.read_from(0)
-        return "".join(render(data, False)[-lines:]) if lines else ""
+        if not lines:
+            return ""
+        data, _ = self.read_from(self.start_offset(tail=lines))
+        return "".join(render(data, False)[-lines:])
 
 
 def render(data: bytes, timestamps: bool, since: Optional[dt.datetime] = None) -> list[str]:
     out = []
+    after = since.strftime("%Y-%m-%dT%H:%M:%S") if since is not None else None
     for record in data.decode("utf-8", "replace").splitlines():
         stamp, _, rest = record.partition(" ")
         _stream, _, rest = rest.partition(" ")
         tag, _, text = rest.partition(" ")
-        if since is not None and stamp < since.strftime("%Y-%m-%dT%H:%M:%S"):
+        if after is not None and stamp < after:
             continue
         line = text + ("" if tag == "P" else "\n")
         out.append(f"{stamp} {line}" if timestamps else line)
@@ -151,10 +197,14 @@ def stream(log: ContainerLog, query: dict, stopping: threading.Event) -> Iterato
     elif query.get("sinceTime"):
         since = dt.datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00"))
     limit = int(query["limitBytes"]) if query.get("limitBytes") else None
-    data, offset = log.read_from(0)
+    tail = int(query["tailLines"]) if query.get("tailLines") not in (None, "") else None
+    # Seek to the first record wanted (the same second as `since` still goes through `render`).
+    offset = log.start_offset(since.strftime("%Y-%m-%dT%H:%M:%S") if since else None,
+                              max(tail, 0) if tail is not None else None)
+    data, offset = log.read_from(offset)
     lines = render(data, timestamps, since)
-    if query.get("tailLines") not in (None, ""):
-        lines = lines[-int(query["tailLines"]):] if int(query["tailLines"]) > 0 else []
+    if tail is not None:
+        lines = lines[-tail:] if tail > 0 else []
     sent = 0
     chunk = "".join(lines).encode()
     while True:
@@ -169,12 +219,15 @@ def stream(log: ContainerLog, query: dict, stopping: threading.Event) -> Iterato
             log.wait_beyond(offset, 0.5)
         if log.size() <= offset:
             return  # this run ended (or the server is stopping)
+        # Let a busy container's lines gather: one chunk per FOLLOW_BATCH_S, not one per line.
+        stopping.wait(FOLLOW_BATCH_S)
         data, offset = log.read_from(offset)
         chunk = "".join(render(data, timestamps, since)).encode()
 
 
 def pump(fd: int, log: ContainerLog) -> None:
-    """Copy a container's output pipe into its log until every writer has closed it."""
+    """Copy a container's output pipe into its log until every writer has closed it: the whole
+    lines of each read in one append (a line longer than MAX_LINE in partial records)."""
     pending = b""
     try:
         while True:
@@ -183,8 +236,7 @@ def pump(fd: int, log: ContainerLog) -> None:
                 break
             pending += data
             *lines, pending = pending.split(b"\n")
-            for line in lines:
-                log.write(line)
+            log.write_lines(lines)
             while len(pending) >= MAX_LINE:
                 log.write(pending[:MAX_LINE], partial=True)
                 pending = pending[MAX_LINE:]

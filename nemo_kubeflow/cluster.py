@@ -106,7 +106,8 @@ class Cluster(Protocol):
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool: ...
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
                 follow: bool = False, tail_lines: Optional[int] = None,
-                since_seconds: Optional[int] = None) -> Iterator[str]: ...
+                since_seconds: Optional[int] = None, since_time: Optional[str] = None,
+                timestamps: bool = False) -> Iterator[str]: ...
 
 
 def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
@@ -340,9 +341,12 @@ class KubernetesCluster:
 
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
                 follow: bool = False, tail_lines: Optional[int] = None,
-                since_seconds: Optional[int] = None) -> Iterator[str]:
+                since_seconds: Optional[int] = None, since_time: Optional[str] = None,
+                timestamps: bool = False) -> Iterator[str]:
         """Lines of a pod's log (without newlines). With ``follow``, until the container ends;
-        with ``since_seconds``, only the lines of that many last seconds."""
+        with ``since_seconds``, only the lines of that many last seconds; with ``since_time``
+        (RFC 3339; the kubelet gets it to the second), those of that second and later; with
+        ``timestamps``, each line starts with its RFC 3339 time and a space."""
         query: list = []
         if container:
             query.append(("container", container))
@@ -352,6 +356,10 @@ class KubernetesCluster:
             query.append(("tailLines", str(tail_lines)))
         if since_seconds is not None:
             query.append(("sinceSeconds", str(since_seconds)))
+        if since_time is not None:
+            query.append(("sinceTime", since_time))
+        if timestamps:
+            query.append(("timestamps", "true"))
         resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
                           name=name, namespace=namespace, query=query, stream=True, retry=not follow)
         return _iter_lines(resp)

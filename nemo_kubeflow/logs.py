@@ -8,16 +8,19 @@ newest pod across gang restarts until the job ends.
 
 from __future__ import annotations
 
+import atexit
+import calendar
+import functools
 import logging
 import os
 import queue
 import threading
 import time
-from collections import deque
-from typing import Callable, Iterator, Optional
+from collections import Counter, deque
+from typing import Iterator, Optional
 
 from nemo_kubeflow.cluster import Cluster
-from nemo_kubeflow.errors import ClusterError
+from nemo_kubeflow.errors import ClusterError, NotFoundError
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
     JOBSET_NAME_LABEL,
@@ -35,11 +38,6 @@ def node_selector(trainjob: str, index: Optional[int] = None) -> str:
     return selector
 
 
-def _newest_pod(cluster: Cluster, namespace: str, trainjob: str, index: int) -> Optional[dict]:
-    pods = cluster.list("Pod", namespace, node_selector(trainjob, index))
-    return newest_pods_by_node(pods).get(index)
-
-
 def node_log_lines(
     cluster: Cluster,
     namespace: str,
@@ -47,74 +45,355 @@ def node_log_lines(
     index: int,
     *,
     follow: bool = False,
-    poll: float = 1.0,
-    sleep: Callable[[float], None] = time.sleep,
     stall_after: Optional[float] = None,
 ) -> Iterator[str]:
     """Lines (ending in newline) of node ``index``, as the node printed them: every reader of a
     scheduler's log (NeMo-Run, ``torchx log``) puts its own ``<role>/<replica>`` prefix before each,
     the node's index; lines that torchrun tees start with the global rank, ``[rank<N>]:``
-    (``command.RANK_PREFIX_TEMPLATE``). Following, a warning line comes after every ``stall_after``
-    seconds in which the running node printed nothing."""
-    seen_pod: Optional[str] = None
-    while True:
-        pod = _newest_pod(cluster, namespace, trainjob, index)
-        phase = ((pod or {}).get("status") or {}).get("phase")
-        name = (pod or {}).get("metadata", {}).get("name")
-        if pod is not None and phase != "Pending" and name != seen_pod:
-            if seen_pod is not None:
-                restart = pod["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
-                yield f"--- gang restart: following pod {name} (restart attempt {restart}) ---\n"
-            seen_pod = name
-            lines = cluster.pod_log(name, namespace, container=TRAINER_NODE, follow=follow)
-            if follow and stall_after:
-                lines = warn_when_silent(lines, stall_after, lambda silent: (
-                    f"--- warning: node {index} (pod {name}) has printed nothing for {silent:.0f} s while "
-                    "running: a hung collective or a stuck data loader? ---"))
-            for line in lines:
-                yield line + "\n"
-            if not follow:
+    (``command.RANK_PREFIX_TEMPLATE``).
+
+    Without ``follow``: the newest pod's log as it is now (one read). Following: through the
+    job's ``JobLogFollower``, shared by every node followed in this process, until the job ends;
+    a warning line comes after every ``stall_after`` seconds in which the running node printed
+    nothing."""
+    if follow:
+        yield from _followed(cluster, namespace, trainjob, index, stall_after)
+        return
+    pod = newest_pods_by_node(cluster.list("Pod", namespace, node_selector(trainjob, index))).get(index)
+    if pod is not None and ((pod.get("status") or {}).get("phase")) != "Pending":
+        for line in cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE):
+            yield line + "\n"
+
+
+# --- following: a fixed pool of readers for all the nodes of a job ---------------------------------
+
+#: Threads, and so connections, that read the logs of one followed TrainJob, whatever its number of
+#: nodes: reader ``w`` reads the nodes ``k`` with ``k % LOG_READERS == w``, one short read each per round.
+LOG_READERS = 8
+#: A reader's round over its nodes starts at most this often (one that took longer: the next starts at once)...
+POLL_SECONDS = 0.25
+#: ... and no more often than keeps a job's log reads under this rate (128 nodes: a read of each every 0.5 s).
+MAX_READS_PER_SECOND = 256
+#: Lines asked for (``tailLines``) by a read of a node already being followed, so that the kubelet
+#: seeks from the end instead of reading the log from its start (at least this many, and four times
+#: what the node's last read brought); a read that returns that many may have cut some off, and is
+#: done again without the limit.
+TAIL_LINES = 2000
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+_END = object()
+#: Set when the interpreter exits: readers send no new request into a connection being torn down.
+_exiting = threading.Event()
+atexit.register(_exiting.set)
+
+
+class _Node:
+    """One followed node: the pod read, how far its log was delivered, who gets its lines."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        #: The newest pod at the last list (None: none), and the one being read.
+        self.newest: Optional[dict] = None
+        self.pod: Optional[str] = None
+        #: Phase of the pod being read at the last list; "" once it is gone from the list.
+        self.phase = ""
+        #: Time (ns) of the newest line delivered, and the lines delivered in its second (that
+        #: second is read again: ``sinceTime`` reaches the kubelet to the second).
+        self.newest_ns: Optional[int] = None
+        self.edge: Counter = Counter()
+        self.drained = False  # the pod ended and all its log was delivered
+        self.done = False
+        self.sinks: list = []
+        self.catching_up: list = []  # joined after lines were delivered: get the whole log first
+        self.failures = 0
+        self.tail = TAIL_LINES
+
+    def reset(self, pod: str) -> None:
+        self.pod, self.newest_ns, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
+        self.sinks.extend(self.catching_up)
+        self.catching_up = []
+
+    def put(self, item) -> None:
+        for sink in self.sinks + self.catching_up:
+            sink.put(item)
+
+
+class JobLogFollower:
+    """Follows the log of every node of one TrainJob that someone reads, with at most
+    ``LOG_READERS`` threads and connections whatever the number of nodes.
+
+    Each round (``POLL_SECONDS``), one pod list for the whole job (and, once every node's pod has
+    ended, one GET of the TrainJob) says which pod each node runs; each reader then reads each of
+    its nodes' new lines with one short request (``timestamps``, ``sinceTime`` and ``tailLines``)
+    and hands them to the node's subscribers. The timestamps make the reads join without gaps or
+    duplicates; a node whose newest pod changes (a gang restart) gets its old pod's last lines, a
+    marker, and the new pod's log. A subscriber's ``put`` gets lines ending in newline, then
+    ``_END`` (or an exception)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
+                 poll: float = POLL_SECONDS) -> None:
+        self.cluster, self.namespace, self.trainjob = cluster, namespace, trainjob
+        self.readers, self.poll = readers, poll
+        self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
+        self._nodes: dict[int, _Node] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self._refreshed_at = float("-inf")
+        self._refresh_failures = 0
+        self._job_over = False
+        self.stopped = False
+
+    # -- subscribers --
+
+    def subscribe(self, index: int, sink) -> bool:
+        """Send node ``index``'s lines to ``sink.put``; False if this follower cannot any more
+        (the node is done, or the follower stopped): use a new one."""
+        with self._lock:
+            if self.stopped:
+                return False
+            node = self._nodes.setdefault(index, _Node(index))
+            if node.done:
+                return False
+            (node.catching_up if node.newest_ns is not None else node.sinks).append(sink)
+            worker = index % self.readers
+            thread = self._threads.get(worker)
+            if thread is None or not thread.is_alive():
+                thread = self._threads[worker] = threading.Thread(
+                    target=self._read_loop, args=(worker,), daemon=True, name=f"logs-{self.trainjob}-{worker}")
+                thread.start()
+            return True
+
+    def unsubscribe(self, index: int, sink) -> None:
+        with self._lock:
+            node = self._nodes.get(index)
+            for bag in (node.sinks, node.catching_up) if node else ():
+                if sink in bag:
+                    bag.remove(sink)
+            if not any(n.sinks or n.catching_up for n in self._nodes.values()):
+                self.stopped = True
+
+    def running_pod(self, index: int) -> Optional[str]:
+        """Node ``index``'s pod if it was running at the last list."""
+        with self._lock:
+            node = self._nodes.get(index)
+            return node.pod if node and node.pod and not node.drained and node.phase == "Running" else None
+
+    # -- the readers --
+
+    def _read_loop(self, worker: int) -> None:
+        while True:
+            started = time.monotonic()
+            with self._lock:
+                mine = [n for i, n in sorted(self._nodes.items())
+                        if i % self.readers == worker and not n.done and (n.sinks or n.catching_up)]
+                if not mine or self.stopped or _exiting.is_set():
+                    self._threads.pop(worker, None)
+                    return
+            for node in mine:
+                try:
+                    self._refresh()
+                    self._visit(node)
+                except Exception as error:  # noqa: BLE001 - handed to the node's readers, raised there
+                    with self._lock:
+                        node.done = True
+                        node.put(error)
+            with self._lock:
+                followed = sum(1 for n in self._nodes.values() if not n.done)
+            period = max(self.poll, followed / MAX_READS_PER_SECOND)
+            time.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    def _refresh(self) -> None:
+        """One round's look at the job, by whichever reader comes first: the TrainJob's state once
+        every node is idle (read before the pods: a job over has all its pods listed), then its pods."""
+        if not self._refreshing.acquire(blocking=False):
+            return
+        try:
+            if time.monotonic() - self._refreshed_at < self.poll * 0.9:
                 return
-            continue
-        if not follow:
-            return
-        # Following: stop once the job is over and no newer pod will come.
-        state = job_status(cluster.get(TRAINJOB_KIND, trainjob, namespace), name=trainjob).state
-        if state.name in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            return
-        sleep(poll)
+            self._refreshed_at = time.monotonic()
+            with self._lock:
+                idle = all(n.pod is None or n.drained for n in self._nodes.values())
+            over = False
+            if idle and not self._job_over:
+                trainjob = self.cluster.get(TRAINJOB_KIND, self.trainjob, self.namespace)
+                over = job_status(trainjob, name=self.trainjob).state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
+            pods = newest_pods_by_node(self.cluster.list("Pod", self.namespace, node_selector(self.trainjob)))
+            with self._lock:
+                for index, node in self._nodes.items():
+                    node.newest = pods.get(index)
+                    if node.pod is not None:
+                        current = next((p for p in [pods.get(index)] if p and p["metadata"]["name"] == node.pod), None)
+                        node.phase = ((current or {}).get("status") or {}).get("phase", "")
+                self._job_over = self._job_over or over
+            self._refresh_failures = 0
+        except ClusterError as e:
+            self._refresh_failures += 1
+            if self._refresh_failures >= 5 or e.status in (401, 403):
+                raise
+            log.debug("listing the pods of %s: %s", self.trainjob, e)
+        finally:
+            self._refreshing.release()
 
+    def _visit(self, node: _Node) -> None:
+        with self._lock:
+            newest, job_over = node.newest, self._job_over
+        name = (newest or {}).get("metadata", {}).get("name")
+        started = newest is not None and (newest.get("status") or {}).get("phase") not in (None, "Pending")
+        if started and name != node.pod:
+            if node.pod is not None:
+                if not node.drained:
+                    self._read(node, final=True)  # the old pod's last lines
+                restart = newest["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
+                with self._lock:
+                    node.put(f"--- gang restart: following pod {name} (restart attempt {restart}) ---\n")
+            with self._lock:
+                node.reset(name)
+                node.phase = (newest.get("status") or {}).get("phase", "")
+        if node.pod is not None and not node.drained:
+            with self._lock:
+                ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
+            if self._read(node, final=ended) and ended:
+                node.drained = True
+        if job_over and (node.pod is None or node.drained) and (newest is None or name == node.pod or not started):
+            with self._lock:
+                node.done = True
+                node.put(_END)
 
-def warn_when_silent(lines: Iterator[str], seconds: float, warning: Callable[[float], str]) -> Iterator[str]:
-    """``lines``, plus ``warning(silent seconds)`` after each ``seconds`` without a line.
-
-    The blocking log stream is read by a thread, so that silence can be noticed while it waits.
-    """
-    items: queue.Queue = queue.Queue()
-    end = object()
-
-    def pump() -> None:
+    def _read(self, node: _Node, final: bool = False) -> bool:
+        """Deliver node's new lines (one request, or two when a tail may have cut some off). False
+        if the log cannot be read now (the container waits to start); a pod gone reads as empty."""
+        with self._lock:
+            whole = node.newest_ns is None or bool(node.catching_up)
+        since = None if whole else _second(node.newest_ns)
+        tail = None if whole else node.tail
         try:
-            for line in lines:
-                items.put(line)
-            items.put(end)
-        except BaseException as error:  # noqa: BLE001 - handed to the reader, raised there
-            items.put(error)
+            lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE, timestamps=True,
+                                              since_time=since, tail_lines=tail))
+            if tail is not None and len(lines) >= tail:
+                lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE,
+                                                  timestamps=True, since_time=since))
+        except NotFoundError:
+            return True
+        except ClusterError as e:
+            node.failures += 1
+            if e.status in (401, 403) or (final and node.failures >= 3):
+                raise
+            log.debug("reading the log of %s: %s", node.pod, e)
+            return False
+        node.failures = 0
+        node.tail = max(TAIL_LINES, 4 * len(lines))
+        with self._lock:
+            _deliver(node, lines, whole)
+        return True
 
-    threading.Thread(target=pump, name="log-silence", daemon=True).start()
-    last = time.monotonic()
-    while True:
-        try:
-            item = items.get(timeout=seconds)
-        except queue.Empty:
-            yield warning(time.monotonic() - last)
+
+def _deliver(node: _Node, lines: list[str], whole: bool) -> None:
+    """Hand ``node``'s subscribers the lines of a read (``timestamps``) they have not had yet."""
+    floor = _second_start(node.newest_ns) if node.newest_ns is not None else None
+    again: Counter = Counter()
+    fresh, everything = [], []
+    for raw in lines:
+        stamp, _, text = raw.partition(" ")
+        ns = _parse_stamp(stamp)
+        if ns is None:  # not a timestamp (the rest of a partial record): as if printed with the last line
+            ns, text = (node.newest_ns or 0), raw
+        line = text + "\n"
+        everything.append(line)
+        key = (ns, text)
+        if floor is not None and ns < floor:
+            continue  # delivered by an earlier read
+        again[key] += 1
+        if again[key] <= node.edge[key]:
             continue
-        if item is end:
-            return
-        if isinstance(item, BaseException):
-            raise item
+        fresh.append((ns, key, line))
+    for ns, key, _ in fresh:
+        node.edge[key] += 1
+        node.newest_ns = ns if node.newest_ns is None else max(node.newest_ns, ns)
+    if node.newest_ns is not None:
+        start = _second_start(node.newest_ns)
+        node.edge = Counter({k: c for k, c in node.edge.items() if k[0] >= start})
+    for sink in node.catching_up if whole else ():
+        for line in everything:
+            sink.put(line)
+    for sink in node.sinks:
+        for _, _, line in fresh:
+            sink.put(line)
+    node.sinks.extend(node.catching_up if whole else ())
+    if whole:
+        node.catching_up = []
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch(second: str) -> Optional[int]:
+    try:
+        return calendar.timegm(time.strptime(second, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def _parse_stamp(stamp: str) -> Optional[int]:
+    """Nanoseconds since the epoch of an RFC 3339 UTC time as the kubelet writes it (trailing zeros
+    of the fraction trimmed), or None."""
+    if len(stamp) < 20 or not stamp.endswith("Z"):
+        return None
+    seconds = _epoch(stamp[:19])
+    if seconds is None:
+        return None
+    fraction = stamp[20:-1] if stamp[19] == "." else ""
+    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0")[:9] or 0) if fraction.isdigit() or not fraction \
+        else None
+
+
+def _second_start(ns: int) -> int:
+    return ns - ns % 1_000_000_000
+
+
+def _second(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
+
+
+_followers_lock = threading.Lock()
+_followers: dict[tuple, list[JobLogFollower]] = {}
+
+
+def _subscribe(cluster: Cluster, namespace: str, trainjob: str, index: int, sink) -> JobLogFollower:
+    """The job's follower in this process that can take ``sink`` for node ``index`` (a new one if none can)."""
+    key = (id(cluster), namespace, trainjob)
+    with _followers_lock:
+        followers = _followers.setdefault(key, [])
+        followers[:] = [f for f in followers if not f.stopped]
+        for follower in followers:
+            if follower.subscribe(index, sink):
+                return follower
+        follower = JobLogFollower(cluster, namespace, trainjob)
+        follower.subscribe(index, sink)
+        followers.append(follower)
+        return follower
+
+
+def _followed(cluster: Cluster, namespace: str, trainjob: str, index: int,
+              stall_after: Optional[float]) -> Iterator[str]:
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    follower = _subscribe(cluster, namespace, trainjob, index, sink)
+    try:
         last = time.monotonic()
-        yield item
+        while True:
+            try:
+                item = sink.get(timeout=stall_after) if stall_after else sink.get()
+            except queue.Empty:
+                pod = follower.running_pod(index)
+                if pod:
+                    yield (f"--- warning: node {index} (pod {pod}) has printed nothing for "
+                           f"{time.monotonic() - last:.0f} s while running: a hung collective or a stuck data "
+                           "loader? ---\n")
+                continue
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            last = time.monotonic()
+            yield item
+    finally:
+        follower.unsubscribe(index, sink)
 
 
 log = logging.getLogger(__name__)
@@ -164,49 +443,27 @@ def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
 
 #: Lines of each node kept in memory while a job is watched (``NodeLogKeeper``).
 KEEP_LINES = 2000
-#: Nodes followed by a ``NodeLogKeeper``: one streaming request each.
+#: Nodes whose last lines a ``NodeLogKeeper`` keeps (memory: up to KEEP_LINES lines each).
 MAX_KEPT_NODES = 64
 
 
-class _KeeperStopped(Exception):
-    pass
-
-
 class NodeLogKeeper:
-    """While a job is waited for: follow each node's log in a daemon thread, keeping its last
-    ``KEEP_LINES`` lines in memory, so that a node whose pod is deleted when another node fails
-    (the Job controller deletes a failed Job's running pods, logs and all) still has its last
-    lines to save. ``save`` writes them to ``<directory>/node-<i>.log`` for the nodes that have
-    no file there yet (log following with ``tail_logs`` writes the whole log itself)."""
+    """While a job is waited for: follow each node's log (through the job's ``JobLogFollower``,
+    so no thread or connection of its own), keeping its last ``KEEP_LINES`` lines in memory, so
+    that a node whose pod is deleted when another node fails (the Job controller deletes a failed
+    Job's running pods, logs and all) still has its last lines to save. ``save`` writes them to
+    ``<directory>/node-<i>.log`` for the nodes that have no file there yet (log following with
+    ``tail_logs`` writes the whole log itself)."""
 
     def __init__(self, cluster: Cluster, namespace: str, trainjob: str, nodes: int, directory: str) -> None:
         self.directory = directory
-        self._lines = {i: deque(maxlen=KEEP_LINES) for i in range(min(nodes, MAX_KEPT_NODES))}
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        for index in self._lines:
-            threading.Thread(target=self._follow, args=(cluster, namespace, trainjob, index), daemon=True,
-                             name=f"keep-log-{trainjob}-{index}").start()
-
-    def _follow(self, cluster: Cluster, namespace: str, trainjob: str, index: int) -> None:
-        def sleep(seconds: float) -> None:
-            if self._stopped.wait(seconds):
-                raise _KeeperStopped
-
-        try:
-            for line in node_log_lines(cluster, namespace, trainjob, index, follow=True, sleep=sleep):
-                with self._lock:
-                    self._lines[index].append(line)
-                if self._stopped.is_set():
-                    return
-        except _KeeperStopped:
-            return
-        except Exception as e:  # noqa: BLE001 - a lost stream only loses what it would have kept
-            log.debug("stopped keeping the log of node %d of %s: %s", index, trainjob, e)
+        self._lines = {i: _KeptLines() for i in range(min(nodes, MAX_KEPT_NODES))}
+        self._followers = {i: _subscribe(cluster, namespace, trainjob, i, kept) for i, kept in self._lines.items()}
 
     def stop(self) -> None:
-        """Stop following (a stream that is still open ends with its pod)."""
-        self._stopped.set()
+        """Stop following."""
+        for index, follower in self._followers.items():
+            follower.unsubscribe(index, self._lines[index])
 
     def kept_lines(self) -> dict[int, list[str]]:
         """Node index -> the lines kept so far (for ``diagnosis``: ft_launcher's restarts while running)."""
@@ -218,11 +475,10 @@ class NodeLogKeeper:
         written = []
         try:
             os.makedirs(self.directory, exist_ok=True)
-            with self._lock:
-                kept = {i: list(lines) for i, lines in self._lines.items() if lines}
+            kept = {i: lines.snapshot() for i, lines in self._lines.items()}
             for index, lines in sorted(kept.items()):
                 path = os.path.join(self.directory, f"node-{index}.log")
-                if os.path.exists(path):
+                if not lines or os.path.exists(path):
                     continue
                 with open(path, "w") as f:
                     f.writelines(lines)
@@ -230,3 +486,20 @@ class NodeLogKeeper:
         except OSError as e:
             log.warning("could not save the node logs to %s: %s", self.directory, e)
         return written
+
+
+class _KeptLines:
+    """A subscriber that keeps a node's last ``KEEP_LINES`` lines."""
+
+    def __init__(self) -> None:
+        self._lines: deque = deque(maxlen=KEEP_LINES)
+        self._lock = threading.Lock()
+
+    def put(self, item) -> None:
+        if isinstance(item, str):
+            with self._lock:
+                self._lines.append(item)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)

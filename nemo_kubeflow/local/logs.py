@@ -157,7 +157,7 @@ class LogStore:
 
     def select(self, store: Store, namespace: str, name: str, query: dict) -> ContainerLog:
         """The run `pods/{name}/log` reads, with the API server's errors for the others."""
-        return self.select_for(store.get(R.PODS, namespace, name), query)
+        return self.select_for(store.snapshot(R.PODS, namespace, name), query)
 
     def select_for(self, pod: dict, query: dict) -> ContainerLog:
         """The run of `pod` a log request (`container`, `previous`) reads; ApiError 400 for none."""

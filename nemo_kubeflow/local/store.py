@@ -90,6 +90,15 @@ class Store:
             obj = self._stored(rt, namespace, name)
             return copy.deepcopy(obj) if obj is not None else None
 
+    def snapshot(self, rt: ResourceType, namespace: str, name: str) -> dict:
+        """The stored object itself, not a copy (ApiError 404 if absent), for a caller that only
+        reads it, such as each poll of a pod's log: stored objects are never modified in place."""
+        with self._lock:
+            obj = self._stored(rt, namespace, name)
+            if obj is None:
+                raise not_found(rt, name)
+            return obj
+
     def list(self, rt: ResourceType, namespace: Optional[str] = None,
              match: Optional[Callable[[dict], bool]] = None) -> tuple[list[dict], str]:
         with self._lock:

@@ -126,8 +126,8 @@ class JobLogFollower:
     its nodes' new lines with one short request (``timestamps``, ``sinceTime`` and ``tailLines``)
     and hands them to the node's subscribers. The timestamps make the reads join without gaps or
     duplicates; a node whose newest pod changes (a gang restart) gets its old pod's last lines, a
-    marker, and the new pod's log. A subscriber's ``put`` gets lines ending in newline, then
-    ``_END`` (or an exception)."""
+    marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in newline
+    (one per read) and marker lines, then ``_END`` (or an exception)."""
 
     def __init__(self, cluster: Cluster, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
                  poll: float = POLL_SECONDS) -> None:
@@ -287,38 +287,46 @@ class JobLogFollower:
 
 
 def _deliver(node: _Node, lines: list[str], whole: bool) -> None:
-    """Hand ``node``'s subscribers the lines of a read (``timestamps``) they have not had yet."""
+    """Hand ``node``'s subscribers the lines of a read (``timestamps``) they have not had yet, as one
+    list each (a queue operation per read, not per line)."""
     floor = _second_start(node.newest_ns) if node.newest_ns is not None else None
-    again: Counter = Counter()
+    edge, again = node.edge, Counter()
     fresh, everything = [], []
+    newest = node.newest_ns
     for raw in lines:
         stamp, _, text = raw.partition(" ")
         ns = _parse_stamp(stamp)
         if ns is None:  # not a timestamp (the rest of a partial record): as if printed with the last line
-            ns, text = (node.newest_ns or 0), raw
+            ns, text = (newest or 0), raw
         line = text + "\n"
-        everything.append(line)
-        key = (ns, text)
+        if whole:
+            everything.append(line)
         if floor is not None and ns < floor:
             continue  # delivered by an earlier read
-        again[key] += 1
-        if again[key] <= node.edge[key]:
-            continue
+        key = (ns, text)
+        if key in edge:  # the second that was read again: skip as many copies as were delivered
+            again[key] += 1
+            if again[key] <= edge[key]:
+                continue
         fresh.append((ns, key, line))
-    for ns, key, _ in fresh:
-        node.edge[key] += 1
-        node.newest_ns = ns if node.newest_ns is None else max(node.newest_ns, ns)
-    if node.newest_ns is not None:
-        start = _second_start(node.newest_ns)
-        node.edge = Counter({k: c for k, c in node.edge.items() if k[0] >= start})
-    for sink in node.catching_up if whole else ():
-        for line in everything:
-            sink.put(line)
+        if newest is None or ns > newest:
+            newest = ns
+    if newest is not None:
+        start = _second_start(newest)
+        kept = Counter({k: c for k, c in edge.items() if k[0] >= start})
+        for ns, key, _ in fresh:
+            if ns >= start:
+                kept[key] += 1
+        node.edge, node.newest_ns = kept, newest
+    new_lines = [line for _, _, line in fresh]
     for sink in node.sinks:
-        for _, _, line in fresh:
-            sink.put(line)
-    node.sinks.extend(node.catching_up if whole else ())
+        if new_lines:
+            sink.put(new_lines)
     if whole:
+        for sink in node.catching_up:
+            if everything:
+                sink.put(everything)
+        node.sinks.extend(node.catching_up)
         node.catching_up = []
 
 
@@ -391,7 +399,10 @@ def _followed(cluster: Cluster, namespace: str, trainjob: str, index: int,
             if isinstance(item, BaseException):
                 raise item
             last = time.monotonic()
-            yield item
+            if isinstance(item, list):
+                yield from item
+            else:
+                yield item
     finally:
         follower.unsubscribe(index, sink)
 
@@ -496,9 +507,9 @@ class _KeptLines:
         self._lock = threading.Lock()
 
     def put(self, item) -> None:
-        if isinstance(item, str):
+        if isinstance(item, (str, list)):
             with self._lock:
-                self._lines.append(item)
+                self._lines.extend([item] if isinstance(item, str) else item)
 
     def snapshot(self) -> list[str]:
         with self._lock:

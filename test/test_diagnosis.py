@@ -3,6 +3,7 @@
 import os
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -293,3 +294,59 @@ def test_what_a_describe_costs_in_each_state(local):
     assert desc.state == AppState.FAILED and "no gang restart" in desc.msg, desc.msg
     # The TrainJob once (not again for its node count), the pods once, the failed node's last lines.
     assert requests == ["get pods/log", "get trainjobs", "list pods"], requests
+
+
+def test_following_many_nodes_uses_a_fixed_pool_and_delivers_each_line_once_in_order(local):
+    # 10 nodes, more than LOG_READERS: lines printed over several reads, identical lines included (one
+    # pipe read's lines share a timestamp: only their count tells copies from lines read again).
+    from nemo_kubeflow.logs import LOG_READERS
+
+    script = ('for i in $(seq 1 300); do echo "line $i"; echo "same"; '
+              'if [ $((i % 60)) = 0 ]; then sleep 0.4; fi; done')
+    nodes = 10
+    _, app_id = submit(local, "manynodes", script=script, nodes=nodes)
+    scheduler = create_scheduler("t")
+    received = {k: [] for k in range(nodes)}
+    readers, done = [], threading.Event()
+
+    def follow(k):  # NeMo-Run's way: a thread per node
+        received[k].extend(scheduler.log_iter(app_id, "manynodes", k, should_tail=True))
+
+    def sample():
+        while not done.wait(0.05):
+            readers.append(sum(t.name.startswith("logs-") for t in threading.enumerate()))
+
+    threading.Thread(target=sample, daemon=True).start()
+    threads = [threading.Thread(target=follow, args=(k,)) for k in range(nodes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    done.set()
+    expected = [line for i in range(1, 301) for line in (f"line {i}\n", "same\n")]
+    for k in range(nodes):
+        assert received[k] == expected, (k, len(received[k]), received[k][:5])
+    assert 1 <= max(readers) <= LOG_READERS, readers
+
+
+def test_a_second_reader_of_a_followed_node_gets_its_whole_log_once(local):
+    script = 'for i in $(seq 1 40); do echo "step $i"; sleep 0.1; done'
+    _, app_id = submit(local, "tworeaders", script=script)
+    scheduler = create_scheduler("t")
+    first, second = [], []
+    expected = [f"step {i}\n" for i in range(1, 41)]
+
+    def follow(into):
+        into.extend(scheduler.log_iter(app_id, "tworeaders", 0, should_tail=True))
+
+    early = threading.Thread(target=follow, args=(first,))
+    early.start()
+    deadline = time.monotonic() + 60
+    while len(first) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 5 <= len(first) < 40, first  # joined while the node runs
+    follow(second)
+    early.join(60)
+    assert first == expected and second == expected
+    # Once the job is over, a new reader (a reconnect) reads it all again, once.
+    assert list(scheduler.log_iter(app_id, "tworeaders", 0, should_tail=True)) == expected

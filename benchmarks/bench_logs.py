@@ -14,7 +14,13 @@ from __future__ import annotations
 import threading
 import time
 
-from harness import NAMESPACE, WORKLOAD_FILE, Metric, launch, median, nemorun_home, ours, percentile
+import json
+import os
+import subprocess
+import sys
+
+from harness import (BENCH_DIR, NAMESPACE, WORKLOAD_FILE, Detail, Metric, launch, median, nemorun_home, ours,
+                     percentile)
 
 NAME = "logs"
 PROCS_PER_NODE = 8
@@ -110,7 +116,155 @@ def _score(received: list[tuple[float, str]]) -> tuple[int, int, list[float]]:
     return len(seen), duplicates, lags
 
 
+# --- scale: many cheap nodes, followed by one process ---------------------------------------------
+
+SCALE_RATE = 200  # lines per second per node
+SCALE_BATCH = 0.1  # seconds between the emitter's writes (each line carries its own time)
+#: Most of the lines printed before a follower caught up are excluded from lag (see ``_score``).
+_FOLLOWER = r"""
+import array, json, os, sys, threading, time
+nodes, lines, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+from nemo_kubeflow.scheduler import create_scheduler
+print("ready", flush=True)
+app_id = sys.stdin.readline().strip()  # imports done before the job starts: lag measures following only
+
+def rss_mib(field="VmRSS"):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+
+def sockets():
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+scheduler = create_scheduler("bench-scale")
+before = {"rss": rss_mib(), "threads": threading.active_count(), "sockets": sockets()}
+seen = [bytearray(lines) for _ in range(nodes)]
+lags, other, duplicates, attached = array.array("d"), [0], [0], {}
+lock = threading.Lock()
+peak = {"rss": 0.0, "threads": 0, "readers": 0, "sockets": 0}
+done = threading.Event()
+
+def follow(k):
+    # NeMo-Run's get_logs: one thread per replica, each reading log_iter(..., should_tail=True).
+    for line in scheduler.log_iter(app_id, "t0", k, should_tail=True):
+        now = time.time()
+        parts = line.split()
+        if len(parts) != 5 or parts[0] != "LOG":
+            other[0] += 1
+            continue
+        node, seq, printed = int(parts[1]), int(parts[3]), float(parts[4])
+        with lock:
+            if seen[node][seq]:
+                duplicates[0] += 1
+                continue
+            seen[node][seq] = 1
+            first = attached.setdefault(node, now)
+            if printed >= first:
+                lags.append(now - printed)
+
+def sample():
+    while not done.wait(0.25):
+        names = [t.name for t in threading.enumerate()]
+        peak["rss"] = max(peak["rss"], rss_mib())
+        peak["threads"] = max(peak["threads"], len(names))
+        peak["readers"] = max(peak["readers"], sum(n.startswith("logs-") for n in names))
+        peak["sockets"] = max(peak["sockets"], sockets())
+
+threading.Thread(target=sample, daemon=True).start()
+threads = [threading.Thread(target=follow, args=(k,), daemon=True) for k in range(nodes)]
+started = time.monotonic()
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(max(0.0, timeout - (time.monotonic() - started)))
+done.set()
+ordered = sorted(lags)
+pct = lambda q: ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))] if ordered else float("nan")
+print(json.dumps({"received": sum(sum(s) for s in seen), "duplicates": duplicates[0], "other": other[0],
+                  "p50": pct(50), "p99": pct(99), "max": ordered[-1] if ordered else float("nan"),
+                  "before": before, "peak": peak, "seconds": time.monotonic() - started,
+                  "unfinished": sum(t.is_alive() for t in threads)}))
+"""
+
+
+def _scale_task(lines: int):
+    import nemo_run as run
+
+    return run.Script(inline=f'python3 -S {WORKLOAD_FILE} "$PET_NODE_RANK" 0 {lines} {SCALE_RATE} {SCALE_BATCH}')
+
+
+def _follow_scale(ctx, nodes: int, seconds: int) -> dict:
+    """Submit ``nodes`` x 1 bash loop at SCALE_RATE lines/s for ``seconds``, follow every node from a
+    fresh process (NeMo-Run's way: a thread per node calling ``log_iter``), return its report."""
+    lines = SCALE_RATE * seconds
+    timeout = TIMEOUT + 4 * nodes
+    follower = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _FOLLOWER, str(nodes), str(lines),
+                                 str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "PYTHONPATH": str(BENCH_DIR)})
+    try:
+        if follower.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"follower failed: {follower.communicate(timeout=30)[1][-2000:]}")
+        executor = ours(ctx.cluster.kubeconfig_path, nodes=nodes, nprocs_per_node=1)
+        _, exp = launch(executor, 1, f"bench-scale-{nodes}", task=lambda: _scale_task(lines))
+        _, _, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
+        out, err = follower.communicate(app_id + "\n", timeout=timeout + 120)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        ctx.cluster.delete_trainjobs(timeout=120)
+    if follower.returncode != 0:
+        raise RuntimeError(f"follower failed: {err[-2000:]}")
+    report = json.loads(out.strip().splitlines()[-1])
+    report["printed"] = nodes * lines
+    return report
+
+
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def scale(ctx):
+    from nemo_kubeflow.logs import LOG_READERS
+
+    sizes, seconds = ((8, 32), 6) if ctx.quick else ((8, 32, 128), 12)
+    rows = []
+    with nemorun_home():
+        for nodes in sizes:
+            load = _load()
+            r = _follow_scale(ctx, nodes, seconds)
+            growth_rss = r["peak"]["rss"] - r["before"]["rss"]
+            what = f"{nodes} nodes x {SCALE_RATE} lines/s x {seconds} s"
+            yield Metric(f"scale {nodes} nodes: log lines received, % of printed ({what})",
+                         100 * r["received"] / r["printed"], None, "%", at_least=100,
+                         note=f"{r['duplicates']} duplicates (target 0); {r['unfinished']} followers unfinished; "
+                              f"load {load}")
+            yield Metric(f"scale {nodes} nodes: log lag p99 (printed -> received, once attached)", r["p99"] * 1000,
+                         None, "ms", at_most=2000, note=f"p50 {r['p50'] * 1000:,.0f} ms, max {r['max'] * 1000:,.0f} ms")
+            yield Metric(f"scale {nodes} nodes: follower memory growth (RSS while following - before)", growth_rss,
+                         None, "MiB", at_most=300,
+                         note=f"peak RSS {r['peak']['rss']:,.0f} MiB, {r['before']['rss']:,.0f} MiB of it after "
+                              "importing nemo_run (which imports torch)")
+            yield Metric(f"scale {nodes} nodes: log reader threads (and connections) of ours", r["peak"]["readers"],
+                         None, "", at_most=LOG_READERS,
+                         note=f"sockets {r['peak']['sockets']} peak ({r['before']['sockets']} before); threads "
+                              f"{r['peak']['threads']} in all (NeMo-Run's one per node included)")
+            rows.append(f"| {nodes} | {100 * r['received'] / r['printed']:.2f}% | {r['duplicates']} | "
+                        f"{r['p50'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {growth_rss:,.0f} | {r['peak']['rss']:,.0f} | "
+                        f"{r['peak']['readers']} | {r['peak']['sockets']} | {r['peak']['threads']} | {load} |")
+    yield Detail("Log following by job size (bash loops, one follower process)", [
+        "| nodes | received | duplicates | p50 lag ms | p99 lag ms | RSS growth MiB | peak RSS MiB | reader threads "
+        "| sockets | threads in all | load (1/5/15 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"] + rows)
+
+
 def run(ctx):
+    yield from scale(ctx)
     nodes, seconds = (4, 2) if ctx.quick else (8, 3)
     lines = RATE * seconds
     printed = nodes * PROCS_PER_NODE * lines

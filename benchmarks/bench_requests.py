@@ -65,6 +65,17 @@ def run(ctx):
     ])
     cluster.delete_trainjobs()
 
+    # 2. Job size: one task of N nodes sends what one of 2 nodes sends (the TrainJob says numNodes).
+    sizes = (2, 8, 32) if ctx.quick else (2, 8, 32, 128)
+    by_size = {}
+    for nodes in sizes:
+        [by_size[nodes]] = _requests_per_task(ctx, ours(cluster.kubeconfig_path, nodes=nodes))
+        cluster.delete_trainjobs(timeout=120)
+    for nodes in sizes[1:]:
+        yield Metric(f"requests to submit one task of {nodes} nodes (first task of a process)", len(by_size[nodes]),
+                     None, "req", at_most=len(by_size[2]),
+                     note=f"{len(by_size[2])} for 2 nodes; " + _describe(by_size[nodes]))
+
     # 3. Runtime reuse: N identical tasks in one parallel experiment (NeMo-Run's thread pool).
     tasks = 20 if ctx.quick else 100
     _delete_our_runtimes(ctx)

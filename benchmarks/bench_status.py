@@ -10,6 +10,8 @@ from harness import (Metric, in_fresh_process, launch, median, nemorun_home, our
                      upstream)
 
 NAME = "status"
+#: Jobs of the largest ``exp.status()`` (full run only).
+MANY = 500
 
 
 def _sleeper():
@@ -105,6 +107,20 @@ def run(ctx):
     yield Metric("first describe in a fresh process (after import nemo_run)", median(fresh["ours"]),
                  median(fresh["baseline"]), "ms", note="what `nemo experiment status` pays per process")
 
+    # --- one describe of a job of N nodes: the same requests whatever N -----------------------------
+    sizes = (8, 32) if ctx.quick else (8, 32, 128)
+    with nemorun_home():
+        for nodes in sizes:
+            _, exp = launch(ours(kubeconfig, nodes=nodes), 1, f"bench-describe-{nodes}")
+            scheduler, _, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
+            cluster.wait_finished(timeout=300)
+            cluster.clear_requests()
+            with stopwatch() as t:
+                response = scheduler.describe(app_id)
+            yield Metric(f"describe of one finished job of {nodes} nodes", t[0] * 1000, None, "ms",
+                         note=f"{_gets(cluster.requests)} GET(s); state {response.state.name}")
+            cluster.delete_trainjobs(timeout=120)
+
     # --- exp.status() of many jobs --------------------------------------------------------
     results, kept = {}, {}
     for tasks in (small, large):
@@ -127,6 +143,21 @@ def run(ctx):
                 results[name, tasks] = (median(seconds), _gets(requests))
                 kept[name, tasks] = _baseline_records(home)
             cluster.delete_trainjobs()
+
+    if not ctx.quick:
+        # At 500 jobs, ours only: the baseline's quadratic status would take most of an hour.
+        with nemorun_home():
+            _, exp = launch(ours(kubeconfig), MANY, "bench-status-many")
+            cluster.wait_finished(timeout=600)
+            cluster.clear_requests()
+            with quiet(), stopwatch() as t:
+                exp.status(return_dict=True)
+            results["ours", MANY] = (t[0], _gets(cluster.requests))
+        cluster.delete_trainjobs(timeout=300)
+        yield Metric(f"exp.status() of {MANY} finished jobs", t[0] * 1000, None, "ms",
+                     note=f"GETs per job: {results['ours', MANY][1] / MANY:g}; baseline not run at this size")
+        yield Metric(f"status time per job, {MANY} jobs vs {small} (1 = linear)",
+                     (t[0] / MANY) / (results["ours", small][0] / small), None, "x", at_most=1.5)
 
     for tasks in (small, large):
         (mine, my_gets), (theirs, their_gets) = results["ours", tasks], results["baseline", tasks]

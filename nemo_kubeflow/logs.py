@@ -9,8 +9,6 @@ newest pod across gang restarts until the job ends.
 from __future__ import annotations
 
 import atexit
-import calendar
-import functools
 import logging
 import os
 import queue
@@ -96,9 +94,9 @@ class _Node:
         self.pod: Optional[str] = None
         #: Phase of the pod being read at the last list; "" once it is gone from the list.
         self.phase = ""
-        #: Time (ns) of the newest line delivered, and the lines delivered in its second (that
-        #: second is read again: ``sinceTime`` reaches the kubelet to the second).
-        self.newest_ns: Optional[int] = None
+        #: The second of the newest line delivered ("YYYY-MM-DDTHH:MM:SS"), and its lines with their
+        #: times, counted (that second is read again: ``sinceTime`` reaches the kubelet to the second).
+        self.second: Optional[str] = None
         self.edge: Counter = Counter()
         self.drained = False  # the pod ended and all its log was delivered
         self.done = False
@@ -108,7 +106,7 @@ class _Node:
         self.tail = TAIL_LINES
 
     def reset(self, pod: str) -> None:
-        self.pod, self.newest_ns, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
+        self.pod, self.second, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
         self.sinks.extend(self.catching_up)
         self.catching_up = []
 
@@ -153,7 +151,7 @@ class JobLogFollower:
             node = self._nodes.setdefault(index, _Node(index))
             if node.done:
                 return False
-            (node.catching_up if node.newest_ns is not None else node.sinks).append(sink)
+            (node.catching_up if node.second is not None else node.sinks).append(sink)
             worker = index % self.readers
             thread = self._threads.get(worker)
             if thread is None or not thread.is_alive():
@@ -262,8 +260,8 @@ class JobLogFollower:
         """Deliver node's new lines (one request, or two when a tail may have cut some off). False
         if the log cannot be read now (the container waits to start); a pod gone reads as empty."""
         with self._lock:
-            whole = node.newest_ns is None or bool(node.catching_up)
-        since = None if whole else _second(node.newest_ns)
+            whole = node.second is None or bool(node.catching_up)
+        since = None if whole else node.second + "Z"
         tail = None if whole else node.tail
         try:
             lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE, timestamps=True,
@@ -287,76 +285,44 @@ class JobLogFollower:
 
 
 def _deliver(node: _Node, lines: list[str], whole: bool) -> None:
-    """Hand ``node``'s subscribers the lines of a read (``timestamps``) they have not had yet, as one
-    list each (a queue operation per read, not per line)."""
-    floor = _second_start(node.newest_ns) if node.newest_ns is not None else None
+    """Hand ``node``'s subscribers the lines of a read (``timestamps``, from the second of the last
+    line delivered on, or the whole log) that they have not had yet, as one list each.
+
+    Only the lines of that second were delivered before: a line of it is new once there are more
+    copies of it (time and text) in this read than were delivered. The second is compared as the
+    time's first 19 characters, so most lines are not parsed at all."""
+    floor = node.second
     edge, again = node.edge, Counter()
     fresh, everything = [], []
-    newest = node.newest_ns
+    newest = floor
     for raw in lines:
-        stamp, _, text = raw.partition(" ")
-        ns = _parse_stamp(stamp)
-        if ns is None:  # not a timestamp (the rest of a partial record): as if printed with the last line
-            ns, text = (newest or 0), raw
-        line = text + "\n"
+        second = raw[:19] if raw[19:20] in (".", "Z") else None
+        text = raw[raw.find(" ") + 1:] if second else raw  # a line without a time: the rest of a partial one
         if whole:
-            everything.append(line)
-        if floor is not None and ns < floor:
-            continue  # delivered by an earlier read
-        key = (ns, text)
-        if key in edge:  # the second that was read again: skip as many copies as were delivered
-            again[key] += 1
-            if again[key] <= edge[key]:
-                continue
-        fresh.append((ns, key, line))
-        if newest is None or ns > newest:
-            newest = ns
+            everything.append(text + "\n")
+        if second is not None and floor is not None:
+            if second < floor:
+                continue  # delivered by an earlier read
+            if second == floor and raw in edge:
+                again[raw] += 1
+                if again[raw] <= edge[raw]:
+                    continue
+        fresh.append(text + "\n")
+        if second is not None and (newest is None or second > newest):
+            newest = second
     if newest is not None:
-        start = _second_start(newest)
-        kept = Counter({k: c for k, c in edge.items() if k[0] >= start})
-        for ns, key, _ in fresh:
-            if ns >= start:
-                kept[key] += 1
-        node.edge, node.newest_ns = kept, newest
-    new_lines = [line for _, _, line in fresh]
+        # Every line of the newest second is in this read (it reads from `floor` on, all of it).
+        node.edge = Counter(raw for raw in lines if raw.startswith(newest) and raw[19:20] in (".", "Z"))
+        node.second = newest
     for sink in node.sinks:
-        if new_lines:
-            sink.put(new_lines)
+        if fresh:
+            sink.put(fresh)
     if whole:
         for sink in node.catching_up:
             if everything:
                 sink.put(everything)
         node.sinks.extend(node.catching_up)
         node.catching_up = []
-
-
-@functools.lru_cache(maxsize=4096)
-def _epoch(second: str) -> Optional[int]:
-    try:
-        return calendar.timegm(time.strptime(second, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-
-
-def _parse_stamp(stamp: str) -> Optional[int]:
-    """Nanoseconds since the epoch of an RFC 3339 UTC time as the kubelet writes it (trailing zeros
-    of the fraction trimmed), or None."""
-    if len(stamp) < 20 or not stamp.endswith("Z"):
-        return None
-    seconds = _epoch(stamp[:19])
-    if seconds is None:
-        return None
-    fraction = stamp[20:-1] if stamp[19] == "." else ""
-    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0")[:9] or 0) if fraction.isdigit() or not fraction \
-        else None
-
-
-def _second_start(ns: int) -> int:
-    return ns - ns % 1_000_000_000
-
-
-def _second(ns: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
 
 
 _followers_lock = threading.Lock()

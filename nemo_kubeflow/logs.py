@@ -69,9 +69,12 @@ def node_log_lines(
 #: nodes: reader ``w`` reads the nodes ``k`` with ``k % LOG_READERS == w``, one short read each per round.
 LOG_READERS = 8
 #: A reader's round over its nodes starts at most this often (one that took longer: the next starts at once)...
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.15
 #: ... and no more often than keeps a job's log reads under this rate (128 nodes: a read of each every 0.5 s).
 MAX_READS_PER_SECOND = 256
+#: The job's pods (one list for all its nodes) are listed about this often: the list of a 128-node
+#: job is large, and what it tells (a pod started, ended, replaced) can wait that long.
+LIST_SECONDS = 1.0
 #: Lines asked for (``tailLines``) by a read of a node already being followed, so that the kubelet
 #: seeks from the end instead of reading the log from its start (at least this many, and four times
 #: what the node's last read brought); a read that returns that many may have cut some off, and is
@@ -119,10 +122,11 @@ class JobLogFollower:
     """Follows the log of every node of one TrainJob that someone reads, with at most
     ``LOG_READERS`` threads and connections whatever the number of nodes.
 
-    Each round (``POLL_SECONDS``), one pod list for the whole job (and, once every node's pod has
-    ended, one GET of the TrainJob) says which pod each node runs; each reader then reads each of
-    its nodes' new lines with one short request (``timestamps``, ``sinceTime`` and ``tailLines``)
-    and hands them to the node's subscribers. The timestamps make the reads join without gaps or
+    Every ``LIST_SECONDS``, one pod list for the whole job (and, once every node's pod has ended,
+    one GET of the TrainJob) says which pod each node runs; each round (``POLL_SECONDS``, slower
+    above ``MAX_READS_PER_SECOND``), each reader reads each of its nodes' new lines with one short
+    request (``timestamps``, ``sinceTime`` and ``tailLines``) and hands them to the node's
+    subscribers. The timestamps make the reads join without gaps or
     duplicates; a node whose newest pod changes (a gang restart) gets its old pod's last lines, a
     marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in newline
     (one per read) and marker lines, then ``_END`` (or an exception)."""
@@ -205,7 +209,7 @@ class JobLogFollower:
         if not self._refreshing.acquire(blocking=False):
             return
         try:
-            if time.monotonic() - self._refreshed_at < self.poll * 0.9:
+            if time.monotonic() - self._refreshed_at < max(self.poll, LIST_SECONDS) * 0.9:
                 return
             self._refreshed_at = time.monotonic()
             with self._lock:

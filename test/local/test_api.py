@@ -346,3 +346,26 @@ def test_discovery_and_events_v1(cluster, api, core, ns):
     events = json.loads(response.data)["items"]
     assert [(e["reason"], e["note"], e["regarding"]["name"], e["eventTime"]) for e in events] == [
         ("Test", "hello", "p", None)]
+
+
+def test_log_reads_from_a_second_and_of_the_last_lines_match_the_whole_log(cluster, core, ns):
+    # The server seeks to the first record a `sinceTime`/`tailLines` read wants (an index, not a scan):
+    # what it returns must be what filtering the whole log gives, to the second as the kubelet does.
+    from nemo_kubeflow.cluster import KubernetesCluster
+
+    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seconds"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": [
+            "bash", "-c", 'for i in $(seq 1 25); do echo "line $i"; echo "line $i again"; sleep 0.1; done']}]}})
+    cluster.wait_for(lambda: core.read_namespaced_pod("seconds", ns).status.phase == "Succeeded", 30)
+    ours = KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path))
+    whole = list(ours.pod_log("seconds", ns, timestamps=True))
+    assert [line.split(" ", 1)[1] for line in whole] == [f"line {i}{s}" for i in range(1, 26) for s in ("", " again")]
+    seconds = sorted({line[:19] for line in whole})
+    assert len(seconds) >= 2, seconds
+    since = seconds[1]
+    expected = [line for line in whole if line[:19] >= since]
+    assert list(ours.pod_log("seconds", ns, timestamps=True, since_time=since + "Z")) == expected
+    assert list(ours.pod_log("seconds", ns, timestamps=True, since_time=since + ".5Z")) == expected
+    assert list(ours.pod_log("seconds", ns, timestamps=True, since_time=since + "Z", tail_lines=3)) == expected[-3:]
+    assert list(ours.pod_log("seconds", ns, tail_lines=4)) == ["line 24", "line 24 again", "line 25", "line 25 again"]
+    assert list(ours.pod_log("seconds", ns, timestamps=True, since_time="2999-01-01T00:00:00Z")) == []

@@ -257,7 +257,7 @@ def scale(ctx):
             rows.append(f"| {nodes} | {100 * r['received'] / r['printed']:.2f}% | {r['duplicates']} | "
                         f"{r['p50'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {growth_rss:,.0f} | {r['peak']['rss']:,.0f} | "
                         f"{r['peak']['readers']} | {r['peak']['sockets']} | {r['peak']['threads']} | {load} |")
-    yield Detail("Log following by job size (bash loops, one follower process)", [
+    yield Detail("Log following by job size (log_emitter.py pods, one follower process)", [
         "| nodes | received | duplicates | p50 lag ms | p99 lag ms | RSS growth MiB | peak RSS MiB | reader threads "
         "| sockets | threads in all | load (1/5/15 min) |",
         "|---|---|---|---|---|---|---|---|---|---|---|"] + rows)

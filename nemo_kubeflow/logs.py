@@ -72,6 +72,10 @@ LOG_READERS = 8
 POLL_SECONDS = 0.15
 #: ... and no more often than keeps a job's log reads under this rate (128 nodes: a read of each every 0.5 s).
 MAX_READS_PER_SECOND = 256
+#: A node whose reads bring nothing new is read less often, the wait doubling up to this: a job of
+#: quiet nodes (a training step that prints once a minute) costs a few reads a second, not
+#: MAX_READS_PER_SECOND; a line after a quiet spell arrives within this.
+IDLE_POLL_MAX_SECONDS = 2.0
 #: The job's pods (one list for all its nodes) are listed about this often: the list of a 128-node
 #: job is large, and what it tells (a pod started, ended, replaced) can wait that long.
 LIST_SECONDS = 1.0
@@ -107,9 +111,13 @@ class _Node:
         self.catching_up: list = []  # joined after lines were delivered: get the whole log first
         self.failures = 0
         self.tail = TAIL_LINES
+        #: Reads in a row that brought nothing new, and when (monotonic) the node is next read.
+        self.quiet_reads = 0
+        self.next_read = 0.0
 
     def reset(self, pod: str) -> None:
         self.pod, self.second, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
+        self.quiet_reads, self.next_read = 0, 0.0
         self.sinks.extend(self.catching_up)
         self.catching_up = []
 
@@ -124,8 +132,8 @@ class JobLogFollower:
 
     Every ``LIST_SECONDS``, one pod list for the whole job (and, once every node's pod has ended,
     one GET of the TrainJob) says which pod each node runs; each round (``POLL_SECONDS``, slower
-    above ``MAX_READS_PER_SECOND``), each reader reads each of its nodes' new lines with one short
-    request (``timestamps``, ``sinceTime`` and ``tailLines``) and hands them to the node's
+    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``), each
+    reader reads each of its nodes' new lines with one short request (``timestamps``, ``sinceTime`` and ``tailLines``) and hands them to the node's
     subscribers. The timestamps make the reads join without gaps or
     duplicates; a node whose newest pod changes (a gang restart) gets its old pod's last lines, a
     marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in newline
@@ -253,7 +261,8 @@ class JobLogFollower:
         if node.pod is not None and not node.drained:
             with self._lock:
                 ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
-            if self._read(node, final=ended) and ended:
+                due = ended or bool(node.catching_up) or time.monotonic() >= node.next_read
+            if due and self._read(node, final=ended) and ended:
                 node.drained = True
         if job_over and (node.pod is None or node.drained) and (newest is None or name == node.pod or not started):
             with self._lock:
@@ -284,13 +293,17 @@ class JobLogFollower:
         node.failures = 0
         node.tail = max(TAIL_LINES, 4 * len(lines))
         with self._lock:
-            _deliver(node, lines, whole)
+            new = _deliver(node, lines, whole)
+            node.quiet_reads = 0 if new else node.quiet_reads + 1
+            node.next_read = time.monotonic() + min(IDLE_POLL_MAX_SECONDS, self.poll * 2 ** node.quiet_reads) \
+                if node.quiet_reads else 0.0
         return True
 
 
-def _deliver(node: _Node, lines: list[str], whole: bool) -> None:
+def _deliver(node: _Node, lines: list[str], whole: bool) -> bool:
     """Hand ``node``'s subscribers the lines of a read (``timestamps``, from the second of the last
-    line delivered on, or the whole log) that they have not had yet, as one list each.
+    line delivered on, or the whole log) that they have not had yet, as one list each; True if
+    there were any.
 
     Only the lines of that second were delivered before: a line of it is new once there are more
     copies of it (time and text) in this read than were delivered. The second is compared as the
@@ -327,6 +340,7 @@ def _deliver(node: _Node, lines: list[str], whole: bool) -> None:
                 sink.put(everything)
         node.sinks.extend(node.catching_up)
         node.catching_up = []
+    return bool(fresh)
 
 
 _followers_lock = threading.Lock()

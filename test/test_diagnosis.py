@@ -350,3 +350,22 @@ def test_a_second_reader_of_a_followed_node_gets_its_whole_log_once(local):
     assert first == expected and second == expected
     # Once the job is over, a new reader (a reconnect) reads it all again, once.
     assert list(scheduler.log_iter(app_id, "tworeaders", 0, should_tail=True)) == expected
+
+
+def test_quiet_nodes_are_read_less_often_and_their_next_line_still_arrives(local):
+    # A training step that prints rarely: reading each node every POLL_SECONDS would cost ~80 reads
+    # over these 6 quiet seconds for 2 nodes; backing off to IDLE_POLL_MAX_SECONDS costs a few each.
+    _, app_id = submit(local, "quiet", script='echo "start $PET_NODE_RANK"; sleep 6; echo "end $PET_NODE_RANK"')
+    name = app_id.split(":", 1)[1]
+    scheduler = create_scheduler("t")
+    received = {k: [] for k in range(2)}
+    threads = [threading.Thread(target=lambda k=k: received[k].extend(
+        scheduler.log_iter(app_id, "quiet", k, should_tail=True))) for k in range(2)]
+    local.clear_requests()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert received == {k: [f"start {k}\n", f"end {k}\n"] for k in range(2)}, received
+    reads = [r for r in local.requests if r.resource == "pods/log" and (r.name or "").startswith(name)]
+    assert 2 <= len(reads) <= 30, len(reads)

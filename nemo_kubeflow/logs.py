@@ -462,8 +462,7 @@ class NodeLogKeeper:
 
     def kept_lines(self) -> dict[int, list[str]]:
         """Node index -> the lines kept so far (for ``diagnosis``: ft_launcher's restarts while running)."""
-        with self._lock:
-            return {i: list(lines) for i, lines in self._lines.items()}
+        return {i: lines.snapshot() for i, lines in self._lines.items()}
 
     def save(self) -> list[int]:
         """Write the kept lines of each node without a file yet; the nodes written."""

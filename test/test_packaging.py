@@ -13,7 +13,6 @@ import shutil
 import string
 import subprocess
 import tarfile
-import time
 from pathlib import Path
 
 import fiddle as fdl
@@ -417,7 +416,8 @@ def test_too_many_shards_names_largest_files():
     assert [p for p, _ in err.value.largest] == [f"ckpt/{i}.bin" for i in range(4)]
 
 
-def test_five_thousand_files_package_quickly():
+def test_five_thousand_files_are_sharded():
+    # How fast: benchmarks/bench_packaging.py (the same 5,000 files / 20 MiB), not a timed test.
     rng = random.Random(5)
     pool = fake_python(rng, 2 * 1024 * 1024).encode()
     files = []
@@ -426,11 +426,8 @@ def test_five_thousand_files_package_quickly():
         files.append(
             BundleFile(path=f"code/pkg{i % 50}/mod_{i}.py", data=pool[start : start + 4200])
         )
-    started = time.perf_counter()
     pkg = build_code_package(files, name="job", namespace="ns")
-    elapsed = time.perf_counter() - started
     assert pkg.total_bytes >= 20_000_000 and pkg.mode == "sharded"
-    assert elapsed < 5, f"packaging 5,000 files took {elapsed:.1f} s"
 
 
 # --- both modes ----------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from kubeflow.common.types import KubernetesBackendConfig
@@ -22,14 +21,12 @@ def test_torchrun_all_reduce_across_two_nodes(cluster, core, custom, ns):
     core.create_namespaced_config_map(ns, {"metadata": {"name": "script"}, "data": {"script.py": ALL_REDUCE_SCRIPT}})
     body = trainjob("allreduce", name, ["bash", "-c", TORCHRUN])
     body["spec"]["trainer"]["numProcPerNode"] = 2
-    started = time.monotonic()
     create_trainjob(custom, ns, body)
     job = wait_finished(cluster, custom, ns, "allreduce", timeout=60)
     logs = "".join(core.read_namespaced_pod_log(p.metadata.name, ns) for p in pods_of(core, ns, "allreduce"))
     assert condition(job, "Complete")["status"] == "True", logs
     assert sorted(line for line in logs.splitlines() if "sum=" in line) == [
         f"rank {rank} of 4: sum=10" for rank in range(4)]
-    assert time.monotonic() - started < 60
 
 
 def test_kubeflow_sdk_reads_a_finished_job(cluster, core, custom, ns):

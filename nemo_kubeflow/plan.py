@@ -120,7 +120,7 @@ def build_submission(
     *,
     task_name: str,
     experiment_id: Optional[str] = None,
-) -> mf.Submission:
+) -> Submission:
     """Everything one task sends. ``role`` is NeMo-Run's role after macro substitution."""
     facts = resolve(executor)
     ns = executor.namespace

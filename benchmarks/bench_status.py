@@ -6,6 +6,8 @@ import json
 import os
 import time
 
+from torchx.schedulers import get_scheduler_factories
+
 from harness import (Metric, in_fresh_process, launch, median, nemorun_home, ours, quick_task, quiet, stopwatch,
                      upstream)
 
@@ -27,9 +29,11 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
 
 
 def _log_keeping(request) -> bool:
-    """A request of the waiting process's log keeper (``logs.NodeLogKeeper``: one node's pods, its followed
-    log), not of the describe being counted: the keeper runs in threads of its own."""
+    """A request of the waiting process's log keeper (``logs.NodeLogKeeper``, through the job's log follower:
+    its pod lists and its timestamped log reads, of this job or of the one before), not of the describe
+    being counted: the keeper runs in threads of its own."""
     return request.verb == "watch" or request.query.get("follow") == "true" \
+        or request.query.get("timestamps") == "true" \
         or "job-completion-index" in request.query.get("labelSelector", "")
 
 
@@ -88,8 +92,14 @@ def run(ctx):
                 else:
                     cluster.wait_finished()
                     scheduler.describe(app_id)  # a failed job's first describe saves the node logs
+                # Counted: one describe by a new scheduler, as `nemo experiment status` makes it; the waiting
+                # one's log keeper (threads of its own, reading logs and the TrainJob) is stopped first.
+                for keeper in list(getattr(scheduler, "_keepers", {}).values()):
+                    keeper.stop()
+                time.sleep(1.0)
+                counted = get_scheduler_factories()[backend]("counted")
                 cluster.clear_requests()
-                response = scheduler.describe(app_id)
+                response = counted.describe(app_id)
                 requests[name, when] = [r for r in cluster.requests if not _log_keeping(r)]
                 kinds[name, when] = ", ".join(sorted(f"{r.verb} {r.resource}" for r in requests[name, when]))
                 shown[name, when] = response.state.name if response else "None"

@@ -1,7 +1,7 @@
 """Run the benchmarks of nemo_kubeflow and print one table: ours vs NeMo-Run's built-in
 KubeflowExecutor, measured in the same run on the bundled local cluster.
 
-    python benchmarks/run.py                 # everything (about 10 minutes on 2 cores)
+    python benchmarks/run.py                 # everything (about 14 minutes on a quiet 2-core machine, more under load)
     python benchmarks/run.py --quick         # smaller sizes, fewer repeats (about 2 minutes)
     python benchmarks/run.py --only latency,imports --repeat 5
     python benchmarks/run.py --check         # exit 1 when a target is missed

@@ -5,7 +5,9 @@
 
 Sources, all pinned (a test checks the shipped file is what this produces from them):
 
-* The Trainer v2.3.0 CRDs (test/data/crds, as published in kubeflow/trainer's manifests): the
+* The Trainer v2.3.0 CRDs, as the release publishes them in its Go module's manifests/base/crds
+  (``go mod download`` from the Go module proxy, cached in GOMODCACHE; not copied into this
+  repository; ``--crds DIR`` reads another folder): the
   ``openAPIV3Schema`` the API server checks TrainJobs and runtimes against, embedded JobSet and
   core types included.
 * The ``kubeflow_trainer_api`` models (the SDK's, generated from Trainer's OpenAPI): the enums of
@@ -41,18 +43,43 @@ import argparse
 import ast
 import hashlib
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import typing
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from nemo_kubeflow.constants import KUBERNETES_VERSION
 
-REPO = Path(__file__).resolve().parent.parent
-CRD_DIR = REPO / "test" / "data" / "crds"
 OUTPUT = Path(__file__).resolve().parent / "schemas.json"
-#: Trainer release the CRDs and models are from.
+#: Trainer release the CRDs and models are from, and the Go module that publishes its CRDs.
 TRAINER_VERSION = "2.3.0"
+TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
+
+
+class CrdsUnavailable(RuntimeError):
+    """The pinned CRDs cannot be fetched here (no Go toolchain, no module proxy)."""
+
+
+def trainer_crd_dir() -> Path:
+    """The folder of the pinned Trainer release's CRDs: its Go module's ``manifests/base/crds``, downloaded
+    (once; GOMODCACHE keeps it) from the Go module proxy."""
+    command = ["go", "mod", "download", "-json", f"{TRAINER_MODULE}@v{TRAINER_VERSION}"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tempfile.gettempdir(),
+                              env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-modcacherw"})
+    except FileNotFoundError:
+        raise CrdsUnavailable("no Go toolchain on PATH (`go` not found): the Trainer CRDs come from its Go module") \
+            from None
+    try:
+        info = json.loads(proc.stdout)
+    except ValueError:
+        info = {"Error": (proc.stderr or proc.stdout or "no output").strip().splitlines()[-1]}
+    if info.get("Error") or proc.returncode != 0:
+        raise CrdsUnavailable(f"`{' '.join(command)}` failed: {info.get('Error') or proc.stderr.strip()}")
+    return Path(info["Dir"]) / "manifests" / "base" / "crds"
 
 #: kind -> (CRD file, model class name)
 TRAINER_KINDS = {
@@ -285,9 +312,11 @@ class _Core:
 # --- the file ------------------------------------------------------------------------------------------
 
 
-def generate(crd_dir: Path = CRD_DIR) -> str:
-    """The text of schemas.json."""
+def generate(crd_dir: Optional[Path] = None) -> str:
+    """The text of schemas.json, from the CRDs in ``crd_dir`` (default: the pinned release's)."""
     from kubeflow_trainer_api import models
+
+    crd_dir = crd_dir or trainer_crd_dir()
 
     table = _Table()
     core = _Core(table)
@@ -323,9 +352,14 @@ def generate(crd_dir: Path = CRD_DIR) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nemo_kubeflow.schemagen", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the shipped file is out of date")
-    parser.add_argument("--crds", type=Path, default=CRD_DIR, help="folder with the three Trainer CRDs")
+    parser.add_argument("--crds", type=Path, help="folder with the three Trainer CRDs (default: the pinned "
+                        "release's, from its Go module)")
     args = parser.parse_args(argv)
-    text = generate(args.crds)
+    try:
+        text = generate(args.crds)
+    except CrdsUnavailable as error:
+        print(f"cannot read the Trainer CRDs: {error}; or give --crds DIR", file=sys.stderr)
+        return 2
     if args.check:
         if OUTPUT.read_text() != text:
             print(f"{OUTPUT} is out of date: run python -m nemo_kubeflow.schemagen", file=sys.stderr)

@@ -10,13 +10,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from nemo_kubeflow import constants, schemagen, schemas
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_schemas_are_what_the_generator_makes_of_the_pinned_sources():
-    assert schemagen.OUTPUT.read_text() == schemagen.generate(), "run: python -m nemo_kubeflow.schemagen"
+    try:
+        crds = schemagen.trainer_crd_dir()
+    except schemagen.CrdsUnavailable as error:  # the CRDs are not in this repository: they come from Go's proxy
+        pytest.skip(f"the pinned Trainer CRDs cannot be fetched here: {error}")
+    assert schemagen.OUTPUT.read_text() == schemagen.generate(crds), "run: python -m nemo_kubeflow.schemagen"
 
 
 def test_schemas_name_their_sources():
@@ -25,7 +31,7 @@ def test_schemas_name_their_sources():
     assert data["kubernetes_version"] == constants.KUBERNETES_VERSION
     assert set(data["roots"]) == {"TrainJob", "ClusterTrainingRuntime", "TrainingRuntime", "core/Job",
                                   "core/ConfigMap", "core/Secret", "core/PersistentVolumeClaim"}
-    assert sorted(data["crd_sha256"]) == sorted(p.name for p in schemagen.CRD_DIR.glob("*.yaml"))
+    assert sorted(data["crd_sha256"]) == sorted(name for name, _ in schemagen.TRAINER_KINDS.values())
 
 
 def test_compiled_nodes_keep_the_crd_rules_and_the_models_enums():

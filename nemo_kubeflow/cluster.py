@@ -19,6 +19,8 @@ import logging
 import os
 import random
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
@@ -108,6 +110,8 @@ class Cluster(Protocol):
                 follow: bool = False, tail_lines: Optional[int] = None,
                 since_seconds: Optional[int] = None, since_time: Optional[str] = None,
                 timestamps: bool = False) -> Iterator[str]: ...
+    def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
+                       since_time: Optional[str] = None, idle_timeout: Optional[float] = None) -> "LogStream": ...
 
 
 def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
@@ -242,7 +246,7 @@ class KubernetesCluster:
     def _call(self, method: str, path: str, *, verb: str, kind: str, name: Optional[str],
               namespace: Optional[str], query: Optional[list] = None, body: Any = None,
               content_type: str = "application/json", stream: bool = False,
-              retry: bool = True) -> Any:
+              retry: bool = True, stream_timeout: Optional[float] = None) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -259,7 +263,9 @@ class KubernetesCluster:
                     _preload_content=False,
                     _return_http_data_only=True,
                     # A (connect, read) tuple: the client silently ignores a float timeout.
-                    _request_timeout=None if stream else (min(10.0, self.request_timeout), self.request_timeout),
+                    # A stream has no read timeout unless asked (a quiet follow stream waits for its next line).
+                    _request_timeout=(None if stream and stream_timeout is None else
+                                      (min(10.0, self.request_timeout), stream_timeout or self.request_timeout)),
                 )
                 if stream:
                     return resp
@@ -363,6 +369,75 @@ class KubernetesCluster:
         resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
                           name=name, namespace=namespace, query=query, stream=True, retry=not follow)
         return _iter_lines(resp)
+
+    def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
+                       since_time: Optional[str] = None, idle_timeout: Optional[float] = None) -> "LogStream":
+        """A ``follow`` read of a pod's log with ``timestamps`` (from ``since_time`` on, if given), as a
+        ``LogStream``: open until the container ends, the server closes it, or ``close``. With
+        ``idle_timeout``, a stream silent that long ends in ``ReadTimeoutError``."""
+        query: list = [("follow", "true"), ("timestamps", "true")]
+        if container:
+            query.append(("container", container))
+        if since_time is not None:
+            query.append(("sinceTime", since_time))
+        resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
+                          name=name, namespace=namespace, query=query, stream=True, retry=False,
+                          stream_timeout=idle_timeout)
+        return LogStream(resp)
+
+
+class LogStream:
+    """An open ``follow`` stream of a pod's log. Iterating gives the complete lines (without newlines)
+    of each chunk the server sends, one list per chunk; a line the stream ends in the middle of is
+    left out (a read from its second gets it whole). A stream that breaks raises urllib3's
+    ``HTTPError`` (or ``OSError``). ``close`` may be called from any thread: it ends an iteration
+    waiting for the next chunk at once, and closes the connection."""
+
+    def __init__(self, resp) -> None:
+        self._resp = resp
+        self._lock = threading.Lock()
+        self._reading = False
+        self._done = False  # closed, or read to its end: the connection went back to the pool
+        #: Set by ``close`` while the stream was open: it did not end by itself.
+        self.interrupted = False
+
+    def __iter__(self) -> Iterator[list[str]]:
+        with self._lock:
+            if self._done:
+                return  # closed before it was read
+            self._reading = True
+        pending = b""
+        complete = False
+        try:
+            for chunk in self._resp.stream(64 * 1024, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if lines:
+                    yield [line.decode("utf-8", "replace") for line in lines]
+            complete = True
+        finally:
+            with self._lock:
+                self._done = True
+                if not complete or self.interrupted:
+                    self._resp.close()  # not reused: it may be half read, or shut down
+                self._resp.release_conn()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = self.interrupted = True
+            if not self._reading:
+                self._resp.close()
+                self._resp.release_conn()
+                return
+            # Shutting the socket down wakes a read blocked in another thread (closing it would not).
+            sock = getattr(getattr(self._resp, "_connection", None), "sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 def _iter_lines(resp) -> Iterator[str]:

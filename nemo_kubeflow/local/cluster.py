@@ -216,6 +216,19 @@ class LocalCluster:
         return self._hooks.add_fault(Fault(verb, resource, name, nth, status, reason, message, retry_after, delay,
                                            drop_connection, times))
 
+    def log_streams(self) -> list[str]:
+        """The pods (``namespace/name``) of the ``follow`` streams of their logs open now, one entry per
+        stream. A stream whose client went away is counted until the server next writes to it (the
+        container's next output or its end)."""
+        return [f"{h.namespace}/{h.pod}" for h in self._hooks.log_streams()]
+
+    def cut_log_streams(self, pod: Optional[str] = None, *, abrupt: bool = True) -> int:
+        """Close the open ``follow`` streams of pods' logs (of the pod named ``pod`` only, if given)
+        while their containers run, as an API server or a proxy in between may: ``abrupt`` drops
+        the connection without the answer's last chunk (a server going away), otherwise the answer
+        ends as if the container had. Returns how many were cut."""
+        return self._hooks.cut_log_streams(pod, abrupt)
+
     def deny(self, verb: str, resource: str, namespace: Optional[str] = None) -> None:
         """RBAC: answer `verb` on `resource` ("configmaps", "pods/log", "*") with 403 Forbidden."""
         self._hooks.deny(verb, resource, namespace)

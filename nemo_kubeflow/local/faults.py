@@ -85,6 +85,16 @@ class FaultHandle:
         self._hooks.remove_fault(self.fault)
 
 
+class LogStreamHandle:
+    """An open ``follow`` stream of a pod's log, as the test hooks see it: ``cut`` ends it."""
+
+    def __init__(self, namespace: str, pod: str):
+        self.namespace, self.pod = namespace, pod
+        self.cut = threading.Event()
+        #: Cut by dropping the connection (no last chunk), rather than by ending the answer.
+        self.abrupt = True
+
+
 @dataclass
 class Hooks:
     """Shared between the cluster (which configures them) and the server (which applies them)."""
@@ -92,6 +102,7 @@ class Hooks:
     requests: list[RequestRecord] = field(default_factory=list)
     _faults: list[Fault] = field(default_factory=list)
     _denied: set[tuple[str, str, Optional[str]]] = field(default_factory=set)
+    _log_streams: list[LogStreamHandle] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, record: RequestRecord) -> None:
@@ -125,6 +136,29 @@ class Hooks:
                         self._faults.remove(fault)
                     return fault
             return None
+
+    def open_log_stream(self, namespace: str, pod: str) -> LogStreamHandle:
+        handle = LogStreamHandle(namespace, pod)
+        with self._lock:
+            self._log_streams.append(handle)
+        return handle
+
+    def close_log_stream(self, handle: LogStreamHandle) -> None:
+        with self._lock:
+            if handle in self._log_streams:
+                self._log_streams.remove(handle)
+
+    def log_streams(self) -> list[LogStreamHandle]:
+        with self._lock:
+            return list(self._log_streams)
+
+    def cut_log_streams(self, pod: Optional[str], abrupt: bool) -> int:
+        with self._lock:
+            cut = [h for h in self._log_streams if pod is None or h.pod == pod]
+        for handle in cut:
+            handle.abrupt = abrupt
+            handle.cut.set()
+        return len(cut)
 
     def deny(self, verb: str, resource: str, namespace: Optional[str]) -> None:
         with self._lock:

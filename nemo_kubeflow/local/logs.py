@@ -188,8 +188,11 @@ class LogStore:
         return runs[-1]
 
 
-def stream(log: ContainerLog, query: dict, stopping: threading.Event) -> Iterator[bytes]:
-    """The body of a log request: everything (or the tail), then new lines while `follow` is set."""
+def stream(log: ContainerLog, query: dict, stopping: threading.Event,
+           cut: Optional[threading.Event] = None) -> Iterator[bytes]:
+    """The body of a log request: everything (or the tail), then new lines while `follow` is set,
+    until the container run ends, the server stops, or `cut` is set (a test closing the stream)."""
+    cut = cut or threading.Event()
     timestamps = query.get("timestamps") == "true"
     since = None
     if query.get("sinceSeconds"):
@@ -215,10 +218,10 @@ def stream(log: ContainerLog, query: dict, stopping: threading.Event) -> Iterato
             yield chunk
         if query.get("follow") != "true" or (limit is not None and sent >= limit):
             return
-        while log.size() <= offset and not log.finished and not stopping.is_set():
+        while log.size() <= offset and not log.finished and not stopping.is_set() and not cut.is_set():
             log.wait_beyond(offset, 0.5)
-        if log.size() <= offset:
-            return  # this run ended (or the server is stopping)
+        if log.size() <= offset or cut.is_set():
+            return  # this run ended (or the server is stopping, or the stream was cut)
         # Let a busy container's lines gather: one chunk per FOLLOW_BATCH_S, not one per line.
         stopping.wait(FOLLOW_BATCH_S)
         data, offset = log.read_from(offset)

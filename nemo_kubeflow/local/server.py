@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from nemo_kubeflow.local import resources as R
 from nemo_kubeflow.local.apierrors import ApiError, bad_request
-from nemo_kubeflow.local.faults import Hooks, RequestRecord
+from nemo_kubeflow.local.faults import Hooks, LogStreamHandle, RequestRecord
 from nemo_kubeflow.local.logs import LogStore, stream
 from nemo_kubeflow.local.printers import to_table, wants_table
 from nemo_kubeflow.local.registry import Registry, Result, event_v1
@@ -416,7 +416,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         return code
 
-    def _send_chunks(self, content_type: str, chunks: Iterator[bytes]) -> int:
+    def _send_chunks(self, content_type: str, chunks: Iterator[bytes], cut: Optional[LogStreamHandle] = None) -> int:
         self._log_request(200)
         self.send_response(200)
         self.send_header("Content-Type", content_type)
@@ -427,6 +427,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
+            if cut is not None and cut.cut.is_set() and cut.abrupt:
+                # As a server that goes away mid-answer: the connection drops without the last chunk.
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return 200
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
@@ -434,9 +439,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_log(self, api: ApiServer, namespace: str, name: str, query: dict) -> int:
         log = api.logs.select(api.store, namespace, name, query)
-        chunks = stream(log, query, api.stopping)
         if query.get("follow") == "true":
-            return self._send_chunks("text/plain", chunks)
+            handle = api.hooks.open_log_stream(namespace, name)
+            try:
+                return self._send_chunks("text/plain", stream(log, query, api.stopping, handle.cut), handle)
+            finally:
+                api.hooks.close_log_stream(handle)
+        chunks = stream(log, query, api.stopping)
         data = b"".join(chunks)
         self._log_request(200)
         self.send_response(200)

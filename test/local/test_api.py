@@ -369,3 +369,52 @@ def test_log_reads_from_a_second_and_of_the_last_lines_match_the_whole_log(clust
     assert list(ours.pod_log("seconds", ns, timestamps=True, since_time=since + "Z", tail_lines=3)) == expected[-3:]
     assert list(ours.pod_log("seconds", ns, tail_lines=4)) == ["line 24", "line 24 again", "line 25", "line 25 again"]
     assert list(ours.pod_log("seconds", ns, timestamps=True, since_time="2999-01-01T00:00:00Z")) == []
+
+
+def test_follow_streams_end_with_the_container_or_when_cut_and_close_from_another_thread(cluster, core, ns):
+    # What log following relies on: a follow stream ends when its container does (a background process
+    # of the container does not keep it open: the rest is killed with the main one), a stream cut by the
+    # server ends the way it was cut, and LogStream.close from another thread ends a blocked read.
+    from urllib3.exceptions import ProtocolError
+
+    from nemo_kubeflow.cluster import KubernetesCluster
+
+    ours = KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path))
+
+    def pod(name, script):
+        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+                                                      "command": ["bash", "-c", script]}]}})
+        cluster.wait_for(lambda: core.read_namespaced_pod(name, ns).status.phase != "Pending", 30)
+
+    def texts(chunks):
+        return [line.split(" ", 1)[1] for chunk in chunks for line in chunk]
+
+    pod("bg", '(while true; do echo bg; sleep 0.1; done) & echo main; sleep 0.5')
+    chunks = list(ours.pod_log_stream("bg", ns))  # returns: the container ended, its background loop too
+    assert texts(chunks)[0] == "main" and set(texts(chunks)[1:]) <= {"bg"}, chunks
+
+    pod("ticker", 'for i in $(seq 1 300); do echo "tick $i"; sleep 0.05; done')
+    for abrupt in (True, False):
+        stream = ours.pod_log_stream("ticker", ns, container="main")
+        received = iter(stream)
+        assert texts([next(received)])[0] == "tick 1"
+        assert cluster.log_streams() == [f"{ns}/ticker"]
+        assert cluster.cut_log_streams("other-pod") == 0
+        assert cluster.cut_log_streams("ticker", abrupt=abrupt) == 1
+        if abrupt:
+            with pytest.raises(ProtocolError, match="Connection broken"):
+                list(received)
+        else:
+            list(received)  # ends without an error, as if the container had
+        cluster.wait_for(lambda: cluster.log_streams() == [], 5)
+        assert not stream.interrupted
+
+    stream = ours.pod_log_stream("ticker", ns, since_time="2000-01-01T00:00:00Z")
+    received = iter(stream)
+    next(received)
+    threading.Timer(0.2, stream.close).start()
+    with pytest.raises(ProtocolError):
+        list(received)  # woken at once, although the container goes on printing
+    assert stream.interrupted
+    cluster.wait_for(lambda: cluster.log_streams() == [], 5)  # the server saw the connection go

@@ -17,7 +17,7 @@ import time
 from collections import Counter, deque
 from typing import Iterator, Optional
 
-from nemo_kubeflow.cluster import Cluster
+from nemo_kubeflow.cluster import Cluster, LogStream
 from nemo_kubeflow.errors import ClusterError, NotFoundError
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
@@ -84,6 +84,10 @@ LIST_SECONDS = 1.0
 #: what the node's last read brought); a read that returns that many may have cut some off, and is
 #: done again without the limit.
 TAIL_LINES = 2000
+#: A follow stream silent this long is opened again from where it was: a connection dropped
+#: without a word (a NAT's or load balancer's idle timeout) cannot hang a node's following, and a
+#: quiet node costs one request per this many seconds.
+STREAM_IDLE_SECONDS = 300.0
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 _END = object()
 #: Set when the interpreter exits: readers send no new request into a connection being torn down.
@@ -121,6 +125,15 @@ class _Node:
         self.sinks.extend(self.catching_up)
         self.catching_up = []
 
+    def followed(self) -> bool:
+        return not self.done and bool(self.sinks or self.catching_up)
+
+    def read_later(self, new: bool, poll: float) -> None:
+        """After a read (or a stream's end) that brought new lines or not: when to read next."""
+        self.quiet_reads = 0 if new else self.quiet_reads + 1
+        self.next_read = time.monotonic() + min(IDLE_POLL_MAX_SECONDS, poll * 2 ** self.quiet_reads) \
+            if self.quiet_reads else 0.0
+
     def put(self, item) -> None:
         for sink in self.sinks + self.catching_up:
             sink.put(item)
@@ -130,19 +143,32 @@ class JobLogFollower:
     """Follows the log of every node of one TrainJob that someone reads, with at most
     ``LOG_READERS`` threads and connections whatever the number of nodes.
 
-    Every ``LIST_SECONDS``, one pod list for the whole job (and, once every node's pod has ended,
-    one GET of the TrainJob) says which pod each node runs; each round (``POLL_SECONDS``, slower
-    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``), each
-    reader reads each of its nodes' new lines with one short request (``timestamps``, ``sinceTime`` and ``tailLines``) and hands them to the node's
-    subscribers. The timestamps make the reads join without gaps or
-    duplicates; a node whose newest pod changes (a gang restart) gets its old pod's last lines, a
+    At most every ``LIST_SECONDS`` (and at once after a stream ended), one pod list for the whole
+    job (and, once every node's pod has ended, one GET of the TrainJob) says which pod each node
+    runs. Reader ``w`` follows the nodes ``k``
+    with ``k % readers == w``. A reader with one node (every reader of a job of at most
+    ``readers`` nodes) follows its running pod with one ``follow`` stream (``timestamps``, and
+    ``sinceTime`` when it resumes): lines arrive as the kubelet sends them, and a quiet node costs
+    no request. A reader with more nodes reads each in turn every round (``POLL_SECONDS``, slower
+    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``) with
+    one short request (``timestamps``, ``sinceTime`` and ``tailLines``). Either way the lines go
+    to the node's subscribers, and the timestamps make reads and streams join without gaps or
+    duplicates: a stream the server closes (or that ends with its container run) is resumed from
+    the second of the last line delivered, and the lines of that second already delivered are
+    dropped. A node whose newest pod changes (a gang restart) gets its old pod's last lines, a
     marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in newline
-    (one per read) and marker lines, then ``_END`` (or an exception)."""
+    (one per read or chunk) and marker lines, then ``_END`` (or an exception).
+
+    A stream is closed here (``LogStream.close``, from the thread that asks) when the follower
+    stops, when its reader gets a second node (it reads them in turn then), and when a subscriber
+    joins late (the reader reads the whole log for it, then streams again)."""
 
     def __init__(self, cluster: Cluster, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
                  poll: float = POLL_SECONDS) -> None:
         self.cluster, self.namespace, self.trainjob = cluster, namespace, trainjob
         self.readers, self.poll = readers, poll
+        #: Reader -> (node index, its open stream).
+        self._streams: dict[int, tuple[int, LogStream]] = {}
         self._lock = threading.Lock()
         self._refreshing = threading.Lock()
         self._nodes: dict[int, _Node] = {}
@@ -165,6 +191,9 @@ class JobLogFollower:
                 return False
             (node.catching_up if node.second is not None else node.sinks).append(sink)
             worker = index % self.readers
+            streamed, stream = self._streams.get(worker, (None, None))
+            if stream is not None and (streamed != index or node.catching_up):
+                stream.close()  # its reader reads its nodes in turn now, or the whole log for the newcomer
             thread = self._threads.get(worker)
             if thread is None or not thread.is_alive():
                 thread = self._threads[worker] = threading.Thread(
@@ -180,6 +209,9 @@ class JobLogFollower:
                     bag.remove(sink)
             if not any(n.sinks or n.catching_up for n in self._nodes.values()):
                 self.stopped = True
+            for streamed, stream in self._streams.values():
+                if self.stopped or not self._nodes[streamed].followed():
+                    stream.close()
 
     def running_pod(self, index: int) -> Optional[str]:
         """Node ``index``'s pod if it was running at the last list."""
@@ -193,15 +225,15 @@ class JobLogFollower:
         while True:
             started = time.monotonic()
             with self._lock:
-                mine = [n for i, n in sorted(self._nodes.items())
-                        if i % self.readers == worker and not n.done and (n.sinks or n.catching_up)]
+                mine = self._share(worker)
                 if not mine or self.stopped or _exiting.is_set():
                     self._threads.pop(worker, None)
                     return
+            streaming = len(mine) == 1
             for node in mine:
                 try:
                     self._refresh()
-                    self._visit(node)
+                    self._visit(node, worker if streaming else None)
                 except Exception as error:  # noqa: BLE001 - handed to the node's readers, raised there
                     with self._lock:
                         node.done = True
@@ -210,6 +242,10 @@ class JobLogFollower:
                 followed = sum(1 for n in self._nodes.values() if not n.done)
             period = max(self.poll, followed / MAX_READS_PER_SECOND)
             time.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    def _share(self, worker: int) -> list[_Node]:
+        """The followed nodes of reader ``worker`` (under ``_lock``)."""
+        return [n for i, n in sorted(self._nodes.items()) if i % self.readers == worker and n.followed()]
 
     def _refresh(self) -> None:
         """One round's look at the job, by whichever reader comes first: the TrainJob's state once
@@ -243,7 +279,9 @@ class JobLogFollower:
         finally:
             self._refreshing.release()
 
-    def _visit(self, node: _Node) -> None:
+    def _visit(self, node: _Node, stream_worker: Optional[int] = None) -> None:
+        """One round's work for ``node``: its pod changed, new lines, its end. With ``stream_worker``
+        (the reader has no other node), a running pod is followed with a stream until it ends."""
         with self._lock:
             newest, job_over = node.newest, self._job_over
         name = (newest or {}).get("metadata", {}).get("name")
@@ -262,7 +300,10 @@ class JobLogFollower:
             with self._lock:
                 ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
                 due = ended or bool(node.catching_up) or time.monotonic() >= node.next_read
-            if due and self._read(node, final=ended) and ended:
+                stream = stream_worker is not None and not ended and not node.catching_up
+            if due and stream:
+                self._stream(node, stream_worker)
+            elif due and self._read(node, final=ended) and ended:
                 node.drained = True
         if job_over and (node.pod is None or node.drained) and (newest is None or name == node.pod or not started):
             with self._lock:
@@ -293,11 +334,59 @@ class JobLogFollower:
         node.failures = 0
         node.tail = max(TAIL_LINES, 4 * len(lines))
         with self._lock:
-            new = _deliver(node, lines, whole)
-            node.quiet_reads = 0 if new else node.quiet_reads + 1
-            node.next_read = time.monotonic() + min(IDLE_POLL_MAX_SECONDS, self.poll * 2 ** node.quiet_reads) \
-                if node.quiet_reads else 0.0
+            node.read_later(_deliver(node, lines, whole), self.poll)
         return True
+
+    def _stream(self, node: _Node, worker: int) -> None:
+        """Follow ``node``'s pod with one stream from the second of the last line delivered, until the
+        stream ends: its container run ended, the server closed it or it broke, or it was closed here."""
+        from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the kubernetes client already
+
+        with self._lock:
+            floor, skip = node.second, Counter(node.edge)
+        try:
+            stream = self.cluster.pod_log_stream(node.pod, self.namespace, container=TRAINER_NODE,
+                                                 since_time=floor + "Z" if floor else None,
+                                                 idle_timeout=STREAM_IDLE_SECONDS)
+        except NotFoundError:
+            with self._lock:
+                node.read_later(False, self.poll)  # the pod is gone: the next list says so
+            return
+        except ClusterError as e:
+            node.failures += 1
+            if e.status in (401, 403):
+                raise
+            log.debug("following the log of %s: %s", node.pod, e)
+            with self._lock:
+                node.read_later(False, self.poll)
+            return
+        node.failures = 0
+        with self._lock:
+            # Subscribers may have changed while it opened: a second node, a late joiner, a stop.
+            if self.stopped or _exiting.is_set() or node.catching_up or self._share(worker) != [node]:
+                stream.close()
+            else:
+                self._streams[worker] = (node.index, stream)
+        new = False
+        try:
+            for lines in stream:
+                with self._lock:
+                    new = _deliver_streamed(node, lines, floor, skip) or new
+        except (Urllib3Error, OSError) as e:  # broken or timed out: resumed by the next round
+            if not stream.interrupted:
+                log.debug("the log stream of %s broke: %s", node.pod, e)
+        finally:
+            with self._lock:
+                if self._streams.get(worker, (None, None))[1] is stream:
+                    del self._streams[worker]
+            stream.close()
+        if stream.interrupted:
+            return
+        with self._lock:
+            # Ended by itself: at once again if it brought lines (the server closed it mid-run), later
+            # if not (its container has ended, which the pod list, made at once, will say).
+            node.read_later(new, self.poll)
+        self._refreshed_at = float("-inf")
 
 
 def _deliver(node: _Node, lines: list[str], whole: bool) -> bool:
@@ -340,6 +429,33 @@ def _deliver(node: _Node, lines: list[str], whole: bool) -> bool:
                 sink.put(everything)
         node.sinks.extend(node.catching_up)
         node.catching_up = []
+    return bool(fresh)
+
+
+def _deliver_streamed(node: _Node, lines: list[str], floor: Optional[str], skip: Counter) -> bool:
+    """Hand ``node``'s subscribers the lines of a stream's chunk (``timestamps``; from second
+    ``floor`` on, or the whole log) that they have not had; True if there were any. ``skip``
+    counts the lines of ``floor`` delivered before the stream opened: the stream sends them first,
+    and those copies are dropped (``_deliver`` explains the count)."""
+    fresh = []
+    for raw in lines:
+        second = raw[:19] if raw[19:20] in (".", "Z") else None
+        text = raw[raw.find(" ") + 1:] if second else raw
+        if second is not None and floor is not None:
+            if second < floor:
+                continue
+            if second == floor and skip[raw] > 0:
+                skip[raw] -= 1
+                continue
+        fresh.append(text + "\n")
+        if second is not None:
+            if node.second is None or second > node.second:
+                node.second, node.edge = second, Counter()
+            if second == node.second:
+                node.edge[raw] += 1
+    if fresh:
+        for sink in node.sinks:
+            sink.put(fresh)
     return bool(fresh)
 
 

@@ -226,14 +226,16 @@ class KubernetesCluster:
             if path is None and not os.path.exists(default_path) and os.environ.get("KUBERNETES_SERVICE_HOST"):
                 configuration = client.Configuration()
                 config.load_incluster_config(client_configuration=configuration)
-                return client.ApiClient(configuration)
+                return _api_client(configuration)
             path = os.path.expanduser(path or default_path)
             if not os.path.exists(path):
                 raise KubeconfigError(
                     f"kubeconfig {path!r} does not exist; set the executor's kubeconfig= or $KUBECONFIG "
                     "to your cluster's kubeconfig (a dry run needs none)"
                 )
-            return config.new_client_from_config(config_file=path, context=self.context)
+            configuration = client.Configuration()
+            config.load_kube_config(config_file=path, context=self.context, client_configuration=configuration)
+            return _api_client(configuration)
         except KubeconfigError:
             raise
         except ConfigException as e:
@@ -438,6 +440,19 @@ class LogStream:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+#: Connections one API client keeps open: the log follower's readers (``logs.LOG_READERS``, 8, each
+#: holding one stream or read) plus the describes and lists beside them. The kubernetes client's
+#: default is 5 per CPU: 5 on a 1-CPU machine, where urllib3 would drop and reopen connections.
+API_CONNECTIONS = 16
+
+
+def _api_client(configuration):
+    from kubernetes import client
+
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, API_CONNECTIONS)
+    return client.ApiClient(configuration)
 
 
 def _iter_lines(resp) -> Iterator[str]:

@@ -166,6 +166,28 @@ def test_threads_and_streams_stay_within_the_reader_bound(local, nodes):
     local.wait_for(lambda: no_reader_threads(name), timeout=10)
 
 
+def test_a_one_cpu_client_keeps_a_connection_for_every_stream(local, monkeypatch):
+    # The kubernetes client keeps 5 connections per CPU: on one CPU, 8 streams would overflow its pool and
+    # urllib3 would drop connections ("Connection pool is full"). Ours keeps enough for every reader.
+    import logging
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 1)
+    job = submit(local, "onecpu", NUMBERED.format(n=100), nodes=LOG_READERS)
+    received = {k: [] for k in range(LOG_READERS)}
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    pool_logger = logging.getLogger("urllib3.connectionpool")  # NeMo-Run's logging does not pass it to the root
+    pool_logger.addHandler(handler)
+    try:
+        follow_all(job, "onecpu", LOG_READERS, received)
+    finally:
+        pool_logger.removeHandler(handler)
+    assert all(received[k] == numbered(100) for k in range(LOG_READERS)), {k: len(v) for k, v in received.items()}
+    assert not [w for w in warnings if "pool is full" in w], warnings
+
+
 def test_readers_that_stop_reading_close_every_stream_and_thread(local):
     job = submit(local, "stopper", 'for i in $(seq 1 600); do echo "tick $i"; sleep 0.1; done')
     name = job.split(":", 1)[1]

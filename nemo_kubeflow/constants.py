@@ -39,6 +39,14 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The exit code of a container the kernel's OOM killer ended (128 + SIGKILL), with the kubelet's
 #: terminated reason ``OOMKilled``; a Job's podFailurePolicy sees only the code.
 OOM_KILLED_EXIT_CODE = 137
+#: Where the rendered ``node`` Job's podFailurePolicy puts its FailJob rule for ``fail_fast_exit_codes``
+#: (after the DisruptionTarget Count rule). The Job controller names the rule's index in the Job's
+#: ``Failed`` condition ("Container node for pod <ns>/<pod> failed with exit code 1 matching FailJob rule
+#: at index 1"); JobSet's ``userError`` rule matches that message, so that only these exit codes fail
+#: the JobSet at once and every other one (the catch-all FailJob rule after it) restarts the gang.
+USER_ERROR_POD_FAILURE_RULE = 1
+#: JobSet's ``onJobFailureMessagePatterns`` of the ``userError`` rule (a Go regexp, matched anywhere).
+USER_ERROR_MESSAGE_PATTERN = f"matching FailJob rule at index {USER_ERROR_POD_FAILURE_RULE}$"
 
 # --- torch plugin environment (Torch.EnforceMLPolicy) -------------------------
 PET_NNODES = "PET_NNODES"

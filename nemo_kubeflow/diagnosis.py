@@ -37,6 +37,7 @@ from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL, TRAINER_NODE,
 )
 from nemo_kubeflow.errors import ClusterError
+from nemo_kubeflow.naming import pod_completion_index
 from nemo_kubeflow.status import newest_pods_by_node
 from nemo_kubeflow.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
 
@@ -556,21 +557,66 @@ class Restarts:
         return "; ".join(parts)
 
 
-def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str) -> tuple[str, ...]:
-    """Why each of ``gang`` restarts happened: what this process saw of each attempt's failed pod
-    (``seen``, attempt -> "node 1 (pod p) exited with code 3"), else what the events about the job's
-    pods and Jobs still say (the failed pods are deleted with their attempt; events outlive them)."""
-    causes = [f"attempt {attempt}: {seen[attempt]}" for attempt in range(gang) if attempt in seen]
-    if len(causes) == gang:
+#: The Job controller's message for a pod that matched a FailJob rule of the Job's podFailurePolicy
+#: (kubernetes pkg/controller/job, "Container %s for pod %s/%s failed with exit code %v matching %v rule at
+#: index %d"): the Job's ``Failed`` condition, and the Warning event (reason ``PodFailurePolicy``) it records.
+_FAIL_JOB_MESSAGE = re.compile(r"Container (?P<container>\S+) for pod [^/\s]+/(?P<pod>\S+) failed with exit code "
+                               r"(?P<code>-?\d+) matching FailJob rule")
+
+
+def job_failure_cause(event: dict, trainjob: str) -> tuple[str, bool]:
+    """How a failed Job of the TrainJob ended, from the Job controller's Warning event, and whether that
+    names the exit code: ("node 1 (pod p) exited with code 3", True) from a FailJob rule's message (our
+    runtime ends the ``node`` Job through one on every exit code), else ("a pod of Job j failed
+    (BackoffLimitExceeded)", False): a disrupted pod counts against backoffLimit, no code is kept."""
+    m = _FAIL_JOB_MESSAGE.search(_event_text(event))
+    if event.get("reason") == "PodFailurePolicy" and m and m["container"] == TRAINER_NODE:
+        index = pod_completion_index(m["pod"], trainjob, TRAINER_NODE)
+        return NodeFailure("?" if index is None else str(index), m["pod"], int(m["code"]), "").detail(), True
+    return f"a pod of Job {_event_object(event).get('name')} failed ({event.get('reason')})", False
+
+
+def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str,
+                current_jobs: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Why each of ``gang`` restarts happened, oldest first: what this process saw of each attempt's failed
+    pod (``seen``, attempt -> "node 1 (pod p) exited with code 3"), else the Job controller's event about
+    that attempt's failed Job, else what the events about the job's pods still say.
+
+    The failed pods, and the failed Job, go with their attempt; the events outlive them. JobSet deletes
+    the failed ``node`` Job at each gang restart and creates it again under the same name, so each
+    attempt's Job has its own uid and one failure event: ordered by time, the last ``gang`` of them (the
+    running attempt's Job, ``current_jobs``, left out) are attempts 0 to ``gang`` - 1."""
+    mine = sorted((e for e in events if _event_object(e).get("name", "") == trainjob
+                   or _event_object(e).get("name", "").startswith(f"{trainjob}-")),
+                  key=lambda e: (_event_time(e), (e.get("metadata") or {}).get("name", "")))
+    incarnations: dict[str, dict] = {}
+    for i, e in enumerate(mine):
+        obj = _event_object(e)
+        if obj.get("kind") == "Job" and e.get("reason") in JOB_FAILURE_EVENTS and obj.get("uid") not in current_jobs:
+            incarnations.setdefault(obj.get("uid") or f"event {i}", e)
+    failed_jobs = list(incarnations.values())[-gang:] if gang else []
+    from_events = {gang - len(failed_jobs) + i: job_failure_cause(e, trainjob) for i, e in enumerate(failed_jobs)}
+    causes, unexplained = [], False
+    for attempt in range(gang):
+        if attempt in seen:
+            causes.append(f"attempt {attempt}: {seen[attempt]}")
+        elif attempt in from_events:
+            text, has_code = from_events[attempt]
+            causes.append(f"attempt {attempt}: {text}")
+            unexplained |= not has_code
+        else:
+            unexplained = True
+    if not unexplained:
         return tuple(causes)
-    mine = [e for e in events if _event_object(e).get("name", "") == trainjob
-            or _event_object(e).get("name", "").startswith(f"{trainjob}-")]
     said: list[str] = []
-    for e in sorted(mine, key=_event_time):
+    used = {id(e) for e in failed_jobs}
+    for e in mine:
         obj, reason, times = _event_object(e), e.get("reason", ""), e.get("count") or 1
         often = f" ({times} times)" if times > 1 else ""
         if reason in DISRUPTION_EVENTS and obj.get("kind") == "Pod":
             said.append(f"pod {obj.get('name')} {DISRUPTION_EVENTS[reason]}{often}: {_event_text(e)}".rstrip(": "))
+        elif id(e) in used or obj.get("uid") in current_jobs:
+            continue
         elif reason == "PodFailurePolicy" and obj.get("kind") == "Job":
             said.append(f"Job {obj.get('name')}{often}: {_event_text(e)}")
         elif reason in JOB_FAILURE_EVENTS and obj.get("kind") == "Job":
@@ -625,6 +671,11 @@ class JobView:
         """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it)."""
         return max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
 
+    def current_jobs(self) -> frozenset[str]:
+        """The uids of the Jobs that own the newest ``node`` pods (the current attempt's)."""
+        return frozenset(ref.get("uid") for p in self.newest_nodes().values()
+                         for ref in p["metadata"].get("ownerReferences") or [] if ref.get("kind") == "Job")
+
     def attempts_seen(self) -> bool:
         return any(restart_attempt(p) is not None for p in self.node_pods)
 
@@ -649,7 +700,8 @@ class JobView:
         gang = self.gang_restarts()
         causes: tuple[str, ...] = ()
         if gang:
-            causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name)
+            causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name,
+                                 self.current_jobs())
         in_place = sum(cs.get("restartCount") or 0 for p in self.newest_nodes().values()
                        for cs in (p.get("status") or {}).get("containerStatuses") or [])
         return Restarts(gang=gang, gang_causes=causes, in_job=in_job.count if in_job else None,

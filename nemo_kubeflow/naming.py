@@ -139,6 +139,19 @@ def longest_pod_name(jobset: str, job: ReplicatedJobShape) -> str:
     return f"{jobset}-{job.name}-{max(job.replicas, 1) - 1}-{max(job.completions, 1) - 1}{POD_NAME_RANDOM_SUFFIX}"
 
 
+def pod_completion_index(pod: str, jobset: str, replicated_job: str) -> Optional[int]:
+    """The completion index (node rank) in the name of a pod of ``jobset``'s ``replicated_job``, of the
+    form above; None for a pod of another JobSet or replicated job (in events the pod is only a name)."""
+    prefix = f"{jobset}-{replicated_job}-"
+    if not pod.startswith(prefix):
+        return None
+    parts = pod[len(prefix):].split("-")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or \
+            len(parts[2]) != len(POD_NAME_RANDOM_SUFFIX) - 1:
+        return None
+    return int(parts[1])
+
+
 def jobset_name_budget(jobs: Iterable[ReplicatedJobShape]) -> int:
     """The longest JobSet (= TrainJob) name whose pod names all fit in 63 characters."""
     overhead = max((len(longest_pod_name("", job)) for job in jobs), default=0)

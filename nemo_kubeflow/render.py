@@ -34,6 +34,7 @@ from nemo_kubeflow.constants import (
     MANAGED_BY_VALUE,
     OOM_KILLED_EXIT_CODE,
     RUNTIME_HASH_LABEL,
+    USER_ERROR_MESSAGE_PATTERN,
 )
 from nemo_kubeflow.errors import TemplateError
 from nemo_kubeflow.fabrics import Fabric
@@ -267,6 +268,7 @@ def runtime_context(facts: ExecutorFacts) -> dict[str, Any]:
         "priority_class_name": executor.priority_class_name,
         "ttl_seconds_after_finished": executor.ttl_seconds_after_finished,
         "fail_fast_exit_codes": fail_fast_exit_codes(executor),
+        "user_error_message_pattern": USER_ERROR_MESSAGE_PATTERN,
         "termination_grace_period_seconds": executor.termination_grace_period_seconds,
     }
 

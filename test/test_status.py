@@ -128,24 +128,32 @@ def test_rank_failure_without_torchrun_and_without_a_traceback():
 
 # --- restarts: how many, of which kind, why (diagnosis.Restarts) ------------------------------------------
 
-def node_pod(index, attempt, *, code=None, conditions=(), reason="", restarts=0):
-    """A `node` pod as the API returns it, of gang attempt `attempt`."""
+def node_pod(index, attempt, *, code=None, conditions=(), reason="", restarts=0, job_uid=""):
+    """A `node` pod as the API returns it, of gang attempt `attempt` (owned by the Job of uid `job_uid`)."""
     cs = {"name": "node", "restartCount": restarts, "state": {"running": {}}}
     if code is not None:
         cs["state"] = {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": "2026-01-01T00:00:02Z"}}
     status = {"containerStatuses": [cs], "conditions": list(conditions)}
     if reason:
         status.update(phase="Failed", reason=reason, message="The node was low on resource: memory.")
+    owners = [{"kind": "Job", "name": "j-node-0", "uid": job_uid, "controller": True}] if job_uid else []
     return {"metadata": {"name": f"j-node-0-{index}-{attempt}x", "creationTimestamp": f"2026-01-01T00:0{attempt}:00Z",
                          "labels": {"batch.kubernetes.io/job-completion-index": str(index),
                                     "jobset.sigs.k8s.io/replicatedjob-name": "node",
-                                    "jobset.sigs.k8s.io/restart-attempt": str(attempt)}},
+                                    "jobset.sigs.k8s.io/restart-attempt": str(attempt)},
+                         "ownerReferences": owners},
             "status": status}
 
 
-def event(kind, name, reason, message, count=1, type_="Warning"):
+def event(kind, name, reason, message, count=1, type_="Warning", uid="", at="2026-01-01T00:00:03Z"):
     return {"type": type_, "reason": reason, "message": message, "count": count,
-            "involvedObject": {"kind": kind, "name": name}, "lastTimestamp": "2026-01-01T00:00:03Z"}
+            "involvedObject": {"kind": kind, "name": name, "uid": uid}, "lastTimestamp": at}
+
+
+def fail_job_event(pod, code, uid, at, rule=2):
+    """The Job controller's Warning event for a Job that a FailJob rule of its podFailurePolicy ended."""
+    return event("Job", "j-node-0", "PodFailurePolicy", f"Container node for pod ns/{pod} failed with exit code {code} "
+                 f"matching FailJob rule at index {rule}", uid=uid, at=at)
 
 
 def view(pods, events=()):
@@ -170,18 +178,47 @@ def test_how_a_node_pod_ended_names_disruptions_before_exit_codes():
 
 def test_gang_restarts_while_running_say_why_each_happened():
     # Attempt 0 ended on an exit code this process saw; attempt 1's pods went before anyone looked:
-    # the events still say a pod was evicted, and the Job failed.
+    # the events still say a pod was evicted, and the Job failed (the last failed Job is attempt 1's).
     events = [event("Pod", "j-node-0-1-1x", "Evicted", "The node was low on resource: memory."),
               event("Job", "j-node-0", "BackoffLimitExceeded", "Job has reached the specified backoff limit", 2),
               event("Job", "other-node-0", "BackoffLimitExceeded", "not this job's")]
     restarts = view([node_pod(0, 2), node_pod(1, 2)], events).restarts(seen={0: "node 1 (pod p) exited with code 3"})
     assert restarts.gang == 2
     assert restarts.note(finished=False) == (
-        "2 gang restarts so far (attempt 0: node 1 (pod p) exited with code 3, events: pod j-node-0-1-1x evicted: "
-        "The node was low on resource: memory., a pod of Job j-node-0 failed (2 times) (BackoffLimitExceeded))")
+        "2 gang restarts so far (attempt 0: node 1 (pod p) exited with code 3, attempt 1: a pod of Job j-node-0 "
+        "failed (BackoffLimitExceeded), events: pod j-node-0-1-1x evicted: The node was low on resource: memory.)")
     # Seen for every attempt: the events are not needed.
     assert view([node_pod(0, 1)], events).restarts(seen={0: "node 0 (pod q) was evicted (x)"}).gang_causes == (
         "attempt 0: node 0 (pod q) was evicted (x)",)
+
+
+def test_each_gang_restart_gets_its_exit_code_from_the_failed_jobs_event_after_its_pods_are_gone():
+    # JobSet recreates the `node` Job under the same name at each restart: one failure event per Job uid, in
+    # time order, is one attempt. Attempt 0 ended on exit code 3 (the catch-all FailJob rule), attempt 1 on an
+    # eviction (counted against backoffLimit: no code kept), attempt 2 runs (its Job's uid is the pods' owner).
+    events = [fail_job_event("j-node-0-1-ab1cd", 3, "u0", "2026-01-01T00:00:05Z"),
+              event("Pod", "j-node-0-0-zz9yx", "Evicted", "The node was low on resource: memory.",
+                    at="2026-01-01T00:01:05Z"),
+              event("Job", "j-node-0", "BackoffLimitExceeded", "Job has reached the specified backoff limit",
+                    uid="u1", at="2026-01-01T00:01:06Z"),
+              fail_job_event("other-node-0-1-ab1cd", 3, "o0", "2026-01-01T00:00:05Z") | {
+                  "involvedObject": {"kind": "Job", "name": "other-node-0", "uid": "o0"}}]
+    running = [node_pod(0, 2, job_uid="u2"), node_pod(1, 2, job_uid="u2")]
+    assert view(running, events).restarts().note(finished=False) == (
+        "2 gang restarts so far (attempt 0: node 1 (pod j-node-0-1-ab1cd) exited with code 3, attempt 1: a pod of "
+        "Job j-node-0 failed (BackoffLimitExceeded), events: pod j-node-0-0-zz9yx evicted: The node was low on "
+        "resource: memory.)")
+    # A failed job: the last attempt's own failure (its Job is the pods' owner) is not a restart's cause;
+    # a signal (128 + 9) reads as one; every attempt explained by an exit code needs no other event.
+    failed = [node_pod(0, 1, code=137, job_uid="u1"), node_pod(1, 1, job_uid="u1")]
+    events = [fail_job_event("j-node-0-0-ab1cd", 137, "u0", "2026-01-01T00:00:05Z"),
+              fail_job_event("j-node-0-0-ef2gh", 137, "u1", "2026-01-01T00:01:05Z")]
+    assert view(failed, events).restarts().note(finished=True) == (
+        "after 1 gang restart (attempt 0: node 0 (pod j-node-0-0-ab1cd) was killed by signal 9)")
+    # Events older than the JobSet (an earlier move off a bad node) come first and are left out.
+    older = [fail_job_event("j-node-0-1-old00", 2, "x0", "2025-12-31T23:00:00Z")]
+    assert view(failed, older + events).restarts().gang_causes == (
+        "attempt 0: node 0 (pod j-node-0-0-ab1cd) was killed by signal 9",)
 
 
 def test_restart_notes_by_kind():

@@ -652,7 +652,7 @@ class TrainerController:
 
     def _observe(self, tj: dict, state: JobSetState, job: JobState, pods: list[dict]) -> None:
         """Job controller bookkeeping: succeeded indexes, failures against backoffLimit."""
-        restarts = 0
+        restarts, failed_by_policy = 0, False
         for pod in pods:
             status = pod.get("status") or {}
             index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
@@ -663,7 +663,7 @@ class TrainerController:
             elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods:
                 job.failed_pods.add(pod["metadata"]["uid"])
                 job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
-                self._apply_pod_failure_policy(tj, state, job, pod)
+                failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
             elif status.get("phase") in ("Pending", "Running"):
                 restarts += sum(s.get("restartCount", 0) for s in (status.get("containerStatuses") or []) +
                                 (status.get("initContainerStatuses") or []))
@@ -671,6 +671,8 @@ class TrainerController:
         job.active = len(active)
         job.ready_pods = len([p for p in active if _pod_ready(p)])
         job.ready = job.ready_pods + len(job.succeeded) >= job.completions
+        if failed_by_policy:
+            self._stop_failed_job(job, active)
         if job.finished:
             return
         on_failure = bool(pods) and pods[0]["spec"].get("restartPolicy") == "OnFailure"
@@ -680,22 +682,26 @@ class TrainerController:
             job.failed_at = time.monotonic()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "BackoffLimitExceeded",
                                job.failure[1], "job-controller")
-            job.failed_on_finish = len(active)
-            for pod in active:
-                self._delete_pod(pod)
+            self._stop_failed_job(job, active)
         elif len(job.succeeded) >= job.completions:
             job.complete = True
             job.completion_time = now_rfc3339()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed",
                                "job-controller")
 
-    def _apply_pod_failure_policy(self, tj: dict, state: JobSetState, job: JobState, pod: dict) -> None:
+    def _stop_failed_job(self, job: JobState, active: list[dict]) -> None:
+        """A failed Job's running pods are deleted; the real Job controller counts them as failed too."""
+        job.failed_on_finish = len(active)
+        for pod in active:
+            self._delete_pod(pod)
+
+    def _apply_pod_failure_policy(self, tj: dict, state: JobSetState, job: JobState, pod: dict) -> bool:
         """The Job's ``podFailurePolicy`` for one newly failed pod: FailJob fails the Job at once
-        (reason ``PodFailurePolicy``), Ignore does not count the failure, Count (or no match) counts it."""
+        (reason ``PodFailurePolicy``; True), Ignore does not count the failure, Count (or no match) counts it."""
         rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
         matched = pod_failure_policy_match(rjob["template"]["spec"], pod)
         if matched is None or job.failure is not None:
-            return
+            return False
         action, message = matched
         if action == "Ignore":
             job.failed_pods.discard(pod["metadata"]["uid"])
@@ -704,6 +710,8 @@ class TrainerController:
             job.failed_at = time.monotonic()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "PodFailurePolicy", message,
                                "job-controller")
+            return True
+        return False
 
     def _may_start(self, state: JobSetState, job: JobState) -> bool:
         """JobSet creates a replicated job's Jobs once its dependsOn (or InOrder startup) is met."""

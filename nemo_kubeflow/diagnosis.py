@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 from torchx.specs import AppState
 
 from nemo_kubeflow.constants import (
-    COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL, TRAINER_NODE,
+    COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_ENV, RESTART_ATTEMPT_LABEL,
+    TRAINER_NODE,
 )
 from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.naming import pod_completion_index
@@ -242,6 +243,12 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
 _WORKER_GROUP_RESTART = re.compile(r"will restart worker group|restart attempts left; restarting worker group")
 #: torchelastic's line for a worker that died: "failed (exitcode: -9) local_rank: 1 (pid: 812) of binary: ...".
 _WORKER_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+)")
+#: What the c10d rendezvous of ft_launcher (its own copy of torch's dynamic rendezvous) logs as each agent
+#: joins a round: "The node 'x' has joined round 1 of the rendezvous 'train-x-0' as rank 0 in a world of
+#: size 2." The first round is 0 and every restart of the worker group needs a new one, so the round is
+#: the number of restarts so far, even when the lines of the restarts are no longer at hand (the
+#: rendezvous id changes with each gang attempt: see ``command.ft_rendezvous_flags``).
+_RENDEZVOUS_ROUND = re.compile(r"has joined round (?P<round>\d+) of the rendezvous")
 
 
 @dataclass(frozen=True)
@@ -255,8 +262,9 @@ class InJobRestarts:
 
 def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
     """How many times ft_launcher (or torchrun with ``--max-restarts``) restarted its workers, from
-    a node's log. Each agent logs every restart of the job (its own worker's failure, or a peer's)."""
-    count, why = 0, ""
+    a node's log (all of it, or its last lines). Each agent logs every restart of the job (its own
+    worker's failure, or a peer's), and the rendezvous round it joins (ft_launcher's c10d)."""
+    count, rounds, why = 0, 0, ""
     for line in lines:
         if m := _WORKER_EXIT.search(line):
             code = int(m["code"])
@@ -264,7 +272,9 @@ def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
             why = f"local rank {m['local']} {how}"
         if _WORKER_GROUP_RESTART.search(line):
             count += 1
-    return InJobRestarts(count, why)
+        elif m := _RENDEZVOUS_ROUND.search(line):
+            rounds = max(rounds, int(m["round"]))
+    return InJobRestarts(max(count, rounds), why)
 
 
 # --- what the pods and events say --------------------------------------------------------------------
@@ -667,6 +677,26 @@ class JobView:
     def newest_nodes(self) -> dict[int, dict]:
         return newest_pods_by_node(self.node_pods)
 
+    def runs_ft_launcher(self) -> bool:
+        """Whether the job's nodes run ft_launcher (only then does the TrainJob's trainer env carry the
+        gang attempt for its rendezvous id)."""
+        env = ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []
+        return any(e.get("name") == RESTART_ATTEMPT_ENV for e in env)
+
+    def in_job_restarts_of_node_0(self) -> Optional[InJobRestarts]:
+        """ft_launcher's restarts so far, from the last ``IN_JOB_TAIL`` lines of node 0's log (one log
+        read; None when its pod or log cannot be read). Every agent logs every restart of the group
+        and the rendezvous round it joins, so one node's log is enough."""
+        pod = self.newest_nodes().get(0)
+        if pod is None:
+            return None
+        try:
+            lines = list(self.cluster.pod_log(_name(pod), self.namespace, container=TRAINER_NODE,
+                                              tail_lines=IN_JOB_TAIL))
+        except ClusterError:
+            return None
+        return read_in_job_restarts(lines)
+
     def gang_restarts(self) -> int:
         """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it)."""
         return max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
@@ -735,6 +765,10 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
     return Verdict(AppState.PENDING if pods else state, reason.message)
 
 
+#: Lines of node 0's log read to count ft_launcher's restarts of a running job that this process does
+#: not follow (``JobView.in_job_restarts_of_node_0``): the rendezvous round of the last restart must be
+#: among them, so more than a failure's tail; at most a few hundred KB.
+IN_JOB_TAIL = 2000
 #: Lines of the failed node's output quoted in a failure summary.
 SUMMARY_TAIL = 10
 #: Lines of the failed node's log read to find why it failed (torchrun's report and the traceback).

@@ -256,8 +256,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
 
     def _restarts(self, app_id: str, view: JobView) -> Restarts:
         """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
-        the node logs this process keeps while it waits (none read otherwise)."""
-        in_job = keeper_in_job_restarts(self._keepers.get(app_id))
+        the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
+        from node 0's last lines, one log read, for a job that runs ft_launcher only."""
+        keeper = self._keepers.get(app_id)
+        in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
+            view.in_job_restarts_of_node_0() if view.runs_ft_launcher() else None
         best = self._in_job_seen.get(app_id)
         if in_job is not None and (best is None or in_job.count >= best.count):
             self._in_job_seen[app_id] = best = in_job

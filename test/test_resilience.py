@@ -14,9 +14,11 @@ from kubernetes import client
 from torchx.specs import AppState
 
 import workloads
+from test_diagnosis import describe_cost
 from test_e2e import app_id_of, wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
+from nemo_kubeflow.diagnosis import IN_JOB_TAIL
 from nemo_kubeflow.scheduler import create_scheduler
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,6 +64,14 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
         recovery = time.monotonic() - killed_at
         restarted = wait_for(lambda: (d := watcher.describe(app_id)).state == AppState.RUNNING
                              and "in-job restart" in d.msg and d, timeout=60)
+        # Another process (`nemo experiment status`) follows no log: for an ft_launcher job it reads node 0's
+        # last lines, one request more than for any other running job (test_diagnosis: "list pods", "get
+        # trainjobs"); its agent's restart line and rendezvous round count the restart.
+        fresh, requests = describe_cost(cluster, app_id)
+        assert fresh.state == AppState.RUNNING and fresh.msg.startswith("1 in-job restart by ft_launcher"), fresh.msg
+        assert requests == ["get pods/log", "get trainjobs", "list pods"], requests
+        [log_read] = [r for r in cluster.requests if r.resource == "pods/log" and r.name.startswith("ft-inj")]
+        assert log_read.query.get("tailLines") == str(IN_JOB_TAIL) and "-node-0-0-" in log_read.name, log_read
         job = exp.jobs[0]
     # Every agent logs the group's restart; the killed rank's agent says how its worker ended.
     assert restarted.msg == ("1 in-job restart by ft_launcher (no pod recreated, the last as local rank 0 killed by "

@@ -257,6 +257,21 @@ def test_in_job_restarts_are_read_from_ft_launchers_log():
     assert read_in_job_restarts(FT_NODE_1) == InJobRestarts(2, "local rank 0 killed by signal 9")
     assert read_in_job_restarts(FT_NODE_0) == InJobRestarts(2, "")
     assert read_in_job_restarts(["[default0]:rank 0 step 1"]) == InJobRestarts(0, "")
+    # Last lines without the restart's own line: the rendezvous round the agent joined still counts it.
+    assert read_in_job_restarts(FT_ROUNDS[:2]) == InJobRestarts(0, "")
+    assert read_in_job_restarts(FT_ROUNDS) == InJobRestarts(1, "")
+    assert read_in_job_restarts(FT_NODE_0 + FT_ROUNDS) == InJobRestarts(2, "")
+
+
+# ft_launcher's c10d rendezvous as node 0's agent logged it (nvidia-resiliency-ext 0.4.1), before and after
+# one restart of the worker group (the rendezvous id is the TrainJob's name and the gang attempt).
+FT_ROUNDS = """[2026-11-24 04:52:51,794] [INFO] [ft_launcher22499@vm] The node 'localhost_22499_0' attempts to join the next round of the rendezvous 'ft-inj-1795495964459033345-train-fb68c0-0'.
+[2026-11-24 04:52:52,011] [INFO] [ft_launcher22499@vm] The node 'localhost_22499_0' has joined round 0 of the rendezvous 'ft-inj-1795495964459033345-train-fb68c0-0' as rank 0 in a world of size 2.
+[default0]:rank 0 step 9
+[2026-11-24 04:53:09,229] [INFO] [ft_launcher22499@vm] The node 'localhost_22499_0' attempts to join the next round of the rendezvous 'ft-inj-1795495964459033345-train-fb68c0-0'.
+[2026-11-24 04:53:10,460] [INFO] [ft_launcher22499@vm] The node 'localhost_22499_0' has joined round 1 of the rendezvous 'ft-inj-1795495964459033345-train-fb68c0-0' as rank 0 in a world of size 2.
+[default0]:rank 0 step 10
+""".splitlines()
 
 
 # ft_launcher's log when rank 1 raised (nvidia-resiliency-ext 0.4.1 on CPU): its GPU health check logs an NVML

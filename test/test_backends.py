@@ -5,7 +5,6 @@ the upstream one (docs/real-control-plane.md). What the real run showed that the
 listed in docs/local-cluster.md ("What the real control plane showed")."""
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,6 +16,7 @@ from kubernetes.config import new_client_from_config
 from torchx.specs import AppState, parse_app_handle
 
 import workloads
+from polling import wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
 from nemo_kubeflow import initializers as inits
 from nemo_kubeflow.local import initializer as local_initializer
@@ -132,16 +132,6 @@ def backend(request):
         cp.request("DELETE", f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{cluster_queue}")
 
 
-def wait_for(predicate, what: str, timeout: float = 90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def app_id_of(job) -> str:
     return parse_app_handle(job.handle)[2]
 
@@ -210,14 +200,15 @@ def test_detach_reconnect_status_cancel_and_garbage_collection(backend):
     job = reconnected.jobs[0]
     name = app_id_of(job).split(":", 1)[1]
     scheduler = create_scheduler("t")
-    wait_for(lambda: scheduler.describe(app_id_of(job)).state == AppState.RUNNING, "the TrainJob to run")
+    wait_for(lambda: scheduler.describe(app_id_of(job)).state == AppState.RUNNING, "the TrainJob to run", timeout=90)
     assert reconnected.status(return_dict=True)[job.id]["status"] == AppState.RUNNING
-    wait_for(lambda: "[node-1] cancel-marker\n" in logs(job, "long"), "the marker in node 1's log")
+    wait_for(lambda: "[node-1] cancel-marker\n" in logs(job, "long"), "the marker in node 1's log", timeout=90)
     owned = ("jobsets", "jobs", "pods", "configmaps")
     assert all(backend.objects(resource, name) for resource in owned), {r: len(backend.objects(r, name)) for r in owned}
     reconnected.cancel(job.id)
     for resource in ("trainjobs", *owned):
-        wait_for(lambda: not backend.objects(resource, name), f"the garbage collector to delete the {resource}")
+        wait_for(lambda: not backend.objects(resource, name), f"the garbage collector to delete the {resource}",
+                 timeout=90)
     desc = scheduler.describe(app_id_of(job))
     assert desc.state == AppState.CANCELLED and "no longer exists" in desc.msg, (desc.state, desc.msg)
 
@@ -324,7 +315,7 @@ def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
     name = app_id_of(job).split(":", 1)[1]
     scheduler = create_scheduler("t")
     desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("waiting for queue") and d,
-                    "Kueue to say why the job waits")
+                    "Kueue to say why the job waits", timeout=90)
     assert desc.state == AppState.PENDING, (desc.state, desc.msg)
     assert desc.msg == "waiting for queue be-held to admit it: Inadmissible: LocalQueue be-held is inactive", desc.msg
     trainjob, = backend.objects("trainjobs", name)
@@ -333,7 +324,7 @@ def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
     custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", "be-held",
                                           {"spec": {"stopPolicy": "None"}})
     wait_for(lambda: scheduler.describe(app_id_of(job)).state in (AppState.SUCCEEDED, AppState.FAILED),
-             "Kueue to admit the job and the job to finish")
+             "Kueue to admit the job and the job to finish", timeout=90)
     lines = logs(job, "q")
     assert scheduler.describe(app_id_of(job)).state == AppState.SUCCEEDED, lines
     assert "[node-0] admitted on 0\n" in lines and "[node-1] admitted on 1\n" in lines, lines
@@ -376,7 +367,7 @@ def test_a_native_sidecar_starts_before_training_and_stops_after_it(backend, tmp
         host = pod["spec"]["hostname"]  # $HOSTNAME in its containers (JobSet's DNS hostnames)
         trained = float((markers / f"{host}.trained").read_text())
         stopped = float(wait_for(lambda: (markers / f"{host}.stopped").is_file() and
-                                 (markers / f"{host}.stopped").read_text().strip(), "the sidecar's stop"))
+                                 (markers / f"{host}.stopped").read_text().strip(), "the sidecar's stop", timeout=90))
         assert float((markers / f"{host}.up").read_text()) < trained < stopped
         assert pod["status"]["phase"] == "Succeeded", pod["status"]
         rxdm, = [s for s in pod["status"]["initContainerStatuses"] if s["name"] == "rxdm"]
@@ -395,7 +386,7 @@ def test_pods_waiting_for_their_claim_are_described_with_the_claims_name(backend
         job = exp.jobs[0]
     scheduler = create_scheduler("t")
     desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("node ") and d,
-                    "the scheduler to say why the pods wait")
+                    "the scheduler to say why the pods wait", timeout=90)
     assert desc.state == AppState.PENDING
     assert 'cannot be scheduled: 0/' in desc.msg and 'persistentvolumeclaim "be-later" not found' in desc.msg, desc.msg
     core = client.CoreV1Api(new_client_from_config(config_file=backend.kubeconfig))
@@ -405,13 +396,13 @@ def test_pods_waiting_for_their_claim_are_described_with_the_claims_name(backend
         # The claim exists but nothing binds it (no PersistentVolume, no provisioner): the scheduler's
         # words do not name it, the description does. (The local cluster binds every claim at once.)
         desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.count("unbound") and d,
-                        "the scheduler to find the claim unbound")
+                        "the scheduler to find the claim unbound", timeout=90)
         assert desc.state == AppState.PENDING
         assert "pod has unbound immediate PersistentVolumeClaims" in desc.msg and \
             "(the pod's claims: be-later;" in desc.msg, desc.msg
         backend.provide_volume("be-later", "1Gi")
     wait_for(lambda: scheduler.describe(app_id_of(job)).state in (AppState.SUCCEEDED, AppState.FAILED),
-             "the job to run once its claim is bound")
+             "the job to run once its claim is bound", timeout=90)
     lines = logs(job, "t")
     assert scheduler.describe(app_id_of(job)).state == AppState.SUCCEEDED, lines
     assert "[node-0] claim mounted on 0\n" in lines and "[node-1] claim mounted on 1\n" in lines, lines

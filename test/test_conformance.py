@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -24,6 +23,7 @@ import yaml
 from torchx.specs import parse_app_handle
 
 import workloads
+from polling import wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
 from nemo_kubeflow import initializers as inits
 from nemo_kubeflow.command import RANK_PREFIX_EXPORT
@@ -253,16 +253,6 @@ SCENARIO_DIFFERENCES = {
 }
 
 
-def wait_for(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
-
-
 def submit(scenario: str, cluster: LocalCluster, tmp_path: Path) -> tuple[str, str]:
     """Run the scenario's experiment detached; (namespace, TrainJob name)."""
     namespace = f"rc-{scenario}-ns"
@@ -285,7 +275,7 @@ def local_objects(cluster: LocalCluster, namespace: str, expected_pods: int) -> 
                 found[labels["batch.kubernetes.io/job-name"]] = pod
         return found if len(found) == expected_pods else None
 
-    found = wait_for(pods)
+    found = wait_for(pods, f"the first pod of each of the {expected_pods} Jobs", interval=0.1)
     [jobset] = cluster.objects("jobsets", namespace)
     [service] = cluster.objects("services", namespace)
     jobs = {job["metadata"]["name"]: job for job in cluster.objects("jobs", namespace)}
@@ -331,7 +321,7 @@ def _cancel(cluster: LocalCluster, namespace: str, name: str) -> None:
 
     client.CustomObjectsApi(cluster.api_client()).delete_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name)
-    wait_for(lambda: not cluster.objects("pods", namespace), timeout=30)
+    wait_for(lambda: not cluster.objects("pods", namespace), "the pods to be deleted", timeout=30, interval=0.1)
 
 
 def trainjob_status(cluster: LocalCluster, namespace: str, name: str) -> dict:
@@ -357,7 +347,8 @@ def test_jobset_jobs_service_and_pods_match_the_real_controllers(scenario, clust
         if scenario in TRACE_STEP:
             [step] = [s for s in recorded(scenario)["trace"] if s["step"] == TRACE_STEP[scenario]]
             try:
-                wait_for(lambda: trainjob_status(cluster, namespace, name) == step["trainjob_status"], timeout=90)
+                wait_for(lambda: trainjob_status(cluster, namespace, name) == step["trainjob_status"],
+                         f"the TrainJob status of step {step['step']!r}", timeout=90, interval=0.1)
             except AssertionError:  # show what differs
                 assert trainjob_status(cluster, namespace, name) == step["trainjob_status"]
     finally:
@@ -426,7 +417,8 @@ def test_jobset_and_job_status_match_the_real_controllers(scenario, cluster, tmp
         name = parse_app_handle(exp.jobs[0].handle)[2].split(":", 1)[1]
     try:
         try:
-            wait_for(lambda: _local_status_facts(cluster, namespace, name) == want, timeout=90)
+            wait_for(lambda: _local_status_facts(cluster, namespace, name) == want, "the recorded statuses",
+                     timeout=90, interval=0.1)
         except AssertionError:  # show what differs
             assert _local_status_facts(cluster, namespace, name) == want
     finally:

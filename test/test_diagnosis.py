@@ -11,6 +11,7 @@ import nemo_run as run
 import pytest
 from torchx.specs import AppState, parse_app_handle
 
+from polling import wait_for_status
 from nemo_kubeflow import KubeflowExecutor, PVCMount
 from nemo_kubeflow.scheduler import create_scheduler
 
@@ -25,14 +26,8 @@ def submit(local, name, script="echo hi", **kw):
 
 
 def wait_for_message(app_id, text, timeout=30):
-    scheduler = create_scheduler("t")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        desc = scheduler.describe(app_id)
-        if text in desc.msg:
-            return desc
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {text!r}; last: {desc.state} {desc.msg!r}")
+    return wait_for_status(create_scheduler("t"), app_id, lambda d: text in d.msg, f"{text!r} in the status",
+                           timeout=timeout)
 
 
 def test_image_that_cannot_be_pulled_ends_the_wait(local):

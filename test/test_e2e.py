@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import nemo_run as run
@@ -14,6 +13,7 @@ import pytest
 from torchx.specs import AppState, parse_app_handle
 
 import workloads
+from polling import wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,16 +43,6 @@ def trainjob_name(handle: str) -> str:
 def plain(text: str) -> str:
     """``text`` without terminal colours (NeMo-Run colours its log prefix)."""
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
-def wait_for(predicate, timeout=60.0, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting")
 
 
 def state_of(exp, task: str) -> AppState:
@@ -153,7 +143,7 @@ def test_parallel_and_detached_experiment(cluster, executor):
     scheduler = create_scheduler("t")
     assert all(handles)
     for handle in handles:
-        wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.SUCCEEDED)
+        wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.SUCCEEDED, "the job to succeed")
 
 
 def test_status_while_running_then_cancel_removes_everything(cluster, executor):
@@ -165,7 +155,7 @@ def test_status_while_running_then_cancel_removes_everything(cluster, executor):
 
     scheduler = create_scheduler("t")
     app_id = app_id_of(handle)
-    wait_for(lambda: scheduler.describe(app_id).state == AppState.RUNNING)
+    wait_for(lambda: scheduler.describe(app_id).state == AppState.RUNNING, "the job to run")
     name = trainjob_name(handle)
     # The local kubelet reports containerID "local://<pid>" for each running container.
     pids = [int(cs["containerID"].rsplit("/", 1)[1]) for p in cluster.objects("pods", "default")
@@ -173,13 +163,15 @@ def test_status_while_running_then_cancel_removes_everything(cluster, executor):
             for cs in p["status"].get("containerStatuses", []) if cs.get("containerID")]
     assert len(pids) == 2 and all(_alive(pid) for pid in pids)
     scheduler.cancel(app_id)
-    wait_for(lambda: not [o for o in cluster.objects("configmaps", "default") if o["metadata"]["name"].startswith(name)])
+    wait_for(lambda: not [o for o in cluster.objects("configmaps", "default")
+                          if o["metadata"]["name"].startswith(name)], "the job's ConfigMaps to be deleted")
     wait_for(lambda: not [p for p in cluster.objects("pods", "default")
-                          if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name])
+                          if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name],
+             "the job's pods to be deleted")
     desc = scheduler.describe(app_id)
     assert desc.state == AppState.CANCELLED and "no longer exists" in desc.msg
     for pid in pids:
-        wait_for(lambda: not _alive(pid), timeout=15)
+        wait_for(lambda: not _alive(pid), f"process {pid} to end", timeout=15)
 
 
 def _alive(pid: int) -> bool:
@@ -226,7 +218,8 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     assert result["submission_path_loaded"] == []
     from nemo_kubeflow.scheduler import create_scheduler
 
-    wait_for(lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED)
+    wait_for(lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED,
+             "the job to be cancelled")
 
 
 def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home, console_script):
@@ -238,7 +231,7 @@ def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home,
     from nemo_kubeflow.scheduler import create_scheduler
 
     scheduler = create_scheduler("t")
-    wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.RUNNING)
+    wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.RUNNING, "the job to run")
     nemo = console_script("nemo")
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "200"}
 
@@ -248,8 +241,9 @@ def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home,
         return out.stdout + out.stderr
 
     assert "RUNNING" in nemo_cli("status", exp_id)
-    wait_for(lambda: "cli-marker-1" in "".join(scheduler.log_iter(app_id_of(handle), "cli", 1)))
+    wait_for(lambda: "cli-marker-1" in "".join(scheduler.log_iter(app_id_of(handle), "cli", 1)),
+             "cli-marker-1 in node 1's log")
     logs = nemo_cli("logs", exp_id, "0")
     assert "cli/0 cli-marker-0\n" in plain(logs) and "cli/1 cli-marker-1\n" in plain(logs), logs
     nemo_cli("cancel", exp_id, "0")
-    wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.CANCELLED)
+    wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.CANCELLED, "the job to be cancelled")

@@ -12,6 +12,7 @@ import nemo_run as run
 import pytest
 from kubernetes.client import CustomObjectsApi
 
+from polling import wait_for
 from nemo_kubeflow import KubeflowExecutor, console
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
@@ -40,14 +41,12 @@ def submit_job(cluster, client, namespace: str, experiment_id: str, script: str 
 
 
 def finished_condition(client, namespace: str, name: str, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def finished():
         job = client.get(TRAINJOB_KIND, name, namespace) or {}
-        for cond in (job.get("status") or {}).get("conditions") or []:
-            if cond["type"] in ("Complete", "Failed") and cond["status"] == "True":
-                return cond
-        time.sleep(0.1)
-    raise AssertionError(f"TrainJob {namespace}/{name} did not finish")
+        return next((c for c in (job.get("status") or {}).get("conditions") or []
+                     if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
+
+    return wait_for(finished, f"TrainJob {namespace}/{name} to finish", timeout=timeout, interval=0.1)
 
 
 def pods_of(cluster, namespace: str, name: str) -> list[dict]:

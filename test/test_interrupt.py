@@ -10,6 +10,7 @@ import time
 import nemo_run as run
 from torchx.specs import parse_app_handle
 
+from polling import wait_for
 from nemo_kubeflow.scheduler import create_scheduler
 
 SCRIPT = textwrap.dedent("""\
@@ -41,19 +42,17 @@ class Script:
     def output(self) -> str:
         return self.out_path.read_text()
 
-    def wait_for(self, predicate, timeout=90.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
+    def wait_for(self, predicate, what: str, timeout=90.0):
+        """``polling.wait_for`` while the script runs: it fails at once, with the output, if the script ended."""
+        def still_running():
             assert self.proc.poll() is None, f"the script ended early:\n{self.output()[-3000:]}"
-            time.sleep(0.1)
-        raise AssertionError(f"timed out; output:\n{self.output()[-3000:]}")
+
+        return wait_for(predicate, what, timeout=timeout, interval=0.1, still_worth_it=still_running,
+                        detail=lambda: f"output:\n{self.output()[-3000:]}")
 
     def exp_id(self) -> str:
         return self.wait_for(lambda: next((line.split()[1] for line in self.output().splitlines()
-                                           if line.startswith("EXPERIMENT ")), None))
+                                           if line.startswith("EXPERIMENT ")), None), "the experiment's id")
 
     def exit_code(self, timeout=30.0) -> int:
         try:
@@ -89,9 +88,9 @@ def cancel(app_id):
 def test_first_ctrl_c_stops_waiting_and_says_how_to_follow_up(local, tmp_path):
     script = Script(local, tmp_path, "ctrlc")
     exp_id = script.exp_id()
-    job = script.wait_for(lambda: trainjob_of(local, "ctrlc"))
+    job = script.wait_for(lambda: trainjob_of(local, "ctrlc"), "the TrainJob")
     name = job["metadata"]["name"]
-    script.wait_for(lambda: running_pod(local, name))
+    script.wait_for(lambda: running_pod(local, name), "a running pod")
     time.sleep(3)  # NeMo-Run polls every 2 s: let it wait
     os.kill(script.proc.pid, signal.SIGINT)
     code = script.exit_code()
@@ -110,8 +109,8 @@ def test_first_ctrl_c_stops_waiting_and_says_how_to_follow_up(local, tmp_path):
 
 def test_second_ctrl_c_exits_at_once(local, tmp_path):
     script = Script(local, tmp_path, "twice")
-    job = script.wait_for(lambda: trainjob_of(local, "twice"))
-    script.wait_for(lambda: running_pod(local, job["metadata"]["name"]))
+    job = script.wait_for(lambda: trainjob_of(local, "twice"), "the TrainJob")
+    script.wait_for(lambda: running_pod(local, job["metadata"]["name"]), "a running pod")
     time.sleep(3)
     os.kill(script.proc.pid, signal.SIGINT)
     time.sleep(0.2)
@@ -126,7 +125,7 @@ def test_ctrl_c_during_the_submission_finishes_it_and_records_the_job(local, tmp
     local.inject_fault(verb="create", resource="configmaps", delay=4.0)
     script = Script(local, tmp_path, "midsubmit")
     exp_id = script.exp_id()
-    job = script.wait_for(lambda: trainjob_of(local, "midsubmit"))
+    job = script.wait_for(lambda: trainjob_of(local, "midsubmit"), "the TrainJob")
     assert job["spec"].get("suspend") is True  # created, not yet resumed: the submission is under way
     os.kill(script.proc.pid, signal.SIGINT)
     code = script.exit_code(timeout=60)

@@ -15,7 +15,8 @@ from torchx.specs import AppState
 
 import workloads
 from test_diagnosis import describe_cost
-from test_e2e import app_id_of, wait_for
+from polling import wait_for
+from test_e2e import app_id_of
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
 from nemo_kubeflow.diagnosis import IN_JOB_TAIL
@@ -48,7 +49,8 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
     with run.Experiment("ft-inj", executor=executor, log_level="WARN") as exp:
         exp.add(task, name="train")
         exp.run(sequential=True)
-        first = wait_for(lambda: len(pid_files(tmp_path)) == 2 and pid_files(tmp_path), timeout=120)
+        first = wait_for(lambda: len(pid_files(tmp_path)) == 2 and pid_files(tmp_path), "both ranks to start",
+                         timeout=120)
         # A waiting process keeps each node's log from its second describe on: status counts ft_launcher's restarts.
         watcher, app_id = create_scheduler("watch"), app_id_of(exp.jobs[0].handle)
         assert [watcher.describe(app_id).msg for _ in range(2)] == ["", ""]  # running, no restart yet
@@ -58,12 +60,12 @@ def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
         killed_at = time.monotonic()
         os.kill(int(first[1].read_text()), signal.SIGKILL)
         try:
-            wait_for(lambda: len(pid_files(tmp_path)) == 4, timeout=120)
+            wait_for(lambda: len(pid_files(tmp_path)) == 4, "both ranks to start again", timeout=120)
         except AssertionError:
             raise AssertionError("".join(core.read_namespaced_pod_log(n, "default") for n in pods_before)) from None
         recovery = time.monotonic() - killed_at
         restarted = wait_for(lambda: (d := watcher.describe(app_id)).state == AppState.RUNNING
-                             and "in-job restart" in d.msg and d, timeout=60)
+                             and "in-job restart" in d.msg and d, "status to count the in-job restart", timeout=60)
         # Another process (`nemo experiment status`) follows no log: for an ft_launcher job it reads node 0's
         # last lines, one request more than for any other running job (test_diagnosis: "list pods", "get
         # trainjobs"); its agent's restart line and rendezvous round count the restart.
@@ -176,7 +178,7 @@ def test_status_says_how_often_and_why_the_gang_restarted_while_it_runs(cluster,
         exp.run(detach=True)
     app_id, name = app_id_of(exp.jobs[0].handle), app_id_of(exp.jobs[0].handle).split(":", 1)[1]
     desc = wait_for(lambda: (d := create_scheduler("t").describe(app_id)).state == AppState.RUNNING
-                    and "gang restart" in d.msg and d, timeout=90)
+                    and "gang restart" in d.msg and d, "the restarted gang to run", timeout=90)
     # The failed pod (and Job) went with attempt 0; the Job controller's event still says which pod failed, how.
     assert re.fullmatch(rf"1 gang restart so far \(attempt 0: node 1 \(pod {name}-node-0-1-[a-z0-9]{{5}}\) exited with "
                         r"code 3\)", desc.msg), desc.msg
@@ -234,12 +236,12 @@ def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, mo
         exp.run(sequential=True)
         job = exp.jobs[0]
         namespace, name = job.handle.rsplit("/", 1)[-1].split(":", 1)
-        wait_for(lambda: sum("step" in e for e in events()) >= 30, timeout=120)
+        wait_for(lambda: sum("step" in e for e in events()) >= 30, "30 steps", timeout=120)
         set_suspend(namespace, name, True)  # Kueue's preemption: suspend; Trainer deletes the pods
-        wait_for(lambda: any(e.get("why") == "SIGTERM" for e in events()), timeout=60)
+        wait_for(lambda: any(e.get("why") == "SIGTERM" for e in events()), "the checkpoint on SIGTERM", timeout=60)
         pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={name}")
         wait_for(lambda: not client.CoreV1Api(api).list_namespaced_pod(
-            namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={name}").items, timeout=60)
+            namespace, label_selector=f"{C.JOBSET_NAME_LABEL}={name}").items, "the pods to go", timeout=60)
         status = exp.status(return_dict=True)[job.id]
         assert status["status"] == AppState.PENDING, status  # not FAILED: waiting to be let in again
         set_suspend(namespace, name, False)  # re-admitted
@@ -363,10 +365,11 @@ def test_status_names_the_running_nodes_that_went_silent(cluster):
         exp.run(detach=True)
     app_id = app_id_of(exp.jobs[0].handle)
     scheduler = create_scheduler("t")
-    desc = wait_for(lambda: (d := scheduler.describe(app_id)).msg.startswith("warning") and d, timeout=60)
+    desc = wait_for(lambda: (d := scheduler.describe(app_id)).msg.startswith("warning") and d, "the stall warning",
+                    timeout=60)
     assert desc.state == AppState.RUNNING
     assert desc.msg.startswith("warning: node 1 printed nothing for the last 2 s while running"), desc.msg
-    wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, timeout=60)
+    wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, "the job to succeed", timeout=60)
 
 
 def test_runtimes_of_ones_own_with_an_out_of_range_ttl_or_a_rule_name_with_a_newline_are_refused():
@@ -409,12 +412,13 @@ def oom_kill_node_0(cluster, tmp_path, name: str, **settings):
         exp.run(sequential=True)
         job = exp.jobs[0]
         namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
-        pod = next(p for p in wait_for(lambda: two_running_pods(core, namespace, trainjob_name), timeout=120)
+        pod = next(p for p in wait_for(lambda: two_running_pods(core, namespace, trainjob_name), "two running pods",
+                                      timeout=120)
                    if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
         cluster.oom_kill(pod.metadata.name, namespace=namespace)
         wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Failed"
                  if core.list_namespaced_pod(namespace, field_selector=f"metadata.name={pod.metadata.name}").items
-                 else True, timeout=60)
+                 else True, "the OOM-killed pod to fail", timeout=60)
         marker.write_text("")
     return outcome(cluster, exp, job)
 
@@ -466,11 +470,11 @@ def lose_node_of_rank_0(cluster, tmp_path, name: str, check, **settings):
         def running_pods():
             return two_running_pods(core, namespace, trainjob_name)
 
-        first = wait_for(running_pods, timeout=120)
+        first = wait_for(running_pods, "two running pods", timeout=120)
         lost = next(p.spec.node_name for p in first if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
         assert cluster.lose_node(lost)
         seen = wait_for(lambda: check(scheduler.describe(app_id_of(job.handle)).msg, running_pods(), lost),
-                        timeout=180)
+                        "the job to be moved off the lost node", timeout=180)
         pods = running_pods()
         marker.write_text("")
     scheduler.describe(app_id_of(job.handle))  # finished: stops the log keepers its looks started
@@ -526,7 +530,7 @@ def test_watch_moves_a_detached_job_off_its_lost_node(three_nodes, tmp_path, nem
         exp.run(detach=True)
     core = core_api(three_nodes)
     trainjob_name = exp.jobs[0].handle.rsplit(":", 1)[-1]
-    pods = wait_for(lambda: two_running_pods(core, "default", trainjob_name), timeout=120)
+    pods = wait_for(lambda: two_running_pods(core, "default", trainjob_name), "two running pods", timeout=120)
     lost = next(p.spec.node_name for p in pods if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
     three_nodes.lose_node(lost)
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "250"}
@@ -535,7 +539,8 @@ def test_watch_moves_a_detached_job_off_its_lost_node(three_nodes, tmp_path, nem
     try:
         wait_for(lambda: (running := two_running_pods(core, "default", trainjob_name))
                  and lost not in {p.spec.node_name for p in running}
-                 and all(p.spec.affinity.node_affinity for p in running), timeout=120)
+                 and all(p.spec.affinity.node_affinity for p in running), "the pods to run off the lost node",
+                 timeout=120)
         marker.write_text("")
         out, err = watcher.communicate(timeout=120)
     finally:
@@ -621,7 +626,7 @@ def test_runtime_patches_cannot_change_while_the_jobset_still_runs_pods(cluster,
         exp.add(run.Script(inline=script), name="train")
         exp.run(sequential=True)
         namespace, name = exp.jobs[0].handle.rsplit("/", 1)[-1].split(":", 1)
-        wait_for(lambda: two_running_pods(core, namespace, name), timeout=120)
+        wait_for(lambda: two_running_pods(core, namespace, name), "two running pods", timeout=120)
         trainjob = custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name)
         patches = trainjob["spec"]["runtimePatches"] + [{"manager": "example.com/late"}]
         with pytest.raises(client.ApiException) as refused:

@@ -4,7 +4,6 @@ and Kueue's admission on the local cluster (docs/scheduling.md)."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nemo_run as run
@@ -13,6 +12,7 @@ from kubernetes import client
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from torchx.specs import AppState, parse_app_handle
 
+from polling import wait_for_status
 from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.cluster import KubernetesCluster
 from nemo_kubeflow.errors import ConfigError, NotFoundError
@@ -218,17 +218,6 @@ def local_executor(local, **kw):
                                "kubeconfig": str(local.kubeconfig_path), **kw})
 
 
-def wait_for(app_id, predicate, timeout=60):
-    scheduler = create_scheduler("t")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        desc = scheduler.describe(app_id)
-        if predicate(desc):
-            return desc
-        time.sleep(0.2)
-    raise AssertionError(f"last status: {desc.state} {desc.msg!r}")
-
-
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -281,7 +270,7 @@ def test_held_queue_then_released_runs_without_our_resume(local):
     app_id = parse_app_handle(exp.jobs[0].handle)[2]
     name = app_id.split(":")[1]
 
-    desc = wait_for(app_id, lambda d: "is inactive" in d.msg)
+    desc = wait_for_status(create_scheduler("t"), app_id, lambda d: "is inactive" in d.msg, "the queue to be inactive")
     assert desc.state == AppState.PENDING
     assert desc.msg == "waiting for queue held to admit it: Inadmissible: LocalQueue held is inactive"
     [workload] = local.objects("workloads", "default")
@@ -292,10 +281,11 @@ def test_held_queue_then_released_runs_without_our_resume(local):
 
     # The queue is deleted: Kueue's own words for it.
     queues(local).delete_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", "default", "localqueues", "held")
-    wait_for(app_id, lambda d: d.msg.endswith("Inadmissible: LocalQueue held doesn't exist"))
+    wait_for_status(create_scheduler("t"), app_id,
+                    lambda d: d.msg.endswith("Inadmissible: LocalQueue held doesn't exist"), "Kueue to say the queue is gone")
 
     create_queue(local, "held")  # back, and open: Kueue admits and unsuspends the job
-    desc = wait_for(app_id, lambda d: d.state == AppState.SUCCEEDED)
+    desc = wait_for_status(create_scheduler("t"), app_id, lambda d: d.state == AppState.SUCCEEDED, "the job to succeed")
     patches = [r for r in local.requests if r.resource.startswith("trainjobs") and r.verb in ("patch", "update")]
     assert patches == [], "NeMo-Run must leave the resume to Kueue"
     [workload] = local.objects("workloads", "default")
@@ -313,7 +303,7 @@ def test_gang_scheduled_job_runs_on_the_local_cluster(local):
         exp.add(run.Script(inline="echo gang-ran"), name="gang")
         exp.run(detach=True)
     app_id = parse_app_handle(exp.jobs[0].handle)[2]
-    wait_for(app_id, lambda d: d.state == AppState.SUCCEEDED)
+    wait_for_status(create_scheduler("t"), app_id, lambda d: d.state == AppState.SUCCEEDED, "the job to succeed")
     name = app_id.split(":")[1]
     pods = [p for p in local.objects("pods", "default")
             if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name]

@@ -496,10 +496,15 @@ class PodWorker(threading.Thread):
             thread.start()
         for thread in threads:
             thread.join()
-        if self.terminating.is_set():
-            return
+        if self.terminating.is_set() and not self.deleted:
+            return  # the cluster is stopping
         codes = [s["state"].get("terminated", {}).get("exitCode", 1) for s in self._container_statuses("containers")]
         phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+        if self.terminating.is_set():
+            # Deleted: as the kubelet does, the pod gets its terminal phase before it goes (the Job
+            # controller, with a podFailurePolicy, waits for it before it counts the pod).
+            self._publish(phase)
+            return
         self._stop_sidecars()
         self.kubelet.backend.pod_finished(self)  # before the scheduler can count them free again
         self._publish(phase)

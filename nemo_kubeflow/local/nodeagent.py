@@ -242,9 +242,11 @@ class ApiBackend:
             change(status)
             body = {"metadata": {"uid": worker.uid}, "status": status}
             try:
+                # A strategic merge, as the kubelet's: conditions merge by type, so those of other
+                # components (DisruptionTarget from the taint-eviction controller) stay.
                 self.api._call("PATCH", f"/api/v1/namespaces/{worker.ns}/pods/{worker.name}/status",
                                verb="update status of", kind="Pod", name=worker.name, namespace=worker.ns,
-                               body=body, content_type="application/merge-patch+json")
+                               body=body, content_type="application/strategic-merge-patch+json")
             except ClusterError as error:
                 if getattr(error, "status", 0) not in (404, 409, 422):  # gone, or replaced by another uid
                     logger.warning("pod %s/%s: %s", worker.ns, worker.name, error)

@@ -266,6 +266,8 @@ class JobState:
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     created: bool = False
     failed_pods: set = field(default_factory=set)
+    #: pods deleted because the Job was suspended: they end Failed, but count as no failure
+    suspended_pods: set = field(default_factory=set)
     succeeded: set = field(default_factory=set)
     retry_at: float = 0.0
     failure: Optional[tuple[str, str]] = None  # (reason, message) once the Job failed
@@ -417,9 +419,15 @@ class TrainerController:
         self._suspend_jobset(tj, state, suspended)
         self._check_deadline(tj, state)
         if state.terminal is None and suspended:
+            jobs = {job.name: job for job in state.jobs}
             for pod in self._pods(tj, state):
                 if not _gone_or_going(pod):
                     self._delete_pod(pod)  # suspending a Job deletes its running pods
+                job = jobs.get(pod["metadata"]["labels"].get(JOB_NAME_LABEL))
+                if job is not None:  # ... which end Failed (the kubelet), but are no failure of the Job
+                    job.suspended_pods.add(pod["metadata"]["uid"])
+                if _terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                    self._release(pod)
         elif state.terminal is None:
             self._sync(tj, state)
         self._write_status(tj, state)
@@ -660,7 +668,8 @@ class TrainerController:
                 self._release(pod)
             if status.get("phase") == "Succeeded":
                 job.succeeded.add(index)
-            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods:
+            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | \
+                    job.suspended_pods:
                 job.failed_pods.add(pod["metadata"]["uid"])
                 job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
                 failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)

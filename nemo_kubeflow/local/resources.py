@@ -89,8 +89,19 @@ LOCALQUEUES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "localqueues", C.LOCA
 WORKLOADS = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "workloads", C.WORKLOAD_KIND, True,
                          status_subresource=True, has_generation=True)
 
+#: A ClusterQueue's quota and preemption policy, and the priorities Workloads take from a
+#: WorkloadPriorityClass: read by the local Kueue when a LocalQueue's ClusterQueue exists. A
+#: ResourceFlavor is only stored (the local Kueue adds no node labels of a flavor).
+RESOURCEFLAVORS = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "resourceflavors", "ResourceFlavor", False,
+                               has_generation=True)
+CLUSTERQUEUES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "clusterqueues", "ClusterQueue", False,
+                             status_subresource=True, has_generation=True)
+WORKLOAD_PRIORITY_CLASSES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "workloadpriorityclasses",
+                                         "WorkloadPriorityClass", False, has_generation=True)
+
 ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, NODES, JOBS, JOBSETS, TRAINJOBS,
-       RUNTIMES, CLUSTER_RUNTIMES, LOCALQUEUES, WORKLOADS)
+       RUNTIMES, CLUSTER_RUNTIMES, LOCALQUEUES, WORKLOADS, RESOURCEFLAVORS, CLUSTERQUEUES,
+       WORKLOAD_PRIORITY_CLASSES)
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
 _BY_GROUP_KIND = {(rt.group, rt.kind): rt for rt in ALL}
 

@@ -122,3 +122,85 @@ def real_namespace(real_control_plane):
     name = real_control_plane.create_namespace()
     yield name
     real_control_plane.delete_namespace(name)
+
+
+# ---------------------------------------------------------------- the scenarios on both back ends
+# test_backends.py and test_backends_resilience.py run each scenario through the `backend` fixture: on the
+# local cluster and (marked `real`) on the upstream control plane with our node agent running the pods.
+#: The node agent's Nodes for those scenarios (three, so that a node can be avoided by a 2-node job).
+AGENT_NODES = ("agent-a", "agent-b", "agent-c")
+#: The taint the real back end fails a node with (no pod tolerates it: the taint-eviction controller
+#: deletes them at once).
+NODE_FAULT_TAINT = {"key": "nemo-kubeflow.test/node-fault", "value": "broken", "effect": "NoExecute"}
+
+
+@pytest.fixture(scope="module")
+def node_agent(real_control_plane, tmp_path_factory):
+    from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
+
+    serving = real_control_plane.certs.issue("node-agent", "nemo-kubeflow-node-agent")
+    nodes = [NodeSpec(name, cpu="8", memory="32Gi") for name in AGENT_NODES]
+    with NodeAgent(real_control_plane.kubeconfig_path, nodes, tmp_path_factory.mktemp("agent"),
+                   serving_cert=serving) as running:
+        yield running
+
+
+@pytest.fixture(params=["local", pytest.param("real", marks=pytest.mark.real)])
+def backend(request, tmp_path_factory):
+    """A `backends.Backend` with a fresh namespace. `@pytest.mark.backend_nodes(3)`: the local one is a
+    cluster of its own whose kubelet schedules onto three virtual nodes (the real one always has the
+    node agent's three Nodes)."""
+    from backends import API_PATHS, Backend
+
+    wanted = request.node.get_closest_marker("backend_nodes")
+    if request.param == "local":
+        def local(cluster, namespace, **more):
+            cluster.create_namespace(namespace)
+            return Backend("local", str(cluster.kubeconfig_path), namespace,
+                           lambda resource: cluster.objects(resource, namespace), **more)
+
+        if wanted:
+            names = tuple(f"node-{chr(ord('a') + i)}" for i in range(wanted.args[0]))
+            with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as cluster:
+                cluster.add_virtual_nodes(*names)
+                yield local(cluster, "local-0", nodes=names, fail_node=cluster.lose_node)
+            return
+        cluster = request.getfixturevalue("local_cluster")
+        made = local(cluster, f"local-{len(cluster.objects('namespaces'))}")
+        yield made
+        made.clean_up()
+        return
+    cp = request.getfixturevalue("real_control_plane")
+    request.getfixturevalue("node_agent")
+    namespace = request.getfixturevalue("real_namespace")
+
+    def list_objects(resource):
+        return cp.request("GET", f"{API_PATHS[resource]}/namespaces/{namespace}/{resource}")["items"]
+
+    volumes = []
+
+    def provide_volume(claim, size):
+        volumes.append(f"{namespace}-{claim}")
+        cp.request("POST", "/api/v1/persistentvolumes", {"metadata": {"name": volumes[-1]}, "spec": {
+            "capacity": {"storage": size}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{volumes[-1]}"},  # never read: the node agent keeps its own directory
+            "claimRef": {"namespace": namespace, "name": claim}, "persistentVolumeReclaimPolicy": "Retain"}})
+
+    def fail_node(node):
+        def pods_on_node():
+            return [p for p in list_objects("pods") if p["spec"].get("nodeName") == node]
+
+        patch = "application/merge-patch+json"
+        cp.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": [NODE_FAULT_TAINT]}}, content_type=patch)
+        try:
+            cp.wait_for(lambda: not pods_on_node(), f"the taint-eviction controller to delete the pods on {node}",
+                        timeout=120, component="kube-controller-manager")
+        finally:  # the node comes back
+            cp.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": None}}, content_type=patch)
+
+    real = Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume, nodes=AGENT_NODES,
+                   fail_node=fail_node)
+    yield real
+    real.clean_up()
+    for volume in volumes:
+        cp.request("DELETE", f"/api/v1/persistentvolumes/{volume}")

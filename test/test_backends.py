@@ -1,145 +1,24 @@
 """The same e2e scenarios on both back ends: `local` (the embedded LocalCluster) and `real` (the upstream
 control plane, test/controlplane/, with our node agent running the pods). The `real` params are marked
 `real`, so the default run covers `local` only; `python -m pytest -q -m real test/test_backends.py` runs
-the upstream one (docs/real-control-plane.md). What the real run showed that the emulation does not is
-listed in docs/local-cluster.md ("What the real control plane showed")."""
+the upstream one (docs/real-control-plane.md). The `backend` fixture is in conftest.py, the `Backend` it
+gives in backends.py; test_backends_resilience.py runs the resilience scenarios the same way. What the real
+run showed that the emulation does not is listed in docs/local-cluster.md ("What the real control plane showed")."""
 
 import json
-from dataclasses import dataclass
-from typing import Callable
 
 import nemo_run as run
-import pytest
 from kubeflow.trainer import HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
 from kubernetes import client
 from kubernetes.config import new_client_from_config
-from torchx.specs import AppState, parse_app_handle
+from torchx.specs import AppState
 
 import workloads
-from polling import wait_for
-from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
+from backends import app_id_of, logs, wait_for
+from nemo_kubeflow import ConfigMapPackager, PVCMount
 from nemo_kubeflow import initializers as inits
 from nemo_kubeflow.local import initializer as local_initializer
 from nemo_kubeflow.scheduler import create_scheduler
-from nemo_kubeflow.steps import step_selector
-
-# Where each kind of object lives on an API server (the real one has no `objects()` back door).
-API_PATHS = {
-    "pods": "/api/v1", "configmaps": "/api/v1", "secrets": "/api/v1", "persistentvolumeclaims": "/api/v1",
-    "jobs": "/apis/batch/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
-    "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1",
-}
-
-
-@dataclass
-class Backend:
-    """One back end, as the scenarios see it: a kubeconfig, a fresh namespace and a way to list objects."""
-    name: str
-    kubeconfig: str
-    namespace: str
-    list_objects: Callable[[str], list]
-    #: Makes a claim of this namespace bindable: a PersistentVolume pre-bound to it on the real API server
-    #: (no provisioner there), nothing on the local one (its kubelet needs only the claim).
-    provide_volume: Callable[[str, str], None] = lambda claim, size: None
-    #: Makes a ClusterQueue for this namespace's LocalQueues to point at: with a ResourceFlavor and quota for
-    #: the tests' pods on the real Kueue, nothing on the local one (no ClusterQueues: it admits from the
-    #: LocalQueue alone). Returns its name.
-    provide_cluster_queue: Callable[[], str] = lambda: "cluster-queue"
-
-    def custom_objects(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(new_client_from_config(config_file=self.kubeconfig))
-
-    def objects(self, resource: str, owned_by: str = "") -> list[dict]:
-        """The namespace's `resource` objects; with `owned_by`, those of that TrainJob (by name prefix)."""
-        return [o for o in self.list_objects(resource) if o["metadata"]["name"].startswith(owned_by)]
-
-    def step_logs(self, trainjob: str, step: str, container: str) -> dict[int, str]:
-        """`container`'s log of each pod of a step, by completion index, through the API server's pods/log."""
-        core = client.CoreV1Api(new_client_from_config(config_file=self.kubeconfig))
-        pods = core.list_namespaced_pod(self.namespace, label_selector=step_selector(trainjob, step)).items
-        return {int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]):
-                core.read_namespaced_pod_log(p.metadata.name, self.namespace, container=container) for p in pods}
-
-    def executor(self, **overrides) -> KubeflowExecutor:
-        fields = dict(container_image="python:3.11",  # ignored by both back ends: the host's Python runs
-                      nodes=2, nprocs_per_node=1, namespace=self.namespace, kubeconfig=self.kubeconfig,
-                      shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"))
-        return KubeflowExecutor(**{**fields, **overrides})
-
-
-@pytest.fixture(scope="module")
-def local_cluster(tmp_path_factory):
-    from nemo_kubeflow.local import LocalCluster
-
-    with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def node_agent(real_control_plane, tmp_path_factory):
-    from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
-
-    serving = real_control_plane.certs.issue("node-agent", "nemo-kubeflow-node-agent")
-    nodes = [NodeSpec("agent-a", cpu="8", memory="32Gi"), NodeSpec("agent-b", cpu="8", memory="32Gi")]
-    with NodeAgent(real_control_plane.kubeconfig_path, nodes, tmp_path_factory.mktemp("agent"),
-                   serving_cert=serving) as running:
-        yield running
-
-
-@pytest.fixture(params=["local", pytest.param("real", marks=pytest.mark.real)])
-def backend(request):
-    if request.param == "local":
-        cluster = request.getfixturevalue("local_cluster")
-        namespace = f"local-{len(cluster.objects('namespaces'))}"
-        cluster.create_namespace(namespace)
-        yield Backend("local", str(cluster.kubeconfig_path), namespace,
-                      lambda resource: cluster.objects(resource, namespace))
-        return
-    cp = request.getfixturevalue("real_control_plane")
-    request.getfixturevalue("node_agent")
-    namespace = request.getfixturevalue("real_namespace")
-
-    def list_objects(resource):
-        return cp.request("GET", f"{API_PATHS[resource]}/namespaces/{namespace}/{resource}")["items"]
-
-    volumes = []
-
-    def provide_volume(claim, size):
-        volumes.append(f"{namespace}-{claim}")
-        cp.request("POST", "/api/v1/persistentvolumes", {"metadata": {"name": volumes[-1]}, "spec": {
-            "capacity": {"storage": size}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
-            "hostPath": {"path": f"/tmp/{volumes[-1]}"},  # never read: the node agent keeps its own directory
-            "claimRef": {"namespace": namespace, "name": claim}, "persistentVolumeReclaimPolicy": "Retain"}})
-
-    cluster_queues = []
-
-    def provide_cluster_queue():
-        if not cp.request("GET", "/apis/kueue.x-k8s.io/v1beta1/resourceflavors")["items"]:
-            cp.request("POST", "/apis/kueue.x-k8s.io/v1beta1/resourceflavors", {
-                "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "be-flavor"}})
-        cluster_queues.append(f"{namespace}-cq")
-        cp.request("POST", "/apis/kueue.x-k8s.io/v1beta1/clusterqueues", {
-            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": cluster_queues[-1]},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-                {"name": "be-flavor", "resources": [{"name": "cpu", "nominalQuota": "16"},
-                                                    {"name": "memory", "nominalQuota": "64Gi"}]}]}]}})
-        return cluster_queues[-1]
-
-    yield Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume, provide_cluster_queue)
-    for volume in volumes:
-        cp.request("DELETE", f"/api/v1/persistentvolumes/{volume}")
-    for cluster_queue in cluster_queues:
-        cp.request("DELETE", f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{cluster_queue}")
-
-
-def app_id_of(job) -> str:
-    return parse_app_handle(job.handle)[2]
-
-
-def logs(job, role: str, nodes=(0, 1)) -> list[str]:
-    """Each node's lines, tagged here with the node they were read from (log_iter adds no prefix)."""
-    scheduler = create_scheduler("t")
-    return [f"[node-{node}] {line}" for node in nodes for line in scheduler.log_iter(app_id_of(job), role, node)]
 
 
 # ---------------------------------------------------------------- (1) script and inline tasks

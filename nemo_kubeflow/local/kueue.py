@@ -23,7 +23,7 @@ LocalQueue exists and is not stopped is admitted. With one, its quota counts:
   `kueue.x-k8s.io/priority-class` label (0 without one);
 * it is admitted if the nominal quota (summed over the flavors) holds it beside the Workloads that
   hold quota there; otherwise it waits (`QuotaReserved=False`, reason `Pending`, "couldn't assign
-  flavors to pod set node: insufficient unused quota for cpu in flavor f"), or, with
+  flavors to pod set node: insufficient unused quota for cpu in flavor f, 1 more needed"), or, with
   `preemption.withinClusterQueue: LowerPriority`, lower-priority Workloads are evicted (the lowest,
   then the newest first) until it would fit: `Evicted=True`, `Preempted=True` and `Requeued=True`,
   reasons `Preempted`/`InClusterQueue`/`Preempted`, with Kueue's message, their TrainJobs
@@ -165,6 +165,17 @@ def _quota(cluster_queue: dict) -> tuple[dict[str, Decimal], dict[str, str]]:
 
 def _sum(workloads: list[dict], resource: str) -> Decimal:
     return sum((_usage(w).get(resource, Decimal(0)) for w in workloads), Decimal(0))
+
+
+def _quantity(value: Decimal) -> str:
+    """A quantity as Kueue prints it in its messages ("1", "500m", "2Gi")."""
+    if value == value.to_integral_value():
+        whole = int(value)
+        for suffix, size in (("Gi", 2**30), ("Mi", 2**20)):
+            if whole >= size and whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
+    return f"{int(value * 1000)}m"
 
 
 def _fits(wanted: dict[str, Decimal], quota: dict[str, Decimal], holding: list[dict]) -> bool:
@@ -394,8 +405,8 @@ class KueueController:
                     for victim in victims:
                         self._evict(victim, workload, name)
                     break
-        more = next(f"{r} in flavor {flavors[r]}" for r in wanted
-                    if _sum(holding, r) + wanted[r] > quota[r])
+        more = next(f"{r} in flavor {flavors[r]}, {_quantity(_sum(holding, r) + wanted[r] - quota[r])} more needed"
+                    for r in wanted if _sum(holding, r) + wanted[r] > quota[r])
         self._inadmissible(workload, f"couldn't assign flavors to pod set {C.TRAINER_NODE}: insufficient unused "
                                      f"quota for {more}", reason="Pending")
 

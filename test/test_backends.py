@@ -285,3 +285,35 @@ def test_pods_waiting_for_their_claim_are_described_with_the_claims_name(backend
     lines = logs(job, "t")
     assert scheduler.describe(app_id_of(job)).state == AppState.SUCCEEDED, lines
     assert "[node-0] claim mounted on 0\n" in lines and "[node-1] claim mounted on 1\n" in lines, lines
+
+
+# ---------------------------------------------------------------- (11) a ClusterQueue's quota
+
+def test_a_job_over_its_cluster_queues_quota_waits_with_kueues_reason_until_quota_frees(backend, tmp_path):
+    custom = backend.custom_objects()
+    cluster_queue = backend.provide_cluster_queue(cpu="1", memory="4Gi")
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "be-quota"},
+        "spec": {"clusterQueue": cluster_queue}})
+    marker = tmp_path / "done"  # the pods run on this machine: a file tells the first job to finish
+    executor = backend.executor(nodes=1, queue_name="be-quota", cpu_request="1", memory_request="1Gi")
+    scheduler = create_scheduler("t")
+    jobs = []
+    for name, script in (("be-first", f"until [ -e {marker} ]; do sleep 0.2; done"), ("be-second", "echo second")):
+        with run.Experiment(name, executor=executor, log_level="WARN") as exp:
+            exp.add(run.Script(inline=script), name="q")
+            exp.run(detach=True)
+        jobs.append(exp.jobs[0])
+        if name == "be-first":
+            wait_for(lambda: scheduler.describe(app_id_of(jobs[0])).state == AppState.RUNNING, "the first job to run")
+    try:
+        desc = wait_for(lambda: (d := scheduler.describe(app_id_of(jobs[1]))).msg.startswith("waiting for queue")
+                        and "quota" in d.msg and d, "Kueue to say why the second job waits")
+    finally:
+        marker.write_text("")
+    assert desc.state == AppState.PENDING, (desc.state, desc.msg)
+    assert desc.msg == ("waiting for queue be-quota to admit it: Pending: couldn't assign flavors to pod set node: "
+                        "insufficient unused quota for cpu in flavor be-flavor, 1 more needed"), desc.msg
+    wait_for(lambda: scheduler.describe(app_id_of(jobs[1])).state in (AppState.SUCCEEDED, AppState.FAILED),
+             "the second job to be admitted once the first ended, and to finish")
+    assert scheduler.describe(app_id_of(jobs[1])).state == AppState.SUCCEEDED

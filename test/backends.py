@@ -34,14 +34,13 @@ class Backend:
     #: Makes a claim of this namespace bindable: a PersistentVolume pre-bound to it on the real API server
     #: (no provisioner there), nothing on the local one (its kubelet needs only the claim).
     provide_volume: Callable[[str, str], None] = lambda claim, size: None
-    #: The Nodes the test's pods may be scheduled on (the marker `backend_nodes(n)` asks for n of them).
-    nodes: tuple = ()
     #: Fails a node with the test's pods on it the way a cluster handles a node that goes bad and comes
     #: back: its pods get `DisruptionTarget` (reason `DeletionByTaintManager`) and are deleted, then the
-    #: node takes pods again. Local: `LocalCluster.lose_node`. Real: a `NoExecute` taint, which the real
-    #: taint-eviction controller (kube-controller-manager) acts on, removed once the node's pods are gone.
+    #: node takes pods again. Local: `LocalCluster.lose_node` (the marker `backend_nodes(3)` gives the
+    #: local back end virtual nodes to fail). Real: a `NoExecute` taint on one of the node agent's three
+    #: Nodes, which the real taint-eviction controller (kube-controller-manager) acts on, removed once the
+    #: node's pods are gone.
     fail_node: Callable[[str], None] = None
-
     #: Cluster-scoped Kueue objects this test made (plural, name), deleted after it.
     made: list = field(default_factory=list)
 

@@ -163,7 +163,7 @@ def backend(request, tmp_path_factory):
             names = tuple(f"node-{chr(ord('a') + i)}" for i in range(wanted.args[0]))
             with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as cluster:
                 cluster.add_virtual_nodes(*names)
-                yield local(cluster, "local-0", nodes=names, fail_node=cluster.lose_node)
+                yield local(cluster, "local-0", fail_node=cluster.lose_node)
             return
         cluster = request.getfixturevalue("local_cluster")
         made = local(cluster, f"local-{len(cluster.objects('namespaces'))}")
@@ -198,8 +198,7 @@ def backend(request, tmp_path_factory):
         finally:  # the node comes back
             cp.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": None}}, content_type=patch)
 
-    real = Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume, nodes=AGENT_NODES,
-                   fail_node=fail_node)
+    real = Backend("real", str(cp.kubeconfig_path), namespace, list_objects, provide_volume, fail_node=fail_node)
     yield real
     real.clean_up()
     for volume in volumes:

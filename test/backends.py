@@ -2,7 +2,6 @@
 embedded LocalCluster) or `real` (the upstream control plane, test/controlplane/, with our node agent
 running the pods). The `backend` fixture (conftest.py) makes one per test."""
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 

@@ -16,7 +16,9 @@ Three shapes of task:
   need an elastic rendezvous, so instead of the static one it gets a c10d rendezvous hosted by
   the ``agent`` of node rank 0 on ``$PET_MASTER_ADDR:$PET_MASTER_PORT``, with an id per TrainJob
   and gang attempt, and ``--nnodes/--nproc-per-node`` from ``PET_*``; its ``--ft-*`` flags and
-  ``--max-restarts`` are kept (docs/resilience.md).
+  ``--max-restarts`` are kept (docs/resilience.md). With ``worker_preload`` or
+  ``rendezvous_poll_seconds``, ft_launcher runs inside ``warm_start.py`` (written into the pod by
+  the script), which forks the workers from a template process and shortens the rendezvous polls.
 * a bash entrypoint (scripts): run as is; a ``torchrun`` shell function is exported
   so that a script calling ``torchrun`` gets the PET flags it does not pass itself.
 * anything else that is not distributed: run as is, no torchrun.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from nemo_kubeflow.constants import NEMO_RUN_POD_DIR, RESTART_ATTEMPT_ENV
@@ -100,6 +103,35 @@ RANK_PREFIX_EXPORT = (
     '[ -n "${TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE+set}" ] || '
     f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={shlex.quote(RANK_PREFIX_TEMPLATE)}"
 )
+
+
+# Where the pod script writes warm_start.py ($$: the script's shell, which then becomes the launcher).
+WARM_START_FILE = '"${TMPDIR:-/tmp}/nemo-kubeflow-warm-start-$$.py"'
+_WARM_START_SOURCE = Path(__file__).with_name("warm_start.py")
+# ft_launcher's flags that say how the worker program is started.
+_MODULE_FLAGS = ("-m", "--module")
+_NO_PYTHON_FLAGS = ("--no-python", "--no_python")
+
+
+def warm_start_problem(entrypoint: str, args: Sequence[str]) -> str | None:
+    """Why ``worker_preload`` cannot start this task's workers, or ``None`` when it can."""
+    if entrypoint != "ft_launcher":
+        return (f"worker_preload forks the workers that ft_launcher starts, but this task runs {entrypoint!r}: "
+                "set launcher='ft' (or run.FaultTolerance(...)), or leave worker_preload empty")
+    kept, _ = split_torchrun_args(args)
+    if any(flag in _NO_PYTHON_FLAGS for flag in kept):
+        return ("worker_preload forks Python workers, but this task's workers are not Python (ft_launcher "
+                "--no-python: a run.Script whose entrypoint is not 'python'); leave worker_preload empty")
+    return None
+
+
+def _warm_start_lines() -> list[str]:
+    """Shell that writes warm_start.py into the pod (bash builtins only: the image needs no tools)."""
+    source = _WARM_START_SOURCE.read_text()
+    marker = "NEMO_KUBEFLOW_WARM_START_PY"
+    assert marker not in source
+    return [f"IFS= read -r -d '' {marker} <<'{marker}' || true", source.rstrip("\n"), marker,
+            f'printf %s "${marker}" > {WARM_START_FILE}']
 
 
 @dataclass(frozen=True)
@@ -180,6 +212,8 @@ def build_launch(
     prologue: str = "",
     exports: Mapping[str, str] | None = None,
     rendezvous_id: str = "nemo",
+    worker_preload: Sequence[str] = (),
+    rendezvous_poll_seconds: float | None = None,
 ) -> LaunchSpec:
     """Build the container command.
 
@@ -196,6 +230,10 @@ def build_launch(
         exports: variables exported by the script, values may use ``${VAR:+...}`` forms
             (used to extend ``LD_LIBRARY_PATH`` without replacing the image's).
         rendezvous_id: the prefix of ft_launcher's rendezvous id (the TrainJob's name).
+        worker_preload: modules the template process imports; ft_launcher's workers are forked
+            from it (``warm_start.py``). Empty: workers start as new Pythons.
+        rendezvous_poll_seconds: how often ft_launcher's agents look at their rendezvous
+            (``None``: ft_launcher's 1 s).
     """
     args = [rewrite_workspace(a, workspace) for a in args]
     quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
@@ -206,8 +244,20 @@ def build_launch(
         uses_torchrun = True
     elif entrypoint == "ft_launcher":
         kept, rest = split_torchrun_args(quoted)
-        line = " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
         uses_torchrun = True
+        if worker_preload or rendezvous_poll_seconds is not None:
+            options = []
+            if worker_preload:
+                options += ["--preload", shlex.quote(",".join(worker_preload))]
+            if rendezvous_poll_seconds is not None:
+                options += ["--poll", repr(float(rendezvous_poll_seconds))]
+            if any(flag in _MODULE_FLAGS for flag in kept):
+                options.append("--module")
+                kept = [flag for flag in kept if flag not in _MODULE_FLAGS]
+            line = " ".join(["python3", WARM_START_FILE, "launch", *options, ft_rendezvous_flags(rendezvous_id),
+                             *kept, "--", *rest])
+        else:
+            line = " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
     elif entrypoint in ("python", "python3") and distributed:
         # A distributed Python task without a launcher: every process needs torchrun,
         # otherwise each node would run a single, non-distributed process.
@@ -234,6 +284,8 @@ def build_launch(
     lines.append(RANK_PREFIX_EXPORT)
     if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:
         lines.append(_TORCHRUN_FUNCTION)
+    if line.startswith("python3 " + WARM_START_FILE):
+        lines.extend(_warm_start_lines())
     # exec: the training process becomes the shell's replacement, so signals from the
     # kubelet (SIGTERM on cancel) reach it directly.
     lines.append(f"exec {line}")

@@ -313,6 +313,23 @@ class KubeflowExecutor(Executor):
     #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
     #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
     termination_grace_period_seconds: Optional[int] = None
+    #: In-job restarts (``launcher="ft"``) without starting Python again: each pod keeps a template
+    #: process that has imported these modules (e.g. ``["torch"]``, or heavy modules of your own),
+    #: and every worker ft_launcher starts, first and at each in-job restart, is a fork of it, so
+    #: the modules are not imported again. The worker gets its own arguments, environment, directory
+    #: and output, and ends as the plain Python would (exit code, signal). The modules are imported
+    #: once, at pod start, with the pod's environment (not the per-worker ``RANK``, ``LOCAL_RANK``...):
+    #: list none that reads such a variable, starts threads or initializes CUDA when imported.
+    #: Python workers only; needs nvidia-resiliency-ext for the image's ``python3``. Empty: each
+    #: worker is a new Python (docs/resilience.md#warm-worker-starts).
+    worker_preload: list[str] = field(default_factory=list)
+    #: Seconds between two looks of ft_launcher's agents at their rendezvous while they wait for each
+    #: other (``launcher="ft"``: at start and at each in-job restart). ``None``: ft_launcher's 1 s,
+    #: which adds 1 to 2 s to every in-job restart. Each look reads the rendezvous state from the
+    #: store of node 0's agent, so the store serves ``nodes / rendezvous_poll_seconds`` reads a second
+    #: while the agents wait; from 0.05 to 1. Written for nvidia-resiliency-ext 0.4
+    #: (docs/resilience.md#warm-worker-starts).
+    rendezvous_poll_seconds: Optional[float] = None
     #: Following the logs (``nemo experiment logs -f``), warn when a running node has printed nothing
     #: for this many seconds (a hung collective, a stuck data loader). ``None``: never warn.
     stall_warning_seconds: Optional[int] = 900
@@ -619,6 +636,26 @@ class KubeflowExecutor(Executor):
             if quantity is not None and (quantity < 0 or quantity != int(quantity)):
                 yield f"extra_resources[{res!r}]={value!r}: extended resources are whole, non-negative numbers"
 
+    def _warm_start_problems(self):
+        preload, poll = self.worker_preload, self.rendezvous_poll_seconds
+        if not isinstance(preload, (list, tuple)) or not all(
+                isinstance(m, str) and _MODULE_NAME.fullmatch(m) for m in preload):
+            yield (f"worker_preload={preload!r}: must be a list of module names to import, e.g. ['torch'] "
+                   "(dotted Python names, no spaces); [] starts every worker as a new Python")
+        if poll is not None and (isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.05 <= poll <= 1):
+            yield (f"rendezvous_poll_seconds={poll!r}: must be a number of seconds from 0.05 to 1, e.g. 0.1; "
+                   "None keeps ft_launcher's 1 s")
+        from nemo_run.core.execution.launcher import FaultTolerance
+
+        launcher = self.launcher
+        used = [name for name, value in (("worker_preload", preload), ("rendezvous_poll_seconds", poll))
+                if value not in (None, [], ())]
+        if used and not (launcher == "ft" or isinstance(launcher, FaultTolerance)):
+            verb, them = ("tune", "them") if len(used) > 1 else ("tunes", "it")
+            yield (f"{' and '.join(used)} {verb} how ft_launcher starts and restarts ranks, but launcher="
+                   f"{launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
+                   f"{them} unset")
+
     def _failure_policy_problems(self):
         codes = self.fail_fast_exit_codes
         if not isinstance(codes, (list, tuple)) or any(
@@ -639,6 +676,7 @@ class KubeflowExecutor(Executor):
         if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
             yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "
                    "(terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30")
+        yield from self._warm_start_problems()
         stall = self.stall_warning_seconds
         if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
             yield (f"stall_warning_seconds={stall!r}: must be a whole number of seconds >= 1, e.g. 900 (15 minutes); "
@@ -742,6 +780,8 @@ class KubeflowExecutor(Executor):
 
 
 #: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.
+# A module worker_preload imports: a dotted Python name.
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
 
 

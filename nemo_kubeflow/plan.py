@@ -24,7 +24,7 @@ from torchx.specs import AppDef, Role
 from nemo_kubeflow import initializers
 from nemo_kubeflow import manifests as mf
 from nemo_kubeflow import naming, node_avoidance
-from nemo_kubeflow.command import LaunchSpec, build_launch, split_torchrun_args
+from nemo_kubeflow.command import LaunchSpec, build_launch, split_torchrun_args, warm_start_problem
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE
 from nemo_kubeflow.errors import ConfigError, PackagingError
 from nemo_kubeflow.executor import type_problem
@@ -167,6 +167,8 @@ def build_submission(
         prologue=code.prologue if code else "",
         exports=exports,
         rendezvous_id=name,
+        worker_preload=executor.worker_preload,
+        rendezvous_poll_seconds=executor.rendezvous_poll_seconds,
     )
 
     secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
@@ -378,6 +380,8 @@ def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool
     role = app.roles[0]
     files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
     problems = task_problems(app, role, files, executor.experiment_id, local_script)
+    if executor.worker_preload and (problem := warm_start_problem(role.entrypoint, role.args)):
+        problems.append(problem)
     if problems:
         raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
     macros = executor.macro_values()

@@ -2,8 +2,10 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from nemo_run.run.torchx_backend.components import ft_launcher as nr_ft_launcher
@@ -181,3 +183,28 @@ def test_moved_workspace_rewrites_nemo_run_paths():
                           workspace="/workspace")
     assert launch.command_line == "bash /workspace/scripts/t.sh"
     assert "set -x" not in launch.args[0]
+
+
+def test_ft_launcher_with_worker_preload_runs_inside_warm_start(fake_bin, tmp_path):
+    """worker_preload and rendezvous_poll_seconds: the script writes warm_start.py into the pod (bash builtins
+    only) and runs ft_launcher through it with the same flags; ``-m`` becomes warm_start's ``--module``."""
+    from nemo_kubeflow import warm_start
+
+    (fake_bin / "python3").write_text((fake_bin / "python").read_text().replace("'python'", "'python3'"))
+    (fake_bin / "python3").chmod(0o755)
+    app = nr_ft_launcher.ft_launcher("-n", "task", m="nemo_run.core.runners.fdl_runner", j="2x4", rdzv_backend="c10d",
+                                     max_restarts=2)
+    role = KubeflowExecutor(container_image="img").macro_values().apply(app.roles[0])
+    launch = build_launch(role.entrypoint, role.args, args_are_quoted=True, distributed=True, workspace=str(tmp_path),
+                          rendezvous_id="exp-train", worker_preload=["torch", "my_pkg.models"],
+                          rendezvous_poll_seconds=0.1)
+    [argv] = run_launch(launch, fake_bin, tmp_path, {"TMPDIR": str(tmp_path)})
+    assert argv[0] == "python3" and re.fullmatch(rf"{tmp_path}/nemo-kubeflow-warm-start-\d+\.py", argv[1]), argv
+    assert Path(argv[1]).read_text() == Path(warm_start.__file__).read_text()
+    assert argv[2:9] == ["launch", "--preload", "torch,my_pkg.models", "--poll", "0.1", "--module", "--rdzv-backend"]
+    assert argv[9:20] == ["c10d", "--rdzv-endpoint", "job-node-0-0.job:29500", "--rdzv-id", "exp-train-0",
+                          "--rdzv-conf", "is_host=0", "--nnodes", "2", "--nproc-per-node", "4"]
+    assert argv[20:] == ["--max-restarts", "2", "--tee", "3", "--", "nemo_run.core.runners.fdl_runner", "-n", "task"]
+    # Without the settings, ft_launcher itself, as before.
+    plain = build_launch(role.entrypoint, role.args, args_are_quoted=True, distributed=True, workspace=str(tmp_path))
+    assert plain.command_line.startswith("ft_launcher ") and "warm" not in plain.args[0]

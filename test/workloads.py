@@ -5,6 +5,10 @@ Shipped to the pods by ConfigMapPackager(relative_path="test", include_pattern="
 
 import os
 
+#: The process that imported this module: a worker forked from a template that preloaded it
+#: (``worker_preload=[..., "workloads"]``) sees the launcher's pid here, not its own.
+IMPORTED_BY = os.getpid()
+
 
 def greet(name: str = "world") -> None:
     print(f"hello {name} from node {os.environ.get('PET_NODE_RANK')}", flush=True)
@@ -46,6 +50,34 @@ def fault_tolerant_steps(steps: int, pid_dir: str, step_seconds: float = 0.3) ->
         dist.all_reduce(value)
         time.sleep(step_seconds)
     print(f"rank {rank} finished {steps} steps", flush=True)
+    dist.destroy_process_group()
+
+
+def warm_steps(steps: int, pid_dir: str, step_seconds: float = 0.2) -> None:
+    """``fault_tolerant_steps`` that also says how it was started and how it was stopped: each process
+    writes ``rank<R>-<pid>.json`` (its parent, and who imported this module) and, on SIGTERM,
+    ``sigterm-<pid>`` before it exits 143."""
+    import json
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    def stop(signum, _frame):
+        Path(pid_dir, f"sigterm-{os.getpid()}").touch()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    Path(pid_dir, f"rank{rank}-{os.getpid()}.json").write_text(json.dumps(
+        {"pid": os.getpid(), "ppid": os.getppid(), "imported_by": IMPORTED_BY, "rank": rank}))
+    for _ in range(steps):
+        dist.all_reduce(torch.ones(1))
+        time.sleep(step_seconds)
     dist.destroy_process_group()
 
 

@@ -1,0 +1,375 @@
+"""Warm worker starts for ``ft_launcher`` (the executor's ``worker_preload`` setting).
+
+Runs inside the training pod, so it uses the standard library only: the pod script writes this
+file to a temporary directory and starts it with the image's ``python3`` (docs/resilience.md).
+
+``launch`` (the pod's main process) imports the preloaded modules (``torch``...), forks a
+*template* process from that state, then becomes ``ft_launcher``. Each worker that ft_launcher
+starts (first start and every in-job restart) is this file's ``client``: a small Python without
+site packages that hands its argv, environment, working directory and stdin/stdout/stderr to the
+template over a Unix socket. The template forks a worker with the modules already imported, and
+reports how the worker ended; the client then ends the same way (exit code, or the same signal),
+so ft_launcher sees what it would have seen from a plain ``python -u script``.
+
+* A signal ft_launcher sends to the client (SIGTERM when it stops the workers) is passed on to the
+  worker; when the client dies (SIGKILL), the worker is killed too (it watches the socket).
+* The template dies with the launcher (``PR_SET_PDEATHSIG``); a worker whose template is gone keeps
+  running until it ends or its client dies.
+* When the template cannot be reached, the client runs the script in a new Python, as without
+  warm starts, and says so on stderr.
+"""
+
+import io
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+#: The template's socket; set by ``launch`` for the workers ft_launcher starts.
+SOCKET_ENV = "NEMO_KUBEFLOW_WARM_SOCKET"
+#: Signals a client passes on to its worker (SIGKILL cannot be caught: the worker watches the socket).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_HEADER = struct.Struct("!I")
+_PR_SET_PDEATHSIG = 1
+
+
+def _send(sock, message, fds=()):
+    data = json.dumps(message).encode()
+    payload = _HEADER.pack(len(data)) + data
+    if fds:
+        sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+    else:
+        sock.sendall(payload)
+
+
+def _recv_exact(sock, size, fds):
+    data = b""
+    while len(data) < size:
+        chunk, ancillary, _, _ = sock.recvmsg(size - len(data), socket.CMSG_SPACE(16 * 4))
+        for level, kind, raw in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(struct.unpack(f"{len(raw) // 4}i", raw[: len(raw) - len(raw) % 4]))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _recv(sock):
+    """The next message and the file descriptors that came with it; ``(None, [])`` at EOF."""
+    fds = []
+    header = _recv_exact(sock, _HEADER.size, fds)
+    if header is None:
+        return None, fds
+    body = _recv_exact(sock, _HEADER.unpack(header)[0], fds)
+    return (None if body is None else json.loads(body)), fds
+
+
+def _exit_like(status):
+    """End this process as the worker ended: the same exit code, or killed by the same signal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "signal" in status:
+        sig = status["signal"]
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(status["exit"])
+
+
+# --------------------------------------------------------------------------------------------
+# The client: what ft_launcher starts for a worker
+# --------------------------------------------------------------------------------------------
+
+
+def client(argv):
+    """Have the template fork a worker running ``argv`` (``[script, args...]`` or
+    ``["-m", module, args...]``); end as it ends."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.environ[SOCKET_ENV])
+        _send(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}, fds=[0, 1, 2])
+        started, _ = _recv(sock)
+        if not started or "pid" not in started:
+            raise OSError(f"the template refused to start the worker: {started}")
+    except (OSError, KeyError) as error:
+        sock.close()
+        print(f"nemo-kubeflow: warm start unavailable ({error!r}); starting the worker in a new Python",
+              file=sys.stderr, flush=True)
+        os.execv(sys.executable, [sys.executable, "-u", *argv])
+
+    def forward(signum, _frame):
+        try:
+            _send(sock, {"signal": signum})
+        except OSError:
+            pass
+
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, forward)
+    status, _ = _recv(sock)
+    # The template died before the worker ended: the worker keeps running until this client ends.
+    _exit_like(status or {"exit": 1})
+
+
+# --------------------------------------------------------------------------------------------
+# The template: forks workers with the preloaded modules imported
+# --------------------------------------------------------------------------------------------
+
+
+def _die_with_parent():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def template(listener, parent):
+    """Serve fork requests on ``listener`` until the launcher (``parent``) is gone."""
+    _die_with_parent()
+    if os.getppid() != parent:
+        os._exit(0)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C on the launcher's group is the launcher's
+    workers = {}  # pid -> the client's connection
+    while True:
+        try:
+            ready, _, _ = select.select([listener, wake_r], [], [], 1.0)
+        except InterruptedError:
+            continue
+        if os.getppid() != parent:
+            os._exit(0)
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        while workers:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not pid:
+                break
+            conn = workers.pop(pid, None)
+            if conn is not None:
+                ended = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
+                         else {"exit": os.waitstatus_to_exitcode(status)})
+                try:
+                    _send(conn, ended)
+                except OSError:
+                    pass
+                conn.close()
+        if listener in ready:
+            conn, _ = listener.accept()
+            request, fds = _recv(conn)
+            if not request:
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                for fd in (wake_r, wake_w):
+                    os.close(fd)
+                listener.close()
+                for other in workers.values():
+                    other.close()
+                _worker(conn, request, fds)  # never returns
+            for fd in fds:
+                os.close(fd)
+            workers[pid] = conn
+            try:
+                _send(conn, {"pid": pid})
+            except OSError:
+                pass
+
+
+def _watch_client(conn):
+    """In the worker: pass on the signals the client forwards; die when the client is gone."""
+    while True:
+        try:
+            message, _ = _recv(conn)
+        except (OSError, ValueError):
+            message = None
+        if not message:
+            os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), message["signal"])
+
+
+def _worker(conn, request, fds):
+    """Become the worker: the client's stdio, environment, directory and argv, then run it."""
+    import atexit
+    import runpy
+    import threading
+
+    code = 1
+    try:
+        os.setsid()
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        atexit._clear()  # the launcher's exit hooks are not the worker's
+        # python -u: unbuffered stdout and stderr, as torchrun and ft_launcher start their workers.
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            old = getattr(sys, name)
+            setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
+                                                encoding=old.encoding, errors=old.errors))
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.stdin.encoding)
+        sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+        threading.Thread(target=_watch_client, args=(conn,), name="nemo-kubeflow-client-watch", daemon=True).start()
+        argv = request["argv"]
+        try:
+            if argv[0] == "-m":
+                sys.argv = [argv[1], *argv[2:]]
+                sys.path[0] = os.getcwd()
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = list(argv)
+                sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+                runpy.run_path(argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as exit_:
+            if exit_.code is None:
+                code = 0
+            elif isinstance(exit_.code, int):
+                code = exit_.code
+            else:
+                print(exit_.code, file=sys.stderr)
+                code = 1
+        except KeyboardInterrupt:
+            code = -signal.SIGINT
+        except BaseException:
+            sys.excepthook(*sys.exc_info())
+            code = 1
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:  # setting the worker up failed: say why, as a Python that cannot start would
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            if code < 0:
+                signal.signal(-code, signal.SIG_DFL)
+                os.kill(os.getpid(), -code)
+            os._exit(code & 0xFF)
+
+
+# --------------------------------------------------------------------------------------------
+# The launcher: the pod's main process
+# --------------------------------------------------------------------------------------------
+
+
+def _faster_rendezvous(poll):
+    """Have ft_launcher's agents look at their rendezvous every ``poll`` seconds instead of every
+    second: the wait between two looks (``_delay(seconds=1)``) and how long a state read is
+    reused (``cache_duration=1``) in nvidia-resiliency-ext 0.4's c10d rendezvous."""
+    from nvidia_resiliency_ext.fault_tolerance import _ft_rendezvous as rendezvous
+
+    holder = getattr(rendezvous, "_BackendRendezvousStateHolder", None)
+    delay = getattr(rendezvous, "_delay", None)
+    import inspect
+
+    if holder is None or delay is None or "cache_duration" not in inspect.signature(holder.__init__).parameters:
+        print("nemo-kubeflow: rendezvous_poll_seconds is ignored: this nvidia-resiliency-ext has no "
+              "_ft_rendezvous._delay/_BackendRendezvousStateHolder (written for 0.4)", file=sys.stderr, flush=True)
+        return
+
+    def _delay(seconds):
+        delay(poll if seconds == 1 else seconds)
+
+    init = holder.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._cache_duration = min(self._cache_duration, poll)
+
+    rendezvous._delay = _delay
+    holder.__init__ = __init__
+
+
+def launch(args):
+    """``launch [--preload MOD,...] [--poll SECONDS] [--module] FT_FLAGS... -- PROGRAM ARGS...``:
+    fork the template with the modules imported (when any are given), then run ft_launcher, each
+    worker started by the template."""
+    import importlib
+    import importlib.util
+    import tempfile
+
+    preload, poll, module = [], None, False
+    while args and args[0] in ("--preload", "--poll", "--module"):
+        flag = args.pop(0)
+        if flag == "--preload":
+            preload = [m for m in args.pop(0).split(",") if m]
+        elif flag == "--poll":
+            poll = float(args.pop(0))
+        else:
+            module = True
+    if "--" not in args:
+        raise SystemExit("usage: warm_start.py launch [--preload MOD,...] [--poll SECONDS] [--module] "
+                         "FT_FLAGS... -- PROGRAM ARGS...")
+    split = args.index("--")
+    ft_flags, program = args[:split], args[split + 1:]
+    if importlib.util.find_spec("nvidia_resiliency_ext") is None:
+        raise SystemExit(f"nemo-kubeflow: {sys.executable} cannot import nvidia_resiliency_ext, which "
+                         "worker_preload and rendezvous_poll_seconds run ft_launcher with: install it for the "
+                         "image's python3 (docs/resilience.md)")
+    if preload:
+        # Before nvidia_resiliency_ext is imported: a worker gets the state of a Python that has
+        # imported these modules, and nothing of the launcher's (logging, signal handlers).
+        for name in preload:
+            importlib.import_module(name)
+        path = os.path.join(tempfile.mkdtemp(prefix="nemo-kubeflow-warm-"), "template.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(64)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        parent = os.getpid()
+        if os.fork() == 0:
+            try:
+                template(listener, parent)
+            finally:
+                os._exit(0)
+        listener.close()
+        os.environ[SOCKET_ENV] = path
+        client_argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "client", *(["-m"] if module else [])]
+        ft_flags = [*ft_flags, "--no-python", *client_argv]
+    elif module:
+        ft_flags = [*ft_flags, "-m"]
+    if poll is not None:
+        _faster_rendezvous(poll)
+    sys.argv = ["ft_launcher", *ft_flags, *program]
+    from nvidia_resiliency_ext.fault_tolerance.launcher import main
+
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["client"]:
+        client(sys.argv[2:])
+    elif sys.argv[1:2] == ["launch"]:
+        launch(sys.argv[2:])
+    else:
+        raise SystemExit("usage: warm_start.py launch ... | client ...")

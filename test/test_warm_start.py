@@ -1,0 +1,132 @@
+"""Warm worker starts (``worker_preload``) and short rendezvous polls (``rendezvous_poll_seconds``) for
+ft_launcher, on the local cluster (real HTTP, real processes): docs/resilience.md#warm-worker-starts."""
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import nemo_run as run
+import pytest
+
+import workloads
+from test_e2e import app_id_of, wait_for
+from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
+from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.scheduler import create_scheduler
+
+FT = run.FaultTolerance(max_restarts=3, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def clients(rank: int) -> list[int]:
+    """The processes ft_launcher started for global rank ``rank``: warm_start.py's clients."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = cmdline(int(entry.name))
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (ValueError, OSError):
+            continue
+        if "client" in argv and any("nemo-kubeflow-warm-start-" in a for a in argv) and f"RANK={rank}".encode() in env:
+            found.append(int(entry.name))
+    return found
+
+
+def records(directory: Path) -> list[dict]:
+    """What each worker wrote when it started (workloads.warm_steps), oldest first."""
+    return [json.loads(p.read_text()) for p in sorted(directory.glob("rank*.json"), key=lambda p: p.stat().st_mtime_ns)]
+
+
+@pytest.mark.needs_torch
+def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_process(cluster, tmp_path):
+    pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
+                        "(docs/resilience.md lists its dependencies)")
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=2, nprocs_per_node=1, kubeconfig=str(cluster.kubeconfig_path),
+        shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
+        launcher=FT, worker_preload=["torch", "workloads"], rendezvous_poll_seconds=0.1,
+    )
+    with run.Experiment("warm", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Partial(workloads.warm_steps, steps=100_000, pid_dir=str(tmp_path)), name="train")
+        exp.run(detach=True)
+    app_id = app_id_of(exp.jobs[0].handle)
+    try:
+        first = wait_for(lambda: len(records(tmp_path)) == 2 and records(tmp_path), timeout=120)
+        templates = {r["ppid"] for r in first}
+        for record in first:
+            # Forked: the parent is the pod's template (a fork of the launcher, with its command line), and
+            # the preloaded module was imported there, not in the worker.
+            assert record["imported_by"] != record["pid"]
+            assert "launch" in cmdline(record["ppid"]) and "--preload" in cmdline(record["ppid"])
+        assert len(templates) == 2  # one per pod
+
+        # SIGKILL of the process ft_launcher started for rank 1: its worker dies with it, every rank restarts.
+        [client] = clients(1)
+        os.kill(client, signal.SIGKILL)
+        wait_for(lambda: not alive(next(r["pid"] for r in first if r["rank"] == 1)), timeout=30)
+        second = wait_for(lambda: len(records(tmp_path)) == 4 and records(tmp_path)[2:], timeout=120)
+        assert {r["ppid"] for r in second} == templates  # the same templates: no new Python, no new pod
+        assert not any(alive(r["pid"]) for r in first)
+
+        # SIGKILL of rank 1's worker itself (the training process, as in the recovery benchmark).
+        os.kill(next(r["pid"] for r in second if r["rank"] == 1), signal.SIGKILL)
+        third = wait_for(lambda: len(records(tmp_path)) == 6 and records(tmp_path)[4:], timeout=120)
+        assert {r["ppid"] for r in third} == templates
+        started = [clients(rank) for rank in (0, 1)]
+        assert all(len(c) == 1 for c in started), started
+
+        # A cancel: the pods get SIGTERM, ft_launcher passes it to the clients, they pass it to the workers.
+        create_scheduler("t").cancel(app_id)
+        wait_for(lambda: all((tmp_path / f"sigterm-{r['pid']}").exists() for r in third), timeout=60)
+        left = [*(r["pid"] for r in records(tmp_path)), *templates, *(pid for c in started for pid in c)]
+        wait_for(lambda: not any(alive(pid) for pid in left), timeout=60)
+    finally:
+        create_scheduler("t").cancel(app_id)
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"launcher": "ft", "worker_preload": ["torch", "my module"]},
+     "worker_preload=['torch', 'my module']: must be a list of module names to import, e.g. ['torch']"),
+    ({"launcher": "ft", "worker_preload": "torch"}, "worker_preload='torch': must be a list"),
+    ({"launcher": "ft", "rendezvous_poll_seconds": 0}, "rendezvous_poll_seconds=0: must be a number of seconds "
+     "from 0.05 to 1, e.g. 0.1; None keeps ft_launcher's 1 s"),
+    ({"launcher": "ft", "rendezvous_poll_seconds": 5.0}, "rendezvous_poll_seconds=5.0: must be a number"),
+    ({"worker_preload": ["torch"]}, "worker_preload tunes how ft_launcher starts and restarts ranks, but "
+     "launcher=None is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave it unset"),
+    ({"launcher": "torchrun", "worker_preload": ["torch"], "rendezvous_poll_seconds": 0.1},
+     "worker_preload and rendezvous_poll_seconds tune how ft_launcher starts and restarts ranks, but "
+     "launcher='torchrun' is not ft_launcher"),
+])
+def test_bad_warm_start_settings_are_refused_before_anything_is_sent(settings, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        KubeflowExecutor(container_image="img", nodes=2, **settings).validate()
+
+
+def test_warm_start_settings_with_the_ft_launcher_pass():
+    KubeflowExecutor(container_image="img", nodes=2, launcher=FT, worker_preload=["torch", "megatron.core"],
+                     rendezvous_poll_seconds=0.1).validate()
+
+
+def test_a_script_that_is_not_python_cannot_be_preloaded(cluster):
+    """A bash script runs under ft_launcher --no-python: nothing to fork it from; refused offline."""
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, kubeconfig=str(cluster.kubeconfig_path),
+                                launcher="ft", worker_preload=["torch"])
+    with pytest.raises(ConfigError, match=re.escape(
+            "worker_preload forks Python workers, but this task's workers are not Python (ft_launcher --no-python: "
+            "a run.Script whose entrypoint is not 'python'); leave worker_preload empty")):
+        with run.Experiment("warm-bash", executor=executor, log_level="WARN") as exp:
+            exp.add(run.Script(inline="echo hi"), name="train")
+            exp.run(sequential=True)

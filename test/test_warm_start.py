@@ -130,3 +130,45 @@ def test_a_script_that_is_not_python_cannot_be_preloaded(cluster):
         with run.Experiment("warm-bash", executor=executor, log_level="WARN") as exp:
             exp.add(run.Script(inline="echo hi"), name="train")
             exp.run(sequential=True)
+
+
+WORKER = """
+import json, os, sys
+print(json.dumps({"rank": os.environ["RANK"], "local": os.environ["LOCAL_RANK"], "argv": sys.argv, "cwd": os.getcwd(),
+                  "torch": "torch" in sys.modules, "ppid": os.getppid()}), flush=True)
+sys.exit(3 if os.environ["RANK"] == "1" else 0)
+"""
+
+
+@pytest.mark.needs_torch
+@pytest.mark.parametrize("options", [["--preload", "torch", "--poll", "0.1"], ["--poll", "0.1"]],
+                         ids=["preload", "poll-only"])
+def test_two_local_ranks_get_their_own_argv_env_and_exit_code(tmp_path, options):
+    """warm_start.py run as the pod runs it, 1 node x 2 processes: each worker gets its rank's environment, the
+    script's arguments and directory; rank 1's exit code 3 reaches ft_launcher as a plain Python's would."""
+    import socket
+    import subprocess
+    import sys
+
+    from nemo_kubeflow import warm_start
+
+    pytest.importorskip("nvidia_resiliency_ext")
+    (tmp_path / "worker.py").write_text(WORKER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = subprocess.Popen(
+        [sys.executable, warm_start.__file__, "launch", *options, "--rdzv-backend", "c10d", "--rdzv-endpoint",
+         f"127.0.0.1:{port}", "--rdzv-id", "t", "--rdzv-conf", "is_host=1", "--nnodes", "1", "--nproc-per-node", "2",
+         "--max-restarts", "0", "--", "worker.py", "--lr", "0.1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    out = subprocess.CompletedProcess(launcher.args, 0, *launcher.communicate(timeout=180))
+    lines = sorted((json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    assert [(r["rank"], r["local"], r["argv"], r["cwd"]) for r in lines] == [
+        (str(rank), str(rank), ["worker.py", "--lr", "0.1"], str(tmp_path)) for rank in (0, 1)], out.stdout
+    # Preloaded: torch is there before the script imports it, and the workers' parent is the template, not the
+    # launcher (ft_launcher runs in it). Without it, new Pythons that ft_launcher started itself.
+    assert {r["torch"] for r in lines} == {"--preload" in options}
+    assert {r["ppid"] == launcher.pid for r in lines} == {"--preload" not in options}
+    # ft_launcher saw rank 1 end as a plain Python would have (it then exits 0 when rank 0 succeeded: its policy).
+    assert "failed (exitcode: 3) local_rank: 1" in out.stderr, out.stderr[-3000:]

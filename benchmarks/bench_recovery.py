@@ -4,9 +4,12 @@
    all-reduce and one checkpoint per step, each rank logging ``step N rank R t=...``. Once every
    rank has stepped a few times, rank 1's training process gets SIGKILL. Measured: from the kill
    to the moment every rank has logged a step from a new process. Ours: ``launcher="ft"``
-   (``ft_launcher`` restarts the ranks inside the running pods). Baseline: plain torchrun with
-   ``retries=1`` and ``fail_fast_exit_codes=[]``, so the failure restarts the gang (JobSet
-   deletes and recreates every pod).
+   (``ft_launcher`` restarts the ranks inside the running pods) with ``worker_preload=["torch"]``
+   (each new worker process is forked from a template that has imported torch) and
+   ``rendezvous_poll_seconds=0.1``; the same without the two settings is measured too. Baseline:
+   plain torchrun with ``retries=1`` and ``fail_fast_exit_codes=[]``, so the failure restarts the
+   gang (JobSet deletes and recreates every pod). Both again beside a busy loop per core
+   (``cpu_hog``), as on a busy machine.
 2. **A preemption.** The same 2 nodes run ``examples/kubeflow/preemptible_training.py``
    (checkpoint on SIGTERM, and every 25 steps). After some steps the TrainJob is suspended, as
    Kueue does when it preempts; once the pods are gone it is resumed at once (re-admitted).
@@ -85,8 +88,12 @@ def _step_lines(out: Path) -> list[tuple[int, int, float, int]]:
     return lines
 
 
+#: Ours, fully: ft_launcher with warm worker starts and fast rendezvous polls (docs/resilience.md).
+WARM_SETTINGS = dict(worker_preload=["torch"], rendezvous_poll_seconds=0.1)
+
+
 def _kill_one_rank(ctx, variant: str) -> dict:
-    """Run the workload with ``variant`` ("ft" or "gang"), SIGKILL rank 1 once it is warm, and
+    """Run the workload with ``variant`` ("warm", "ft" or "gang"), SIGKILL rank 1 once it is warm, and
     return what happened: ``recovery`` (seconds, ``None`` on a timeout), steps redone, pods."""
     import nemo_run as run
     from nemo_kubeflow import ConfigMapPackager
@@ -94,7 +101,9 @@ def _kill_one_rank(ctx, variant: str) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"recovery-{variant}-", dir=ctx.workdir))
     settings = (dict(launcher=run.FaultTolerance(max_restarts=2, initial_rank_heartbeat_timeout=600,
                                                  rank_heartbeat_timeout=600))
-                if variant == "ft" else dict(retries=1, fail_fast_exit_codes=[]))
+                if variant in ("ft", "warm") else dict(retries=1, fail_fast_exit_codes=[]))
+    if variant == "warm":
+        settings.update(WARM_SETTINGS)
     executor = ours(ctx.cluster.kubeconfig_path, nodes=NODES, nprocs_per_node=1,
                     packager=ConfigMapPackager(relative_path=str(BENCH_DIR), include_pattern=WORKLOAD), **settings)
     # A plain script, not a run.Partial: NeMo-Run's runner would add its own start (import nemo_run, about
@@ -248,30 +257,49 @@ def _samples(samples: list[dict], key: str, unit: str = "") -> str:
 
 
 def run(ctx):
-    from harness import interleaved, silence_nemo_run
+    from harness import cpu_hog, interleaved, silence_nemo_run
 
     silence_nemo_run()
     load_before = os.getloadavg()
     repeat = ctx.repeats(heavy=True)  # quick: 1; full: 3
-    kills = interleaved(repeat, ft=lambda: _kill_one_rank(ctx, "ft"), gang=lambda: _kill_one_rank(ctx, "gang"))
-    ft, gang = kills["ft"], kills["gang"]
-    in_job, restart = _median_of(ft, "recovery"), _median_of(gang, "recovery")
-    failed = [f"{s['variant']}: {s['note']}" for s in ft + gang if s.get("note")]
+    kills = interleaved(repeat, warm=lambda: _kill_one_rank(ctx, "warm"), ft=lambda: _kill_one_rank(ctx, "ft"),
+                        gang=lambda: _kill_one_rank(ctx, "gang"))
+    load_between = os.getloadavg()
+    with cpu_hog() as hogs:
+        busy = interleaved(repeat, warm=lambda: _kill_one_rank(ctx, "warm"), gang=lambda: _kill_one_rank(ctx, "gang"))
+    load_busy = os.getloadavg()
+    warm, ft, gang = kills["warm"], kills["ft"], kills["gang"]
+    for sample in busy["warm"] + busy["gang"]:
+        sample["busy"] = True
+    in_job, restart = _median_of(warm, "recovery"), _median_of(gang, "recovery")
+    failed = [f"{s['variant']}{' (busy)' if s.get('busy') else ''}: {s['note']}"
+              for s in warm + ft + gang + busy["warm"] + busy["gang"] if s.get("note")]
     yield Metric("SIGKILL of 1 rank -> every rank training again (2 nodes x 1 proc, gloo)", in_job, restart, "s",
-                 at_most=30, note=f"ours: in-job restart (ft_launcher), runs {_samples(ft, 'recovery', ' s')}; "
+                 at_most=30, note=f"ours: in-job restart (ft_launcher) with worker_preload=['torch'], "
+                 f"rendezvous_poll_seconds=0.1, runs {_samples(warm, 'recovery', ' s')}; "
                  f"baseline: gang restart (torchrun, retries=1), runs {_samples(gang, 'recovery', ' s')}"
                  + (f"; {'; '.join(failed)}" if failed else ""))
     yield Metric("  gang restart / in-job restart (how many times faster in-job is)",
                  restart / in_job if in_job and restart else None, None, "x", at_least=3,
                  note="target: in-job at least 3x faster")
-    spawn_ft = _median_of([{"x": s["phases"][0]} for s in ft if s.get("phases")], "x")
+    cold = _median_of(ft, "recovery")
+    yield Metric("  in-job restart without worker_preload and rendezvous_poll_seconds (plain launcher='ft')",
+                 cold, restart, "s", note=f"runs {_samples(ft, 'recovery', ' s')}: every restarted worker is a "
+                 "new Python that imports torch; the agents look at their rendezvous once a second")
+    busy_in_job, busy_restart = _median_of(busy["warm"], "recovery"), _median_of(busy["gang"], "recovery")
+    yield Metric(f"  the same beside a busy loop per core ({hogs} cpu_hog processes)", busy_in_job, busy_restart,
+                 "s", note=f"ours {_samples(busy['warm'], 'recovery', ' s')}, baseline "
+                 f"{_samples(busy['gang'], 'recovery', ' s')}")
+    yield Metric("    busy: gang restart / in-job restart",
+                 busy_restart / busy_in_job if busy_in_job and busy_restart else None, None, "x", at_least=3)
+    spawn_ft = _median_of([{"x": s["phases"][0]} for s in warm if s.get("phases")], "x")
     spawn_gang = _median_of([{"x": s["phases"][0]} for s in gang if s.get("phases")], "x")
     yield Metric("  kill -> every rank's new process exists (the restart itself, before the script starts)",
                  spawn_ft, spawn_gang, "s", note="the rest is the new process's own start: Python, torch, gloo "
                  "(see 'Recovery runs' below)")
-    yield Metric("  steps redone after the kill (checkpoint every step)", _median_of(ft, "redone"),
+    yield Metric("  steps redone after the kill (checkpoint every step)", _median_of(warm, "redone"),
                  _median_of(gang, "redone"), "steps",
-                 note=f"pods recreated: {_samples(ft, 'pods_recreated')} in-job, {_samples(gang, 'pods_recreated')} gang")
+                 note=f"pods recreated: {_samples(warm, 'pods_recreated')} in-job, {_samples(gang, 'pods_recreated')} gang")
 
     preempts = interleaved(repeat, sigterm=lambda: _preempt_once(ctx, GRACE), none=lambda: _preempt_once(ctx, 0))
     sigterm, none = preempts["sigterm"], preempts["none"]
@@ -297,15 +325,18 @@ def run(ctx):
         "moments after the kill: created/script/process group/first step.",
         "",
     ] + [
-        f"- {s['variant']}: started {fmt(s.get('start'))} s after submission, recovery {fmt(s.get('recovery'))} s"
+        f"- {s['variant']}{' (busy)' if s.get('busy') else ''}: started {fmt(s.get('start'))} s after submission, "
+        f"recovery {fmt(s.get('recovery'))} s"
         + (" = " + " + ".join(f"{x:.1f}" for x in s["phases"]) if s.get("phases") else "")
         + (f" ({s['ranks']})" if s.get("ranks") else "")
         + f", steps redone {s.get('redone', 'n/a')}, pods recreated {s.get('pods_recreated', 'n/a')}"
-        + (f" ({s['note']})" if s.get("note") else "") for s in ft + gang
+        + (f" ({s['note']})" if s.get("note") else "") for s in warm + ft + gang + busy["warm"] + busy["gang"]
     ] + [
         f"- preemption, grace {s['grace']} s: stop {fmt(s.get('stop'))} s (SIGTERM checkpoint written after "
         f"{fmt(s.get('checkpointed'))} s), restart {fmt(s.get('restart'))} s, "
         f"steps run twice {s.get('redone', 'n/a')}, SIGTERM checkpoint at {s.get('checkpoint')}, "
         f"finished {s.get('finished')}" + (f" ({s['note']})" if s.get("note") else "") for s in sigterm + none
     ] + [f"- load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in load_before)} before, "
-         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after (2 cores shared with other sessions)"])
+         f"{' '.join(f'{x:.2f}' for x in load_between)} after the quiet kills, "
+         f"{' '.join(f'{x:.2f}' for x in load_busy)} after the busy ones, "
+         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end (cores shared with other sessions)"])

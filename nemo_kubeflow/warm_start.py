@@ -112,7 +112,8 @@ def client(argv):
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, forward)
     status, _ = _recv(sock)
-    # The template died before the worker ended: the worker keeps running until this client ends.
+    # No status: the template died while the worker ran, and the worker has ended since (the socket's
+    # last other end went with it); how it ended is lost.
     _exit_like(status or {"exit": 1})
 
 
@@ -168,7 +169,10 @@ def template(listener, parent):
                 conn.close()
         if listener in ready:
             conn, _ = listener.accept()
-            request, fds = _recv(conn)
+            try:
+                request, fds = _recv(conn)
+            except (OSError, ValueError):  # a client that died mid-request: serve the next one
+                request, fds = None, []
             if not request:
                 for fd in fds:
                     os.close(fd)

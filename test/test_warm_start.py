@@ -172,3 +172,19 @@ def test_two_local_ranks_get_their_own_argv_env_and_exit_code(tmp_path, options)
     assert {r["ppid"] == launcher.pid for r in lines} == {"--preload" not in options}
     # ft_launcher saw rank 1 end as a plain Python would have (it then exits 0 when rank 0 succeeded: its policy).
     assert "failed (exitcode: 3) local_rank: 1" in out.stderr, out.stderr[-3000:]
+
+
+def test_a_client_without_its_template_starts_the_worker_in_a_new_python(tmp_path):
+    """The template gone (killed by hand, out of memory): the worker still starts, as a new Python, and says so."""
+    import subprocess
+    import sys
+
+    from nemo_kubeflow import warm_start
+
+    (tmp_path / "worker.py").write_text("import sys; print('args', sys.argv[1:]); sys.exit(4)")
+    out = subprocess.run([sys.executable, "-I", "-S", warm_start.__file__, "client", "worker.py", "x"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, warm_start.SOCKET_ENV: str(tmp_path / "gone.sock")})
+    assert (out.returncode, out.stdout) == (4, "args ['x']\n"), out
+    assert out.stderr.startswith("nemo-kubeflow: warm start unavailable (FileNotFoundError(2, 'No such file or "
+                                 "directory')); starting the worker in a new Python"), out.stderr

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from nemo_kubeflow import warm_start
 from nemo_kubeflow.constants import NEMO_RUN_POD_DIR, RESTART_ATTEMPT_ENV
 
 #: torchrun's flags, in the order they are added, with the PET variable that feeds each.
@@ -105,9 +106,10 @@ RANK_PREFIX_EXPORT = (
 )
 
 
-# Where the pod script writes warm_start.py ($$: the script's shell, which then becomes the launcher).
-WARM_START_FILE = '"${TMPDIR:-/tmp}/nemo-kubeflow-warm-start-$$.py"'
-_WARM_START_SOURCE = Path(__file__).with_name("warm_start.py")
+# Where the pod script writes warm_start.py: a name per pod process ($BASHPID: the script's shell, which then
+# becomes the launcher; not $$, which Kubernetes turns into "$" in a container's command).
+WARM_START_FILE = f'"${{TMPDIR:-/tmp}}/{warm_start.POD_FILE_PREFIX}$BASHPID.py"'
+_WARM_START_SOURCE = Path(warm_start.__file__)
 # ft_launcher's flags that say how the worker program is started.
 _MODULE_FLAGS = ("-m", "--module")
 _NO_PYTHON_FLAGS = ("--no-python", "--no_python")
@@ -129,7 +131,8 @@ def _warm_start_lines() -> list[str]:
     """Shell that writes warm_start.py into the pod (bash builtins only: the image needs no tools)."""
     source = _WARM_START_SOURCE.read_text()
     marker = "NEMO_KUBEFLOW_WARM_START_PY"
-    assert marker not in source
+    # Kubernetes expands $(VAR) and turns $$ into $ in a container's command: the source must have neither.
+    assert marker not in source and "$(" not in source and "$$" not in source
     return [f"IFS= read -r -d '' {marker} <<'{marker}' || true", source.rstrip("\n"), marker,
             f'printf %s "${marker}" > {WARM_START_FILE}']
 

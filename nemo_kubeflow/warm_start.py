@@ -30,6 +30,9 @@ import sys
 
 #: The template's socket; set by ``launch`` for the workers ft_launcher starts.
 SOCKET_ENV = "NEMO_KUBEFLOW_WARM_SOCKET"
+#: How the pod script names its copy of this file (``<prefix><pid>.py`` in ``$TMPDIR``); the launcher
+#: removes a copy so named when it exits.
+POD_FILE_PREFIX = "nemo-kubeflow-warm-start-"
 #: Signals a client passes on to its worker (SIGKILL cannot be caught: the worker watches the socket).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HEADER = struct.Struct("!I")
@@ -339,6 +342,7 @@ def launch(args):
         raise SystemExit(f"nemo-kubeflow: {sys.executable} cannot import nvidia_resiliency_ext, which "
                          "worker_preload and rendezvous_poll_seconds run ft_launcher with: install it for the "
                          "image's python3 (docs/resilience.md)")
+    leftovers = [os.path.abspath(__file__)] if os.path.basename(__file__).startswith(POD_FILE_PREFIX) else []
     if preload:
         # Before nvidia_resiliency_ext is imported: a worker gets the state of a Python that has
         # imported these modules, and nothing of the launcher's (logging, signal handlers).
@@ -347,6 +351,7 @@ def launch(args):
         path = os.path.join(tempfile.mkdtemp(prefix="nemo-kubeflow-warm-"), "template.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(path)
+        leftovers += [path, os.path.dirname(path)]
         listener.listen(64)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -367,7 +372,14 @@ def launch(args):
     sys.argv = ["ft_launcher", *ft_flags, *program]
     from nvidia_resiliency_ext.fault_tolerance.launcher import main
 
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:  # the workers are gone: this copy of the file and the socket are no longer needed
+        for leftover in leftovers:
+            try:
+                (os.rmdir if os.path.isdir(leftover) else os.unlink)(leftover)
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import tempfile
 from pathlib import Path
 
 import nemo_run as run
@@ -15,6 +16,7 @@ from test_e2e import app_id_of, wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow.errors import ConfigError
 from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.warm_start import POD_FILE_PREFIX
 
 FT = run.FaultTolerance(max_restarts=3, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60)
 
@@ -72,6 +74,9 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
             assert record["imported_by"] != record["pid"]
             assert "launch" in cmdline(record["ppid"]) and "--preload" in cmdline(record["ppid"])
         assert len(templates) == 2  # one per pod
+        launchers = {int(Path(f"/proc/{t}/stat").read_text().rsplit(")", 1)[1].split()[1]) for t in templates}
+        copies = [Path(tempfile.gettempdir(), f"{POD_FILE_PREFIX}{pid}.py") for pid in launchers]
+        assert all(c.exists() for c in copies), copies  # what the clients run, one per pod
 
         # SIGKILL of the process ft_launcher started for rank 1: its worker dies with it, every rank restarts.
         [client] = clients(1)
@@ -91,8 +96,10 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
         # A cancel: the pods get SIGTERM, ft_launcher passes it to the clients, they pass it to the workers.
         create_scheduler("t").cancel(app_id)
         wait_for(lambda: all((tmp_path / f"sigterm-{r['pid']}").exists() for r in third), timeout=60)
-        left = [*(r["pid"] for r in records(tmp_path)), *templates, *(pid for c in started for pid in c)]
+        left = [*(r["pid"] for r in records(tmp_path)), *templates, *launchers, *(pid for c in started for pid in c)]
         wait_for(lambda: not any(alive(pid) for pid in left), timeout=60)
+        # Nor the copies of warm_start.py that the pod scripts wrote (the pods' /tmp is this machine's).
+        assert not any(c.exists() for c in copies), copies
     finally:
         create_scheduler("t").cancel(app_id)
 
@@ -172,6 +179,7 @@ def test_two_local_ranks_get_their_own_argv_env_and_exit_code(tmp_path, options)
     assert {r["ppid"] == launcher.pid for r in lines} == {"--preload" not in options}
     # ft_launcher saw rank 1 end as a plain Python would have (it then exits 0 when rank 0 succeeded: its policy).
     assert "failed (exitcode: 3) local_rank: 1" in out.stderr, out.stderr[-3000:]
+    assert not list(tmp_path.glob("nemo-kubeflow-warm-*")), "the template's socket is removed when the launcher ends"
 
 
 def test_a_client_without_its_template_starts_the_worker_in_a_new_python(tmp_path):

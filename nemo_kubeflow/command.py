@@ -240,7 +240,7 @@ def build_launch(
     """
     args = [rewrite_workspace(a, workspace) for a in args]
     quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
-    uses_torchrun = False
+    uses_torchrun = warm = False
     if entrypoint == "torchrun":
         kept, rest = split_torchrun_args(quoted)
         line = " ".join(["torchrun", pet_flags(), *kept, *rest])
@@ -248,7 +248,8 @@ def build_launch(
     elif entrypoint == "ft_launcher":
         kept, rest = split_torchrun_args(quoted)
         uses_torchrun = True
-        if worker_preload or rendezvous_poll_seconds is not None:
+        warm = bool(worker_preload) or rendezvous_poll_seconds is not None
+        if warm:
             options = []
             if worker_preload:
                 options += ["--preload", shlex.quote(",".join(worker_preload))]
@@ -287,7 +288,7 @@ def build_launch(
     lines.append(RANK_PREFIX_EXPORT)
     if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:
         lines.append(_TORCHRUN_FUNCTION)
-    if line.startswith("python3 " + WARM_START_FILE):
+    if warm:
         lines.extend(_warm_start_lines())
     # exec: the training process becomes the shell's replacement, so signals from the
     # kubelet (SIGTERM on cancel) reach it directly.

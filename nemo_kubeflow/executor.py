@@ -779,9 +779,9 @@ class KubeflowExecutor(Executor):
                 yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
 
 
-#: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.
 # A module worker_preload imports: a dotted Python name.
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+#: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.
 _OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
 
 

@@ -140,10 +140,16 @@ def test_a_script_that_is_not_python_cannot_be_preloaded(cluster):
 
 
 WORKER = """
-import json, os, sys
+import json, os, sys, time
 print(json.dumps({"rank": os.environ["RANK"], "local": os.environ["LOCAL_RANK"], "argv": sys.argv, "cwd": os.getcwd(),
                   "torch": "torch" in sys.modules, "ppid": os.getppid()}), flush=True)
-sys.exit(3 if os.environ["RANK"] == "1" else 0)
+if os.environ["RANK"] == "0":
+    open("rank0-printed", "w").close()
+    sys.exit(0)
+deadline = time.monotonic() + 120  # fail once rank 0 has printed: ft_launcher would stop it otherwise
+while not os.path.exists("rank0-printed") and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(3)
 """
 
 

@@ -12,7 +12,8 @@ import nemo_run as run
 import pytest
 
 import workloads
-from test_e2e import app_id_of, wait_for
+from polling import wait_for
+from test_e2e import app_id_of
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow.errors import ConfigError
 from nemo_kubeflow.scheduler import create_scheduler
@@ -66,7 +67,7 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
         exp.run(detach=True)
     app_id = app_id_of(exp.jobs[0].handle)
     try:
-        first = wait_for(lambda: len(records(tmp_path)) == 2 and records(tmp_path), timeout=120)
+        first = wait_for(lambda: len(records(tmp_path)) == 2 and records(tmp_path), "both ranks' first records", timeout=120)
         templates = {r["ppid"] for r in first}
         for record in first:
             # Forked: the parent is the pod's template (a fork of the launcher, with its command line), and
@@ -81,23 +82,23 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
         # SIGKILL of the process ft_launcher started for rank 1: its worker dies with it, every rank restarts.
         [client] = clients(1)
         os.kill(client, signal.SIGKILL)
-        wait_for(lambda: not alive(next(r["pid"] for r in first if r["rank"] == 1)), timeout=30)
-        second = wait_for(lambda: len(records(tmp_path)) == 4 and records(tmp_path)[2:], timeout=120)
+        wait_for(lambda: not alive(next(r["pid"] for r in first if r["rank"] == 1)), "the killed rank 1 to be gone", timeout=30)
+        second = wait_for(lambda: len(records(tmp_path)) == 4 and records(tmp_path)[2:], "the restarted ranks' records", timeout=120)
         assert {r["ppid"] for r in second} == templates  # the same templates: no new Python, no new pod
         assert not any(alive(r["pid"]) for r in first)
 
         # SIGKILL of rank 1's worker itself (the training process, as in the recovery benchmark).
         os.kill(next(r["pid"] for r in second if r["rank"] == 1), signal.SIGKILL)
-        third = wait_for(lambda: len(records(tmp_path)) == 6 and records(tmp_path)[4:], timeout=120)
+        third = wait_for(lambda: len(records(tmp_path)) == 6 and records(tmp_path)[4:], "the second restart's records", timeout=120)
         assert {r["ppid"] for r in third} == templates
         started = [clients(rank) for rank in (0, 1)]
         assert all(len(c) == 1 for c in started), started
 
         # A cancel: the pods get SIGTERM, ft_launcher passes it to the clients, they pass it to the workers.
         create_scheduler("t").cancel(app_id)
-        wait_for(lambda: all((tmp_path / f"sigterm-{r['pid']}").exists() for r in third), timeout=60)
+        wait_for(lambda: all((tmp_path / f"sigterm-{r['pid']}").exists() for r in third), "SIGTERM in every worker", timeout=60)
         left = [*(r["pid"] for r in records(tmp_path)), *templates, *launchers, *(pid for c in started for pid in c)]
-        wait_for(lambda: not any(alive(pid) for pid in left), timeout=60)
+        wait_for(lambda: not any(alive(pid) for pid in left), "no process of the job left", timeout=60)
         # Nor the copies of warm_start.py that the pod scripts wrote (the pods' /tmp is this machine's).
         assert not any(c.exists() for c in copies), copies
     finally:
@@ -141,8 +142,9 @@ def test_a_script_that_is_not_python_cannot_be_preloaded(cluster):
 
 WORKER = """
 import json, os, sys, time
-print(json.dumps({"rank": os.environ["RANK"], "local": os.environ["LOCAL_RANK"], "argv": sys.argv, "cwd": os.getcwd(),
-                  "torch": "torch" in sys.modules, "ppid": os.getppid()}), flush=True)
+# One write: the two ranks share the launcher's stdout, and `python -u`'s print writes the newline apart.
+os.write(1, (json.dumps({"rank": os.environ["RANK"], "local": os.environ["LOCAL_RANK"], "argv": sys.argv,
+                         "cwd": os.getcwd(), "torch": "torch" in sys.modules, "ppid": os.getppid()}) + "\\n").encode())
 if os.environ["RANK"] == "0":
     open("rank0-printed", "w").close()
     sys.exit(0)

@@ -35,15 +35,19 @@ def pid_files(directory):
     return sorted(directory.glob("rank*.pid"), key=lambda p: p.stat().st_mtime_ns)
 
 
-@pytest.mark.needs_torch
-def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
+def ft_executor(cluster, **fields) -> KubeflowExecutor:
+    """2 nodes x 1 process running test/workloads.py under ft_launcher (``fields``: the launcher and more)."""
     pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
                         "(docs/resilience.md lists its dependencies)")
-    executor = KubeflowExecutor(
+    return KubeflowExecutor(
         container_image="python:3.11", nodes=2, nprocs_per_node=1, kubeconfig=str(cluster.kubeconfig_path),
-        shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
-        launcher=run.FaultTolerance(max_restarts=2, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60),
-    )
+        shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"), **fields)
+
+
+@pytest.mark.needs_torch
+def test_killed_rank_is_restarted_inside_the_running_pods(cluster, tmp_path):
+    executor = ft_executor(
+        cluster, launcher=run.FaultTolerance(max_restarts=2, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60))
     task = run.Partial(workloads.fault_tolerant_steps, steps=60, pid_dir=str(tmp_path))
     core = core_api(cluster)
     with run.Experiment("ft-inj", executor=executor, log_level="WARN") as exp:

@@ -14,7 +14,8 @@ import pytest
 import workloads
 from polling import wait_for
 from test_e2e import app_id_of
-from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
+from test_resilience import ft_executor
+from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.errors import ConfigError
 from nemo_kubeflow.scheduler import create_scheduler
 from nemo_kubeflow.warm_start import POD_FILE_PREFIX
@@ -55,13 +56,7 @@ def records(directory: Path) -> list[dict]:
 
 @pytest.mark.needs_torch
 def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_process(cluster, tmp_path):
-    pytest.importorskip("nvidia_resiliency_ext", reason="ft_launcher: pip install --no-deps nvidia-resiliency-ext "
-                        "(docs/resilience.md lists its dependencies)")
-    executor = KubeflowExecutor(
-        container_image="python:3.11", nodes=2, nprocs_per_node=1, kubeconfig=str(cluster.kubeconfig_path),
-        shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
-        launcher=FT, worker_preload=["torch", "workloads"], rendezvous_poll_seconds=0.1,
-    )
+    executor = ft_executor(cluster, launcher=FT, worker_preload=["torch", "workloads"], rendezvous_poll_seconds=0.1)
     with run.Experiment("warm", executor=executor, log_level="WARN") as exp:
         exp.add(run.Partial(workloads.warm_steps, steps=100_000, pid_dir=str(tmp_path)), name="train")
         exp.run(detach=True)

@@ -843,8 +843,14 @@ def failed_reason(trainjob: dict) -> str:
 
 
 def keeper_in_job_restarts(keeper: Optional["NodeLogKeeper"]) -> Optional[InJobRestarts]:
-    """ft_launcher's restarts in the lines a ``NodeLogKeeper`` holds (the most any node logged)."""
+    """ft_launcher's restarts in the lines a ``NodeLogKeeper`` holds (``most_telling`` of the nodes')."""
     if keeper is None:
         return None
-    found = [read_in_job_restarts(lines) for lines in keeper.kept_lines().values()]
-    return max(found, key=lambda r: (r.count, bool(r.why)), default=None)
+    return most_telling([read_in_job_restarts(lines) for lines in keeper.kept_lines().values()])
+
+
+def most_telling(found: Sequence[InJobRestarts]) -> Optional[InJobRestarts]:
+    """Of the nodes' counts, the highest; among those, one that says why, and a worker killed by a signal
+    over one that exited with a code: a rank that dies takes its peers' collectives down with it, and
+    they often exit with an error of their own."""
+    return max(found, key=lambda r: (r.count, bool(r.why), "killed by signal" in r.why), default=None)

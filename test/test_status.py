@@ -263,6 +263,17 @@ def test_in_job_restarts_are_read_from_ft_launchers_log():
     assert read_in_job_restarts(FT_NODE_0 + FT_ROUNDS) == InJobRestarts(2, "")
 
 
+def test_of_the_nodes_in_job_restarts_a_rank_killed_by_a_signal_says_why_before_a_peer_that_exited():
+    from nemo_kubeflow.diagnosis import InJobRestarts, most_telling
+
+    # Rank 1 got SIGKILL; rank 0's all-reduce then failed and its worker exited 1 before its agent stopped it.
+    peer, killed = InJobRestarts(1, "local rank 0 exited with code 1"), InJobRestarts(1, "local rank 0 killed by signal 9")
+    assert most_telling([peer, killed]) == most_telling([killed, peer]) == killed
+    assert most_telling([InJobRestarts(2, ""), killed]) == InJobRestarts(2, "")  # more restarts seen first
+    assert most_telling([InJobRestarts(1, ""), peer]) == peer
+    assert most_telling([]) is None
+
+
 # ft_launcher's c10d rendezvous as node 0's agent logged it (nvidia-resiliency-ext 0.4.1), before and after
 # one restart of the worker group (the rendezvous id is the TrainJob's name and the gang attempt).
 FT_ROUNDS = """[2026-11-24 04:52:51,794] [INFO] [ft_launcher22499@vm] The node 'localhost_22499_0' attempts to join the next round of the rendezvous 'ft-inj-1795495964459033345-train-fb68c0-0'.

@@ -377,6 +377,22 @@ def ensure_built(only: list | None = None, out=sys.stderr) -> dict:
         return _resolve(info, root)
 
 
+def prune_other_builds() -> list[str]:
+    """Remove the builds of other pinned versions (a version bump leaves the old one behind: about
+    500 MiB each). The shared Go caches stay, so going back to those pins recompiles little."""
+    root, keep = cache_root(), build_dir().name
+    removed = []
+    for path in root.glob("*"):
+        name = path.name.removesuffix(".lock")
+        if name != keep and re.fullmatch(r"[0-9a-f]{12}", name):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -402,6 +418,9 @@ def main(argv=None) -> int:
         print(f"{group:12} download {seconds['download']} s, compile {seconds['compile']} s")
     if "cpu_seconds" in info:
         print(f"the build took {info['seconds']} s, {info['cpu_seconds']} s of CPU")
+    if not args.only:
+        for name in prune_other_builds():
+            print(f"removed the build of other pinned versions: {cache_root() / name}")
     print(f"done in {time.monotonic() - start:.1f} s; binaries in {build_dir() / 'bin'}")
     return 0
 

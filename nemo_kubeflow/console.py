@@ -63,13 +63,25 @@ DEFAULT_EXPERIMENT_ID = "experiment"
 DEFAULT_MIN_AGE_S = 300
 
 
-def _import_nemo_run():
+#: What ``import nemo_run`` loads for its other executors (Lepton's SDK; kubernetes for its own Kubeflow
+#: executor), its SSH tunnels (paramiko, fabric), running an experiment's task graph (networkx) and
+#: fiddle's code printing and lambda sources (libcst): 1.4 s of NeMo-Run's 1.9 s without torch, none of it
+#: used by ``render``/``validate``, which defer them while they import NeMo-Run (``deferred_imports``).
+NEMO_RUN_DEFERRED = ("leptonai", "paramiko", "fabric", "kubernetes", "networkx", "libcst")
+
+
+def _import_nemo_run(defer: bool = False):
     """``import nemo_run``, without the torch import it does only to register a YAML representer
     for ``torch.dtype`` (about half of NeMo-Run's import time; no executor field is a dtype).
-    torch stays importable afterwards; only that representer is missing in this process."""
+    torch stays importable afterwards; only that representer is missing in this process.
+    With ``defer`` (``render``, ``validate``), ``NEMO_RUN_DEFERRED`` are stand-ins while it imports."""
     if "nemo_run" not in sys.modules and "torch" not in sys.modules:
         sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ModuleNotFoundError
         try:
+            if defer:
+                from nemo_kubeflow.deferred_imports import import_deferring
+
+                import_deferring("nemo_run", NEMO_RUN_DEFERRED)
             import nemo_run
         finally:
             if sys.modules.get("torch", 0) is None:
@@ -90,7 +102,7 @@ def load_executor(
     """The executor of a factory (``kubeflow_gpu``, any registered ``run.Executor`` factory or a
     dotted path) or of ``FILE.py:NAME``, with ``FIELD=VALUE`` overrides in nemo_run's CLI syntax
     (the same as ``run.executor.FIELD=VALUE``)."""
-    _import_nemo_run()
+    _import_nemo_run(defer=True)
     import fiddle as fdl
 
     from nemo_kubeflow.executor import KubeflowExecutor

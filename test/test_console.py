@@ -1,8 +1,10 @@
 """The nemo-kubeflow command: render, validate, gc (on the local cluster, over HTTP)."""
 
 import copy
+import json
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -92,6 +94,36 @@ def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home, c
     assert any(c["name"] == "tcpxo-daemon" for c in pod["initContainers"])
     assert job["spec"]["trainer"]["numNodes"] == 4 and job["metadata"]["namespace"] == "x"
     assert all(validate_manifest(o) == [] for o in objs)
+
+
+_RENDER_AND_REPORT_IMPORTS = """
+import json, sys
+from nemo_kubeflow.console import NEMO_RUN_DEFERRED, main
+code = main(sys.argv[1:])
+imported = sorted({name.partition(".")[0] for name in sys.modules} & set(NEMO_RUN_DEFERRED))
+print(json.dumps(imported), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_render_defers_what_nemo_run_imports_for_other_executors_and_renders_the_same(tmp_path, nemorun_home):
+    """render imports NeMo-Run with Lepton's SDK, paramiko, fabric, kubernetes, networkx and libcst as
+    stand-ins (most of its import time): the manifests are the same as with everything imported."""
+    (tmp_path / "train.py").write_text(TRAIN_PY)
+    argv = ["render", "--factory", "kubeflow_tcpxo", "--set", "nodes=2", "--",
+            *COMMAND]
+    outputs = {}
+    for mode, extra_env in (("deferred", {}), ("full", {"NEMO_KUBEFLOW_FULL_IMPORT": "1"})):
+        proc = subprocess.run(
+            [sys.executable, "-c", _RENDER_AND_REPORT_IMPORTS, *argv], capture_output=True, text=True,
+            timeout=120, cwd=tmp_path, env={**os.environ, "NEMORUN_HOME": str(nemorun_home), **extra_env})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs[mode] = (proc.stdout, json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert outputs["deferred"][1] == []
+    assert outputs["full"][1] == sorted(console.NEMO_RUN_DEFERRED)
+    assert outputs["deferred"][0] == outputs["full"][0]
+    assert [o["kind"] for o in yaml.safe_load_all(outputs["deferred"][0])] == ["ClusterTrainingRuntime", "TrainJob",
+                                                                              "ConfigMap"]
 
 
 def test_render_masks_secrets(monkeypatch, capsys):

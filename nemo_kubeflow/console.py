@@ -64,10 +64,12 @@ DEFAULT_MIN_AGE_S = 300
 
 
 #: What ``import nemo_run`` loads for its other executors (Lepton's SDK; kubernetes for its own Kubeflow
-#: executor), its SSH tunnels (paramiko, fabric), running an experiment's task graph (networkx) and
-#: fiddle's code printing and lambda sources (libcst): 1.4 s of NeMo-Run's 1.9 s without torch, none of it
-#: used by ``render``/``validate``, which defer them while they import NeMo-Run (``deferred_imports``).
-NEMO_RUN_DEFERRED = ("leptonai", "paramiko", "fabric", "kubernetes", "networkx", "libcst")
+#: executor; requests for DGX Cloud), its SSH tunnels (paramiko, fabric), running an experiment's task
+#: graph (networkx), notebook pictures (graphviz), Markdown help (markdown_it), and fiddle's code printing
+#: and lambda sources (libcst): about 1.4 s of NeMo-Run's 1.8 s without torch, none of it used by ``render`` or
+#: ``validate``, which defer them while they import NeMo-Run (``deferred_imports``).
+NEMO_RUN_DEFERRED = ("leptonai", "paramiko", "fabric", "kubernetes", "requests", "networkx", "graphviz",
+                     "markdown_it", "libcst")
 
 
 def _import_nemo_run(defer: bool = False):

@@ -107,8 +107,9 @@ sys.exit(code)
 
 
 def test_render_defers_what_nemo_run_imports_for_other_executors_and_renders_the_same(tmp_path, nemorun_home):
-    """render imports NeMo-Run with Lepton's SDK, paramiko, fabric, kubernetes, networkx and libcst as
-    stand-ins (most of its import time): the manifests are the same as with everything imported."""
+    """render imports NeMo-Run with the packages of NEMO_RUN_DEFERRED (Lepton's SDK, paramiko, kubernetes,
+    libcst, ...) as stand-ins (most of its import time): the manifests are the same as with everything
+    imported."""
     (tmp_path / "train.py").write_text(TRAIN_PY)
     argv = ["render", "--factory", "kubeflow_tcpxo", "--set", "nodes=2", "--",
             *COMMAND]

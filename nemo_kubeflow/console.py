@@ -1,12 +1,14 @@
-"""``nemo-kubeflow``: render, validate and clean up nemo-kubeflow manifests from the shell.
+"""``nemo-kubeflow``: render and validate manifests, look after experiments' jobs and clean up, from the shell.
 
     nemo-kubeflow render --factory kubeflow_gpu --set nodes=2 -- python train.py --lr 0.1
     nemo-kubeflow validate manifests/*.yaml --template my_runtime.yaml.j2
+    nemo-kubeflow status pretrain_1795319744650370646
+    nemo-kubeflow logs pretrain_1795319744650370646 --follow
     nemo-kubeflow gc --all-namespaces --dry-run
     nemo-kubeflow gc --namespace team --experiment llama3-pretrain --older-than 7d
 
-``render`` and ``validate`` never contact a cluster. ``gc`` talks to one only through
-``cluster.KubernetesCluster``. Errors of this package are printed as one message (no
+``render`` and ``validate`` never contact a cluster. ``status``, ``watch``, ``logs`` and ``gc`` talk to
+one only through ``cluster.KubernetesCluster``. Errors of this package are printed as one message (no
 traceback) with exit code 2; ``validate`` exits 1 when it finds problems.
 """
 
@@ -649,6 +651,64 @@ def cmd_watch(args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
+def _select_tasks(tasks: list, wanted: Optional[Sequence[str]]) -> list:
+    """The tasks ``--task`` names (by index or by name), in the experiment's order; all without it."""
+    if not wanted:
+        return tasks
+    names = {str(index): index for index, *_ in tasks} | {job.id: index for index, job, *_ in tasks}
+    unknown = [w for w in wanted if w not in names]
+    if unknown:
+        choices = ", ".join(f"{index} ({job.id})" for index, job, *_ in tasks)
+        raise ConfigError(f"--task {unknown[0]}: the experiment has no such task; its tasks: {choices}")
+    chosen = {names[w] for w in wanted}
+    return [task for task in tasks if task[0] in chosen]
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """Print, or follow, the logs of an experiment's tasks: each line after ``<task>/<node>``, as
+    ``nemo experiment logs`` prints it, from a process that leaves torch out (``_import_nemo_run``):
+    about 470 MiB less than NeMo-Run's own command holds while it follows (benchmarks, `logs`)."""
+    import threading
+
+    exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-logs")
+    streams = []
+    for index, job, app_id, why_not in _select_tasks(tasks, args.task):
+        if app_id is None:
+            print(f"Task {index}: {job.id}: {why_not}", file=sys.stderr)
+            continue
+        desc = scheduler.describe(app_id)
+        if desc is None or not desc.roles:
+            print(f"Task {index}: {job.id}: TrainJob {app_id.replace(':', '/')} not found", file=sys.stderr)
+            continue
+        role = desc.roles[0]
+        streams += [(app_id, role.name, k) for k in range(role.num_replicas)]
+    if not streams:
+        raise ConfigError(f"experiment {exp._id}: no task of it has a TrainJob to read logs from")
+    printing = threading.Lock()
+
+    def show(app_id: str, role: str, k: int) -> None:
+        prefix = f"{role[-10:]}/{k} "  # NeMo-Run's prefix: the role cut to its last 10 characters
+        for line in scheduler.log_iter(app_id, role, k, should_tail=args.follow):
+            with printing:
+                sys.stdout.write(prefix + line)
+                sys.stdout.flush()
+
+    if not args.follow:
+        for stream in streams:
+            show(*stream)
+        return 0
+    # A thread per node, as NeMo-Run follows them; the scheduler's log follower reads them all with a
+    # fixed number of connections (logs.LOG_READERS).
+    threads = [threading.Thread(target=show, args=stream, daemon=True, name=f"follow-{stream[2]}")
+               for stream in streams]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)  # wakes for Ctrl-C
+    return 0
+
+
 # --- command line --------------------------------------------------------------------------
 
 
@@ -668,6 +728,15 @@ def _add_executor_options(parser: argparse.ArgumentParser) -> None:
         help="override an executor field, as run.executor.FIELD=VALUE would (nodes=2, tcpxo.nic_count=4, "
              "'tolerations=[]'); repeatable",
     )
+
+
+def _experiment_command(sub, func: Callable[[argparse.Namespace], int], summary: str,
+                        description: str) -> argparse.ArgumentParser:
+    """A subcommand about one NeMo-Run experiment, named after its function (``cmd_NAME``)."""
+    parser = sub.add_parser(func.__name__.removeprefix("cmd_"), help=summary, description=description)
+    parser.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
+    parser.set_defaults(func=func)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -701,26 +770,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_executor_options(validate)
     validate.set_defaults(func=cmd_validate)
 
-    status = sub.add_parser(
-        "status", help="say what each task of an experiment is doing, and why it failed",
-        description="For each task of a NeMo-Run experiment: its TrainJob, its state, and the reason (the "
-                    "failed rank and its exception, exit code or signal, the last lines of the node; or what "
-                    "a pending job waits for). Exit code 1 if a task failed.",
-    )
-    status.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
-    status.set_defaults(func=cmd_status)
+    _experiment_command(
+        sub, cmd_status, "say what each task of an experiment is doing, and why it failed",
+        "For each task of a NeMo-Run experiment: its TrainJob, its state, and the reason (the failed rank and its "
+        "exception, exit code or signal, the last lines of the node; or what a pending job waits for). Exit code 1 "
+        "if a task failed.")
 
-    watch = sub.add_parser(
-        "watch", help="look after an experiment's running tasks until they finish (for detached jobs)",
-        description="Describe each task of a NeMo-Run experiment every INTERVAL seconds and print each change "
-                    "of state or reason, until every task has finished (exit code 1 if one failed). While it "
-                    "looks, a job whose node failed it is moved off that node, as an attached run would do "
-                    "(docs/resilience.md#bad-nodes).",
-    )
-    watch.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
+    watch = _experiment_command(
+        sub, cmd_watch, "look after an experiment's running tasks until they finish (for detached jobs)",
+        "Describe each task of a NeMo-Run experiment every INTERVAL seconds and print each change of state or "
+        "reason, until every task has finished (exit code 1 if one failed). While it looks, a job whose node "
+        "failed it is moved off that node, as an attached run would do (docs/resilience.md#bad-nodes).")
     watch.add_argument("--interval", type=float, default=30.0, metavar="SECONDS",
                        help="seconds between looks (default 30)")
-    watch.set_defaults(func=cmd_watch)
+
+    logs = _experiment_command(
+        sub, cmd_logs, "print or follow the logs of an experiment's tasks",
+        "Print the log of every node of each task of a NeMo-Run experiment, each line after <task>/<node> as "
+        "`nemo experiment logs` prints it; with --follow, follow them until the jobs end, across gang restarts. "
+        "Lighter than NeMo-Run's command: torch is not imported.")
+    logs.add_argument("--task", "-t", action="append", metavar="INDEX_OR_NAME",
+                      help="only this task, by index or name (repeatable; default: every task)")
+    logs.add_argument("--follow", "-f", action="store_true", help="follow the logs until the jobs end")
 
     gc = sub.add_parser(
         "gc", help="delete finished TrainJobs and rendered runtimes that no TrainJob references",

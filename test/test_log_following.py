@@ -236,3 +236,37 @@ def test_a_container_restarted_in_place_is_followed_on(local, tmp_path):
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 1  # the same pod: restarted in place
     assert any(r.query.get("follow") == "true" for r in log_requests(local, name))
     cluster.delete(CLUSTER_RUNTIME_KIND, "restart-in-place")
+
+
+def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix(local, console_script):
+    """`nemo-kubeflow logs EXP -f`, in its own process (no torch): every line of every node of each task
+    once, after `<task>/<node>`; then, the jobs done, a plain read, one task chosen by name or index."""
+    import subprocess
+
+    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, shm_size=None,
+                                kubeconfig=str(local.kubeconfig_path))
+    single = executor.clone()
+    single.nodes = 1
+    with run.Experiment("logscmd", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline='sleep 1; for i in 1 2 3; do echo "pair $PET_NODE_RANK $i"; sleep 0.2; done'),
+                name="pair")
+        exp.add(run.Script(inline='sleep 1; echo "solo line"'), name="solo", executor=single)
+        exp.run(detach=True, sequential=False)
+        exp_id = exp._id
+    tool = console_script("nemo-kubeflow")
+    followed = subprocess.run([tool, "logs", exp_id, "--follow"], capture_output=True, text=True, timeout=120)
+    assert followed.returncode == 0, followed.stderr
+    lines = followed.stdout.splitlines()
+    expected = [f"pair/{k} pair {k} {i}" for k in (0, 1) for i in (1, 2, 3)] + ["solo/0 solo line"]
+    assert sorted(lines) == sorted(expected), followed.stdout
+    # each node's lines in the order it printed them
+    assert [line for line in lines if line.startswith("pair/1 ")] == [f"pair/1 pair 1 {i}" for i in (1, 2, 3)]
+
+    for wanted in ("solo", "1"):
+        read = subprocess.run([tool, "logs", exp_id, "--task", wanted], capture_output=True, text=True, timeout=120)
+        assert read.returncode == 0, read.stderr
+        assert read.stdout.splitlines() == ["solo/0 solo line"]
+    wrong = subprocess.run([tool, "logs", exp_id, "--task", "train"], capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == ("nemo-kubeflow: error: --task train: the experiment has no such task; its tasks: "
+                                    "0 (pair), 1 (solo)")

@@ -124,6 +124,8 @@ SCALE_BATCH = 0.1  # seconds between the emitter's writes (each line carries its
 _FOLLOWER = r"""
 import array, json, os, sys, threading, time
 nodes, lines, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+from nemo_kubeflow.console import _import_nemo_run
+_import_nemo_run()  # as `nemo-kubeflow logs` imports it: without torch
 from nemo_kubeflow.scheduler import create_scheduler
 print("ready", flush=True)
 app_id = sys.stdin.readline().strip()  # imports done before the job starts: lag measures following only
@@ -225,6 +227,26 @@ def _follow_scale(ctx, nodes: int, seconds: int) -> dict:
     return report
 
 
+_RSS_AFTER_IMPORT = """
+import sys
+if sys.argv[1] == "without":
+    from nemo_kubeflow.console import _import_nemo_run
+    _import_nemo_run()
+from nemo_kubeflow.scheduler import create_scheduler
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024)
+"""
+
+
+def _torch_import_mib() -> float:
+    """What importing NeMo-Run as NeMo-Run's own commands do (torch included) adds to a follower."""
+    def rss(how: str) -> float:
+        out = subprocess.run([sys.executable, "-W", "ignore", "-c", _RSS_AFTER_IMPORT, how], capture_output=True,
+                             text=True, timeout=300, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
+    return rss("with") - rss("without")
+
+
 def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
@@ -233,6 +255,7 @@ def scale(ctx):
     from nemo_kubeflow.logs import LOG_READERS
 
     sizes, seconds = ((8, 32), 6) if ctx.quick else ((8, 32, 128), 12)
+    torch_mib = _torch_import_mib()
     rows = []
     with nemorun_home():
         for nodes in sizes:
@@ -246,10 +269,11 @@ def scale(ctx):
                               f"load {load}")
             yield Metric(f"scale {nodes} nodes: log lag p99 (printed -> received, once attached)", r["p99"] * 1000,
                          None, "ms", at_most=2000, note=f"p50 {r['p50'] * 1000:,.0f} ms, max {r['max'] * 1000:,.0f} ms")
-            yield Metric(f"scale {nodes} nodes: follower memory growth (RSS while following - before)", growth_rss,
-                         None, "MiB", at_most=300,
-                         note=f"peak RSS {r['peak']['rss']:,.0f} MiB, {r['before']['rss']:,.0f} MiB of it after "
-                              "importing nemo_run (which imports torch)")
+            yield Metric(f"scale {nodes} nodes: follower memory, peak RSS", r["peak"]["rss"], None, "MiB",
+                         at_most=300,
+                         note=f"{growth_rss:,.0f} MiB while following, {r['before']['rss']:,.0f} MiB before (NeMo-Run "
+                              f"imported as `nemo-kubeflow logs` does, without torch; with torch, as `nemo experiment "
+                              f"logs` does, {torch_mib:,.0f} MiB more)")
             yield Metric(f"scale {nodes} nodes: log reader threads (and connections) of ours", r["peak"]["readers"],
                          None, "", at_most=LOG_READERS,
                          note=f"sockets {r['peak']['sockets']} peak ({r['before']['sockets']} before); threads "

@@ -680,8 +680,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if desc is None or not desc.roles:
             print(f"Task {index}: {job.id}: TrainJob {app_id.replace(':', '/')} not found", file=sys.stderr)
             continue
-        role = desc.roles[0]
-        streams += [(app_id, role.name, k) for k in range(role.num_replicas)]
+        # named after the task, as its TrainJob's role is (which a TrainJob cleaned up no longer tells)
+        streams += [(app_id, job.id, k) for k in range(desc.roles[0].num_replicas)]
     if not streams:
         raise ConfigError(f"experiment {exp._id}: no task of it has a TrainJob to read logs from")
     printing = threading.Lock()

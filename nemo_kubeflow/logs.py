@@ -9,6 +9,7 @@ newest pod across gang restarts until the job ends.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import logging
 import os
 import queue
@@ -537,7 +538,9 @@ def save_node_logs(cluster: Cluster, namespace: str, pods: dict[int, dict], dire
 
 
 def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
-    """Pass ``lines`` through, appending each to ``path`` (the node's log next to the job)."""
+    """Pass ``lines`` through, appending each to ``path`` (the node's log next to the job). One writer at
+    a time (an exclusive lock on the file): a second follower of the node, in this process or another
+    (the submitting run and ``nemo-kubeflow logs -f``), passes its lines through without writing them twice."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         out = open(path, "a")
@@ -546,10 +549,29 @@ def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
         yield from lines
         return
     with out:
+        try:
+            fcntl.flock(out, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield from lines  # another follower is writing this file
+            return
         for line in lines:
             out.write(line)
             out.flush()
             yield line
+
+
+def kept_node_log(job_dir: str, index: int) -> list[str]:
+    """The log a follower or a failure summary kept of node ``index`` next to the job (``node_log_path``),
+    after a line saying where it comes from; none when there is no such file."""
+    path = node_log_path(job_dir, index)
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return [f"--- node {index} has no pod to read; the log kept in {path}:\n", *lines]
 
 
 #: Lines of each node kept in memory while a job is watched (``NodeLogKeeper``).

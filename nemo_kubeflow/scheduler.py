@@ -34,7 +34,7 @@ from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TR
 from nemo_kubeflow.diagnosis import InJobRestarts, JobView, Restarts, keeper_in_job_restarts, why_failed, why_waiting
 from nemo_kubeflow.errors import ClusterError, ConfigError
 from nemo_kubeflow.executor import KubeflowExecutor
-from nemo_kubeflow.logs import NodeLogKeeper, node_log_lines, node_log_path, tee_to_file
+from nemo_kubeflow.logs import NodeLogKeeper, kept_node_log, node_log_lines, node_log_path, tee_to_file
 from nemo_kubeflow.status import (
     job_status,
     owned_workload,
@@ -367,6 +367,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         if should_tail and record is not None and record.job_dir:
             # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
             lines = tee_to_file(lines, node_log_path(record.job_dir, k))
+        elif not should_tail and record is not None and record.job_dir:
+            # A finished job cleaned up (its TTL, gc, a failure that deleted the pods): what was kept.
+            lines = list(lines) or kept_node_log(record.job_dir, k)
         return filter_regex(regex, lines) if regex else lines
 
     def _cancel_existing(self, app_id: str) -> None:

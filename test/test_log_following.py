@@ -15,6 +15,8 @@ from nemo_kubeflow import KubeflowExecutor, PVCMount
 from nemo_kubeflow.logs import LOG_READERS
 from nemo_kubeflow.scheduler import create_scheduler
 
+from polling import wait_for
+
 
 def submit(local, name, script, nodes=2, **kw):
     executor = KubeflowExecutor(container_image="python:3.11", nodes=nodes, shm_size=None,
@@ -270,3 +272,38 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
     assert wrong.returncode == 2
     assert wrong.stderr.strip() == ("nemo-kubeflow: error: --task train: the experiment has no such task; its tasks: "
                                     "0 (pair), 1 (solo)")
+
+    # The jobs cleaned up (a TTL, gc): the logs the follower kept next to each job, each line once.
+    from nemo_kubeflow.cluster import KubernetesCluster
+    from nemo_kubeflow.constants import TRAINJOB_KIND
+
+    cluster = KubernetesCluster(str(local.kubeconfig_path))
+    for job in exp.jobs:
+        namespace, name = parse_app_handle(job.handle)[2].split(":", 1)
+        cluster.delete(TRAINJOB_KIND, name, namespace)
+    wait_for(lambda: not cluster.list("Pod", "default"), timeout=60, what="the pods to go")
+    kept = subprocess.run([tool, "logs", exp_id, "--task", "pair"], capture_output=True, text=True, timeout=120)
+    assert kept.returncode == 0, kept.stderr
+    job_dir = exp.jobs[0].executor.job_dir
+    assert kept.stdout.splitlines() == [
+        line for k in (0, 1) for line in (f"pair/{k} --- node {k} has no pod to read; the log kept in "
+                                          f"{job_dir}/logs/node-{k}.log:",
+                                          *(f"pair/{k} pair {k} {i}" for i in (1, 2, 3)))]
+
+
+def test_two_followers_of_a_node_keep_its_log_once(local):
+    """The submitting run and `nemo-kubeflow logs -f` may follow the same node: one of them writes the
+    node's log next to the job (a lock on the file), so it holds each line once."""
+    from nemo_kubeflow import records
+    from nemo_kubeflow.logs import node_log_path
+
+    app_id = submit(local, "twice", NUMBERED.format(n=40), nodes=1)
+    received = [{0: []}, {0: []}]
+    others = threading.Thread(target=follow_all, args=(app_id, "twice", 1, received[1]), daemon=True)
+    others.start()
+    follow_all(app_id, "twice", 1, received[0])
+    others.join(60)
+    assert received[0][0] == received[1][0] == numbered(40)
+    record = records.load(*records.parse_app_id(app_id))
+    with open(node_log_path(record.job_dir, 0)) as f:
+        assert f.readlines() == numbered(40)

@@ -28,13 +28,11 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_t
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 
-from nemo_kubeflow import finished_jobs, interrupt, node_avoidance, records, yamlio
+from nemo_kubeflow import finished_jobs, interrupt, records, yamlio
 from nemo_kubeflow.cluster import Cluster, KubernetesCluster
 from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND
-from nemo_kubeflow.diagnosis import InJobRestarts, JobView, Restarts, keeper_in_job_restarts, why_failed, why_waiting
 from nemo_kubeflow.errors import ClusterError, ConfigError
 from nemo_kubeflow.executor import KubeflowExecutor
-from nemo_kubeflow.logs import NodeLogKeeper, kept_node_log, node_log_lines, node_log_path, tee_to_file
 from nemo_kubeflow.status import (
     job_status,
     owned_workload,
@@ -45,10 +43,13 @@ from nemo_kubeflow.status import (
 )
 
 if TYPE_CHECKING:
+    from nemo_kubeflow.diagnosis import InJobRestarts, JobView, Restarts
+    from nemo_kubeflow.logs import NodeLogKeeper
     from nemo_kubeflow.plan import Submission
 
 # The build and apply half (plan, manifests, validation, submit) is imported where it is used:
-# `nemo experiment status|logs|cancel` never needs it (bench_imports times both halves).
+# `nemo experiment status|logs|cancel` never needs it (bench_imports times both halves). So are
+# diagnosis, node_avoidance and logs, which a submission never needs (the first task of a process).
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
 
     # --- observe ---------------------------------------------------------------------
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        from nemo_kubeflow import node_avoidance
+        from nemo_kubeflow.diagnosis import JobView, why_failed, why_waiting
+
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
@@ -248,6 +252,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
 
     def _view(self, app_id: str, cluster: Cluster, trainjob: dict) -> JobView:
         """The job's pods (one read), noting how each gang attempt's failed pod ended while it is at hand."""
+        from nemo_kubeflow.diagnosis import JobView
+
         view = JobView.read(cluster, trainjob)
         seen = self._failures_seen.setdefault(app_id, {})
         for attempt, how in view.failures_by_attempt().items():
@@ -258,6 +264,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
         the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
         from node 0's last lines, one log read, for a job that runs ft_launcher only."""
+        from nemo_kubeflow.diagnosis import keeper_in_job_restarts
+
         keeper = self._keepers.get(app_id)
         in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
             view.in_job_restarts_of_node_0() if view.runs_ft_launcher() else None
@@ -271,6 +279,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         call does not), keep every node's last lines, for the failure summary (``NodeLogKeeper``)."""
         self._running_seen[app_id] = self._running_seen.get(app_id, 0) + 1
         if self._running_seen[app_id] >= 2 and app_id not in self._keepers:
+            from nemo_kubeflow.logs import NodeLogKeeper
+
             self._keepers[app_id] = NodeLogKeeper(cluster, namespace, name, nodes, os.path.join(job_dir, "logs"))
 
     def _report_failure(self, app_id: str, message: str) -> None:
@@ -359,6 +369,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
+        from nemo_kubeflow.logs import kept_node_log, node_log_lines, node_log_path, tee_to_file
+
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)

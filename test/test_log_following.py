@@ -277,11 +277,14 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
     from nemo_kubeflow.cluster import KubernetesCluster
     from nemo_kubeflow.constants import TRAINJOB_KIND
 
+    from nemo_kubeflow.logs import node_selector
+
     cluster = KubernetesCluster(str(local.kubeconfig_path))
-    for job in exp.jobs:
-        namespace, name = parse_app_handle(job.handle)[2].split(":", 1)
-        cluster.delete(TRAINJOB_KIND, name, namespace)
-    wait_for(lambda: not cluster.list("Pod", "default"), timeout=60, what="the pods to go")
+    names = [parse_app_handle(job.handle)[2].split(":", 1)[1] for job in exp.jobs]
+    for name in names:
+        cluster.delete(TRAINJOB_KIND, name, "default")
+    wait_for(lambda: not any(cluster.list("Pod", "default", node_selector(name)) for name in names), timeout=60,
+             what="the pods of both jobs to go")
     kept = subprocess.run([tool, "logs", exp_id, "--task", "pair"], capture_output=True, text=True, timeout=120)
     assert kept.returncode == 0, kept.stderr
     job_dir = exp.jobs[0].executor.job_dir

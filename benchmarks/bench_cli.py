@@ -27,7 +27,7 @@ TARGET_MS = 500
 RENDER_TARGET_MS = 1000
 
 #: What the ``nemo-kubeflow`` console script runs.
-_CONSOLE_SCRIPT = "import sys\nfrom nemo_kubeflow.console import main\nsys.exit(main())"
+_CONSOLE_SCRIPT = "import sys\nfrom nemo_kubeflow.cli.main import main\nsys.exit(main())"
 
 
 #: NeMo-Run's import as ``render`` does it: without torch (see ``console._import_nemo_run``).

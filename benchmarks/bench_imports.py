@@ -29,9 +29,9 @@ SUBMISSION_TARGET_MS = 150
 STATEMENTS = (
     ("import nemo_kubeflow", "import nemo_kubeflow"),
     ("+ from nemo_kubeflow import KubeflowExecutor", "from nemo_kubeflow import KubeflowExecutor"),
-    ("+ import nemo_kubeflow.scheduler", "import nemo_kubeflow.scheduler"),
+    ("+ import nemo_kubeflow.nemo_run.scheduler", "import nemo_kubeflow.nemo_run.scheduler"),
     ("+ the submission path (manifests, plan, validation, submit)",
-     "import nemo_kubeflow.manifests, nemo_kubeflow.plan, nemo_kubeflow.validation, nemo_kubeflow.submit"),
+     "import nemo_kubeflow.build.manifests, nemo_kubeflow.build.plan, nemo_kubeflow.schema.validation, nemo_kubeflow.cluster.submit"),
 )
 
 NOTES = {
@@ -93,7 +93,7 @@ def run(ctx):
         with cpu_hog() if loaded else contextlib.nullcontext(0) as hogs:
             samples = [_cumulative_ms() for _ in range(runs)]
         where = f", beside {hogs} busy loops (loaded)" if hogs else ""
-        for i, (name, statement) in enumerate(STATEMENTS):
+        for i, (name, _statement) in enumerate(STATEMENTS):
             yield Metric(f"{name}, after import nemo_run{where}", median(s[i] for s in samples), 0, "ms",
                          at_most=TARGET_MS if i < 3 else SUBMISSION_TARGET_MS,
                          note=NOTES.get(i, "") + f"cumulative; median of {runs} fresh processes; baseline ships in nemo_run")

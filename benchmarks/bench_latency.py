@@ -17,8 +17,22 @@ import threading
 import time
 from collections import defaultdict
 
-from harness import (REPO, Detail, Metric, TaskSubmitter, cpu_hog, in_fresh_process, interleaved, launch, median,
-                     nemorun_home, ours, stopwatch, table, upstream)
+from harness import (
+    REPO,
+    Detail,
+    Metric,
+    TaskSubmitter,
+    cpu_hog,
+    in_fresh_process,
+    interleaved,
+    launch,
+    median,
+    nemorun_home,
+    ours,
+    stopwatch,
+    table,
+    upstream,
+)
 
 NAME = "latency"
 #: Our submission's time is judged against the baseline's bare TrainJob create: experiments of 10 and
@@ -140,8 +154,8 @@ def _serialization(variants) -> Metric:
             return t[0]
         return median(once() for _ in range(30)) * 1000
 
-    from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
-    from nemo_kubeflow.initializers import InitializerSettings
+    from nemo_kubeflow.build.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+    from nemo_kubeflow.build.initializers import InitializerSettings
 
     mine = variants["ours"]()
     # For scale: every nested settings object set (they default to None, the class defaults).
@@ -190,7 +204,12 @@ print(json.dumps({"import": imported[0], "dryrun": dry, "schedule": sched, "firs
 
 def _stages():
     """(label, owner, attribute, depth): the functions timed, nested as they call each other."""
-    from nemo_kubeflow import cluster, executor, manifests, packaging, plan, records, scheduler, submit, validation
+    from nemo_kubeflow.build import manifests, packaging, plan
+    from nemo_kubeflow.cluster import client as cluster
+    from nemo_kubeflow.cluster import records, submit
+    from nemo_kubeflow.config import executor
+    from nemo_kubeflow.nemo_run import scheduler
+    from nemo_kubeflow.schema import validation
 
     # The scheduler imports plan, validation and submit where it uses them: patch those modules.
 

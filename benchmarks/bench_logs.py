@@ -11,16 +11,14 @@ same host clock.
 
 from __future__ import annotations
 
-import threading
-import time
-
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
-from harness import (BENCH_DIR, NAMESPACE, WORKLOAD_FILE, Detail, Metric, launch, median, nemorun_home, ours,
-                     percentile)
+from harness import BENCH_DIR, NAMESPACE, WORKLOAD_FILE, Detail, Metric, launch, median, nemorun_home, ours, percentile
 
 NAME = "logs"
 PROCS_PER_NODE = 8
@@ -124,9 +122,9 @@ SCALE_BATCH = 0.1  # seconds between the emitter's writes (each line carries its
 _FOLLOWER = r"""
 import array, json, os, sys, threading, time
 nodes, lines, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-from nemo_kubeflow.console import _import_nemo_run
+from nemo_kubeflow.cli.main import _import_nemo_run
 _import_nemo_run()  # as `nemo-kubeflow logs` imports it: without torch
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 print("ready", flush=True)
 app_id = sys.stdin.readline().strip()  # imports done before the job starts: lag measures following only
 
@@ -230,9 +228,9 @@ def _follow_scale(ctx, nodes: int, seconds: int) -> dict:
 _RSS_AFTER_IMPORT = """
 import sys
 if sys.argv[1] == "without":
-    from nemo_kubeflow.console import _import_nemo_run
+    from nemo_kubeflow.cli.main import _import_nemo_run
     _import_nemo_run()
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024)
 """
 
@@ -252,7 +250,7 @@ def _load() -> str:
 
 
 def scale(ctx):
-    from nemo_kubeflow.logs import LOG_READERS
+    from nemo_kubeflow.observe.logs import LOG_READERS
 
     sizes, seconds = ((8, 32), 6) if ctx.quick else ((8, 32, 128), 12)
     torch_mib = _torch_import_mib()

@@ -145,20 +145,20 @@ def _stdlib_sample(limit: int = 20 * MiB) -> list[bytes]:
 
 
 def _bundle(pairs, prefix: str = "code/"):
-    from nemo_kubeflow.packaging import BundleFile
+    from nemo_kubeflow.build.packaging import BundleFile
 
     return [BundleFile(path=prefix + rel, data=data) for rel, data in pairs]
 
 
 def _build(files, mode: str = "auto", max_shards: int = 16, mount_path: str = "/nemo_run"):
-    from nemo_kubeflow.packaging import build_code_package
+    from nemo_kubeflow.build.packaging import build_code_package
 
     return build_code_package(files, name="bench-code", namespace="default", mode=mode, max_shards=max_shards,
                               mount_path=mount_path)
 
 
 def _compressed_bytes(package) -> int:
-    from nemo_kubeflow.packaging import SHARD_KEY
+    from nemo_kubeflow.build.packaging import SHARD_KEY
 
     return sum(len(base64.b64decode(cm["binaryData"][SHARD_KEY])) for cm in package.configmaps)
 
@@ -193,7 +193,7 @@ def _largest_fitting(tree: SyntheticTree, estimate: int, tolerance: float) -> tu
 def _unpack_times(package, files, workdir: Path, repeat: int) -> dict[str, list[float]]:
     """Run the sharded prologue with bash against materialised shard files, as the pod does;
     baseline: ``tar -xzf`` of the same archive."""
-    from nemo_kubeflow import packaging
+    from nemo_kubeflow.build import packaging
 
     bundle_root = Path(packaging.BUNDLE_MOUNT_ROOT)
     parts = []
@@ -230,7 +230,8 @@ def _unpack_times(package, files, workdir: Path, repeat: int) -> dict[str, list[
 
 
 def run(ctx):
-    from nemo_kubeflow import ConfigMapPackager, packaging
+    from nemo_kubeflow import ConfigMapPackager
+    from nemo_kubeflow.build import packaging
 
     count, target_bytes = (1000, 4 * MiB) if ctx.quick else (5000, 20 * MiB)
     tree = SyntheticTree()

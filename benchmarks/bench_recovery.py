@@ -96,6 +96,7 @@ def _kill_one_rank(ctx, variant: str) -> dict:
     """Run the workload with ``variant`` ("warm", "ft" or "gang"), SIGKILL rank 1 once it is warm, and
     return what happened: ``recovery`` (seconds, ``None`` on a timeout), steps redone, pods."""
     import nemo_run as run
+
     from nemo_kubeflow import ConfigMapPackager
 
     out = Path(tempfile.mkdtemp(prefix=f"recovery-{variant}-", dir=ctx.workdir))
@@ -183,6 +184,7 @@ def _preempt_once(ctx, grace: int) -> dict:
     are gone; return steps run twice and the times of each phase (``None`` on a timeout)."""
     import nemo_run as run
     from kubernetes import client
+
     from nemo_kubeflow import ConfigMapPackager
 
     sys.path.insert(0, str(EXAMPLE_DIR))

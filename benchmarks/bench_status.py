@@ -6,10 +6,8 @@ import json
 import os
 import time
 
+from harness import Metric, in_fresh_process, launch, median, nemorun_home, ours, quick_task, quiet, stopwatch, upstream
 from torchx.schedulers import get_scheduler_factories
-
-from harness import (Metric, in_fresh_process, launch, median, nemorun_home, ours, quick_task, quiet, stopwatch,
-                     upstream)
 
 NAME = "status"
 #: Jobs of the largest ``exp.status()`` (full run only).

@@ -240,7 +240,7 @@ class _ClusterService:
         self._cluster = None
 
     def start(self, workdir: str) -> str:
-        from nemo_kubeflow.local import LocalCluster
+        from nemo_kubeflow_local import LocalCluster
 
         self._cluster = LocalCluster(workdir).start()
         return str(self._cluster.kubeconfig_path)

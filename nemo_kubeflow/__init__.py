@@ -1,20 +1,25 @@
 """nemo_kubeflow: run NeMo-Run experiments on Kubernetes through Kubeflow Trainer v2.
 
 Names are imported on first use (PEP 562), so ``import nemo_kubeflow`` and the local
-cluster (``python -m nemo_kubeflow.local``) don't pay for importing NeMo-Run. Using
-``KubeflowExecutor`` imports ``nemo_kubeflow.executor``, which registers it with NeMo-Run;
+cluster (``python -m nemo_kubeflow_local``) don't pay for importing NeMo-Run. Using
+``KubeflowExecutor`` imports ``nemo_kubeflow.config.executor``, which registers it with NeMo-Run;
 so does fiddle when it rebuilds a saved experiment.
 """
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
 from importlib import import_module
-from typing import Any
+from types import ModuleType
+from typing import Any, Optional
 
 _EXPORTS = {
-    "KubeflowExecutor": "nemo_kubeflow.executor",
-    "PVCMount": "nemo_kubeflow.executor",
-    "SecretMount": "nemo_kubeflow.executor",
-    "TCPXOConfig": "nemo_kubeflow.executor",
-    "ConfigMapPackager": "nemo_kubeflow.packaging",
+    "KubeflowExecutor": "nemo_kubeflow.config.executor",
+    "PVCMount": "nemo_kubeflow.config.executor",
+    "SecretMount": "nemo_kubeflow.config.executor",
+    "TCPXOConfig": "nemo_kubeflow.config.executor",
+    "ConfigMapPackager": "nemo_kubeflow.build.packaging",
     "AdmissionDeniedError": "nemo_kubeflow.errors",
     "ClusterError": "nemo_kubeflow.errors",
     "ConfigError": "nemo_kubeflow.errors",
@@ -40,3 +45,32 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(list(globals()) + __all__)
+
+
+#: Modules of the flat layout (before 0.2) whose names live on outside this package: experiments
+#: NeMo-Run saved name their executor and packager classes by module (fiddle), and `nemo` command
+#: lines name factories (``nemo_kubeflow.factories.kubeflow_gpu``). Each imports as its new module.
+_MOVED = {
+    "nemo_kubeflow.executor": "nemo_kubeflow.config.executor",
+    "nemo_kubeflow.factories": "nemo_kubeflow.config.factories",
+    "nemo_kubeflow.packaging": "nemo_kubeflow.build.packaging",
+    "nemo_kubeflow.fabrics": "nemo_kubeflow.build.fabrics",
+    "nemo_kubeflow.initializers": "nemo_kubeflow.build.initializers",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a module's old name as the module itself (one object under two names)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+        return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return import_module(_MOVED[spec.name])
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module ran when it was imported under its own name."""
+
+
+if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())

@@ -5,6 +5,8 @@ A value the Trainer controller, JobSet, Kueue or the API server hard-codes is mi
 the comment says where it comes from. Every module imports them from here.
 """
 
+from typing import Optional
+
 # --- Kubeflow Trainer API ---------------------------------------------------
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_VERSION = "v1alpha1"
@@ -102,6 +104,10 @@ RUNTIME_HASH_LABEL = f"{LABEL_PREFIX}/runtime-hash"
 BUNDLE_HASH_ANNOTATION = f"{LABEL_PREFIX}/bundle-hash"
 #: A random id per submission, to recognise our own TrainJob when a lost create is retried.
 SUBMISSION_ANNOTATION = f"{LABEL_PREFIX}/submission-id"
+#: On the TrainJob: the nodes avoided and why, and a move in progress (JSON; repair/node_avoidance.py).
+NODE_AVOIDANCE_ANNOTATION = f"{LABEL_PREFIX}/node-avoidance"
+#: The annotation's value when the executor says ``avoid_failed_nodes=False``.
+NODE_AVOIDANCE_OFF = "off"
 
 # --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -112,6 +118,12 @@ WORKLOAD_KIND = "Workload"
 #: The LocalQueue of a job. Kueue's webhook suspends a TrainJob that carries it, creates a
 #: Workload owned by it, and unsuspends it on admission.
 QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+
+
+def queue_name(trainjob: Optional[dict]) -> str:
+    """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
+    return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")
+
 #: The WorkloadPriorityClass of a job.
 PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
 

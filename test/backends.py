@@ -11,8 +11,8 @@ from kubernetes.config import new_client_from_config
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
-from nemo_kubeflow.scheduler import create_scheduler
-from nemo_kubeflow.steps import step_selector
+from nemo_kubeflow.build.steps import step_selector
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 # Where each kind of object lives on an API server (the real one has no `objects()` back door).
 API_PATHS = {

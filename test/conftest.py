@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from nemo_run.config import get_nemorun_home, set_nemorun_home
 
-from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow_local import LocalCluster
 
 NO_TORCH = "torch is not installed: pip install torch==2.13.0"
 
@@ -136,7 +136,7 @@ NODE_FAULT_TAINT = {"key": "nemo-kubeflow.test/node-fault", "value": "broken", "
 
 @pytest.fixture(scope="module")
 def node_agent(real_control_plane, tmp_path_factory):
-    from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
+    from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
     serving = real_control_plane.certs.issue("node-agent", "nemo-kubeflow-node-agent")
     nodes = [NodeSpec(name, cpu="8", memory="32Gi") for name in AGENT_NODES]

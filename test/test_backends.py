@@ -8,18 +8,17 @@ run showed that the emulation does not is listed in docs/local-cluster.md ("What
 import json
 
 import nemo_run as run
+import workloads
+from backends import app_id_of, logs, wait_for
 from kubeflow.trainer import HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
 from kubernetes import client
 from kubernetes.config import new_client_from_config
 from torchx.specs import AppState
 
-import workloads
-from backends import app_id_of, logs, wait_for
 from nemo_kubeflow import ConfigMapPackager, PVCMount
-from nemo_kubeflow import initializers as inits
-from nemo_kubeflow.local import initializer as local_initializer
-from nemo_kubeflow.scheduler import create_scheduler
-
+from nemo_kubeflow.build import initializers as inits
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow_local.kubelet import initializer_image as local_initializer
 
 # ---------------------------------------------------------------- (1) script and inline tasks
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import nemo_run as run
 import pytest
-from torchx.specs import AppState
-
 import workloads
 from backends import app_id_of, trainjob_of, wait_for
+from torchx.specs import AppState
+
 from nemo_kubeflow import ConfigMapPackager
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.node_avoidance import PATCH_MANAGER
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.repair.node_avoidance import PATCH_MANAGER
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "kubeflow"
 

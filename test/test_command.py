@@ -11,8 +11,8 @@ import pytest
 from nemo_run.run.torchx_backend.components import ft_launcher as nr_ft_launcher
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 
-from nemo_kubeflow.command import build_launch, split_torchrun_args
-from nemo_kubeflow.executor import KubeflowExecutor
+from nemo_kubeflow.build.command import build_launch, split_torchrun_args
+from nemo_kubeflow.config.executor import KubeflowExecutor
 
 PET = {
     "PET_NNODES": "2",
@@ -188,7 +188,7 @@ def test_moved_workspace_rewrites_nemo_run_paths():
 def test_ft_launcher_with_worker_preload_runs_inside_warm_start(fake_bin, tmp_path):
     """worker_preload and rendezvous_poll_seconds: the script writes warm_start.py into the pod (bash builtins
     only) and runs ft_launcher through it with the same flags; ``-m`` becomes warm_start's ``--module``."""
-    from nemo_kubeflow import warm_start
+    from nemo_kubeflow.pod import warm_start
 
     (fake_bin / "python3").write_text((fake_bin / "python").read_text().replace("'python'", "'python3'"))
     (fake_bin / "python3").chmod(0o755)

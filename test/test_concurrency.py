@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow_local import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def test_killed_mid_submission_leaves_an_inert_job_that_nothing_trips_over(local
     assert len(names) == 2 and orphan["metadata"]["name"] in names
 
     # And the leftover is one delete away from nothing: its owned objects go with it.
-    from nemo_kubeflow.cluster import KubernetesCluster
+    from nemo_kubeflow.cluster.client import KubernetesCluster
 
     KubernetesCluster(kubeconfig=str(local.kubeconfig_path)).delete("TrainJob", orphan["metadata"]["name"], "default")
     local.wait_for(lambda: not [o for kind in ("configmaps", "secrets") for o in local.objects(kind, "default")

@@ -15,19 +15,19 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import nemo_run as run
 import pytest
+import workloads
 import yaml
+from polling import wait_for
 from torchx.specs import parse_app_handle
 
-import workloads
-from polling import wait_for
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
-from nemo_kubeflow import initializers as inits
-from nemo_kubeflow.command import RANK_PREFIX_EXPORT
-from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow.build import initializers as inits
+from nemo_kubeflow.build.command import RANK_PREFIX_EXPORT
+from nemo_kubeflow_local import LocalCluster
 
 DATA = Path(__file__).parent / "data" / "real-trainer"
 UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -12,9 +12,9 @@ import nemo_run as run
 import pytest
 import yaml
 
-from nemo_kubeflow import console
-from nemo_kubeflow.cluster import KubernetesCluster
-from nemo_kubeflow.validation import validate_manifest
+from nemo_kubeflow.cli import main as console
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.schema.validation import validate_manifest
 
 TRAIN_PY = "print('training')\n"
 COMMAND = ["python", "train.py", "--lr", "0.1"]
@@ -98,7 +98,7 @@ def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home, c
 
 _RENDER_AND_REPORT_IMPORTS = """
 import json, sys
-from nemo_kubeflow.console import NEMO_RUN_DEFERRED, main
+from nemo_kubeflow.cli.main import NEMO_RUN_DEFERRED, main
 code = main(sys.argv[1:])
 imported = sorted({name.partition(".")[0] for name in sys.modules} & set(NEMO_RUN_DEFERRED))
 print(json.dumps(imported), file=sys.stderr)

@@ -31,7 +31,7 @@ WHERE = xmlrpc.__file__
 
 CHECK = """
 import importlib, json, sys
-from nemo_kubeflow.deferred_imports import DeferredImportError, StandInModule, import_deferring
+from nemo_kubeflow.nemo_run.deferred_imports import DeferredImportError, StandInModule, import_deferring
 if {preload}:
     import xmlrpc.client
 module = import_deferring("{module}", ["xmlrpc"])

@@ -61,13 +61,17 @@ def test_architecture_names_every_module_and_no_other():
     that is gone, in its list or in its diagram."""
     text = (DOCS / "architecture.md").read_text()
     package = REPO / "nemo_kubeflow"
-    modules = {p.relative_to(package).as_posix() for p in [*package.glob("*.py"), *package.glob("local/*.py")]}
-    listed = re.findall(r"^- `((?:local/)?[\w]+\.py)`: \S", text, re.M)
+    # Product modules relative to the package, the local cluster's and the tools' from the repository root;
+    # an empty __init__.py (a subpackage's) is no module to describe.
+    files = [(p, p.relative_to(package)) for p in package.rglob("*.py")]
+    files += [(p, p.relative_to(REPO)) for root in ("nemo_kubeflow_local", "tools") for p in (REPO / root).rglob("*.py")]
+    modules = {name.as_posix() for p, name in files if p.name != "__init__.py" or p.read_text().strip()}
+    listed = re.findall(r"^- `([\w/]+\.py)`: \S", text, re.M)
     assert sorted(modules - set(listed)) == [], "add a line for these modules to docs/architecture.md"
     assert sorted(set(listed) - modules) == [], "docs/architecture.md lists modules that do not exist"
     assert len(listed) == len(set(listed)), "docs/architecture.md lists a module twice"
     diagram = "\n".join(fenced(text, ""))
-    named = set(re.findall(r"(?<![\w/.])((?:local/)?[a-z_]+\.py)\b", diagram))
+    named = set(re.findall(r"(?<![\w/.])([a-z_/]+\.py)\b", diagram))
     assert named and sorted(named - modules) == [], "the diagram of docs/architecture.md names missing modules"
 
 
@@ -82,8 +86,8 @@ def test_getting_started_runs_the_readme_commands():
 
 def test_every_template_variable_is_documented():
     from nemo_kubeflow import KubeflowExecutor
-    from nemo_kubeflow.plan import resolve
-    from nemo_kubeflow.render import runtime_context
+    from nemo_kubeflow.build.plan import resolve
+    from nemo_kubeflow.build.render import runtime_context
 
     variables = runtime_context(resolve(KubeflowExecutor(container_image="python:3.11")))
     text = (DOCS / "templates.md").read_text()

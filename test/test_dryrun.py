@@ -5,11 +5,11 @@ from pathlib import Path
 
 import nemo_run as run
 import pytest
+import workloads
 import yaml
 
-import workloads
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
-from nemo_kubeflow.validation import check_manifests
+from nemo_kubeflow.schema.validation import check_manifests
 
 CONFIGS = {
     "gpu": dict(container_image="nvcr.io/nvidia/nemo:25.02", nodes=2, nprocs_per_node=8, gpus_per_node=8),

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import nemo_run as run
 import pytest
-from torchx.specs import AppState, parse_app_handle
-
 import workloads
 from polling import wait_for
+from torchx.specs import AppState, parse_app_handle
+
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,7 +72,7 @@ def test_script_task_runs_on_every_node_with_minimal_requests(cluster, executor)
     [cm] = [c for c in cluster.objects("configmaps", "default") if c["metadata"]["name"] == f"{name}-code"]
     [owner] = cm["metadata"]["ownerReferences"]
     assert owner["kind"] == "TrainJob" and owner["name"] == name
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     scheduler = create_scheduler("t")
     for node in (0, 1):
@@ -87,7 +87,7 @@ def test_partial_task_runs_in_the_pods(cluster, executor):
         exp.run(sequential=True)
         job = exp.jobs[0]
     assert state_of(exp, job.id) == AppState.SUCCEEDED
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     lines = list(create_scheduler("t").log_iter(app_id_of(job.handle), "greet", 1))
     assert "hello fiddle from node 1\n" in lines
@@ -102,7 +102,7 @@ def test_torchrun_allreduce_two_nodes_two_procs(cluster, executor, capsys):
         exp.run(sequential=True)
         job = exp.jobs[0]
     assert state_of(exp, job.id) == AppState.SUCCEEDED
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     scheduler = create_scheduler("t")
     lines = [line for node in (0, 1) for line in scheduler.log_iter(app_id_of(job.handle), "allreduce", node)]
@@ -125,7 +125,7 @@ def test_failing_task_reports_failed_with_message(cluster, executor):
         exp.run(sequential=True)
         job = exp.jobs[0]
     assert state_of(exp, job.id) == AppState.FAILED
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     desc = create_scheduler("t").describe(app_id_of(job.handle))
     assert desc.state == AppState.FAILED
@@ -138,7 +138,7 @@ def test_parallel_and_detached_experiment(cluster, executor):
         exp.add(run.Script(inline="sleep 1; echo b"), name="b")
         exp.run(detach=True)
         handles = [j.handle for j in exp.jobs]
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     scheduler = create_scheduler("t")
     assert all(handles)
@@ -151,7 +151,7 @@ def test_status_while_running_then_cancel_removes_everything(cluster, executor):
         exp.add(run.Script(inline="echo started; sleep 300"), name="long")
         exp.run(detach=True)
         handle = exp.jobs[0].handle
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     scheduler = create_scheduler("t")
     app_id = app_id_of(handle)
@@ -191,7 +191,7 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     code = textwrap.dedent(f"""
         import json, sys, time
         import nemo_run as run
-        from nemo_kubeflow.scheduler import create_scheduler
+        from nemo_kubeflow.nemo_run.scheduler import create_scheduler
         from torchx.specs import parse_app_handle
         exp = run.Experiment.from_id({exp_id!r})
         job = exp.jobs[0]
@@ -206,7 +206,7 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
         exp.cancel(job.id)
         print(json.dumps({{"status": str(list(status.values())[0]["status"]), "lines": lines,
                           "submission_path_loaded": sorted(m for m in sys.modules if m.startswith((
-                              "kubeflow_trainer_api", "nemo_kubeflow.validation", "nemo_kubeflow.plan")))}}))
+                              "kubeflow_trainer_api", "nemo_kubeflow.schema.validation", "nemo_kubeflow.build.plan")))}}))
     """)
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "PYTHONPATH": str(REPO / "test")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -216,7 +216,7 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     assert result["lines"].count("reconnect-marker\n") == 2, result["lines"]
     # Status, logs and cancel never load the submission path (kubeflow_trainer_api alone is ~0.5 s).
     assert result["submission_path_loaded"] == []
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     wait_for(lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED,
              "the job to be cancelled")
@@ -228,7 +228,7 @@ def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home,
         exp.run(detach=True)
         exp_id = exp._id
         handle = exp.jobs[0].handle
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     scheduler = create_scheduler("t")
     wait_for(lambda: scheduler.describe(app_id_of(handle)).state == AppState.RUNNING, "the job to run")

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from torchx.specs import AppState
 
-from nemo_kubeflow.factories import LOCAL_KUBECONFIG_ENV
+from nemo_kubeflow.config.factories import LOCAL_KUBECONFIG_ENV
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, TASK_LABEL
-from nemo_kubeflow.status import job_status
-from nemo_kubeflow.validation import check_manifests
+from nemo_kubeflow.observe.status import job_status
+from nemo_kubeflow.schema.validation import check_manifests
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "kubeflow"

@@ -90,8 +90,8 @@ def every_field_set() -> KubeflowExecutor:
     from kubeflow.trainer import HuggingFaceModelInitializer, Initializer
 
     from nemo_kubeflow import SecretMount
-    from nemo_kubeflow.fabrics import TCPXOConfig
-    from nemo_kubeflow.initializers import InitializerSettings
+    from nemo_kubeflow.build.fabrics import TCPXOConfig
+    from nemo_kubeflow.build.initializers import InitializerSettings
 
     ex = ok(nodes=3, nprocs_per_node=4, gpus_per_node=4, secret_env_vars={"T": "env:T"},
             pvc_mounts=[PVCMount(claim_name="d", mount_path="/d")],
@@ -150,10 +150,10 @@ def test_torchrun_macros_point_at_pet_variables():
 def test_configuration_reference_is_up_to_date():
     from pathlib import Path
 
-    from nemo_kubeflow.docgen import field_docs, render
+    from tools.docgen import field_docs, render
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "executor.md"
-    assert doc.read_text() == render(), "run: python -m nemo_kubeflow.docgen > docs/executor.md"
+    assert doc.read_text() == render(), "run: python -m tools.docgen > docs/executor.md"
     # Every user-facing field is documented.
     undocumented = [name for name, text in field_docs(KubeflowExecutor).items() if not text]
     assert undocumented == []
@@ -192,8 +192,8 @@ def test_invalid_image_references_name_the_part_at_fault(image, message):
 def test_initializer_and_fabric_images_use_the_same_grammar():
     from kubeflow.trainer import HuggingFaceModelInitializer, Initializer
 
-    from nemo_kubeflow.fabrics import TCPXOConfig
-    from nemo_kubeflow.initializers import InitializerSettings
+    from nemo_kubeflow.build.fabrics import TCPXOConfig
+    from nemo_kubeflow.build.initializers import InitializerSettings
 
     ex = ok(gpus_per_node=8, nprocs_per_node=8, network_fabric="gke-tcpxo", tcpxo=TCPXOConfig(daemon_image="Daemon:1"),
             initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m")),
@@ -235,7 +235,7 @@ def test_numbers_are_quantities():
 
 
 def test_a_wrong_type_is_reported_once_and_the_other_problems_still_are():
-    from nemo_kubeflow.fabrics import TCPXOConfig
+    from nemo_kubeflow.build.fabrics import TCPXOConfig
 
     with pytest.raises(ConfigError) as err:
         KubeflowExecutor(container_image=5, nodes="2", namespace="BAD", network_fabric="gke-tcpxo", gpus_per_node=8,

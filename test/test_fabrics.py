@@ -9,18 +9,18 @@ import dataclasses
 import os
 from pathlib import Path
 
+import pss
 import pytest
 import yaml
 from torchx.specs import Role
 
-import pss
 from nemo_kubeflow import ConfigError, KubeflowExecutor
-from nemo_kubeflow import fabrics
-from nemo_kubeflow.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
-from nemo_kubeflow.packaging import BundleFile
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.validation import check_manifests
-from nemo_kubeflow.yamlio import dump_all
+from nemo_kubeflow.build import fabrics
+from nemo_kubeflow.build.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
+from nemo_kubeflow.build.packaging import BundleFile
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.schema.validation import check_manifests
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGE = "nvcr.io/nvidia/nemo:25.02"
@@ -175,7 +175,7 @@ def test_unset_profile_settings_mean_the_profile_defaults(profile, field, cls):
 def test_every_profile_is_a_field_of_the_executor_and_documented(profile):
     import typing
 
-    from nemo_kubeflow.docgen import fabrics_table, field_docs
+    from tools.docgen import fabrics_table, field_docs
 
     # Its settings field, defaulting to None (the profile's defaults), typed for NeMo-Run's CLI.
     [field] = [f for f in dataclasses.fields(KubeflowExecutor) if f.name == profile.field]
@@ -183,7 +183,7 @@ def test_every_profile_is_a_field_of_the_executor_and_documented(profile):
     assert profile.name in field_docs(KubeflowExecutor)["network_fabric"]
     docs = Path(__file__).parent.parent / "docs"
     assert fabrics_table() in (docs / "fabrics.md").read_text(), \
-        "run: python -m nemo_kubeflow.docgen --fabrics-table, and paste it over the table in docs/fabrics.md"
+        "run: python -m tools.docgen --fabrics-table, and paste it over the table in docs/fabrics.md"
     assert f"## {profile.settings.__name__}" in (docs / "executor.md").read_text()
 
 

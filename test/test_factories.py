@@ -13,7 +13,7 @@ import pytest
 from nemo_run.cli.api import RunContext
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.factories import (
+from nemo_kubeflow.config.factories import (
     LOCAL_KUBECONFIG_ENV,
     LocalClusterNotConfiguredError,
     kubeflow_gpu,
@@ -62,8 +62,8 @@ def test_factories_resolve_in_a_fresh_process_without_importing_the_package(tmp_
     assert tcpxo["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert local["kubeconfig"] == str(kubeconfig) and local["gpus_per_node"] == 0
     # The entry point is loaded for every `nemo` command: it must not drag in the heavy modules.
-    heavy = {"nemo_kubeflow.scheduler", "nemo_kubeflow.validation", "nemo_kubeflow.render", "jinja2",
-             "kubeflow_trainer_api", "nemo_kubeflow.console"}
+    heavy = {"nemo_kubeflow.nemo_run.scheduler", "nemo_kubeflow.schema.validation", "nemo_kubeflow.build.render", "jinja2",
+             "kubeflow_trainer_api", "nemo_kubeflow.cli.main"}
     assert heavy.isdisjoint(out["imported"]), heavy & set(out["imported"])
 
 
@@ -93,7 +93,7 @@ def test_factory_arguments_and_run_executor_overrides_reach_every_field():
 def test_kubeflow_local_without_a_cluster_says_how_to_start_one(monkeypatch, tmp_path):
     monkeypatch.delenv(LOCAL_KUBECONFIG_ENV, raising=False)
     # Through nemo_run's executor lookup: a ValueError would be swallowed as "not found".
-    with pytest.raises(LocalClusterNotConfiguredError, match="python -m nemo_kubeflow.local serve"):
+    with pytest.raises(LocalClusterNotConfiguredError, match="python -m nemo_kubeflow_local serve"):
         RunContext(name="t").parse_executor("kubeflow_local")
     monkeypatch.setenv(LOCAL_KUBECONFIG_ENV, str(tmp_path / "gone"))
     with pytest.raises(LocalClusterNotConfiguredError, match="still running"):
@@ -101,8 +101,8 @@ def test_kubeflow_local_without_a_cluster_says_how_to_start_one(monkeypatch, tmp
 
 
 def test_run_executor_lookup_also_accepts_the_dotted_path():
-    # For scripts that neither import nemo_kubeflow.factories nor run under `nemo`.
-    config = RunContext(name="t").parse_executor("nemo_kubeflow.factories.kubeflow_cpu", "nodes=2")
+    # For scripts that neither import nemo_kubeflow.config.factories nor run under `nemo`.
+    config = RunContext(name="t").parse_executor("nemo_kubeflow.config.factories.kubeflow_cpu", "nodes=2")
     assert fdl.build(config).nodes == 2
 
 

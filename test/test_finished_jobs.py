@@ -11,15 +11,16 @@ from datetime import datetime, timedelta, timezone
 import nemo_run as run
 import pytest
 from kubernetes.client import CustomObjectsApi
-
 from polling import wait_for
-from nemo_kubeflow import KubeflowExecutor, console
-from nemo_kubeflow.cluster import KubernetesCluster
+
+from nemo_kubeflow import KubeflowExecutor
+from nemo_kubeflow.build.naming import label_value
+from nemo_kubeflow.cli import main as console
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.cluster.submit import submit
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ConfigError
-from nemo_kubeflow.local.timeutil import parse
-from nemo_kubeflow.naming import label_value
-from nemo_kubeflow.submit import submit
+from nemo_kubeflow_local.timeutil import parse
 
 
 @pytest.fixture()
@@ -102,9 +103,9 @@ def test_ttl_with_an_existing_runtime_or_out_of_range_is_refused_before_anything
 
 
 def test_a_template_of_ones_own_that_drops_the_ttl_is_an_error(tmp_path):
+    from nemo_kubeflow.build.plan import resolve
+    from nemo_kubeflow.build.render import render_runtime, runtime_context, templates_dir
     from nemo_kubeflow.errors import TemplateError
-    from nemo_kubeflow.plan import resolve
-    from nemo_kubeflow.render import render_runtime, runtime_context, templates_dir
 
     text = (templates_dir() / "training_runtime.yaml.j2").read_text()
     template = tmp_path / "no_ttl.yaml.j2"

@@ -1,6 +1,6 @@
 """Dataset and model initializers: the Kubeflow SDK's types on the executor, the runtime's
 initializer jobs, ``spec.initializer`` through the SDK's converters, and the local cluster running
-them before training (from ``file://`` sources, with the stand-in of nemo_kubeflow.local.initializer).
+them before training (from ``file://`` sources, with the stand-in of nemo_kubeflow_local.kubelet.initializer_image).
 
 Regenerate the golden file after an intended change with:
     NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/test_initializers.py
@@ -30,14 +30,14 @@ from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
 from torchx.specs import AppState, Role, parse_app_handle
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow import initializers as inits
-from nemo_kubeflow.local import initializer as local_initializer
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.scheduler import create_scheduler
-from nemo_kubeflow.diagnosis import failed_step
-from nemo_kubeflow.steps import step_selector
-from nemo_kubeflow.validation import check_manifests
-from nemo_kubeflow.yamlio import dump_all
+from nemo_kubeflow.build import initializers as inits
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.build.steps import step_selector
+from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.diagnosis import failed_step
+from nemo_kubeflow.schema.validation import check_manifests
+from nemo_kubeflow_local.kubelet import initializer_image as local_initializer
 
 GOLDEN = Path(__file__).parent / "golden"
 HF = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca"),

@@ -8,10 +8,10 @@ import textwrap
 import time
 
 import nemo_run as run
+from polling import wait_for
 from torchx.specs import parse_app_handle
 
-from polling import wait_for
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 SCRIPT = textwrap.dedent("""\
     import sys
@@ -59,7 +59,7 @@ class Script:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise AssertionError(f"the script did not end {timeout:.0f}s after Ctrl-C:\n{self.output()[-3000:]}")
+            raise AssertionError(f"the script did not end {timeout:.0f}s after Ctrl-C:\n{self.output()[-3000:]}") from None
         finally:
             self.out.close()
 

@@ -9,13 +9,12 @@ from datetime import datetime
 
 import nemo_run as run
 import pytest
+from polling import wait_for
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount
-from nemo_kubeflow.logs import LOG_READERS
-from nemo_kubeflow.scheduler import create_scheduler
-
-from polling import wait_for
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.logs import LOG_READERS
 
 
 def submit(local, name, script, nodes=2, **kw):
@@ -210,7 +209,7 @@ def test_a_container_restarted_in_place_is_followed_on(local, tmp_path):
     # JobSet's default): the stream of the first run ends with it, the second run's lines follow.
     import copy
 
-    from nemo_kubeflow.cluster import KubernetesCluster
+    from nemo_kubeflow.cluster.client import KubernetesCluster
     from nemo_kubeflow.constants import CLUSTER_RUNTIME_KIND, TRAINJOB_KIND
 
     cluster = KubernetesCluster(str(local.kubeconfig_path))
@@ -274,10 +273,9 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
                                     "0 (pair), 1 (solo)")
 
     # The jobs cleaned up (a TTL, gc): the logs the follower kept next to each job, each line once.
-    from nemo_kubeflow.cluster import KubernetesCluster
+    from nemo_kubeflow.cluster.client import KubernetesCluster
     from nemo_kubeflow.constants import TRAINJOB_KIND
-
-    from nemo_kubeflow.logs import node_selector
+    from nemo_kubeflow.observe.logs import node_selector
 
     cluster = KubernetesCluster(str(local.kubeconfig_path))
     names = [parse_app_handle(job.handle)[2].split(":", 1)[1] for job in exp.jobs]
@@ -297,8 +295,8 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
 def test_two_followers_of_a_node_keep_its_log_once(local):
     """The submitting run and `nemo-kubeflow logs -f` may follow the same node: one of them writes the
     node's log next to the job (a lock on the file), so it holds each line once."""
-    from nemo_kubeflow import records
-    from nemo_kubeflow.logs import node_log_path
+    from nemo_kubeflow.cluster import records
+    from nemo_kubeflow.observe.logs import node_log_path
 
     app_id = submit(local, "twice", NUMBERED.format(n=40), nodes=1)
     received = [{0: []}, {0: []}]

@@ -14,10 +14,10 @@ from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount, SecretMount
-from nemo_kubeflow.packaging import BundleFile
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.validation import check_manifests
-from nemo_kubeflow.yamlio import dump_all
+from nemo_kubeflow.build.packaging import BundleFile
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.schema.validation import check_manifests
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGE = "nvcr.io/nvidia/nemo:25.02"

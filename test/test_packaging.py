@@ -1,4 +1,4 @@
-"""Tests for nemo_kubeflow.packaging: ConfigMap manifests, the unpack prologue, and collect().
+"""Tests for nemo_kubeflow.build.packaging: ConfigMap manifests, the unpack prologue, and collect().
 
 Golden files live in test/data/packaging/; set NEMO_KUBEFLOW_UPDATE_GOLDEN=1 to rewrite them.
 """
@@ -21,10 +21,8 @@ import yaml
 from nemo_run.core.serialization.yaml import YamlSerializer
 from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
 
-from nemo_kubeflow import packaging
-from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES
-from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
-from nemo_kubeflow.packaging import (
+from nemo_kubeflow.build import packaging
+from nemo_kubeflow.build.packaging import (
     BundleFile,
     CodePackage,
     ConfigMapPackager,
@@ -32,6 +30,8 @@ from nemo_kubeflow.packaging import (
     describe_package,
     redact_executor_yaml,
 )
+from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES
+from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
 
 GOLDEN = Path(__file__).parent / "data" / "packaging"
 KEY_RE = re.compile(r"[-._a-zA-Z0-9]+")
@@ -161,10 +161,10 @@ def job_dir(tmp_path: Path) -> Path:
     (exp / "__main__.py").write_text("def main():\n    pass\n")
     (job / "configs" / "task-0_fn_or_script").write_text("eJzLSM3JyVcozy/KSQEAGgQEXQ==")
     (job / "configs" / "task-0_executor.yaml").write_text(
-        "_target_: nemo_kubeflow.executor.KubeflowExecutor\n"
+        "_target_: nemo_kubeflow.config.executor.KubeflowExecutor\n"
         f"env_vars:\n  HF_TOKEN: {CANARY}\n  WANDB_API_KEY: {CANARY}-2\n"
         "namespace: team-a\nretries: 2\n"
-        "packager:\n  _target_: nemo_kubeflow.packaging.ConfigMapPackager\n  mode: auto\n"
+        "packager:\n  _target_: nemo_kubeflow.build.packaging.ConfigMapPackager\n  mode: auto\n"
     )
     script = job / "scripts" / "task-0.sh"
     script.write_text("#!/usr/bin/bash\necho hello\n")
@@ -735,7 +735,7 @@ def test_unparsable_executor_yaml_is_not_shipped(
     (job_dir / "configs" / "task-0_executor.yaml").write_text(
         f"env_vars: {{HF_TOKEN: {CANARY}\n  : ["
     )
-    with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.packaging"):
+    with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.build.packaging"):
         files = collect(ConfigMapPackager(), job_dir, repo)
     assert "task-0/configs/task-0_executor.yaml" not in files
     assert "task-0_executor.yaml" in caplog.text and "redacted" in caplog.text

@@ -2,14 +2,14 @@
 
 import copy
 
-import pytest
-
 import pss
-from nemo_kubeflow import KubeflowExecutor, PVCMount, SecretMount
-from nemo_kubeflow.packaging import BundleFile
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.validation import check_manifests
+import pytest
 from torchx.specs import Role
+
+from nemo_kubeflow import KubeflowExecutor, PVCMount, SecretMount
+from nemo_kubeflow.build.packaging import BundleFile
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.schema.validation import check_manifests
 
 FILES = [BundleFile("code/train.py", b"print(1)\n")]
 
@@ -44,7 +44,7 @@ def test_tcpxo_needs_privileges_and_says_so():
     problems = pss.baseline(pod_spec(gpus_per_node=8, nprocs_per_node=8, enable_tcpxo=True))
     assert any("hostPath" in p for p in problems) and any("NET_ADMIN" in p for p in problems)
     # The option's documentation carries the warning.
-    from nemo_kubeflow.docgen import field_docs
+    from tools.docgen import field_docs
 
     assert "privileged" in field_docs(KubeflowExecutor)["enable_tcpxo"]
 

@@ -6,18 +6,18 @@ import subprocess
 from pathlib import Path
 
 import nemo_run as run
+import pss
 import pytest
 from kubernetes import client
 from torchx.specs import AppState, Role, parse_app_handle
 
-import pss
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow.local.kubelet import expand
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.render import templates_dir
-from nemo_kubeflow.diagnosis import failed_step
-from nemo_kubeflow.steps import step_selector
-from nemo_kubeflow.validation import check_manifests
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.build.render import templates_dir
+from nemo_kubeflow.build.steps import step_selector
+from nemo_kubeflow.observe.diagnosis import failed_step
+from nemo_kubeflow.schema.validation import check_manifests
+from nemo_kubeflow_local.kubelet.kubelet import expand
 
 SCRIPT = templates_dir() / "preflight.sh"
 

@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import nemo_run as run
@@ -17,7 +16,7 @@ import pytest
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 pytestmark = pytest.mark.real
 

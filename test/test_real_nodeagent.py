@@ -4,12 +4,12 @@ reads the agent's kubelet endpoint. Run with `python -m pytest -q -m real` (docs
 
 import nemo_run as run
 import pytest
+import workloads
 from torchx.specs import AppState, parse_app_handle
 
-import workloads
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
-from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
 pytestmark = pytest.mark.real
 

@@ -3,8 +3,8 @@
 import pytest
 
 from nemo_kubeflow import KubeflowExecutor, TemplateError
-from nemo_kubeflow.plan import resolve
-from nemo_kubeflow.render import render_runtime, runtime_context, templates_dir
+from nemo_kubeflow.build.plan import resolve
+from nemo_kubeflow.build.render import render_runtime, runtime_context, templates_dir
 
 
 def ctx(**kw):
@@ -68,7 +68,7 @@ def test_user_template_can_reuse_the_variables(tmp_path):
 
 @pytest.fixture
 def template_cache(tmp_path, monkeypatch):
-    from nemo_kubeflow import render
+    from nemo_kubeflow.build import render
 
     monkeypatch.setenv(render.CACHE_DIR_ENV, str(tmp_path / "cache"))
     render._environment.cache_clear()  # a new Environment picks up the cache folder
@@ -77,7 +77,7 @@ def template_cache(tmp_path, monkeypatch):
 
 
 def test_compiled_templates_are_kept_on_disk_and_follow_edits(tmp_path, template_cache, monkeypatch):
-    from nemo_kubeflow import render
+    from nemo_kubeflow.build import render
 
     path = tmp_path / "custom.yaml.j2"
     path.write_text((templates_dir() / "training_runtime.yaml.j2").read_text())

@@ -1,8 +1,8 @@
 """Resilience on the local cluster (real HTTP, real processes): in-job restarts with ft_launcher."""
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import time
@@ -10,17 +10,17 @@ from pathlib import Path
 
 import nemo_run as run
 import pytest
+import workloads
 from kubernetes import client
+from polling import wait_for
+from test_diagnosis import describe_cost
+from test_e2e import app_id_of
 from torchx.specs import AppState
 
-import workloads
-from test_diagnosis import describe_cost
-from polling import wait_for
-from test_e2e import app_id_of
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.diagnosis import IN_JOB_TAIL
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.diagnosis import IN_JOB_TAIL
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -282,8 +282,8 @@ def test_bad_failure_settings_are_refused_before_anything_is_sent(settings, expe
 
 
 def rendered_runtime(**settings) -> dict:
-    from nemo_kubeflow.plan import resolve
-    from nemo_kubeflow.render import render_runtime, runtime_context
+    from nemo_kubeflow.build.plan import resolve
+    from nemo_kubeflow.build.render import render_runtime, runtime_context
 
     executor = KubeflowExecutor(container_image="img", **settings)
     executor.validate()
@@ -291,7 +291,7 @@ def rendered_runtime(**settings) -> dict:
 
 
 def test_rendered_failure_rules_pass_validation_and_follow_the_settings():
-    from nemo_kubeflow.validation import validate_manifest
+    from nemo_kubeflow.schema.validation import validate_manifest
 
     runtime = rendered_runtime(fail_fast_exit_codes=[3, 1], termination_grace_period_seconds=300)
     assert validate_manifest(runtime) == []
@@ -320,7 +320,7 @@ def test_rendered_failure_rules_pass_validation_and_follow_the_settings():
 
 
 def test_failure_rules_the_job_api_or_jobset_would_refuse_are_refused_offline():
-    from nemo_kubeflow.validation import validate_manifest
+    from nemo_kubeflow.schema.validation import validate_manifest
 
     runtime = rendered_runtime()
     jobset = runtime["spec"]["template"]["spec"]
@@ -377,7 +377,7 @@ def test_status_names_the_running_nodes_that_went_silent(cluster):
 
 
 def test_runtimes_of_ones_own_with_an_out_of_range_ttl_or_a_rule_name_with_a_newline_are_refused():
-    from nemo_kubeflow.validation import validate_manifest
+    from nemo_kubeflow.schema.validation import validate_manifest
 
     runtime = rendered_runtime()
     jobset = runtime["spec"]["template"]["spec"]
@@ -450,7 +450,7 @@ def test_an_oom_killed_node_restarts_the_gang_when_the_user_opts_in(cluster, tmp
 @pytest.fixture
 def three_nodes(tmp_path):
     """A local cluster of its own whose kubelet schedules onto three virtual nodes."""
-    from nemo_kubeflow.local import LocalCluster
+    from nemo_kubeflow_local import LocalCluster
 
     with LocalCluster(workdir=tmp_path / "cluster") as started:
         started.add_virtual_nodes("node-a", "node-b", "node-c")
@@ -507,7 +507,7 @@ def test_a_node_lost_mid_run_is_avoided_by_the_next_attempt(three_nodes, tmp_pat
 
 
 def test_a_lost_node_is_not_avoided_when_the_job_would_no_longer_fit(tmp_path):
-    from nemo_kubeflow.local import LocalCluster
+    from nemo_kubeflow_local import LocalCluster
 
     with LocalCluster(workdir=tmp_path / "cluster") as cluster:
         cluster.add_virtual_nodes("node-a", "node-b")
@@ -554,7 +554,7 @@ def test_watch_moves_a_detached_job_off_its_lost_node(three_nodes, tmp_path, nem
 
 
 def test_the_avoidance_term_keeps_the_runtimes_own_node_affinity_and_replaces_its_own():
-    from nemo_kubeflow.node_avoidance import avoidance_affinity
+    from nemo_kubeflow.repair.node_avoidance import avoidance_affinity
 
     gpu = {"key": "gpu", "operator": "In", "values": ["h100"]}
     pod_spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -573,7 +573,7 @@ def test_the_avoidance_term_keeps_the_runtimes_own_node_affinity_and_replaces_it
 
 
 def test_only_node_faults_count_and_never_so_many_that_the_job_no_longer_fits():
-    from nemo_kubeflow.node_avoidance import NodeFault, capped, node_faults
+    from nemo_kubeflow.repair.node_avoidance import NodeFault, capped, node_faults
 
     def pod(name, node, reason):
         return {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"conditions": [
@@ -596,8 +596,9 @@ def test_only_node_faults_count_and_never_so_many_that_the_job_no_longer_fits():
 
 
 def test_avoid_failed_nodes_false_marks_the_trainjob_and_a_non_bool_is_refused():
+    from nemo_kubeflow.build.manifests import node_avoidance_annotations as submit_annotations
     from nemo_kubeflow.errors import ConfigError
-    from nemo_kubeflow.node_avoidance import ANNOTATION, OFF, submit_annotations
+    from nemo_kubeflow.repair.node_avoidance import ANNOTATION, OFF
 
     assert submit_annotations(KubeflowExecutor(container_image="img", avoid_failed_nodes=False)) == {ANNOTATION: OFF}
     assert submit_annotations(KubeflowExecutor(container_image="img")) == {}
@@ -606,7 +607,7 @@ def test_avoid_failed_nodes_false_marks_the_trainjob_and_a_non_bool_is_refused()
 
 
 def test_a_move_the_trainer_webhook_would_refuse_is_not_sent():
-    from nemo_kubeflow.node_avoidance import avoidance_affinity, patch_problems, runtime_patches
+    from nemo_kubeflow.repair.node_avoidance import avoidance_affinity, patch_problems, runtime_patches
 
     trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
                 "metadata": {"name": "j", "namespace": "default"},

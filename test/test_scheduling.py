@@ -10,20 +10,20 @@ import nemo_run as run
 import pytest
 from kubernetes import client
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
+from polling import wait_for_status
 from torchx.specs import AppState, parse_app_handle
 
-from polling import wait_for_status
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.cluster import KubernetesCluster
-from nemo_kubeflow.errors import ConfigError, NotFoundError
+from nemo_kubeflow.build.packaging import BundleFile
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.cluster.submit import submit
 from nemo_kubeflow.constants import TIMEOUT_DEFAULTS
-from nemo_kubeflow.packaging import BundleFile
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.scheduler import create_scheduler
-from nemo_kubeflow.status import owned_workload, queue_wait_message
-from nemo_kubeflow.submit import submit
-from nemo_kubeflow.validation import check_manifests
-from nemo_kubeflow.yamlio import dump_all
+from nemo_kubeflow.errors import ConfigError, NotFoundError
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.status import owned_workload, queue_wait_message
+from nemo_kubeflow.schema.validation import check_manifests
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGE = "nvcr.io/nvidia/nemo:25.02"

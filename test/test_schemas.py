@@ -1,4 +1,4 @@
-"""The compiled schemas (nemo_kubeflow/schemas.json): in sync with their pinned sources, and what a fresh
+"""The compiled schemas (nemo_kubeflow/schema/schemas.json): in sync with their pinned sources, and what a fresh
 process's first dry run loads instead of the SDK's models."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nemo_kubeflow import constants, schemagen, schemas
+from nemo_kubeflow import constants
+from nemo_kubeflow.schema import compiled as schemas
+from tools import compile_schemas as schemagen
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,7 +24,7 @@ def test_shipped_schemas_are_what_the_generator_makes_of_the_pinned_sources():
         crds = schemagen.trainer_crd_dir()
     except schemagen.CrdsUnavailable as error:  # the CRDs are not in this repository: they come from Go's proxy
         pytest.skip(f"the pinned Trainer CRDs cannot be fetched here: {error}")
-    assert schemagen.OUTPUT.read_text() == schemagen.generate(crds), "run: python -m nemo_kubeflow.schemagen"
+    assert schemagen.OUTPUT.read_text() == schemagen.generate(crds), "run: python -m tools.compile_schemas"
 
 
 def test_schemas_name_their_sources():
@@ -67,8 +69,8 @@ def test_schema_order_is_the_models_order_and_keeps_maps_as_given():
 _FIRST_DRY_RUN = textwrap.dedent("""
     import json, sys
     from nemo_kubeflow import KubeflowExecutor
-    from nemo_kubeflow.plan import build_submission
-    from nemo_kubeflow.validation import check_manifests
+    from nemo_kubeflow.build.plan import build_submission
+    from nemo_kubeflow.schema.validation import check_manifests
     from torchx.specs import Role
 
     executor = KubeflowExecutor(container_image="img", nodes=2, nprocs_per_node=8, namespace="team",
@@ -97,7 +99,7 @@ def test_first_dry_run_builds_and_validates_without_the_sdk_models():
 
 def test_initializers_still_go_through_the_sdk():
     setup = ("from kubeflow.trainer import Initializer, HuggingFaceDatasetInitializer\n"
-             "from nemo_kubeflow.initializers import InitializerSettings\n"
+             "from nemo_kubeflow.build.initializers import InitializerSettings\n"
              "executor.initializer = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri='hf://org/data'))\n"
              "executor.initializer_settings = InitializerSettings(claim_name='cache')")
     assert "kubeflow_trainer_api" in _heavy_modules(setup)

@@ -10,7 +10,7 @@ import pytest
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor, SubmissionError
-from nemo_kubeflow.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 CANARY = "canary-7d1e0a9b5c"
 

@@ -3,7 +3,7 @@
 import pytest
 from torchx.specs import AppState
 
-from nemo_kubeflow.status import job_status
+from nemo_kubeflow.observe.status import job_status
 
 
 def tj(conditions=(), jobs=None, nodes=2, deleting=False):
@@ -48,7 +48,7 @@ def pod(index, name, code=None, finished="2026-01-01T00:00:01Z", reason="Error")
 
 
 def test_failure_detail_names_the_first_failed_node():
-    from nemo_kubeflow.diagnosis import failure_detail
+    from nemo_kubeflow.observe.diagnosis import failure_detail
 
     pods = [pod(0, "j-node-0-0-a", 137, "2026-01-01T00:00:05Z", "OOMKilled"),
             pod(1, "j-node-0-1-b", 3, "2026-01-01T00:00:02Z"), pod(2, "j-node-0-2-c")]
@@ -58,7 +58,7 @@ def test_failure_detail_names_the_first_failed_node():
 
 
 def test_initializer_progress():
-    from nemo_kubeflow.diagnosis import initializer_progress
+    from nemo_kubeflow.observe.diagnosis import initializer_progress
 
     def p(step, phase):
         return {"metadata": {"labels": {"jobset.sigs.k8s.io/replicatedjob-name": step}}, "status": {"phase": phase}}
@@ -94,7 +94,7 @@ Root Cause (first observed failure):
 
 def test_rank_failure_from_an_error_file_traceback():
     """With @record, torchrun prints the worker's error file: its exception is the root cause."""
-    from nemo_kubeflow.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.diagnosis import read_rank_failure
 
     why = read_rank_failure(ROOT_CAUSE_WITH_RECORD.splitlines(), 1)
     assert (why.rank, why.local_rank, why.exitcode) == (5, 1, 1)
@@ -103,7 +103,7 @@ def test_rank_failure_from_an_error_file_traceback():
 
 
 def test_rank_failure_picks_the_root_cause_rank_among_prefixed_tracebacks():
-    from nemo_kubeflow.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.diagnosis import read_rank_failure
 
     log = ["[rank0]:Traceback (most recent call last):", '[rank0]:  File "t.py", line 3, in <module>',
            "[rank0]:KeyError: 'another rank, later'",
@@ -117,7 +117,7 @@ def test_rank_failure_picks_the_root_cause_rank_among_prefixed_tracebacks():
 
 
 def test_rank_failure_without_torchrun_and_without_a_traceback():
-    from nemo_kubeflow.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.diagnosis import read_rank_failure
 
     plain = ["step 1", "Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
              "ZeroDivisionError: division by zero"]
@@ -157,14 +157,14 @@ def fail_job_event(pod, code, uid, at, rule=2):
 
 
 def view(pods, events=()):
-    from nemo_kubeflow.diagnosis import JobView
+    from nemo_kubeflow.observe.diagnosis import JobView
 
     return JobView(cluster=None, trainjob={"metadata": {"name": "j", "namespace": "ns"}}, pods=list(pods),
                    _events=list(events))
 
 
 def test_how_a_node_pod_ended_names_disruptions_before_exit_codes():
-    from nemo_kubeflow.diagnosis import pod_end
+    from nemo_kubeflow.observe.diagnosis import pod_end
 
     disrupted = node_pod(0, 0, code=137, conditions=[{"type": "DisruptionTarget", "status": "True",
                                                       "reason": "DeletionByTaintManager",
@@ -222,7 +222,7 @@ def test_each_gang_restart_gets_its_exit_code_from_the_failed_jobs_event_after_i
 
 
 def test_restart_notes_by_kind():
-    from nemo_kubeflow.diagnosis import InJobRestarts, Restarts
+    from nemo_kubeflow.observe.diagnosis import InJobRestarts, Restarts
 
     assert Restarts().note(finished=False) == ""  # a running job that never restarted: nothing to say
     assert Restarts().note(finished=True) == "no gang restart"
@@ -252,7 +252,7 @@ I1124 01:50:09.200000 700 launcher.py:443] 1/2 restart attempts left; restarting
 
 
 def test_in_job_restarts_are_read_from_ft_launchers_log():
-    from nemo_kubeflow.diagnosis import InJobRestarts, read_in_job_restarts
+    from nemo_kubeflow.observe.diagnosis import InJobRestarts, read_in_job_restarts
 
     assert read_in_job_restarts(FT_NODE_1) == InJobRestarts(2, "local rank 0 killed by signal 9")
     assert read_in_job_restarts(FT_NODE_0) == InJobRestarts(2, "")
@@ -264,7 +264,7 @@ def test_in_job_restarts_are_read_from_ft_launchers_log():
 
 
 def test_of_the_nodes_in_job_restarts_a_rank_killed_by_a_signal_says_why_before_a_peer_that_exited():
-    from nemo_kubeflow.diagnosis import InJobRestarts, most_telling
+    from nemo_kubeflow.observe.diagnosis import InJobRestarts, most_telling
 
     # Rank 1 got SIGKILL; rank 0's all-reduce then failed and its worker exited 1 before its agent stopped it.
     peer, killed = InJobRestarts(1, "local rank 0 exited with code 1"), InJobRestarts(1, "local rank 0 killed by signal 9")
@@ -303,7 +303,7 @@ OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or dire
 
 
 def test_ft_launchers_failed_rank_is_read_past_its_nvml_check():
-    from nemo_kubeflow.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.diagnosis import read_rank_failure
 
     why = read_rank_failure(FT_FAILED_LOG, 1)
     assert (why.rank, why.local_rank, why.exitcode) == (1, 0, 1)

@@ -8,7 +8,10 @@ import pytest
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.cluster import KubernetesCluster
+from nemo_kubeflow.build.packaging import BundleFile
+from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.cluster.submit import submit
 from nemo_kubeflow.errors import (
     AlreadyExistsError,
     ClusterUnreachableError,
@@ -17,9 +20,6 @@ from nemo_kubeflow.errors import (
     PermissionDeniedError,
     SubmissionError,
 )
-from nemo_kubeflow.packaging import BundleFile
-from nemo_kubeflow.plan import build_submission
-from nemo_kubeflow.submit import submit
 
 RESOURCES = ("configmaps", "secrets", "persistentvolumeclaims", "trainjobs", "clustertrainingruntimes",
              "trainingruntimes")
@@ -300,7 +300,7 @@ def test_resources_creation_failure_is_surfaced_in_status(local, cluster):
     """Trainer leaves only a Warning event when it cannot build the JobSet; status shows it."""
     from torchx.specs import AppState
 
-    from nemo_kubeflow.scheduler import KubeflowTrainerScheduler
+    from nemo_kubeflow.nemo_run.scheduler import KubeflowTrainerScheduler
 
     sub = plan("blocked", experiment="blocked")
     # A ConfigMap with the snapshot's name that the TrainJob does not own blocks Trainer.

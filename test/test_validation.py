@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_kubeflow import validation
 from nemo_kubeflow.errors import ConfigError, ManifestValidationError
-from nemo_kubeflow.validation import check_manifests, validate_manifest
+from nemo_kubeflow.schema import validation
+from nemo_kubeflow.schema.validation import check_manifests, validate_manifest
 
 DATA = Path(__file__).parent / "data" / "validation"
 
@@ -768,8 +768,8 @@ def _planned(nodes: int, with_initializers: bool, experiment_id: str = NEMO_RUN_
     from torchx.specs import Role
 
     from nemo_kubeflow import KubeflowExecutor
-    from nemo_kubeflow.initializers import InitializerSettings
-    from nemo_kubeflow.plan import build_submission
+    from nemo_kubeflow.build.initializers import InitializerSettings
+    from nemo_kubeflow.build.plan import build_submission
 
     init = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://org/data"),
                        model=HuggingFaceModelInitializer(storage_uri="hf://org/model")) if with_initializers else None
@@ -782,7 +782,7 @@ def _planned(nodes: int, with_initializers: bool, experiment_id: str = NEMO_RUN_
 
 def _pod_names(sub) -> dict[str, int]:
     """The longest pod name of each replicated job, as JobSet's webhook computes it."""
-    from nemo_kubeflow import naming
+    from nemo_kubeflow.build import naming
 
     jobs = naming.runtime_job_shapes(sub.runtime, sub.trainjob["spec"]["trainer"]["numNodes"])
     return {job.name: len(naming.longest_pod_name(sub.name, job)) for job in jobs}
@@ -850,7 +850,7 @@ def test_without_its_runtime_a_trainjob_is_checked_for_its_node_job() -> None:
 
 
 def test_the_validate_command_checks_a_trainjob_against_its_runtime_file(tmp_path: Path, capsys) -> None:
-    from nemo_kubeflow.console import main
+    from nemo_kubeflow.cli.main import main
 
     sub = _planned(1, with_initializers=True)
     runtime_file, trainjob_file = tmp_path / "runtime.yaml", tmp_path / "trainjob.yaml"
@@ -869,8 +869,8 @@ def test_a_runtime_whose_job_names_leave_no_room_for_any_name_is_refused(tmp_pat
     from torchx.specs import Role
 
     from nemo_kubeflow import KubeflowExecutor
-    from nemo_kubeflow.plan import build_submission
-    from nemo_kubeflow.render import templates_dir
+    from nemo_kubeflow.build.plan import build_submission
+    from nemo_kubeflow.build.render import templates_dir
 
     long_job = "node-of-a-runtime-whose-replicated-job-names-are-far-too-long"
     text = (templates_dir() / "training_runtime.yaml.j2").read_text()

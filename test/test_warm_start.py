@@ -10,15 +10,15 @@ from pathlib import Path
 
 import nemo_run as run
 import pytest
-
 import workloads
 from polling import wait_for
 from test_e2e import app_id_of
 from test_resilience import ft_executor
+
 from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.errors import ConfigError
-from nemo_kubeflow.scheduler import create_scheduler
-from nemo_kubeflow.warm_start import POD_FILE_PREFIX
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.pod.warm_start import POD_FILE_PREFIX
 
 FT = run.FaultTolerance(max_restarts=3, initial_rank_heartbeat_timeout=120, rank_heartbeat_timeout=60)
 
@@ -160,7 +160,7 @@ def test_two_local_ranks_get_their_own_argv_env_and_exit_code(tmp_path, options)
     import subprocess
     import sys
 
-    from nemo_kubeflow import warm_start
+    from nemo_kubeflow.pod import warm_start
 
     pytest.importorskip("nvidia_resiliency_ext")
     (tmp_path / "worker.py").write_text(WORKER)
@@ -190,7 +190,7 @@ def test_a_client_without_its_template_starts_the_worker_in_a_new_python(tmp_pat
     import subprocess
     import sys
 
-    from nemo_kubeflow import warm_start
+    from nemo_kubeflow.pod import warm_start
 
     (tmp_path / "worker.py").write_text("import sys; print('args', sys.argv[1:]); sys.exit(4)")
     out = subprocess.run([sys.executable, "-I", "-S", warm_start.__file__, "client", "worker.py", "x"], cwd=tmp_path,

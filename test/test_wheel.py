@@ -18,18 +18,18 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
     [wheel] = (tmp_path / "dist").glob("nemo_kubeflow-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "nemo_kubeflow/templates/training_runtime.yaml.j2" in names
-    assert "nemo_kubeflow/schemas.json" in names  # the compiled schemas offline validation reads
+    assert "nemo_kubeflow/schema/schemas.json" in names  # the compiled schemas offline validation reads
     assert not any(n.startswith(("test/", "templates/")) for n in names)
 
     # Unpacked outside the repository, like site-packages: only the wheel's own files are found.
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = (
-        "import nemo_kubeflow, nemo_kubeflow.plan as plan, nemo_kubeflow.render as r\n"
+        "import nemo_kubeflow, nemo_kubeflow.build.plan as plan, nemo_kubeflow.build.render as r\n"
         f"assert nemo_kubeflow.__file__.startswith({str(site)!r}), nemo_kubeflow.__file__\n"
         "from nemo_kubeflow import KubeflowExecutor\n"
         "rt = r.render_runtime(r.runtime_context(plan.resolve(KubeflowExecutor(container_image='img', nodes=2))))\n"
-        "from nemo_kubeflow.validation import validate_manifest\n"
+        "from nemo_kubeflow.schema.validation import validate_manifest\n"
         "assert validate_manifest(rt) == [] and validate_manifest({**rt, 'spek': 1}) != [], 'schemas.json'\n"
         "print(r.templates_dir(), rt['metadata']['name'])\n"
     )

@@ -7,7 +7,7 @@ Each of the 4 ranks contributes rank+1 to an all-reduce (gloo backend, CPU), so 
 rank must print "all_reduce sum = 10". The script checks that it did and exits 1
 otherwise.
 
-On the local cluster (``nemo_kubeflow.local``), the TrainJob is submitted exactly as
+On the local cluster (``nemo_kubeflow_local``), the TrainJob is submitted exactly as
 to a real cluster, over HTTP, and its pods run as local processes with real torchrun.
 """
 
@@ -63,7 +63,7 @@ def collected_lines(handle: str) -> list[str]:
     """The job's log lines, read back from the cluster (every node)."""
     from torchx.specs import parse_app_handle
 
-    from nemo_kubeflow.scheduler import create_scheduler
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     _, _, app_id = parse_app_handle(handle)
     scheduler = create_scheduler("hello")
@@ -94,7 +94,7 @@ def main() -> int:
     if args.cluster:
         return run_experiment(executor)
 
-    from nemo_kubeflow.local import LocalCluster
+    from nemo_kubeflow_local import LocalCluster
 
     with LocalCluster() as cluster:
         print(f"Local cluster at {cluster.url} (kubeconfig {cluster.kubeconfig_path})")

@@ -1,6 +1,6 @@
 """An experiment of three tasks: a Script, a Partial that depends on it, and a Script on its own.
 
-    # On a local cluster (`python -m nemo_kubeflow.local serve` in another shell, then
+    # On a local cluster (`python -m nemo_kubeflow_local serve` in another shell, then
     # `export NEMO_KUBEFLOW_LOCAL_KUBECONFIG=<the kubeconfig path it printed>`):
     python examples/kubeflow/multi_task.py
 

@@ -7,7 +7,7 @@ writes a checkpoint to a PersistentVolumeClaim and exits; when the job is admitt
 from that checkpoint, so no step is done twice. It also checkpoints every ``checkpoint_every`` steps,
 for the faults that give no warning (docs/resilience.md).
 
-    # On a local cluster (`python -m nemo_kubeflow.local serve`, then export
+    # On a local cluster (`python -m nemo_kubeflow_local serve`, then export
     # NEMO_KUBEFLOW_LOCAL_KUBECONFIG=<the kubeconfig path it printed>):
     # (the local cluster's pods share this machine's files, so a local directory stands in for a PVC)
     python examples/kubeflow/preemptible_training.py run.executor=kubeflow_local \
@@ -98,6 +98,6 @@ def train(steps: int = 200, step_seconds: float = 0.1, checkpoint_every: int = 5
 
 
 if __name__ == "__main__":
-    import nemo_kubeflow.factories  # noqa: F401  (registers the kubeflow_* executor factories)
+    import nemo_kubeflow.config.factories  # noqa: F401  (registers the kubeflow_* executor factories)
 
     run.cli.main(train)

@@ -1,6 +1,6 @@
 """A NeMo-style recipe: a `run.Partial` whose arguments are `run.Config` objects, run with torchrun.
 
-    # On a local cluster (`python -m nemo_kubeflow.local serve` in another shell, then
+    # On a local cluster (`python -m nemo_kubeflow_local serve` in another shell, then
     # `export NEMO_KUBEFLOW_LOCAL_KUBECONFIG=<the kubeconfig path it printed>`):
     python examples/kubeflow/recipe.py
 

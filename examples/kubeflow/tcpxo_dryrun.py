@@ -49,7 +49,7 @@ def main() -> int:
 
     import fiddle as fdl
 
-    from nemo_kubeflow.factories import kubeflow_tcpxo
+    from nemo_kubeflow.config.factories import kubeflow_tcpxo
 
     executor = fdl.build(kubeflow_tcpxo(nodes=args.nodes, namespace=args.namespace))
     with run.Experiment("tcpxo-allreduce", executor=executor, log_level="WARN") as exp:

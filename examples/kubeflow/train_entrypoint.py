@@ -3,7 +3,7 @@
     # Dry run: prints the task and the executor the factory built; nothing is sent.
     python examples/kubeflow/train_entrypoint.py run.executor=kubeflow_gpu run.executor.nodes=2 --dryrun
 
-    # On a local cluster (`python -m nemo_kubeflow.local serve` in another shell, then
+    # On a local cluster (`python -m nemo_kubeflow_local serve` in another shell, then
     # `export NEMO_KUBEFLOW_LOCAL_KUBECONFIG=<the kubeconfig path it printed>`):
     python examples/kubeflow/train_entrypoint.py run.executor=kubeflow_local run.executor.nodes=2 steps=30 --yes
 
@@ -53,6 +53,6 @@ if __name__ == "__main__":
     # run.cli.main does not load nemo_run.cli entry points, so register the kubeflow_*
     # factories here. Only here: NeMo-Run runs this file in the pods too, where
     # nemo_kubeflow need not be installed.
-    import nemo_kubeflow.factories  # noqa: F401
+    import nemo_kubeflow.config.factories  # noqa: F401
 
     run.cli.main(train)

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow_local import LocalCluster
 
 
 @pytest.fixture(scope="session")

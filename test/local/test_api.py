@@ -351,7 +351,7 @@ def test_discovery_and_events_v1(cluster, api, core, ns):
 def test_log_reads_from_a_second_and_of_the_last_lines_match_the_whole_log(cluster, core, ns):
     # The server seeks to the first record a `sinceTime`/`tailLines` read wants (an index, not a scan):
     # what it returns must be what filtering the whole log gives, to the second as the kubelet does.
-    from nemo_kubeflow.cluster import KubernetesCluster
+    from nemo_kubeflow.cluster.client import KubernetesCluster
 
     core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seconds"}, "spec": {
         "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": [
@@ -377,7 +377,7 @@ def test_follow_streams_end_with_the_container_or_when_cut_and_close_from_anothe
     # server ends the way it was cut, and LogStream.close from another thread ends a blocked read.
     from urllib3.exceptions import ProtocolError
 
-    from nemo_kubeflow.cluster import KubernetesCluster
+    from nemo_kubeflow.cluster.client import KubernetesCluster
 
     ours = KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path))
 

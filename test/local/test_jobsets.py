@@ -5,10 +5,19 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from localcluster_helpers import (condition, create_runtime, create_trainjob, get_trainjob, pods_of, runtime,
-                                  trainjob, unique, wait_finished)
+from localcluster_helpers import (
+    condition,
+    create_runtime,
+    create_trainjob,
+    get_trainjob,
+    pods_of,
+    runtime,
+    trainjob,
+    unique,
+    wait_finished,
+)
 
-from nemo_kubeflow.local.trainer import jobset_pod_name_errors
+from nemo_kubeflow_local.controllers.trainer import jobset_pod_name_errors
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 DENIED = "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import yaml
 
-from nemo_kubeflow import console
-from nemo_kubeflow.local.printers import human_duration
+from nemo_kubeflow.cli import main as console
+from nemo_kubeflow_local.apiserver.printers import human_duration
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (apt install kubectl, or see "

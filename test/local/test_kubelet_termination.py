@@ -10,13 +10,23 @@ import sys
 import time
 
 import nemo_run as run
-from kubernetes import client, config
-from localcluster_helpers import (alive, create_runtime, create_trainjob, pods_of, recorded_pids, runtime,
-                                  stubborn_pod, trainjob, unique, wait_gone)
-
 import workloads
+from kubernetes import client, config
+from localcluster_helpers import (
+    alive,
+    create_runtime,
+    create_trainjob,
+    pods_of,
+    recorded_pids,
+    runtime,
+    stubborn_pod,
+    trainjob,
+    unique,
+    wait_gone,
+)
+
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
-from nemo_kubeflow.local import LocalCluster
+from nemo_kubeflow_local import LocalCluster
 
 
 def test_deleting_a_pod_sigterms_every_process_then_kills_them_after_the_grace_period(cluster, core, ns, tmp_path):
@@ -69,7 +79,7 @@ def test_killing_the_clusters_owner_leaves_no_process(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     workdir = tmp_path / "cluster"
-    owner = subprocess.Popen([sys.executable, "-m", "nemo_kubeflow.local", "serve", "--workdir", str(workdir)],
+    owner = subprocess.Popen([sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -8,11 +8,19 @@ import threading
 import time
 
 from kubernetes import client, config
-from localcluster_helpers import (children_of, container_pid, create_runtime, create_trainjob, group_alive, pods_of,
-                                  runtime, trainjob)
+from localcluster_helpers import (
+    children_of,
+    container_pid,
+    create_runtime,
+    create_trainjob,
+    group_alive,
+    pods_of,
+    runtime,
+    trainjob,
+)
 
-from nemo_kubeflow.local import LocalCluster
-from nemo_kubeflow.local.__main__ import main
+from nemo_kubeflow_local import LocalCluster
+from nemo_kubeflow_local.__main__ import main
 
 
 def test_stop_kills_every_process_and_removes_the_temporary_workdir():
@@ -40,7 +48,7 @@ def test_a_given_workdir_is_kept(tmp_path):
 
 
 def test_serve_command(tmp_path, capsys):
-    """`python -m nemo_kubeflow.local serve` runs `main`; run it here (a subprocess would spend seconds
+    """`python -m nemo_kubeflow_local serve` runs `main`; run it here (a subprocess would spend seconds
     importing nemo_kubeflow's NeMo-Run registration) and stop it with SIGTERM, as a terminal would."""
     kubeconfig = tmp_path / "kubeconfig"
     namespaces: list[str] = []

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 from localcluster_helpers import ALL_REDUCE_SCRIPT, alive, recorded_pids, stubborn_pod, wait_gone
 
-from nemo_kubeflow.local import LocalCluster
-from nemo_kubeflow.local.nodeagent import NodeAgent, NodeSpec
+from nemo_kubeflow_local import LocalCluster
+from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
 TORCHRUN = ("echo master $PET_MASTER_ADDR:$PET_MASTER_PORT; "
             "torchrun --nnodes $PET_NNODES --nproc-per-node 1 --node-rank $PET_NODE_RANK "
@@ -191,7 +191,7 @@ def test_the_kubelet_endpoint_serves_a_given_certificate(bare, tmp_path):
     (["--node", "n5", "--tls-cert", "a.crt"], "--tls-cert and --tls-key go together"),
 ])
 def test_node_agent_command_refuses_bad_options(tmp_path, capsys, extra, message):
-    from nemo_kubeflow.local.__main__ import main
+    from nemo_kubeflow_local.__main__ import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["node-agent", "--kubeconfig", str(tmp_path / "kubeconfig"), "--workdir", str(tmp_path), *extra])
@@ -263,7 +263,7 @@ def test_the_embedded_kubelet_leaves_pods_bound_to_other_nodes_alone(cluster, ns
 
 
 def test_pod_dns_names_and_declared_ports_are_rewritten_for_the_shared_host_network():
-    from nemo_kubeflow.local.nodeagent import PodNetwork
+    from nemo_kubeflow_local.kubelet.nodeagent import PodNetwork
 
     network = PodNetwork()
 

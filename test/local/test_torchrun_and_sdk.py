@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-
 import pytest
 from kubeflow.common.types import KubernetesBackendConfig
 from kubeflow.trainer import TrainerClient
-from localcluster_helpers import (ALL_REDUCE_SCRIPT, condition, create_runtime, create_trainjob, pods_of, runtime,
-                                  trainjob, unique, wait_finished)
+from localcluster_helpers import (
+    ALL_REDUCE_SCRIPT,
+    condition,
+    create_runtime,
+    create_trainjob,
+    pods_of,
+    runtime,
+    trainjob,
+    unique,
+    wait_finished,
+)
 
 TORCHRUN = ("torchrun --nnodes $PET_NNODES --nproc-per-node $PET_NPROC_PER_NODE --node-rank $PET_NODE_RANK "
             "--master-addr $PET_MASTER_ADDR --master-port $PET_MASTER_PORT /workspace/script.py")

@@ -8,8 +8,21 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, watch
-from localcluster_helpers import (GROUP, VERSION, condition, container_pid, create_runtime, create_trainjob,
-                                  get_trainjob, group_alive, pods_of, runtime, trainjob, unique, wait_finished)
+from localcluster_helpers import (
+    GROUP,
+    VERSION,
+    condition,
+    container_pid,
+    create_runtime,
+    create_trainjob,
+    get_trainjob,
+    group_alive,
+    pods_of,
+    runtime,
+    trainjob,
+    unique,
+    wait_finished,
+)
 
 HELLO = ["bash", "-c", "echo rank=$PET_NODE_RANK of $PET_NNODES; cat /cfg/hello.txt"]
 CFG_VOLUME = {"name": "cfg", "configMap": {"name": "hello"}}

@@ -1,0 +1,905 @@
+"""Ship a task's files to the training pods through ConfigMaps.
+
+Two halves:
+
+* :class:`ConfigMapPackager` is the user-facing config (a NeMo-Run ``Packager``). Its
+  :meth:`~ConfigMapPackager.collect` is the only code here that touches the disk: it gathers the
+  task's ``job_dir`` files (serialized configs, inline scripts) plus the user code it selects.
+* :func:`build_code_package` is pure: files in, ConfigMap manifests, pod volumes, mounts and a
+  shell prologue out. The scheduler calls it during dry-run, so it never does I/O.
+
+Pod-side layout, relative to the workspace (``/nemo_run`` by default)::
+
+    __main__.py                <- <experiment_dir>/__main__.py (fdl_runner loads configs/../../)
+    <task_dir>/configs/<file>  <- <job_dir>/configs/<file>, *_executor.yaml with env_vars redacted
+    scripts/<file>             <- <job_dir>/scripts/<file> (NeMo-Run runs /nemo_run/scripts/x.sh)
+    code/<relpath>             <- user code chosen by include_pattern / use_git
+"""
+
+import base64
+import fnmatch
+import functools
+import gzip
+import hashlib
+import io
+import logging
+import os
+import re
+import shlex
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
+
+import yaml
+from nemo_run.core.packaging.base import Packager
+
+from nemo_kubeflow.build import naming
+
+from nemo_kubeflow.build import yamlio
+from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, DNS_LABEL_MAX, NEMO_RUN_POD_DIR
+from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "plain", "sharded")
+DEFAULT_EXCLUDE = (
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "*.pyc",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ipynb_checkpoints",
+    "node_modules",
+    ".DS_Store",
+)
+#: Where the shard ConfigMaps are mounted in sharded mode, one directory per shard.
+BUNDLE_MOUNT_ROOT = "/var/run/nemo-kubeflow/bundle"
+#: The single binaryData key of each shard ConfigMap.
+SHARD_KEY = "bundle.tar.gz.part"
+CODE_VOLUME = "nemo-kubeflow-code"
+WORKSPACE_VOLUME = "nemo-kubeflow-workspace"
+SHARD_VOLUME_PREFIX = "nemo-kubeflow-bundle-"
+#: Room left under the 1 MiB limit for keys and metadata: the API server counts only values, but
+#: etcd stores the whole object, and a near-limit ConfigMap leaves no slack for label changes.
+CONFIGMAP_MARGIN_BYTES = 16 * 1024
+#: Plain mode lists one volume item per file in the pod spec, which is copied into the TrainJob,
+#: JobSet, Job and every Pod; past this many files "auto" switches to sharded to keep them small.
+PLAIN_MAX_FILES = 1000
+REDACTED = "<redacted>"
+
+_KEY_UNSAFE_RE = re.compile(r"[^-._a-zA-Z0-9]")
+_KEY_MAX = naming.DNS_SUBDOMAIN_MAX
+_LARGEST_SHOWN = 5
+
+
+# --------------------------------------------------------------------------------------------
+# Pure part: files -> manifests
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """One file of the package, at its path relative to the pod workspace."""
+
+    #: POSIX path relative to the workspace: no leading '/', no '.' or '..' components.
+    path: str
+    data: bytes
+    #: 0o644, or 0o755 for executables.
+    mode: int = 0o644
+
+    def __post_init__(self) -> None:
+        parts = self.path.split("/")
+        if not self.path or self.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise PackagingError(
+                f"invalid bundle path {self.path!r}: it must be relative, without '.', '..' or "
+                "empty components"
+            )
+        if "\0" in self.path:
+            raise PackagingError(f"invalid bundle path {self.path!r}: it contains a NUL byte")
+        if self.mode not in (0o644, 0o755):
+            raise PackagingError(f"{self.path}: mode must be 0o644 or 0o755, not {self.mode:#o}")
+
+
+@dataclass(frozen=True)
+class CodePackage:
+    """What the scheduler needs to put a package into a pod."""
+
+    #: Full v1 ConfigMap manifests, without ownerReferences (the caller adds them).
+    configmaps: list[dict]
+    #: Pod volumes: one configMap volume (plain), or an emptyDir workspace plus one per shard.
+    volumes: list[dict]
+    #: Mounts for the training container.
+    volume_mounts: list[dict]
+    #: Bash to run before the command: "" in plain mode, the unpack step in sharded mode.
+    prologue: str
+    #: sha256 hex of the content (paths, modes, data), independent of the mode and names.
+    digest: str
+    #: "plain" or "sharded".
+    mode: str
+    file_count: int
+    #: Uncompressed bytes of all files.
+    total_bytes: int
+
+
+def build_code_package(
+    files: Sequence[BundleFile],
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str] | None = None,
+    mount_path: str = NEMO_RUN_POD_DIR,
+    mode: str = "auto",
+    max_shards: int = 16,
+) -> CodePackage:
+    """Turn ``files`` into ConfigMaps plus the pod volumes, mounts and prologue that use them.
+
+    ``mode`` is "plain" (one ConfigMap named ``name``, files as keys, mounted read-only at
+    ``mount_path``), "sharded" (a deterministic tar.gz split over ConfigMaps ``name-0`` ..
+    ``name-<n-1>``, unpacked by ``prologue`` into an emptyDir at ``mount_path``) or "auto" (plain
+    when it fits, else sharded).
+
+    Raises:
+        ConfigError: invalid name, namespace, mount path, mode or max_shards.
+        PackagingError: two files with the same path.
+        PackageTooLargeError: the files do not fit (plain: one ConfigMap; sharded: max_shards).
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if max_shards < 1:
+        raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
+    _check_subdomain(name, "ConfigMap name")
+    _check_label(namespace, "namespace")
+    _check_mount_path(mount_path)
+
+    ordered = sorted(files, key=lambda f: f.path)
+    for prev, cur in zip(ordered, ordered[1:]):
+        if prev.path == cur.path:
+            raise PackagingError(f"two files have the same path {cur.path!r}")
+
+    digest = _content_digest(ordered)
+    total = sum(len(f.data) for f in ordered)
+
+    def metadata(cm_name: str) -> dict:
+        # Fresh dicts per ConfigMap, so a caller editing one manifest does not edit them all.
+        return {
+            "name": cm_name,
+            "namespace": namespace,
+            "labels": dict(labels or {}),
+            "annotations": {BUNDLE_HASH_ANNOTATION: digest},
+        }
+
+    if mode != "sharded":
+        problem = _plain_problem(ordered, total)
+        if problem is None:
+            configmap, items = _plain_configmap(ordered, metadata(name))
+            return CodePackage(
+                configmaps=[configmap],
+                volumes=[
+                    {
+                        "name": CODE_VOLUME,
+                        "configMap": {"name": name, "defaultMode": 0o644, "items": items},
+                    }
+                ],
+                volume_mounts=[{"name": CODE_VOLUME, "mountPath": mount_path, "readOnly": True}],
+                prologue="",
+                digest=digest,
+                mode="plain",
+                file_count=len(ordered),
+                total_bytes=total,
+            )
+        if mode == "plain":
+            raise PackageTooLargeError(
+                f"the package ({len(ordered)} files, {_human(total)}) does not fit in one "
+                f"ConfigMap: {problem}. Largest files: {_format_largest(ordered)}. "
+                'Use mode="sharded" (or "auto"), add exclude patterns, or put large files on a '
+                "PVC.",
+                largest=_largest(ordered),
+            )
+    return _sharded_package(ordered, name, metadata, mount_path, max_shards, digest, total)
+
+
+def describe_package(pkg: CodePackage) -> str:
+    """A one-line summary, e.g. ``plain, 12 files, 34.5 KiB in 1 ConfigMap``."""
+    count = len(pkg.configmaps)
+    where = f"in {count} ConfigMap{'' if count == 1 else 's'}"
+    if pkg.mode == "sharded":
+        compressed = sum(_b64_decoded_len(cm["binaryData"][SHARD_KEY]) for cm in pkg.configmaps)
+        return (
+            f"sharded, {pkg.file_count} files, {_human(pkg.total_bytes)} "
+            f"({_human(compressed)} compressed) {where}"
+        )
+    return f"plain, {pkg.file_count} files, {_human(pkg.total_bytes)} {where}"
+
+
+#: Every mention of ``env_vars`` as a word (``secret_env_vars`` is another key: references, not values).
+_ENV_VARS = re.compile(r"(?<!\w)env_vars")
+#: ``env_vars: {}`` on a line of its own: an empty environment, nothing to redact.
+_EMPTY_ENV_VARS = re.compile(r"^[ \t]*env_vars: \{\}[ \t]*$", re.MULTILINE)
+
+
+def redact_executor_yaml(text: str) -> str:
+    """Replace every value of every ``env_vars`` mapping in a serialized executor by "<redacted>".
+
+    Raises ``yaml.YAMLError`` when ``text`` has a non-empty ``env_vars`` and does not parse.
+    """
+    if len(_ENV_VARS.findall(text)) == len(_EMPTY_ENV_VARS.findall(text)):
+        # Every mention is an empty mapping (the usual case): skip the YAML round trip, a few ms a task.
+        return text
+    return yaml.dump(_redact(yamlio.load(text)), Dumper=yamlio.FastSafeDumper, sort_keys=False)
+
+
+def _redact(node: object) -> object:
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "env_vars" and isinstance(value, dict):
+                out[key] = {k: REDACTED for k in value}
+            elif key == "env_vars" and value:
+                # Not a mapping, but still the environment: a list of KEY=VALUE or a string.
+                out[key] = REDACTED
+            else:
+                out[key] = _redact(value)
+        return out
+    if isinstance(node, list):
+        return [_redact(v) for v in node]
+    return node
+
+
+def _plain_problem(files: Sequence[BundleFile], total: int) -> str | None:
+    """Why the files cannot go in one plain ConfigMap, or None when they can."""
+    if len(files) > PLAIN_MAX_FILES:
+        return f"{len(files)} files exceed the plain-mode limit of {PLAIN_MAX_FILES}"
+    # The API server sums data values plus *decoded* binaryData; keys count against our margin.
+    budget = CONFIGMAP_MAX_BYTES - CONFIGMAP_MARGIN_BYTES
+    if total > budget or total + sum(len(_configmap_key(f.path)) for f in files) > budget:
+        return f"{_human(total)} of content plus keys exceeds {_human(budget)}"
+    return None
+
+
+def _plain_configmap(files: Sequence[BundleFile], metadata: dict) -> tuple[dict, list[dict]]:
+    """The ConfigMap (one key per file) and the volume items that put each key at its path."""
+    data: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    items = []
+    paths_by_key: dict[str, str] = {}
+    for f in files:
+        key = _configmap_key(f.path)
+        if key in paths_by_key:
+            # Only a verbatim top-level name can equal a hashed key, and only on purpose.
+            raise PackagingError(
+                f"{f.path!r} and {paths_by_key[key]!r} map to the same ConfigMap key {key!r}"
+            )
+        paths_by_key[key] = f.path
+        text = _as_text(f.data)
+        if text is None:
+            binary[key] = base64.b64encode(f.data).decode("ascii")
+        else:
+            data[key] = text
+        items.append({"key": key, "path": f.path, "mode": f.mode})
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        # Immutable: the kubelet stops watching it, and nobody can swap files under a running job.
+        "immutable": True,
+        "data": data,
+    }
+    if binary:
+        manifest["binaryData"] = binary
+    return manifest, items
+
+
+def _sharded_package(
+    files: Sequence[BundleFile],
+    name: str,
+    metadata: Callable[[str], dict],
+    mount_path: str,
+    max_shards: int,
+    digest: str,
+    total: int,
+) -> CodePackage:
+    archive = _deterministic_targz(files)
+    chunk = CONFIGMAP_MAX_BYTES - CONFIGMAP_MARGIN_BYTES
+    count = max(1, -(-len(archive) // chunk))
+    if count > max_shards:
+        raise PackageTooLargeError(
+            f"the package ({len(files)} files, {_human(total)}, {_human(len(archive))} compressed) "
+            f"needs {count} ConfigMaps but max_shards is {max_shards}. "
+            f"Largest files: {_format_largest(files)}. "
+            "Add exclude patterns, raise max_shards, or put large files on a PVC or in the image.",
+            largest=_largest(files),
+        )
+    names = [f"{name}-{i}" for i in range(count)]
+    for shard_name in names:
+        _check_subdomain(shard_name, "ConfigMap shard name")
+    configmaps = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(shard_name),
+            "immutable": True,
+            "binaryData": {
+                SHARD_KEY: base64.b64encode(archive[i * chunk : (i + 1) * chunk]).decode("ascii")
+            },
+        }
+        for i, shard_name in enumerate(names)
+    ]
+    shard_dirs = [f"{BUNDLE_MOUNT_ROOT}/{i}" for i in range(count)]
+    volumes: list[dict] = [{"name": WORKSPACE_VOLUME, "emptyDir": {}}]
+    volumes += [
+        {"name": f"{SHARD_VOLUME_PREFIX}{i}", "configMap": {"name": n, "defaultMode": 0o444}}
+        for i, n in enumerate(names)
+    ]
+    mounts: list[dict] = [{"name": WORKSPACE_VOLUME, "mountPath": mount_path}]
+    mounts += [
+        {"name": f"{SHARD_VOLUME_PREFIX}{i}", "mountPath": d, "readOnly": True}
+        for i, d in enumerate(shard_dirs)
+    ]
+    prologue = _unpack_prologue(
+        parts=[f"{d}/{SHARD_KEY}" for d in shard_dirs],
+        archive_sha256=hashlib.sha256(archive).hexdigest(),
+        mount_path=mount_path,
+        shard_names=names,
+        check_paths=_check_paths(files),
+    )
+    return CodePackage(
+        configmaps=configmaps,
+        volumes=volumes,
+        volume_mounts=mounts,
+        prologue=prologue,
+        digest=digest,
+        mode="sharded",
+        file_count=len(files),
+        total_bytes=total,
+    )
+
+
+def _unpack_prologue(
+    *,
+    parts: list[str],
+    archive_sha256: str,
+    mount_path: str,
+    shard_names: list[str],
+    check_paths: list[str],
+) -> str:
+    """Bash that reassembles the shards and unpacks them into ``mount_path``, or exits 1 saying why.
+
+    Never ``set -x``: the prologue runs in the same shell as the user's command.
+    """
+    q_parts = " ".join(shlex.quote(p) for p in parts)
+    q_dest = shlex.quote(mount_path)
+    shards = shard_names[0] if len(shard_names) == 1 else f"{shard_names[0]}..{shard_names[-1]}"
+
+    def fail(message: str) -> str:
+        return f"{{ echo {shlex.quote('nemo-kubeflow: ' + message)} >&2; exit 1; }}"
+
+    lines = [
+        f"# nemo-kubeflow: unpack the code bundle ({len(parts)} shard(s)) into {mount_path}",
+        f"for nk_part in {q_parts}; do",
+        '  [ -r "$nk_part" ] || { echo "nemo-kubeflow: code bundle shard $nk_part is missing or'
+        ' unreadable" >&2; exit 1; }',
+        "done",
+        # The checksum catches shards from different packages (e.g. one ConfigMap recreated).
+        "if command -v sha256sum >/dev/null 2>&1; then",
+        f"  nk_sum=$(cat {q_parts} | sha256sum)",
+        f'  [ "${{nk_sum%% *}}" = {archive_sha256} ] || '
+        + fail(
+            f"code bundle checksum mismatch: ConfigMap(s) {shards} do not hold the package this pod"
+            " was created with"
+        ),
+        "fi",
+        # -m: files get the unpack time rather than the archive's fixed mtime 0.
+        f"cat {q_parts} | tar -xzmf - -C {q_dest} || "
+        + fail(
+            f"could not unpack the code bundle into {mount_path} "
+            "(does the image have tar and gzip?)"
+        ),
+    ]
+    for path in check_paths:
+        lines.append(
+            f"[ -f {shlex.quote(mount_path + '/' + path)} ] || "
+            + fail(f"{path} is missing from {mount_path} after unpacking the code bundle")
+        )
+    lines.append("unset nk_part nk_sum")
+    return "\n".join(lines) + "\n"
+
+
+def _check_paths(files: Sequence[BundleFile]) -> list[str]:
+    """Files whose presence proves the unpack went through: the last entry and the longest path
+    (a tar without long-name support would mangle it while still exiting 0)."""
+    if not files:
+        return []
+    last = files[-1].path
+    longest = max((f.path for f in files), key=len)
+    return [last] if longest == last else [last, longest]
+
+
+def _deterministic_targz(files: Sequence[BundleFile]) -> bytes:
+    """A tar.gz whose bytes depend only on the files: sorted, mtime 0, root-owned, and no name or
+    time in the gzip header."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=6) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for f in files:
+                info = tarfile.TarInfo(f.path)
+                info.size = len(f.data)
+                info.mode = f.mode
+                info.mtime = 0
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, io.BytesIO(f.data))
+    return buf.getvalue()
+
+
+def _content_digest(files: Sequence[BundleFile]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        # Length-prefixed fields, so no two different file lists hash the same stream.
+        h.update(f"{len(f.path.encode())}:{f.path}:{f.mode:o}:{len(f.data)}:".encode())
+        h.update(f.data)
+    return h.hexdigest()
+
+
+def _configmap_key(path: str) -> str:
+    """A valid, unique ConfigMap key for ``path``: the path itself when it is already a valid key,
+    else a readable flattened form plus a hash of the path (so ``a/b.py``, ``a-b.py`` and
+    ``a_b.py`` stay distinct)."""
+    if naming.is_config_key(path):
+        return path
+    suffix = "." + hashlib.sha256(path.encode()).hexdigest()[:12]
+    # Keep the tail when too long: it holds the file name, which is what a reader looks for.
+    flat = _KEY_UNSAFE_RE.sub("_", path)[-(_KEY_MAX - len(suffix)) :]
+    if flat.startswith(".."):  # the API server rejects keys starting with '..'
+        flat = "_" + flat[1:]
+    return flat + suffix
+
+
+def _as_text(data: bytes) -> str | None:
+    """The UTF-8 text of ``data``, or None when it must go in binaryData."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _largest(files: Sequence[BundleFile]) -> list[tuple[str, int]]:
+    ranked = sorted(files, key=lambda f: (-len(f.data), f.path))
+    return [(f.path, len(f.data)) for f in ranked[:_LARGEST_SHOWN]]
+
+
+def _format_largest(files: Sequence[BundleFile]) -> str:
+    return ", ".join(f"{p} ({_human(n)})" for p, n in _largest(files)) or "none"
+
+
+def _human(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def _b64_decoded_len(text: str) -> int:
+    return len(text) * 3 // 4 - text[-2:].count("=") if text else 0
+
+
+def _check_subdomain(value: str, what: str) -> None:
+    if not naming.is_rfc1123_subdomain(value):
+        raise ConfigError(
+            f"{what} {value!r} is not a DNS-1123 subdomain: at most {naming.DNS_SUBDOMAIN_MAX} characters of "
+            "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+        )
+
+
+def _check_label(value: str, what: str) -> None:
+    if not naming.is_rfc1123_label(value):
+        raise ConfigError(
+            f"{what} {value!r} is not a DNS-1123 label: at most {DNS_LABEL_MAX} characters of "
+            "lower-case letters, digits and '-', starting and ending with a letter or digit"
+        )
+
+
+def _check_mount_path(path: str) -> None:
+    if (
+        not path.startswith("/")
+        or path == "/"
+        or str(PurePosixPath(path)) != path
+        or ".." in path.split("/")
+    ):
+        raise ConfigError(f"mount_path {path!r} must be a normalized absolute path other than '/'")
+
+
+# --------------------------------------------------------------------------------------------
+# I/O part: disk -> files
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class ConfigMapPackager(Packager):
+    """Ships the task's files, and optionally user code, to the pods as ConfigMaps.
+
+    The task's serialized configs (``<task>/configs/``), inline scripts (``scripts/``) and the
+    experiment's ``__main__.py`` always go; user code goes under ``code/`` when
+    ``include_pattern`` or ``use_git`` selects some. See ``docs/packaging.md``.
+    """
+
+    #: Glob patterns of user code to ship under ``code/``, relative to their base path
+    #: (``relative_path``); ``**`` matches any number of directories, and a pattern that matches
+    #: a directory ships everything below it. Empty: no user code (unless ``use_git``).
+    include_pattern: Union[str, list[str]] = field(default_factory=list)
+
+    #: Base path(s) of the patterns, relative to the git toplevel (or the current directory when
+    #: not in git). One string applies to every pattern; a list pairs with ``include_pattern``.
+    #: Files land at ``code/<path relative to their base path>``.
+    relative_path: Union[str, list[str]] = ""
+
+    #: Select the files with ``git ls-files --cached --others --exclude-standard`` under the base
+    #: path (working-tree contents, untracked-but-not-ignored files included), then filter them by
+    #: ``include_pattern`` when it is set.
+    use_git: bool = False
+
+    #: Never shipped: each pattern is matched against every path component (``*.pyc``,
+    #: ``node_modules``); a pattern containing ``/`` is matched against the whole relative path.
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+
+    #: "plain" (one ConfigMap, files as keys), "sharded" (a tar.gz split across ConfigMaps and
+    #: unpacked in the pod) or "auto" (plain when it fits in one ConfigMap, else sharded).
+    mode: str = "auto"
+
+    #: The most ConfigMaps a sharded package may use (each holds just under 1 MiB compressed).
+    max_shards: int = 16
+
+    #: Refuse any single file larger than this many bytes (None: no limit), so a stray checkpoint
+    #: matched by a pattern fails fast instead of being read into memory.
+    max_file_bytes: Optional[int] = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        # Checks only: fdl.build re-runs this on every clone, so no I/O here.
+        if self.mode not in MODES:
+            raise ConfigError(
+                f"ConfigMapPackager.mode must be one of {', '.join(MODES)}, not {self.mode!r}"
+            )
+        if self.max_shards < 1:
+            raise ConfigError(
+                f"ConfigMapPackager.max_shards must be at least 1, not {self.max_shards}"
+            )
+        if self.max_file_bytes is not None and self.max_file_bytes < 1:
+            raise ConfigError("ConfigMapPackager.max_file_bytes must be positive or None")
+        patterns = self._pattern_list()
+        if (
+            isinstance(self.relative_path, list)
+            and patterns
+            and len(self.relative_path) != len(patterns)
+        ):
+            raise ConfigError(
+                "ConfigMapPackager.relative_path, when a list, needs one entry per include_pattern "
+                f"({len(self.relative_path)} vs {len(patterns)})"
+            )
+
+    def package(self, path: Path, job_dir: str, name: str) -> str:
+        # nemo_run only calls Packager.package from its own executors (and HybridPackager), which
+        # then expect a tarball; failing loudly beats handing them None.
+        raise NotImplementedError(
+            "ConfigMapPackager does not build tarballs: the kubeflow_trainer scheduler ships its "
+            "files as ConfigMaps (see ConfigMapPackager.collect). Use it only with "
+            "KubeflowExecutor."
+        )
+
+    def collect(self, *, job_dir: str, base_path: str | None = None) -> list[BundleFile]:
+        """Read every file the task needs from disk, sorted by pod path.
+
+        ``base_path`` anchors ``relative_path`` (default: the git toplevel of the current
+        directory, else the current directory).
+
+        Raises:
+            PackagingError: job_dir missing, a file unreadable or over ``max_file_bytes``, a
+                pattern matching nothing, a symlink pointing outside its base path.
+        """
+        job_dir = os.path.abspath(job_dir)
+        if not os.path.isdir(job_dir):
+            raise PackagingError(f"job_dir {job_dir} does not exist or is not a directory")
+        task_dir = os.path.basename(job_dir)
+        files: dict[str, BundleFile] = {}
+
+        def add(pod_path: str, source: str) -> None:
+            if pod_path in files:
+                raise PackagingError(f"two sources for {pod_path}; the second is {source}")
+            data, mode = self._read(source)
+            if pod_path.endswith("_executor.yaml") and pod_path.startswith(f"{task_dir}/configs/"):
+                try:
+                    data = redact_executor_yaml(data.decode("utf-8")).encode("utf-8")
+                except (yaml.YAMLError, UnicodeDecodeError) as e:
+                    # It may hold env_vars we cannot find, so it stays home.
+                    logger.warning(
+                        "not shipping %s: it does not parse as YAML, so its env_vars cannot be "
+                        "redacted (%s)",
+                        source,
+                        e,
+                    )
+                    return
+            files[pod_path] = BundleFile(path=pod_path, data=data, mode=mode)
+
+        main = os.path.join(os.path.dirname(job_dir), "__main__.py")
+        if os.path.isfile(main):
+            add("__main__.py", main)
+        for rel, source in _walk_plain(os.path.join(job_dir, "configs")):
+            add(f"{task_dir}/configs/{rel}", source)
+        for rel, source in _walk_plain(os.path.join(job_dir, "scripts")):
+            add(f"scripts/{rel}", source)
+        if self.use_git or self._pattern_list():
+            base = os.path.abspath(base_path) if base_path else _git_toplevel(os.getcwd())
+            for rel, source in self._select_code(base):
+                add(f"code/{rel}", source)
+        return [files[p] for p in sorted(files)]
+
+    def _pattern_list(self) -> list[str]:
+        if isinstance(self.include_pattern, str):
+            return [self.include_pattern] if self.include_pattern else []
+        return list(self.include_pattern)
+
+    def _roots(self, base: str) -> dict[str, list[str]]:
+        """Base path -> its patterns (none: everything git lists there)."""
+        patterns = self._pattern_list()
+        if isinstance(self.relative_path, list):
+            rels = list(self.relative_path)
+        else:
+            rels = [self.relative_path] * max(1, len(patterns))
+        roots: dict[str, list[str]] = {}
+        for i, rel in enumerate(rels):
+            patterns_here = roots.setdefault(os.path.normpath(os.path.join(base, rel)), [])
+            # Empty patterns are placeholders in nemo_run's paired lists: skip, keep the pairing.
+            if i < len(patterns) and patterns[i]:
+                patterns_here.append(patterns[i])
+        return {root: pats for root, pats in roots.items() if pats or self.use_git}
+
+    def _select_code(self, base: str) -> list[tuple[str, str]]:
+        """(path under code/, source file) for every selected file, across all base paths."""
+        selected: dict[str, str] = {}
+        for root, patterns in self._roots(base).items():
+            if not os.path.isdir(root):
+                raise PackagingError(f"base path {root} does not exist or is not a directory")
+            globs = [_Glob(_pattern_under(p, root)) for p in patterns] or [_Glob("**")]
+            selector = _Selector(root, globs, self.exclude)
+            found = selector.from_git() if self.use_git else selector.from_walk()
+            for glob, pattern in zip(globs, patterns):
+                if not glob.used:
+                    raise PackagingError(
+                        f"include_pattern {pattern!r} matched no files under {root} "
+                        f"(use_git={self.use_git}, exclude={self.exclude})"
+                    )
+            if not found:
+                raise PackagingError(f"use_git=True found no files to ship under {root}")
+            for rel, source in found.items():
+                if selected.setdefault(rel, source) != source:
+                    raise PackagingError(
+                        f"code/{rel} would come from both {selected[rel]} and {source}; "
+                        "narrow include_pattern or relative_path"
+                    )
+        return sorted(selected.items())
+
+    def _read(self, source: str) -> tuple[bytes, int]:
+        try:
+            st = os.stat(source)
+            if self.max_file_bytes is not None and st.st_size > self.max_file_bytes:
+                raise PackagingError(
+                    f"{source} is {_human(st.st_size)}, over max_file_bytes "
+                    f"({_human(self.max_file_bytes)}); exclude it, or put it on a PVC or in the "
+                    "image"
+                )
+            with open(source, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            raise PackagingError(f"cannot read {source}: {e.strerror or e}") from e
+        return data, 0o755 if st.st_mode & 0o111 else 0o644
+
+
+def _walk_plain(top: str) -> Iterator[tuple[str, str]]:
+    """(POSIX path relative to ``top``, file) for each file below ``top``; none if it is absent."""
+    if not os.path.isdir(top):
+        return
+    for dirpath, dirnames, filenames in os.walk(top, onerror=_raise_unreadable):
+        dirnames.sort()
+        rel_dir = os.path.relpath(dirpath, top)
+        for name in sorted(filenames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            yield rel.replace(os.sep, "/"), os.path.join(dirpath, name)
+
+
+def _raise_unreadable(error: OSError) -> None:
+    raise PackagingError(f"cannot list {error.filename}: {error.strerror or error}") from error
+
+
+@functools.lru_cache(maxsize=64)
+def _git_toplevel(cwd: str) -> str:
+    """The git toplevel of ``cwd`` (``cwd`` outside git); cached: one subprocess per directory."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        return cwd
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else cwd
+
+
+def _pattern_under(pattern: str, root: str) -> str:
+    """``pattern`` relative to ``root``; absolute ones (nemo_run users write those) are rebased."""
+    if not os.path.isabs(pattern):
+        return pattern
+    rel = os.path.relpath(pattern, root)
+    if rel == ".." or rel.startswith("../"):
+        raise PackagingError(f"include_pattern {pattern!r} is outside its base path {root}")
+    return rel
+
+
+_SELECTED = 1  # the path, or one of its directories, matches the whole pattern
+_BELOW = 2  # the path is a directory the pattern may still match something inside
+
+
+class _Glob:
+    """A glob matched component by component, so whole directories can be pruned while walking."""
+
+    def __init__(self, pattern: str):
+        parts: list[str] = []
+        for part in pattern.replace(os.sep, "/").split("/"):
+            if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
+                continue
+            parts.append(part)
+        self.parts = tuple(parts)
+        self.used = False
+
+    def match(self, path: tuple[str, ...]) -> int:
+        return self._match(0, path, 0)
+
+    def _match(self, pi: int, path: tuple[str, ...], i: int) -> int:
+        if pi == len(self.parts):
+            return _SELECTED
+        if i == len(path):
+            return _BELOW
+        head = self.parts[pi]
+        if head == "**":
+            return self._match(pi + 1, path, i) | self._match(pi, path, i + 1)
+        if fnmatch.fnmatchcase(path[i], head):
+            return self._match(pi + 1, path, i + 1)
+        return 0
+
+
+class _Selector:
+    """Finds the files under one base path that the globs select and the excludes allow."""
+
+    def __init__(self, root: str, globs: list[_Glob], exclude: Sequence[str]):
+        self.root = root
+        self.root_real = os.path.realpath(root)
+        self.globs = globs
+        self.name_excludes = [e for e in exclude if "/" not in e]
+        self.path_excludes = [e.strip("/") for e in exclude if "/" in e]
+
+    def from_walk(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        self._walk(self.root, (), {self.root_real}, found)
+        return found
+
+    def from_git(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for rel in _git_ls_files(self.root):
+            parts = tuple(rel.split("/"))
+            source = os.path.join(self.root, *parts)
+            if any(self._excluded(parts[: i + 1]) for i in range(len(parts))):
+                continue
+            if not os.path.lexists(source):  # deleted in the working tree, still in the index
+                continue
+            flags = self._flags(parts)
+            if flags:
+                self._entry(source, parts, flags, {self.root_real}, found)
+        return found
+
+    def _walk(
+        self, directory: str, parts: tuple[str, ...], ancestors: set[str], found: dict[str, str]
+    ) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as e:
+            raise PackagingError(f"cannot list {directory}: {e.strerror or e}") from e
+        for entry in entries:
+            rel = parts + (entry.name,)
+            if self._excluded(rel):
+                continue
+            flags = self._flags(rel)
+            if flags:
+                self._entry(entry.path, rel, flags, ancestors, found)
+
+    def _entry(
+        self,
+        source: str,
+        rel: tuple[str, ...],
+        flags: int,
+        ancestors: set[str],
+        found: dict[str, str],
+    ) -> None:
+        is_dir = os.path.isdir(source)
+        if os.path.islink(source):
+            target = os.path.realpath(source)
+            wanted = flags if is_dir else flags & _SELECTED
+            if wanted and not _within(target, self.root_real):
+                raise PackagingError(
+                    f"symlink {source} -> {os.readlink(source)} points outside the base path "
+                    f"{self.root} (to {target}); exclude it, or copy what it points to into the "
+                    "base path"
+                )
+            if wanted and not os.path.exists(source):
+                raise PackagingError(f"symlink {source} -> {os.readlink(source)} is broken")
+        if is_dir:
+            real = os.path.realpath(source)
+            if real not in ancestors:  # a link back to an ancestor would loop forever
+                self._walk(source, rel, ancestors | {real}, found)
+        elif flags & _SELECTED and os.path.isfile(source):
+            for glob in self.globs:
+                if not glob.used and glob.match(rel) & _SELECTED:
+                    glob.used = True
+            found["/".join(rel)] = source
+
+    def _flags(self, rel: tuple[str, ...]) -> int:
+        flags = 0
+        for glob in self.globs:
+            flags |= glob.match(rel)
+        return flags
+
+    def _excluded(self, rel: tuple[str, ...]) -> bool:
+        name = rel[-1]
+        if any(fnmatch.fnmatchcase(name, e) for e in self.name_excludes):
+            return True
+        joined = "/".join(rel)
+        return any(fnmatch.fnmatchcase(joined, e) for e in self.path_excludes)
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _git_ls_files(directory: str) -> list[str]:
+    """Working-tree files under ``directory`` that git does not ignore, submodules included."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=directory,
+            capture_output=True,
+            check=False,
+        )
+    except FileNotFoundError as e:
+        raise PackagingError("use_git=True needs the git executable on PATH") from e
+    if out.returncode != 0:
+        raise PackagingError(
+            f"use_git=True but git ls-files failed in {directory}: "
+            + out.stderr.decode(errors="replace").strip()
+        )
+    files: list[str] = []
+    for rel in sorted(set(out.stdout.decode("utf-8", errors="surrogateescape").split("\0"))):
+        rel = rel.rstrip("/")
+        if not rel:
+            continue
+        full = os.path.join(directory, rel)
+        # Submodules and nested repositories are listed as one entry: list their own files.
+        if os.path.isdir(full) and not os.path.islink(full):
+            files += [f"{rel}/{sub}" for sub in _git_ls_files(full)]
+        else:
+            files.append(rel)
+    return files
+
+
+__all__ = [
+    "BundleFile",
+    "CodePackage",
+    "ConfigMapPackager",
+    "build_code_package",
+    "describe_package",
+    "redact_executor_yaml",
+]

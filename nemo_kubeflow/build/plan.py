@@ -1,0 +1,393 @@
+"""The build stage: one task (executor + NeMo-Run role + files) -> its ``Submission``.
+
+``build_for_app`` is the whole stage as the scheduler and ``nemo-kubeflow render`` run it: validate the
+executor, collect and check the task's files, ship a local script, build, validate the manifests
+offline. ``resolve`` turns the executor into ``ExecutorFacts`` once per task (the network fabric, the
+initializer settings and steps, the runtime's volumes, the resources per node), and the builders
+(render.py, manifests.py, initializers.py) take those facts, never the executor's derived settings
+again.
+
+Pure apart from reading the packaged templates (the runtime template, the preflight script) and,
+in ``build_for_app``, the task's files: no cluster, no environment variables, no clock. The same
+inputs give the same manifests, which is what the golden tests pin.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from torchx.specs import AppDef, Role
+
+from nemo_kubeflow.build import initializers
+from nemo_kubeflow.build import manifests as mf
+from nemo_kubeflow.build import naming
+from nemo_kubeflow.build.command import LaunchSpec, build_launch, split_torchrun_args, warm_start_problem
+from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE
+from nemo_kubeflow.errors import ConfigError, PackagingError
+from nemo_kubeflow.config.executor import type_problem
+from nemo_kubeflow.build.fabrics import Fabric, build_fabric
+from nemo_kubeflow.build.packaging import BundleFile, build_code_package, describe_package
+from nemo_kubeflow.constants import queue_name
+from nemo_kubeflow.build.render import render_runtime, runtime_context, runtime_volumes
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.config.executor import KubeflowExecutor
+
+# NeMo-Run's torchrun component shell-quotes its arguments itself; its other roles don't.
+_QUOTING_ENTRYPOINTS = ("torchrun", "ft_launcher")
+#: Task variables the preflight checks read (NCCL and libfabric settings, their own settings).
+_PREFLIGHT_ENV_PREFIXES = ("NCCL_", "FI_", "PREFLIGHT_")
+
+
+@dataclass
+class Submission:
+    """Everything one task's submission sends, in the order it is sent."""
+
+    namespace: str
+    trainjob: dict
+    #: The rendered runtime, or ``None`` when an existing runtime is used.
+    runtime: Optional[dict]
+    configmaps: list[dict]
+    #: The Secret of ``secret_env_vars``, with masked values (filled in at submission).
+    secret: Optional[dict]
+    #: Secret key -> where its value is read on the submitting machine (``env:``/``file:``).
+    secret_sources: dict[str, str]
+    #: Claims to create when missing.
+    pvcs: list[dict]
+    launch: LaunchSpec
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.trainjob["metadata"]["name"]
+
+    def manifests(self) -> list[dict]:
+        """All objects, masked, in submission order (for dry runs and validation)."""
+        objs = [*self.pvcs]
+        if self.runtime is not None:
+            objs.append(self.runtime)
+        objs.append(self.trainjob)
+        objs.extend(self.configmaps)
+        if self.secret is not None:
+            objs.append(self.secret)
+        return objs
+
+
+@dataclass(frozen=True)
+class ExecutorFacts:
+    """A validated executor resolved once per task into what the builders need besides its plain
+    fields: the settings objects with their defaults filled in, and what several fields decide
+    together. The builders read plain settings (``nodes``, ``tolerations``...) from ``executor``."""
+
+    executor: KubeflowExecutor
+    #: What the network fabric profile adds to the pods (``Fabric()`` for ``"none"``).
+    fabric: Fabric
+    #: ``initializer_settings``, or the defaults.
+    initializer_settings: initializers.InitializerSettings
+    #: The initializer jobs of the runtime, dataset first (none without ``initializer``).
+    initializer_steps: tuple[initializers.Step, ...]
+    #: The runtime's pod volumes and their mounts in the ``node`` container.
+    volumes: tuple[dict, ...]
+    mounts: tuple[dict, ...]
+    #: The TrainJob's ``resourcesPerNode`` (``None``: nothing requested).
+    resources: Optional[dict]
+
+
+def resolve(executor: KubeflowExecutor) -> ExecutorFacts:
+    """``executor``'s ``ExecutorFacts``. Pure; the executor must have passed ``validate()``."""
+    fabric = build_fabric(executor)
+    settings = initializers.settings(executor)
+    steps = tuple(initializers.steps(executor.initializer, settings))
+    volumes, mounts = runtime_volumes(executor, fabric, steps, settings)
+    return ExecutorFacts(
+        executor=executor,
+        fabric=fabric,
+        initializer_settings=settings,
+        initializer_steps=steps,
+        volumes=tuple(volumes),
+        mounts=tuple(mounts),
+        resources=mf.resources_per_node(executor, fabric),
+    )
+
+
+def build_submission(
+    executor: KubeflowExecutor,
+    role: Role,
+    files: Sequence[BundleFile],
+    *,
+    task_name: str,
+    experiment_id: Optional[str] = None,
+) -> Submission:
+    """Everything one task sends. ``role`` is NeMo-Run's role after macro substitution."""
+    facts = resolve(executor)
+    ns = executor.namespace
+    experiment_id = experiment_id or executor.experiment_id or "experiment"
+    runtime = None
+    if executor.runtime_name:
+        runtime_name = executor.runtime_name
+    else:
+        runtime = render_runtime(runtime_context(facts), executor.runtime_template)
+        runtime_name = runtime["metadata"]["name"]
+    name = naming.trainjob_name(experiment_id, task_name, _name_budget(facts, runtime))
+    labels = mf.common_labels(experiment_id, task_name, name)
+
+    code = build_code_package(
+        files,
+        name=naming.derived_name(name, "code"),
+        namespace=ns,
+        labels=labels,
+        mount_path=executor.workspace_mount_path,
+        mode=getattr(executor.packager, "mode", "auto"),
+        max_shards=getattr(executor.packager, "max_shards", 16),
+    ) if files else None
+
+    workspace = executor.workspace_mount_path.rstrip("/")
+    has_code = any(f.path.startswith("code/") for f in files)
+    exports = {}
+    fabric = facts.fabric
+    if fabric.library_path:
+        # Extended, not replaced, so that the image's own LD_LIBRARY_PATH survives.
+        exports["LD_LIBRARY_PATH"] = shlex.quote(fabric.library_path) + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
+    if executor.timeout_defaults and executor.nodes * executor.nprocs_per_node > 1:
+        # In the script, not in spec.trainer.env: a value from the image or an envFrom Secret still wins.
+        task_env = [*executor.env_vars, *role.env, *executor.secret_env_vars, *executor.secret_key_refs]
+        exports.update(mf.timeout_exports(task_env))
+    launch = build_launch(
+        role.entrypoint,
+        list(role.args),
+        args_are_quoted=role.entrypoint in _QUOTING_ENTRYPOINTS,
+        distributed=executor.nodes * executor.nprocs_per_node > 1,
+        workspace=workspace,
+        # Nothing shipped means no workspace volume: stay in the image's working directory.
+        workdir=(f"{workspace}/code" if has_code else workspace) if code else None,
+        pythonpath=[f"{workspace}/code"] if has_code else [],
+        prologue=code.prologue if code else "",
+        exports=exports,
+        rendezvous_id=name,
+        worker_preload=executor.worker_preload,
+        rendezvous_poll_seconds=executor.rendezvous_poll_seconds,
+    )
+
+    secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
+    # NeMo-Run folds env_vars into role.env already; merging again keeps a role built any
+    # other way honest, and role.env wins because it carries Script.env overrides.
+    plain_env = {**executor.env_vars, **role.env}
+    env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
+    if role.entrypoint == "ft_launcher":
+        env.append(mf.restart_attempt_env())
+    preflight_env = [{"name": k, "value": str(v)} for k, v in plain_env.items()
+                     if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
+    patch = mf.runtime_patch(
+        code.volumes if code else [],
+        code.volume_mounts if code else [],
+        mf.merge_affinity(
+            mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and executor.nodes > 1 else None,
+            mf.same_domain_affinity(name, executor.topology_key) if executor.topology_key and executor.nodes > 1
+            else None,
+        ),
+        preflight_env,
+    )
+    trainjob = mf.build_trainjob(
+        name=name,
+        namespace=ns,
+        runtime_kind=executor.runtime_kind,
+        runtime_name=runtime_name,
+        image=executor.container_image,
+        launch=launch,
+        nodes=executor.nodes,
+        nprocs_per_node=executor.nprocs_per_node,
+        env=env,
+        resources=facts.resources,
+        labels={**labels, **executor.labels, **mf.queue_labels(executor.queue_name, executor.workload_priority_class)},
+        annotations={**dict(executor.annotations), **mf.node_avoidance_annotations(executor)},
+        patch=patch,
+        active_deadline_seconds=executor.active_deadline_seconds,
+        initializer=initializers.trainjob_initializer(executor.initializer, facts.initializer_settings),
+    )
+    secret = None
+    if secret_name:
+        secret = mf.masked_secret(
+            mf.secret_manifest(secret_name, ns, {k: mf.MASK for k in executor.secret_env_vars}, labels)
+        )
+    pvcs = _claims_to_create(facts)
+    summary = {
+        "trainjob": name,
+        "namespace": ns,
+        "runtime": f"{executor.runtime_kind}/{runtime_name}" + ("" if runtime else " (existing)"),
+        "size": f"{executor.nodes} node(s) x {executor.nprocs_per_node} process(es)"
+        + (f", {executor.gpus_per_node} GPU(s) per node" if executor.gpus_per_node else ", CPU only"),
+        "image": executor.container_image,
+        "package": describe_package(code) if code else "nothing to ship",
+        "command": launch.command_line,
+    }
+    if fabric.name != "none":
+        summary["network_fabric"] = fabric.name
+    if executor.initializer is not None:
+        summary["initializers"] = ", ".join(st.name for st in facts.initializer_steps)
+    queue = queue_name(trainjob)
+    if queue:
+        summary["queue"] = f"Kueue LocalQueue {queue}" + (
+            f", priority {executor.workload_priority_class}" if executor.workload_priority_class else "")
+    if executor.pod_group_policy != "none":
+        summary["gang scheduling"] = executor.pod_group_policy
+    if executor.topology_key:
+        summary["placement"] = f"all nodes in one {executor.topology_key} domain"
+    if executor.preflight:
+        summary["preflight"] = "the packaged checks" if executor.preflight is True else "your command"
+    return Submission(
+        namespace=ns,
+        trainjob=trainjob,
+        runtime=runtime,
+        configmaps=list(code.configmaps) if code else [],
+        secret=secret,
+        secret_sources=dict(executor.secret_env_vars),
+        pvcs=pvcs,
+        launch=launch,
+        summary=summary,
+    )
+
+
+def planned_jobs(facts: ExecutorFacts, runtime: Optional[dict]) -> list[naming.ReplicatedJobShape]:
+    """The replicated jobs of the JobSet Trainer will build: those of the rendered runtime; with an
+    existing runtime (``runtime_name``, not readable offline), the initializers this executor asks for and
+    the trainer's ``node`` job. submit.py checks an existing runtime's own jobs before writing anything."""
+    if runtime is not None:
+        return naming.runtime_job_shapes(runtime, facts.executor.nodes)
+    return ([naming.ReplicatedJobShape(step.name) for step in facts.initializer_steps]
+            + [naming.ReplicatedJobShape(TRAINER_NODE, completions=facts.executor.nodes)])
+
+
+def _name_budget(facts: ExecutorFacts, runtime: Optional[dict]) -> int:
+    """How long the TrainJob name may be so that JobSet accepts every pod name (naming.py has the rule)."""
+    jobs = planned_jobs(facts, runtime)
+    budget = naming.jobset_name_budget(jobs)
+    if budget < naming.TRAINJOB_NAME_MIN:
+        longest = max(jobs, key=lambda job: len(naming.longest_pod_name("", job)))
+        raise ConfigError(
+            f"replicated job {longest.name!r} of the runtime leaves {budget} characters for the TrainJob name"
+            f" (pod names '<trainjob>-{longest.name}-{longest.replicas - 1}-{longest.completions - 1}-<5 random>'"
+            f" must fit in {DNS_LABEL_MAX}); a name needs at least {naming.TRAINJOB_NAME_MIN}:"
+            " give the runtime's replicated jobs shorter names"
+        )
+    return budget
+
+
+def _claims_to_create(facts: ExecutorFacts) -> list[dict]:
+    """PVCs marked for creation: ``pvc_mounts`` with ``create``, the initializers' claim."""
+    executor = facts.executor
+    labels = {mf.MANAGED_BY_LABEL: mf.MANAGED_BY_VALUE}
+    pvcs = [mf.pvc_manifest(p.claim_name, executor.namespace, labels, size=p.size, access_modes=p.access_modes,
+                            storage_class=p.storage_class) for p in executor.pvc_mounts if p.create]
+    s = facts.initializer_settings
+    created = {p["metadata"]["name"] for p in pvcs}
+    if executor.initializer is not None and s.create_claim and s.claim_name not in created:
+        pvcs.append(mf.pvc_manifest(s.claim_name, executor.namespace, labels, size=s.claim_size,
+                                    access_modes=s.access_modes, storage_class=s.storage_class))
+    return pvcs
+
+
+# --- the task -------------------------------------------------------------------------------
+
+
+def _script_arg(role: Role) -> Optional[tuple[int, str]]:
+    """(index in role.args, path) of the script file a ``Script(path=...)`` task runs, if any."""
+    args = list(role.args)
+    i = 0
+    if role.entrypoint in _QUOTING_ENTRYPOINTS:
+        kept, rest = split_torchrun_args(args)
+        if "-m" in kept or "--module" in kept or not rest:
+            return None
+        i = args.index(rest[0]) if rest[0] in args else -1
+        token = shlex.split(rest[0])[0] if rest[0] else ""
+    elif role.entrypoint in ("python", "python3", "bash", "sh"):
+        if not args or args[0].startswith("-"):
+            return None
+        token = args[0]
+    else:
+        return None
+    if i < 0 or not token:
+        return None
+    return i, token
+
+
+def _script_file(role: Role) -> Optional[tuple[int, str]]:
+    """(index in role.args, local path) of the script a Script(path=...) task runs, if it
+    is a file on this machine that the pod would not otherwise have."""
+    found = _script_arg(role)
+    if found is None or found[1].startswith("/nemo_run/") or not os.path.isfile(found[1]):
+        return None
+    return found
+
+
+def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_id: Optional[str],
+                  local_script: bool = True) -> list[str]:
+    """What is wrong with the task itself (its name, its script), found before anything is sent.
+    ``local_script``: a relative script path must name a file here (NeMo-Run's ``Script(path=...)``)."""
+    problems = []
+    names = {"task name": role.name or app.name, "experiment id": experiment_id}
+    for what, name in names.items():
+        if name and "/" in name:
+            problems.append(
+                f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
+                f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
+            )
+    if problem := type_problem(dict(role.env), dict[str, str], "the task's env"):
+        problems.append(problem)
+    found = _script_arg(role) if local_script else None
+    if found is not None:
+        path = found[1]
+        shipped = any(f.path == f"code/{path}" for f in files)
+        if not os.path.isabs(path) and not shipped and not os.path.isfile(path):
+            problems.append(
+                f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
+                "this machine. Fix the path (it is relative to the current directory), or give the absolute "
+                "path of a file that is only in the image"
+            )
+    return problems
+
+
+def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
+    """Add the local script a ``Script(path=...)`` task runs to ``files`` and point the role at its pod path."""
+    found = _script_file(role)
+    if found is None:
+        return role
+    index, local = found
+    rel = os.path.relpath(os.path.abspath(local))
+    pod_rel = os.path.basename(local) if rel.startswith("..") else rel.replace(os.sep, "/")
+    if not any(f.path == f"code/{pod_rel}" for f in files):
+        try:
+            with open(local, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            raise PackagingError(f"cannot read the task's script {local!r}: {e.strerror}") from None
+        files.append(BundleFile(path=f"code/{pod_rel}", data=data, mode=0o755 if os.access(local, os.X_OK) else 0o644))
+    args = list(role.args)
+    pod_path = f"{workspace.rstrip('/')}/code/{pod_rel}"
+    args[index] = shlex.quote(pod_path) if role.entrypoint in _QUOTING_ENTRYPOINTS else pod_path
+    role.args = args
+    return role
+
+
+def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool = True) -> Submission:
+    """Everything a task would send, checked offline: the build half of a dry run.
+    ``local_script``: see ``task_problems``."""
+    from nemo_kubeflow.schema.validation import check_manifests
+
+    executor.validate()
+    role = app.roles[0]
+    files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
+    problems = task_problems(app, role, files, executor.experiment_id, local_script)
+    if executor.worker_preload and (problem := warm_start_problem(role.entrypoint, role.args)):
+        problems.append(problem)
+    if problems:
+        raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
+    macros = executor.macro_values()
+    if macros:
+        role = macros.apply(role)
+    role = ship_script(role, files, executor.workspace_mount_path)
+    submission = build_submission(executor, role, files, task_name=role.name or app.name)
+    check_manifests(submission.manifests())
+    return submission

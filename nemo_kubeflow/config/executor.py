@@ -1,0 +1,985 @@
+"""`KubeflowExecutor`: the NeMo-Run executor configuration for Kubeflow Trainer v2.
+
+This module is configuration only. Building an executor (which NeMo-Run does on
+every ``clone()`` and every deserialisation) does no I/O: no kubeconfig is read and
+no cluster is contacted until something is actually submitted. ``validate()`` is a
+pure check that the scheduler calls before anything is built.
+
+No ``from __future__ import annotations`` here: NeMo-Run's CLI reads the field
+annotations at run time to parse ``run.executor.<field>=`` overrides, and it understands
+neither string annotations nor ``X | Y`` unions (hence ``Optional``/``Union``).
+
+Importing this module registers the executor with NeMo-Run (see ``registration``),
+so ``run.Experiment.from_id`` and ``nemo experiment ...`` find it again after fiddle
+re-imports the class.
+"""
+
+import copy
+import dataclasses
+import difflib
+import functools
+import os
+import re
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Union
+
+from nemo_run.core.execution.base import Executor, ExecutorMacros
+from nemo_run.core.packaging.base import Packager
+
+from nemo_kubeflow.build import naming
+from nemo_kubeflow.build.fabrics import (
+    PROFILES,
+    EFAConfig,
+    GKERDMAConfig,
+    InfiniBandConfig,
+    TCPXOConfig,
+    fabric_name,
+    fabric_problems,
+    profile_settings,
+)
+from nemo_kubeflow.build.initializers import InitializerSettings, initializer_problems
+from nemo_kubeflow.constants import (
+    ANNOTATIONS_MAX_BYTES,
+    CLUSTER_RUNTIME_KIND,
+    JOBSET_TTL_MAX,
+    NEMO_RUN_POD_DIR,
+    OOM_KILLED_EXIT_CODE,
+    PET_MASTER_ADDR,
+    PET_NNODES,
+    PET_NODE_RANK,
+    PET_NPROC_PER_NODE,
+    POD_GROUP_POLICIES,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    RUNTIME_KIND,
+    STANDARD_RESOURCES,
+    TAINT_EFFECTS,
+    TOLERATION_FIELDS,
+    TOLERATION_OPERATORS,
+)
+from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.quantity import parse_quantity
+
+if TYPE_CHECKING:
+    # Not imported at run time: the Kubeflow SDK is heavy and only needed with an initializer.
+    # NeMo-Run's CLI resolves this forward reference through this TYPE_CHECKING block.
+    from kubeflow.trainer import Initializer
+
+
+@dataclass(kw_only=True)
+class PVCMount:
+    """A PersistentVolumeClaim mounted into every training pod."""
+
+    #: Name of the claim (``persistentVolumeClaim.claimName``).
+    claim_name: str
+    #: Where the volume appears in the container (``volumeMounts[].mountPath``).
+    mount_path: str
+    #: Mount read-only (``volumeMounts[].readOnly``).
+    read_only: bool = False
+    #: Mount only this sub-directory of the volume (``volumeMounts[].subPath``).
+    sub_path: Optional[str] = None
+    #: Create the claim if it does not exist (it is never deleted by NeMo-Run: it holds data).
+    create: bool = False
+    #: Requested size when creating, e.g. ``"100Gi"`` (``spec.resources.requests.storage``).
+    size: Optional[str] = None
+    #: StorageClass when creating; ``None`` uses the cluster default.
+    storage_class: Optional[str] = None
+    #: Access modes when creating. Multi-node jobs need ``ReadWriteMany`` to share one claim.
+    access_modes: list[str] = field(default_factory=lambda: ["ReadWriteMany"])
+
+
+@dataclass(kw_only=True)
+class SecretMount:
+    """An existing Kubernetes Secret mounted as files into every training pod."""
+
+    #: Name of the Secret, in the executor's namespace.
+    secret_name: str
+    #: Directory where the Secret's keys appear as files.
+    mount_path: str
+    #: Only these keys (each becomes a file of the same name); empty mounts every key.
+    keys: list[str] = field(default_factory=list)
+    #: File mode of the mounted files (``secret.defaultMode``), 0o400 = owner read-only.
+    default_mode: int = 0o400
+
+
+@dataclass(kw_only=True)
+class KubeflowExecutor(Executor):
+    """Runs NeMo-Run tasks as Kubeflow Trainer v2 TrainJobs.
+
+    Each task becomes: ConfigMaps with its files, a training runtime rendered from
+    ``templates/`` (shared by every task with the same settings), and a TrainJob whose
+    trainer runs the task's command on ``nodes`` pods with ``nprocs_per_node``
+    processes each. Example::
+
+        executor = KubeflowExecutor(
+            container_image="nvcr.io/nvidia/nemo:25.02",
+            nodes=2, nprocs_per_node=8, gpus_per_node=8,
+            namespace="training",
+            pvc_mounts=[PVCMount(claim_name="checkpoints", mount_path="/ckpt")],
+        )
+    """
+
+    # --- size and image ----------------------------------------------------
+    #: Number of nodes (pods) of the job (``spec.trainer.numNodes``).
+    nodes: int = 1
+    #: Processes per node (``spec.trainer.numProcPerNode``, torchrun ``--nproc-per-node``).
+    nprocs_per_node: int = 1
+    #: GPUs per node, requested and limited as ``gpu_resource_name``. 0 for a CPU-only job.
+    gpus_per_node: int = 0
+    #: The extended resource name of a GPU.
+    gpu_resource_name: str = "nvidia.com/gpu"
+    #: Container image of the training pods (``spec.trainer.image``). Required.
+    container_image: str = ""
+    #: Kubernetes namespace of the TrainJob and everything created with it.
+    namespace: str = "default"
+
+    # --- resources (``resourcesPerNode`` of the TrainJob) --------------------
+    #: CPU request per node, e.g. ``"8"`` or ``"500m"``.
+    cpu_request: Optional[str] = None
+    #: CPU limit per node.
+    cpu_limit: Optional[str] = None
+    #: Memory request per node, e.g. ``"64Gi"``.
+    memory_request: Optional[str] = None
+    #: Memory limit per node.
+    memory_limit: Optional[str] = None
+    #: Other extended resources per node, requested and limited alike, e.g. ``{"vpc.amazonaws.com/efa": "4"}``.
+    extra_resources: dict[str, str] = field(default_factory=dict)
+
+    # --- environment and secrets ------------------------------------------
+    #: Secret environment variables: name -> where to read the value on the submitting
+    #: machine, ``"env:LOCAL_VAR"`` or ``"file:/path"``. Values are read at submission,
+    #: stored only in a Secret owned by the TrainJob, and never written anywhere else.
+    #: Literal values are refused: NeMo-Run saves the executor to disk.
+    secret_env_vars: dict[str, str] = field(default_factory=dict)
+    #: Existing Secrets whose every key becomes an environment variable (``envFrom``).
+    secret_env_from: list[str] = field(default_factory=list)
+    #: Environment variables from keys of existing Secrets: name -> ``"secret-name/key"``.
+    secret_key_refs: dict[str, str] = field(default_factory=dict)
+    #: Existing Secrets mounted as files.
+    secret_mounts: list[SecretMount] = field(default_factory=list)
+
+    # --- storage -------------------------------------------------------------
+    #: PersistentVolumeClaims mounted into every pod (existing, or created when ``create``).
+    pvc_mounts: list[PVCMount] = field(default_factory=list)
+    #: Size of the memory-backed ``/dev/shm`` (``emptyDir.sizeLimit``); ``None`` keeps the
+    #: container runtime's 64 MiB default, which breaks NCCL and data loaders.
+    shm_size: Optional[str] = "16Gi"
+    #: Where the task's files (scripts, configs, code) appear in the pod.
+    workspace_mount_path: str = NEMO_RUN_POD_DIR
+
+    # --- placement and pod settings ---------------------------------------
+    #: Tolerations of the training pods (Kubernetes toleration dicts).
+    tolerations: list[dict] = field(default_factory=list)
+    #: Node selector of the training pods.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    #: Spread the job's pods one per Kubernetes node (required anti-affinity scoped to
+    #: this job's own pods). ``None``: on when the job uses GPUs.
+    one_pod_per_node: Optional[bool] = None
+    #: Names of image pull Secrets.
+    image_pull_secrets: list[str] = field(default_factory=list)
+    #: Service account of the training pods.
+    service_account: Optional[str] = None
+    #: Labels of the TrainJob object.
+    labels: dict[str, str] = field(default_factory=dict)
+    #: Annotations of the TrainJob object.
+    annotations: dict[str, str] = field(default_factory=dict)
+    #: Labels of the training pods (TrainJob labels do not reach pods).
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    #: Annotations of the training pods.
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    #: Fail the job after this many seconds (``spec.activeDeadlineSeconds``).
+    active_deadline_seconds: Optional[int] = None
+    #: Make the pods pass the Pod Security Standards "restricted" profile: non-root,
+    #: no privilege escalation, all capabilities dropped, seccomp ``RuntimeDefault``.
+    #: The image must run as a non-root user (see ``run_as_user``). Without it the pods
+    #: still pass "baseline" (no host namespaces, host paths or added capabilities),
+    #: unless ``network_fabric`` needs privileges (see docs/fabrics.md).
+    restricted_security: bool = False
+    #: UID the containers run as (``securityContext.runAsUser``); required by images
+    #: whose default user is root when ``restricted_security`` is set.
+    run_as_user: Optional[int] = None
+    #: GID that owns mounted volumes (``securityContext.fsGroup``), so a non-root user can write PVCs.
+    fs_group: Optional[int] = None
+
+    # --- queueing and gang scheduling (docs/scheduling.md) --------------------------
+    #: Kueue LocalQueue (in ``namespace``) that admits the job: the TrainJob gets the label
+    #: ``kueue.x-k8s.io/queue-name``, stays suspended until Kueue admits it, and is not resumed by
+    #: NeMo-Run. The queue is checked before anything is written. ``None``: no queue.
+    queue_name: Optional[str] = None
+    #: Kueue WorkloadPriorityClass of the job (label ``kueue.x-k8s.io/priority-class``); it orders
+    #: the queue and decides preemption. Needs ``queue_name``.
+    workload_priority_class: Optional[str] = None
+    #: Gang scheduling, so that no pod starts before all of them can (the runtime's
+    #: ``spec.podGroupPolicy``): ``"none"``, ``"coscheduling"`` (the scheduler-plugins
+    #: Coscheduling plugin) or ``"volcano"``. Trainer then creates a PodGroup per TrainJob; the
+    #: cluster must run that scheduler.
+    pod_group_policy: str = "none"
+    #: With ``pod_group_policy="coscheduling"``: how long the PodGroup may wait for all its pods
+    #: to be schedulable (``scheduleTimeoutSeconds``); ``None`` keeps Trainer's default, 60.
+    schedule_timeout_seconds: Optional[int] = None
+    #: The scheduler of the pods (``schedulerName``). ``None``: ``"volcano"`` with the volcano
+    #: policy, ``"scheduler-plugins-scheduler"`` with coscheduling (scheduler-plugins installed as
+    #: a second scheduler), the cluster's default scheduler otherwise.
+    scheduler_name: Optional[str] = None
+    #: Kubernetes PriorityClass of the pods (``priorityClassName``): pod priority and preemption
+    #: by the scheduler (not Kueue's order: see ``workload_priority_class``).
+    priority_class_name: Optional[str] = None
+    #: Keep all of the job's node pods in one topology domain: a node label such as
+    #: ``"cloud.google.com/gce-topology-block"`` (required pod affinity among this job's own pods).
+    #: Pods that do not fit in the first pod's domain stay pending (pair it with gang scheduling).
+    topology_key: Optional[str] = None
+
+    # --- no silent hangs --------------------------------------------------------------
+    #: Timeouts for distributed jobs, so that a lost rank or a stuck collective ends the job instead
+    #: of hanging it: the launch script exports ``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``,
+    #: ``TORCH_NCCL_ENABLE_MONITORING=1``, ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=600`` and torchrun's
+    #: static rendezvous timeout ``PET_RDZV_CONF=timeout=1800``, each unless the task sets it
+    #: (``env_vars``, ``Script.env``), the image or an ``envFrom`` Secret does (docs/scheduling.md).
+    #: ``False`` exports none.
+    timeout_defaults: bool = True
+
+    # --- network fabric --------------------------------------------------------
+    #: The GPU interconnect between nodes: ``"none"``, ``"gke-tcpxo"`` (GKE A3 Mega),
+    #: ``"gke-rdma"`` (GKE A3 Ultra/A4, gIB), ``"aws-efa"`` or ``"infiniband"``. Each profile
+    #: adds its NICs, devices, NCCL settings (and sidecar) to the pods; its parameters are in
+    #: ``tcpxo``, ``gke_rdma``, ``aws_efa`` or ``infiniband``. All but aws-efa need a namespace
+    #: that allows privileged pods (docs/fabrics.md).
+    network_fabric: str = "none"
+    #: The older spelling of ``network_fabric="gke-tcpxo"`` (GKE A3 Mega; needs privileged pods).
+    enable_tcpxo: bool = False
+    # The profile settings below default to None ("the profile's defaults") rather than to an
+    # instance: NeMo-Run serialises the executor several times per task, and five nested default
+    # configs doubled that cost.
+    #: ``gke-tcpxo`` settings; ``None``: ``TCPXOConfig()``.
+    tcpxo: Optional[TCPXOConfig] = None
+    #: ``gke-rdma`` settings; ``None``: ``GKERDMAConfig()``.
+    gke_rdma: Optional[GKERDMAConfig] = None
+    #: ``aws-efa`` settings; ``None``: ``EFAConfig()``.
+    aws_efa: Optional[EFAConfig] = None
+    #: ``infiniband`` settings; ``None``: ``InfiniBandConfig()``.
+    infiniband: Optional[InfiniBandConfig] = None
+
+    # --- before training ---------------------------------------------------------
+    #: Dataset and model to download before training: the Kubeflow SDK's
+    #: ``Initializer(dataset=..., model=...)``. Trainer runs them as the ``dataset-initializer``
+    #: and ``model-initializer`` jobs, and ``node`` starts once they complete; training reads
+    #: ``/workspace/dataset`` and ``/workspace/model`` (docs/initializers.md).
+    initializer: Optional["Initializer"] = None
+    #: How the initializers run: the claim they download into, images, commands, Secrets;
+    #: ``None``: ``InitializerSettings()`` (which has no claim: set one to use ``initializer``).
+    initializer_settings: Optional[InitializerSettings] = None
+    #: Check every node pod before training, in a ``preflight`` init container that receives the
+    #: PET_* variables: ``True`` runs the checks shipped with nemo_kubeflow (DNS of the master,
+    #: GPUs, NCCL interfaces, writable claims), a string is a bash command of your own
+    #: (docs/preflight.md). A failed check fails the pod, hence the job after ``retries``.
+    preflight: Union[bool, str] = False
+
+    # --- training runtime ---------------------------------------------------------
+    #: Use this existing runtime instead of rendering one (nothing is rendered or created).
+    runtime_name: Optional[str] = None
+    #: ``ClusterTrainingRuntime`` (cluster-scoped, needs cluster RBAC) or
+    #: ``TrainingRuntime`` (in ``namespace``; for users with namespace rights only).
+    runtime_kind: str = CLUSTER_RUNTIME_KIND
+    #: A Jinja template of your own to render the runtime from (same variables as
+    #: ``templates/training_runtime.yaml.j2``).
+    runtime_template: Optional[str] = None
+
+    # --- after the job finishes (docs/reliability.md#finished-jobs) ----------------------------
+    #: Seconds after the job finishes (succeeded or failed) until JobSet deletes the job's JobSet,
+    #: Jobs and pods, logs included (the runtime's ``ttlSecondsAfterFinished``; ``0``: at once). The
+    #: TrainJob, its ConfigMaps and its Secret stay (Trainer v2.3 has no TTL for TrainJobs):
+    #: ``nemo-kubeflow gc`` deletes them. ``None`` keeps the pods, so that logs and failure details
+    #: stay readable until you delete the job. Needs a rendered runtime (not ``runtime_name``).
+    ttl_seconds_after_finished: Optional[int] = None
+
+    # --- failures, restarts and preemption (docs/resilience.md) -------------------------------
+    #: Exit codes of the ``node`` container that mean a user error: the job fails at once, with no
+    #: gang restart used (the Job's ``podFailurePolicy`` FailJob rule and a JobSet ``failurePolicy``
+    #: rule FailJobSet on ``PodFailurePolicy``). Default ``[1]``: Python's exit on an uncaught
+    #: exception (and torchrun's when a rank raised). Any other failure, and any pod disrupted by
+    #: eviction, preemption or a lost node (``DisruptionTarget``), restarts the gang up to ``retries``.
+    #: Empty: every failure restarts. Needs a rendered runtime (not ``runtime_name``).
+    fail_fast_exit_codes: list[int] = field(default_factory=lambda: [1])
+    #: What a ``node`` container killed for memory (exit code 137, ``OOMKilled``) means. ``False``
+    #: (default): a user error, like ``fail_fast_exit_codes``: the job fails at once (137 joins the
+    #: FailJob rule). ``True``: an infrastructure fault that restarts the gang, up to ``retries``
+    #: (say, memory that leaks over days, or a node whose other tenants squeeze it). The Job's
+    #: ``podFailurePolicy`` sees only exit codes, so any other SIGKILL of the container's main
+    #: process (137) is classed the same way; a pod disrupted by eviction, preemption or a lost node
+    #: always restarts the gang. Needs a rendered runtime (not ``runtime_name``).
+    restart_on_oom_kill: bool = False
+    #: After a gang restart caused by a node fault (its pod deleted by the taint manager on a lost or
+    #: NotReady node, evicted by the kubelet under node pressure), keep the job off that node: the
+    #: client that next looks at the job (a waiting run, ``nemo experiment status``,
+    #: ``nemo-kubeflow watch``) suspends the TrainJob, adds a ``NotIn`` node affinity through a runtime
+    #: patch, has Trainer build the JobSet again, and resumes it. Never so many nodes that the job no
+    #: longer fits; status says which nodes are avoided and why (docs/resilience.md#bad-nodes).
+    avoid_failed_nodes: bool = True
+    #: Seconds between SIGTERM and SIGKILL when a pod is stopped (Kueue preemption, eviction, cancel):
+    #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
+    #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
+    termination_grace_period_seconds: Optional[int] = None
+    #: In-job restarts (``launcher="ft"``) without starting Python again: each pod keeps a template
+    #: process that has imported these modules (e.g. ``["torch"]``, or heavy modules of your own),
+    #: and every worker ft_launcher starts, first and at each in-job restart, is a fork of it, so
+    #: the modules are not imported again. The worker gets its own arguments, environment, directory
+    #: and output, and ends as the plain Python would (exit code, signal). The modules are imported
+    #: once, at pod start, with the pod's environment (not the per-worker ``RANK``, ``LOCAL_RANK``...):
+    #: list none that reads such a variable, starts threads or initializes CUDA when imported.
+    #: Python workers only; needs nvidia-resiliency-ext for the image's ``python3``. Empty: each
+    #: worker is a new Python (docs/resilience.md#warm-worker-starts).
+    worker_preload: list[str] = field(default_factory=list)
+    #: Seconds between two looks of ft_launcher's agents at their rendezvous while they wait for each
+    #: other (``launcher="ft"``: at start and at each in-job restart). ``None``: ft_launcher's 1 s,
+    #: which adds 1 to 2 s to every in-job restart. Each look reads the rendezvous state from the
+    #: store of node 0's agent, so the store serves ``nodes / rendezvous_poll_seconds`` reads a second
+    #: while the agents wait; from 0.05 to 1. Written for nvidia-resiliency-ext 0.4
+    #: (docs/resilience.md#warm-worker-starts).
+    rendezvous_poll_seconds: Optional[float] = None
+    #: Following the logs (``nemo experiment logs -f``), warn when a running node has printed nothing
+    #: for this many seconds (a hung collective, a stuck data loader). ``None``: never warn.
+    stall_warning_seconds: Optional[int] = 900
+
+    # --- cluster access ---------------------------------------------------------------
+    #: Path of the kubeconfig; ``None`` uses ``$KUBECONFIG`` or ``~/.kube/config``
+    #: (or the in-cluster service account). Read only when submitting.
+    kubeconfig: Optional[str] = None
+    #: Context of the kubeconfig; ``None`` uses its current context.
+    kube_context: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # Only normalisation: this runs on every clone and deserialisation, so no I/O.
+        if self.packager is None or type(self.packager) is Packager:
+            from nemo_kubeflow.build.packaging import ConfigMapPackager
+
+            self.packager = ConfigMapPackager()
+
+    # --- NeMo-Run Executor API -------------------------------------------------
+    def to_config(self):
+        """This executor as a ``run.Config`` of the fields that differ from their defaults.
+
+        NeMo-Run serialises it for every task (``<task>_executor.yaml``) and for the experiment;
+        building it gives an equal executor. Only what was set: readable files, and less than
+        half the cost of writing all ~60 fields.
+        """
+        from fiddle.experimental.dataclasses import convert_dataclasses_to_configs
+        from nemo_run.config import Config
+
+        values = {f.name: convert_dataclasses_to_configs(getattr(self, f.name), allow_post_init=True)
+                  for f in dataclasses.fields(self) if f.init and not _has_default_value(self, f)}
+        return Config(type(self), **values)
+
+    def assign(self, exp_id: str, exp_dir: str, task_id: str, task_dir: str) -> None:
+        self.experiment_id = exp_id
+        self.experiment_dir = exp_dir
+        self.job_dir = os.path.join(exp_dir, task_dir)
+
+    def nnodes(self) -> int:
+        return self.nodes
+
+    def nproc_per_node(self) -> int:
+        return self.nprocs_per_node
+
+    def macro_values(self) -> Optional[ExecutorMacros]:
+        # NeMo-Run's launchers write $${head_node_ip_var} etc.; point them at Trainer's PET_* env.
+        return ExecutorMacros(
+            head_node_ip_var=PET_MASTER_ADDR,
+            nproc_per_node_var=PET_NPROC_PER_NODE,
+            num_nodes_var=PET_NNODES,
+            node_rank_var=PET_NODE_RANK,
+            het_group_host_var=PET_MASTER_ADDR,
+        )
+
+    def package_configs(self, *cfgs: tuple[str, str]) -> list[str]:
+        """Write the configs locally (they are shipped in the task's ConfigMap) and
+        return the paths they will have *in the pod*, which is where fdl_runner reads them."""
+        local_paths = super().package_configs(*cfgs)
+        task_dir = os.path.basename(self.job_dir.rstrip("/"))
+        configs_dir = os.path.join(self.job_dir, "configs")
+        return [
+            f"{self.workspace_mount_path.rstrip('/')}/{task_dir}/configs/"
+            + os.path.relpath(p, configs_dir).replace(os.sep, "/")
+            for p in local_paths
+        ]
+
+    def supports_launcher_transform(self) -> bool:
+        return False
+
+    def info(self) -> str:
+        return f"KubeflowExecutor ({self.nodes}x{self.nprocs_per_node}, {self.namespace})"
+
+    # --- derived settings ------------------------------------------------------------
+    def spreads_pods(self) -> bool:
+        return self.gpus_per_node > 0 if self.one_pod_per_node is None else self.one_pod_per_node
+
+    def validate(self) -> None:
+        """Check the configuration; raise ``ConfigError`` listing every problem found.
+
+        Pure: touches neither the file system nor the cluster.
+        """
+        problems, checked = _type_problems(self)
+        # A field of the wrong type was checked at its default: its type is its one problem.
+        reset = tuple(f.name for f in dataclasses.fields(self) if getattr(checked, f.name) is not getattr(self, f.name))
+        problems += [p for p in checked._problems() if not re.match(rf"({'|'.join(reset) or '$^'})\b", p)]
+        if problems:
+            listing = "\n".join(f"  - {p}" for p in problems)
+            raise ConfigError(f"KubeflowExecutor configuration is invalid:\n{listing}")
+
+    def _problems(self):
+        for name in ("nodes", "nprocs_per_node"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                yield f"{name}={value!r}: must be an integer >= 1"
+        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0:
+            yield f"gpus_per_node={self.gpus_per_node!r}: must be an integer >= 0"
+        elif (
+            self.gpus_per_node > 0
+            and isinstance(self.nprocs_per_node, int)
+            and self.nprocs_per_node > self.gpus_per_node
+        ):
+            yield (
+                f"nprocs_per_node={self.nprocs_per_node} exceeds gpus_per_node={self.gpus_per_node}: "
+                "each process needs its own GPU; lower nprocs_per_node or raise gpus_per_node"
+            )
+        if not self.container_image or not self.container_image.strip():
+            yield (
+                "container_image is not set: give the image the training pods run, "
+                "e.g. container_image='nvcr.io/nvidia/nemo:25.02'"
+            )
+        elif any(c.isspace() for c in self.container_image):
+            yield f"container_image={self.container_image!r}: must not contain whitespace"
+        elif problem := naming.image_reference_problem(self.container_image.strip()):
+            yield f"container_image={self.container_image!r}: {problem}; the kubelet would refuse to pull it"
+        if not naming.is_rfc1123_label(self.namespace or ""):
+            yield (
+                f"namespace={self.namespace!r}: must be a DNS-1123 label "
+                "(lowercase letters, digits and '-', at most 63 characters)"
+            )
+        for fname in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
+            value = getattr(self, fname)
+            if value is not None and parse_quantity(str(value)) is None:
+                yield f"{fname}={value!r}: not a Kubernetes quantity (e.g. '8', '500m', '64Gi')"
+        for lo, hi in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
+            a, b = getattr(self, lo), getattr(self, hi)
+            qa = parse_quantity(str(a)) if a is not None else None
+            qb = parse_quantity(str(b)) if b is not None else None
+            if qa is not None and qb is not None and qa > qb:
+                yield f"{lo}={a!r} is larger than {hi}={b!r}"
+        for res, value in self.extra_resources.items():
+            if parse_quantity(str(value)) is None:
+                yield f"extra_resources[{res!r}]={value!r}: not a Kubernetes quantity"
+            if res == self.gpu_resource_name:
+                yield f"extra_resources[{res!r}]: set GPUs with gpus_per_node instead"
+        if self.shm_size is not None and parse_quantity(str(self.shm_size)) is None:
+            yield f"shm_size={self.shm_size!r}: not a Kubernetes quantity (e.g. '16Gi')"
+        yield from self._env_problems()
+        yield from self._volume_problems()
+        yield from self._image_problems()
+        yield from self._name_problems()
+        yield from self._key_problems()
+        yield from self._toleration_problems()
+        yield from self._resource_problems()
+        if self.runtime_kind not in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
+            yield f"runtime_kind={self.runtime_kind!r}: must be {CLUSTER_RUNTIME_KIND!r} or {RUNTIME_KIND!r}"
+        if self.runtime_name is not None and not naming.is_rfc1123_subdomain(self.runtime_name):
+            yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
+        if self.runtime_name and self.runtime_template:
+            yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
+        if self.active_deadline_seconds is not None and (
+            not isinstance(self.active_deadline_seconds, int) or self.active_deadline_seconds < 1
+        ):
+            yield f"active_deadline_seconds={self.active_deadline_seconds!r}: must be an integer >= 1"
+        if not isinstance(self.retries, int) or self.retries < 0:
+            yield f"retries={self.retries!r}: must be an integer >= 0"
+        if not self.workspace_mount_path.startswith("/"):
+            yield f"workspace_mount_path={self.workspace_mount_path!r}: must be an absolute path"
+        for key, value in {**self.labels, **self.pod_labels}.items():
+            if not naming.is_label_value(str(value)):
+                yield f"label {key}={value!r}: label values are {naming.LABEL_VALUE_RULE}"
+        if self.run_as_user is not None and (not isinstance(self.run_as_user, int) or self.run_as_user < 0):
+            yield f"run_as_user={self.run_as_user!r}: must be a non-negative integer UID"
+        if self.restricted_security and self.run_as_user == 0:
+            yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
+        yield from fabric_problems(self)
+        yield from initializer_problems(self)
+        yield from self._scheduling_problems()
+        yield from self._finished_job_problems()
+        yield from self._failure_policy_problems()
+        if isinstance(self.preflight, str) and not self.preflight.strip():
+            yield "preflight='': give a bash command, or True for the packaged checks"
+        elif not isinstance(self.preflight, (bool, str)):
+            yield f"preflight={self.preflight!r}: must be True, False or a bash command"
+
+    def _finished_job_problems(self):
+        ttl = self.ttl_seconds_after_finished
+        if ttl is None:
+            return
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= JOBSET_TTL_MAX:
+            yield (f"ttl_seconds_after_finished={ttl!r}: must be a whole number of seconds from 0 to "
+                   f"{JOBSET_TTL_MAX} (JobSet's ttlSecondsAfterFinished), e.g. 86400 for a day; "
+                   "None keeps finished jobs' pods")
+        if self.runtime_name is not None:
+            yield ("ttl_seconds_after_finished goes into the rendered runtime (a TrainJob cannot set it), but "
+                   f"runtime_name={self.runtime_name!r} uses an existing one; set ttlSecondsAfterFinished in "
+                   "that runtime's spec.template.spec instead, or leave runtime_name unset")
+
+    def _image_problems(self):
+        """The other images the pods run (initializers, fabric daemons), by the same grammar."""
+        from nemo_kubeflow.build.initializers import settings
+
+        images = []
+        init = settings(self) if self.initializer is not None else None
+        if isinstance(init, InitializerSettings):
+            images += [(f"initializer_settings.{f}", getattr(init, f))
+                       for f in ("dataset_image", "model_image", "data_cache_image")]
+        profile = PROFILES.get(fabric_name(self))
+        if profile is not None and profile.images:
+            cfg = profile_settings(self, profile.name)
+            if isinstance(cfg, profile.settings):
+                images += [(f"{profile.field}.{f}", getattr(cfg, f)) for f in profile.images]
+        for where, image in images:
+            # Empty or with whitespace: initializer_problems says so already.
+            if image and not any(c.isspace() for c in image):
+                if problem := naming.image_reference_problem(image):
+                    yield f"{where}={image!r}: {problem}; the kubelet would refuse to pull it"
+
+    def _name_problems(self):
+        """Names of other objects the pods refer to: a wrong one is not refused by the API server but
+        leaves the pod Pending (an absent ServiceAccount, Secret or StorageClass can never be found)."""
+        subdomain = f"a Kubernetes object name ({_OBJECT_NAME_RULE})"
+        if self.service_account is not None and not naming.is_rfc1123_subdomain(self.service_account):
+            yield f"service_account={self.service_account!r}: must be {subdomain}"
+        for i, secret in enumerate(self.image_pull_secrets):
+            if not naming.is_rfc1123_subdomain(secret):
+                yield f"image_pull_secrets[{i}]={secret!r}: must be {subdomain}, the name of a Secret"
+        for m in self.pvc_mounts:
+            if m.storage_class is not None and not naming.is_rfc1123_subdomain(m.storage_class):
+                yield f"pvc_mounts[{m.claim_name}]: storage_class={m.storage_class!r} must be {subdomain}"
+            if m.sub_path is not None and (problem := naming.descending_path_problem(m.sub_path)):
+                yield f"pvc_mounts[{m.claim_name}]: sub_path={m.sub_path!r} {problem}"
+        for m in self.secret_mounts:
+            for key in m.keys:
+                if not naming.is_config_key(key):
+                    yield (f"secret_mounts[{m.secret_name}]: keys has {key!r}, not a Secret key (at most 253 "
+                           "letters, digits, '-', '_' and '.', not starting with '..')")
+            if not 0 <= m.default_mode <= 0o777:
+                yield (f"secret_mounts[{m.secret_name}]: default_mode={m.default_mode!r} must be a file mode "
+                       "0o000..0o777")
+        for name, ref in self.secret_key_refs.items():
+            secret, _, key = str(ref).partition("/")
+            if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
+                yield f"secret_key_refs[{name!r}]={ref!r}: {key!r} is not a Secret key ([-._a-zA-Z0-9], at most 253)"
+        if self.fs_group is not None and self.fs_group < 0:
+            yield f"fs_group={self.fs_group!r}: must be a non-negative integer GID"
+
+    def _key_problems(self):
+        """Label and annotation keys and values, as the API server checks them."""
+        key_rule = ("keys are an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
+                    "'-', '_' and '.' starting and ending with a letter or digit, e.g. 'example.com/team'")
+        for fname in ("labels", "pod_labels", "annotations", "pod_annotations", "node_selector"):
+            for key in getattr(self, fname):
+                if not naming.is_qualified_name(key):
+                    yield f"{fname}[{key!r}]: not a valid key: {key_rule}"
+        for key, value in self.node_selector.items():
+            if not naming.is_label_value(value):
+                yield f"node_selector[{key!r}]={value!r}: node label values are {naming.LABEL_VALUE_RULE}"
+        for fname in ("annotations", "pod_annotations"):
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in getattr(self, fname).items())
+            if size > ANNOTATIONS_MAX_BYTES:
+                yield (f"{fname}: {size} bytes in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB, "
+                       "keys included")
+
+    def _toleration_problems(self):
+        """Tolerations as the API server validates them (``validateTolerations``): a wrong one would
+        be dropped or refused, and the pods would wait forever for an untainted node."""
+        for i, tol in enumerate(self.tolerations):
+            where = f"tolerations[{i}]"
+            unknown = sorted(set(tol) - set(TOLERATION_FIELDS))
+            if unknown:
+                close = {u: difflib.get_close_matches(u, TOLERATION_FIELDS, n=1) for u in unknown}
+                hints = "; ".join(f"did you mean {c[0]!r} for {u!r}" for u, c in close.items() if c)
+                yield (f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
+                       f"{', '.join(TOLERATION_FIELDS)}" + (f" ({hints})" if hints else ""))
+            key, operator = tol.get("key", ""), tol.get("operator", "Equal")
+            value, effect = tol.get("value", ""), tol.get("effect", "")
+            if not all(isinstance(v, str) for v in (key, operator, value, effect)):
+                yield f"{where}={tol!r}: key, operator, value and effect are strings"
+                continue
+            if key and not naming.is_qualified_name(key):
+                yield f"{where}: key={key!r} is not a taint key (a label key such as 'nvidia.com/gpu')"
+            if operator not in TOLERATION_OPERATORS:
+                yield f"{where}: operator={operator!r} must be one of {', '.join(TOLERATION_OPERATORS)}"
+            elif operator == "Exists" and value:
+                yield f"{where}: operator 'Exists' takes no value (got {value!r}); drop value, or use 'Equal'"
+            elif operator == "Equal" and not key:
+                yield f"{where}: an empty key tolerates every taint only with operator 'Exists'"
+            elif operator == "Equal" and not naming.is_label_value(value):
+                yield f"{where}: value={value!r} is not a taint value ({naming.LABEL_VALUE_RULE})"
+            if effect and effect not in TAINT_EFFECTS:
+                yield f"{where}: effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
+            seconds = tol.get("tolerationSeconds")
+            if seconds is not None:
+                if not isinstance(seconds, int) or isinstance(seconds, bool):
+                    yield f"{where}: tolerationSeconds={seconds!r} must be an integer"
+                elif effect != "NoExecute":
+                    yield f"{where}: tolerationSeconds applies to effect 'NoExecute' only (effect is {effect!r})"
+
+    def _resource_problems(self):
+        """Resource names and signs; the quantities' syntax is checked in ``_problems``."""
+        for res in [self.gpu_resource_name, *self.extra_resources]:
+            where = "gpu_resource_name" if res is self.gpu_resource_name else f"extra_resources[{res!r}]"
+            if not naming.is_qualified_name(res) or ("/" not in res and res not in STANDARD_RESOURCES
+                                                          and not res.startswith("hugepages-")):
+                yield (f"{where}: {res!r} is not a resource name: extended resources are fully qualified, "
+                       "e.g. 'nvidia.com/gpu' or 'vpc.amazonaws.com/efa'")
+        for fname in ("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size"):
+            value = getattr(self, fname)
+            quantity = parse_quantity(value) if value is not None else None
+            if quantity is not None and quantity < 0:
+                yield f"{fname}={value!r}: must not be negative"
+        for res, value in self.extra_resources.items():
+            quantity = parse_quantity(value)
+            if quantity is not None and (quantity < 0 or quantity != int(quantity)):
+                yield f"extra_resources[{res!r}]={value!r}: extended resources are whole, non-negative numbers"
+
+    def _warm_start_problems(self):
+        preload, poll = self.worker_preload, self.rendezvous_poll_seconds
+        if not isinstance(preload, (list, tuple)) or not all(
+                isinstance(m, str) and _MODULE_NAME.fullmatch(m) for m in preload):
+            yield (f"worker_preload={preload!r}: must be a list of module names to import, e.g. ['torch'] "
+                   "(dotted Python names, no spaces); [] starts every worker as a new Python")
+        if poll is not None and (isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.05 <= poll <= 1):
+            yield (f"rendezvous_poll_seconds={poll!r}: must be a number of seconds from 0.05 to 1, e.g. 0.1; "
+                   "None keeps ft_launcher's 1 s")
+        from nemo_run.core.execution.launcher import FaultTolerance
+
+        launcher = self.launcher
+        used = [name for name, value in (("worker_preload", preload), ("rendezvous_poll_seconds", poll))
+                if value not in (None, [], ())]
+        if used and not (launcher == "ft" or isinstance(launcher, FaultTolerance)):
+            verb, them = ("tune", "them") if len(used) > 1 else ("tunes", "it")
+            yield (f"{' and '.join(used)} {verb} how ft_launcher starts and restarts ranks, but launcher="
+                   f"{launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
+                   f"{them} unset")
+
+    def _failure_policy_problems(self):
+        codes = self.fail_fast_exit_codes
+        if not isinstance(codes, (list, tuple)) or any(
+                not isinstance(c, int) or isinstance(c, bool) or not 1 <= c <= 255 for c in codes):
+            yield (f"fail_fast_exit_codes={codes!r}: must be a list of exit codes from 1 to 255 (0 is success; "
+                   "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
+        elif len(set(codes)) != len(codes):
+            yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
+        if not isinstance(self.avoid_failed_nodes, bool):
+            yield f"avoid_failed_nodes={self.avoid_failed_nodes!r}: must be True or False"
+        if not isinstance(self.restart_on_oom_kill, bool):
+            yield f"restart_on_oom_kill={self.restart_on_oom_kill!r}: must be True or False"
+        elif self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in (codes if isinstance(codes, (list, tuple)) else ()):
+            yield (f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
+                   f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
+                   "fail_fast_exit_codes, or leave restart_on_oom_kill False")
+        grace = self.termination_grace_period_seconds
+        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
+            yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "
+                   "(terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30")
+        yield from self._warm_start_problems()
+        stall = self.stall_warning_seconds
+        if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
+            yield (f"stall_warning_seconds={stall!r}: must be a whole number of seconds >= 1, e.g. 900 (15 minutes); "
+                   "None turns the warning off")
+        if self.runtime_name is not None and grace is not None:
+            yield ("termination_grace_period_seconds goes into the rendered runtime, but "
+                   f"runtime_name={self.runtime_name!r} uses an existing one; set terminationGracePeriodSeconds "
+                   "in that runtime's pod template instead, or leave runtime_name unset")
+
+    def _scheduling_problems(self):
+        for fname, label in (("queue_name", QUEUE_LABEL), ("workload_priority_class", PRIORITY_CLASS_LABEL)):
+            value = getattr(self, fname)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not naming.is_rfc1123_subdomain(value) or len(value) > 63:
+                yield (f"{fname}={value!r}: must be a Kubernetes object name of at most 63 characters "
+                       "(lowercase letters, digits, '-' and '.')")
+            if label in self.labels and self.labels[label] != value:
+                yield f"{fname}={value!r} and labels[{label!r}]={self.labels[label]!r} disagree; set {fname} only"
+        if self.workload_priority_class is not None and self.queue_name is None and QUEUE_LABEL not in self.labels:
+            yield "workload_priority_class needs queue_name: Kueue orders only the jobs of its queues"
+        if self.pod_group_policy not in POD_GROUP_POLICIES:
+            yield f"pod_group_policy={self.pod_group_policy!r}: must be one of {', '.join(POD_GROUP_POLICIES)}"
+        if self.schedule_timeout_seconds is not None:
+            if self.pod_group_policy != "coscheduling":
+                yield "schedule_timeout_seconds applies to pod_group_policy='coscheduling' only"
+            if (not isinstance(self.schedule_timeout_seconds, int) or isinstance(self.schedule_timeout_seconds, bool)
+                    or self.schedule_timeout_seconds < 1):
+                yield f"schedule_timeout_seconds={self.schedule_timeout_seconds!r}: must be an integer >= 1"
+        if self.pod_group_policy != "none" and self.initializer is not None:
+            yield (
+                f"pod_group_policy={self.pod_group_policy!r} with an initializer: Trainer counts the initializer "
+                "pods in the gang, but they must finish before the node pods are created, so the gang can never "
+                "be complete; use queue_name (Kueue) instead, or drop the initializer"
+            )
+        for fname in ("priority_class_name", "scheduler_name"):
+            value = getattr(self, fname)
+            if value is not None and (not isinstance(value, str) or not naming.is_rfc1123_subdomain(value)):
+                yield f"{fname}={value!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
+        if self.runtime_name is not None:
+            rendered = [f for f in ("priority_class_name", "scheduler_name") if getattr(self, f) is not None]
+            rendered += ["pod_group_policy"] if self.pod_group_policy != "none" else []
+            if rendered:
+                yield (f"{', '.join(rendered)} go into the rendered runtime, but runtime_name uses an existing one; "
+                       "set them in that runtime, or leave runtime_name unset")
+        if self.topology_key is not None and not naming.is_qualified_name(self.topology_key):
+            yield (f"topology_key={self.topology_key!r}: must be a node label key, "
+                   "e.g. 'cloud.google.com/gce-topology-block'")
+
+    def _env_problems(self):
+        env_names = list(self.env_vars) + list(self.secret_env_vars) + list(self.secret_key_refs)
+        seen: set[str] = set()
+        for name in env_names:
+            if reserved := naming.trainer_env_problem(name):
+                yield f"environment variable {reserved}; remove it"
+            elif not naming.is_env_var_name(name):
+                yield f"environment variable {name!r}: names are {naming.ENV_VAR_NAME_RULE}"
+            if name in seen:
+                yield f"environment variable {name} is set twice (env_vars, secret_env_vars, secret_key_refs)"
+            seen.add(name)
+        for name, source in self.secret_env_vars.items():
+            kind, _, ref = str(source).partition(":")
+            if kind not in ("env", "file") or not ref:
+                yield (
+                    f"secret_env_vars[{name!r}]: give where to read the value, 'env:LOCAL_VAR' or "
+                    "'file:/path' (literal values are refused because NeMo-Run writes the executor to disk)"
+                )
+        for name, ref in self.secret_key_refs.items():
+            secret, _, key = str(ref).partition("/")
+            if not naming.is_rfc1123_subdomain(secret) or not key:
+                yield f"secret_key_refs[{name!r}]={ref!r}: expected 'secret-name/key'"
+        for secret in self.secret_env_from:
+            if not naming.is_rfc1123_subdomain(secret):
+                yield f"secret_env_from: {secret!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
+
+    def _volume_problems(self):
+        paths: dict[str, str] = {self.workspace_mount_path: "workspace_mount_path"}
+        if self.shm_size is not None:
+            paths["/dev/shm"] = "shm_size"
+        mounts = [(f"pvc_mounts[{m.claim_name}]", m.mount_path) for m in self.pvc_mounts] + [
+            (f"secret_mounts[{m.secret_name}]", m.mount_path) for m in self.secret_mounts
+        ]
+        for what, path in mounts:
+            if not str(path).startswith("/"):
+                yield f"{what}: mount_path {path!r} must be an absolute path"
+            elif path in paths:
+                yield f"{what}: mount_path {path!r} is already used by {paths[path]}"
+            paths[path] = what
+        for m in self.pvc_mounts:
+            if not naming.is_rfc1123_subdomain(m.claim_name):
+                yield f"pvc_mounts: claim_name {m.claim_name!r} is not a valid Kubernetes name ({_OBJECT_NAME_RULE})"
+            if m.create:
+                if m.size is None or parse_quantity(str(m.size)) is None:
+                    yield f"pvc_mounts[{m.claim_name}]: create=True needs size, e.g. size='100Gi'"
+                bad = set(m.access_modes) - {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
+                if bad or not m.access_modes:
+                    yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
+        for m in self.secret_mounts:
+            if not naming.is_rfc1123_subdomain(m.secret_name):
+                yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
+
+
+# A module worker_preload imports: a dotted Python name.
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+#: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.
+_OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+
+
+# --- types of the fields ------------------------------------------------------------------
+# Python does not check dataclass annotations, and NeMo-Run builds executors from YAML and the
+# command line too, so a wrong type would otherwise surface as an AttributeError deep in the
+# build, or as a manifest the server refuses. bool is an int in Python, hence the explicit checks.
+
+#: Fields that take a Kubernetes quantity: a number is as good as a string there.
+_QUANTITY_FIELDS = frozenset({
+    "KubeflowExecutor.cpu_request", "KubeflowExecutor.cpu_limit", "KubeflowExecutor.memory_request",
+    "KubeflowExecutor.memory_limit", "KubeflowExecutor.shm_size", "KubeflowExecutor.extra_resources",
+    "PVCMount.size", "InitializerSettings.claim_size",
+})
+#: Settings objects whose own checks say when they are of the wrong class (and only when they are used).
+_SETTINGS_CHECKED_ELSEWHERE = frozenset({*(p.field for p in PROFILES.values()), "initializer_settings"})
+_TYPE_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("True or False", "booleans"),
+               str: ("a string", "strings"), dict: ("a dict", "dicts"), list: ("a list", "lists")}
+
+
+def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowExecutor"]:
+    """The fields whose values have the wrong type, and the executor to run the other checks on:
+    ``executor`` itself, or a copy with those fields back at their defaults (so that every other
+    problem is still listed, and no check trips over a value of the wrong type)."""
+    problems, bad = [], []
+    hints = _field_types(type(executor))
+    for f in dataclasses.fields(executor):
+        if not f.init or f.name not in hints:
+            continue
+        value = getattr(executor, f.name)
+        classes = tuple(a for a in typing.get_args(hints[f.name]) if isinstance(a, type))
+        if f.name in _SETTINGS_CHECKED_ELSEWHERE and value is not None and not isinstance(value, classes):
+            continue
+        problem = type_problem(value, hints[f.name], f.name,
+                                f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
+        if problem:
+            problems.append(problem)
+            bad.append(f)
+    if not bad:
+        return problems, executor
+    checked = copy.copy(executor)
+    for f in bad:
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        object.__setattr__(checked, f.name, default)
+    return problems, checked
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict:
+    """The resolved annotation of each field of dataclass ``cls``; forward references that do not
+    resolve (``"Initializer"``, imported only for type checkers) are left out."""
+    hints = {}
+    for f in dataclasses.fields(cls):
+        tp = f.type
+        if isinstance(tp, str):
+            try:
+                tp = typing.get_type_hints(cls, include_extras=False).get(f.name, tp)
+            except (NameError, TypeError):
+                continue
+        if not isinstance(tp, str):
+            hints[f.name] = tp
+    return hints
+
+
+@functools.lru_cache(maxsize=None)
+def _annotation_parts(tp) -> tuple:
+    """``(typing.get_origin(tp), typing.get_args(tp))``, once per annotation: validate() asks for
+    them for every field of every task's executor."""
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
+def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[str]:
+    """Why ``value`` does not fit annotation ``tp`` (naming ``where`` and the type expected), or None."""
+    if tp is typing.Any or isinstance(tp, (str, typing.ForwardRef)):
+        return None
+    try:
+        origin, args = _annotation_parts(tp)
+    except TypeError:  # an unhashable annotation
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp in _PLAIN_TYPES and value is not None and type(value) is tp:
+        return None  # the common case, a value of exactly the annotated class
+    if origin is Union:
+        if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
+            return None
+        # The one alternative of the value's own kind (X of Optional[X], list[str] of Union[str, list[str]]):
+        # say what is wrong inside it.
+        kinds = [a for a in args if isinstance(typing.get_origin(a) or a, type)
+                 and isinstance(value, typing.get_origin(a) or a) and a is not type(None)]
+        others = [a for a in args if a is not type(None)]
+        if len(kinds) == 1 or (value is not None and len(others) == 1):
+            return type_problem(value, kinds[0] if len(kinds) == 1 else others[0], where, numbers_ok)
+        return _mismatch(where, value, tp, numbers_ok)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            return _mismatch(where, value, tp, numbers_ok)
+        item_type = args[0] if args else typing.Any
+        return next((p for i, item in enumerate(value)
+                     if (p := type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _mismatch(where, value, tp, numbers_ok)
+        key_type, value_type = args if args else (typing.Any, typing.Any)
+        for key, item in value.items():
+            problem = (type_problem(key, key_type, f"{where} key")
+                       or type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))
+            if problem:
+                return problem
+        return None
+    if tp is bool:
+        return None if isinstance(value, bool) else _mismatch(where, value, tp)
+    if tp in (int, float):
+        fits = isinstance(value, int if tp is int else (int, float)) and not isinstance(value, bool)
+        return None if fits else _mismatch(where, value, tp)
+    if tp is str:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        fits = isinstance(value, str) or (numbers_ok and number)
+        return None if fits else _mismatch(where, value, tp, numbers_ok)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, tp):
+            return _mismatch(where, value, tp)
+        cls = type(value)
+        if not cls.__module__.startswith("nemo_kubeflow."):
+            return None  # NeMo-Run's own settings (Packager, launchers) are not annotated strictly enough
+        hints = _field_types(cls)
+        return next((p for f in dataclasses.fields(cls) if f.init and f.name in hints
+                     if (p := type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
+                                            f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
+    if isinstance(tp, type) and not isinstance(value, tp):
+        return _mismatch(where, value, tp)
+    return None
+
+
+#: Annotations a value of exactly that class always fits (bool is no int here: ``type(True) is bool``).
+_PLAIN_TYPES = frozenset({str, int, float, bool})
+
+
+def _describe(tp, numbers_ok: bool = False, plural: bool = False) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union:
+        words = ["True, False" if a is bool else _describe(a, numbers_ok, plural) for a in args if a is not type(None)]
+        words += ["None"] if type(None) in args else []
+        return ", ".join(words[:-1]) + " or " + words[-1]
+    if origin in (list, dict):
+        word = _TYPE_NAMES[origin][plural]
+        if origin is list and args:
+            return f"{word} of {_describe(args[0], numbers_ok, True)}"
+        if origin is dict and args:
+            return f"{word} of {_describe(args[0], plural=True)} to {_describe(args[1], numbers_ok, True)}"
+        return word
+    if tp is str and numbers_ok:
+        return "quantities (strings or numbers)" if plural else "a quantity (a string such as '8Gi', or a number)"
+    if tp in _TYPE_NAMES:
+        return _TYPE_NAMES[tp][plural]
+    name = getattr(tp, "__name__", str(tp))
+    return f"{name} objects" if plural else f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
+
+
+def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
+    got = "None" if value is None else type(value).__name__
+    fix = ""
+    if tp is int and isinstance(value, bool):
+        fix = " (True and False are integers to Python, not to Kubernetes: give a number)"
+    elif tp is int and isinstance(value, str) and value.strip().isdigit():
+        fix = f" (write {int(value)}, without quotes)"
+    elif tp is int and isinstance(value, float) and value.is_integer():
+        fix = f" (write {int(value)})"
+    elif tp is str and isinstance(value, (int, float, bool)) and not (numbers_ok and isinstance(value, bool)):
+        fix = f" (quote it: {str(value)!r})"
+    elif tp is str and value is None:
+        fix = " (remove the entry, or give '')"
+    elif dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        fix = f" (write {tp.__name__}(**...) around it)"
+    return f"{where}={value!r}: must be {_describe(tp, numbers_ok)}, not {got}{fix}"
+
+
+def _has_default_value(obj, f: dataclasses.Field) -> bool:
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        return False
+    value = getattr(obj, f.name)
+    try:
+        return value is default or (type(value) is type(default) and bool(value == default))
+    except Exception:  # an odd value whose == fails: keep it
+        return False
+
+
+# Registration must happen when the module defining the class is imported: fiddle
+# imports this module when NeMo-Run deserialises an experiment in a new process.
+from nemo_kubeflow.nemo_run.registration import register_executor  # noqa: E402
+
+register_executor(KubeflowExecutor)

@@ -1,0 +1,115 @@
+"""A cancel asked for a job that already finished: say so, and how to remove what it left.
+
+NeMo-Run's ``Experiment.cancel`` (and ``nemo experiment cancel``) calls torchx's
+``Runner.cancel``, which describes the app first and calls the scheduler's cancel only when
+the app is not in a terminal state. For a finished job nothing is deleted and nothing is said,
+although its TrainJob, ConfigMaps, Secret (and pods, unless ``ttl_seconds_after_finished``
+removed them) stay on the cluster.
+
+The scheduler cannot see this from its cancel, which is never called. It can see the two ends
+of it, through public hooks, without patching NeMo-Run or torchx:
+
+* its ``describe`` (which ``Runner.cancel`` calls first) notes the state it reported
+  (``note_described``), and its ``_cancel_existing`` notes a cancel it carried out
+  (``note_cancelled``);
+* torchx records an event for every Runner call on its events logger (a ``logging`` logger)
+  when the call ends; a handler there (``watch_cancels``) sees ``api="cancel"`` for one of our
+  apps and prints the message when the last description was finished and no cancel ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import threading
+from typing import Optional
+
+from torchx.specs import AppState
+
+from nemo_kubeflow.cluster import records
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, SCHEDULER_NAME
+from nemo_kubeflow.observe.status import job_status
+
+#: torchx.runner.events: ``log_event`` records one JSON event per Runner call on this logger
+#: (destination "null"); torchx leaves its level unset, so INFO records need it set.
+TORCHX_EVENTS_LOGGER = "torchx-events-null"
+
+_lock = threading.Lock()
+#: app id -> (state name, experiment label) of the last description; only finished TrainJobs.
+_finished: dict[str, tuple[str, str]] = {}
+#: app ids whose cancel this process carried out since their last cancel event.
+_cancelled: set[str] = set()
+_handler: Optional[logging.Handler] = None
+
+
+def note_described(app_id: str, trainjob: Optional[dict]) -> None:
+    """What ``describe`` just read for ``app_id`` (``None``: the TrainJob does not exist)."""
+    state = job_status(trainjob).state if trainjob is not None else None
+    with _lock:
+        if state in (AppState.SUCCEEDED, AppState.FAILED):
+            labels = (trainjob.get("metadata") or {}).get("labels") or {}
+            _finished[app_id] = (state.name, labels.get(EXPERIMENT_LABEL, ""))
+        else:
+            _finished.pop(app_id, None)
+
+
+def note_cancelled(app_id: str) -> None:
+    with _lock:
+        _cancelled.add(app_id)
+
+
+def finished_cancel_message(app_id: str, state: str, experiment: str) -> str:
+    """What to tell a user who cancelled a finished job."""
+    namespace, name = records.parse_app_id(app_id)
+    record = records.load(namespace, name)
+    argv = ["nemo-kubeflow", "gc", "--namespace", namespace]
+    argv += ["--experiment", experiment] if experiment else ["--finished"]
+    if record is not None and record.kubeconfig:
+        argv += ["--kubeconfig", record.kubeconfig]
+    if record is not None and record.context:
+        argv += ["--context", record.context]
+    gc = shlex.join(argv)
+    scope = "the finished jobs of this experiment" if experiment else "every finished job of the namespace"
+    return (
+        f"TrainJob {namespace}/{name} already finished ({state}), so cancel deleted nothing: the TrainJob, its "
+        "ConfigMaps and Secret (and pods, unless ttl_seconds_after_finished removed them) stay on the cluster. "
+        f"Remove them with `{gc}` ({scope}; add --dry-run to list them first) or "
+        f"`kubectl delete trainjob {name} -n {namespace}`. The executor's ttl_seconds_after_finished makes "
+        "JobSet remove the pods of later jobs once they finish."
+    )
+
+
+class _CancelEvents(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from torchx.runner.events.api import TorchxEvent
+
+            event = TorchxEvent.deserialize(record.getMessage())
+            if event.api != "cancel" or event.scheduler != SCHEDULER_NAME or not event.app_id or event.raw_exception:
+                return
+            with _lock:
+                cancelled = event.app_id in _cancelled
+                _cancelled.discard(event.app_id)
+                finished = _finished.pop(event.app_id, None)
+            if cancelled or finished is None:
+                return
+            from nemo_run.core.frontend.console.api import CONSOLE
+            from rich.markup import escape
+
+            CONSOLE.log(escape(finished_cancel_message(event.app_id, *finished)), highlight=False)
+        except Exception:  # noqa: BLE001 - a message must never break a cancel
+            self.handleError(record)
+
+
+def watch_cancels() -> None:
+    """Install the handler on torchx's events logger (once per process)."""
+    global _handler
+    with _lock:
+        if _handler is not None:
+            return
+        _handler = _CancelEvents(level=logging.INFO)
+    events = logging.getLogger(TORCHX_EVENTS_LOGGER)
+    if events.level == logging.NOTSET or events.level > logging.INFO:
+        events.setLevel(logging.INFO)
+    events.propagate = False  # as torchx sets it: events are not log lines
+    events.addHandler(_handler)

@@ -1,0 +1,860 @@
+"""Why a job waits, why it failed, how often it restarted: the one place that reads a TrainJob's
+pods and events for ``describe``, and that tells what they (and the failed node's log) say.
+
+``JobView`` reads the TrainJob's pods once, and its Warning events at most once, per describe;
+``why_waiting``, ``why_failed`` and ``JobView.restarts`` read only from it (plus, for a failed job,
+the failed node's last lines and every node's log, kept next to the job). The parsers below
+(container states, torchrun's report, ft_launcher's restarts) are pure.
+
+What a describe reads in each state is the last column of ``status.py``'s table.
+
+The failed node's log. The pod's container status says only how ``node`` ended (exit code 1, or a
+signal). What the user needs is in the log:
+
+* torchrun's failure report ends with ``Root Cause (first observed failure):`` and the failed
+  worker's global ``rank``, ``local_rank``, ``exitcode`` (negative for a signal, with its name)
+  and ``error_file``. When the worker's entrypoint is decorated with
+  ``torch.distributed.elastic.multiprocessing.errors.record``, the worker writes its exception to
+  the error file (``TORCHELASTIC_ERROR_FILE``, set by torchrun for every worker) and torchrun
+  prints that traceback as the report's ``traceback``; otherwise it says "To enable traceback see".
+* The worker's own traceback, whose last line is the exception ("RuntimeError: ..."). With
+  ``--tee``/``--redirects`` (NeMo-Run's torchrun launcher passes ``--tee 3``) torchrun prefixes
+  each line with ``[<role><local_rank>]:``; newer torch versions may use ``[rank<N>]:``.
+* A shell that cannot find a command exits with 127 and says ``torchrun: command not found``
+  (bash) or ``torchrun: not found`` (sh).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+
+from torchx.specs import AppState
+
+from nemo_kubeflow.build.naming import pod_completion_index
+from nemo_kubeflow.build.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
+from nemo_kubeflow.constants import (
+    COMPLETION_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    RESTART_ATTEMPT_ENV,
+    RESTART_ATTEMPT_LABEL,
+    TRAINER_NODE,
+)
+from nemo_kubeflow.errors import ClusterError
+from nemo_kubeflow.observe.status import newest_pods_by_node
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.cluster.client import Cluster
+    from nemo_kubeflow.observe.logs import NodeLogKeeper
+
+ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
+#: Exceptions the launcher's agent logs that are never the root cause: torchrun's own, raised after a
+#: worker failed; ft_launcher's GPU health check on a machine without NVML (logged, then skipped).
+_AGENT_ERRORS = ("ChildFailedError", "NVMLError_LibraryNotFound", "libnvidia-ml.so")
+#: A log line of torchrun's or ft_launcher's agent (the launcher ran on this node).
+_AGENT_LOG = re.compile(r"torch[/.]distributed[/.]elastic|fault_tolerance[/.]")
+_PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:")
+_FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
+                        r"(?::.*)?$|^[A-Za-z_][\w.]*: .+$")
+_NOT_FOUND = re.compile(r"(?P<cmd>[\w./-]+): (?:command )?not found\s*$")
+#: Exit code of a shell whose command was not found.
+COMMAND_NOT_FOUND_EXIT = 127
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """What the failed node's log says about its failure ("" / None for what it does not say)."""
+
+    #: Global rank of the failed worker (torchrun's report).
+    rank: Optional[int] = None
+    local_rank: Optional[int] = None
+    #: torchrun's ``exitcode``: negative for a signal.
+    exitcode: Optional[int] = None
+    signal_name: str = ""
+    #: The exception line, "RuntimeError: step 7 got a bad batch".
+    error: str = ""
+    #: The worker's traceback (its lines, without torchrun's prefix), to quote.
+    traceback: tuple[str, ...] = ()
+    #: A command the container could not find ("torchrun").
+    missing_command: str = ""
+
+    def headline(self, node: Optional[int]) -> str:
+        """"rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
+        where = f"rank {self.rank}" if self.rank is not None else ""
+        if node is not None:
+            where = f"{where} on node {node}" if where else f"node {node}"
+        if self.missing_command:
+            return f"{where}: {missing_command_hint(self.missing_command)}"
+        if self.error:
+            return f"{where}: {self.error}"
+        if self.signal_name:
+            return f"{where}: killed by {self.signal_name} (torchrun exitcode {self.exitcode})"
+        if self.exitcode is not None and self.rank is not None:
+            return f"{where}: exited with code {self.exitcode}"
+        return ""
+
+
+def missing_command_hint(command: str) -> str:
+    """What a "<command>: not found" in the pod means, and how to fix it."""
+    name = command.rsplit("/", 1)[-1]
+    if name in ("torchrun", "python", "python3"):
+        what = "torch (torchrun comes with PyTorch)" if name == "torchrun" else "Python"
+        return (f"{name}: command not found in the container: the image has no {what}; use an image that "
+                f"has it (e.g. nvcr.io/nvidia/nemo or a pytorch image). On the local cluster, the pods run "
+                f"with the submitting Python's environment: install torch in it (pip install torch)")
+    return f"{command}: command not found in the container: the image does not have it, or PATH misses it"
+
+
+def _strip(line: str) -> tuple[Optional[str], str]:
+    """(worker key of torchrun's prefix or None, line without it)."""
+    m = _PREFIX.match(line)
+    if not m:
+        return None, line
+    key = f"rank{m['rank']}" if m["rank"] is not None else f"local{m['local']}"
+    return key, line[m.end():]
+
+
+def _root_cause(lines: Sequence[str]) -> dict:
+    """torchrun's root-cause fields: rank, local_rank, exitcode, signal, traceback lines."""
+    start = max((i for i, line in enumerate(lines) if ROOT_CAUSE_HEADER in line), default=None)
+    if start is None:
+        return {}
+    found: dict = {}
+    tb: list[str] = []
+    in_tb = False
+    for line in lines[start + 1:]:
+        if line.startswith("===") or line.strip().startswith("====="):
+            break
+        m = _FIELD.match(line)
+        if m and not in_tb:
+            key, value = m["key"], m["value"].strip()
+            if key == "rank":
+                r = re.match(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?", value)
+                if r:
+                    found["rank"] = int(r[1])
+                    found["local_rank"] = int(r[2]) if r[2] else None
+            elif key == "exitcode":
+                r = re.match(r"(-?\d+)", value)
+                found["exitcode"] = int(r[1]) if r else None
+                s = re.search(r"\((SIG[A-Z0-9]+)\)", value)
+                found["signal"] = s[1] if s else ""
+            elif key == "traceback":
+                in_tb = True
+                if value and not value.startswith("To enable traceback"):
+                    tb.append(value)
+            continue
+        if in_tb:
+            tb.append(line[2:] if line.startswith("  ") else line)
+    found["traceback"] = [t for t in tb if t.strip()]
+    return found
+
+
+#: ft_launcher prints no root-cause report; its agent's last word names the failed global rank:
+#: "Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=0, pid=30546, exitcode=1, ...".
+_FT_FAILURE = re.compile(r"Some rank\(s\) exited with non-zero exit code: \{(?P<rank>\d+): "
+                         r"ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)")
+
+
+def _ft_launcher_failure(lines: Sequence[str]) -> dict:
+    """The fields of ``_root_cause`` from ft_launcher's last failure line ({} when there is none)."""
+    for line in reversed(lines):
+        if m := _FT_FAILURE.search(line):
+            code = int(m["code"])
+            signal_name = ""
+            if code < 0:
+                import signal
+
+                try:
+                    signal_name = signal.Signals(-code).name
+                except ValueError:
+                    signal_name = ""
+            return {"rank": int(m["rank"]), "local_rank": int(m["local"]), "exitcode": code, "signal": signal_name,
+                    "traceback": []}
+    return {}
+
+
+def _tracebacks(lines: Sequence[str]) -> dict[Optional[str], list[list[str]]]:
+    """Python tracebacks in the log, by torchrun worker prefix (None: unprefixed), each as its
+    lines from "Traceback (most recent call last):" to the exception line."""
+    found: dict[Optional[str], list[list[str]]] = {}
+    open_tb: dict[Optional[str], list[str]] = {}
+    for raw in lines:
+        key, line = _strip(raw)
+        if line.startswith("Traceback (most recent call last):"):
+            open_tb[key] = [line]
+            continue
+        current = open_tb.get(key)
+        if current is None:
+            continue
+        current.append(line)
+        if line and not line[0].isspace():
+            # The first unindented line after the frames is the exception.
+            found.setdefault(key, []).append(current)
+            del open_tb[key]
+    return found
+
+
+def _exception_line(tb: Sequence[str]) -> str:
+    for line in reversed(tb):
+        text = line.strip()
+        if text and not text.startswith(("File ", "Traceback", "^", "~")) and _EXCEPTION.match(text):
+            return text
+    return ""
+
+
+def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> RankFailure:
+    """What a failed node's log (its last lines, oldest first) says about why it failed."""
+    if exit_code == COMMAND_NOT_FOUND_EXIT or exit_code is None:
+        for line in reversed(lines[-20:]):
+            m = _NOT_FOUND.search(line)
+            if m:
+                return RankFailure(missing_command=m["cmd"])
+    root = _root_cause(lines) or _ft_launcher_failure(lines)
+    error = _exception_line(root.get("traceback") or [])
+    tb: list[str] = list(root.get("traceback") or []) if error else []
+    if not error:
+        by_worker = _tracebacks(lines)
+        local = root.get("local_rank")
+        rank = root.get("rank")
+        keys = [k for k in (f"rank{rank}" if rank is not None else None,
+                            f"local{local}" if local is not None else None) if k and k in by_worker]
+        def usable(tracebacks: list[list[str]]) -> list[list[str]]:
+            return [t for t in tracebacks if not any(a in _exception_line(t) for a in _AGENT_ERRORS)]
+
+        candidates = usable([t for k in keys for t in by_worker[k]])
+        if not candidates and not root:
+            # No torchrun: the process's own traceback, unprefixed.
+            candidates = usable(by_worker.get(None, []))
+        if not candidates and len([k for k in by_worker if k is not None]) == 1:
+            candidates = usable(next(v for k, v in by_worker.items() if k is not None))
+        if candidates:
+            tb = candidates[-1]
+            error = _exception_line(tb)
+    return RankFailure(rank=root.get("rank"), local_rank=root.get("local_rank"), exitcode=root.get("exitcode"),
+                       signal_name=root.get("signal", ""), error=error, traceback=tuple(tb))
+
+
+# --- ft_launcher's in-job restarts, from a node's log ------------------------------------------------
+
+#: What the agent of ft_launcher (and torchrun) logs each time it restarts its worker group: after a
+#: failure ("Worker group FAILED. 2/2 attempts left; will restart worker group"), when a peer's agent
+#: restarted ("Detected 1 new nodes from group_rank=0; will restart worker group"), or ft_launcher's
+#: "1/2 restart attempts left; restarting worker group...".
+_WORKER_GROUP_RESTART = re.compile(r"will restart worker group|restart attempts left; restarting worker group")
+#: torchelastic's line for a worker that died: "failed (exitcode: -9) local_rank: 1 (pid: 812) of binary: ...".
+_WORKER_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+)")
+#: What the c10d rendezvous of ft_launcher (its own copy of torch's dynamic rendezvous) logs as each agent
+#: joins a round: "The node 'x' has joined round 1 of the rendezvous 'train-x-0' as rank 0 in a world of
+#: size 2." The first round is 0 and every restart of the worker group needs a new one, so the round is
+#: the number of restarts so far, even when the lines of the restarts are no longer at hand (the
+#: rendezvous id changes with each gang attempt: see ``command.ft_rendezvous_flags``).
+_RENDEZVOUS_ROUND = re.compile(r"has joined round (?P<round>\d+) of the rendezvous")
+
+
+@dataclass(frozen=True)
+class InJobRestarts:
+    """The worker-group restarts one node's agent logged (0 when none, or when the log says nothing)."""
+
+    count: int = 0
+    #: Why the last one happened, when this node's own worker failed ("local rank 1 exited with code -9").
+    why: str = ""
+
+
+def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
+    """How many times ft_launcher (or torchrun with ``--max-restarts``) restarted its workers, from
+    a node's log (all of it, or its last lines). Each agent logs every restart of the job (its own
+    worker's failure, or a peer's), and the rendezvous round it joins (ft_launcher's c10d)."""
+    count, rounds, why = 0, 0, ""
+    for line in lines:
+        if m := _WORKER_EXIT.search(line):
+            code = int(m["code"])
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            why = f"local rank {m['local']} {how}"
+        if _WORKER_GROUP_RESTART.search(line):
+            count += 1
+        elif m := _RENDEZVOUS_ROUND.search(line):
+            rounds = max(rounds, int(m["round"]))
+    return InJobRestarts(max(count, rounds), why)
+
+
+# --- what the pods and events say --------------------------------------------------------------------
+
+
+def terminated_state(container_status: dict) -> Optional[dict]:
+    """The container's terminated state: its current one, else the one before its last restart."""
+    return (container_status.get("state") or {}).get("terminated") or \
+        (container_status.get("lastState") or {}).get("terminated")
+
+
+def failed_containers(pod: dict, *, init: bool = False) -> Iterable[tuple[dict, dict]]:
+    """(container status, terminated state) of each container of ``pod`` that ended with a non-zero
+    exit code (init containers with ``init``): the one scan of container states for every diagnosis."""
+    status = pod.get("status") or {}
+    for cs in status.get("initContainerStatuses" if init else "containerStatuses") or []:
+        term = terminated_state(cs)
+        if term and term.get("exitCode", 0) != 0:
+            yield cs, term
+
+
+def _labels(pod: dict) -> dict:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def _step_of(pod: dict) -> Optional[str]:
+    return _labels(pod).get(REPLICATED_JOB_LABEL)
+
+
+def restart_attempt(pod: dict) -> Optional[int]:
+    """The gang attempt a pod belongs to (JobSet's label; 0 for the first), None when unlabelled."""
+    value = _labels(pod).get(RESTART_ATTEMPT_LABEL, "")
+    return int(value) if value.isdigit() else None
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """The first ``node`` container that ended with a non-zero exit code."""
+
+    index: str
+    pod: str
+    exit_code: Optional[int]
+    #: The kubelet's reason ("Error", "OOMKilled", "StartError"...).
+    reason: str
+    #: When the container ended (RFC 3339, to the second).
+    finished: str = ""
+
+    def how(self) -> str:
+        code = self.exit_code
+        how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
+        extra = f" ({self.reason})" if self.reason and self.reason not in ("Error", "Completed") else ""
+        return how + extra
+
+    def detail(self) -> str:
+        return f"node {self.index} (pod {self.pod}) {self.how()}"
+
+
+def failed_nodes(pods: Sequence[dict]) -> list[NodeFailure]:
+    """The ``node`` containers that ended with a non-zero exit code, the first to end first."""
+    failures = [NodeFailure(_labels(pod).get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"],
+                            term.get("exitCode"), term.get("reason") or "", term.get("finishedAt") or "")
+                for pod in pods for cs, term in failed_containers(pod) if cs.get("name") == TRAINER_NODE]
+    return sorted(failures, key=lambda f: f.finished)
+
+
+def first_failed_node(pods: Sequence[dict]) -> Optional[NodeFailure]:
+    """Which node failed first, from the pods' ``node`` container statuses (None if none did)."""
+    return next(iter(failed_nodes(pods)), None)
+
+
+def failure_detail(pods: Sequence[dict]) -> str:
+    """Which node failed first and how, from the pods' container statuses ("" if none did).
+
+    Trainer's ``Failed`` condition copies JobSet's text ("first failed job: ..."), which
+    names neither the pod nor the exit code; the kubelet's container status has both.
+    """
+    first = first_failed_node(pods)
+    return first.detail() if first else ""
+
+
+def failed_step(pods: Sequence[dict]) -> Optional[str]:
+    """What failed first among the initializers and the preflight checks, with its message
+    (``None`` if neither did). Give it the TrainJob's pods (``steps.step_selector`` or the JobSet label).
+
+    Trainer's ``Failed`` condition only names the first failed Job; the step's own message is in its
+    pod's container status, where the initializer and preflight containers put it
+    (``terminationMessagePolicy: FallbackToLogsOnError``; the preflight script writes its verdict to
+    the termination log)."""
+    failures = []
+    for pod in pods:
+        job = _step_of(pod)
+        if job in INITIALIZER_STEPS:
+            where, failed = job, list(failed_containers(pod))
+        elif job == TRAINER_NODE:
+            where = f"preflight on node {_labels(pod).get(COMPLETION_INDEX_LABEL, '?')}"
+            failed = [(cs, t) for cs, t in failed_containers(pod, init=True) if cs.get("name") == PREFLIGHT_CONTAINER]
+        else:
+            continue
+        for _, term in failed:
+            why = _headline(term.get("message") or "") or f"exited with code {term.get('exitCode')}"
+            failures.append((term.get("finishedAt") or "", f"{where} (pod {pod['metadata']['name']}): {why}"))
+    return min(failures)[1] if failures else None
+
+
+def _headline(message: str) -> str:
+    """The line of a termination message (often a log tail) that says what went wrong: the last
+    one mentioning an error (a logged ERROR, ``FooError: ...``), else the last line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    return (errors or lines or [""])[-1]
+
+
+def initializer_progress(pods: Sequence[dict]) -> str:
+    """``initializing: dataset-initializer Running, ..." while initializer pods exist (``""`` otherwise)."""
+    phases = {}
+    for pod in pods:
+        step = _step_of(pod)
+        if step in INITIALIZER_STEPS:
+            phases[step] = (pod.get("status") or {}).get("phase", "Pending")
+    if not phases:
+        return ""
+    return "initializing: " + ", ".join(f"{step} {phase}" for step, phase in sorted(phases.items()))
+
+
+def _event_object(event: dict) -> dict:
+    """The object an event is about, from either recorder (core ``involvedObject``, events.k8s.io ``regarding``)."""
+    return event.get("involvedObject") or event.get("regarding") or {}
+
+
+def _event_time(event: dict) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+
+
+def _event_text(event: dict) -> str:
+    return event.get("message") or event.get("note") or ""
+
+
+def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
+    """The newest Warning event about the TrainJob itself, as "Reason: message" ("" if none).
+
+    Events come from both recorders (core ``firstTimestamp``/``lastTimestamp`` and
+    events.k8s.io ``eventTime``), so either time is used to order them.
+    """
+    warnings = [e for e in events if e.get("type") == "Warning" and _event_object(e).get("kind") == "TrainJob"
+                and _event_object(e).get("name") == trainjob]
+    if not warnings:
+        return ""
+    newest = max(warnings, key=_event_time)
+    return f"{newest.get('reason')}: {_event_text(newest)}".rstrip(": ")
+
+
+# Registry answers that no amount of waiting fixes.
+_PERMANENT_PULL_ERRORS = ("not found", "manifest unknown", "unauthorized", "denied", "no such host",
+                          "invalid reference format")
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    message: str
+    #: The job can never start as configured (an image that does not exist): stop waiting.
+    fatal: bool = False
+
+
+def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> PendingReason:
+    """Why a job that has not started yet is waiting, from its pods and their events.
+
+    Checked in order: image pulls (fatal when the registry says the image does not exist),
+    missing Secret/ConfigMap keys, scheduling, volumes, then "k/N nodes running".
+    """
+    newest = newest_pods_by_node(pods)
+    for index, pod in sorted(newest.items()):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason, message = waiting.get("reason", ""), waiting.get("message", "")
+            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+                text = _pull_error(pod, cs["name"], events) or message
+                fatal = reason == "InvalidImageName" or any(p in text.lower() for p in _PERMANENT_PULL_ERRORS)
+                return PendingReason(f"image {cs.get('image', '')!r} cannot be pulled on node {index}: {text}", fatal)
+            if reason == "CreateContainerConfigError":
+                return PendingReason(f"node {index} cannot start: {message}")
+    for index, pod in sorted(newest.items()):
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = cond.get("message", cond.get("reason", ""))
+                return PendingReason(f"node {index} cannot be scheduled: {message}{_unbound_claims(pod, message)}")
+    pod_names = {p["metadata"]["name"] for p in newest.values()}
+    mounts = [e for e in events if e.get("reason") == "FailedMount" and _event_object(e).get("name") in pod_names]
+    if mounts:
+        return PendingReason(f"a volume cannot be mounted: {_event_text(mounts[-1])}")
+    running = sum(1 for p in newest.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded"))
+    return PendingReason(f"{running}/{nodes} nodes running")
+
+
+def _unbound_claims(pod: dict, scheduler_message: str) -> str:
+    """kube-scheduler says "pod has unbound immediate PersistentVolumeClaims" without naming them:
+    name the pod's claims (a claim binds once a PersistentVolume matches it or a StorageClass
+    provisions one)."""
+    if "unbound" not in scheduler_message or "PersistentVolumeClaim" not in scheduler_message:
+        return ""
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in (pod.get("spec") or {}).get("volumes") or []
+              if "persistentVolumeClaim" in v]
+    if not claims:
+        return ""
+    return (f" (the pod's claims: {', '.join(claims)}; a claim is bound once a PersistentVolume matches it or "
+            "its StorageClass provisions one: `kubectl get pvc` shows which is Pending)")
+
+
+def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
+    """The kubelet's 'Failed to pull image' event text for this container, if any."""
+    for e in reversed(list(events)):
+        obj = _event_object(e)
+        if (e.get("reason") == "Failed" and obj.get("name") == pod["metadata"]["name"]
+                and container in (obj.get("fieldPath") or "") and "pull" in _event_text(e).lower()):
+            return _event_text(e)
+    return ""
+
+
+# --- restarts: how many, of which kind, and why ------------------------------------------------------
+
+#: Pod conditions and events that mean Kubernetes took the pod away (not the program failing): each
+#: restarts the gang (the ``DisruptionTarget`` rule of the ``node`` Job's podFailurePolicy counts it).
+DISRUPTION_EVENTS = {
+    "Evicted": "evicted",  # kubelet: node pressure; the API's eviction
+    "Preempted": "preempted",  # scheduler: a higher-priority pod needed the node
+    "TaintManagerEviction": "deleted by the taint manager",  # its node went away or was tainted NoExecute
+    "NodeNotReady": "its node stopped being ready",  # node controller
+}
+#: The events that say a child Job failed (the gang then restarts, or the JobSet fails).
+JOB_FAILURE_EVENTS = ("BackoffLimitExceeded", "PodFailurePolicy", "DeadlineExceeded")
+#: JobSet's event for each restart of the gang ("applying RestartJobSet failure policy action ...").
+GANG_RESTART_EVENT = "RestartJobSetFailurePolicyAction"
+#: JobSet's condition reason (mirrored on the TrainJob) when a ``FailJobSet`` rule matched: our
+#: ``userError`` rule, for an exit code in ``fail_fast_exit_codes``.
+FAIL_FAST_REASON = "FailJobSetFailurePolicyAction"
+
+
+def pod_end(pod: dict) -> str:
+    """Why a ``node`` pod ended, in a few words ("" while it runs): disrupted (the pod's
+    ``DisruptionTarget`` condition, an eviction), else its ``node`` container's exit code."""
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            why = ": ".join(t for t in (cond.get("reason"), cond.get("message")) if t)
+            return f"was disrupted (DisruptionTarget{', ' + why if why else ''})"
+    if status.get("reason") == "Evicted":
+        return f"was evicted ({status.get('message') or 'Evicted'})"
+    first = first_failed_node([pod])
+    return first.how() if first else ""
+
+
+def _name(pod: dict) -> str:
+    return pod["metadata"]["name"]
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """How often a job restarted, of which kind, and why (what of it is known)."""
+
+    #: Restarts of the whole gang by JobSet (``failurePolicy``, up to ``retries``): the newest pods' attempt.
+    gang: int = 0
+    #: Why each gang restart happened, oldest first, where known: "attempt 0: node 1 (pod p) exited with code 3".
+    gang_causes: tuple[str, ...] = ()
+    #: Worker-group restarts inside the running pods (ft_launcher), from the node logs read; None: none read.
+    in_job: Optional[int] = None
+    in_job_cause: str = ""
+    #: Containers the kubelet restarted in place (a runtime whose pods use ``restartPolicy: OnFailure``).
+    in_place: int = 0
+    #: The job failed at once on a user error (a ``fail_fast_exit_codes`` exit code): no restart tried.
+    failed_fast: bool = False
+
+    def note(self, *, finished: bool) -> str:
+        """"after 1 gang restart: ...; 2 in-job restarts by ft_launcher" (a failed job always gets
+        its gang count, "no gang restart" included; a running one only what happened)."""
+        parts = []
+        if self.failed_fast and not self.gang:
+            parts.append("no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job "
+                         "failed at once without using retries")
+        elif self.gang or finished:
+            plural = "s" if self.gang != 1 else ""
+            count = ("no gang restart" if not self.gang else f"after {self.gang} gang restart{plural}") if finished \
+                else f"{self.gang} gang restart{plural} so far"
+            parts.append(count + (f" ({', '.join(self.gang_causes)})" if self.gang_causes else ""))
+        if self.in_job:
+            plural = "s" if self.in_job != 1 else ""
+            cause = f", the last as {self.in_job_cause}" if self.in_job_cause else ""
+            parts.append(f"{self.in_job} in-job restart{plural} by ft_launcher (no pod recreated{cause})")
+        if self.in_place:
+            plural = "s" if self.in_place != 1 else ""
+            parts.append(f"{self.in_place} container restart{plural} in place by the kubelet")
+        return "; ".join(parts)
+
+
+#: The Job controller's message for a pod that matched a FailJob rule of the Job's podFailurePolicy
+#: (kubernetes pkg/controller/job, "Container %s for pod %s/%s failed with exit code %v matching %v rule at
+#: index %d"): the Job's ``Failed`` condition, and the Warning event (reason ``PodFailurePolicy``) it records.
+_FAIL_JOB_MESSAGE = re.compile(r"Container (?P<container>\S+) for pod [^/\s]+/(?P<pod>\S+) failed with exit code "
+                               r"(?P<code>-?\d+) matching FailJob rule")
+
+
+def job_failure_cause(event: dict, trainjob: str) -> tuple[str, bool]:
+    """How a failed Job of the TrainJob ended, from the Job controller's Warning event, and whether that
+    names the exit code: ("node 1 (pod p) exited with code 3", True) from a FailJob rule's message (our
+    runtime ends the ``node`` Job through one on every exit code), else ("a pod of Job j failed
+    (BackoffLimitExceeded)", False): a disrupted pod counts against backoffLimit, no code is kept."""
+    m = _FAIL_JOB_MESSAGE.search(_event_text(event))
+    if event.get("reason") == "PodFailurePolicy" and m and m["container"] == TRAINER_NODE:
+        index = pod_completion_index(m["pod"], trainjob, TRAINER_NODE)
+        return NodeFailure("?" if index is None else str(index), m["pod"], int(m["code"]), "").detail(), True
+    return f"a pod of Job {_event_object(event).get('name')} failed ({event.get('reason')})", False
+
+
+def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str,
+                current_jobs: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Why each of ``gang`` restarts happened, oldest first: what this process saw of each attempt's failed
+    pod (``seen``, attempt -> "node 1 (pod p) exited with code 3"), else the Job controller's event about
+    that attempt's failed Job, else what the events about the job's pods still say.
+
+    The failed pods, and the failed Job, go with their attempt; the events outlive them. JobSet deletes
+    the failed ``node`` Job at each gang restart and creates it again under the same name, so each
+    attempt's Job has its own uid and one failure event: ordered by time, the last ``gang`` of them (the
+    running attempt's Job, ``current_jobs``, left out) are attempts 0 to ``gang`` - 1."""
+    mine = sorted((e for e in events if _event_object(e).get("name", "") == trainjob
+                   or _event_object(e).get("name", "").startswith(f"{trainjob}-")),
+                  key=lambda e: (_event_time(e), (e.get("metadata") or {}).get("name", "")))
+    incarnations: dict[str, dict] = {}
+    for i, e in enumerate(mine):
+        obj = _event_object(e)
+        if obj.get("kind") == "Job" and e.get("reason") in JOB_FAILURE_EVENTS and obj.get("uid") not in current_jobs:
+            incarnations.setdefault(obj.get("uid") or f"event {i}", e)
+    failed_jobs = list(incarnations.values())[-gang:] if gang else []
+    from_events = {gang - len(failed_jobs) + i: job_failure_cause(e, trainjob) for i, e in enumerate(failed_jobs)}
+    causes, unexplained = [], False
+    for attempt in range(gang):
+        if attempt in seen:
+            causes.append(f"attempt {attempt}: {seen[attempt]}")
+        elif attempt in from_events:
+            text, has_code = from_events[attempt]
+            causes.append(f"attempt {attempt}: {text}")
+            unexplained |= not has_code
+        else:
+            unexplained = True
+    if not unexplained:
+        return tuple(causes)
+    said: list[str] = []
+    used = {id(e) for e in failed_jobs}
+    for e in mine:
+        obj, reason, times = _event_object(e), e.get("reason", ""), e.get("count") or 1
+        often = f" ({times} times)" if times > 1 else ""
+        if reason in DISRUPTION_EVENTS and obj.get("kind") == "Pod":
+            said.append(f"pod {obj.get('name')} {DISRUPTION_EVENTS[reason]}{often}: {_event_text(e)}".rstrip(": "))
+        elif id(e) in used or obj.get("uid") in current_jobs:
+            continue
+        elif reason == "PodFailurePolicy" and obj.get("kind") == "Job":
+            said.append(f"Job {obj.get('name')}{often}: {_event_text(e)}")
+        elif reason in JOB_FAILURE_EVENTS and obj.get("kind") == "Job":
+            # The pod that failed went with its attempt, and its exit code with it.
+            said.append(f"a pod of Job {obj.get('name')} failed{often} ({reason})")
+    said = list(dict.fromkeys(said))
+    return tuple(causes + (["events: " + ", ".join(said)] if said else []))
+
+
+@dataclass
+class JobView:
+    """A TrainJob with its pods, read once per describe, and its Warning events, read at most once
+    (only the states that need them: waiting, and after a gang restart)."""
+
+    cluster: "Cluster"
+    trainjob: dict
+    pods: list[dict]
+    _events: Optional[list[dict]] = field(default=None, repr=False)
+
+    @classmethod
+    def read(cls, cluster: "Cluster", trainjob: dict) -> "JobView":
+        meta = trainjob["metadata"]
+        pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}")
+        return cls(cluster, trainjob, pods)
+
+    @property
+    def name(self) -> str:
+        return self.trainjob["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.trainjob["metadata"]["namespace"]
+
+    @property
+    def nodes(self) -> int:
+        return ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
+
+    @property
+    def events(self) -> list[dict]:
+        if self._events is None:
+            self._events = self.cluster.list("Event", self.namespace, field_selector="type=Warning")
+        return self._events
+
+    @property
+    def node_pods(self) -> list[dict]:
+        return [p for p in self.pods if _step_of(p) == TRAINER_NODE]
+
+    def newest_nodes(self) -> dict[int, dict]:
+        return newest_pods_by_node(self.node_pods)
+
+    def runs_ft_launcher(self) -> bool:
+        """Whether the job's nodes run ft_launcher (only then does the TrainJob's trainer env carry the
+        gang attempt for its rendezvous id)."""
+        env = ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []
+        return any(e.get("name") == RESTART_ATTEMPT_ENV for e in env)
+
+    def in_job_restarts_of_node_0(self) -> Optional[InJobRestarts]:
+        """ft_launcher's restarts so far, from the last ``IN_JOB_TAIL`` lines of node 0's log (one log
+        read; None when its pod or log cannot be read). Every agent logs every restart of the group
+        and the rendezvous round it joins, so one node's log is enough."""
+        pod = self.newest_nodes().get(0)
+        if pod is None:
+            return None
+        try:
+            lines = list(self.cluster.pod_log(_name(pod), self.namespace, container=TRAINER_NODE,
+                                              tail_lines=IN_JOB_TAIL))
+        except ClusterError:
+            return None
+        return read_in_job_restarts(lines)
+
+    def gang_restarts(self) -> int:
+        """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it)."""
+        return max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
+
+    def current_jobs(self) -> frozenset[str]:
+        """The uids of the Jobs that own the newest ``node`` pods (the current attempt's)."""
+        return frozenset(ref.get("uid") for p in self.newest_nodes().values()
+                         for ref in p["metadata"].get("ownerReferences") or [] if ref.get("kind") == "Job")
+
+    def attempts_seen(self) -> bool:
+        return any(restart_attempt(p) is not None for p in self.node_pods)
+
+    def failures_by_attempt(self) -> dict[int, str]:
+        """Attempt -> how its first ``node`` pod ended, for the pods at hand that failed or were disrupted."""
+        found: dict[int, tuple[str, str]] = {}
+        for pod in self.node_pods:
+            attempt, how = restart_attempt(pod), pod_end(pod)
+            if attempt is None or not how:
+                continue
+            term = next((t for _, t in failed_containers(pod)), {})
+            when = term.get("finishedAt") or pod["metadata"].get("deletionTimestamp") or "~"
+            what = f"node {_labels(pod).get(COMPLETION_INDEX_LABEL, '?')} (pod {_name(pod)}) {how}"
+            if attempt not in found or when < found[attempt][0]:
+                found[attempt] = (when, what)
+        return {attempt: what for attempt, (_, what) in found.items()}
+
+    def restarts(self, *, seen: Optional[dict[int, str]] = None, in_job: Optional[InJobRestarts] = None,
+                 condition_reason: str = "") -> Restarts:
+        """How often the job restarted, of which kind, and why. ``seen``: what this process saw of
+        earlier attempts' failed pods; ``in_job``: ft_launcher's restarts read from node logs."""
+        gang = self.gang_restarts()
+        causes: tuple[str, ...] = ()
+        if gang:
+            causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name,
+                                 self.current_jobs())
+        in_place = sum(cs.get("restartCount") or 0 for p in self.newest_nodes().values()
+                       for cs in (p.get("status") or {}).get("containerStatuses") or [])
+        return Restarts(gang=gang, gang_causes=causes, in_job=in_job.count if in_job else None,
+                        in_job_cause=in_job.why if in_job else "", in_place=in_place,
+                        failed_fast=condition_reason == FAIL_FAST_REASON)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: AppState
+    message: str
+    #: The job can never start as configured: the caller deletes it (``scheduler._delete_unstartable``).
+    fatal: bool = False
+
+
+def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
+    """What a job that has not started waits for: its initializers, Trainer's Warning about the
+    TrainJob (a JobSet it cannot build), then its pods (``pending_reason``)."""
+    pods = view.node_pods
+    initializing = initializer_progress(view.pods)
+    if initializing and not pods:
+        return Verdict(AppState.PENDING, initializing)
+    if not pods:
+        # Trainer reports a JobSet it cannot build only as a Warning event on the TrainJob.
+        warning = trainjob_warning(view.events, view.name)
+        if warning:
+            return Verdict(AppState.PENDING, warning)
+    reason = pending_reason(pods, view.events, nodes)
+    if reason.fatal:
+        return Verdict(AppState.FAILED, f"{reason.message}; the TrainJob was deleted", fatal=True)
+    return Verdict(AppState.PENDING if pods else state, reason.message)
+
+
+#: Lines of node 0's log read to count ft_launcher's restarts of a running job that this process does
+#: not follow (``JobView.in_job_restarts_of_node_0``): the rendezvous round of the last restart must be
+#: among them, so more than a failure's tail; at most a few hundred KB.
+IN_JOB_TAIL = 2000
+#: Lines of the failed node's output quoted in a failure summary.
+SUMMARY_TAIL = 10
+#: Lines of the failed node's log read to find why it failed (torchrun's report and the traceback).
+DIAGNOSIS_TAIL = 300
+#: Failed nodes whose logs are read to find the failed rank (more than one only when a launcher agent
+#: failed without naming one: ``why_failed``).
+MAX_FAILED_NODES_READ = 3
+
+
+def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optional["NodeLogKeeper"] = None,
+               *, seen: Optional[dict[int, str]] = None) -> str:
+    """Why a job failed: the failed rank and its exception (``read_rank_failure``), Trainer's
+    condition, the first node that failed with its exit code or signal (or the initializer or
+    preflight check that failed), the restarts before, and that node's last lines (its traceback
+    when there is one). Every node's log is saved once to ``<job_dir>/logs/node-<i>.log`` (pods
+    and their logs vanish when the job is deleted)."""
+    from nemo_kubeflow.observe.logs import node_log_path, save_node_logs
+
+    cluster, namespace = view.cluster, view.namespace
+    pods = view.newest_nodes()
+    # An initializer or a preflight check that failed explains the failure better than a node.
+    step = failed_step(view.pods)
+    failed = failed_nodes(list(pods.values()))
+    first = failed[0] if failed else None
+    detail = step or (first.detail() if first else "")
+    headline, quoted, tail, explained = "", [], [], first
+    # The first node to fail is not always where the failure began: when a rank fails, the launcher
+    # agents of the other nodes fail too once their rendezvous closes, sometimes sooner. So while a
+    # node's log shows a launcher agent but names no failed rank, the next failed node's log is read.
+    for failure in (failed[:MAX_FAILED_NODES_READ] if first and not step else []):
+        try:
+            lines = list(cluster.pod_log(failure.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
+        except ClusterError:
+            lines = []
+        why = read_rank_failure(lines, failure.exit_code)
+        if failure is first or why.rank is not None:
+            explained, tail = failure, lines
+            headline = why.headline(int(failure.index) if failure.index.isdigit() else None)
+            quoted = list(why.traceback[-SUMMARY_TAIL:]) or lines[-SUMMARY_TAIL:]
+        if why.rank is not None or not any(_AGENT_LOG.search(line) for line in lines):
+            break
+    in_job = keeper_in_job_restarts(keeper)
+    from_tail = read_in_job_restarts(tail) if tail else None
+    if from_tail and (in_job is None or from_tail.count > in_job.count):
+        in_job = from_tail
+    restarts = view.restarts(seen=seen, in_job=in_job, condition_reason=failed_reason(view.trainjob)) \
+        if view.attempts_seen() or in_job else None
+    parts = [p for p in (headline, condition, detail, restarts.note(finished=True) if restarts else "") if p]
+    if quoted:
+        parts.append(f"last lines of node {explained.index}:\n" + "\n".join(f"    {line}" for line in quoted))
+    if job_dir:
+        saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
+        if keeper is not None:
+            # The nodes whose pods are gone: their last lines, kept while the job was waited for.
+            keeper.save()
+        if saved:
+            parts.append(f"node logs saved in {saved}")
+    nodes = view.nodes
+    gone = sorted(set(range(nodes)) - set(pods)
+                  - ({i for i in range(nodes) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()))
+    if gone:
+        # The Job controller deletes a failed Job's running pods, and their logs with them.
+        parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
+                     "job failed (follow the logs while it runs to keep them)")
+    return "; ".join(parts)
+
+
+def failed_reason(trainjob: dict) -> str:
+    """The reason of the TrainJob's ``Failed`` condition ("" when it has none)."""
+    return next((c.get("reason") or "" for c in (trainjob.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Failed" and c.get("status") == "True"), "")
+
+
+def keeper_in_job_restarts(keeper: Optional["NodeLogKeeper"]) -> Optional[InJobRestarts]:
+    """ft_launcher's restarts in the lines a ``NodeLogKeeper`` holds (``most_telling`` of the nodes')."""
+    if keeper is None:
+        return None
+    return most_telling([read_in_job_restarts(lines) for lines in keeper.kept_lines().values()])
+
+
+def most_telling(found: Sequence[InJobRestarts]) -> Optional[InJobRestarts]:
+    """Of the nodes' counts, the highest; among those, one that says why, and a worker killed by a signal
+    over one that exited with a code: a rank that dies takes its peers' collectives down with it, and
+    they often exit with an error of their own."""
+    return max(found, key=lambda r: (r.count, bool(r.why), "killed by signal" in r.why), default=None)

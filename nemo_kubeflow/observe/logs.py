@@ -1,0 +1,637 @@
+"""Reading the logs of a TrainJob's nodes through the ``Cluster`` interface.
+
+Pods are found by the labels JobSet and the Job controller put on them (TrainJob
+labels do not reach pods). Unlike the Kubeflow SDK, which returns nothing for a
+Pending pod, following a node waits for its pod to start, and follows the node's
+newest pod across gang restarts until the job ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import logging
+import os
+import queue
+import threading
+import time
+from collections import Counter, deque
+from typing import Iterator, Optional
+
+from nemo_kubeflow.cluster.client import Cluster, LogStream
+from nemo_kubeflow.constants import (
+    COMPLETION_INDEX_LABEL,
+    JOBSET_NAME_LABEL,
+    REPLICATED_JOB_LABEL,
+    TRAINER_NODE,
+    TRAINJOB_KIND,
+)
+from nemo_kubeflow.errors import ClusterError, NotFoundError
+from nemo_kubeflow.observe.status import job_status, newest_pods_by_node
+
+
+def node_selector(trainjob: str, index: Optional[int] = None) -> str:
+    selector = f"{JOBSET_NAME_LABEL}={trainjob},{REPLICATED_JOB_LABEL}={TRAINER_NODE}"
+    if index is not None:
+        selector += f",{COMPLETION_INDEX_LABEL}={index}"
+    return selector
+
+
+def node_log_lines(
+    cluster: Cluster,
+    namespace: str,
+    trainjob: str,
+    index: int,
+    *,
+    follow: bool = False,
+    stall_after: Optional[float] = None,
+) -> Iterator[str]:
+    """Lines (ending in newline) of node ``index``, as the node printed them: every reader of a
+    scheduler's log (NeMo-Run, ``torchx log``) puts its own ``<role>/<replica>`` prefix before each,
+    the node's index; lines that torchrun tees start with the global rank, ``[rank<N>]:``
+    (``command.RANK_PREFIX_TEMPLATE``).
+
+    Without ``follow``: the newest pod's log as it is now (one read). Following: through the
+    job's ``JobLogFollower``, shared by every node followed in this process, until the job ends;
+    a warning line comes after every ``stall_after`` seconds in which the running node printed
+    nothing."""
+    if follow:
+        yield from _followed(cluster, namespace, trainjob, index, stall_after)
+        return
+    pod = newest_pods_by_node(cluster.list("Pod", namespace, node_selector(trainjob, index))).get(index)
+    if pod is not None and ((pod.get("status") or {}).get("phase")) != "Pending":
+        for line in cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE):
+            yield line + "\n"
+
+
+# --- following: a fixed pool of readers for all the nodes of a job ---------------------------------
+
+#: Threads, and so connections, that read the logs of one followed TrainJob, whatever its number of
+#: nodes: reader ``w`` reads the nodes ``k`` with ``k % LOG_READERS == w``, one short read each per round.
+LOG_READERS = 8
+#: A reader's round over its nodes starts at most this often (one that took longer: the next starts at once)...
+POLL_SECONDS = 0.15
+#: ... and no more often than keeps a job's log reads under this rate (128 nodes: a read of each every 0.5 s).
+MAX_READS_PER_SECOND = 256
+#: A node whose reads bring nothing new is read less often, the wait doubling up to this: a job of
+#: quiet nodes (a training step that prints once a minute) costs a few reads a second, not
+#: MAX_READS_PER_SECOND; a line after a quiet spell arrives within this.
+IDLE_POLL_MAX_SECONDS = 2.0
+#: The job's pods (one list for all its nodes) are listed about this often: the list of a 128-node
+#: job is large, and what it tells (a pod started, ended, replaced) can wait that long.
+LIST_SECONDS = 1.0
+#: Lines asked for (``tailLines``) by a read of a node already being followed, so that the kubelet
+#: seeks from the end instead of reading the log from its start (at least this many, and four times
+#: what the node's last read brought); a read that returns that many may have cut some off, and is
+#: done again without the limit.
+TAIL_LINES = 2000
+#: A follow stream silent this long is opened again from where it was: a connection dropped
+#: without a word (a NAT's or load balancer's idle timeout) cannot hang a node's following, and a
+#: quiet node costs one request per this many seconds.
+STREAM_IDLE_SECONDS = 300.0
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+_END = object()
+#: Set when the interpreter exits: readers send no new request into a connection being torn down.
+_exiting = threading.Event()
+atexit.register(_exiting.set)
+
+
+class _Node:
+    """One followed node: the pod read, how far its log was delivered, who gets its lines."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        #: The newest pod at the last list (None: none), and the one being read.
+        self.newest: Optional[dict] = None
+        self.pod: Optional[str] = None
+        #: Phase of the pod being read at the last list; "" once it is gone from the list.
+        self.phase = ""
+        #: The second of the newest line delivered ("YYYY-MM-DDTHH:MM:SS"), and its lines with their
+        #: times, counted (that second is read again: ``sinceTime`` reaches the kubelet to the second).
+        self.second: Optional[str] = None
+        self.edge: Counter = Counter()
+        self.drained = False  # the pod ended and all its log was delivered
+        self.done = False
+        self.sinks: list = []
+        self.catching_up: list = []  # joined after lines were delivered: get the whole log first
+        self.failures = 0
+        self.tail = TAIL_LINES
+        #: Reads in a row that brought nothing new, and when (monotonic) the node is next read.
+        self.quiet_reads = 0
+        self.next_read = 0.0
+
+    def reset(self, pod: str) -> None:
+        self.pod, self.second, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
+        self.quiet_reads, self.next_read = 0, 0.0
+        self.sinks.extend(self.catching_up)
+        self.catching_up = []
+
+    def followed(self) -> bool:
+        return not self.done and bool(self.sinks or self.catching_up)
+
+    def read_later(self, new: bool, poll: float) -> None:
+        """After a read (or a stream's end) that brought new lines or not: when to read next."""
+        self.quiet_reads = 0 if new else self.quiet_reads + 1
+        self.next_read = time.monotonic() + min(IDLE_POLL_MAX_SECONDS, poll * 2 ** self.quiet_reads) \
+            if self.quiet_reads else 0.0
+
+    def put(self, item) -> None:
+        for sink in self.sinks + self.catching_up:
+            sink.put(item)
+
+
+class JobLogFollower:
+    """Follows the log of every node of one TrainJob that someone reads, with at most
+    ``LOG_READERS`` threads and connections whatever the number of nodes.
+
+    At most every ``LIST_SECONDS`` (and at once after a stream ended), one pod list for the whole
+    job (and, once every node's pod has ended, one GET of the TrainJob) says which pod each node
+    runs. Reader ``w`` follows the nodes ``k``
+    with ``k % readers == w``. A reader with one node (every reader of a job of at most
+    ``readers`` nodes) follows its running pod with one ``follow`` stream (``timestamps``, and
+    ``sinceTime`` when it resumes): lines arrive as the kubelet sends them, and a quiet node costs
+    no request. A reader with more nodes reads each in turn every round (``POLL_SECONDS``, slower
+    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``) with
+    one short request (``timestamps``, ``sinceTime`` and ``tailLines``). Either way the lines go
+    to the node's subscribers, and the timestamps make reads and streams join without gaps or
+    duplicates: a stream the server closes (or that ends with its container run) is resumed from
+    the second of the last line delivered, and the lines of that second already delivered are
+    dropped. A node whose newest pod changes (a gang restart) gets its old pod's last lines, a
+    marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in newline
+    (one per read or chunk) and marker lines, then ``_END`` (or an exception).
+
+    A stream is closed here (``LogStream.close``, from the thread that asks) when the follower
+    stops, when its reader gets a second node (it reads them in turn then), and when a subscriber
+    joins late (the reader reads the whole log for it, then streams again)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
+                 poll: float = POLL_SECONDS) -> None:
+        self.cluster, self.namespace, self.trainjob = cluster, namespace, trainjob
+        self.readers, self.poll = readers, poll
+        #: Reader -> (node index, its open stream).
+        self._streams: dict[int, tuple[int, LogStream]] = {}
+        self._lock = threading.Lock()
+        self._refreshing = threading.Lock()
+        self._nodes: dict[int, _Node] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self._refreshed_at = float("-inf")
+        self._refresh_failures = 0
+        self._job_over = False
+        self.stopped = False
+
+    # -- subscribers --
+
+    def subscribe(self, index: int, sink) -> bool:
+        """Send node ``index``'s lines to ``sink.put``; False if this follower cannot any more
+        (the node is done, or the follower stopped): use a new one."""
+        with self._lock:
+            if self.stopped:
+                return False
+            node = self._nodes.setdefault(index, _Node(index))
+            if node.done:
+                return False
+            (node.catching_up if node.second is not None else node.sinks).append(sink)
+            worker = index % self.readers
+            streamed, stream = self._streams.get(worker, (None, None))
+            if stream is not None and (streamed != index or node.catching_up):
+                stream.close()  # its reader reads its nodes in turn now, or the whole log for the newcomer
+            thread = self._threads.get(worker)
+            if thread is None or not thread.is_alive():
+                thread = self._threads[worker] = threading.Thread(
+                    target=self._read_loop, args=(worker,), daemon=True, name=f"logs-{self.trainjob}-{worker}")
+                thread.start()
+            return True
+
+    def unsubscribe(self, index: int, sink) -> None:
+        with self._lock:
+            node = self._nodes.get(index)
+            for bag in (node.sinks, node.catching_up) if node else ():
+                if sink in bag:
+                    bag.remove(sink)
+            if not any(n.sinks or n.catching_up for n in self._nodes.values()):
+                self.stopped = True
+            for streamed, stream in self._streams.values():
+                if self.stopped or not self._nodes[streamed].followed():
+                    stream.close()
+
+    def running_pod(self, index: int) -> Optional[str]:
+        """Node ``index``'s pod if it was running at the last list."""
+        with self._lock:
+            node = self._nodes.get(index)
+            return node.pod if node and node.pod and not node.drained and node.phase == "Running" else None
+
+    # -- the readers --
+
+    def _read_loop(self, worker: int) -> None:
+        while True:
+            started = time.monotonic()
+            with self._lock:
+                mine = self._share(worker)
+                if not mine or self.stopped or _exiting.is_set():
+                    self._threads.pop(worker, None)
+                    return
+            streaming = len(mine) == 1
+            for node in mine:
+                try:
+                    self._refresh()
+                    self._visit(node, worker if streaming else None)
+                except Exception as error:  # noqa: BLE001 - handed to the node's readers, raised there
+                    with self._lock:
+                        node.done = True
+                        node.put(error)
+            with self._lock:
+                followed = sum(1 for n in self._nodes.values() if not n.done)
+            period = max(self.poll, followed / MAX_READS_PER_SECOND)
+            time.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    def _share(self, worker: int) -> list[_Node]:
+        """The followed nodes of reader ``worker`` (under ``_lock``)."""
+        return [n for i, n in sorted(self._nodes.items()) if i % self.readers == worker and n.followed()]
+
+    def _refresh(self) -> None:
+        """One round's look at the job, by whichever reader comes first: the TrainJob's state once
+        every node is idle (read before the pods: a job over has all its pods listed), then its pods."""
+        if not self._refreshing.acquire(blocking=False):
+            return
+        try:
+            if time.monotonic() - self._refreshed_at < max(self.poll, LIST_SECONDS) * 0.9:
+                return
+            self._refreshed_at = time.monotonic()
+            with self._lock:
+                idle = all(n.pod is None or n.drained for n in self._nodes.values())
+            over = False
+            if idle and not self._job_over:
+                trainjob = self.cluster.get(TRAINJOB_KIND, self.trainjob, self.namespace)
+                over = job_status(trainjob, name=self.trainjob).state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
+            pods = newest_pods_by_node(self.cluster.list("Pod", self.namespace, node_selector(self.trainjob)))
+            with self._lock:
+                for index, node in self._nodes.items():
+                    node.newest = pods.get(index)
+                    if node.pod is not None:
+                        current = next((p for p in [pods.get(index)] if p and p["metadata"]["name"] == node.pod), None)
+                        node.phase = ((current or {}).get("status") or {}).get("phase", "")
+                self._job_over = self._job_over or over
+            self._refresh_failures = 0
+        except ClusterError as e:
+            self._refresh_failures += 1
+            if self._refresh_failures >= 5 or e.status in (401, 403):
+                raise
+            log.debug("listing the pods of %s: %s", self.trainjob, e)
+        finally:
+            self._refreshing.release()
+
+    def _visit(self, node: _Node, stream_worker: Optional[int] = None) -> None:
+        """One round's work for ``node``: its pod changed, new lines, its end. With ``stream_worker``
+        (the reader has no other node), a running pod is followed with a stream until it ends."""
+        with self._lock:
+            newest, job_over = node.newest, self._job_over
+        name = (newest or {}).get("metadata", {}).get("name")
+        started = newest is not None and (newest.get("status") or {}).get("phase") not in (None, "Pending")
+        if started and name != node.pod:
+            if node.pod is not None:
+                if not node.drained:
+                    self._read(node, final=True)  # the old pod's last lines
+                restart = newest["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
+                with self._lock:
+                    node.put(f"--- gang restart: following pod {name} (restart attempt {restart}) ---\n")
+            with self._lock:
+                node.reset(name)
+                node.phase = (newest.get("status") or {}).get("phase", "")
+        if node.pod is not None and not node.drained:
+            with self._lock:
+                ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
+                due = ended or bool(node.catching_up) or time.monotonic() >= node.next_read
+                stream = stream_worker is not None and not ended and not node.catching_up
+            if due and stream:
+                self._stream(node, stream_worker)
+            elif due and self._read(node, final=ended) and ended:
+                node.drained = True
+        if job_over and (node.pod is None or node.drained) and (newest is None or name == node.pod or not started):
+            with self._lock:
+                node.done = True
+                node.put(_END)
+
+    def _read(self, node: _Node, final: bool = False) -> bool:
+        """Deliver node's new lines (one request, or two when a tail may have cut some off). False
+        if the log cannot be read now (the container waits to start); a pod gone reads as empty."""
+        with self._lock:
+            whole = node.second is None or bool(node.catching_up)
+        since = None if whole else node.second + "Z"
+        tail = None if whole else node.tail
+        try:
+            lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE, timestamps=True,
+                                              since_time=since, tail_lines=tail))
+            if tail is not None and len(lines) >= tail:
+                lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE,
+                                                  timestamps=True, since_time=since))
+        except NotFoundError:
+            return True
+        except ClusterError as e:
+            node.failures += 1
+            if e.status in (401, 403) or (final and node.failures >= 3):
+                raise
+            log.debug("reading the log of %s: %s", node.pod, e)
+            return False
+        node.failures = 0
+        node.tail = max(TAIL_LINES, 4 * len(lines))
+        with self._lock:
+            node.read_later(_deliver(node, lines, whole), self.poll)
+        return True
+
+    def _stream(self, node: _Node, worker: int) -> None:
+        """Follow ``node``'s pod with one stream from the second of the last line delivered, until the
+        stream ends: its container run ended, the server closed it or it broke, or it was closed here."""
+        from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the kubernetes client already
+
+        with self._lock:
+            floor, skip = node.second, Counter(node.edge)
+        try:
+            stream = self.cluster.pod_log_stream(node.pod, self.namespace, container=TRAINER_NODE,
+                                                 since_time=floor + "Z" if floor else None,
+                                                 idle_timeout=STREAM_IDLE_SECONDS)
+        except NotFoundError:
+            with self._lock:
+                node.read_later(False, self.poll)  # the pod is gone: the next list says so
+            return
+        except ClusterError as e:
+            node.failures += 1
+            if e.status in (401, 403):
+                raise
+            log.debug("following the log of %s: %s", node.pod, e)
+            with self._lock:
+                node.read_later(False, self.poll)
+            return
+        node.failures = 0
+        with self._lock:
+            # Subscribers may have changed while it opened: a second node, a late joiner, a stop.
+            if self.stopped or _exiting.is_set() or node.catching_up or self._share(worker) != [node]:
+                stream.close()
+            else:
+                self._streams[worker] = (node.index, stream)
+        new = False
+        try:
+            for lines in stream:
+                with self._lock:
+                    new = _deliver_streamed(node, lines, floor, skip) or new
+        except (Urllib3Error, OSError) as e:  # broken or timed out: resumed by the next round
+            if not stream.interrupted:
+                log.debug("the log stream of %s broke: %s", node.pod, e)
+        finally:
+            with self._lock:
+                if self._streams.get(worker, (None, None))[1] is stream:
+                    del self._streams[worker]
+            stream.close()
+        if stream.interrupted:
+            return
+        with self._lock:
+            # Ended by itself: at once again if it brought lines (the server closed it mid-run), later
+            # if not (its container has ended, which the pod list, made at once, will say).
+            node.read_later(new, self.poll)
+        self._refreshed_at = float("-inf")
+
+
+def _deliver(node: _Node, lines: list[str], whole: bool) -> bool:
+    """Hand ``node``'s subscribers the lines of a read (``timestamps``, from the second of the last
+    line delivered on, or the whole log) that they have not had yet, as one list each; True if
+    there were any.
+
+    Only the lines of that second were delivered before: a line of it is new once there are more
+    copies of it (time and text) in this read than were delivered. The second is compared as the
+    time's first 19 characters, so most lines are not parsed at all."""
+    floor = node.second
+    edge, again = node.edge, Counter()
+    fresh, everything = [], []
+    newest = floor
+    for raw in lines:
+        second = raw[:19] if raw[19:20] in (".", "Z") else None
+        text = raw[raw.find(" ") + 1:] if second else raw  # a line without a time: the rest of a partial one
+        if whole:
+            everything.append(text + "\n")
+        if second is not None and floor is not None:
+            if second < floor:
+                continue  # delivered by an earlier read
+            if second == floor and raw in edge:
+                again[raw] += 1
+                if again[raw] <= edge[raw]:
+                    continue
+        fresh.append(text + "\n")
+        if second is not None and (newest is None or second > newest):
+            newest = second
+    if newest is not None:
+        # Every line of the newest second is in this read (it reads from `floor` on, all of it).
+        node.edge = Counter(raw for raw in lines if raw.startswith(newest) and raw[19:20] in (".", "Z"))
+        node.second = newest
+    for sink in node.sinks:
+        if fresh:
+            sink.put(fresh)
+    if whole:
+        for sink in node.catching_up:
+            if everything:
+                sink.put(everything)
+        node.sinks.extend(node.catching_up)
+        node.catching_up = []
+    return bool(fresh)
+
+
+def _deliver_streamed(node: _Node, lines: list[str], floor: Optional[str], skip: Counter) -> bool:
+    """Hand ``node``'s subscribers the lines of a stream's chunk (``timestamps``; from second
+    ``floor`` on, or the whole log) that they have not had; True if there were any. ``skip``
+    counts the lines of ``floor`` delivered before the stream opened: the stream sends them first,
+    and those copies are dropped (``_deliver`` explains the count)."""
+    fresh = []
+    for raw in lines:
+        second = raw[:19] if raw[19:20] in (".", "Z") else None
+        text = raw[raw.find(" ") + 1:] if second else raw
+        if second is not None and floor is not None:
+            if second < floor:
+                continue
+            if second == floor and skip[raw] > 0:
+                skip[raw] -= 1
+                continue
+        fresh.append(text + "\n")
+        if second is not None:
+            if node.second is None or second > node.second:
+                node.second, node.edge = second, Counter()
+            if second == node.second:
+                node.edge[raw] += 1
+    if fresh:
+        for sink in node.sinks:
+            sink.put(fresh)
+    return bool(fresh)
+
+
+_followers_lock = threading.Lock()
+_followers: dict[tuple, list[JobLogFollower]] = {}
+
+
+def _subscribe(cluster: Cluster, namespace: str, trainjob: str, index: int, sink) -> JobLogFollower:
+    """The job's follower in this process that can take ``sink`` for node ``index`` (a new one if none can)."""
+    key = (id(cluster), namespace, trainjob)
+    with _followers_lock:
+        followers = _followers.setdefault(key, [])
+        followers[:] = [f for f in followers if not f.stopped]
+        for follower in followers:
+            if follower.subscribe(index, sink):
+                return follower
+        follower = JobLogFollower(cluster, namespace, trainjob)
+        follower.subscribe(index, sink)
+        followers.append(follower)
+        return follower
+
+
+def _followed(cluster: Cluster, namespace: str, trainjob: str, index: int,
+              stall_after: Optional[float]) -> Iterator[str]:
+    sink: queue.SimpleQueue = queue.SimpleQueue()
+    follower = _subscribe(cluster, namespace, trainjob, index, sink)
+    try:
+        last = time.monotonic()
+        while True:
+            try:
+                item = sink.get(timeout=stall_after) if stall_after else sink.get()
+            except queue.Empty:
+                pod = follower.running_pod(index)
+                if pod:
+                    yield (f"--- warning: node {index} (pod {pod}) has printed nothing for "
+                           f"{time.monotonic() - last:.0f} s while running: a hung collective or a stuck data "
+                           "loader? ---\n")
+                continue
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            last = time.monotonic()
+            if isinstance(item, list):
+                yield from item
+            else:
+                yield item
+    finally:
+        follower.unsubscribe(index, sink)
+
+
+log = logging.getLogger(__name__)
+
+
+def node_log_path(job_dir: str, index: int) -> str:
+    return os.path.join(job_dir, "logs", f"node-{index}.log")
+
+
+def save_node_logs(cluster: Cluster, namespace: str, pods: dict[int, dict], directory: str) -> str:
+    """Write the log of each node that has no file yet (following logs writes them as it
+    goes) to ``directory/node-<i>.log``; the directory, or "" if it cannot be written."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for index, pod in sorted(pods.items()):
+            path = os.path.join(directory, f"node-{index}.log")
+            if os.path.exists(path):
+                continue
+            try:
+                lines = list(cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE))
+            except ClusterError as e:
+                # e.g. 400 PodInitializing: a failed init container (preflight) kept `node` from starting.
+                lines = [f"(no log of node {index}: {e.server_message or e})"]
+            with open(path, "w") as f:
+                f.writelines(line + "\n" for line in lines)
+        return directory
+    except OSError as e:
+        log.warning("could not save the node logs to %s: %s", directory, e)
+        return ""
+
+
+def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
+    """Pass ``lines`` through, appending each to ``path`` (the node's log next to the job). One writer at
+    a time (an exclusive lock on the file): a second follower of the node, in this process or another
+    (the submitting run and ``nemo-kubeflow logs -f``), passes its lines through without writing them twice."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        out = open(path, "a")
+    except OSError as e:
+        log.warning("not saving the log to %s: %s", path, e)
+        yield from lines
+        return
+    with out:
+        try:
+            fcntl.flock(out, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield from lines  # another follower is writing this file
+            return
+        for line in lines:
+            out.write(line)
+            out.flush()
+            yield line
+
+
+def kept_node_log(job_dir: str, index: int) -> list[str]:
+    """The log a follower or a failure summary kept of node ``index`` next to the job (``node_log_path``),
+    after a line saying where it comes from; none when there is no such file."""
+    path = node_log_path(job_dir, index)
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return [f"--- node {index} has no pod to read; the log kept in {path}:\n", *lines]
+
+
+#: Lines of each node kept in memory while a job is watched (``NodeLogKeeper``).
+KEEP_LINES = 2000
+#: Nodes whose last lines a ``NodeLogKeeper`` keeps (memory: up to KEEP_LINES lines each).
+MAX_KEPT_NODES = 64
+
+
+class NodeLogKeeper:
+    """While a job is waited for: follow each node's log (through the job's ``JobLogFollower``,
+    so no thread or connection of its own), keeping its last ``KEEP_LINES`` lines in memory, so
+    that a node whose pod is deleted when another node fails (the Job controller deletes a failed
+    Job's running pods, logs and all) still has its last lines to save. ``save`` writes them to
+    ``<directory>/node-<i>.log`` for the nodes that have no file there yet (log following with
+    ``tail_logs`` writes the whole log itself)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, trainjob: str, nodes: int, directory: str) -> None:
+        self.directory = directory
+        self._lines = {i: _KeptLines() for i in range(min(nodes, MAX_KEPT_NODES))}
+        self._followers = {i: _subscribe(cluster, namespace, trainjob, i, kept) for i, kept in self._lines.items()}
+
+    def stop(self) -> None:
+        """Stop following."""
+        for index, follower in self._followers.items():
+            follower.unsubscribe(index, self._lines[index])
+
+    def kept_lines(self) -> dict[int, list[str]]:
+        """Node index -> the lines kept so far (for ``diagnosis``: ft_launcher's restarts while running)."""
+        return {i: lines.snapshot() for i, lines in self._lines.items()}
+
+    def save(self) -> list[int]:
+        """Write the kept lines of each node without a file yet; the nodes written."""
+        written = []
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            kept = {i: lines.snapshot() for i, lines in self._lines.items()}
+            for index, lines in sorted(kept.items()):
+                path = os.path.join(self.directory, f"node-{index}.log")
+                if not lines or os.path.exists(path):
+                    continue
+                with open(path, "w") as f:
+                    f.writelines(lines)
+                written.append(index)
+        except OSError as e:
+            log.warning("could not save the node logs to %s: %s", self.directory, e)
+        return written
+
+
+class _KeptLines:
+    """A subscriber that keeps a node's last ``KEEP_LINES`` lines."""
+
+    def __init__(self) -> None:
+        self._lines: deque = deque(maxlen=KEEP_LINES)
+        self._lock = threading.Lock()
+
+    def put(self, item) -> None:
+        if isinstance(item, (str, list)):
+            with self._lock:
+                self._lines.extend([item] if isinstance(item, str) else item)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)

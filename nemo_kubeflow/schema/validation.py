@@ -1,0 +1,1416 @@
+"""Offline validation of every manifest a submission sends.
+
+Each object is checked before any API call, so that a typo or an invalid value fails
+the submission up front with ``<path>: <what is wrong>; <how to fix>`` instead of being
+pruned silently or rejected with a 422 half-way through a submission.
+
+Three layers check each object (docs/validation.md lists every rule):
+
+1. The Trainer v2.3 CRDs' schemas (TrainJob, ClusterTrainingRuntime, TrainingRuntime), with
+   Strict semantics: unknown fields (with a "did you mean"), wrong types (no "8" for 8),
+   missing required fields, enums (the CRDs' and the kubeflow_trainer_api models'), and the
+   CRDs' minimum/maxItems/maxLength/pattern rules; metadata against the API server's ObjectMeta.
+2. The strict Kubernetes schemas of ``kubernetes-validate``, pinned to
+   ``constants.KUBERNETES_VERSION``:
+   the Job and pod templates inside runtimes, ConfigMaps, Secrets and PVCs.
+3. The rules neither schema knows, mirrored from the API server, the CRDs' CEL rules, the
+   Trainer webhooks and the Kubeflow SDK: names, quantities, env, runtime structure, sizes.
+
+Layers 1 and 2 read nemo_kubeflow/schema/schemas.json, compiled from those sources by
+``python -m tools.compile_schemas`` and shipped in the wheel: one ``json.load`` of ~35 kB
+instead of importing ~400 pydantic models and 1.3 MB of core definitions (0.5 s and more in a
+fresh process). ``import nemo_kubeflow`` stays cheap: the file is read on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+from nemo_kubeflow import constants as C
+from nemo_kubeflow.build import naming
+from nemo_kubeflow.errors import ManifestValidationError
+from nemo_kubeflow.quantity import parse_quantity
+from nemo_kubeflow.schema import compiled as schemas
+
+__all__ = ["check_manifests", "pod_name_problems", "validate_manifest", "validate_manifests"]
+
+#: Results kept, keyed by a hash of the object; identical runtimes repeat across tasks.
+_CACHE_SIZE = 512
+_CACHE: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+Path = tuple[Union[str, int], ...]
+
+
+# --- public API ----------------------------------------------------------------------
+
+
+def validate_manifest(obj: dict) -> list[str]:
+    """Return the problems of one manifest as sorted ``"path: message"`` strings ([] if valid).
+
+    Dispatches on ``kind``: TrainJob, ClusterTrainingRuntime, TrainingRuntime, ConfigMap,
+    Secret, PersistentVolumeClaim. Results are memoized by a hash of the canonical JSON.
+    """
+    try:
+        canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=repr)
+    except TypeError:  # keys of mixed types cannot be sorted; _validate reports them
+        return _validate(obj)
+    key = hashlib.sha256(canonical.encode()).digest()
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return list(hit)
+    problems = tuple(_validate(obj))
+    with _CACHE_LOCK:
+        _CACHE[key] = problems
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return list(problems)
+
+
+def validate_manifests(objs: Sequence[Any]) -> list[list[str]]:
+    """``validate_manifest`` of each object, plus the rules that need two of them: a TrainJob's
+    pod names are checked against every replicated job of its runtime when that is among ``objs``."""
+    results = [validate_manifest(obj) for obj in objs]
+    for i, obj in enumerate(objs):
+        if isinstance(obj, dict) and obj.get("kind") == C.TRAINJOB_KIND:
+            runtime = _runtime_of(obj, objs)
+            if runtime is not None:
+                # Its runtime's replicated jobs replace the `node` job assumed without it.
+                alone = set(pod_name_problems(obj))
+                results[i] = [p for p in results[i] if p not in alone] + pod_name_problems(obj, runtime)
+    return results
+
+
+def check_manifests(objs: Sequence[dict]) -> None:
+    """Validate every object (``validate_manifests``); raise ManifestValidationError for the first
+    invalid one.
+
+    The error carries all the problems of that object.
+    """
+    for obj, problems in zip(objs, validate_manifests(objs)):
+        if problems:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            raise ManifestValidationError(
+                kind if isinstance(kind, str) else "<unknown kind>",
+                name if isinstance(name, str) else "<unnamed>",
+                problems,
+            )
+
+
+# --- problems --------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _fmt_path(path: Path) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out or "<object>"
+
+
+def _sort_key(path: Path) -> tuple:
+    # Indices sort numerically and before keys, so containers[10] follows containers[9].
+    return tuple((1, 0, p) if isinstance(p, str) else (0, p, "") for p in path)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[tuple[Path, str]] = []
+        #: Reported only where ``items`` has nothing at the same path: the CRDs' generic value rules
+        #: (minimum, maxItems, enum...), which the specific rules of this module word better.
+        self.fallbacks: list[tuple[Path, str]] = []
+
+    def add(self, path: Path, what: str, fix: str = "") -> None:
+        self.items.append((path, f"{what}; {fix}" if fix else what))
+
+    def soft(self, path: Path, what: str, fix: str = "") -> None:
+        self.fallbacks.append((path, f"{what}; {fix}" if fix else what))
+
+    def paths(self) -> set[Path]:
+        return {path for path, _ in self.items}
+
+    def render(self) -> list[str]:
+        taken = self.paths()
+        items = self.items + [item for item in self.fallbacks if item[0] not in taken]
+        unique = sorted(set(items), key=lambda item: (_sort_key(item[0]), item[1]))
+        return [f"{_fmt_path(path)}: {message}" for path, message in unique]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _close_match(key: str, choices: Sequence[str]) -> Optional[str]:
+    lowered = {c.lower(): c for c in choices}
+    return lowered.get(key.lower()) or next(
+        iter(difflib.get_close_matches(key, choices, n=1, cutoff=0.6)), None
+    )
+
+
+def _did_you_mean(key: str, choices: Sequence[str], known: str = "known fields") -> str:
+    """A "did you mean" for a misspelt key, else the list of valid choices when it is short."""
+    choices = sorted(set(choices))
+    match = _close_match(key, choices)
+    if match:
+        return f"did you mean {match}?"
+    if not choices:
+        return "remove it"
+    if len(choices) <= 15:
+        return f"remove it ({known}: {', '.join(choices)})"
+    return "remove it"
+
+
+def _dict(value: Any) -> dict:
+    """The value if it is a mapping, else {} (its type problem is reported by the schema layer)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _find(node: Any, pattern: Sequence[str], path: Path) -> Iterator[tuple[Path, Any]]:
+    """Yield (path, value) for every value at ``pattern``; "*" walks every item of a list."""
+    if not pattern:
+        yield path, node
+        return
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        for i, item in enumerate(_list(node)):
+            yield from _find(item, rest, path + (i,))
+    elif isinstance(node, dict) and node.get(head) is not None:
+        yield from _find(node[head], rest, path + (head,))
+
+
+# --- names, labels, annotations ---------------------------------------------------------
+
+# Every name is checked by naming.py's helpers, which match whole strings ("abc\n" is no name).
+_DNS_SUBDOMAIN_MAX = naming.DNS_SUBDOMAIN_MAX
+
+
+def _suggest_name(name: str, allow_dots: bool, limit: int, letter_first: bool = False) -> str:
+    """A valid name close to ``name``, for the "use e.g." hint."""
+    suggestion = re.sub(r"[^a-z0-9.-]" if allow_dots else r"[^a-z0-9-]", "-", name.lower())
+    if letter_first:
+        suggestion = suggestion.lstrip("0123456789")
+    return suggestion.strip("-.")[:limit].rstrip("-.") or "my-name"
+
+
+def _check_dns_label(name: str, path: Path, out: _Problems, what: str = "name") -> None:
+    if not naming.is_rfc1123_label(name):
+        out.add(
+            path,
+            f"{what} {_short(name)} is not a DNS-1123 label (lowercase letters, digits and '-',"
+            f" starting and ending with a letter or digit, at most {C.DNS_LABEL_MAX} characters)",
+            f"use e.g. {_short(_suggest_name(name, False, C.DNS_LABEL_MAX))}",
+        )
+
+
+def _check_subdomain(name: str, path: Path, out: _Problems) -> None:
+    if not naming.is_rfc1123_subdomain(name):
+        out.add(
+            path,
+            f"{_short(name)} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.',"
+            f" starting and ending with a letter or digit, at most {_DNS_SUBDOMAIN_MAX} characters)",
+            f"use e.g. {_short(_suggest_name(name, True, _DNS_SUBDOMAIN_MAX))}",
+        )
+
+
+def _qualified_name_error(key: str) -> Optional[str]:
+    """Why ``key`` is not a Kubernetes qualified name (``[prefix/]name``), or None."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not naming.is_rfc1123_subdomain(prefix):
+        return f"prefix {_short(prefix)} must be a lowercase DNS-1123 subdomain"
+    if len(name) > C.DNS_LABEL_MAX:
+        return f"name part {_short(name)} is longer than {C.DNS_LABEL_MAX} characters"
+    if not naming.is_qualified_name_part(name):
+        return (
+            f"name part {_short(name)} must be alphanumeric, '-', '_' or '.',"
+            " starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _check_labels_annotations(meta: dict, path: Path, out: _Problems) -> None:
+    for key, value in _dict(meta.get("labels")).items():
+        why = _qualified_name_error(key)
+        if why:
+            out.add(path + ("labels", key), f"invalid label key: {why}", "use e.g. example.com/my-label")
+        if isinstance(value, str) and not naming.is_label_value(value):
+            out.add(
+                path + ("labels", key),
+                f"invalid label value {_short(value)}: {naming.LABEL_VALUE_RULE}",
+                "shorten it or move it to an annotation",
+            )
+    annotations = _dict(meta.get("annotations"))
+    for key in annotations:
+        why = _qualified_name_error(key.lower())
+        if why:
+            out.add(path + ("annotations", key), f"invalid annotation key: {why}")
+    size = sum(len(k) + len(v) for k, v in annotations.items() if isinstance(v, str))
+    if size > C.ANNOTATIONS_MAX_BYTES:
+        out.add(
+            path + ("annotations",),
+            f"annotations total {size} bytes, over the {C.ANNOTATIONS_MAX_BYTES}-byte limit",
+            "move large values into a ConfigMap",
+        )
+
+
+def _check_metadata(obj: dict, kind: str, out: _Problems) -> None:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        out.add(("metadata",), "required object is missing", "set metadata.name")
+        return
+    path: Path = ("metadata",)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        out.add(path + ("name",), "required field is missing", f"give the {kind} a name")
+    elif kind == C.TRAINJOB_KIND:
+        _check_trainjob_name(name, path + ("name",), out)
+    else:
+        _check_subdomain(name, path + ("name",), out)
+    namespace = meta.get("namespace")
+    if kind == C.CLUSTER_RUNTIME_KIND:
+        if namespace is not None:
+            out.add(
+                path + ("namespace",),
+                "a ClusterTrainingRuntime is cluster-scoped and takes no namespace",
+                "remove metadata.namespace (or use a namespaced TrainingRuntime)",
+            )
+    elif isinstance(namespace, str):
+        _check_dns_label(namespace, path + ("namespace",), out, what="namespace")
+    _check_labels_annotations(meta, path, out)
+
+
+def _check_trainjob_name(name: str, path: Path, out: _Problems) -> None:
+    # The pod-name budget (a shorter limit) is checked with the spec: _check_pod_names.
+    fix = f"use e.g. {_short(_suggest_name(name, False, C.DNS_LABEL_MAX, letter_first=True))}"
+    if not naming.is_rfc1035_label(name, max_len=len(name)):
+        out.add(
+            path,
+            f"{_short(name)} is not an RFC 1035 label (lowercase letters, digits and '-', starting"
+            " with a letter, ending with a letter or digit; no dots), which the TrainJob CRD requires",
+            fix,
+        )
+    if len(name) > C.DNS_LABEL_MAX:
+        out.add(path, f"{len(name)} characters, over the CRD limit of {C.DNS_LABEL_MAX}", fix)
+
+
+def _trainjob_shapes(trainjob: dict, runtime: Optional[dict]) -> list[naming.ReplicatedJobShape]:
+    """The replicated jobs of the JobSet Trainer builds for ``trainjob``: its runtime's, or (runtime
+    unknown) the trainer's ``node`` job, the one every runtime of this tool has."""
+    num_nodes = _dict(_dict(trainjob.get("spec")).get("trainer")).get("numNodes")
+    num_nodes = num_nodes if _is_int(num_nodes) and num_nodes > 0 else None
+    if runtime is not None:
+        return naming.runtime_job_shapes(runtime, num_nodes)
+    return [naming.ReplicatedJobShape(C.TRAINER_NODE, completions=num_nodes or 1)]
+
+
+def _check_pod_names(trainjob: dict, runtime: Optional[dict], out: _Problems) -> None:
+    """JobSet's pod-name rule (naming.longest_pod_name has it and its source): the TrainJob is accepted,
+    then Trainer's JobSet is refused by JobSet's webhook and the job never starts."""
+    name = _dict(trainjob.get("metadata")).get("name")
+    if not isinstance(name, str) or not name:
+        return
+    jobs = _trainjob_shapes(trainjob, runtime)
+    budget = naming.jobset_name_budget(jobs)
+    for job, pod in naming.longest_pod_names(name, jobs):
+        out.add(
+            ("metadata", "name"),
+            f"TrainJob {_short(name, 70)}: pods of replicated job {job.name!r} would be named up to {len(pod)}"
+            f" characters ({_short(pod[: -len(naming.POD_NAME_RANDOM_SUFFIX)] + '-<5 random>', 130)}),"
+            f" over the {C.DNS_LABEL_MAX} JobSet allows: JobSet's webhook refuses the JobSet and the"
+            " TrainJob never starts",
+            f"shorten the TrainJob name to at most {budget} characters"
+            + (f", or rename replicated job {job.name!r}" if runtime is not None else ""),
+        )
+
+
+def pod_name_problems(trainjob: dict, runtime: Optional[dict] = None) -> list[str]:
+    """The pod-name problems of ``trainjob`` with ``runtime`` (its ClusterTrainingRuntime or
+    TrainingRuntime: every replicated job; None: the trainer's ``node`` job only), as ``path: message``."""
+    out = _Problems()
+    _check_pod_names(trainjob, runtime, out)
+    return out.render()
+
+
+def _runtime_of(trainjob: dict, objs: Sequence[Any]) -> Optional[dict]:
+    """The runtime among ``objs`` that ``trainjob``'s runtimeRef names, if any."""
+    ref = _dict(_dict(trainjob.get("spec")).get("runtimeRef"))
+    kind = ref.get("kind") or C.CLUSTER_RUNTIME_KIND
+    namespace = _dict(trainjob.get("metadata")).get("namespace")
+    for obj in objs:
+        meta = _dict(obj.get("metadata")) if isinstance(obj, dict) else {}
+        if (isinstance(obj, dict) and obj.get("kind") == kind and meta.get("name") == ref.get("name")
+                and (kind == C.CLUSTER_RUNTIME_KIND or meta.get("namespace") in (None, namespace))):
+            return obj
+    return None
+
+
+# --- quantities, resources, env ---------------------------------------------------------
+
+#: Device keys the Kubeflow SDK recognises in the `node` container's limits
+#: (kubeflow/trainer/backends/kubernetes/utils.py: get_container_devices).
+_SDK_DEVICE_KEYS = ("nvidia.com/gpu", "google.com/tpu", "huawei.com/Ascend910", "cpu")
+_SDK_MIG_PREFIX = "nvidia.com/mig-"
+_QUANTITY_FIX = 'use a Kubernetes quantity such as "8", "500m", "64Gi" or "1e3"'
+
+
+def _is_extended(name: str) -> bool:
+    # The API server's IsExtendedResourceName: qualified, outside kubernetes.io.
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def _check_quantity(value: Any, path: Path, out: _Problems) -> Optional[Decimal]:
+    quantity = parse_quantity(value)
+    if quantity is None:
+        out.add(path, f"{_short(value)} is not a Kubernetes quantity", _QUANTITY_FIX)
+    elif quantity < 0:
+        out.add(path, f"{_short(value)} is negative", "use a value >= 0")
+        return None
+    return quantity
+
+
+def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool = False) -> None:
+    """Check requests/limits. ``partial``: only some keys are given (TrainJob resourcesPerNode
+    is merged key by key over the runtime's), so a missing counterpart is not an error."""
+    parsed: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
+    for section in ("requests", "limits"):
+        for name, value in _dict(_dict(resources).get(section)).items():
+            where = path + (section, name)
+            if "/" not in name and name not in C.STANDARD_RESOURCES and not name.startswith("hugepages-"):
+                fix = (
+                    "use nvidia.com/gpu"
+                    if "gpu" in name.lower()
+                    else "use a domain-prefixed name such as nvidia.com/gpu"
+                )
+                out.add(
+                    where,
+                    f"{_short(name)} is neither a standard resource"
+                    f" ({', '.join(C.STANDARD_RESOURCES)}) nor domain-prefixed",
+                    fix,
+                )
+            elif "/" in name and _qualified_name_error(name):
+                out.add(where, f"invalid resource name: {_qualified_name_error(name)}")
+            quantity = _check_quantity(value, where, out)
+            if quantity is None:
+                continue
+            if _is_extended(name) and quantity != quantity.to_integral_value():
+                out.add(
+                    where,
+                    f"{_short(value)} is not a whole number; {name} cannot be split",
+                    "request whole devices, e.g. 1",
+                )
+                continue
+            parsed[section][name] = quantity
+    requests, limits = parsed["requests"], parsed["limits"]
+    for name, request in requests.items():
+        # Extended resources and hugepages cannot be overcommitted: the API server wants request == limit.
+        fixed = _is_extended(name) or name.startswith("hugepages-")
+        if name in limits and request > limits[name]:
+            out.add(
+                path + ("requests", name),
+                f"request {request.normalize():f} exceeds the limit {limits[name].normalize():f}",
+                "lower the request or raise the limit",
+            )
+        elif name in limits and fixed and request != limits[name]:
+            out.add(
+                path + ("requests", name),
+                f"request must equal the limit for {name}",
+                "set requests and limits to the same value (or only limits)",
+            )
+        elif name not in limits and fixed and not partial:
+            out.add(
+                path + ("limits", name),
+                f"{name} is requested but has no limit; it cannot be overcommitted",
+                f"set limits.{name} to the same value",
+            )
+
+
+_ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
+
+
+def _check_env(env: Any, path: Path, out: _Problems, trainer_env: bool = False) -> None:
+    seen: dict[str, int] = {}
+    for i, var in enumerate(_list(env)):
+        if not isinstance(var, dict):
+            continue
+        name = var.get("name")
+        if isinstance(name, str):
+            if not naming.is_env_var_name(name):
+                out.add(
+                    path + (i, "name"),
+                    f"{_short(name)} is not a valid environment variable name",
+                    f"use {naming.ENV_VAR_NAME_RULE}",
+                )
+            if name in seen:
+                out.add(
+                    path + (i, "name"),
+                    f"{name} is already set at {_fmt_path(path + (seen[name],))}",
+                    "keep one of them",
+                )
+            else:
+                seen[name] = i
+            reserved = naming.trainer_env_problem(name) if trainer_env else None
+            if reserved:
+                out.add(path + (i, "name"), reserved, "remove it")
+        value_from = var.get("valueFrom")
+        if var.get("value") not in (None, "") and value_from is not None:
+            out.add(path + (i,), "sets both value and valueFrom", "keep only one")
+        if isinstance(value_from, dict):
+            sources = [k for k in _ENV_SOURCES if value_from.get(k) is not None]
+            if len(sources) != 1:
+                out.add(
+                    path + (i, "valueFrom"),
+                    f"sets {len(sources)} sources",
+                    f"set exactly one of {', '.join(_ENV_SOURCES)}",
+                )
+
+
+# --- pods -------------------------------------------------------------------------------
+
+_JOB_POD_RESTART_POLICIES = ("Never", "OnFailure")
+
+
+def _check_pod_spec(pod: dict, path: Path, out: _Problems) -> None:
+    containers, inits = _list(pod.get("containers")), _list(pod.get("initContainers"))
+    if "containers" in pod and not containers:
+        out.add(path + ("containers",), "must contain at least one container", "add the container to run")
+    restart = pod.get("restartPolicy")
+    if isinstance(restart, str) and restart not in _JOB_POD_RESTART_POLICIES:
+        out.add(
+            path + ("restartPolicy",),
+            f"{restart} is not allowed in a Job's pod template",
+            "use Never or OnFailure (or leave it unset)",
+        )
+
+    volumes: dict[str, int] = {}
+    for i, volume in enumerate(_list(pod.get("volumes"))):
+        name = _dict(volume).get("name")
+        if not isinstance(name, str):
+            continue
+        _check_dns_label(name, path + ("volumes", i, "name"), out, what="volume name")
+        if name in volumes:
+            out.add(
+                path + ("volumes", i, "name"),
+                f"volume {name} is already declared at volumes[{volumes[name]}]",
+                "rename or remove one of them",
+            )
+        volumes.setdefault(name, i)
+        size = _dict(_dict(volume).get("emptyDir")).get("sizeLimit")
+        if size is not None:
+            _check_quantity(size, path + ("volumes", i, "emptyDir", "sizeLimit"), out)
+
+    names: dict[str, Path] = {}
+    for section, items in (("initContainers", inits), ("containers", containers)):
+        for i, container in enumerate(items):
+            if not isinstance(container, dict):
+                continue
+            where = path + (section, i)
+            name = container.get("name")
+            if isinstance(name, str):
+                _check_dns_label(name, where + ("name",), out, what="container name")
+                if name in names:
+                    out.add(
+                        where + ("name",),
+                        f"container name {name} is already used at {_fmt_path(names[name])}",
+                        "give every container and init container its own name",
+                    )
+                names.setdefault(name, where)
+            policy = container.get("restartPolicy")
+            if section == "containers" and policy is not None:
+                out.add(
+                    where + ("restartPolicy",),
+                    "only init containers take a restartPolicy (native sidecars)",
+                    "move this container to initContainers with restartPolicy: Always",
+                )
+            elif section == "initContainers" and policy not in (None, "Always"):
+                out.add(
+                    where + ("restartPolicy",),
+                    f"{_short(policy)} is not allowed",
+                    "use Always (a native sidecar) or leave it unset",
+                )
+            _check_env(container.get("env"), where + ("env",), out)
+            _check_resources(container.get("resources"), where + ("resources",), out)
+            mount_paths: dict[str, int] = {}
+            for j, mount in enumerate(_list(container.get("volumeMounts"))):
+                ref, mount_path = _dict(mount).get("name"), _dict(mount).get("mountPath")
+                if isinstance(ref, str) and ref not in volumes:
+                    match = _close_match(ref, list(volumes))
+                    out.add(
+                        where + ("volumeMounts", j, "name"),
+                        f"no volume named {ref} in the pod's volumes",
+                        f"did you mean {match}?" if match else "declare it under the pod's volumes",
+                    )
+                if isinstance(mount_path, str):
+                    if mount_path in mount_paths:
+                        out.add(
+                            where + ("volumeMounts", j, "mountPath"),
+                            f"{mount_path} is already mounted at volumeMounts[{mount_paths[mount_path]}]",
+                            "mount each path once",
+                        )
+                    mount_paths.setdefault(mount_path, j)
+    if pod.get("resources") is not None:
+        _check_resources(pod.get("resources"), path + ("resources",), out)
+
+
+# --- the schema layer: the compiled CRD and core schemas (schemas.json) ---------------------
+
+#: Fields removed from the API (path from the object's root -> what to use instead).
+_REMOVED_FIELDS: dict[tuple[str, ...], str] = {
+    ("spec", "mlPolicy", "torch", "numProcPerNode"):
+        "removed in Trainer v2.2; set spec.trainer.numProcPerNode on the TrainJob",
+    ("spec", "podTemplateOverrides"): "removed in Trainer v2.2; use spec.runtimePatches",
+    ("spec", "podSpecOverrides"): "removed in Trainer v2.1; use spec.runtimePatches",
+}
+
+_EXPECTED = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean (true/false)",
+    "quantity": "a quantity (number or string)",
+    "int-or-string": "a value (integer or string)",
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: Strict semantics, as the models' Strict types and the API server's decoder: no "8" for 8, no 8.0 for
+#: an integer, no 1 for true.
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": _is_int,
+    "number": _is_number,
+    "boolean": lambda v: isinstance(v, bool),
+    "quantity": lambda v: isinstance(v, str) or _is_number(v),
+    "int-or-string": lambda v: isinstance(v, str) or _is_int(v),
+}
+
+
+def _type_problem(expected: str, value: Any, path: Path, out: _Problems) -> None:
+    fix = ""
+    if expected == "an integer" and isinstance(value, str):
+        fix = (
+            f"write {value} without quotes"
+            if value.strip().lstrip("-").isdigit()
+            else "set a whole number, e.g. 8"
+        )
+    elif expected == "a string" and isinstance(value, (int, float)):
+        fix = f'quote it: "{json.dumps(value)}"'
+    elif expected == "a list" and isinstance(value, str):
+        fix = ('write one item per argument, e.g. ["bash", "-c", "..."]' if path and path[-1] in ("command", "args")
+               else f"write a list, e.g. [{_short(value)}]")
+    out.add(path, f"expected {expected}, got {_json_type(value)} {_short(value)}", fix)
+
+
+@lru_cache(maxsize=None)
+def _pattern(pattern: str) -> Optional[re.Pattern]:
+    try:
+        return re.compile(pattern)
+    except re.error:  # a Go (RE2) construct Python lacks: the API server checks it
+        return None
+
+
+def _enum_list(values: Sequence[Any]) -> str:
+    return ", ".join(v if isinstance(v, str) and v else json.dumps(v) for v in values)
+
+
+def _check_constraints(value: Any, node: dict, path: Path, out: _Problems) -> None:
+    """The CRDs' value rules, reported unless a rule of this module already reported the field (``soft``)."""
+    if "enum_soft" in node and value not in node["enum_soft"]:
+        out.soft(path, f"{_short(value)} is not allowed", f"use one of {_enum_list(node['enum_soft'])}")
+    if _is_number(value):
+        if "minimum" in node and value < node["minimum"]:
+            out.soft(path, f"{value} is less than {node['minimum']}", f"set at least {node['minimum']}")
+        if "maximum" in node and value > node["maximum"]:
+            out.soft(path, f"{value} is more than {node['maximum']}", f"set at most {node['maximum']}")
+    elif isinstance(value, list):
+        if "maxItems" in node and len(value) > node["maxItems"]:
+            out.soft(path, f"{len(value)} items, over the CRD limit of {node['maxItems']}", "remove some")
+        if "minItems" in node and len(value) < node["minItems"]:
+            out.soft(path, f"{len(value)} items; the CRD requires at least {node['minItems']}", "add items")
+    elif isinstance(value, str):
+        if "maxLength" in node and len(value) > node["maxLength"]:
+            out.soft(path, f"{len(value)} characters, over the CRD limit of {node['maxLength']}", "shorten it")
+        if "minLength" in node and len(value) < node["minLength"]:
+            out.soft(path, "must not be empty" if node["minLength"] == 1
+                     else f"shorter than the {node['minLength']} characters the CRD requires", "set a value")
+        compiled = _pattern(node["pattern"]) if "pattern" in node else None
+        if compiled is not None and not compiled.search(value):
+            if node.get("type") == "quantity":
+                out.soft(path, f"{_short(value)} is not a Kubernetes quantity", _QUANTITY_FIX)
+            else:
+                out.soft(path, f"{_short(value)} does not match the CRD's pattern {node['pattern']}",
+                         "fix the value")
+
+
+def _walk(value: Any, index: int, path: Path, out: _Problems, unknown: str, core: bool = False) -> None:
+    """Check ``value`` against schema node ``index``: type, enum, the CRD's value rules, then each field
+    (unknown ones with a "did you mean", required ones) or item. Every problem is found, each at its full
+    path. ``unknown``: what an unknown field is called. ``core``: a core schema, whose map values may be
+    null (the Trainer models refuse them)."""
+    node = schemas.nodes()[index]
+    kind = node.get("type")
+    if kind is not None and not _TYPE_CHECKS[kind](value):
+        _type_problem(_EXPECTED[kind], value, path, out)
+        return
+    enum = node.get("enum")
+    if enum is not None and value not in enum:
+        out.add(path, f"{_short(value)} must be one of enum values ({_enum_list(enum)})")
+        return
+    _check_constraints(value, node, path, out)
+    if isinstance(value, dict):
+        properties: dict[str, int] = node.get("properties", {})
+        additional = node.get("additional")
+        for key, item in value.items():
+            child = properties.get(key, additional)
+            if child is None:
+                if not node.get("open"):
+                    removed = _REMOVED_FIELDS.get(tuple(p for p in path if isinstance(p, str)) + (key,))
+                    out.add(path + (key,), unknown, removed or _did_you_mean(key, list(properties)))
+            elif item is not None or (key not in properties and not core):  # a null field is "not set"
+                _walk(item, child, path + (key,), out, unknown, core)
+        for key in node.get("required", ()):
+            if value.get(key) is None:
+                out.add(path + (key,), "required field is missing", f"set {key}")
+    elif isinstance(value, list) and "items" in node:
+        for i, item in enumerate(value):
+            _walk(item, node["items"], path + (i,), out, unknown, core)
+
+
+def _check_model(obj: dict, kind: str, out: _Problems) -> None:
+    """``obj`` against its Trainer v2.3 CRD schema (metadata: the API server's ObjectMeta)."""
+    _walk(obj, schemas.root(kind), (), out, "unknown field")
+
+
+def _check_kube(doc: dict, kind: str, base: Path, out: _Problems, skip: set[Path]) -> None:
+    """Validate ``doc`` against the strict core schema of ``kind`` for ``KUBERNETES_VERSION``; report
+    under ``base`` unless the path is in ``skip``."""
+    problems = _Problems()
+    _walk(doc, schemas.root(f"core/{kind}"), base, problems, f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
+          core=True)
+    out.items.extend(item for item in problems.items if item[0] not in skip)
+    out.fallbacks.extend(item for item in problems.fallbacks if item[0] not in skip)
+
+
+# --- kinds ------------------------------------------------------------------------------
+
+
+def _check_trainjob(obj: dict, out: _Problems) -> None:
+    _check_model(obj, C.TRAINJOB_KIND, out)
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        out.add(("spec",), "required object is missing", "set spec.runtimeRef and spec.trainer")
+        return
+    path: Path = ("spec",)
+    ref = _dict(spec.get("runtimeRef"))
+    if ref.get("name") == "":
+        out.add(
+            path + ("runtimeRef", "name"),
+            "must not be empty",
+            "name the runtime to run, e.g. torch-distributed",
+        )
+    elif isinstance(ref.get("name"), str):
+        _check_subdomain(ref["name"], path + ("runtimeRef", "name"), out)
+    kind, group = ref.get("kind"), ref.get("apiGroup")
+    if isinstance(kind, str) and kind not in (C.CLUSTER_RUNTIME_KIND, C.RUNTIME_KIND):
+        out.add(
+            path + ("runtimeRef", "kind"),
+            f"{_short(kind)} is not a runtime kind",
+            f"use {C.CLUSTER_RUNTIME_KIND} or {C.RUNTIME_KIND}",
+        )
+    if isinstance(group, str) and group != C.TRAINER_GROUP:
+        out.add(
+            path + ("runtimeRef", "apiGroup"),
+            f"{_short(group)} is not the Trainer API group",
+            f"use {C.TRAINER_GROUP} or leave it unset",
+        )
+
+    trainer = _dict(spec.get("trainer"))
+    tpath = path + ("trainer",)
+    for field in ("numNodes", "numProcPerNode"):
+        if _is_int(trainer.get(field)) and trainer[field] < 1:
+            out.add(tpath + (field,), f"{trainer[field]} is less than 1", "set at least 1")
+    for field, limit in (
+        ("command", C.TRAINER_ARGV_MAX_ITEMS),
+        ("args", C.TRAINER_ARGV_MAX_ITEMS),
+        ("env", C.TRAINER_ENV_MAX_ITEMS),
+    ):
+        if len(_list(trainer.get(field))) > limit:
+            out.add(
+                tpath + (field,),
+                f"{len(trainer[field])} items, over the CRD limit of {limit}",
+                "move the rest into a script",
+            )
+    _check_env(trainer.get("env"), tpath + ("env",), out, trainer_env=True)
+    _check_resources(trainer.get("resourcesPerNode"), tpath + ("resourcesPerNode",), out, partial=True)
+
+    deadline = spec.get("activeDeadlineSeconds")
+    if _is_int(deadline) and deadline < 1:
+        out.add(
+            path + ("activeDeadlineSeconds",),
+            f"{deadline} is less than 1",
+            "set a positive number of seconds or leave it unset",
+        )
+    managed_by = spec.get("managedBy")
+    allowed = C.TRAINJOB_MANAGED_BY_VALUES
+    if isinstance(managed_by, str) and managed_by not in allowed:
+        out.add(
+            path + ("managedBy",),
+            f"{_short(managed_by)} is not allowed by the CRD",
+            f"use {' or '.join(allowed)}, or leave it unset",
+        )
+
+    for step in ("dataset", "model"):
+        init = _dict(_dict(spec.get("initializer")).get(step))
+        ipath = path + ("initializer", step)
+        uri = init.get("storageUri")
+        if isinstance(uri, str) and uri and not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://.+", uri):
+            out.add(
+                ipath + ("storageUri",),
+                f"{_short(uri)} is not a URI",
+                "use scheme://..., e.g. hf://org/model",
+            )
+        _check_env(init.get("env"), ipath + ("env",), out)
+    _check_runtime_patches(spec.get("runtimePatches"), path + ("runtimePatches",), out)
+    _check_pod_names(obj, None, out)
+
+
+_INITIALIZER_CONTAINERS = ("dataset-initializer", "model-initializer")
+#: From a replicated job to its pod spec.
+_POD_SPEC_PATH: Path = ("template", "spec", "template", "spec")
+
+
+def _check_runtime_patches(patches: Any, path: Path, out: _Problems) -> None:
+    patches = _list(patches)
+    if len(patches) > 16:
+        out.add(
+            path, f"{len(patches)} patches, over the CRD limit of 16", "merge patches that share a manager"
+        )
+    managers: dict[str, int] = {}
+    for i, patch in enumerate(patches):
+        manager = _dict(patch).get("manager")
+        if isinstance(manager, str):
+            prefix, slash, rest = manager.partition("/")
+            if not slash or not rest or not naming.is_rfc1123_subdomain(prefix):
+                out.add(
+                    path + (i, "manager"),
+                    f"{_short(manager)} is not a domain-prefixed path",
+                    "use e.g. example.com/my-tool",
+                )
+            if manager in managers:
+                out.add(
+                    path + (i, "manager"),
+                    f"manager {manager} is already used by runtimePatches[{managers[manager]}]",
+                    "merge the two patches",
+                )
+            managers.setdefault(manager, i)
+        jobs = _dict(_dict(_dict(patch).get("trainingRuntimeSpec")).get("template")).get("spec")
+        containers = [
+            found
+            for section in ("initContainers", "containers")
+            for found in _find(
+                jobs,
+                ("replicatedJobs", "*", *_POD_SPEC_PATH, section, "*"),
+                path + (i, "trainingRuntimeSpec", "template", "spec"),
+            )
+        ]
+        for cpath, container in containers:
+            name = _dict(container).get("name")
+            if name in (C.TRAINER_NODE, *_INITIALIZER_CONTAINERS) and _dict(container).get("env") is not None:
+                fix = "use spec.trainer.env" if name == C.TRAINER_NODE else "use spec.initializer env"
+                out.add(
+                    cpath + ("env",),
+                    f"the Trainer webhook rejects env on the {name} container in runtimePatches",
+                    fix,
+                )
+
+
+#: Enums the runtime CRD enforces and the models do not (paths under the runtime's spec).
+_RUNTIME_ENUMS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("mlPolicy", "mpi", "mpiImplementation"), ("OpenMPI", "")),
+    (("podGroupPolicy", "volcano", "networkTopology", "mode"), ("hard", "soft")),
+    (
+        ("template", "spec", "failurePolicy", "restartStrategy"),
+        ("Recreate", "BlockingRecreate", "InPlaceRestart"),
+    ),
+    (
+        ("template", "spec", "failurePolicy", "rules", "*", "action"),
+        (
+            "FailJobSet",
+            "RestartJobSet",
+            "RestartJobSetAndIgnoreMaxRestarts",
+            "RestartJob",
+            "RestartJobAndIgnoreMaxRestarts",
+        ),
+    ),
+    (("template", "spec", "replicatedJobs", "*", "dependsOn", "*", "status"), ("Ready", "Complete")),
+    (("template", "spec", "startupPolicy", "startupPolicyOrder"), ("AnyOrder", "InOrder")),
+    (("template", "spec", "successPolicy", "operator"), ("All", "Any")),
+    (
+        ("template", "spec", "volumeClaimPolicies", "*", "retentionPolicy", "whenDeleted"),
+        ("Delete", "Retain"),
+    ),
+)
+#: Places where JobSet expects the name of one of the runtime's replicated jobs.
+_RJOB_REFERENCES = (
+    ("template", "spec", "failurePolicy", "rules", "*", "targetReplicatedJobs", "*"),
+    ("template", "spec", "successPolicy", "targetReplicatedJobs", "*"),
+    ("template", "spec", "replicatedJobs", "*", "dependsOn", "*", "name"),
+)
+_POLICIES = ("torch", "mpi", "jax", "xgboost", "flux")
+
+
+def _check_runtime(obj: dict, out: _Problems) -> None:
+    kind = obj["kind"]
+    _check_model(obj, kind, out)
+    schema_paths = out.paths()
+    labels = _dict(_dict(obj.get("metadata")).get("labels"))
+    if C.FRAMEWORK_LABEL not in labels:
+        out.add(
+            ("metadata", "labels", C.FRAMEWORK_LABEL),
+            "label is missing; the Kubeflow SDK refuses runtimes without it",
+            f"add {C.FRAMEWORK_LABEL}: torch",
+        )
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        out.add(("spec",), "required object is missing", "set spec.mlPolicy and spec.template")
+        return
+    path: Path = ("spec",)
+    for pattern, allowed in _RUNTIME_ENUMS:
+        for where, value in _find(spec, pattern, path):
+            if isinstance(value, str) and value not in allowed:
+                out.add(
+                    where,
+                    f"{_short(value)} is not allowed",
+                    "use one of " + ", ".join(a or '""' for a in allowed),
+                )
+    _check_ml_policy(spec.get("mlPolicy"), path + ("mlPolicy",), out)
+
+    jobset = _dict(_dict(spec.get("template")).get("spec"))
+    jpath = path + ("template", "spec")
+    rjobs = _list(jobset.get("replicatedJobs"))
+    if not rjobs:
+        out.add(
+            jpath + ("replicatedJobs",),
+            "must list at least one replicated job",
+            "add the `node` job (see the torch-distributed runtime)",
+        )
+    if _dict(jobset.get("startupPolicy")).get("startupPolicyOrder") == "InOrder" and any(
+        _dict(j).get("dependsOn") for j in rjobs
+    ):
+        out.add(
+            jpath + ("startupPolicy",),
+            "startupPolicyOrder InOrder and replicatedJobs[].dependsOn are mutually exclusive",
+            "use one of them",
+        )
+    ttl = jobset.get("ttlSecondsAfterFinished")
+    if isinstance(ttl, int) and not isinstance(ttl, bool) and not 0 <= ttl <= C.JOBSET_TTL_MAX:
+        out.add(
+            jpath + ("ttlSecondsAfterFinished",),
+            f"{ttl} is out of range (JobSet: 0 to {C.JOBSET_TTL_MAX} seconds)",
+            "give the seconds after which JobSet deletes a finished JobSet and its pods, e.g. 86400, or remove it",
+        )
+    for where, template in _find(jobset, ("volumeClaimPolicies", "*", "templates", "*"), jpath):
+        if _dict(template.get("metadata") if isinstance(template, dict) else None).get("namespace"):
+            out.add(
+                where + ("metadata", "namespace"),
+                "volumeClaimPolicies templates take no namespace",
+                "remove it",
+            )
+
+    names: dict[str, int] = {}
+    for i, rjob in enumerate(rjobs):
+        name = _dict(rjob).get("name")
+        if isinstance(name, str):
+            _check_dns_label(name, jpath + ("replicatedJobs", i, "name"), out, what="replicated job name")
+            if name in names:
+                out.add(
+                    jpath + ("replicatedJobs", i, "name"),
+                    f"replicated job {name} is already defined at replicatedJobs[{names[name]}]",
+                    "give each replicated job its own name",
+                )
+            names.setdefault(name, i)
+    for pattern in _RJOB_REFERENCES:
+        for where, ref in _find(spec, pattern, path):
+            if isinstance(ref, str) and ref not in names:
+                out.add(
+                    where,
+                    f"no replicated job named {ref}",
+                    _did_you_mean(ref, list(names), known="replicated jobs"),
+                )
+
+    _check_replicated_jobs(rjobs, jpath + ("replicatedJobs",), out, schema_paths)
+    _check_failure_policies(jobset, rjobs, jpath, out)
+    _check_env_injection(_dict(spec.get("mlPolicy")), rjobs, path + ("mlPolicy",), out)
+
+
+#: JobSet v0.12 failurePolicy rule names (jobset_types.go).
+_FAILURE_RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")  # with fullmatch
+#: The Job API's podFailurePolicy exit-code operators (batch/v1; the schema checks the actions).
+_EXIT_CODE_OPERATORS = ("In", "NotIn")
+
+
+def _check_failure_policies(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
+    """What the JobSet webhook and the Job API refuse in failure rules (beyond the schema)."""
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(_list(_dict(jobset.get("failurePolicy")).get("rules"))):
+        name = _dict(rule).get("name")
+        where = jpath + ("failurePolicy", "rules", i, "name")
+        if isinstance(name, str) and not _FAILURE_RULE_NAME.fullmatch(name):
+            out.add(where, f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
+                    "start with a letter; use letters, digits, '_', ',' or ':'")
+        elif isinstance(name, str) and name in seen:
+            out.add(where, f"rule {name} is already defined at rules[{seen[name]}]", "give each rule its own name")
+        if isinstance(name, str):
+            seen.setdefault(name, i)
+    for r, rjob in enumerate(rjobs):
+        job_spec = _dict(_dict(_dict(rjob).get("template")).get("spec"))
+        policy = job_spec.get("podFailurePolicy")
+        if not isinstance(policy, dict):
+            continue
+        ppath = jpath + ("replicatedJobs", r, "template", "spec", "podFailurePolicy")
+        pod_spec = _pod_spec(rjob)
+        restart = pod_spec.get("restartPolicy", "OnFailure")
+        if restart != "Never":
+            out.add(jpath + ("replicatedJobs", r) + _POD_SPEC_PATH + ("restartPolicy",),
+                    f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs "
+                    "Never", "set restartPolicy: Never in the pod template")
+        containers = {c.get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))
+                      if isinstance(c, dict)}
+        for k, rule in enumerate(_list(policy.get("rules"))):
+            rule, rpath = _dict(rule), ppath + ("rules", k)
+            if ("onExitCodes" in rule) == ("onPodConditions" in rule):
+                out.add(rpath, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
+            codes = _dict(rule.get("onExitCodes"))
+            if not codes:
+                continue
+            cpath = rpath + ("onExitCodes",)
+            if codes.get("operator") not in _EXIT_CODE_OPERATORS:
+                out.add(cpath + ("operator",), f"{_short(codes.get('operator'))} is not allowed", "use In or NotIn")
+            container = codes.get("containerName")
+            if container is not None and container not in containers:
+                out.add(cpath + ("containerName",), f"no container named {_short(container)} in the pod template",
+                        _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
+            values = _list(codes.get("values"))
+            if not values or len(values) > 255:
+                out.add(cpath + ("values",), "must list 1 to 255 exit codes", "list the exit codes the rule matches")
+            elif all(_is_int(v) for v in values):
+                if codes.get("operator") == "In" and 0 in values:
+                    out.add(cpath + ("values",), "contains 0 with operator In (the Job API refuses it)", "remove 0")
+                if values != sorted(set(values)):
+                    out.add(cpath + ("values",), "must be sorted without duplicates (the Job API refuses it)",
+                            f"write {sorted(set(values))}")
+
+
+def _check_ml_policy(policy: Any, path: Path, out: _Problems) -> None:
+    if policy is None:
+        out.add(
+            path,
+            "required by the Kubeflow SDK, which refuses runtimes without it",
+            "add mlPolicy: {numNodes: 1, torch: {}}",
+        )
+        return
+    policy = _dict(policy)
+    chosen = [p for p in _POLICIES if policy.get(p) is not None]
+    if len(chosen) > 1:
+        out.add(path, f"sets {' and '.join(chosen)}; the CRD allows only one policy", "keep one of them")
+    if _is_int(policy.get("numNodes")) and policy["numNodes"] < 1:
+        out.add(path + ("numNodes",), f"{policy['numNodes']} is less than 1", "set at least 1")
+    for name in ("mpi", "flux"):
+        procs = _dict(policy.get(name)).get("numProcPerNode")
+        if _is_int(procs) and procs < 1:
+            out.add(path + (name, "numProcPerNode"), f"{procs} is less than 1", "set at least 1")
+    for name in ("jax", "xgboost"):
+        # The CRD declares these as objects without properties: the server prunes every key.
+        for key in _dict(policy.get(name)):
+            out.add(
+                path + (name, key),
+                f"unknown field; {name} takes no settings in Trainer v2.3",
+                f"use {name}: {{}}",
+            )
+
+
+def _job_labels(rjob: Any) -> dict:
+    return _dict(_dict(_dict(_dict(rjob).get("template")).get("metadata")).get("labels"))
+
+
+def _pod_template(rjob: Any) -> dict:
+    return _dict(_dict(_dict(_dict(rjob).get("template")).get("spec")).get("template"))
+
+
+def _pod_spec(rjob: Any) -> dict:
+    return _dict(_pod_template(rjob).get("spec"))
+
+
+def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths: set[Path]) -> None:
+    trainer_jobs = []
+    for i, rjob in enumerate(rjobs):
+        if not isinstance(rjob, dict):
+            continue
+        rpath = path + (i,)
+        template = _dict(rjob.get("template"))
+        ancestor = _job_labels(rjob).get(C.ANCESTOR_LABEL)
+        replicas = rjob.get("replicas")
+        if ancestor is not None and _is_int(replicas) and replicas != 1:
+            out.add(
+                rpath + ("replicas",),
+                f"is {_short(replicas)}, but jobs labelled {C.ANCESTOR_LABEL} must have one replica"
+                " (Trainer webhook)",
+                "set replicas: 1 or leave it unset; scale with numNodes",
+            )
+        if ancestor == C.ANCESTOR_TRAINER:
+            trainer_jobs.append(i)
+        _check_labels_annotations(_dict(template.get("metadata")), rpath + ("template", "metadata"), out)
+        _check_labels_annotations(
+            _dict(_pod_template(rjob).get("metadata")),
+            rpath + ("template", "spec", "template", "metadata"),
+            out,
+        )
+        _check_pod_spec(_pod_spec(rjob), rpath + _POD_SPEC_PATH, out)
+        if isinstance(template.get("spec"), dict):
+            job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": _dict(template.get("metadata")),
+                "spec": template["spec"],
+            }
+            _check_kube(job, "Job", rpath + ("template",), out, schema_paths)
+
+    if not trainer_jobs:
+        misplaced = any(
+            C.ANCESTOR_LABEL in _dict(_dict(_pod_template(j).get("metadata")).get("labels")) for j in rjobs
+        )
+        where = (
+            "on the Job template (replicatedJobs[].template.metadata.labels), not the pod template"
+            if misplaced
+            else "to the job that runs training"
+        )
+        if rjobs:
+            out.add(
+                path,
+                f"no replicated job is labelled {C.ANCESTOR_LABEL}: {C.ANCESTOR_TRAINER};"
+                " Trainer cannot tell where spec.trainer goes",
+                f"add the label {where}",
+            )
+        return
+    for extra in trainer_jobs[1:]:
+        out.add(
+            path + (extra, "template", "metadata", "labels", C.ANCESTOR_LABEL),
+            f"replicatedJobs[{trainer_jobs[0]}] is already the trainer job",
+            "label exactly one replicated job as the trainer",
+        )
+    index = trainer_jobs[0]
+    rpath = path + (index,)
+    if rjobs[index].get("name") != C.TRAINER_NODE:
+        out.add(
+            rpath + ("name",),
+            f"the trainer job must be named {C.TRAINER_NODE}:"
+            " PET_MASTER_ADDR and the SDK's pod selector assume it",
+            f"rename it to {C.TRAINER_NODE}",
+        )
+    containers = _list(_pod_spec(rjobs[index]).get("containers"))
+    node = next((c for c in containers if isinstance(c, dict) and c.get("name") == C.TRAINER_NODE), None)
+    if node is None:
+        out.add(
+            rpath + _POD_SPEC_PATH + ("containers",),
+            f"no container named {C.TRAINER_NODE}; Trainer applies spec.trainer (image, command, env,"
+            " resources) to it and the webhook requires it",
+            f"name the training container {C.TRAINER_NODE}",
+        )
+        return
+    npath = rpath + _POD_SPEC_PATH + ("containers", containers.index(node))
+    if not node.get("image"):
+        out.add(
+            npath + ("image",),
+            f"the {C.TRAINER_NODE} container has no image; the Kubeflow SDK refuses such runtimes",
+            "set a default image",
+        )
+    limits = _dict(_dict(node.get("resources")).get("limits"))
+    mig = [k for k in limits if k.startswith(_SDK_MIG_PREFIX)]
+    if limits and not mig and not any(k in limits for k in _SDK_DEVICE_KEYS):
+        out.add(
+            npath + ("resources", "limits"),
+            f"none of {', '.join(_SDK_DEVICE_KEYS)} or {_SDK_MIG_PREFIX}*;"
+            " the Kubeflow SDK raises 'Unknown device type' for this runtime",
+            "add the GPU count (nvidia.com/gpu) or cpu to the limits",
+        )
+    elif len(mig) > 1:
+        out.add(
+            npath + ("resources", "limits"),
+            f"several MIG types ({', '.join(mig)}); the Kubeflow SDK supports one",
+            "request a single MIG profile",
+        )
+
+
+def _check_env_injection(policy: dict, rjobs: list, path: Path, out: _Problems) -> None:
+    targets = _dict(_dict(policy.get("torch")).get("envInjection")).get("targets")
+    jobs = {j["name"]: j for j in rjobs if isinstance(j, dict) and isinstance(j.get("name"), str)}
+    for i, target in enumerate(_list(targets)):
+        tpath = path + ("torch", "envInjection", "targets", i)
+        job_name = _dict(target).get("jobName")
+        job = jobs.get(job_name) if isinstance(job_name, str) else None
+        if isinstance(job_name, str) and job is None:
+            out.add(
+                tpath + ("jobName",),
+                f"no replicated job named {job_name}",
+                _did_you_mean(job_name, list(jobs), known="replicated jobs"),
+            )
+        pod = _pod_spec(job)
+        available = [
+            _dict(c).get("name") for c in _list(pod.get("containers")) + _list(pod.get("initContainers"))
+        ]
+        for j, name in enumerate(_list(_dict(target).get("containerNames"))):
+            if name == C.TRAINER_NODE:
+                out.add(
+                    tpath + ("containerNames", j),
+                    f"{C.TRAINER_NODE} always gets the PET_* variables and the CRD forbids it here",
+                    "remove it",
+                )
+            elif job is not None and isinstance(name, str) and name not in available:
+                out.add(
+                    tpath + ("containerNames", j),
+                    f"job {job_name} has no container or init container named {name}",
+                    _did_you_mean(name, [n for n in available if isinstance(n, str)], known="containers"),
+                )
+
+
+def _check_data_key(key: str, path: Path, out: _Problems) -> None:
+    if not naming.is_config_key(key):
+        out.add(
+            path,
+            f"invalid key {_short(key)}: keys are letters, digits, '-', '_' and '.'"
+            f" (no '/', not starting with '..', at most {_DNS_SUBDOMAIN_MAX})",
+            "flatten the path, e.g. replace '/' with '__'",
+        )
+
+
+def _decode_base64(value: Any, path: Path, out: _Problems) -> int:
+    """Size in bytes of a base64 value, or 0 after reporting it."""
+    if not isinstance(value, str):
+        return 0
+    try:
+        # Go's decoder (the API server's) ignores line breaks; Python's strict mode does not.
+        return len(base64.b64decode(value.replace("\n", "").replace("\r", ""), validate=True))
+    except (binascii.Error, ValueError):
+        out.add(path, "not valid base64", "encode the bytes with base64 (or use data/stringData for text)")
+        return 0
+
+
+def _check_size(size: int, path: Path, out: _Problems, what: str) -> None:
+    if size > C.CONFIGMAP_MAX_BYTES:
+        out.add(
+            path,
+            f"{what} holds {size} bytes, over the API server's limit of {C.CONFIGMAP_MAX_BYTES} (1 MiB)",
+            "split the content over several objects",
+        )
+
+
+def _check_configmap(obj: dict, out: _Problems) -> None:
+    _check_kube(obj, "ConfigMap", (), out, out.paths())
+    data, binary = _dict(obj.get("data")), _dict(obj.get("binaryData"))
+    size = 0
+    for key, value in data.items():
+        _check_data_key(key, ("data", key), out)
+        size += len(value.encode()) if isinstance(value, str) else 0
+    for key, value in binary.items():
+        _check_data_key(key, ("binaryData", key), out)
+        if key in data:
+            out.add(("binaryData", key), "key is also in data", "keep each key in one of data and binaryData")
+        size += _decode_base64(value, ("binaryData", key), out)
+    _check_size(size, ("data",) if data else ("binaryData",), out, "the ConfigMap")
+
+
+#: Keys each built-in Secret type requires (k8s.io/kubernetes pkg/apis/core/validation).
+_SECRET_TYPES: dict[str, tuple[str, ...]] = {
+    "Opaque": (),
+    "kubernetes.io/service-account-token": (),
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/basic-auth": (),
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "bootstrap.kubernetes.io/token": (),
+}
+
+
+def _check_secret(obj: dict, out: _Problems) -> None:
+    _check_kube(obj, "Secret", (), out, out.paths())
+    data, string_data = _dict(obj.get("data")), _dict(obj.get("stringData"))
+    sizes: dict[str, int] = {}
+    for key, value in data.items():
+        _check_data_key(key, ("data", key), out)
+        sizes[key] = _decode_base64(value, ("data", key), out)
+    for key, value in string_data.items():
+        _check_data_key(key, ("stringData", key), out)
+        sizes[key] = len(value.encode()) if isinstance(value, str) else 0  # stringData wins on merge
+    _check_size(sum(sizes.values()), ("data",) if data else ("stringData",), out, "the Secret")
+    kind = obj.get("type")
+    if isinstance(kind, str) and kind not in _SECRET_TYPES:
+        close = difflib.get_close_matches(kind, list(_SECRET_TYPES), n=1, cutoff=0.8)
+        if close or kind.lower() in {t.lower() for t in _SECRET_TYPES}:
+            out.add(
+                ("type",),
+                f"{_short(kind)} is not a built-in Secret type",
+                f"did you mean {close[0] if close else kind.title()}?",
+            )
+    for key in _SECRET_TYPES.get(kind if isinstance(kind, str) else "Opaque", ()):
+        if key not in sizes:
+            out.add(("data", key), f"a {kind} Secret requires this key", f"add data[{key!r}]")
+
+
+_ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+
+
+def _check_pvc(obj: dict, out: _Problems) -> None:
+    _check_kube(obj, "PersistentVolumeClaim", (), out, out.paths())
+    schema_paths = out.paths()
+    spec = _dict(obj.get("spec"))
+    modes = _list(spec.get("accessModes"))
+    if not modes:
+        out.add(("spec", "accessModes"), "at least one access mode is required", "set e.g. [ReadWriteOnce]")
+    for i, mode in enumerate(modes):
+        if isinstance(mode, str) and mode not in _ACCESS_MODES:
+            out.add(
+                ("spec", "accessModes", i),
+                f"{_short(mode)} is not an access mode",
+                "use one of " + ", ".join(_ACCESS_MODES),
+            )
+    if "ReadWriteOncePod" in modes and len(modes) > modes.count("ReadWriteOncePod"):
+        out.add(
+            ("spec", "accessModes"),
+            "ReadWriteOncePod cannot be combined with other access modes",
+            "keep only ReadWriteOncePod",
+        )
+    if spec.get("volumeMode") not in (None, "Filesystem", "Block"):
+        out.add(
+            ("spec", "volumeMode"),
+            f"{_short(spec['volumeMode'])} is not a volume mode",
+            "use Filesystem or Block",
+        )
+    resources = _dict(spec.get("resources"))
+    storage_path: Path = ("spec", "resources", "requests", "storage")
+    storage = _dict(resources.get("requests")).get("storage")
+    # The API server requires the storage request even for a claim bound by volumeName.
+    if storage is None and storage_path not in schema_paths:
+        out.add(
+            storage_path,
+            "required: the API server rejects a claim without a storage request",
+            'set e.g. "100Gi"',
+        )
+    for section in ("requests", "limits"):
+        for name, value in _dict(resources.get(section)).items():
+            where = ("spec", "resources", section, name)
+            if (
+                where not in schema_paths
+                and _check_quantity(value, where, out) == 0
+                and where == storage_path
+            ):
+                out.add(storage_path, "must be greater than zero", 'set e.g. "100Gi"')
+
+
+@dataclass(frozen=True)
+class _Kind:
+    api_version: str
+    check: Callable[[dict, _Problems], None]
+
+
+_KINDS = {
+    C.TRAINJOB_KIND: _Kind(C.TRAINER_API_VERSION, _check_trainjob),
+    C.CLUSTER_RUNTIME_KIND: _Kind(C.TRAINER_API_VERSION, _check_runtime),
+    C.RUNTIME_KIND: _Kind(C.TRAINER_API_VERSION, _check_runtime),
+    "ConfigMap": _Kind("v1", _check_configmap),
+    "Secret": _Kind("v1", _check_secret),
+    "PersistentVolumeClaim": _Kind("v1", _check_pvc),
+}
+
+
+def _non_string_keys(node: Any, path: Path) -> Iterator[tuple[Path, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(key, str):
+                yield from _non_string_keys(value, path + (key,))
+            else:
+                yield path, key
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _non_string_keys(item, path + (i,))
+
+
+def _validate(obj: Any) -> list[str]:
+    out = _Problems()
+    if not isinstance(obj, dict):
+        out.add((), f"expected a manifest object, got {_json_type(obj)}")
+        return out.render()
+    bad_keys = list(_non_string_keys(obj, ()))
+    for parent, key in bad_keys:
+        out.add(
+            parent,
+            f"key {key!r} is not a string",
+            "quote it (YAML reads 1, true or null keys as non-strings)",
+        )
+    if bad_keys:
+        return out.render()
+    kind = obj.get("kind")
+    spec = _KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None:
+        out.add(("kind",), f"unknown kind {_short(kind)}", f"use one of {', '.join(_KINDS)}")
+        return out.render()
+    if obj.get("apiVersion") != spec.api_version:
+        out.add(
+            ("apiVersion",),
+            f"{_short(obj.get('apiVersion'))} is not the apiVersion of a {kind}",
+            f"use {spec.api_version}",
+        )
+    _check_metadata(obj, kind, out)
+    spec.check(obj, out)
+    return out.render()

@@ -1,0 +1,1142 @@
+"""The Trainer, JobSet and Job controllers, folded into one: TrainJobs become JobSets, Jobs and pods.
+
+`build_jobset` is what Trainer v2.3 builds from a TrainJob and its runtime (runtimePatches,
+numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables); `default_jobset` and
+`jobset_pod_name_errors` are the JobSet webhooks. The controller then plays JobSet (the JobSet object
+and its headless Service, one Job per replica, dependsOn, failurePolicy restarts, success/failure) and
+the Job controller (indexed pods, backoffLimit), writes the JobSet's and the Jobs' status as those
+controllers do (test/data/real-trainer/statuses.yaml) and the TrainJob status the way Trainer mirrors
+it from the JobSet. The objects chain as on a cluster: TrainJob -> JobSet -> Jobs -> pods (and the
+Service), each owned by the one before, so deleting the TrainJob collects everything. JobSets, Jobs
+and Services are read-only to clients.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import heapq
+import logging
+import math
+import queue
+import re
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+import yaml
+
+from nemo_kubeflow import constants as C
+from nemo_kubeflow.build.naming import ReplicatedJobShape, longest_pod_names
+from nemo_kubeflow.quantity import parse_quantity
+from nemo_kubeflow_local.apiserver import admission
+from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, invalid
+from nemo_kubeflow_local.apiserver.core_validation import pod_spec_errors
+from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
+from nemo_kubeflow_local.apiserver.registry import apply_pod_defaults, apply_pod_template_defaults, random_suffix
+from nemo_kubeflow_local.apiserver.resources import ResourceType
+from nemo_kubeflow_local.apiserver.store import Store
+from nemo_kubeflow_local.events import EventRecorder
+from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = "-runtime-snapshot"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+#: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{C.COMPLETION_INDEX_ANNOTATION}']"
+#: ... and where the Job controller's JOB_COMPLETION_INDEX reads it from (the label).
+JOB_COMPLETION_INDEX_FIELD = f"metadata.labels['{C.COMPLETION_INDEX_LABEL}']"
+#: JobSet's pod webhook copies the pod's priority into this label.
+PRIORITY_LABEL = "jobset.sigs.k8s.io/priority"
+#: The Job controller's finalizer on its pods, removed once it has counted the finished pod.
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+#: JobSet's validating webhook, as the API server names it in a denial.
+JOBSET_WEBHOOK = "vjobset.kb.io"
+DEFAULT_BACKOFF_LIMIT = 6
+#: What Trainer's coscheduling and volcano plugins put on every pod (scheduler-plugins, Volcano).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+#: Queued when a runtime changes: TrainJobs still waiting for theirs get another try.
+_RUNTIMES_CHANGED = ("", "")
+
+
+# --- building the JobSet spec (Trainer v2.3 runtime framework) -------------------------------------------
+
+
+def _upsert(items: list[dict], new: list[dict], key: str = "name") -> None:
+    """apply.UpsertEnvVars / UpsertPort: replace by key in place, append the rest."""
+    for item in new:
+        index = next((i for i, cur in enumerate(items) if cur.get(key) == item.get(key)), None)
+        if index is None:
+            items.append(copy.deepcopy(item))
+        else:
+            items[index] = copy.deepcopy(item)
+
+
+def _pod_spec(rjob: dict) -> dict:
+    return rjob["template"]["spec"]["template"].setdefault("spec", {})
+
+
+def _container(pod_spec: dict, name: str, init: bool = True) -> Optional[dict]:
+    bags = pod_spec.get("containers", []) + (pod_spec.get("initContainers", []) if init else [])
+    return next((c for c in bags if c.get("name") == name), None)
+
+
+def _ancestor(rjob: dict) -> Optional[str]:
+    return ((rjob.get("template") or {}).get("metadata") or {}).get("labels", {}).get(C.ANCESTOR_LABEL)
+
+
+def _num_gpu(resources: dict) -> int:
+    for bag in ("requests", "limits"):
+        for name, value in (resources.get(bag) or {}).items():
+            if "gpu" in name.lower():
+                return math.ceil(parse_quantity(value) or 0)
+    return 0
+
+
+def _num_cpu(resources: dict) -> int:
+    request = parse_quantity((resources.get("requests") or {}).get("cpu"))
+    if not request:
+        return math.ceil(parse_quantity((resources.get("limits") or {}).get("cpu")) or 0)
+    return math.ceil(request)
+
+
+def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: int) -> dict:
+    """The JobSet spec Trainer would apply for `trainjob` (PET_MASTER_* pointed at this host)."""
+    spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
+    tj_spec = trainjob["spec"]
+    trainer = tj_spec.get("trainer")
+    ml_policy = runtime["spec"].get("mlPolicy")
+    order = {rjob["name"]: i for i, rjob in enumerate(spec.get("replicatedJobs") or [])}
+    for patch in tj_spec.get("runtimePatches") or []:
+        patch_spec = (((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}).get("spec")
+        if patch_spec:
+            spec = strategic_merge_patch(spec, patch_spec)
+    spec["replicatedJobs"].sort(key=lambda rjob: order.get(rjob["name"], len(order)))
+
+    node_resources: dict = {}
+    trainer_count = None
+    for rjob in spec["replicatedJobs"]:
+        job_spec = rjob["template"].setdefault("spec", {})
+        pod_spec = _pod_spec(rjob)
+        ancestor = _ancestor(rjob)
+        count = job_spec.get("parallelism", 1)
+        node = _container(pod_spec, C.TRAINER_NODE, init=False)
+        if ancestor == C.ANCESTOR_TRAINER:
+            rjob["replicas"] = 1
+            if ml_policy is not None:
+                count = ml_policy.get("numNodes", 1)
+            if trainer and trainer.get("numNodes") is not None:
+                count = trainer["numNodes"]
+            trainer_count = count
+            if node is not None:
+                node_resources = copy.deepcopy(node.get("resources") or {})
+                if trainer and trainer.get("resourcesPerNode") and ml_policy is not None:
+                    merged = node.setdefault("resources", {})
+                    for bag in ("limits", "requests"):
+                        if trainer["resourcesPerNode"].get(bag):
+                            merged[bag] = {**(merged.get(bag) or {}), **trainer["resourcesPerNode"][bag]}
+                if trainer:
+                    for key in ("image", "command", "args"):
+                        if trainer.get(key) is not None:
+                            node[key] = copy.deepcopy(trainer[key])
+                    _upsert(node.setdefault("env", []), trainer.get("env") or [])
+        elif ancestor in ("dataset-initializer", "model-initializer"):
+            rjob["replicas"] = 1
+            config = ((tj_spec.get("initializer") or {}).get(ancestor.split("-")[0])) or None
+            container = _container(pod_spec, ancestor, init=False)
+            if config is not None and container is not None:
+                env = container.setdefault("env", [])
+                if config.get("storageUri") is not None:
+                    _upsert(env, [{"name": "STORAGE_URI", "value": config["storageUri"]}])
+                _upsert(env, config.get("env") or [])
+                if config.get("secretRef"):
+                    container.setdefault("envFrom", []).append({"secretRef": {"name": config["secretRef"]["name"]}})
+        job_spec["parallelism"] = job_spec["completions"] = count
+
+    torch = (ml_policy or {}).get("torch")
+    if torch is not None:
+        proc = trainer.get("numProcPerNode") if trainer else None
+        resources = trainer.get("resourcesPerNode") if trainer and trainer.get("resourcesPerNode") else node_resources
+        if proc is None:
+            proc = "auto" if _num_gpu(resources) else max(1, _num_cpu(resources))
+        pet = [
+            {"name": C.PET_NNODES, "value": str(trainer_count if trainer_count is not None else 1)},
+            {"name": C.PET_NPROC_PER_NODE, "value": str(proc)},
+            {"name": C.PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
+        ]
+        master = [{"name": C.PET_MASTER_ADDR, "value": master_addr},
+                  {"name": C.PET_MASTER_PORT, "value": str(master_port)}]
+        for rjob in spec["replicatedJobs"]:
+            node = _container(_pod_spec(rjob), C.TRAINER_NODE, init=False)
+            if _ancestor(rjob) == C.ANCESTOR_TRAINER and node is not None and trainer is not None:
+                _upsert(node.setdefault("env", []), pet + master)
+                _upsert(node.setdefault("ports", []), [{"containerPort": master_port, "protocol": "TCP"}],
+                        key="containerPort")
+        for target in ((torch.get("envInjection") or {}).get("targets")) or []:
+            rjob = next((r for r in spec["replicatedJobs"] if r["name"] == target.get("jobName")), None)
+            for name in target.get("containerNames") or []:
+                container = _container(_pod_spec(rjob), name) if rjob else None
+                if container is not None:
+                    _upsert(container.setdefault("env", []), pet + master)
+    # Gang scheduling: the coscheduling and volcano plugins tie every pod to the job's PodGroup (there
+    # is no PodGroup object and no gang scheduler here: pods are scheduled one by one as always).
+    group = runtime["spec"].get("podGroupPolicy") or {}
+    for rjob in spec["replicatedJobs"]:
+        template = rjob["template"]["spec"]["template"]
+        if "coscheduling" in group:
+            template.setdefault("metadata", {}).setdefault("labels", {})[POD_GROUP_LABEL] = trainjob["metadata"]["name"]
+        if "volcano" in group:
+            template.setdefault("metadata", {}).setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = \
+                trainjob["metadata"]["name"]
+    spec["suspend"] = bool(tj_spec.get("suspend"))
+    return spec
+
+
+# --- the JobSet webhooks (JobSet v0.12) -----------------------------------------------------------------
+
+
+def default_jobset(spec: dict) -> dict:
+    """The JobSet spec as stored: the CRD's and the mutating webhook's defaults, then what Go's
+    `omitempty` drops when the controller writes it (a `failurePolicy.maxRestarts` of 0)."""
+    spec = copy.deepcopy(spec)
+    spec.setdefault("successPolicy", {"operator": "All"})
+    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+    network = spec.setdefault("network", {})
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    policy = spec.get("failurePolicy")
+    if policy is not None:
+        policy.setdefault("restartStrategy", "Recreate")
+        if not policy.get("maxRestarts"):
+            policy.pop("maxRestarts", None)
+        for i, rule in enumerate(policy.get("rules") or []):
+            rule.setdefault("name", f"failurePolicyRule{i}")
+    for rjob in spec.get("replicatedJobs") or []:
+        rjob.setdefault("groupName", "default")
+        rjob.setdefault("replicas", 1)
+        rjob["template"].setdefault("metadata", {})  # Go writes an empty ObjectMeta as {}
+        job_spec = rjob["template"].setdefault("spec", {})
+        job_spec.setdefault("completionMode", "Indexed")
+        template = job_spec.setdefault("template", {})
+        template.setdefault("metadata", {})
+        pod_spec = template.setdefault("spec", {})
+        pod_spec.setdefault("restartPolicy", "OnFailure")
+        for container in (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or []):
+            container.setdefault("resources", {})  # a struct: Go writes it even when empty
+    return spec
+
+
+def jobset_pod_name_errors(jobset_name: str, spec: dict) -> list[FieldError]:
+    """JobSet's webhook rule (the one in naming.py, which the product checks offline): the longest pod
+    name of every replicated job must fit in 63 characters (checked for Indexed jobs with completions,
+    as JobSet does)."""
+    errors = []
+    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+        job_spec = rjob["template"].get("spec") or {}
+        if job_spec.get("completionMode") != "Indexed" or job_spec.get("completions") is None:
+            continue
+        shape = ReplicatedJobShape(rjob["name"], rjob.get("replicas", 1), job_spec["completions"])
+        if longest_pod_names(jobset_name, [shape]):
+            errors.append(FieldError.invalid(
+                f"spec.replicatedJobs[{i}].name", f"{jobset_name}-{rjob['name']}-{shape.replicas - 1}",
+                "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"))
+    return errors
+
+
+# --- JobSet / Job state ------------------------------------------------------------------------------
+
+
+@dataclass
+class JobState:
+    """One Job of a replicated job: indexed pods, backoffLimit."""
+
+    name: str
+    rjob: str
+    index: int
+    completions: int
+    backoff_limit: int
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created: bool = False
+    failed_pods: set = field(default_factory=set)
+    #: pods deleted because the Job was suspended: they end Failed, but count as no failure
+    suspended_pods: set = field(default_factory=set)
+    succeeded: set = field(default_factory=set)
+    retry_at: float = 0.0
+    failure: Optional[tuple[str, str]] = None  # (reason, message) once the Job failed
+    failed_at: float = 0.0
+    complete: bool = False
+    ready: bool = False
+    active: int = 0
+    ready_pods: int = 0
+    #: pods the Job controller deleted when the Job failed: the real one counts them as failed too
+    failed_on_finish: int = 0
+    #: created suspended, then resumed (the real JobSet creates its first Jobs while it is suspended)
+    resumed: bool = False
+    start_time: Optional[str] = None
+    completion_time: Optional[str] = None
+    obj: Optional[dict] = None  # the Job object, once created
+
+    @property
+    def finished(self) -> bool:
+        return self.complete or self.failure is not None
+
+
+@dataclass
+class JobSetState:
+    trainjob_uid: str
+    master_port: int
+    jobset_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    spec: Optional[dict] = None
+    jobs: list[JobState] = field(default_factory=list)
+    restarts: int = 0
+    restarts_towards_max: int = 0
+    terminal: Optional[tuple[str, str, str]] = None  # (condition type, reason, message)
+    #: the JobSet was created suspended (its first Jobs are, too, until it is resumed)
+    created_suspended: bool = False
+    #: the JobSet's RestartingJobSet condition (status, reason, message) once it restarted
+    restarting: Optional[tuple[str, str, str]] = None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((POD_IP, 0))
+        return sock.getsockname()[1]
+
+
+def _condition(obj: dict, type_: str) -> Optional[dict]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+
+def _is_true(obj: dict, type_: str) -> bool:
+    return (_condition(obj, type_) or {}).get("status") == "True"
+
+
+def _terminal(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _gone_or_going(pod: dict) -> bool:
+    return _terminal(pod) or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _pod_ready(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and _is_true(pod, "Ready")
+
+
+class TrainerController:
+    def __init__(self, store: Store, events: EventRecorder):
+        self.store, self.events = store, events
+        self._queue: queue.Queue = queue.Queue()
+        self._timers: list[tuple[float, tuple[str, str]]] = []
+        self._states: dict[tuple[str, str], JobSetState] = {}
+        self._waiting_for_runtime: set[tuple[str, str]] = set()
+        self._thread = threading.Thread(target=self._loop, name="trainer-controller", daemon=True)
+        self._stopped = threading.Event()
+        store.add_listener(self._on_change)
+
+    def start(self) -> None:
+        for tj in self.store.list(R.TRAINJOBS)[0]:
+            self._queue.put((tj["metadata"]["namespace"], tj["metadata"]["name"]))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.store.remove_listener(self._on_change)
+        self._stopped.set()
+        self._queue.put(None)
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+
+    # -- the work queue --
+
+    def _on_change(self, event: str, rt, obj: dict) -> None:
+        meta = obj["metadata"]
+        if rt is R.TRAINJOBS or (rt is R.JOBSETS and event == "DELETED"):  # the JobSet is named after its TrainJob
+            self._queue.put((meta["namespace"], meta["name"]))
+        elif rt is R.PODS and C.JOBSET_NAME_LABEL in (meta.get("labels") or {}):
+            self._queue.put((meta["namespace"], meta["labels"][C.JOBSET_NAME_LABEL]))
+        elif rt in (R.RUNTIMES, R.CLUSTER_RUNTIMES):
+            self._queue.put(_RUNTIMES_CHANGED)
+
+    def _after(self, seconds: float, key: tuple[str, str]) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + max(0.0, seconds), key))
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            timeout = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else None
+            keys = set()
+            try:
+                item = self._queue.get(timeout=timeout)
+                while True:  # take everything queued: one reconcile per TrainJob per round
+                    if item is None:
+                        return
+                    keys |= set(self._waiting_for_runtime) if item is _RUNTIMES_CHANGED else {item}
+                    item = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            while self._timers and self._timers[0][0] <= time.monotonic():
+                keys.add(heapq.heappop(self._timers)[1])
+            for key in sorted(keys):
+                try:
+                    self._reconcile(*key)
+                except Exception:  # noqa: BLE001 - a controller keeps going; the error goes to the log
+                    logger.exception("reconciling TrainJob %s/%s", *key)
+
+    # -- reconcile --
+
+    def _reconcile(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        tj = self.store.find(R.TRAINJOBS, namespace, name)
+        if tj is None or tj["metadata"].get("deletionTimestamp"):
+            self._states.pop(key, None)
+            self._waiting_for_runtime.discard(key)
+            return
+        if tj["spec"].get("managedBy", C.TRAINJOB_CONTROLLER) != C.TRAINJOB_CONTROLLER:
+            return
+        state = self._states.get(key)
+        if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
+            state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
+        if _is_true(tj, "Complete") or _is_true(tj, "Failed"):
+            self._expire_after_ttl(tj, state)
+            return
+        if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
+            # Deleted by someone else (node_avoidance.py does so): Trainer builds it again, from the
+            # TrainJob as it is now (its runtimePatches included); the new JobSet's restarts start at 0.
+            state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
+        suspended = bool(tj["spec"].get("suspend"))
+        # Trainer builds the JobSet once, and re-applies it only while it is suspended.
+        if state.spec is None or (suspended and not any(job.created for job in state.jobs)):
+            if not self._build(tj, state):
+                self._write_status(tj, state)
+                return
+        self._suspend_jobset(tj, state, suspended)
+        self._check_deadline(tj, state)
+        if state.terminal is None and suspended:
+            jobs = {job.name: job for job in state.jobs}
+            for pod in self._pods(tj, state):
+                if not _gone_or_going(pod):
+                    self._delete_pod(pod)  # suspending a Job deletes its running pods
+                job = jobs.get(pod["metadata"]["labels"].get(JOB_NAME_LABEL))
+                if job is not None:  # ... which end Failed (the kubelet), but are no failure of the Job
+                    job.suspended_pods.add(pod["metadata"]["uid"])
+                if _terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                    self._release(pod)
+        elif state.terminal is None:
+            self._sync(tj, state)
+        self._write_status(tj, state)
+
+    def _jobset_exists(self, tj: dict, state: JobSetState) -> bool:
+        jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
+        return jobset is not None and jobset["metadata"]["uid"] == state.jobset_uid
+
+    def _build(self, tj: dict, state: JobSetState) -> bool:
+        runtime = self._runtime_snapshot(tj)
+        if runtime is None:
+            return False
+        try:
+            spec = default_jobset(build_jobset(tj, runtime, POD_IP, state.master_port))
+        except (KeyError, TypeError, AttributeError, ApiError) as error:
+            self._creation_failed(tj, f"building the JobSet: {error}")
+            return False
+        errors = jobset_pod_name_errors(tj["metadata"]["name"], spec)
+        if errors:  # the JobSet webhook refuses it: the TrainJob stays, and never starts
+            denial = invalid(R.JOBSETS, tj["metadata"]["name"], errors).message
+            self._creation_failed(tj, f'admission webhook "{JOBSET_WEBHOOK}" denied the request: {denial}')
+            return False
+        if not self._apply_jobset(tj, state, spec):
+            return False
+        for rjob in spec["replicatedJobs"]:
+            job_name = f"{tj['metadata']['name']}-{rjob['name']}-0"
+            policy = _pod_spec(rjob).get("restartPolicy", "OnFailure")
+            if policy not in ("OnFailure", "Never"):  # Job validation; JobSet reports it, nothing more happens
+                self.events.record(self._jobset_ref(tj, state), "Warning", "JobCreationFailed",
+                                   f'Job.batch "{job_name}" is invalid: spec.template.spec.restartPolicy: Unsupported '
+                                   f'value: "{policy}": supported values: "OnFailure", "Never"', "jobset-controller")
+                return False
+            errors = pod_spec_errors(_pod_spec(rjob), "spec.template.spec")
+            if errors:  # the Job controller cannot create pods: it says so in an event, nothing more
+                self.events.record(self._job_ref(tj, job_name, ""), "Warning", "FailedCreate",
+                                   f'Error creating: Pod "{job_name}-0" is invalid: {aggregate(errors)}',
+                                   "job-controller")
+                return False
+        state.spec = spec
+        state.jobs = self._new_jobs(tj, spec)
+        return True
+
+    def _runtime_snapshot(self, tj: dict) -> Optional[dict]:
+        """The runtime as first seen (ConfigMap `<trainjob>-runtime-snapshot`), taken now if missing."""
+        namespace, name, uid = tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"]["uid"]
+        snapshot = self.store.find(R.CONFIGMAPS, namespace, name + SNAPSHOT_SUFFIX)
+        if snapshot is not None:
+            owners = snapshot["metadata"].get("ownerReferences") or []
+            if not any(o.get("uid") == uid and o.get("controller") for o in owners):
+                self._creation_failed(tj, "invalid runtime snapshot: a snapshot configmap exists but is owned by "
+                                          "another object")
+                return None
+            self._waiting_for_runtime.discard((namespace, name))
+            return yaml.safe_load(snapshot["data"]["runtime"])
+        runtime, why = admission.resolve_runtime(self.store, tj)
+        if runtime is None:
+            self._waiting_for_runtime.add((namespace, name))
+            self._creation_failed(tj, why)
+            return None
+        self._waiting_for_runtime.discard((namespace, name))
+        try:
+            self.store.create(R.CONFIGMAPS, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name + SNAPSHOT_SUFFIX, "namespace": namespace,
+                             "ownerReferences": [self._owner_ref(tj)]},
+                "data": {"runtime": yaml.safe_dump(runtime, sort_keys=False)},
+            })
+        except ApiError as error:  # someone else's ConfigMap by that name, or the namespace is going
+            self._creation_failed(tj, f"creating runtime snapshot: {error}")
+            return None
+        return runtime
+
+    def _creation_failed(self, tj: dict, error: str) -> None:
+        self.events.record(tj, "Warning", "TrainJobResourcesCreationFailed",
+                           f"TrainJob resources reconciliation failed: {error}"[:1024], "trainjob-controller")
+
+    # -- the JobSet, its Service and the Jobs as objects --
+
+    def _apply_jobset(self, tj: dict, state: JobSetState, spec: dict) -> bool:
+        """Create the JobSet (or, rebuilt while suspended, update its spec) and its headless Service."""
+        namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+        existing = self.store.find(R.JOBSETS, namespace, name)
+        if existing is not None and not _owned_by(existing, tj["metadata"]["uid"]):
+            self._creation_failed(tj, f'jobsets.jobset.x-k8s.io "{name}" already exists and is not owned by '
+                                      "this TrainJob")
+            return False
+        if existing is None:
+            jobset = {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
+                      "metadata": {"name": name, "namespace": namespace, "ownerReferences": [self._owner_ref(tj)]},
+                      "spec": spec}
+            state.created_suspended = bool(spec.get("suspend"))
+            try:
+                existing = self.store.create(R.JOBSETS, jobset, uid=state.jobset_uid)
+            except ApiError as error:  # the namespace is going
+                self._creation_failed(tj, f"creating the JobSet: {error}")
+                return False
+        else:
+            self.store.mutate(R.JOBSETS, namespace, name, lambda js: {**js, "spec": spec})
+        state.jobset_uid = existing["metadata"]["uid"]
+        if (spec.get("network") or {}).get("enableDNSHostnames"):
+            self._create_service(existing, spec)
+        return True
+
+    def _create_service(self, jobset: dict, spec: dict) -> None:
+        meta = jobset["metadata"]
+        name = spec["network"].get("subdomain") or meta["name"]
+        if self.store.find(R.SERVICES, meta["namespace"], name) is not None:
+            return
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": name, "namespace": meta["namespace"], "ownerReferences": [_controller_ref(jobset)]},
+            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "internalTrafficPolicy": "Cluster",
+                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                     "publishNotReadyAddresses": bool(spec["network"].get("publishNotReadyAddresses")),
+                     "selector": {C.JOBSET_NAME_LABEL: meta["name"]}, "sessionAffinity": "None",
+                     "type": "ClusterIP"},
+            "status": {"loadBalancer": {}}}
+        try:
+            self.store.create(R.SERVICES, service)
+        except ApiError as error:
+            logger.warning("creating service %s: %s", name, error)
+
+    def _suspend_jobset(self, tj: dict, state: JobSetState, suspended: bool) -> None:
+        def change(jobset: dict) -> Optional[dict]:
+            if jobset["metadata"]["uid"] != state.jobset_uid or jobset["spec"].get("suspend") == suspended:
+                return None
+            jobset["spec"]["suspend"] = suspended
+            return jobset
+
+        self.store.mutate(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
+        for job in state.jobs:
+            if job.obj is not None:
+                self.store.mutate(R.JOBS, tj["metadata"]["namespace"], job.name, lambda obj, uid=job.uid: _set_job_suspend(
+                    obj, uid, suspended))
+
+    def _create_job(self, tj: dict, state: JobSetState, job: JobState) -> bool:
+        """The JobSet controller creates `job` (the first time its pods may start)."""
+        jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
+        if jobset is None or jobset["metadata"]["uid"] != state.jobset_uid:
+            return False  # going with its TrainJob
+        rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
+        waits = bool(rjob.get("dependsOn")) or (state.spec.get("startupPolicy") or {}).get(
+            "startupPolicyOrder") == "InOrder" and state.spec["replicatedJobs"].index(rjob) > 0
+        job.resumed = state.created_suspended and state.restarts == 0 and not waits
+        job.start_time = now_rfc3339()
+        try:
+            job.obj = self.store.create(R.JOBS, build_job(jobset, state, job), uid=job.uid)
+        except ApiError as error:
+            logger.warning("creating job %s: %s", job.name, error)
+            return False
+        return True
+
+    def _delete_jobs(self, tj: dict, jobs: list[JobState]) -> None:
+        """Delete Job objects; the garbage collector takes their pods."""
+        for job in jobs:
+            if job.obj is not None:
+                self.store.remove(R.JOBS, tj["metadata"]["namespace"], job.name, job.uid)
+
+    def _new_jobs(self, tj: dict, spec: dict) -> list[JobState]:
+        jobs = []
+        for rjob in spec["replicatedJobs"]:
+            job_spec = rjob["template"]["spec"]
+            for index in range(rjob.get("replicas", 1)):
+                jobs.append(JobState(
+                    name=f"{tj['metadata']['name']}-{rjob['name']}-{index}", rjob=rjob["name"], index=index,
+                    completions=job_spec.get("completions", 1),
+                    backoff_limit=job_spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)))
+        return jobs
+
+    def _pods(self, tj: dict, state: JobSetState) -> list[dict]:
+        """The pods of this TrainJob's JobSet (all its Jobs, every restart attempt)."""
+        name = tj["metadata"]["name"]
+        return self.store.list(R.PODS, tj["metadata"]["namespace"], lambda p: (
+            (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == name
+            and p["metadata"]["labels"].get(JOBSET_UID_LABEL) == state.jobset_uid))[0]
+
+    def _release(self, pod: dict) -> None:
+        """The Job controller has counted a finished pod: its tracking finalizer goes."""
+        def change(obj: dict) -> Optional[dict]:
+            finalizers = obj["metadata"].get("finalizers") or []
+            if obj["metadata"]["uid"] != pod["metadata"]["uid"] or JOB_TRACKING_FINALIZER not in finalizers:
+                return None
+            obj["metadata"]["finalizers"] = [f for f in finalizers if f != JOB_TRACKING_FINALIZER]
+            if not obj["metadata"]["finalizers"]:
+                del obj["metadata"]["finalizers"]
+            return obj
+
+        self.store.mutate(R.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], change)
+
+    def _delete_pod(self, pod: dict) -> None:
+        try:
+            self.store.delete(R.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        except ApiError:
+            pass  # already gone
+
+    # -- JobSet + Job --
+
+    def _sync(self, tj: dict, state: JobSetState) -> None:
+        pods = self._pods(tj, state)
+        attempt = str(state.restarts)
+        stale = [p for p in pods if p["metadata"]["labels"].get(C.RESTART_ATTEMPT_LABEL) != attempt]
+        if stale:  # wait until the previous attempt is gone (processes share ports across attempts)
+            for pod in stale:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self._delete_pod(pod)
+            return
+        key = (tj["metadata"]["namespace"], tj["metadata"]["name"])
+        now = time.monotonic()
+        for job in state.jobs:
+            job_pods = [p for p in pods if p["metadata"]["labels"].get(JOB_NAME_LABEL) == job.name]
+            self._observe(tj, state, job, job_pods)
+            if job.finished or not self._may_start(state, job):
+                continue
+            if job.obj is None and not self._create_job(tj, state, job):
+                return
+            job.created = True
+            busy = {int(p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL]) for p in job_pods if not _gone_or_going(p)}
+            for index in range(job.completions):
+                if index in job.succeeded or index in busy:
+                    continue
+                if now < job.retry_at:
+                    self._after(job.retry_at - now, key)
+                    break
+                if not self._create_pod(tj, state, job, index):
+                    return  # the TrainJob is gone: nothing more to create
+        failed = sorted((j for j in state.jobs if j.failure), key=lambda j: j.failed_at)
+        if failed:
+            self._apply_failure_policy(tj, state, failed[0])
+        elif self._succeeded(state):
+            self._finish(tj, state, "Complete", "AllJobsCompleted", "jobset completed successfully")
+
+    def _observe(self, tj: dict, state: JobSetState, job: JobState, pods: list[dict]) -> None:
+        """Job controller bookkeeping: succeeded indexes, failures against backoffLimit."""
+        restarts, failed_by_policy = 0, False
+        for pod in pods:
+            status = pod.get("status") or {}
+            index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
+            if _terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                self._release(pod)
+            if status.get("phase") == "Succeeded":
+                job.succeeded.add(index)
+            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | \
+                    job.suspended_pods:
+                job.failed_pods.add(pod["metadata"]["uid"])
+                job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
+                failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
+            elif status.get("phase") in ("Pending", "Running"):
+                restarts += sum(s.get("restartCount", 0) for s in (status.get("containerStatuses") or []) +
+                                (status.get("initContainerStatuses") or []))
+        active = [p for p in pods if not _gone_or_going(p)]
+        job.active = len(active)
+        job.ready_pods = len([p for p in active if _pod_ready(p)])
+        job.ready = job.ready_pods + len(job.succeeded) >= job.completions
+        if failed_by_policy:
+            self._stop_failed_job(job, active)
+        if job.finished:
+            return
+        on_failure = bool(pods) and pods[0]["spec"].get("restartPolicy") == "OnFailure"
+        past_on_failure = on_failure and (restarts > 0 if job.backoff_limit == 0 else restarts >= job.backoff_limit)
+        if len(job.failed_pods) > job.backoff_limit or past_on_failure:
+            job.failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            job.failed_at = time.monotonic()
+            self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "BackoffLimitExceeded",
+                               job.failure[1], "job-controller")
+            self._stop_failed_job(job, active)
+        elif len(job.succeeded) >= job.completions:
+            job.complete = True
+            job.completion_time = now_rfc3339()
+            self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed",
+                               "job-controller")
+
+    def _stop_failed_job(self, job: JobState, active: list[dict]) -> None:
+        """A failed Job's running pods are deleted; the real Job controller counts them as failed too."""
+        job.failed_on_finish = len(active)
+        for pod in active:
+            self._delete_pod(pod)
+
+    def _apply_pod_failure_policy(self, tj: dict, state: JobSetState, job: JobState, pod: dict) -> bool:
+        """The Job's ``podFailurePolicy`` for one newly failed pod: FailJob fails the Job at once
+        (reason ``PodFailurePolicy``; True), Ignore does not count the failure, Count (or no match) counts it."""
+        rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
+        matched = pod_failure_policy_match(rjob["template"]["spec"], pod)
+        if matched is None or job.failure is not None:
+            return False
+        action, message = matched
+        if action == "Ignore":
+            job.failed_pods.discard(pod["metadata"]["uid"])
+        elif action in ("FailJob", "FailIndex"):
+            job.failure = ("PodFailurePolicy", message)
+            job.failed_at = time.monotonic()
+            self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "PodFailurePolicy", message,
+                               "job-controller")
+            return True
+        return False
+
+    def _may_start(self, state: JobSetState, job: JobState) -> bool:
+        """JobSet creates a replicated job's Jobs once its dependsOn (or InOrder startup) is met."""
+        rjobs = state.spec["replicatedJobs"]
+        rjob = next(r for r in rjobs if r["name"] == job.rjob)
+        needs = [(d["name"], d.get("status", "Complete")) for d in rjob.get("dependsOn") or []]
+        if (state.spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder":
+            position = rjobs.index(rjob)
+            needs += [(r["name"], "Ready") for r in rjobs[:position]]
+        for dep_name, wanted in needs:
+            deps = [j for j in state.jobs if j.rjob == dep_name]
+            if not all(j.complete if wanted == "Complete" else (j.ready or j.complete) for j in deps):
+                return False
+        return True
+
+    def _succeeded(self, state: JobSetState) -> bool:
+        policy = state.spec.get("successPolicy") or {}
+        targets = set(policy.get("targetReplicatedJobs") or [r["name"] for r in state.spec["replicatedJobs"]])
+        jobs = [j for j in state.jobs if j.rjob in targets]
+        if policy.get("operator") == "Any":
+            return any(j.complete for j in jobs)
+        return bool(jobs) and all(j.complete for j in jobs)
+
+    def _apply_failure_policy(self, tj: dict, state: JobSetState, job: JobState) -> None:
+        first = f" (first failed job: {job.name})"
+        policy = state.spec.get("failurePolicy")
+        if policy is None:
+            self._finish(tj, state, "Failed", "FailedJobs", "jobset failed due to one or more job failures" + first)
+            return
+        action, matched = "RestartJobSet", None
+        for rule in policy.get("rules") or []:
+            if rule.get("targetReplicatedJobs") and job.rjob not in rule["targetReplicatedJobs"]:
+                continue
+            if rule.get("onJobFailureReasons") and job.failure[0] not in rule["onJobFailureReasons"]:
+                continue
+            patterns = rule.get("onJobFailureMessagePatterns") or []
+            if patterns and not any(re.search(p, job.failure[1]) for p in patterns):
+                continue
+            action, matched = rule.get("action", action), rule
+            break
+        if action == "FailJobSet":
+            self._finish(tj, state, "Failed", "FailJobSetFailurePolicyAction",
+                         "applying FailJobSet failure policy action" + first)
+            return
+        counts = "IgnoreMaxRestarts" not in action
+        if counts and state.restarts_towards_max >= policy.get("maxRestarts", 0):
+            self._finish(tj, state, "Failed", "ReachedMaxRestarts",
+                         "jobset failed due to reaching max number of restarts" + first)
+            return
+        state.restarts += 1
+        state.restarts_towards_max += int(counts)
+        message = ("applying RestartJobSet failure policy action" if counts else
+                   "applying RestartJobSetAndIgnoreMaxRestarts failure policy action") + first
+        state.restarting = ("True", f"FailurePolicy_{matched['name']}" if matched else "DefaultFailurePolicy", message)
+        self.events.record(self._jobset_ref(tj, state), "Warning", "RestartJobSetFailurePolicyAction",
+                           "applying RestartJobSet failure policy action" + first, "jobset-controller")
+        self._delete_jobs(tj, state.jobs)  # their pods go with them
+        state.jobs = self._new_jobs(tj, state.spec)
+        for pod in self._pods(tj, state):
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod)
+
+    def _finish(self, tj: dict, state: JobSetState, type_: str, reason: str, message: str) -> None:
+        state.terminal = (type_, reason, message)
+        self.events.record(self._jobset_ref(tj, state), "Normal" if type_ == "Complete" else "Warning", reason,
+                           message, "jobset-controller")
+        self._delete_jobs(tj, [job for job in state.jobs if not job.finished])  # a finished JobSet deletes its
+        for pod in self._pods(tj, state):  # active Jobs, and with them their pods
+            if not _gone_or_going(pod):
+                self._delete_pod(pod)
+
+    def _check_deadline(self, tj: dict, state: JobSetState) -> None:
+        seconds = tj["spec"].get("activeDeadlineSeconds")
+        if not seconds or tj["spec"].get("suspend") or state.terminal:
+            return
+        resumed = _condition(tj, "Suspended")
+        start = parse(resumed["lastTransitionTime"] if resumed and resumed["status"] == "False"
+                      else tj["metadata"]["creationTimestamp"])
+        left = start.timestamp() + seconds - time.time()
+        if left > 0:
+            self._after(left, (tj["metadata"]["namespace"], tj["metadata"]["name"]))
+            return
+        state.terminal = ("Failed", "DeadlineExceeded", "TrainJob exceeded its active deadline")
+        self.store.remove(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], state.jobset_uid)
+        for pod in self._pods(tj, state):  # Trainer deletes the whole JobSet (Jobs, pods, Service)
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod)
+
+    def _expire_after_ttl(self, tj: dict, state: JobSetState) -> None:
+        """JobSet's ``ttlSecondsAfterFinished``: that long after it finished, the JobSet is deleted and
+        the garbage collector takes its Jobs, pods and Service. Trainer builds no new JobSet for a
+        finished TrainJob and keeps its conditions and last jobsStatus."""
+        ttl = (state.spec or {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+        finished = _condition(tj, "Complete") if _is_true(tj, "Complete") else _condition(tj, "Failed")
+        left = parse(finished["lastTransitionTime"]).timestamp() + ttl - time.time()
+        if left > 0:
+            self._after(left, (namespace, name))
+            return
+        self.store.remove(R.JOBSETS, namespace, name, state.jobset_uid)
+        for pod in self._pods(tj, state):  # pods still running their grace period go by their own delete
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod)
+
+    # -- status --
+
+    def _write_status(self, tj: dict, state: JobSetState) -> None:
+        suspended = bool(tj["spec"].get("suspend"))
+
+        def change(obj: dict) -> Optional[dict]:
+            if obj["metadata"]["uid"] != state.trainjob_uid:
+                return None
+            status = obj.setdefault("status", {})
+            conditions = status.setdefault("conditions", [])
+            if suspended:
+                set_condition(conditions, "Suspended", "True", "Suspended", "TrainJob is suspended")
+            elif _is_true(obj, "Suspended"):
+                set_condition(conditions, "Suspended", "False", "Resumed", "TrainJob is resumed")
+            if state.terminal:
+                type_, reason, message = state.terminal
+                set_condition(conditions, type_, "True", reason, message)
+            # After a deadline Trainer deletes the JobSet, so the last jobsStatus stays.
+            if state.spec is not None and (state.terminal is None or state.terminal[1] != "DeadlineExceeded"):
+                status["jobsStatus"] = self._jobs_status(state, suspended)
+            if not conditions:
+                del status["conditions"]
+            return obj
+
+        self.store.mutate(R.TRAINJOBS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
+        if state.spec is not None:
+            self._write_jobset_status(tj, state, suspended)
+            for job in state.jobs:
+                if job.obj is not None:
+                    self._write_job_status(tj, job)
+
+    def _write_jobset_status(self, tj: dict, state: JobSetState, suspended: bool) -> None:
+        """The JobSet controller's status: conditions, restarts, replicatedJobsStatus, terminalState."""
+        def fill(jobset: dict, status: dict, conditions: list) -> None:
+            if suspended:
+                set_condition(conditions, "Suspended", "True", "SuspendedJobs", "jobset is suspended")
+            elif _is_true(jobset, "Suspended"):
+                set_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed")
+            if state.restarting is not None:
+                if state.terminal is not None:
+                    state.restarting = ("False", "JobSetCompleted", "jobset completed successfully") \
+                        if state.terminal[0] == "Complete" else ("False", "JobSetFailed", "jobset failed")
+                elif suspended:
+                    state.restarting = ("False", "JobSetSuspended", "jobset is suspended")
+                elif state.restarting[0] == "True" and state.jobs and all(j.ready or j.complete for j in state.jobs):
+                    state.restarting = ("False", "JobsReady", "all jobs are ready")
+                set_condition(conditions, "RestartingJobSet", *state.restarting)
+            if state.terminal is not None:
+                type_, reason, message = state.terminal
+                set_condition(conditions, "Completed" if type_ == "Complete" else type_, "True", reason, message)
+                status["terminalState"] = "Completed" if type_ == "Complete" else type_
+            status["replicatedJobsStatus"] = self._jobs_status(state, suspended)
+            status["restarts"] = state.restarts
+            if state.restarts_towards_max:
+                status["restartsCountTowardsMax"] = state.restarts_towards_max
+
+        self._fill_status(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], state.jobset_uid, fill)
+
+    def _write_job_status(self, tj: dict, job: JobState) -> None:
+        """The Job controller's status of an Indexed Job: conditions, counts, completedIndexes, times."""
+        def fill(obj: dict, status: dict, conditions: list) -> None:
+            if obj["spec"].get("suspend"):
+                _set_job_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended")
+            elif job.resumed or any(c["type"] == "Suspended" for c in conditions):
+                _set_job_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed")
+            if job.complete:
+                for type_ in ("SuccessCriteriaMet", "Complete"):
+                    _set_job_condition(conditions, type_, "True", "CompletionsReached",
+                                       "Reached expected number of succeeded pods")
+                status["completionTime"] = job.completion_time
+            elif job.failure is not None:
+                for type_ in ("FailureTarget", "Failed"):
+                    _set_job_condition(conditions, type_, "True", *job.failure)
+            if job.start_time and not obj["spec"].get("suspend"):
+                status["startTime"] = job.start_time
+            counts = {"active": 0 if job.finished else job.active, "succeeded": len(job.succeeded),
+                      "failed": len(job.failed_pods) + job.failed_on_finish}
+            for key, value in counts.items():
+                if value:
+                    status[key] = value
+                else:
+                    status.pop(key, None)
+            status["terminating"] = 0
+            status["ready"] = 0 if job.finished else job.ready_pods
+            if job.succeeded:
+                status["completedIndexes"] = completed_indexes(job.succeeded)
+            status["uncountedTerminatedPods"] = {}
+
+        self._fill_status(R.JOBS, tj["metadata"]["namespace"], job.name, job.uid, fill)
+
+    def _fill_status(self, rt: ResourceType, namespace: str, name: str, uid: str, fill) -> None:
+        """Let `fill(obj, status, conditions)` update the status of object `uid`; store it only if it changed."""
+        def change(obj: dict) -> Optional[dict]:
+            if obj["metadata"]["uid"] != uid:
+                return None
+            before = copy.deepcopy(obj.get("status"))
+            status = obj.setdefault("status", {})
+            conditions = status.setdefault("conditions", [])
+            fill(obj, status, conditions)
+            if not conditions:
+                del status["conditions"]
+            return None if status == before else obj
+
+        self.store.mutate(rt, namespace, name, change)
+
+    def _jobs_status(self, state: JobSetState, suspended: bool) -> list[dict]:
+        result = []
+        for rjob in (state.spec or {}).get("replicatedJobs", []):
+            jobs = [j for j in state.jobs if j.rjob == rjob["name"] and (j.created or suspended)]
+            live = [j for j in jobs if not j.finished]
+            result.append({
+                "name": rjob["name"],
+                "ready": sum(1 for j in live if j.ready and not suspended),
+                "succeeded": sum(1 for j in jobs if j.complete),
+                "failed": sum(1 for j in jobs if j.failure),
+                "active": sum(1 for j in live if j.active and not suspended),
+                "suspended": len(live) if suspended else 0,
+            })
+        return result
+
+    # -- pods --
+
+    def _owner_ref(self, tj: dict) -> dict:
+        return {"apiVersion": C.TRAINER_API_VERSION, "kind": C.TRAINJOB_KIND, "name": tj["metadata"]["name"],
+                "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+    def _job_ref(self, tj: dict, job_name: str, uid: str) -> dict:
+        return {"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job_name, "namespace": tj["metadata"]["namespace"], "uid": uid}}
+
+    def _jobset_ref(self, tj: dict, state: JobSetState) -> dict:
+        return {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
+                "metadata": {"name": tj["metadata"]["name"], "namespace": tj["metadata"]["namespace"],
+                             "uid": state.jobset_uid}}
+
+    def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> bool:
+        """Create the pod for `index`; False when the TrainJob or the Job went since they were read."""
+        pod = build_pod(job.obj, index)
+        namespace, name, uid = tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"]["uid"]
+        # Checked and created under the store lock: the TrainJob and the Job cannot go in between. (A
+        # pod created after they went would be garbage-collected at once; this spares starting it.)
+        with self.store.lock:
+            current = self.store.find(R.TRAINJOBS, namespace, name)
+            if current is None or current["metadata"]["uid"] != uid or current["metadata"].get("deletionTimestamp"):
+                return False
+            owner = self.store.find(R.JOBS, namespace, job.name)
+            if owner is None or owner["metadata"]["uid"] != job.uid:
+                return False
+            try:
+                created = self.store.create(R.PODS, pod)
+            except ApiError as error:
+                logger.warning("creating pod %s: %s", pod["metadata"]["name"], error)
+                return True
+        self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "SuccessfulCreate",
+                           f"Created pod: {created['metadata']['name']}", "job-controller")
+        return True
+
+
+def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, str]]:
+    """(action, message) of the first ``podFailurePolicy`` rule matching a failed pod (the Job
+    controller's order: rules in order; an exit-code rule looks at each container's exit code)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    for index, rule in enumerate((job_spec.get("podFailurePolicy") or {}).get("rules") or []):
+        action = rule.get("action")
+        codes = rule.get("onExitCodes")
+        if codes:
+            sidecars = {c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []
+                        if c.get("restartPolicy") == "Always"}
+            statuses = list(status.get("containerStatuses") or []) + [
+                s for s in status.get("initContainerStatuses") or [] if s.get("name") not in sidecars]
+            for container in statuses:
+                if codes.get("containerName") and container.get("name") != codes["containerName"]:
+                    continue
+                code = ((container.get("state") or {}).get("terminated") or {}).get("exitCode")
+                if code is None or code == 0:
+                    continue
+                if (code in codes.get("values", [])) == (codes.get("operator") == "In"):
+                    return action, (f"Container {container['name']} for pod {meta['namespace']}/{meta['name']} "
+                                    f"failed with exit code {code} matching {action} rule at index {index}")
+        for wanted in rule.get("onPodConditions") or []:
+            if any(c.get("type") == wanted.get("type") and c.get("status") == wanted.get("status", "True")
+                   for c in status.get("conditions") or []):
+                return action, (f"Pod {meta['namespace']}/{meta['name']} has condition {wanted['type']} matching "
+                                f"{action} rule at index {index}")
+    return None
+
+
+def _set_job_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str) -> None:
+    """A Job condition: like other conditions, plus the lastProbeTime the Job controller writes."""
+    existing = next((c for c in conditions if c["type"] == type_), None)
+    if existing is not None and (existing["status"], existing["reason"], existing["message"]) == (
+            status, reason, message):
+        return
+    now = now_rfc3339()
+    set_condition(conditions, type_, status, reason, message)
+    condition = next(c for c in conditions if c["type"] == type_)
+    condition["lastProbeTime"] = now
+
+
+def completed_indexes(indexes: set) -> str:
+    """The Job controller's compressed list of indexes: runs of three or more as `first-last`
+    ("0-3,5,6"), a pair as two numbers."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    parts = []
+    for first, last in runs:
+        parts.append(str(first) if first == last else f"{first},{last}" if last == first + 1 else f"{first}-{last}")
+    return ",".join(parts)
+
+
+def _owned_by(obj: dict, uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def _controller_ref(owner: dict) -> dict:
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def _set_job_suspend(job: dict, uid: str, suspended: bool) -> Optional[dict]:
+    if job["metadata"]["uid"] != uid or job["spec"].get("suspend") == suspended:
+        return None
+    job["spec"]["suspend"] = suspended
+    return job
+
+
+def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
+    """The Job the JobSet controller creates for `job`, as the API server stores it (uid `job.uid`):
+    JobSet's labels and annotations on the Job and its pod template, the Job's selector and the
+    API server's Job and pod template defaults."""
+    spec = jobset["spec"]
+    rjob = next(r for r in spec["replicatedJobs"] if r["name"] == job.rjob)
+    namespace, jobset_name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
+    replicas = {r["name"]: r.get("replicas", 1) for r in spec["replicatedJobs"]}
+    earlier = sum(replicas[r["name"]] for r in spec["replicatedJobs"][: spec["replicatedJobs"].index(rjob)])
+    group = rjob.get("groupName", "default")
+    group_rjobs = [r for r in spec["replicatedJobs"] if r.get("groupName", "default") == group]
+    group_earlier = sum(replicas[r["name"]] for r in group_rjobs[: group_rjobs.index(rjob)])
+    jobset_meta = {
+        C.JOBSET_NAME_LABEL: jobset_name,
+        JOBSET_UID_LABEL: jobset["metadata"]["uid"],
+        C.REPLICATED_JOB_LABEL: job.rjob,
+        C.RESTART_ATTEMPT_LABEL: str(state.restarts),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[job.rjob]),
+        "jobset.sigs.k8s.io/global-replicas": str(sum(replicas.values())),
+        "jobset.sigs.k8s.io/job-index": str(job.index),
+        "jobset.sigs.k8s.io/job-key": hashlib.sha1(f"{namespace}/{job.name}".encode()).hexdigest(),
+        "jobset.sigs.k8s.io/job-global-index": str(earlier + job.index),
+        "jobset.sigs.k8s.io/group-name": group,
+        "jobset.sigs.k8s.io/group-replicas": str(sum(replicas[r["name"]] for r in group_rjobs)),
+        "jobset.sigs.k8s.io/job-group-index": str(group_earlier + job.index),
+    }
+    selector = {"batch.kubernetes.io/controller-uid": job.uid, JOB_NAME_LABEL: job.name,
+                "controller-uid": job.uid, "job-name": job.name}
+    job_meta = rjob["template"].get("metadata") or {}
+    job_spec = copy.deepcopy(rjob["template"].get("spec") or {})
+    template = job_spec.setdefault("template", {})
+    template_meta = template.setdefault("metadata", {})
+    template_meta["labels"] = {**(template_meta.get("labels") or {}), **jobset_meta, **selector}
+    template_meta["annotations"] = {**(template_meta.get("annotations") or {}), **jobset_meta}
+    pod_spec = template.setdefault("spec", {})
+    pod_spec["subdomain"] = (spec.get("network") or {}).get("subdomain") or jobset_name
+    apply_pod_template_defaults(pod_spec)
+    job_spec.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
+    job_spec.setdefault("completions", 1)
+    job_spec.setdefault("parallelism", 1)
+    job_spec.setdefault("manualSelector", False)
+    job_spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    job_spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": job.uid}}
+    job_spec["suspend"] = bool(spec.get("suspend"))
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job.name, "namespace": namespace,
+                     "labels": {**(job_meta.get("labels") or {}), **jobset_meta},
+                     "annotations": {**(job_meta.get("annotations") or {}), **jobset_meta},
+                     "ownerReferences": [_controller_ref(jobset)]},
+        "spec": job_spec,
+    }
+
+
+def build_pod(job: dict, index: int) -> dict:
+    """The pod the Job controller creates for completion `index` of `job` (a stored Job), as the API
+    server and JobSet's pod webhook leave it."""
+    template = copy.deepcopy(job["spec"]["template"])
+    metadata = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    name = job["metadata"]["name"]
+    pod_spec["hostname"] = f"{name}-{index}"
+    for container in (pod_spec.get("initContainers") or []) + pod_spec.get("containers", []):
+        env = container.setdefault("env", [])
+        if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+            env.append({"name": "JOB_COMPLETION_INDEX",
+                        "valueFrom": {"fieldRef": {"fieldPath": JOB_COMPLETION_INDEX_FIELD}}})
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "generateName": f"{name}-{index}-",
+            "name": f"{name}-{index}-{random_suffix()}",
+            "namespace": job["metadata"]["namespace"],
+            "labels": {**(metadata.get("labels") or {}), C.COMPLETION_INDEX_LABEL: str(index)},
+            "annotations": {**(metadata.get("annotations") or {}), C.COMPLETION_INDEX_ANNOTATION: str(index)},
+            "finalizers": [JOB_TRACKING_FINALIZER],
+            "ownerReferences": [_controller_ref(job)],
+        },
+        "spec": pod_spec,
+    }
+    apply_pod_defaults(pod)
+    pod["metadata"]["labels"][PRIORITY_LABEL] = str(pod["spec"]["priority"])
+    return pod

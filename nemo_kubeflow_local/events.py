@@ -1,0 +1,78 @@
+"""Events, recorded the way each component's client-go recorder does.
+
+The kubelet, the Job and the JobSet controllers use the core/v1 recorder: `firstTimestamp`,
+`lastTimestamp` and `count`. kube-scheduler and the Trainer controller use the events.k8s.io/v1
+recorder: `eventTime`, `action` and `series`, with `firstTimestamp` null in the core/v1 view (so the
+Kubeflow SDK's `get_job_events`, which drops events without it, does not show them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.apierrors import ApiError
+from nemo_kubeflow_local.apiserver.store import Store
+from nemo_kubeflow_local.timeutil import now_micro, now_rfc3339
+
+#: The host name in `source.host`, `reportingInstance` and every pod's spec.nodeName.
+NODE_NAME = "nemo-kubeflow-local"
+#: Components that record through events.k8s.io/v1.
+NEW_API_COMPONENTS = {"default-scheduler", "trainjob-controller"}
+
+
+class EventRecorder:
+    def __init__(self, store: Store):
+        self._store = store
+        self._lock = threading.Lock()
+        self._names: dict[tuple, str] = {}  # (namespace, uid, type, reason, message) -> event name
+
+    def record(self, involved: dict, type_: str, reason: str, message: str, component: str,
+               field_path: Optional[str] = None) -> None:
+        """Record an event about `involved` (a stored object or an object reference)."""
+        meta = involved.get("metadata", involved)
+        namespace = meta.get("namespace") or "default"
+        ref = {"kind": involved.get("kind"), "namespace": meta.get("namespace"), "name": meta.get("name"),
+               "uid": meta.get("uid"), "apiVersion": involved.get("apiVersion"),
+               "resourceVersion": meta.get("resourceVersion")}
+        if field_path:
+            ref["fieldPath"] = field_path
+        ref = {k: v for k, v in ref.items() if v}
+        key = (namespace, ref.get("uid") or ref.get("name"), type_, reason, message)
+        new_api = component in NEW_API_COMPONENTS
+        stamp = now_micro() if new_api else now_rfc3339()
+        with self._lock:
+            name = self._names.get(key)
+        # The store is called without our lock held: store listeners may record events too.
+        if name is not None and self._store.mutate(R.EVENTS, namespace, name,
+                                                   lambda e: _repeat(e, stamp, new_api)) is not None:
+            return
+        name = f"{meta.get('name')}.{time.time_ns():x}"
+        with self._lock:
+            if len(self._names) > 4096:  # client-go's correlator keeps an LRU of this size
+                self._names.clear()
+            self._names[key] = name
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": ref, "reason": reason, "message": message, "type": type_,
+            "reportingComponent": component, "reportingInstance": NODE_NAME,
+        }
+        if new_api:
+            event.update(source={}, firstTimestamp=None, lastTimestamp=None, eventTime=stamp, action=reason)
+        else:
+            event.update(source={"component": component, "host": NODE_NAME}, firstTimestamp=stamp,
+                         lastTimestamp=stamp, count=1, eventTime=None)
+        try:
+            self._store.create(R.EVENTS, event)
+        except ApiError:
+            pass  # the namespace is gone (or going): so is the object the event is about
+
+
+def _repeat(event: dict, stamp: str, new_api: bool) -> dict:
+    if new_api:
+        series = event.get("series") or {"count": 1}
+        return {**event, "series": {"count": series["count"] + 1, "lastObservedTime": stamp}}
+    return {**event, "count": event.get("count", 1) + 1, "lastTimestamp": stamp}

@@ -1,0 +1,263 @@
+"""`LocalCluster`: the API server, the Trainer controller and the kubelet, wired together."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar, Union
+
+import yaml
+
+from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.faults import USER, Fault, FaultHandle, Hooks, RequestRecord, lose_node, oom_kill
+from nemo_kubeflow_local.apiserver.registry import Registry
+from nemo_kubeflow_local.apiserver.server import ApiServer
+from nemo_kubeflow_local.apiserver.store import Store
+from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credentials
+from nemo_kubeflow_local.controllers import virtual_nodes
+from nemo_kubeflow_local.controllers.kueue import KueueController
+from nemo_kubeflow_local.controllers.trainer import TrainerController
+from nemo_kubeflow_local.events import EventRecorder
+from nemo_kubeflow_local.kubelet.container_logs import LogStore
+from nemo_kubeflow_local.kubelet.kubelet import LocalKubelet
+
+T = TypeVar("T")
+
+CONTEXT = "nemo-kubeflow-local"
+#: What a Trainer v2.3 install publishes for the SDK's version check.
+TRAINER_SYSTEM_NAMESPACE = "kubeflow-system"
+TRAINER_PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
+TRAINER_VERSION = "v2.3.0"
+
+
+class LocalCluster:
+    """A Kubernetes API server with Kubeflow Trainer v2.3 that runs TrainJobs as local processes.
+
+    Args:
+        workdir: where the kubeconfig, pod directories, PVC directories and logs go. None: a
+            temporary directory, removed by `stop()`.
+        run_kubelet: False: no embedded node; pods stay unscheduled until a node agent
+            (nodeagent.py) runs those bound to its Nodes.
+    """
+
+    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True):
+        self._run_kubelet = run_kubelet
+        self._given_workdir = Path(workdir).resolve() if workdir is not None else None
+        self._workdir: Optional[Path] = None
+        self._token = secrets.token_urlsafe(32)
+        self._credentials: Optional[ServerCredentials] = None
+        self._hooks = Hooks()
+        self._store: Optional[Store] = None
+        self._server: Optional[ApiServer] = None
+        self._kubelet: Optional[LocalKubelet] = None
+        self._controller: Optional[TrainerController] = None
+        self._kueue: Optional[KueueController] = None
+
+    # -- lifecycle --
+
+    def start(self) -> "LocalCluster":
+        if self._server is not None:
+            return self
+        self._workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="nemo-kubeflow-local-"))
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        store = self._store = Store()
+        registry = Registry(store)
+        for namespace in ("default", "kube-system", "kube-public", TRAINER_SYSTEM_NAMESPACE):
+            registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
+        registry.create(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, {
+            "metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}}, {})
+        events, logs = EventRecorder(store), LogStore()
+        self._credentials = make_credentials()
+        self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials)
+        self._server.start()
+        if self._run_kubelet:
+            self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url)
+        self._controller = TrainerController(store, events)
+        self._controller.start()
+        self._kueue = KueueController(store, events)
+        self._kueue.start()
+        self._write_kubeconfig()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server, the controller and every pod's processes; remove a temporary workdir."""
+        if self._server is None:
+            return
+        self._server.stop()
+        self._kueue.stop()
+        self._controller.stop()
+        if self._kubelet is not None:
+            self._kubelet.stop()
+        self._server = self._controller = self._kubelet = self._kueue = None
+        if self._given_workdir is None and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- connection --
+
+    @property
+    def context(self) -> str:
+        return CONTEXT
+
+    @property
+    def namespace(self) -> str:
+        return "default"
+
+    @property
+    def workdir(self) -> Path:
+        self._require_started()
+        return self._workdir
+
+    @property
+    def url(self) -> str:
+        self._require_started()
+        return self._server.url
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The CA (PEM) that signed the API server's certificate; the kubeconfig carries it too."""
+        self._require_started()
+        return self._credentials.ca_pem
+
+    def ssl_context(self):
+        """An `ssl.SSLContext` that trusts this cluster's API server (for raw HTTPS clients)."""
+        self._require_started()
+        return self._credentials.client_context()
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": CONTEXT, "cluster": {
+                "server": self.url, "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}}],
+            "users": [{"name": USER, "user": {"token": self._token}}],
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": USER, "namespace": "default"}}],
+            "current-context": CONTEXT,
+        }
+        # Written aside and renamed: a client that polls for the file never reads half of it.
+        fd, partial = tempfile.mkstemp(prefix=".kubeconfig-", dir=self.workdir)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                yaml.safe_dump(config, f, sort_keys=False)
+            os.replace(partial, self.kubeconfig_path)
+        except BaseException:
+            os.unlink(partial)
+            raise
+
+    def configuration(self):
+        """A `kubernetes.client.Configuration` for this cluster (e.g. for the Kubeflow SDK)."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(self.kubeconfig_path), context=CONTEXT,
+                                client_configuration=configuration)
+        return configuration
+
+    def api_client(self):
+        """A `kubernetes.client.ApiClient` for this cluster."""
+        from kubernetes import client
+
+        return client.ApiClient(self.configuration())
+
+    # -- inspection --
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """Every request served so far (or since `clear_requests()`), oldest first."""
+        return self._hooks.snapshot()
+
+    def clear_requests(self) -> None:
+        self._hooks.clear()
+
+    def objects(self, resource: str, namespace: Optional[str] = None) -> list[dict]:
+        """Copies of the stored objects of `resource` ("configmaps", "trainjobs", ...)."""
+        self._require_started()
+        return self._store.list(R.by_name(resource), namespace)[0]
+
+    def pod_dir(self, name: str, namespace: str = "default") -> Path:
+        """Where a pod's volumes, logs and home directory are."""
+        return self.workdir / "pods" / namespace / name
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
+        """Poll `predicate` until it returns something truthy; return that. TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            time.sleep(interval)
+
+    # -- test hooks --
+
+    def inject_fault(self, *, verb: Optional[str] = None, resource: Optional[str] = None, name: Optional[str] = None,
+                     nth: Optional[int] = None, status: Optional[int] = None, reason: Optional[str] = None,
+                     message: Optional[str] = None, retry_after: Optional[int] = None, delay: float = 0.0,
+                     drop_connection: bool = False, times: int = 1) -> FaultHandle:
+        """Make matching requests fail. Filters (`verb`, `resource` like "trainjobs" or "pods/log",
+        `name`) narrow the requests counted; `nth` (1-based, counting matching requests from now)
+        picks which fails first; `times` how many fail. A failure answers a Status with `status`
+        (500 unless the fault is only a `delay`), `reason`, `message` and a `Retry-After` header,
+        waits `delay` seconds first, or closes the connection without an answer."""
+        return self._hooks.add_fault(Fault(verb, resource, name, nth, status, reason, message, retry_after, delay,
+                                           drop_connection, times))
+
+    def log_streams(self) -> list[str]:
+        """The pods (``namespace/name``) of the ``follow`` streams of their logs open now, one entry per
+        stream. A stream whose client went away is counted until the server next writes to it (the
+        container's next output or its end)."""
+        return [f"{h.namespace}/{h.pod}" for h in self._hooks.log_streams()]
+
+    def cut_log_streams(self, pod: Optional[str] = None, *, abrupt: bool = True) -> int:
+        """Close the open ``follow`` streams of pods' logs (of the pod named ``pod`` only, if given)
+        while their containers run, as an API server or a proxy in between may: ``abrupt`` drops
+        the connection without the answer's last chunk (a server going away), otherwise the answer
+        ends as if the container had. Returns how many were cut."""
+        return self._hooks.cut_log_streams(pod, abrupt)
+
+    def deny(self, verb: str, resource: str, namespace: Optional[str] = None) -> None:
+        """RBAC: answer `verb` on `resource` ("configmaps", "pods/log", "*") with 403 Forbidden."""
+        self._hooks.deny(verb, resource, namespace)
+
+    def allow_all(self) -> None:
+        self._hooks.allow_all()
+
+    def add_virtual_nodes(self, *names: str) -> None:
+        """Nodes the local kubelet schedules onto (virtual_nodes.py): from now on each pod is bound to
+        one of them that fits its node selector and affinity, instead of the one local node."""
+        self._require_started()
+        for name in names:
+            self._store.create(R.NODES, virtual_nodes.node_object(name))
+
+    def lose_node(self, name: str) -> list[str]:
+        """Fault a node the way a lost (then returning) node is handled: its pods are marked
+        ``DisruptionTarget`` and deleted (faults.lose_node). Returns the pods' names."""
+        self._require_started()
+        return lose_node(self._store, self._kubelet.events, self._kubelet, name)
+
+    def oom_kill(self, pod: str, container: str = "node", namespace: str = "default") -> None:
+        """Kill a running container as the kernel's OOM killer does (exit 137, reason OOMKilled)."""
+        self._require_started()
+        oom_kill(self._kubelet, self._store, namespace, pod, container)
+
+    def create_namespace(self, name: str) -> dict:
+        self._require_started()
+        return self._server.registry.create(R.NAMESPACES, "", {"metadata": {"name": name}}, {}).body
+
+    def _require_started(self) -> None:
+        if self._server is None:
+            raise RuntimeError("the local cluster is not started: call start() or use it as a context manager")

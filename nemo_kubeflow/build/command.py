@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from nemo_kubeflow.pod import warm_start
 from nemo_kubeflow.constants import NEMO_RUN_POD_DIR, RESTART_ATTEMPT_ENV
+from nemo_kubeflow.pod import warm_start
 
 #: torchrun's flags, in the order they are added, with the PET variable that feeds each.
 PET_FLAGS: tuple[tuple[str, str], ...] = (

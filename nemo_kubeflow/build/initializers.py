@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from nemo_kubeflow.build import naming
-from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.build.steps import DATASET_INITIALIZER, MODEL_INITIALIZER
+from nemo_kubeflow.quantity import parse_quantity
 
 if TYPE_CHECKING:
     from kubeflow.trainer.types.types import Initializer

@@ -12,16 +12,15 @@ import base64
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from nemo_kubeflow.build import naming
-
-from nemo_kubeflow.schema import compiled as schemas
 from nemo_kubeflow.build.command import LaunchSpec
+from nemo_kubeflow.build.steps import PREFLIGHT_CONTAINER
 from nemo_kubeflow.constants import (
-    NODE_AVOIDANCE_ANNOTATION,
-    NODE_AVOIDANCE_OFF,
     EXPERIMENT_LABEL,
     JOBSET_NAME_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    NODE_AVOIDANCE_ANNOTATION,
+    NODE_AVOIDANCE_OFF,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
     REPLICATED_JOB_LABEL,
@@ -36,7 +35,7 @@ from nemo_kubeflow.constants import (
     TRAINJOB_KIND,
     TRAINJOB_LABEL,
 )
-from nemo_kubeflow.build.steps import PREFLIGHT_CONTAINER
+from nemo_kubeflow.schema import compiled as schemas
 
 if TYPE_CHECKING:
     from kubeflow_trainer_api import models as m

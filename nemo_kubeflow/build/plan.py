@@ -21,17 +21,15 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from torchx.specs import AppDef, Role
 
-from nemo_kubeflow.build import initializers
+from nemo_kubeflow.build import initializers, naming
 from nemo_kubeflow.build import manifests as mf
-from nemo_kubeflow.build import naming
 from nemo_kubeflow.build.command import LaunchSpec, build_launch, split_torchrun_args, warm_start_problem
-from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE
-from nemo_kubeflow.errors import ConfigError, PackagingError
-from nemo_kubeflow.config.executor import type_problem
 from nemo_kubeflow.build.fabrics import Fabric, build_fabric
 from nemo_kubeflow.build.packaging import BundleFile, build_code_package, describe_package
-from nemo_kubeflow.constants import queue_name
 from nemo_kubeflow.build.render import render_runtime, runtime_context, runtime_volumes
+from nemo_kubeflow.config.executor import type_problem
+from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
+from nemo_kubeflow.errors import ConfigError, PackagingError
 
 if TYPE_CHECKING:
     from nemo_kubeflow.config.executor import KubeflowExecutor

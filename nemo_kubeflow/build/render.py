@@ -16,19 +16,18 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import threading
 from pathlib import Path
-import re
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import jinja2
 import jinja2.bccache
 import yaml
 
-from nemo_kubeflow.build import initializers
-
-from nemo_kubeflow.build import yamlio
+from nemo_kubeflow.build import initializers, yamlio
+from nemo_kubeflow.build.fabrics import Fabric
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     GANG_SCHEDULERS,
@@ -39,7 +38,6 @@ from nemo_kubeflow.constants import (
     USER_ERROR_MESSAGE_PATTERN,
 )
 from nemo_kubeflow.errors import TemplateError
-from nemo_kubeflow.build.fabrics import Fabric
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import ExecutorFacts

@@ -6,7 +6,6 @@ from typing import Any, Iterable
 
 import yaml
 
-
 # libyaml's emitter when PyYAML was built with it: several times faster than pure Python,
 # and the dry run writes every manifest on every run.
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

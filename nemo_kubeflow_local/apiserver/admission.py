@@ -7,15 +7,16 @@ and the `Validate` methods of the torch and jobset plugins.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
-from nemo_kubeflow import constants as C
-from nemo_kubeflow.build import naming
+from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, webhook_denied
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.controllers import kueue
+from nemo_kubeflow_local.names import DNS1035_LABEL_FORMAT
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
 TRAINJOB_WEBHOOK = "validator.trainjob.trainer.kubeflow.org"
@@ -111,7 +112,7 @@ def _trainjob_crd_errors(obj: dict, old: Optional[dict]) -> list[FieldError]:
             errors.append(FieldError.duplicate(f"spec.runtimePatches[{i}]", {"manager": manager}))
     if len(managers) > 16:
         errors.append(FieldError("spec.runtimePatches", "Too many", "must have at most 16 items", len(managers)))
-    if not naming.RFC1035_LABEL.fullmatch(name):
+    if not re.fullmatch(DNS1035_LABEL_FORMAT, name):  # the CRD's CEL rule: matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')
         errors.append(FieldError.invalid("", "object", "metadata.name must match RFC 1035 DNS label format"))
     if len(name) > C.DNS_LABEL_MAX:
         errors.append(FieldError.invalid("", "object", "metadata.name must be no more than 63 characters"))

@@ -1,8 +1,8 @@
-"""The strict OpenAPI schemas of core Kubernetes objects that ``kubernetes-validate`` ships, pinned to
-``constants.KUBERNETES_VERSION``: the offline validation of a submission (validation.py) and the
-local cluster's API server (local/validation.py) check core objects against the same schemas.
+"""The strict OpenAPI schemas of core Kubernetes objects that ``kubernetes-validate`` ships, of the
+Kubernetes release this API server reports at ``/version`` (``constants.KUBERNETES_VERSION``): a
+field added in a later release is an unknown field here, as it would be on that server.
 
-The libraries are imported on first use: ``import nemo_kubeflow`` stays cheap.
+The libraries are imported on first use.
 """
 
 from __future__ import annotations
@@ -11,16 +11,22 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from nemo_kubeflow.constants import KUBERNETES_VERSION
+from nemo_kubeflow_local.constants import KUBERNETES_VERSION
 
 
 @lru_cache(maxsize=None)
 def schema_version() -> str:
-    """The newest schema version ``kubernetes-validate`` has that is not after ``KUBERNETES_VERSION``."""
+    """The schemas of ``KUBERNETES_VERSION``'s minor release (kubernetes-validate has one per minor);
+    refuses to start on an older kubernetes-validate that lacks it rather than check another release."""
     from kubernetes_validate import utils as kv
     from packaging.version import Version
 
-    return [v for v in kv.all_versions() if Version(v) <= Version(KUBERNETES_VERSION)][-1]
+    wanted = Version(KUBERNETES_VERSION)
+    same_minor = [v for v in kv.all_versions() if Version(v).release[:2] == wanted.release[:2]]
+    if not same_minor:
+        raise RuntimeError(f"kubernetes-validate has no schemas of Kubernetes {wanted.major}.{wanted.minor}, the "
+                           "release this API server emulates: upgrade kubernetes-validate")
+    return same_minor[-1]
 
 
 @lru_cache(maxsize=None)

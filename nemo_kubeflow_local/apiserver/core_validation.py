@@ -3,8 +3,8 @@ built-in validation of object metadata, ConfigMaps, Secrets and Pods.
 
 Unknown fields are found by comparing the request with what the typed models keep:
 the `kubeflow_trainer_api` models for Trainer objects (what the CRD schema prunes) and the
-strict JSON schemas shipped with `kubernetes_validate` for core objects, pinned to the Kubernetes
-version the product's own validation checks against (kubeschema.py).
+strict JSON schemas shipped with `kubernetes_validate` for core objects, of the Kubernetes version
+this API server reports (core_schemas.py). Names follow apimachinery's rules (names.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Optional
 import pydantic
 from kubeflow_trainer_api import models as trainer_models
 
-from nemo_kubeflow import constants as C
-from nemo_kubeflow.build import naming
+from nemo_kubeflow_local import constants as C
+from nemo_kubeflow_local import names as name_rules
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request, invalid
 from nemo_kubeflow_local.apiserver.core_schemas import strict_validator
@@ -140,69 +140,21 @@ def prune(obj: dict, paths: list[Path]) -> None:
 
 # --- names and metadata (k8s.io/apimachinery/pkg/util/validation) ---------------------------------
 
-def dns1123_subdomain(value: str) -> list[str]:
-    errors = []
-    if len(value) > naming.DNS_SUBDOMAIN_MAX:
-        errors.append(f"must be no more than {naming.DNS_SUBDOMAIN_MAX} characters")
-    if not naming.RFC1123_SUBDOMAIN.fullmatch(value):
-        errors.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                      "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-                      f"for validation is '{naming.RFC1123_SUBDOMAIN.pattern}')")
-    return errors
-
-
-def dns1123_label(value: str) -> list[str]:
-    errors = []
-    if len(value) > C.DNS_LABEL_MAX:
-        errors.append(f"must be no more than {C.DNS_LABEL_MAX} characters")
-    if not naming.RFC1123_LABEL.fullmatch(value):
-        errors.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                      "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used "
-                      f"for validation is '{naming.RFC1123_LABEL.pattern}')")
-    return errors
-
-
-def _qualified_name(value: str) -> list[str]:
-    prefix, _, name = value.rpartition("/")
-    errors = []
-    if "/" in value and not prefix:
-        errors.append("prefix part must be non-empty")
-    elif prefix:
-        errors.extend("prefix part " + e for e in dns1123_subdomain(prefix))
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > C.DNS_LABEL_MAX:
-        errors.append(f"name part must be no more than {C.DNS_LABEL_MAX} characters")
-    if name and not naming.QUALIFIED_NAME.fullmatch(name):
-        errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-                      "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-                      f"validation is '{naming.QUALIFIED_NAME.pattern}')")
-    return errors
-
-
 def _metadata_errors(rt: ResourceType, meta: dict) -> list[FieldError]:
     errors: list[FieldError] = []
     name = meta.get("name", "")
     if not name:
         errors.append(FieldError.required("metadata.name", "name or generateName is required"))
     else:
-        check = dns1123_label if rt is R.NAMESPACES else dns1123_subdomain
+        check = name_rules.dns1123_label_errors if rt is R.NAMESPACES else name_rules.dns1123_subdomain_errors
         errors.extend(FieldError.invalid("metadata.name", name, msg) for msg in check(name))
     for key, value in (meta.get("labels") or {}).items():
-        errors.extend(FieldError.invalid("metadata.labels", key, msg) for msg in _qualified_name(key))
-        if not isinstance(value, str):
-            continue
-        if len(value) > C.DNS_LABEL_MAX:
-            errors.append(FieldError.invalid("metadata.labels", value,
-                                             f"must be no more than {C.DNS_LABEL_MAX} characters"))
-        if not naming.LABEL_VALUE.fullmatch(value):
-            errors.append(FieldError.invalid(
-                "metadata.labels", value,
-                "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
-                "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "
-                f"regex used for validation is '{naming.LABEL_VALUE.pattern}')"))
+        errors.extend(FieldError.invalid("metadata.labels", key, msg) for msg in name_rules.qualified_name_errors(key))
+        if isinstance(value, str):
+            errors.extend(FieldError.invalid("metadata.labels", value, msg) for msg in name_rules.label_value_errors(value))
     for key in meta.get("annotations") or {}:
-        errors.extend(FieldError.invalid("metadata.annotations", key, msg) for msg in _qualified_name(key.lower()))
+        errors.extend(FieldError.invalid("metadata.annotations", key, msg)
+                      for msg in name_rules.qualified_name_errors(key.lower()))
     size = sum(len(k) + len(v or "") for k, v in (meta.get("annotations") or {}).items())
     if size > C.ANNOTATIONS_MAX_BYTES:
         errors.append(FieldError.too_long("metadata.annotations", C.ANNOTATIONS_MAX_BYTES))
@@ -213,18 +165,7 @@ def _metadata_errors(rt: ResourceType, meta: dict) -> list[FieldError]:
 
 
 def _config_key_errors(bag: str, key: str) -> list[FieldError]:
-    messages = []
-    if len(key) > naming.DNS_SUBDOMAIN_MAX:
-        messages.append(f"must be no more than {naming.DNS_SUBDOMAIN_MAX} characters")
-    if not naming.CONFIG_KEY.fullmatch(key):
-        messages.append("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
-                        "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
-                        f"'{naming.CONFIG_KEY.pattern}')")
-    if key in (".", ".."):
-        messages.append(f"must not be '{key}'")
-    elif key.startswith(".."):
-        messages.append("must not start with '..'")
-    return [FieldError.invalid(f"{bag}[{key}]", key, m) for m in messages]
+    return [FieldError.invalid(f"{bag}[{key}]", key, m) for m in name_rules.config_key_errors(key)]
 
 
 def _configmap_errors(obj: dict) -> list[FieldError]:
@@ -286,7 +227,7 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
         if name in volumes:
             errors.append(FieldError.duplicate(f"{path}.volumes[{i}].name", name))
         volumes.add(name)
-        errors.extend(FieldError.invalid(f"{path}.volumes[{i}].name", name, m) for m in dns1123_label(name))
+        errors.extend(FieldError.invalid(f"{path}.volumes[{i}].name", name, m) for m in name_rules.dns1123_label_errors(name))
     if not spec.get("containers"):
         errors.append(FieldError.required(f"{path}.containers"))
     names: set[str] = set()
@@ -299,7 +240,7 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
             elif name in names:
                 errors.append(FieldError.duplicate(f"{where}.name", name))
             else:
-                errors.extend(FieldError.invalid(f"{where}.name", name, m) for m in dns1123_label(name))
+                errors.extend(FieldError.invalid(f"{where}.name", name, m) for m in name_rules.dns1123_label_errors(name))
             names.add(name)
             if not container.get("image"):
                 errors.append(FieldError.required(f"{where}.image"))
@@ -317,11 +258,9 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
             for j, env in enumerate(container.get("env") or []):
                 if not env.get("name"):
                     errors.append(FieldError.required(f"{where}.env[{j}].name"))
-                elif not naming.is_relaxed_env_var_name(env["name"]):
-                    errors.append(FieldError.invalid(
-                        f"{where}.env[{j}].name", env["name"],
-                        "a valid environment variable name must consist only of printable ASCII characters "
-                        "other than '='"))
+                else:
+                    errors.extend(FieldError.invalid(f"{where}.env[{j}].name", env["name"], m)
+                                  for m in name_rules.relaxed_env_var_name_errors(env["name"]))
                 sources = [k for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
                            if (env.get("valueFrom") or {}).get(k)]
                 if env.get("valueFrom") is not None and len(sources) != 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from nemo_kubeflow import constants as C
+from nemo_kubeflow_local import constants as C
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator, Optional
 from urllib.parse import parse_qs, urlsplit
 
+from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
@@ -32,7 +33,10 @@ from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
 
 logger = logging.getLogger(__name__)
 
-KUBERNETES_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "nemo-kubeflow-local",
+_MAJOR, _MINOR, _ = C.KUBERNETES_VERSION.split(".")
+#: What `GET /version` answers: the release whose schemas decode core objects here (core_schemas.py).
+KUBERNETES_VERSION = {"major": _MAJOR, "minor": _MINOR, "gitVersion": f"v{C.KUBERNETES_VERSION}",
+                      "gitCommit": "nemo-kubeflow-local",
                       "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "go1.24.2",
                       "compiler": "gc", "platform": "linux/amd64"}
 #: How long a watch lasts when the client does not say (the real server picks 30-60 minutes).

@@ -48,13 +48,13 @@ import threading
 from decimal import Decimal
 from typing import Optional
 
-from nemo_kubeflow import constants as C
-from nemo_kubeflow.quantity import parse_quantity
+from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.events import EventRecorder
+from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import set_condition
 
 logger = logging.getLogger(__name__)

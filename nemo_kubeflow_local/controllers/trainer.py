@@ -29,9 +29,8 @@ from typing import Optional
 
 import yaml
 
-from nemo_kubeflow import constants as C
-from nemo_kubeflow.build.naming import ReplicatedJobShape, longest_pod_names
-from nemo_kubeflow.quantity import parse_quantity
+from nemo_kubeflow_local import constants as C
+from nemo_kubeflow_local import names
 from nemo_kubeflow_local.apiserver import admission
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, invalid
@@ -42,6 +41,7 @@ from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.events import EventRecorder
 from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 
 logger = logging.getLogger(__name__)
@@ -235,20 +235,8 @@ def default_jobset(spec: dict) -> dict:
 
 
 def jobset_pod_name_errors(jobset_name: str, spec: dict) -> list[FieldError]:
-    """JobSet's webhook rule (the one in naming.py, which the product checks offline): the longest pod
-    name of every replicated job must fit in 63 characters (checked for Indexed jobs with completions,
-    as JobSet does)."""
-    errors = []
-    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
-        job_spec = rjob["template"].get("spec") or {}
-        if job_spec.get("completionMode") != "Indexed" or job_spec.get("completions") is None:
-            continue
-        shape = ReplicatedJobShape(rjob["name"], rjob.get("replicas", 1), job_spec["completions"])
-        if longest_pod_names(jobset_name, [shape]):
-            errors.append(FieldError.invalid(
-                f"spec.replicatedJobs[{i}].name", f"{jobset_name}-{rjob['name']}-{shape.replicas - 1}",
-                "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"))
-    return errors
+    """JobSet's webhook rule on the names of the JobSet's Jobs and pods (names.jobset_name_errors)."""
+    return [FieldError.invalid(e.path, e.value, e.message) for e in names.jobset_name_errors(jobset_name, spec)]
 
 
 # --- JobSet / Job state ------------------------------------------------------------------------------

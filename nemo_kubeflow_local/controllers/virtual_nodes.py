@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from nemo_kubeflow.constants import HOSTNAME_LABEL
+from nemo_kubeflow_local.constants import HOSTNAME_LABEL
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
 #: Marks the Nodes the local kubelet schedules onto (a node agent's Nodes are not its own).

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from nemo_kubeflow.build.initializers import DATASET_PATH, MODEL_PATH
+from nemo_kubeflow_local.constants import DATASET_PATH, MODEL_PATH
 
 _OUTPUT = {"dataset": DATASET_PATH, "model": MODEL_PATH}
 

@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Protocol
 
-from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.controllers import virtual_nodes
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder
 from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, LogStore, pump
+from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
 logger = logging.getLogger(__name__)

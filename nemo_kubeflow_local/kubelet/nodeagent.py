@@ -41,15 +41,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.cluster.client import KubernetesCluster
-from nemo_kubeflow.errors import ClusterError, NotFoundError
-from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow_local.apiserver.apierrors import ApiError
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.tls import make_credentials
+from nemo_kubeflow_local.constants import HOSTNAME_LABEL, KUBELET_VERSION
+from nemo_kubeflow_local.kubelet.apiclient import ApiClient, ApiRequestError, NotFound
 from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
 from nemo_kubeflow_local.kubelet.kubelet import POD_IP, Kubelet, PodWorker
+from nemo_kubeflow_local.names import DNS1123_LABEL_FORMAT
+from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_micro, now_rfc3339
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class PodNetwork:
         names = None
         if spec.get("subdomain"):
             sub, ns = re.escape(spec["subdomain"]), re.escape(namespace)
-            names = re.compile(rf"(?<![\w.-]){naming.RFC1123_LABEL.pattern}\.{sub}"
+            names = re.compile(rf"(?<![\w.-]){DNS1123_LABEL_FORMAT}\.{sub}"
                                rf"(\.{ns}(\.svc(\.cluster\.local)?)?)?(?![\w.-])(:(?P<port>\d+))?")
 
         def text(value: str) -> str:
@@ -189,7 +189,7 @@ class GpuDevices:
 class ApiEvents:
     """Events as a kubelet records them (core/v1, source = kubelet on the node)."""
 
-    def __init__(self, api: KubernetesCluster):
+    def __init__(self, api: ApiClient):
         self.api = api
 
     def record(self, involved: dict, type_: str, reason: str, message: str, component: str,
@@ -207,27 +207,25 @@ class ApiEvents:
                  "source": {"component": component, "host": node}, "firstTimestamp": stamp, "lastTimestamp": stamp,
                  "count": 1, "reportingComponent": component, "reportingInstance": node}
         try:
-            self.api._call("POST", f"/api/v1/namespaces/{namespace}/events", verb="create", kind="Event",
-                           name=None, namespace=namespace, body=event, retry=False)
-        except ClusterError as error:
+            self.api.call("POST", f"/api/v1/namespaces/{namespace}/events", body=event, retry=False)
+        except ApiRequestError as error:
             logger.debug("event %s on %s/%s not recorded: %s", reason, namespace, meta["name"], error)
 
 
 class ApiBackend:
     """The kubelet's back end on a real API server: reads, status writes and deletes over HTTP."""
 
-    def __init__(self, api: KubernetesCluster, network: PodNetwork, gpus: "GpuDevices"):
+    def __init__(self, api: ApiClient, network: PodNetwork, gpus: "GpuDevices"):
         self.api, self.pod_network, self.gpus = api, network, gpus
         self.events = ApiEvents(api)
-        self.api_url = api.api_client.configuration.host
+        self.api_url = api.host
         self._lock = threading.Lock()
         self._status: dict[str, tuple[threading.Lock, dict]] = {}
 
     def find(self, rt: ResourceType, namespace: str, name: str) -> Optional[dict]:
         try:
-            return self.api._call("GET", f"/api/v1/namespaces/{namespace}/{rt.plural}/{name}", verb="get",
-                                  kind=rt.kind, name=name, namespace=namespace)
-        except NotFoundError:
+            return self.api.call("GET", f"/api/v1/namespaces/{namespace}/{rt.plural}/{name}")
+        except NotFound:
             return None
 
     def bind(self, worker: PodWorker) -> bool:
@@ -244,10 +242,9 @@ class ApiBackend:
             try:
                 # A strategic merge, as the kubelet's: conditions merge by type, so those of other
                 # components (DisruptionTarget from the taint-eviction controller) stay.
-                self.api._call("PATCH", f"/api/v1/namespaces/{worker.ns}/pods/{worker.name}/status",
-                               verb="update status of", kind="Pod", name=worker.name, namespace=worker.ns,
+                self.api.call("PATCH", f"/api/v1/namespaces/{worker.ns}/pods/{worker.name}/status",
                                body=body, content_type="application/strategic-merge-patch+json")
-            except ClusterError as error:
+            except ApiRequestError as error:
                 if getattr(error, "status", 0) not in (404, 409, 422):  # gone, or replaced by another uid
                     logger.warning("pod %s/%s: %s", worker.ns, worker.name, error)
 
@@ -255,10 +252,9 @@ class ApiBackend:
         with self._lock:
             self._status.pop(uid, None)
         try:
-            self.api._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", verb="delete", kind="Pod",
-                           name=name, namespace=namespace,
-                           body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
-        except ClusterError as error:
+            self.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                          body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        except ApiRequestError as error:
             if getattr(error, "status", 0) not in (404, 409):
                 logger.warning("pod %s/%s: %s", namespace, name, error)
 
@@ -367,7 +363,7 @@ class NodeAgent:
         self.nodes = list(nodes)
         self.workdir = Path(workdir).resolve()
         self.unregister = unregister
-        self.api = KubernetesCluster(str(kubeconfig), context)
+        self.api = ApiClient(str(kubeconfig), context)
         self.logs = LogStore()
         backend = ApiBackend(self.api, PodNetwork(), GpuDevices(self.nodes))
         self.kubelet = Kubelet(backend, self.workdir, self.logs)
@@ -409,9 +405,8 @@ class NodeAgent:
         if self.unregister:
             for node in self.nodes:
                 try:
-                    self.api._call("DELETE", f"/api/v1/nodes/{node.name}", verb="delete", kind="Node",
-                                   name=node.name, namespace=None, retry=False)
-                except ClusterError as error:
+                    self.api.call("DELETE", f"/api/v1/nodes/{node.name}", retry=False)
+                except ApiRequestError as error:
                     logger.info("node %s: %s", node.name, error)
 
     def __enter__(self) -> "NodeAgent":
@@ -428,19 +423,17 @@ class NodeAgent:
     # -- the Nodes --
 
     def _register(self, node: NodeSpec) -> None:
-        labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+        labels = {HOSTNAME_LABEL: node.name, "kubernetes.io/os": "linux",
                   "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine,
                                                                                     os.uname().machine),
                   **node.labels}
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}, "spec": {}}
         try:
-            self.api._call("POST", "/api/v1/nodes", verb="create", kind="Node", name=node.name, namespace=None,
-                           body=body)
-        except ClusterError as error:
+            self.api.call("POST", "/api/v1/nodes", body=body)
+        except ApiRequestError as error:
             if getattr(error, "status", 0) != 409:
                 raise
-            self.api._call("PATCH", f"/api/v1/nodes/{node.name}", verb="patch", kind="Node", name=node.name,
-                           namespace=None, body={"metadata": {"labels": labels}},
+            self.api.call("PATCH", f"/api/v1/nodes/{node.name}", body={"metadata": {"labels": labels}},
                            content_type="application/merge-patch+json")
         self._report(node, first=True)
 
@@ -464,18 +457,16 @@ class NodeAgent:
                 daemonEndpoints={"kubeletEndpoint": {"Port": self.port}},
                 nodeInfo={"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": os.uname().release,
                           "osImage": "nemo-kubeflow node agent", "containerRuntimeVersion": "local://processes",
-                          "kubeletVersion": "v1.32.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+                          "kubeletVersion": f"v{KUBELET_VERSION}", "kubeProxyVersion": "", "operatingSystem": "linux",
                           "architecture": "amd64"})
         else:  # keep each condition's transition time: only the heartbeat moves
-            current = self.api._call("GET", f"/api/v1/nodes/{node.name}", verb="get", kind="Node", name=node.name,
-                                     namespace=None)
+            current = self.api.call("GET", f"/api/v1/nodes/{node.name}")
             before = {c["type"]: c for c in (current.get("status") or {}).get("conditions") or []}
             for condition in conditions:
                 old = before.get(condition["type"])
                 if old and old.get("status") == condition["status"] and old.get("lastTransitionTime"):
                     condition["lastTransitionTime"] = old["lastTransitionTime"]
-        self.api._call("PATCH", f"/api/v1/nodes/{node.name}/status", verb="update status of", kind="Node",
-                       name=node.name, namespace=None, body={"status": status},
+        self.api.call("PATCH", f"/api/v1/nodes/{node.name}/status", body={"status": status},
                        content_type="application/merge-patch+json")
         self._renew_lease(node.name)
 
@@ -486,14 +477,12 @@ class NodeAgent:
         spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION, "renewTime": now_micro()}
         try:
             try:
-                self.api._call("PATCH", f"{path}/{name}", verb="renew", kind="Lease", name=name,
-                               namespace=LEASE_NAMESPACE, body={"spec": spec},
+                self.api.call("PATCH", f"{path}/{name}", body={"spec": spec},
                                content_type="application/merge-patch+json")
-            except NotFoundError:
-                self.api._call("POST", path, verb="create", kind="Lease", name=name, namespace=LEASE_NAMESPACE,
-                               body={"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            except NotFound:
+                self.api.call("POST", path, body={"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                                      "metadata": {"name": name, "namespace": LEASE_NAMESPACE}, "spec": spec})
-        except NotFoundError:
+        except NotFound:
             self._leases = False  # no kube-node-lease (or no Lease API): the Ready heartbeat alone
             logger.info("no Lease API or %s namespace: node heartbeats go through status only", LEASE_NAMESPACE)
 
@@ -502,7 +491,7 @@ class NodeAgent:
             for node in self.nodes:
                 try:
                     self._report(node)
-                except ClusterError as error:
+                except ApiRequestError as error:
                     logger.warning("node %s heartbeat: %s", node.name, error)
 
     # -- the pods --
@@ -513,8 +502,7 @@ class NodeAgent:
         known: set[str] = set()
         while not self._stopping.is_set():
             try:
-                listed = self.api._call("GET", "/api/v1/pods", verb="list", kind="Pod", name=None, namespace=None,
-                                        query=[("fieldSelector", selector)])
+                listed = self.api.call("GET", "/api/v1/pods", query=[("fieldSelector", selector)])
                 seen = set()
                 for pod in listed.get("items") or []:
                     seen.add(pod["metadata"]["uid"])
@@ -522,7 +510,7 @@ class NodeAgent:
                 for uid in known - seen:  # deleted while we were not watching
                     self._dispatch("DELETED", {"metadata": {"uid": uid}}, known)
                 self._watch(selector, listed["metadata"]["resourceVersion"], known)
-            except ClusterError as error:
+            except ApiRequestError as error:
                 if self._stopping.is_set():
                     return
                 logger.warning("pods of node %s: %s; listing again", node, error)
@@ -534,7 +522,7 @@ class NodeAgent:
                 self._stopping.wait(1.0)
 
     def _watch(self, selector: str, resource_version: str, known: set[str]) -> None:
-        resp = self.api._call("GET", "/api/v1/pods", verb="watch", kind="Pod", name=None, namespace=None, stream=True,
+        resp = self.api.call("GET", "/api/v1/pods", stream=True,
                               retry=False, query=[("fieldSelector", selector), ("watch", "true"),
                                                   ("resourceVersion", resource_version),
                                                   ("allowWatchBookmarks", "true"),
@@ -593,8 +581,7 @@ class NodeAgent:
             "phase": "Failed", "reason": "NodeAgentRestarted",
             "message": "the node agent that ran this pod's processes stopped; they are gone"}}
         try:
-            self.api._call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                           verb="update status of", kind="Pod", name=meta["name"], namespace=meta["namespace"],
+            self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
                            body=body, content_type="application/merge-patch+json")
-        except ClusterError as error:
+        except ApiRequestError as error:
             logger.warning("pod %s/%s: %s", meta["namespace"], meta["name"], error)

@@ -116,7 +116,8 @@ def test_initializers_count_in_the_pod_name_rule(cluster, core, custom, ns, init
 
 def test_the_rule_only_counts_indexed_jobs_with_completions():
     spec = {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {"completions": 2}}}]}
-    assert jobset_pod_name_errors("x" * 60, spec) == []
+    # Job names are checked for every job ("x"*55 + "-node-0" fits), pod names only for Indexed ones.
+    assert jobset_pod_name_errors("x" * 55, spec) == []
     spec["replicatedJobs"][0]["template"]["spec"]["completionMode"] = "Indexed"
     assert [str(e) for e in jobset_pod_name_errors("x" * 49, spec)] == [
         f'spec.replicatedJobs[0].name: Invalid value: "{"x" * 49}-node-0": {DENIED}']

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TypeVar
 
+from nemo_kubeflow_local.apiserver import persistence
 from nemo_kubeflow_local.local_cluster import LocalCluster
 
 T = TypeVar("T")
@@ -23,6 +24,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     serve = commands.add_parser("serve", help="run a local cluster until Ctrl-C or SIGTERM")
     serve.add_argument("--workdir", type=Path, help="keep the kubeconfig, pods and logs here (default: a temporary "
                                                     "directory, removed on exit)")
+    serve.add_argument("--forget", action="store_true",
+                       help="with --workdir: start empty and keep no API object there (default: keep them in "
+                            "the workdir and restore them at the next start on it)")
     serve.add_argument("--no-kubelet", action="store_true",
                        help="run no embedded node: pods wait for a node agent's Nodes")
     agent = commands.add_parser("node-agent", help="serve Nodes of any API server, their pods as local processes, "
@@ -39,10 +43,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.command == "serve":
         return _run_until_signalled(
-            LocalCluster(args.workdir, run_kubelet=not args.no_kubelet),
-            lambda cluster: (f"Local cluster serving at {cluster.url} (context {cluster.context}, namespace "
-                             f"{cluster.namespace})\nkubeconfig: {cluster.kubeconfig_path}\n"
-                             f"export KUBECONFIG={cluster.kubeconfig_path}"))
+            LocalCluster(args.workdir, run_kubelet=not args.no_kubelet,
+                         persist=args.workdir is not None and not args.forget),
+            _serve_banner)
     from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
     try:
@@ -56,6 +59,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         NodeAgent(args.kubeconfig, nodes, args.workdir, context=args.context, unregister=not args.keep_nodes,
                   serving_cert=(args.tls_cert, args.tls_key) if args.tls_cert else None),
         lambda agent: f"Serving nodes {', '.join(n.name for n in nodes)}; kubelet endpoint https://127.0.0.1:{agent.port}")
+
+
+def _serve_banner(cluster: LocalCluster) -> str:
+    kept = (f"API objects kept in {cluster.workdir / persistence.STORE_FILE} (restored at the next start on "
+            "this workdir)" if cluster.persists else "API objects are not kept: a restart starts empty")
+    lines = [f"Local cluster serving at {cluster.url} (context {cluster.context}, namespace {cluster.namespace})",
+             f"kubeconfig: {cluster.kubeconfig_path}", kept]
+    if cluster.restored is not None:
+        lines.append(cluster.restored.summary())
+    lines.append(f"export KUBECONFIG={cluster.kubeconfig_path}")
+    return "\n".join(lines)
 
 
 def _run_until_signalled(service: AbstractContextManager[T], banner: Callable[[T], str]) -> int:

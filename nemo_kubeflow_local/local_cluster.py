@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import yaml
 
+from nemo_kubeflow_local.apiserver import persistence
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.faults import USER, Fault, FaultHandle, Hooks, RequestRecord, lose_node, oom_kill
 from nemo_kubeflow_local.apiserver.registry import Registry
@@ -43,10 +44,19 @@ class LocalCluster:
             temporary directory, removed by `stop()`.
         run_kubelet: False: no embedded node; pods stay unscheduled until a node agent
             (nodeagent.py) runs those bound to its Nodes.
+        persist: keep the API objects in `workdir` and restore those kept there by a previous run
+            (persistence.py: what is kept, and how a TrainJob that was running then reads). Needs a
+            `workdir`; `python -m nemo_kubeflow_local serve --workdir DIR` sets it.
     """
 
-    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True):
+    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True, persist: bool = False):
+        if persist and workdir is None:
+            raise ValueError("persist=True needs a workdir: a temporary one is removed when the cluster stops")
         self._run_kubelet = run_kubelet
+        self._persist = persist
+        self._saver: Optional[persistence.Saver] = None
+        #: What `start()` restored from the workdir (persist=True), None when nothing was kept there.
+        self.restored: Optional[persistence.Restored] = None
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._workdir: Optional[Path] = None
         self._token = secrets.token_urlsafe(32)
@@ -66,11 +76,19 @@ class LocalCluster:
         self._workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="nemo-kubeflow-local-"))
         self._workdir.mkdir(parents=True, exist_ok=True)
         store = self._store = Store()
+        if self._persist:
+            self.restored = persistence.restore(store, self._workdir)
         registry = Registry(store)
         for namespace in ("default", "kube-system", "kube-public", TRAINER_SYSTEM_NAMESPACE):
-            registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
-        registry.create(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, {
-            "metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}}, {})
+            if not store.namespace_exists(namespace):
+                registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
+        if store.find(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, TRAINER_PUBLIC_CONFIGMAP) is None:
+            registry.create(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, {
+                "metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}},
+                {})
+        if self._persist:
+            self._saver = persistence.Saver(store, self._workdir)
+            self._saver.start()
         events, logs = EventRecorder(store), LogStore()
         self._credentials = make_credentials()
         self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials)
@@ -91,6 +109,9 @@ class LocalCluster:
         self._server.stop()
         self._kueue.stop()
         self._controller.stop()
+        if self._saver is not None:  # before the kubelet kills the pods: the TrainJobs they ran are recorded
+            self._saver.stop()
+            self._saver = None
         if self._kubelet is not None:
             self._kubelet.stop()
         self._server = self._controller = self._kubelet = self._kueue = None
@@ -117,6 +138,11 @@ class LocalCluster:
     def workdir(self) -> Path:
         self._require_started()
         return self._workdir
+
+    @property
+    def persists(self) -> bool:
+        """Whether the API objects are kept in the workdir for the next start (persist=True)."""
+        return self._persist
 
     @property
     def url(self) -> str:

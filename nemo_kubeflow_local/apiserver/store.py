@@ -106,9 +106,25 @@ class Store:
                      if (namespace is None or ns == namespace) and (match is None or match(obj))]
             return items, str(self._rv)
 
+    def stored_objects(self, rt: ResourceType) -> list[dict]:
+        """The stored objects themselves, not copies, for a caller that only reads them (persistence.py)."""
+        with self._lock:
+            return list(self._data[rt.key].values())
+
     def namespace_exists(self, name: str) -> bool:
         with self._lock:
             return self._stored(R.NAMESPACES, "", name) is not None
+
+    def restore(self, objects: dict[ResourceType, list[dict]], resource_version: int) -> None:
+        """Load objects kept by a previous run (persistence.py) into this empty store, with their uids
+        and resourceVersions; later writes continue from ``resource_version``. No watch can resume
+        from before it (no history): clients list again, as after an etcd compaction."""
+        with self._lock:
+            for rt, items in objects.items():
+                for obj in items:
+                    meta = obj["metadata"]
+                    self._data[rt.key][(meta.get("namespace", "") if rt.namespaced else "", meta["name"])] = obj
+            self._rv = max(self._rv, resource_version)
 
     # --- writes ------------------------------------------------------------------------------------
 

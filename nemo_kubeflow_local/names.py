@@ -175,7 +175,7 @@ def jobset_name_errors(jobset: str, spec: dict) -> list[NameRefusal]:
     index, then the sample suffix ``-abcde``) too. A length failure is reworded; a format failure
     keeps apimachinery's message. Both quote the longest Job name.
     """
-    errors = []
+    errors: list[NameRefusal] = []
     for i, rjob in enumerate(spec.get("replicatedJobs") or []):
         path = f"spec.replicatedJobs[{i}].name"
         replicas = _int(rjob.get("replicas"), 1)

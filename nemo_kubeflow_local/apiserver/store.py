@@ -6,6 +6,7 @@ watch history can hold references without copying. Callers always get deep copie
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 import uuid
@@ -106,7 +107,7 @@ class Store:
                      if (namespace is None or ns == namespace) and (match is None or match(obj))]
             return items, str(self._rv)
 
-    def stored_objects(self, rt: ResourceType) -> list[dict]:
+    def stored_objects(self, rt: ResourceType) -> builtins.list[dict]:  # `list` here is the method below
         """The stored objects themselves, not copies, for a caller that only reads them (persistence.py)."""
         with self._lock:
             return list(self._data[rt.key].values())

@@ -11,10 +11,11 @@ from __future__ import annotations
 # --- the Kubernetes the API server emulates ---------------------------------------------------------
 #: The release ``GET /version`` reports and whose strict OpenAPI schemas (``kubernetes-validate``'s)
 #: decode core objects: a field added after it is an unknown field here, as on that API server.
-KUBERNETES_VERSION = "1.33.0"
-#: The kubelet version node agents report in ``status.nodeInfo``: one minor below the API server,
-#: which the version skew policy allows.
-KUBELET_VERSION = "1.32.0"
+#: The release the real control plane of the `-m real` tests runs (test/controlplane/versions.py), so that
+#: the emulator can be checked against it word for word.
+KUBERNETES_VERSION = "1.36.3"
+#: The kubelet version node agents report in ``status.nodeInfo``.
+KUBELET_VERSION = KUBERNETES_VERSION
 
 # --- Kubeflow Trainer (trainer.kubeflow.org, v2.3.0) -------------------------------------------------
 TRAINER_GROUP = "trainer.kubeflow.org"

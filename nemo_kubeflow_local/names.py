@@ -1,9 +1,11 @@
 """The name rules of the components the local cluster emulates, ported from their sources.
 
-* k8s.io/apimachinery ``pkg/util/validation`` (v0.36): DNS-1035 and DNS-1123 labels, DNS-1123
-  subdomains, qualified names (label and annotation keys), label values, ConfigMap keys and the
-  relaxed environment variable name. Each ``*_errors`` function returns the messages the API server
-  prints, in its order (length first, then format), an empty list for a valid value.
+* k8s.io/apimachinery v0.36 (Kubernetes 1.36, the release the API server emulates):
+  ``pkg/util/validation`` for DNS-1035 and DNS-1123 labels, DNS-1123 subdomains (object names),
+  ConfigMap keys and the relaxed environment variable name, and ``pkg/api/validate/content`` for
+  label keys (qualified names) and label values, whose length limits it words in bytes. Each
+  ``*_errors`` function returns the messages the API server prints, in its order (length first,
+  then format), an empty list for a valid value. Lengths are Go's ``len``: bytes.
 * JobSet v0.12.0's validating webhook (``pkg/webhooks/jobset_webhook.go``, ``ValidateCreate``) with
   ``pkg/util/placement``'s job and pod names: ``jobset_name_errors``.
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from nemo_kubeflow_local.constants import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, POD_NAME_SAMPLE_SUFFIX
 
@@ -37,7 +39,17 @@ _CONFIG_KEY = re.compile(CONFIG_KEY_FORMAT)
 
 
 def max_length_error(length: int) -> str:
+    """pkg/util/validation's MaxLenError."""
     return f"must be no more than {length} characters"
+
+
+def max_bytes_error(length: int) -> str:
+    """pkg/api/validate/content's MaxLenError (label keys and values)."""
+    return f"must be no more than {length} bytes"
+
+
+def _size(value: str) -> int:
+    return len(value.encode())
 
 
 def regex_error(message: str, pattern: str, *examples: str) -> str:
@@ -50,7 +62,7 @@ def regex_error(message: str, pattern: str, *examples: str) -> str:
 
 def dns1123_label_errors(value: str) -> list[str]:
     errors = []
-    if len(value) > DNS_LABEL_MAX:
+    if _size(value) > DNS_LABEL_MAX:
         errors.append(max_length_error(DNS_LABEL_MAX))
     if not _DNS1123_LABEL.fullmatch(value):
         if _DNS1123_SUBDOMAIN.fullmatch(value):
@@ -62,19 +74,20 @@ def dns1123_label_errors(value: str) -> list[str]:
     return errors
 
 
-def _length_and_format(value: str, limit: int, pattern: re.Pattern, rule: str, *examples: str) -> list[str]:
+def _length_and_format(value: str, limit: int, pattern: re.Pattern, rule: str, *examples: str,
+                       too_long: Callable[[int], str] = max_length_error) -> list[str]:
     """The two checks most apimachinery rules make, in their order: the length, then the format."""
-    errors = [max_length_error(limit)] if len(value) > limit else []
+    errors = [too_long(limit)] if _size(value) > limit else []
     if not pattern.fullmatch(value):
         errors.append(regex_error(rule, pattern.pattern, *examples))
     return errors
 
 
-def dns1123_subdomain_errors(value: str) -> list[str]:
+def dns1123_subdomain_errors(value: str, too_long: Callable[[int], str] = max_length_error) -> list[str]:
     return _length_and_format(
         value, DNS_SUBDOMAIN_MAX, _DNS1123_SUBDOMAIN,
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-        "start and end with an alphanumeric character", "example.com")
+        "start and end with an alphanumeric character", "example.com", too_long=too_long)
 
 
 def dns1035_label_errors(value: str) -> list[str]:
@@ -100,11 +113,11 @@ def qualified_name_errors(value: str) -> list[str]:
         if not prefix:
             errors.append("prefix part must be non-empty")
         else:
-            errors.extend("prefix part " + e for e in dns1123_subdomain_errors(prefix))
+            errors.extend("prefix part " + e for e in dns1123_subdomain_errors(prefix, max_bytes_error))
     if not name:
         errors.append("name part must be non-empty")
-    elif len(name) > DNS_LABEL_MAX:
-        errors.append("name part " + max_length_error(DNS_LABEL_MAX))
+    elif _size(name) > DNS_LABEL_MAX:
+        errors.append("name part " + max_bytes_error(DNS_LABEL_MAX))
     if not _QUALIFIED_NAME.fullmatch(name):
         errors.append("name part " + regex_error(rule, QUALIFIED_NAME_FORMAT, "MyName", "my.name", "123-abc"))
     return errors
@@ -114,13 +127,13 @@ def label_value_errors(value: str) -> list[str]:
     return _length_and_format(
         value, DNS_LABEL_MAX, _LABEL_VALUE,
         "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
-        "start and end with an alphanumeric character", "MyValue", "my_value", "12345")
+        "start and end with an alphanumeric character", "MyValue", "my_value", "12345", too_long=max_bytes_error)
 
 
 def config_key_errors(value: str) -> list[str]:
     """A ConfigMap or Secret data key (IsConfigMapKey)."""
     errors = []
-    if len(value) > DNS_SUBDOMAIN_MAX:
+    if _size(value) > DNS_SUBDOMAIN_MAX:
         errors.append(max_length_error(DNS_SUBDOMAIN_MAX))
     if not _CONFIG_KEY.fullmatch(value):
         errors.append(regex_error("a valid config key must consist of alphanumeric characters, '-', '_' or '.'",

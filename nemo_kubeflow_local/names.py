@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from nemo_kubeflow_local.constants import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, POD_NAME_SAMPLE_SUFFIX
 
@@ -214,8 +214,7 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def longest_fitting_jobset_name(replicated_job: str, replicas: int = 1, completions: int = 1,
-                                limit: Optional[int] = None) -> int:
-    """The longest JobSet name whose pods of ``replicated_job`` pass the webhook (for tests and docs)."""
+def longest_fitting_jobset_name(replicated_job: str, replicas: int = 1, completions: int = 1) -> int:
+    """The longest JobSet (so TrainJob) name whose pods of ``replicated_job`` pass the webhook."""
     overhead = len(pod_name_prefix("", replicated_job, replicas - 1, completions - 1) + POD_NAME_SAMPLE_SUFFIX)
-    return (limit or DNS_LABEL_MAX) - overhead
+    return DNS_LABEL_MAX - overhead

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -42,10 +43,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "serve":
-        return _run_until_signalled(
-            LocalCluster(args.workdir, run_kubelet=not args.no_kubelet,
-                         persist=args.workdir is not None and not args.forget),
-            _serve_banner)
+        try:
+            return _run_until_signalled(
+                LocalCluster(args.workdir, run_kubelet=not args.no_kubelet,
+                             persist=args.workdir is not None and not args.forget),
+                _serve_banner)
+        except persistence.StoreUnreadable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
     try:

@@ -46,6 +46,10 @@ INTERRUPTED_MESSAGE = ("the local cluster was stopped while this TrainJob ran an
                        "its pods' processes were killed when it stopped and are gone; submit it again")
 
 
+class StoreUnreadable(RuntimeError):
+    """The kept objects cannot be read back: the start stops rather than begin empty unannounced."""
+
+
 def kept_types() -> list[ResourceType]:
     return [rt for rt in R.ALL if rt.storage is None and rt not in NOT_KEPT]
 
@@ -75,10 +79,15 @@ def restore(store: Store, workdir: Path) -> Optional[Restored]:
     path = workdir / STORE_FILE
     if not path.exists():
         return None
-    saved = json.loads(path.read_text())
-    if saved.get("formatVersion") != FORMAT_VERSION:
-        raise RuntimeError(f"{path} was written by another version of the local cluster (format "
-                           f"{saved.get('formatVersion')!r}, this one reads {FORMAT_VERSION}): remove it to start empty")
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise StoreUnreadable(f"cannot read the API objects kept in {path} ({type(error).__name__}: {error}); "
+                           "start with --forget (or remove the file) to start empty") from None
+    if not isinstance(saved, dict) or saved.get("formatVersion") != FORMAT_VERSION:
+        version = saved.get("formatVersion") if isinstance(saved, dict) else None
+        raise StoreUnreadable(f"{path} was not written by this version of the local cluster (format {version!r}, this "
+                           f"one reads {FORMAT_VERSION}): start with --forget (or remove the file) to start empty")
     types = {rt.key: rt for rt in kept_types()}
     objects = {types[key]: items for key, items in saved["objects"].items() if key in types}
     running = {(tj_ns, name) for tj_ns, name in (tuple(k) for k in saved.get("running", []))}

@@ -144,3 +144,15 @@ def test_forget_starts_empty_and_says_so(serve, tmp_path):
     with pytest.raises(client.ApiException) as missing:
         forgetful.core.read_namespace("kept-ns")
     assert missing.value.status == 404
+
+
+def test_an_unreadable_store_file_stops_the_start_naming_the_file_and_the_way_out(tmp_path):
+    workdir = tmp_path / "cluster"
+    workdir.mkdir()
+    (workdir / STORE_FILE).write_text('{"formatVersion": 1, "objects": {')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: cannot read the API objects kept in {workdir / STORE_FILE}")
+    assert "start with --forget" in done.stderr

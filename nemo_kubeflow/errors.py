@@ -71,6 +71,15 @@ class ClusterUnreachableError(ClusterError):
     """No answer from the API server (connection refused, DNS, TLS, timeout)."""
 
 
+class DeadlineExceededError(ClusterUnreachableError):
+    """The API server did not answer before a deadline (a submission's ``submit_timeout_seconds``).
+    ``tries``: the tries of the request that the deadline ended."""
+
+    def __init__(self, message: str, *, tries: int = 0):
+        super().__init__(message)
+        self.tries = tries
+
+
 class KubeconfigError(ClusterError, ConfigError):
     """The kubeconfig file or context cannot be loaded."""
 
@@ -94,3 +103,7 @@ class NotFoundError(ClusterError):
 class SubmissionError(ClusterError):
     """A submission failed part-way; everything it had created was removed, or the message names
     what could not be removed and the kubectl command that deletes it."""
+
+
+class SubmissionStopped(KeyboardInterrupt):
+    """A Ctrl-C stopped a submission before its job started: what it had created was removed."""

@@ -9,7 +9,9 @@ is what lets tests run against the local cluster over real HTTP.
 Errors carry the server's own reason and message and say how to fix the usual causes
 (RBAC, missing namespace, unreachable server). Transient failures (429 with
 Retry-After, 500/502/503/504, dropped connections, timeouts) are retried with a
-bounded exponential backoff.
+bounded exponential backoff, here only: urllib3's own retries are off, so a stalled
+server costs ``max_attempts`` tries, not that many times urllib3's. Inside ``deadline``
+every try and every wait ends by the deadline (a submission's total time).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 import socket
 import threading
 import time
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
@@ -44,6 +47,7 @@ from nemo_kubeflow.errors import (
     AlreadyExistsError,
     ClusterError,
     ClusterUnreachableError,
+    DeadlineExceededError,
     KubeconfigError,
     NotFoundError,
     PermissionDeniedError,
@@ -97,6 +101,19 @@ KINDS: dict[str, Kind] = {
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 
 
+@dataclass
+class Deadline:
+    """When the requests of a block must be done by (``KubernetesCluster.deadline``)."""
+
+    end: float  # time.monotonic()
+    seconds: float
+    #: The user's setting of ``seconds``, for the message ("submit_timeout_seconds"); None: ours.
+    setting: Optional[str]
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
 class Cluster(Protocol):
     """What the scheduler needs from a cluster."""
 
@@ -112,6 +129,7 @@ class Cluster(Protocol):
                 timestamps: bool = False) -> Iterator[str]: ...
     def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
                        since_time: Optional[str] = None, idle_timeout: Optional[float] = None) -> "LogStream": ...
+    def deadline(self, seconds: float, setting: Optional[str] = None) -> AbstractContextManager[None]: ...
 
 
 def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
@@ -208,6 +226,8 @@ class KubernetesCluster:
         self.request_timeout = request_timeout
         self._sleep = sleep
         self._api_client = None
+        #: Per thread: the ``Deadline`` its requests must meet, if any (one client serves parallel submissions).
+        self._local = threading.local()
 
     # --- connection ---------------------------------------------------------
     @property
@@ -254,7 +274,16 @@ class KubernetesCluster:
 
         attempts = self.max_attempts if retry else 1
         delay = self.backoff
+        deadline: Optional[Deadline] = None if stream else getattr(self._local, "deadline", None)
+        connect_timeout = min(10.0, self.request_timeout)
+        read_timeout = stream_timeout or self.request_timeout
+        last_error = ""
         for attempt in range(1, attempts + 1):
+            if deadline is not None:
+                left = deadline.left()
+                if left <= 0:
+                    raise self._past_deadline(deadline, verb, kind, name, namespace, attempt - 1, last_error)
+                connect_timeout, read_timeout = min(connect_timeout, left), min(read_timeout, left)
             try:
                 resp = self.api_client.call_api(
                     path, method,
@@ -267,7 +296,7 @@ class KubernetesCluster:
                     # A (connect, read) tuple: the client silently ignores a float timeout.
                     # A stream has no read timeout unless asked (a quiet follow stream waits for its next line).
                     _request_timeout=(None if stream and stream_timeout is None else
-                                      (min(10.0, self.request_timeout), stream_timeout or self.request_timeout)),
+                                      (connect_timeout, read_timeout)),
                 )
                 if stream:
                     return resp
@@ -277,12 +306,18 @@ class KubernetesCluster:
                 status = int(e.status or 0)
                 if status in TRANSIENT_STATUS and attempt < attempts:
                     wait = _retry_after(e) or delay
+                    last_error = f"HTTP {status} {e.reason or ''}".strip()
+                    if deadline is not None and deadline.left() <= min(wait, self.max_backoff * 2):
+                        raise self._past_deadline(deadline, verb, kind, name, namespace, attempt, last_error) from None
                     log.info("%s %s: HTTP %s, retrying in %.1fs (%d/%d)", verb, path, status, wait, attempt, attempts)
                     self._sleep(min(wait, self.max_backoff * 2))
                     delay = min(delay * 2, self.max_backoff)
                     continue
                 raise translate_api_exception(e, verb=verb, kind=kind, name=name, namespace=namespace) from None
             except (Urllib3Error, OSError) as e:
+                last_error = _short(e)
+                if deadline is not None and deadline.left() <= delay:
+                    raise self._past_deadline(deadline, verb, kind, name, namespace, attempt, last_error) from None
                 if attempt < attempts:
                     log.info("%s %s: %s, retrying in %.1fs (%d/%d)", verb, path, type(e).__name__, delay, attempt, attempts)
                     self._sleep(delay * (1 + random.random() * 0.1))
@@ -295,6 +330,30 @@ class KubernetesCluster:
                     "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextmanager
+    def deadline(self, seconds: float, setting: Optional[str] = None) -> Iterator[None]:
+        """Within the block, this thread's requests (tries and waits between them together) end by
+        ``seconds`` from now: past it, ``DeadlineExceededError``, naming ``setting`` (the user's setting of
+        ``seconds``, if any). Streams are not bound."""
+        outer = getattr(self._local, "deadline", None)
+        self._local.deadline = Deadline(time.monotonic() + seconds, seconds, setting)
+        try:
+            yield
+        finally:
+            self._local.deadline = outer
+
+    def _past_deadline(self, deadline: Deadline, verb: str, kind: str, name: Optional[str],
+                       namespace: Optional[str], tries: int, last_error: str) -> DeadlineExceededError:
+        host = getattr(self.api_client.configuration, "host", "?")
+        tried = f"{tries} tr{'y' if tries == 1 else 'ies'}, the last: {last_error}" if tries else "no time left to try"
+        raise_it = f", or raise {deadline.setting} if it is only slow" if deadline.setting else ""
+        within = f"{deadline.seconds:g} s" + (f", {deadline.setting}" if deadline.setting else "")
+        return DeadlineExceededError(
+            f"cannot {verb} {describe_target(kind, name, namespace)}: the API server at {host} stalled: no answer "
+            f"within {within} ({tried}); check that it is healthy (kubectl get --raw /readyz) and try again{raise_it}",
+            tries=tries,
+        )
 
     # --- the interface ------------------------------------------------------------
     def create(self, obj: dict, *, dry_run: bool = False, retry: bool = True) -> dict:
@@ -452,6 +511,9 @@ def _api_client(configuration):
     from kubernetes import client
 
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, API_CONNECTIONS)
+    # One retry layer, ours (``_call``): urllib3 would retry each of our tries up to 3 times more, each up
+    # to the read timeout, and a DELETE of a rollback with it.
+    configuration.retries = False
     return client.ApiClient(configuration)
 
 

@@ -20,6 +20,12 @@ A failure at any step removes what this submission created (deleting the TrainJo
 is enough for everything it owns), then raises ``SubmissionError`` with the server's
 reason. A process killed between 3 and 5 leaves only a suspended TrainJob that owns
 everything else: inert, and one delete away from nothing.
+
+The whole submission has a deadline (``timeout``: the executor's ``submit_timeout_seconds``): a
+stalled API server ends it there, with what it had created removed (the removal has its own,
+``ROLLBACK_TIMEOUT_S``). ``stop`` (a Ctrl-C, nemo_run/interrupt.py) is asked before every write up
+to the resume: when it says stop, what was created is removed the same way (nothing ran) and
+``SubmissionStopped`` is raised. Once the resume is sent the job runs: a stop comes too late.
 """
 
 from __future__ import annotations
@@ -51,10 +57,18 @@ from nemo_kubeflow.errors import (
     ManifestValidationError,
     NotFoundError,
     SubmissionError,
+    SubmissionStopped,
 )
 from nemo_kubeflow.schema.validation import pod_name_problems
 
 log = logging.getLogger(__name__)
+
+#: A submission's deadline when none is given (the executor's ``submit_timeout_seconds`` default).
+SUBMIT_TIMEOUT_S = 60.0
+#: The deadline of removing what a failed or stopped submission created (its deletes, retries included).
+ROLLBACK_TIMEOUT_S = 20.0
+#: What sets a submission's deadline, as the error names it.
+TIMEOUT_SETTING = "submit_timeout_seconds"
 
 
 def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
@@ -114,78 +128,97 @@ def submit(
     runtime_wait: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
     known_runtimes: Optional[set] = None,
+    timeout: float = SUBMIT_TIMEOUT_S,
+    stop: Optional[Callable[[], bool]] = None,
 ) -> SubmitResult:
     """Create everything in ``sub``; on failure remove what was created and raise.
 
     ``known_runtimes``: runtimes (``runtime_key``) that earlier submissions to the same cluster
-    created or reused; theirs is not sent again. Updated in place.
+    created or reused; theirs is not sent again. Updated in place. ``timeout``: seconds the whole
+    submission may take (``submit_timeout_seconds``). ``stop``: asked before each write up to the
+    resume; ``True`` removes what was created and raises ``SubmissionStopped``.
     """
     ns = sub.namespace
     created_pvcs: list[str] = []
     created_runtime: Optional[dict] = None
     trainjob: Optional[dict] = None
+    trainjob_sent = False  # a create whose answer was lost may still be applied by the server
     actions: list[tuple[str, str, str]] = []
     secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else {}
     # Tells our own TrainJob apart from someone else's when a create whose answer was lost
     # (timeout, dropped connection) is retried and answered 409.
     submission_id = uuid.uuid4().hex
     known = known_runtimes if known_runtimes is not None else set()
-    if sub.runtime is None:
-        check_existing_runtime(cluster, sub)
-    queue = queue_name(sub.trainjob)
-    if queue:
-        check_queue(cluster, ns, queue)
+
+    def check_stop() -> None:
+        if stop is not None and stop():
+            raise SubmissionStopped(f"the submission of TrainJob {ns}/{sub.name} was stopped before the job started")
 
     def create_runtime() -> None:
         nonlocal created_runtime
+        check_stop()
         if _create_or_reuse(cluster, sub.runtime, actions):
             created_runtime = sub.runtime
 
-    try:
-        for pvc in sub.pvcs:
-            if _create_or_reuse(cluster, pvc, actions):
-                created_pvcs.append(pvc["metadata"]["name"])
-        runtime_known = sub.runtime is not None and runtime_key(sub.runtime) in known
-        if runtime_known:
-            actions.append(("reuse", sub.runtime["kind"], sub.runtime["metadata"]["name"]))
-        elif sub.runtime is not None:
-            create_runtime()
-        # A runtime this submission did not create (known, or answered 409) may be deleted before the
-        # TrainJob arrives (`nemo-kubeflow gc`): then the TrainJob is refused, and the runtime created again.
-        recreate = create_runtime if sub.runtime is not None and created_runtime is None else None
-        trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep,
-                                    ensure_runtime=recreate)
-        owner = mf.owner_reference(trainjob)
-        owned = []
-        for cm in sub.configmaps:
-            owned.append(mf.with_owner(cm, owner))
-        if sub.secret is not None:
-            secret = mf.secret_manifest(
-                sub.secret["metadata"]["name"], ns, secret_values, sub.secret["metadata"].get("labels", {})
-            )
-            owned.append(mf.with_owner(secret, owner))
-        for obj in owned:
-            _create_owned(cluster, obj, owner["uid"])
-            actions.append(("create", obj["kind"], obj["metadata"]["name"]))
-        if resume and not queue:  # with a queue, Kueue unsuspends the job when it admits it
-            trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
-            actions.append(("patch", TRAINJOB_KIND, sub.name))
-        if sub.runtime is not None:
-            known.add(runtime_key(sub.runtime))
-        return SubmitResult(trainjob=trainjob, actions=actions)
-    except BaseException as e:
-        left = _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
-        if created_runtime is not None:
-            known.discard(runtime_key(created_runtime))
-        if isinstance(e, ClusterError):
-            message = (f"submitting TrainJob {sub.name!r} failed: {e}. {_describe_leftovers(left)}" if left
-                       else f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}")
-            raise SubmissionError(
-                message, status=e.status, reason=e.reason, server_message=e.server_message,
-            ) from e
-        if left:
-            e.add_note(f"submitting TrainJob {sub.name!r} was interrupted. {_describe_leftovers(left)}")
-        raise
+    with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
+        if sub.runtime is None:
+            check_existing_runtime(cluster, sub)
+        queue = queue_name(sub.trainjob)
+        if queue:
+            check_queue(cluster, ns, queue)
+        try:
+            for pvc in sub.pvcs:
+                check_stop()
+                if _create_or_reuse(cluster, pvc, actions):
+                    created_pvcs.append(pvc["metadata"]["name"])
+            runtime_known = sub.runtime is not None and runtime_key(sub.runtime) in known
+            if runtime_known:
+                actions.append(("reuse", sub.runtime["kind"], sub.runtime["metadata"]["name"]))
+            elif sub.runtime is not None:
+                create_runtime()
+            # A runtime this submission did not create (known, or answered 409) may be deleted before the
+            # TrainJob arrives (`nemo-kubeflow gc`): then the TrainJob is refused, and the runtime created again.
+            recreate = create_runtime if sub.runtime is not None and created_runtime is None else None
+            check_stop()
+            trainjob_sent = True
+            trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep,
+                                        ensure_runtime=recreate)
+            owner = mf.owner_reference(trainjob)
+            owned = []
+            for cm in sub.configmaps:
+                owned.append(mf.with_owner(cm, owner))
+            if sub.secret is not None:
+                secret = mf.secret_manifest(
+                    sub.secret["metadata"]["name"], ns, secret_values, sub.secret["metadata"].get("labels", {})
+                )
+                owned.append(mf.with_owner(secret, owner))
+            for obj in owned:
+                check_stop()
+                _create_owned(cluster, obj, owner["uid"])
+                actions.append(("create", obj["kind"], obj["metadata"]["name"]))
+            check_stop()
+            if resume and not queue:  # with a queue, Kueue unsuspends the job when it admits it
+                trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
+                actions.append(("patch", TRAINJOB_KIND, sub.name))
+            if sub.runtime is not None:
+                known.add(runtime_key(sub.runtime))
+            return SubmitResult(trainjob=trainjob, actions=actions)
+        except BaseException as e:
+            with cluster.deadline(ROLLBACK_TIMEOUT_S):
+                if trainjob is None and trainjob_sent:
+                    trainjob = _late_trainjob(cluster, sub, submission_id)
+                left = _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
+            if created_runtime is not None:
+                known.discard(runtime_key(created_runtime))
+            if isinstance(e, ClusterError):
+                message = (f"submitting TrainJob {sub.name!r} failed: {e}. {_describe_leftovers(left)}" if left
+                           else f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}")
+                raise SubmissionError(
+                    message, status=e.status, reason=e.reason, server_message=e.server_message,
+                ) from e
+            if left:
+                e.add_note(f"submitting TrainJob {sub.name!r} was interrupted. {_describe_leftovers(left)}")
+            raise
 
 
 def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:
@@ -313,6 +346,17 @@ def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, acti
                 delay = min(delay * 2, 1.0)
                 continue
             raise
+
+
+def _late_trainjob(cluster: Cluster, sub: Submission, submission_id: str) -> Optional[dict]:
+    """Our TrainJob, if a create whose answer never came was applied after all (a stalled server)."""
+    try:
+        existing = cluster.get(TRAINJOB_KIND, sub.name, sub.namespace)
+    except ClusterError as e:
+        log.warning("rollback: cannot look for TrainJob %s/%s: %s", sub.namespace, sub.name, e)
+        return None
+    annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
+    return existing if annotations.get(SUBMISSION_ANNOTATION) == submission_id else None
 
 
 def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Optional[dict],

@@ -347,6 +347,10 @@ class KubeflowExecutor(Executor):
     kubeconfig: Optional[str] = None
     #: Context of the kubeconfig; ``None`` uses its current context.
     kube_context: Optional[str] = None
+    #: Seconds one task's submission may take in all, every request and retry included. Past it (a
+    #: stalled API server) what the submission had created is deleted again and it fails, saying that
+    #: the API server stalled (docs/reliability.md#a-stalled-api-server).
+    submit_timeout_seconds: int = 60
 
     def __post_init__(self) -> None:
         # Only normalisation: this runs on every clone and deserialisation, so no I/O.
@@ -684,6 +688,10 @@ class KubeflowExecutor(Executor):
             yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "
                    "(terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30")
         yield from self._warm_start_problems()
+        submit_timeout = self.submit_timeout_seconds
+        if not isinstance(submit_timeout, int) or isinstance(submit_timeout, bool) or not 1 <= submit_timeout <= 3600:
+            yield (f"submit_timeout_seconds={submit_timeout!r}: must be a whole number of seconds from 1 to 3600, "
+                   "e.g. 60")
         stall = self.stall_warning_seconds
         if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
             yield (f"stall_warning_seconds={stall!r}: must be a whole number of seconds >= 1, e.g. 900 (15 minutes); "

@@ -65,6 +65,7 @@ class KubeflowRequest:
     job_dir: str
     manifests_dir: Optional[str]
     stall_warning_seconds: Optional[int] = None
+    submit_timeout_seconds: float = 60.0
 
     def __str__(self) -> str:
         return format_summary(self)
@@ -170,6 +171,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             job_dir=executor.job_dir,
             manifests_dir=manifests_dir,
             stall_warning_seconds=executor.stall_warning_seconds,
+            submit_timeout_seconds=executor.submit_timeout_seconds,
         )
         return AppDryRunInfo(req, format_summary)
 
@@ -182,7 +184,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         cluster = self._cluster(req.kubeconfig, req.context)
         known = self._known_runtimes.setdefault((_abs(req.kubeconfig), req.context), set())
         with interrupt.submitting(f"{sub.namespace}/{sub.name}"):
-            result = submit(cluster, sub, known_runtimes=known)
+            result = submit(cluster, sub, known_runtimes=known, timeout=req.submit_timeout_seconds)
             records.save(records.AppRecord(
                 namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
                 nodes=req.nodes, job_dir=req.job_dir, stall_warning_seconds=req.stall_warning_seconds,

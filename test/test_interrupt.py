@@ -118,24 +118,3 @@ def test_second_ctrl_c_exits_at_once(local, tmp_path):
     assert script.exit_code(timeout=10) == 130
     assert "Second Ctrl-C: exiting now. The jobs keep running on the cluster." in script.output()
     cancel(f"default:{job['metadata']['name']}")
-
-
-def test_ctrl_c_during_the_submission_finishes_it_and_records_the_job(local, tmp_path):
-    # The task's ConfigMaps are created after the (suspended) TrainJob: hold the first one back.
-    local.inject_fault(verb="create", resource="configmaps", delay=4.0)
-    script = Script(local, tmp_path, "midsubmit")
-    exp_id = script.exp_id()
-    job = script.wait_for(lambda: trainjob_of(local, "midsubmit"), "the TrainJob")
-    assert job["spec"].get("suspend") is True  # created, not yet resumed: the submission is under way
-    os.kill(script.proc.pid, signal.SIGINT)
-    code = script.exit_code(timeout=60)
-    out = script.output()
-    name = job["metadata"]["name"]
-    assert code != 0 and "the script went on" not in out
-    assert f"Ctrl-C: finishing the submission of default/{name} first" in out, out
-    assert f"Ctrl-C came during the submission of TrainJob default/{name}: the submission was completed" in out
-    assert f"Ctrl-C: stopped waiting for TrainJob default/{name}" in out
-    job = trainjob_of(local, "midsubmit")
-    assert job is not None and job["spec"].get("suspend") is False  # resumed: it runs
-    assert recorded_app_id(exp_id) == f"default:{name}"
-    cancel(f"default:{name}")

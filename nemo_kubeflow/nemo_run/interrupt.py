@@ -10,8 +10,11 @@ the process never ends. And a Ctrl-C while the main thread waits for a submissio
 ``install`` (called by the scheduler from the main thread, during the dry run that precedes every
 run) replaces Python's default SIGINT handler, and only that one (a program's own handler stays):
 
-* During a submission, the first Ctrl-C lets the submission finish (so that NeMo-Run records the
-  job) and says so; the wait then stops at once, as below.
+* During a submission, the first Ctrl-C stops it. The TrainJob is created suspended and resumed
+  last (cluster/submit.py): before the resume, what the submission had created is deleted (nothing
+  ran) and ``KeyboardInterrupt`` ends the program; once resumed the job runs, so it is recorded in
+  NeMo-Run's records, how to cancel it is said, and ``KeyboardInterrupt`` ends the program. A request
+  under way is not cut: its answer says what exists.
 * While jobs are waited for, the first Ctrl-C saves NeMo-Run's records of the experiment, says how
   to follow, reconnect to or cancel each job (which keeps running), and raises
   ``KeyboardInterrupt``; the waiting threads stop at their next poll (``check_wait``).
@@ -32,6 +35,8 @@ from typing import Iterator, Optional
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow.cluster import records
+from nemo_kubeflow.cluster.client import kubectl_delete
+from nemo_kubeflow.constants import TRAINJOB_KIND
 
 #: A job counts as waited for while its status was polled from a worker thread this recently (NeMo-Run
 #: polls every 2 s).
@@ -45,13 +50,19 @@ _submitting: dict[int, str] = {}
 _watched: dict[str, float] = {}
 _stop: dict[str, float] = {}
 _told: set[str] = set()
-_pending = False
+#: A Ctrl-C came during a submission: submissions stop (``stop_requested``) until the next run.
+_stop_submissions = False
 _presses = 0
 
 
 def install() -> None:
     """Handle SIGINT as the module docstring says; a no-op outside the main thread, or when the
-    program has its own handler."""
+    program has its own handler. Called by the dry run that starts every run: a Ctrl-C that stopped
+    the submissions of an earlier run (which the program caught) does not stop this one's."""
+    global _stop_submissions
+    with _lock:
+        if not _submitting:
+            _stop_submissions = False
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -67,12 +78,12 @@ def _say(text: str) -> None:
 
 
 def _on_sigint(signum: int, frame: object) -> None:
-    global _pending, _presses
+    global _stop_submissions, _presses
     with _lock:
         now = time.monotonic()
         waited = sorted(app for app, seen in _watched.items() if now - seen < WATCH_WINDOW_S)
         submitting = sorted(_submitting.values())
-        if not (submitting or waited or _pending or _presses):
+        if not (submitting or waited or _stop_submissions or _presses):
             raise KeyboardInterrupt
         _presses += 1
         if _presses >= 2:
@@ -85,9 +96,10 @@ def _on_sigint(signum: int, frame: object) -> None:
             finally:
                 os._exit(EXIT_CODE)
         if submitting:
-            _pending = True
-            _say("\nCtrl-C: finishing the submission of " + ", ".join(submitting) + " first, so that NeMo-Run "
-                 "records the job; waiting stops right after. Press Ctrl-C again to exit at once.")
+            _stop_submissions = True
+            _say("\nCtrl-C: stopping the submission of " + ", ".join(submitting) + " (a request under way is "
+                 "answered first): what it created is deleted, unless its job has started already. Press Ctrl-C "
+                 "again to exit at once.")
             return
         for app in waited:
             _stop[app] = now + STOP_WINDOW_S
@@ -100,10 +112,10 @@ def _on_sigint(signum: int, frame: object) -> None:
 @contextmanager
 def submitting(name: str) -> Iterator[None]:
     """Mark a submission in progress (``name``: ``namespace/trainjob``)."""
-    global _presses, _pending
+    global _presses
     key = threading.get_ident()
     with _lock:
-        if not _submitting and not _pending:
+        if not _submitting and not _stop_submissions:
             _presses = 0  # a new run: a Ctrl-C of an earlier one is forgotten
         _submitting[key] = name
     try:
@@ -113,18 +125,55 @@ def submitting(name: str) -> Iterator[None]:
             _submitting.pop(key, None)
 
 
-def submitted(app_id: str) -> None:
-    """A submission finished: if Ctrl-C came during it, say so, and stop the wait for it."""
-    global _pending
+def stop_requested() -> bool:
+    """Whether a Ctrl-C asked the submissions under way to stop (``submit``'s ``stop``)."""
+    return _stop_submissions
+
+
+def stopped(error: BaseException) -> None:
+    """A submission stopped by Ctrl-C before its job started: say so, and what is left if its removal failed."""
+    notes = " ".join(getattr(error, "__notes__", None) or [])
+    _say(f"Ctrl-C: {error}; " + (notes or "what it had created was deleted, nothing ran on the cluster."))
+
+
+def submitted(app_id: str, handle: str, job_dir: str) -> None:
+    """A submission finished (its job runs). If a Ctrl-C came during it: record the job in NeMo-Run's
+    records of the experiment (under ``handle``, as the launch would have), say that it runs and how to
+    cancel it, and raise ``KeyboardInterrupt``: the Ctrl-C stops the program."""
     with _lock:
-        if not _pending:
+        if not _stop_submissions:
             return
-        _stop[app_id] = time.monotonic() + STOP_WINDOW_S
-        if not _submitting:
-            _pending = False
+        _stop[app_id] = time.monotonic() + STOP_WINDOW_S  # and a wait for it stops
     namespace, name = records.parse_app_id(app_id)
-    _say(f"Ctrl-C came during the submission of TrainJob {namespace}/{name}: the submission was completed, "
-         "so NeMo-Run has a record of the job; it is not waited for.")
+    exp = _experiment()
+    recorded = _record_launch(exp, handle, job_dir)
+    exp_id = getattr(exp, "_id", None)
+    index, _ = _task_of(exp, app_id) if recorded else (None, "")
+    lines = [f"Ctrl-C came after TrainJob {namespace}/{name} had started: the job runs on the cluster."]
+    if recorded and exp_id and index is not None:
+        lines += [f"  cancel it:        nemo experiment cancel {exp_id} {index}",
+                  f"  follow its logs:  nemo experiment logs {exp_id} {index}"]
+    lines.append(f"  or delete it:     {kubectl_delete(TRAINJOB_KIND, name, namespace)}   "
+                 "(its ConfigMaps and Secret go with it)")
+    _say("\n".join(lines))
+    raise KeyboardInterrupt(f"TrainJob {namespace}/{name} was submitted; Ctrl-C stopped the program")
+
+
+def _record_launch(exp, handle: str, job_dir: str) -> bool:
+    """Give the experiment's task of ``job_dir`` the handle NeMo-Run's launch would have given it, and save the
+    experiment's records: the ``KeyboardInterrupt`` that follows skips both."""
+    if exp is None:
+        return False
+    try:
+        from torchx.specs import AppState
+
+        job = next(j for j in exp.jobs if getattr(getattr(j, "executor", None), "job_dir", None) == job_dir)
+        job.handle, job.launched, job.state = handle, True, AppState.SUBMITTED
+        exp._save_jobs()
+        return True
+    except Exception as e:  # noqa: BLE001 - NeMo-Run internals: without them, the kubectl command alone
+        _say(f"(could not record the job in the experiment's records: {type(e).__name__}: {e})")
+        return False
 
 
 def check_wait(app_id: str, terminal: bool) -> None:

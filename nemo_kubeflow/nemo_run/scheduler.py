@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
-from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_terminal, runopts
+from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_terminal, make_app_handle, runopts
 
 from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.cluster import records
 from nemo_kubeflow.cluster.client import Cluster, KubernetesCluster
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND, queue_name
-from nemo_kubeflow.errors import ClusterError, ConfigError
+from nemo_kubeflow.errors import ClusterError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
 from nemo_kubeflow.observe.status import (
     job_status,
@@ -184,7 +184,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         cluster = self._cluster(req.kubeconfig, req.context)
         known = self._known_runtimes.setdefault((_abs(req.kubeconfig), req.context), set())
         with interrupt.submitting(f"{sub.namespace}/{sub.name}"):
-            result = submit(cluster, sub, known_runtimes=known, timeout=req.submit_timeout_seconds)
+            try:
+                result = submit(cluster, sub, known_runtimes=known, timeout=req.submit_timeout_seconds,
+                                stop=interrupt.stop_requested)
+            except SubmissionStopped as stopped:
+                interrupt.stopped(stopped)
+                # A plain KeyboardInterrupt: uncaught, Python ends the program by SIGINT (a shell's 130).
+                raise KeyboardInterrupt(str(stopped)) from None
             records.save(records.AppRecord(
                 namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
                 nodes=req.nodes, job_dir=req.job_dir, stall_warning_seconds=req.stall_warning_seconds,
@@ -192,7 +198,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         log.info("submitted TrainJob %s/%s (%s)", sub.namespace, sub.name,
                  ", ".join(f"{v} {k}" for v, k, _ in result.actions))
         app_id = records.app_id(sub.namespace, sub.name)
-        interrupt.submitted(app_id)
+        interrupt.submitted(app_id, make_app_handle(SCHEDULER_NAME, self.session_name, app_id), req.job_dir)
         return app_id
 
     # --- observe ---------------------------------------------------------------------

@@ -91,6 +91,36 @@ def format_summary(req: KubeflowRequest) -> str:
     return "\n".join(lines)
 
 
+def role_launcher(entrypoint: str, sub: Submission) -> Optional[str]:
+    """The launcher that runs the task's processes: ``torchrun``, ``ft_launcher`` or None (the task's own command)."""
+    if entrypoint == "ft_launcher":
+        return "ft_launcher"
+    return "torchrun" if sub.launch.uses_torchrun else None
+
+
+def retry_scope_warning(executor: KubeflowExecutor, launcher: Optional[str]) -> str:
+    """What ``retries`` will and will not retry, when the launcher turns every rank failure into exit 1 and
+    exit 1 fails the job at once (``fail_fast_exit_codes``); empty otherwise."""
+    codes = executor.fail_fast_exit_codes
+    if launcher is None or not executor.retries or 1 not in codes or executor.runtime_name is not None:
+        return ""
+    return (f"retries={executor.retries} with {launcher}: when a rank fails, {launcher} exits 1, which "
+            f"fail_fast_exit_codes={list(codes)} counts as a user error: the job fails at once, no retry. retries "
+            "restarts the gang only for pod disruptions (eviction, preemption, a lost node) and exit codes not in "
+            "fail_fast_exit_codes. To retry failed ranks too, set fail_fast_exit_codes=[] (or drop 1 from it); see "
+            "docs/resilience.md#failure-classes-user-errors-fail-fast")
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning line, once per process (the tasks of an experiment share their executor's settings)."""
+    if message and message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
 def write_manifests(sub: Submission, directory: str) -> None:
     """Write every (masked) manifest as YAML, numbered in submission order."""
     os.makedirs(directory, exist_ok=True)
@@ -159,6 +189,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         # log readers (tail_logs, exp.logs) read one replica per count: one per node, as `describe` says.
         app.roles[0].num_replicas = executor.nodes
         check_secret_sources(submission.secret_sources)
+        _warn_once(retry_scope_warning(executor, role_launcher(app.roles[0].entrypoint, submission)))
         manifests_dir = None
         if executor.job_dir:
             manifests_dir = os.path.join(executor.job_dir, "manifests")

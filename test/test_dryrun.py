@@ -67,21 +67,6 @@ def test_dryrun_summary_lists_objects(capsys):
     assert "TrainJob" in out and "ConfigMap" in out
 
 
-def test_dryrun_says_where_the_manifests_survive(capsys):
-    """NeMo-Run's exp.dryrun() deletes the experiment directory by default: the summary says so."""
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, kubeconfig="/nonexistent/kubeconfig")
-    with run.Experiment("dry-kept", executor=executor, log_level="WARN") as exp:
-        exp.add(run.Script(inline="echo hi"), name="kept")
-        exp.dryrun()
-        exp_dir = Path(exp._exp_dir)
-    out = " ".join(re.sub(r"\S+\.py:\d+", " ", capsys.readouterr().out).split())
-    manifests = exp_dir / "kept" / "manifests"
-    said = f"manifests written to {manifests}: exp.dryrun() deletes this directory when it returns; keep it with " \
-           "exp.dryrun(delete_exp_dir=False)"
-    assert "".join(said.split()) in "".join(out.split()), out  # rich wraps long paths anywhere
-    assert not exp_dir.exists()  # what the message warns about
-
-
 def test_dryrun_rejects_missing_image_before_anything():
     with pytest.raises(Exception, match="container_image is not set"):
         run.run(run.Script(inline="echo hi"), executor=KubeflowExecutor(nodes=1), name="noimg", dryrun=True)

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ class KubeflowRequest:
     manifests_dir: Optional[str]
     stall_warning_seconds: Optional[int] = None
     submit_timeout_seconds: float = 60.0
+    #: The dry run is NeMo-Run's ``exp.dryrun()`` that removes the experiment directory, manifests included,
+    #: when it returns (its default ``delete_exp_dir=True``).
+    manifests_removed: bool = False
 
     def __str__(self) -> str:
         return format_summary(self)
@@ -83,12 +87,29 @@ def format_summary(req: KubeflowRequest) -> str:
         ns = obj["metadata"].get("namespace")
         where = f" (namespace {ns})" if ns else ""
         lines.append(f"    - {obj['kind']} {obj['metadata']['name']}{where}")
-    if req.manifests_dir:
-        # NeMo-Run's exp.dryrun() removes the experiment directory when it returns, by default.
-        lines.append(f"  manifests written to {req.manifests_dir}: exp.dryrun() deletes this directory when it "
-                     "returns; keep it with exp.dryrun(delete_exp_dir=False), or write the manifests anywhere "
-                     "with nemo-kubeflow render --out DIR")
+    if req.manifests_dir and req.manifests_removed:
+        lines.append("  manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep "
+                     "them with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
+                     "--out DIR")
+    elif req.manifests_dir:
+        lines.append(f"  manifests written to {req.manifests_dir}")
     return "\n".join(lines)
+
+
+def _removed_by_exp_dryrun(path: str) -> bool:
+    """Whether NeMo-Run's ``Experiment.dryrun`` runs this dry run and removes ``path`` when it returns: it
+    removes the experiment directory unless called with ``delete_exp_dir=False``. Read from its frame (NeMo-Run
+    tells the scheduler nothing of it); ``False`` when the dry run is not one of ``exp.dryrun()``."""
+    from nemo_run.run.experiment import Experiment
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is Experiment.dryrun.__code__:
+            exp_dir = getattr(frame.f_locals.get("self"), "_exp_dir", None)
+            return bool(frame.f_locals.get("delete_exp_dir")) and isinstance(exp_dir, str) and \
+                os.path.commonpath([os.path.abspath(exp_dir), os.path.abspath(path)]) == os.path.abspath(exp_dir)
+        frame = frame.f_back
+    return False
 
 
 def role_launcher(entrypoint: str, sub: Submission) -> Optional[str]:
@@ -203,6 +224,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             manifests_dir=manifests_dir,
             stall_warning_seconds=executor.stall_warning_seconds,
             submit_timeout_seconds=executor.submit_timeout_seconds,
+            manifests_removed=manifests_dir is not None and _removed_by_exp_dryrun(manifests_dir),
         )
         return AppDryRunInfo(req, format_summary)
 

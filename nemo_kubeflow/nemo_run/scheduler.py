@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
@@ -102,7 +103,7 @@ def _removed_by_exp_dryrun(path: str) -> bool:
     tells the scheduler nothing of it); ``False`` when the dry run is not one of ``exp.dryrun()``."""
     from nemo_run.run.experiment import Experiment
 
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         if frame.f_code is Experiment.dryrun.__code__:
             exp_dir = getattr(frame.f_locals.get("self"), "_exp_dir", None)

@@ -45,6 +45,7 @@ from nemo_kubeflow.constants import (
 )
 from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.observe.status import newest_pods_by_node
+from nemo_kubeflow.pod.warm_start import NOT_APPLIED
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.client import Cluster
@@ -84,7 +85,8 @@ class RankFailure:
 
     def headline(self, node: Optional[int]) -> str:
         """"rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
-        where = f"rank {self.rank}" if self.rank is not None else ""
+        where = f"rank {self.rank}" if self.rank is not None else \
+            f"local rank {self.local_rank}" if self.local_rank is not None else ""
         if node is not None:
             where = f"{where} on node {node}" if where else f"node {node}"
         if self.missing_command:
@@ -93,7 +95,7 @@ class RankFailure:
             return f"{where}: {self.error}"
         if self.signal_name:
             return f"{where}: killed by {self.signal_name} (torchrun exitcode {self.exitcode})"
-        if self.exitcode is not None and self.rank is not None:
+        if self.exitcode is not None and (self.rank is not None or self.local_rank is not None):
             return f"{where}: exited with code {self.exitcode}"
         return ""
 
@@ -159,21 +161,30 @@ _FT_FAILURE = re.compile(r"Some rank\(s\) exited with non-zero exit code: \{(?P<
                          r"ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)")
 
 
+def _signal_name(exitcode: int) -> str:
+    """"SIGKILL" for torchelastic's exitcode -9 ("" for an exit code or an unknown signal)."""
+    import signal
+
+    try:
+        return signal.Signals(-exitcode).name if exitcode < 0 else ""
+    except ValueError:
+        return ""
+
+
 def _ft_launcher_failure(lines: Sequence[str]) -> dict:
-    """The fields of ``_root_cause`` from ft_launcher's last failure line ({} when there is none)."""
+    """The fields of ``_root_cause`` from ft_launcher's last failure line, else (nvidia-resiliency-ext 0.6.0
+    can end on "Agent run ended with exception, e=AssertionError()" instead) the local rank and exit code of
+    torchelastic's last "failed (exitcode: 3) local_rank: 1" line ({} when there is neither)."""
+    worker_exit = None
     for line in reversed(lines):
+        worker_exit = worker_exit or _WORKER_EXIT.search(line)
         if m := _FT_FAILURE.search(line):
             code = int(m["code"])
-            signal_name = ""
-            if code < 0:
-                import signal
-
-                try:
-                    signal_name = signal.Signals(-code).name
-                except ValueError:
-                    signal_name = ""
-            return {"rank": int(m["rank"]), "local_rank": int(m["local"]), "exitcode": code, "signal": signal_name,
+            return {"rank": int(m["rank"]), "local_rank": int(m["local"]), "exitcode": code, "signal": _signal_name(code),
                     "traceback": []}
+    if worker_exit and any(_AGENT_LOG.search(line) for line in lines):
+        return {"rank": None, "local_rank": int(worker_exit["local"]), "exitcode": int(worker_exit["code"]),
+                "signal": _signal_name(int(worker_exit["code"])), "traceback": []}
     return {}
 
 
@@ -243,8 +254,10 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
 #: What the agent of ft_launcher (and torchrun) logs each time it restarts its worker group: after a
 #: failure ("Worker group FAILED. 2/2 attempts left; will restart worker group"), when a peer's agent
 #: restarted ("Detected 1 new nodes from group_rank=0; will restart worker group"), or ft_launcher's
-#: "1/2 restart attempts left; restarting worker group...".
-_WORKER_GROUP_RESTART = re.compile(r"will restart worker group|restart attempts left; restarting worker group")
+#: "1/2 restart attempts left; restarting worker group..."; from nvidia-resiliency-ext 0.6 a healthy node
+#: joining a peer's restart logs "[default] Joining cluster restart (group_rank=1)" instead.
+_WORKER_GROUP_RESTART = re.compile(r"will restart worker group|restart attempts left; restarting worker group"
+                                   r"|Joining cluster restart \(group_rank=")
 #: torchelastic's line for a worker that died: "failed (exitcode: -9) local_rank: 1 (pid: 812) of binary: ...".
 _WORKER_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+)")
 #: What the c10d rendezvous of ft_launcher (its own copy of torch's dynamic rendezvous) logs as each agent
@@ -262,14 +275,18 @@ class InJobRestarts:
     count: int = 0
     #: Why the last one happened, when this node's own worker failed ("local rank 1 exited with code -9").
     why: str = ""
+    #: A warm-start setting the pod did not apply, and why (warm_start.py's ``NOT_APPLIED`` line).
+    not_applied: str = ""
 
 
 def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
     """How many times ft_launcher (or torchrun with ``--max-restarts``) restarted its workers, from
     a node's log (all of it, or its last lines). Each agent logs every restart of the job (its own
     worker's failure, or a peer's), and the rendezvous round it joins (ft_launcher's c10d)."""
-    count, rounds, why = 0, 0, ""
+    count, rounds, why, not_applied = 0, 0, "", ""
     for line in lines:
+        if NOT_APPLIED in line:
+            not_applied = line.split(NOT_APPLIED, 1)[1].strip()
         if m := _WORKER_EXIT.search(line):
             code = int(m["code"])
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -278,7 +295,7 @@ def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
             count += 1
         elif m := _RENDEZVOUS_ROUND.search(line):
             rounds = max(rounds, int(m["round"]))
-    return InJobRestarts(max(count, rounds), why)
+    return InJobRestarts(max(count, rounds), why, not_applied)
 
 
 # --- what the pods and events say --------------------------------------------------------------------
@@ -548,6 +565,8 @@ class Restarts:
     in_place: int = 0
     #: The job failed at once on a user error (a ``fail_fast_exit_codes`` exit code): no restart tried.
     failed_fast: bool = False
+    #: A warm-start setting the pods did not apply, and why (``InJobRestarts.not_applied``).
+    not_applied: str = ""
 
     def note(self, *, finished: bool) -> str:
         """"after 1 gang restart: ...; 2 in-job restarts by ft_launcher" (a failed job always gets
@@ -568,6 +587,8 @@ class Restarts:
         if self.in_place:
             plural = "s" if self.in_place != 1 else ""
             parts.append(f"{self.in_place} container restart{plural} in place by the kubelet")
+        if self.not_applied:
+            parts.append(f"warning: not applied: {self.not_applied}")
         return "; ".join(parts)
 
 
@@ -740,7 +761,8 @@ class JobView:
                        for cs in (p.get("status") or {}).get("containerStatuses") or [])
         return Restarts(gang=gang, gang_causes=causes, in_job=in_job.count if in_job else None,
                         in_job_cause=in_job.why if in_job else "", in_place=in_place,
-                        failed_fast=condition_reason == FAIL_FAST_REASON)
+                        failed_fast=condition_reason == FAIL_FAST_REASON,
+                        not_applied=in_job.not_applied if in_job else "")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import signal
 import socket
 import struct
 import sys
+from typing import Callable, Dict, Optional, Tuple
 
 #: The template's socket; set by ``launch`` for the workers ft_launcher starts.
 SOCKET_ENV = "NEMO_KUBEFLOW_WARM_SOCKET"
@@ -288,32 +289,122 @@ def _worker(conn, request, fds):
 # --------------------------------------------------------------------------------------------
 
 
-def _faster_rendezvous(poll):
-    """Have ft_launcher's agents look at their rendezvous every ``poll`` seconds instead of every
-    second: the wait between two looks (``_delay(seconds=1)``) and how long a state read is
-    reused (``cache_duration=1``) in nvidia-resiliency-ext 0.4's c10d rendezvous."""
+#: The nvidia-resiliency-ext releases whose ft_launcher this file knows, with the rendezvous implementations
+#: each ships: 0.4 has the legacy c10d one only (``_ft_rendezvous``); 0.5 adds the barrier one
+#: (``ft_rendezvous_barrier``, chosen with ``--ft-rdzv-impl barrier``), 0.6 makes it the default and 0.7
+#: deletes the legacy one (NVRx#379). Warm starts are on only for these releases (docs/resilience.md).
+RENDEZVOUS_BY_RELEASE: Dict[Tuple[int, int], Tuple[str, ...]] = {
+    (0, 4): ("legacy",),
+    (0, 5): ("legacy", "barrier"),
+    (0, 6): ("legacy", "barrier"),
+    (0, 7): ("barrier",),
+}
+#: How the pod's log says that a warm-start setting was not applied (read by observe/diagnosis.py for status).
+NOT_APPLIED = "nemo-kubeflow: not applied:"
+
+
+def nvrx_version() -> Optional[str]:
+    """The installed nvidia-resiliency-ext's version string, or None when its metadata cannot be read."""
+    import importlib.metadata
+
+    for name in ("nvidia-resiliency-ext", "nvidia_resiliency_ext"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def nvrx_release(version: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``(major, minor)`` of a known release (a key of RENDEZVOUS_BY_RELEASE), else None."""
+    parts = (version or "").split(".")
+    try:
+        release = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return None
+    return release if release in RENDEZVOUS_BY_RELEASE else None
+
+
+def _legacy_polls(poll: float) -> str:
+    """The legacy c10d rendezvous (``_ft_rendezvous``, 0.4 to 0.6): the wait between two looks
+    (``_delay(seconds=1)``) and how long a state read is reused (``cache_duration=1``) become ``poll``.
+    Returns what is missing ("" when patched)."""
+    import inspect
+
     from nvidia_resiliency_ext.fault_tolerance import _ft_rendezvous as rendezvous
 
     holder = getattr(rendezvous, "_BackendRendezvousStateHolder", None)
     delay = getattr(rendezvous, "_delay", None)
-    import inspect
-
     if holder is None or delay is None or "cache_duration" not in inspect.signature(holder.__init__).parameters:
-        print("nemo-kubeflow: rendezvous_poll_seconds is ignored: this nvidia-resiliency-ext has no "
-              "_ft_rendezvous._delay/_BackendRendezvousStateHolder (written for 0.4)", file=sys.stderr, flush=True)
-        return
+        return "_ft_rendezvous has no _delay/_BackendRendezvousStateHolder(cache_duration)"
 
-    def _delay(seconds):
+    def _delay(seconds: float) -> None:
         delay(poll if seconds == 1 else seconds)
 
     init = holder.__init__
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         init(self, *args, **kwargs)
         self._cache_duration = min(self._cache_duration, poll)
 
     rendezvous._delay = _delay
     holder.__init__ = __init__
+    return ""
+
+
+class _PollClock:
+    """The ``time`` module as the barrier rendezvous sees it: its one-second polls
+    (``time.sleep(1.0)``) last ``poll`` seconds; everything else is ``time``'s own."""
+
+    def __init__(self, clock, poll: float) -> None:
+        self._clock, self._poll = clock, poll
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.sleep(self._poll if seconds == 1 else seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(self._clock, name)
+
+
+def _barrier_polls(poll: float) -> str:
+    """The barrier rendezvous (``ft_rendezvous_barrier``, 0.5+): its one-second polls (a node waiting for
+    the next round to open; 0.5's wait for the rank assignment) and the store host's one-second floor between
+    two looks at who has joined (``_compute_step2_poll_interval``, 0.6+) become ``poll``.
+    Returns what is missing ("" when patched)."""
+    from nvidia_resiliency_ext.fault_tolerance import ft_rendezvous_barrier as rendezvous
+
+    state = getattr(rendezvous, "_RendezvousBarrierState", None)
+    clock = getattr(rendezvous, "time", None)
+    if state is None or not hasattr(clock, "sleep"):
+        return "ft_rendezvous_barrier has no _RendezvousBarrierState or time module"
+    rendezvous.time = _PollClock(clock, poll)
+    interval = state.__dict__.get("_compute_step2_poll_interval")
+    if isinstance(interval, staticmethod):
+        compute = interval.__func__
+
+        def _compute_step2_poll_interval(*args, **kwargs) -> float:
+            seconds = compute(*args, **kwargs)
+            return poll if seconds == 1 else seconds
+
+        state._compute_step2_poll_interval = staticmethod(_compute_step2_poll_interval)
+    return ""
+
+
+_POLLS: Dict[str, Callable[[float], str]] = {"legacy": _legacy_polls, "barrier": _barrier_polls}
+
+
+def _faster_rendezvous(poll: float, release: Tuple[int, int]) -> str:
+    """Have ft_launcher's agents look at their rendezvous every ``poll`` seconds instead of every second,
+    in each rendezvous implementation that ``release`` ships (the one ft_launcher runs is its flags' choice).
+    Returns why it could not ("" when done)."""
+    for impl in RENDEZVOUS_BY_RELEASE[release]:
+        try:
+            missing = _POLLS[impl](poll)
+        except ImportError as error:
+            missing = f"its {impl} rendezvous cannot be imported ({error})"
+        if missing:
+            return missing
+    return ""
 
 
 def launch(args):
@@ -342,6 +433,15 @@ def launch(args):
         raise SystemExit(f"nemo-kubeflow: {sys.executable} cannot import nvidia_resiliency_ext, which "
                          "worker_preload and rendezvous_poll_seconds run ft_launcher with: install it for the "
                          "image's python3 (docs/resilience.md)")
+    version = nvrx_version()
+    release = nvrx_release(version)
+    if release is None and (preload or poll is not None):
+        # Its internals are unknown: the rendezvous could not be patched, and how it starts workers may have
+        # changed. Run ft_launcher plainly, and say so once (the marked line reaches `status`).
+        print(f"{NOT_APPLIED} worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext {version} is not a "
+              f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
+              "one of those, or a nemo-kubeflow that knows this release)", file=sys.stderr, flush=True)
+        preload, poll = [], None
     leftovers = [os.path.abspath(__file__)] if os.path.basename(__file__).startswith(POD_FILE_PREFIX) else []
     if preload:
         # Before nvidia_resiliency_ext is imported: a worker gets the state of a Python that has
@@ -367,8 +467,11 @@ def launch(args):
         ft_flags = [*ft_flags, "--no-python", *client_argv]
     elif module:
         ft_flags = [*ft_flags, "-m"]
-    if poll is not None:
-        _faster_rendezvous(poll)
+    if poll is not None and release is not None:
+        missing = _faster_rendezvous(poll, release)
+        if missing:
+            print(f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
+                  "rendezvous polls every second)", file=sys.stderr, flush=True)
     sys.argv = ["ft_launcher", *ft_flags, *program]
     from nvidia_resiliency_ext.fault_tolerance.launcher import main
 

@@ -207,3 +207,48 @@ def test_a_setting_the_pod_did_not_apply_reaches_the_status_note():
     note = Restarts(in_job=found.count, not_applied=found.not_applied).note(finished=False)
     assert note == ("2 in-job restarts by ft_launcher (no pod recreated); warning: not applied: " + found.not_applied)
     assert read_in_job_restarts(LOG_0_4).not_applied == ""
+
+
+_WAITING_LAUNCHER = """
+import os, sys, time
+
+def main():
+    print("stand-in ft_launcher", sys.argv[1:], flush=True)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.environ["STAND_IN_DONE"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return 0
+"""
+
+
+def test_status_warns_while_the_pods_run_an_nvrx_release_it_does_not_know(cluster, tmp_path):
+    """On the local cluster: the pods import a stand-in nvidia-resiliency-ext 0.9.0 (PYTHONPATH); `status` of the
+    running job says that worker_preload and rendezvous_poll_seconds were not applied."""
+    import nemo_run as run
+    from polling import wait_for
+    from test_e2e import app_id_of
+    from test_resilience import ft_executor
+    from torchx.specs import AppState
+
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+
+    site = stand_in_nvrx(tmp_path / "site", "0.9.0", legacy=False, barrier=True)
+    (site / "nvidia_resiliency_ext" / "fault_tolerance" / "launcher.py").write_text(_WAITING_LAUNCHER)
+    done = tmp_path / "done"
+    executor = ft_executor(cluster, launcher=run.FaultTolerance(max_restarts=1), worker_preload=["json"],
+                           rendezvous_poll_seconds=0.1,
+                           env_vars={"PYTHONPATH": str(site), "STAND_IN_DONE": str(done)})
+    with run.Experiment("nvrx-unknown", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(path="workloads.py", entrypoint="python"), name="train")
+        exp.run(detach=True)
+    app_id = app_id_of(exp.jobs[0].handle)
+    scheduler = create_scheduler("t")
+    try:
+        desc = wait_for(lambda: "not applied" in ((d := scheduler.describe(app_id)).msg or "") and d,
+                        "status to say what was not applied", timeout=120)
+        assert desc.state == AppState.RUNNING
+        assert ("warning: not applied: worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext 0.9.0 is "
+                "not a release this nemo-kubeflow knows") in desc.msg, desc.msg
+    finally:
+        done.touch()
+    wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, "the job to succeed", timeout=120)

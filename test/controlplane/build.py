@@ -83,7 +83,9 @@ class Component:
 K8S_VERSION_PKG = "k8s.io/component-base/version"
 
 
-def components() -> list[Component]:
+def components(kubernetes: str = versions.KUBERNETES) -> list[Component]:
+    """The components at their pinned versions; `kubernetes` picks the Kubernetes release (an entry of
+    versions.KUBERNETES_MATRIX) of kube-apiserver, kube-controller-manager and kube-scheduler."""
     return [
         Component(
             "jobset", "sigs.k8s.io/jobset", versions.JOBSET,
@@ -103,24 +105,25 @@ def components() -> list[Component]:
             group="etcd", replace_version=versions.ETCD,
         ),
         Component(
-            "kubernetes", "k8s.io/kubernetes", versions.KUBERNETES,
+            "kubernetes", "k8s.io/kubernetes", kubernetes,
             {
                 "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
                 "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
                 "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
             },
-            replace_version=versions.staging_version(versions.KUBERNETES),
+            replace_version=versions.staging_version(kubernetes),
         ),
     ]
 
 
-def ldflags(group: str) -> str:
+def ldflags(members: list) -> str:
     flags = ["-s", "-w"]
-    if group == "kubernetes":
+    kubernetes = next((c.version for c in members if c.name == "kubernetes"), None)
+    if kubernetes:
         # what hack/lib/version.sh stamps, so /version reports the real release (the controllers of the
         # group get the same stamp in their copy of component-base; none of them reads it)
-        k8s_minor = versions.KUBERNETES.lstrip("v").split(".")[1]
-        flags += [f"-X {K8S_VERSION_PKG}.gitVersion={versions.KUBERNETES}", f"-X {K8S_VERSION_PKG}.gitMajor=1",
+        k8s_minor = kubernetes.lstrip("v").split(".")[1]
+        flags += [f"-X {K8S_VERSION_PKG}.gitVersion={kubernetes}", f"-X {K8S_VERSION_PKG}.gitMajor=1",
                   f"-X {K8S_VERSION_PKG}.gitMinor={k8s_minor}", f"-X {K8S_VERSION_PKG}.gitTreeState=clean"]
     return "-ldflags=" + " ".join(flags)
 
@@ -278,7 +281,7 @@ def compile_group(group: str, members: list, bin_dir: Path, work: Path, env: dic
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     packages = [pkg for c in members for pkg in c.binaries.values()]
-    _run(["go", "build", "-trimpath", GCFLAGS, ldflags(group), f"-debug-trace={work / 'trace.json'}",
+    _run(["go", "build", "-trimpath", GCFLAGS, ldflags(members), f"-debug-trace={work / 'trace.json'}",
           "-o", f"{out}/", *packages], _module_env(env), work, log)
     for c in members:
         for name, package in c.binaries.items():
@@ -309,12 +312,18 @@ def _relative(path: str, root: Path) -> str:
     return os.path.relpath(path, root)
 
 
-def ensure_built(only: list | None = None, out=sys.stderr) -> dict:
+def ensure_built(only: list | None = None, out=sys.stderr, kubernetes: str | None = None) -> dict:
     """Build what is missing for the pinned versions (under a lock) and return the build info.
 
     `only` (component names) builds just those, in a module of their own under `<versions-hash>/only/`
     (for measuring: the complete build's binaries stay as they are); the build info is then not written.
+    `kubernetes` (default: versions.selected_kubernetes(), an entry of the matrix) other than
+    versions.KUBERNETES builds that release's kube-apiserver, kube-controller-manager and kube-scheduler
+    on top of the pinned build (see ensure_kubernetes) and returns the build info with those three swapped in.
     """
+    kubernetes = kubernetes or versions.selected_kubernetes()
+    if kubernetes != versions.KUBERNETES and not only:
+        return ensure_kubernetes(kubernetes, ensure_built(out=out, kubernetes=versions.KUBERNETES), out)
     info = load_build_info()
     if info is not None and not only:
         return info
@@ -377,6 +386,56 @@ def ensure_built(only: list | None = None, out=sys.stderr) -> dict:
         return _resolve(info, root)
 
 
+def kubernetes_dir(kubernetes: str) -> Path:
+    return build_dir() / f"kubernetes-{kubernetes}"
+
+
+def ensure_kubernetes(kubernetes: str, base: dict, out=sys.stderr) -> dict:
+    """Build kube-apiserver, kube-controller-manager and kube-scheduler of another Kubernetes release of the
+    matrix (only those: etcd and the Trainer, JobSet and Kueue controllers of `base`, the pinned build, are the
+    same on every entry) in a module of its own, `<versions-hash>/kubernetes-<version>/`, and return `base`
+    with those three binaries swapped in. Its build-info.json is written last, as the pinned build's."""
+    target = kubernetes_dir(kubernetes)
+    members = [c for c in components(kubernetes) if c.name == "kubernetes"]
+    root = cache_root()
+    done = target / BUILD_INFO
+
+    def combined(extra: dict) -> dict:
+        extra = _resolve(extra, root)
+        info = dict(base, kubernetes=kubernetes)
+        info["binaries"] = {**base["binaries"], **extra["binaries"]}
+        info["components"] = {**base["components"], **extra["components"]}
+        return info
+
+    if done.is_file():
+        return combined(json.loads(done.read_text()))
+    (target / "bin").mkdir(parents=True, exist_ok=True)
+    env = go_env(root)
+    with open(root / f"{build_dir().name}.lock", "w") as lock, open(target / "build-kubernetes.log", "a") as log:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return combined(json.loads(done.read_text()))
+        cpu_before, started = _children_cpu(), time.monotonic()
+        print(f"controlplane: building kubernetes {kubernetes} (kube-apiserver, kube-controller-manager, "
+              "kube-scheduler) ...", file=out, flush=True)
+        result = fetch_group("kubernetes", members, target / "work", env, log)
+        result["seconds"]["compile"] = compile_group("kubernetes", members, target / "bin", target / "work", env, log)
+        print(f"controlplane: kubernetes {kubernetes} built (download {result['seconds']['download']} s, "
+              f"compile {result['seconds']['compile']} s)", file=out, flush=True)
+        extra = {
+            "kubernetes": kubernetes,
+            "go": go_version(env),
+            "seconds": round(time.monotonic() - started, 1),
+            "cpu_seconds": round(_children_cpu() - cpu_before, 1),
+            "groups": {"kubernetes": result["seconds"]},
+            "components": {name: dict(comp, module_dir=_relative(comp["module_dir"], root))
+                           for name, comp in result["components"].items()},
+            "binaries": {name: _relative(str(target / "bin" / name), root) for name in members[0].binaries},
+        }
+        done.write_text(json.dumps(extra, indent=2))
+        return combined(extra)
+
+
 def prune_other_builds() -> list[str]:
     """Remove the builds of other pinned versions (a version bump leaves the old one behind: about
     500 MiB each). The shared Go caches stay, so going back to those pins recompiles little."""
@@ -402,14 +461,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--print", action="store_true", help="print the build folder and exit")
     parser.add_argument("--only", action="append", help="build only this component (repeatable)")
+    parser.add_argument("--kubernetes", choices=versions.KUBERNETES_MATRIX,
+                        help=f"the Kubernetes release of the matrix (default: ${versions.KUBERNETES_ENV} or "
+                             f"{versions.KUBERNETES}); another than {versions.KUBERNETES} adds its three binaries")
     args = parser.parse_args(argv)
     if args.print:
         print(build_dir())
         return 0
     start = time.monotonic()
     try:
-        info = ensure_built(args.only)
-    except BuildUnavailable as exc:
+        info = ensure_built(args.only, kubernetes=args.kubernetes)
+    except (BuildUnavailable, ValueError) as exc:
         print(f"controlplane: cannot build: {exc}", file=sys.stderr)
         return 1
     for name, comp in info["components"].items():
@@ -418,6 +480,8 @@ def main(argv=None) -> int:
         print(f"{group:12} download {seconds['download']} s, compile {seconds['compile']} s")
     if "cpu_seconds" in info:
         print(f"the build took {info['seconds']} s, {info['cpu_seconds']} s of CPU")
+    if info.get("kubernetes"):
+        print(f"kube-apiserver, kube-controller-manager, kube-scheduler: Kubernetes {info['kubernetes']}")
     if not args.only:
         for name in prune_other_builds():
             print(f"removed the build of other pinned versions: {cache_root() / name}")

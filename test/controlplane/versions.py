@@ -13,6 +13,16 @@ Why these versions:
 """
 
 KUBERNETES = "v1.36.3"
+#: The version matrix of the `real` stage: the Kubernetes releases whose kube-apiserver,
+#: kube-controller-manager and kube-scheduler the tests also run on, beside the controllers above
+#: (built once, on KUBERNETES' libraries). Select one with NEMO_KUBEFLOW_KUBERNETES=<version>.
+#: - v1.37.2: the newest Kubernetes on the module proxy (2026-11-27: v1.37.3 is refused with 403).
+#: - v1.31.14: the oldest minor Trainer v2.3.0 supports ("Kubernetes >= 1.31" in its
+#:   docs/operator-guides/installation.md and chart README; its own e2e matrix starts at 1.32), newest patch.
+#:   etcd stays at ETCD: etcd 3.6 serves the 3.5 client API that Kubernetes 1.31 uses.
+KUBERNETES_MATRIX = (KUBERNETES, "v1.37.2", "v1.31.14")
+#: The environment variable that selects the Kubernetes release of the matrix a run uses.
+KUBERNETES_ENV = "NEMO_KUBEFLOW_KUBERNETES"
 ETCD = "v3.6.8"
 TRAINER = "v2.3.0"
 JOBSET = "v0.12.0"
@@ -26,6 +36,18 @@ def staging_version(kubernetes_version: str) -> str:
     """k8s.io/api and the other staging modules are tagged v0.<minor>.<patch> for Kubernetes v1.<minor>.<patch>."""
     major, minor, patch = kubernetes_version.lstrip("v").split(".")
     return f"v0.{minor}.{patch}"
+
+
+def selected_kubernetes(environ=None) -> str:
+    """The Kubernetes release this run's control plane uses: KUBERNETES unless the environment picks
+    another entry of KUBERNETES_MATRIX (any other value is refused, naming the matrix)."""
+    import os
+
+    chosen = (os.environ if environ is None else environ).get(KUBERNETES_ENV) or KUBERNETES
+    if chosen not in KUBERNETES_MATRIX:
+        raise ValueError(f"{KUBERNETES_ENV}={chosen} is not in test/controlplane/versions.py's KUBERNETES_MATRIX "
+                         f"{', '.join(KUBERNETES_MATRIX)}: add it there (pinned) to test on it")
+    return chosen
 
 
 def pins() -> dict:

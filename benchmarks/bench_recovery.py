@@ -90,6 +90,11 @@ def _step_lines(out: Path) -> list[tuple[int, int, float, int]]:
 
 #: Ours, fully: ft_launcher with warm worker starts and fast rendezvous polls (docs/resilience.md).
 WARM_SETTINGS = dict(worker_preload=["torch"], rendezvous_poll_seconds=0.1)
+#: A folder holding another nvidia-resiliency-ext (an unpacked wheel) for the pods to import instead of the
+#: installed one: the in-job restarts are then measured on that release (docs/resilience.md, "NVRx versions").
+#: NVRx 0.7 closes a rendezvous whose nodes share a hostname, as the local cluster's pods do (they are processes
+#: of this machine), unless NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE=1 (its switch for that case).
+NVRX_PATH_ENV = "NEMO_KUBEFLOW_BENCH_NVRX_PATH"
 
 
 def _kill_one_rank(ctx, variant: str) -> dict:
@@ -105,6 +110,8 @@ def _kill_one_rank(ctx, variant: str) -> dict:
                 if variant in ("ft", "warm") else dict(retries=1, fail_fast_exit_codes=[]))
     if variant == "warm":
         settings.update(WARM_SETTINGS)
+    if variant in ("ft", "warm") and os.environ.get(NVRX_PATH_ENV):
+        settings["env_vars"] = {"PYTHONPATH": os.environ[NVRX_PATH_ENV], "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"}
     executor = ours(ctx.cluster.kubeconfig_path, nodes=NODES, nprocs_per_node=1,
                     packager=ConfigMapPackager(relative_path=str(BENCH_DIR), include_pattern=WORKLOAD), **settings)
     # A plain script, not a run.Partial: NeMo-Run's runner would add its own start (import nemo_run, about

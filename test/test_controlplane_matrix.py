@@ -11,18 +11,18 @@ def test_the_matrix_starts_with_the_pinned_release_and_the_environment_picks_an_
     assert versions.KUBERNETES_MATRIX[0] == versions.KUBERNETES
     assert len(set(versions.KUBERNETES_MATRIX)) == len(versions.KUBERNETES_MATRIX) >= 3
     assert versions.selected_kubernetes({}) == versions.KUBERNETES
-    assert versions.selected_kubernetes({versions.KUBERNETES_ENV: "v1.31.14"}) == "v1.31.14"
+    assert versions.selected_kubernetes({versions.KUBERNETES_ENV: "v1.31.13"}) == "v1.31.13"
     with pytest.raises(ValueError, match=r"NEMO_KUBEFLOW_KUBERNETES=v1.30.0 is not in test/controlplane/versions.py's "
-                                         r"KUBERNETES_MATRIX v1.36.3, v1.37.2, v1.31.14: add it there"):
+                                         r"KUBERNETES_MATRIX v1.36.3, v1.37.2, v1.31.13: add it there"):
         versions.selected_kubernetes({versions.KUBERNETES_ENV: "v1.30.0"})
 
 
 def test_another_minor_builds_only_the_three_kubernetes_binaries_with_its_own_staging_modules_and_stamp():
-    [kubernetes] = [c for c in build.components("v1.31.14") if c.name == "kubernetes"]
+    [kubernetes] = [c for c in build.components("v1.31.13") if c.name == "kubernetes"]
     assert sorted(kubernetes.binaries) == ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
     go_mod = build.generated_go_mod("kubernetes", [(kubernetes, "go 1.22.0\nreplace k8s.io/api => ./staging/src/k8s.io/api\n")])
-    assert "\tk8s.io/kubernetes v1.31.14\n" in go_mod and "\tk8s.io/api => k8s.io/api v0.31.14\n" in go_mod
-    assert "-X k8s.io/component-base/version.gitVersion=v1.31.14" in build.ldflags([kubernetes])
+    assert "\tk8s.io/kubernetes v1.31.13\n" in go_mod and "\tk8s.io/api => k8s.io/api v0.31.13\n" in go_mod
+    assert "-X k8s.io/component-base/version.gitVersion=v1.31.13" in build.ldflags([kubernetes])
     assert "-X k8s.io/component-base/version.gitMinor=31" in build.ldflags([kubernetes])
     # the pinned build's components are unchanged (its cache folder, the versions hash, stays the same)
     assert [c.version for c in build.components() if c.name == "kubernetes"] == [versions.KUBERNETES]

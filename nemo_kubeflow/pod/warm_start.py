@@ -17,6 +17,8 @@ so ft_launcher sees what it would have seen from a plain ``python -u script``.
   running until it ends or its client dies.
 * When the template cannot be reached, the client runs the script in a new Python, as without
   warm starts, and says so on stderr.
+* The installed nvidia-resiliency-ext's release decides what is patched (``RENDEZVOUS_BY_RELEASE``); on a
+  release not listed there, ft_launcher runs plainly, and one ``NOT_APPLIED`` line on stderr says so.
 """
 
 import io
@@ -438,7 +440,9 @@ def launch(args):
     if release is None and (preload or poll is not None):
         # Its internals are unknown: the rendezvous could not be patched, and how it starts workers may have
         # changed. Run ft_launcher plainly, and say so once (the marked line reaches `status`).
-        print(f"{NOT_APPLIED} worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext {version} is not a "
+        settings = " and ".join(name for name, given in (("worker_preload", preload),
+                                                         ("rendezvous_poll_seconds", poll is not None)) if given)
+        print(f"{NOT_APPLIED} {settings} (nvidia-resiliency-ext {version} is not a "
               f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
               "one of those, or a nemo-kubeflow that knows this release)", file=sys.stderr, flush=True)
         preload, poll = [], None

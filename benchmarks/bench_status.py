@@ -89,11 +89,12 @@ def run(ctx):
                     _wait_for(lambda: "cannot be scheduled" in (scheduler.describe(app_id).msg or ""))
                 else:
                     cluster.wait_finished()
-                    scheduler.describe(app_id)  # a failed job's first describe saves the node logs
+                    scheduler.look_after(app_id)  # a failed job's first repair step saves the node logs
                 # Counted: one describe by a new scheduler, as `nemo experiment status` makes it; the waiting
                 # one's log keeper (threads of its own, reading logs and the TrainJob) is stopped first.
-                for keeper in list(getattr(scheduler, "_keepers", {}).values()):
-                    keeper.stop()
+                for watch in scheduler._watches.values():
+                    if watch.keeper is not None:
+                        watch.keeper.stop()
                 time.sleep(1.0)
                 counted = get_scheduler_factories()[backend]("counted")
                 cluster.clear_requests()

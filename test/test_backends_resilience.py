@@ -116,8 +116,8 @@ def test_a_node_fault_restarts_the_gang_and_the_next_attempt_avoids_the_node(bac
         job = exp.jobs[0]
         name = trainjob_of(job)
 
-        def moved():  # what a waiting run does every few seconds: describe, which moves the job
-            message = scheduler.describe(app_id_of(job)).msg
+        def moved():  # what a waiting run does every few seconds: a look, then the repair step (moves the job)
+            message = scheduler.look_after(app_id_of(job))[0].msg
             pods = running_pods(backend, name)
             return "avoiding node" in message and "suspended" not in message and pods and \
                 all(p["spec"]["nodeName"] != lost for p in pods) and (message, pods)

@@ -88,6 +88,10 @@ def test_failure_summary_names_the_rank_and_saves_every_log(local):
     assert "node 1 (pod " in desc.msg and "exited with code 3" in desc.msg
     assert "last lines of node 1:" in desc.msg and "node 1 step 3" in desc.msg
     logs = Path(exp.jobs[0].executor.job_dir) / "logs"
+    assert not logs.exists()  # a status query only reads: the repair step (a wait, `watch`) keeps the logs
+    desc, repaired = create_scheduler("t").look_after(app_id)
+    assert repaired == [f"node logs saved in {logs}"] and f"node logs saved in {logs}" in desc.msg
+    assert f"node logs kept in {logs}" in create_scheduler("t").describe(app_id).msg
     assert "node 0 step 3" in (logs / "node-0.log").read_text()
     assert "node 1 step 3" in (logs / "node-1.log").read_text()
 

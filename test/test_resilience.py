@@ -458,9 +458,14 @@ def three_nodes(tmp_path):
 
 
 def lose_node_of_rank_0(cluster, tmp_path, name: str, check, **settings):
-    """Run 2 nodes that wait for a marker; lose the node of rank 0, then have the client look at the job
-    (as a waiting run does) until `check(message, pods)` holds; write the marker. Returns the outcome,
-    the node lost, what `check` returned, and the TrainJob's last pods."""
+    """Run 2 nodes that wait for a marker while torchx's `Runner.wait` (NeMo-Run's attached wait, whose looks
+    repair) waits for them in a thread; lose the node of rank 0, then look at the job as `nemo experiment
+    status` does (reads only) until `check(message, pods)` holds; write the marker. Returns the outcome, the
+    node lost, what `check` returned, and the TrainJob's last pods."""
+    import threading
+
+    from nemo_run.run.torchx_backend.runner import get_runner
+
     marker = tmp_path / "done"
     executor, script = waiting_nodes(cluster, marker, retries=2, **settings)
     core = core_api(cluster)
@@ -470,25 +475,34 @@ def lose_node_of_rank_0(cluster, tmp_path, name: str, check, **settings):
         exp.run(sequential=True)
         job = exp.jobs[0]
         namespace, trainjob_name = job.handle.rsplit("/", 1)[-1].split(":", 1)
+        waiter = threading.Thread(target=get_runner().wait, args=(job.handle,), kwargs={"wait_interval": 0.5},
+                                  daemon=True)
 
         def running_pods():
             return two_running_pods(core, namespace, trainjob_name)
 
         first = wait_for(running_pods, "two running pods", timeout=120)
+        waiter.start()
         lost = next(p.spec.node_name for p in first if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
         assert cluster.lose_node(lost)
         seen = wait_for(lambda: check(scheduler.describe(app_id_of(job.handle)).msg, running_pods(), lost),
                         "the job to be moved off the lost node", timeout=180)
         pods = running_pods()
         marker.write_text("")
-    scheduler.describe(app_id_of(job.handle))  # finished: stops the log keepers its looks started
+        waiter.join(timeout=120)
+        assert not waiter.is_alive(), "the attached wait did not end with the job"
     return outcome(cluster, exp, job), lost, seen, pods
+
+
+def moved_off(message: str) -> bool:
+    """A look (reads only) says the move is done: the job avoids the node, no step of it left."""
+    return "avoiding node" in message and not any(w in message for w in ("suspended", "under way", "to be moved"))
 
 
 def test_a_node_lost_mid_run_is_avoided_by_the_next_attempt(three_nodes, tmp_path):
     def moved(message, pods, lost):
         away = pods and all(p.spec.node_name != lost for p in pods)
-        return "avoiding node" in message and "suspended" not in message and away and (message, pods)
+        return moved_off(message) and away and (message, pods)
 
     (state, trainjob, reasons, _), lost, (message, pods), _ = lose_node_of_rank_0(three_nodes, tmp_path, "bad-node",
                                                                                   moved)

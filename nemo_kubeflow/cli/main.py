@@ -626,9 +626,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    """Look at an experiment's tasks until they finish, printing each change of state or reason.
-    Looking is what moves a job off a node that failed it (node_avoidance.py) and what notices stalls,
-    so this keeps a detached job looked after with no `nemo experiment run` attached."""
+    """Look at an experiment's tasks until they finish, printing each change of state or reason, and apply
+    the repairs each look recommends (repair/steps.py: move a job off a node that failed it, delete a job
+    that can never start, keep the node logs of a failed one), printing each; so this keeps a detached job
+    looked after with no `nemo experiment run` attached. A status query only reads."""
     from torchx.specs import is_terminal
 
     exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-watch")
@@ -640,8 +641,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
     while True:
         states = []
         for index, job, app_id in ours:
-            desc = scheduler.describe(app_id)
+            desc, repaired = scheduler.look_after(app_id)
             states.append(desc.state)
+            for what in repaired:
+                print(f"{time.strftime('%H:%M:%S')} Task {index}: {job.id}: repaired: {what}", flush=True)
             line = desc.state.name + (f": {desc.msg}" if desc.msg else "")
             if shown.get(index) != line:
                 shown[index] = line

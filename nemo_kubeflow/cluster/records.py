@@ -30,6 +30,8 @@ class AppRecord:
     outcome_message: str = ""
     #: Following a running node's log warns after this many seconds without output (None: never).
     stall_warning_seconds: Optional[int] = None
+    #: The task's name as its TrainJob's role (``<task>/<node>`` before log lines), for when the TrainJob is gone.
+    task: str = ""
 
 
 def app_id(namespace: str, name: str) -> str:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -31,11 +30,19 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_t
 
 from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.cluster import records
-from nemo_kubeflow.cluster.client import Cluster, KubernetesCluster
+from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster, kubectl_delete
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND, queue_name
-from nemo_kubeflow.errors import ClusterError, ConfigError, SubmissionStopped
+from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
+from nemo_kubeflow.nemo_run.app_watch import AppWatch, Outage
+from nemo_kubeflow.observe.observation import (
+    DELETE_UNSTARTABLE,
+    KEEP_NODE_LOGS,
+    MOVE_OFF_NODES,
+    Observation,
+    RepairAction,
+)
 from nemo_kubeflow.observe.status import (
     job_status,
     owned_workload,
@@ -46,8 +53,7 @@ from nemo_kubeflow.observe.status import (
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import Submission
-    from nemo_kubeflow.observe.diagnosis import InJobRestarts, JobView, Restarts
-    from nemo_kubeflow.observe.logs import NodeLogKeeper
+    from nemo_kubeflow.observe.diagnosis import JobView, Restarts
 
 # The build and apply half (plan, manifests, validation, submit) is imported where it is used:
 # `nemo experiment status|logs|cancel` never needs it (bench_imports times both halves). So are
@@ -178,17 +184,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         self._clusters: dict[tuple, Cluster] = {}
         #: Per cluster: the runtimes this scheduler created or reused, not sent again (submit.py).
         self._known_runtimes: dict[tuple, set] = {}
-        self._last_progress: dict[str, str] = {}
-        self._running_seen: dict[str, int] = {}
-        self._keepers: dict[str, NodeLogKeeper] = {}
-        self._reported_failure: dict[str, bool] = {}
-        #: app id -> (when, warning) of the last stall check: NeMo-Run's wait loop polls often.
-        self._stall_checked: dict[str, tuple[float, str]] = {}
-        #: app id -> gang attempt -> how its failed pod ended, as this process saw it: JobSet deletes an
-        #: attempt's pods when it restarts the gang, so later describes only have the events.
-        self._failures_seen: dict[str, dict[int, str]] = {}
-        #: app id -> the most ft_launcher restarts the kept node logs showed (old lines leave the keeper).
-        self._in_job_seen: dict[str, InJobRestarts] = {}
+        #: What this scheduler remembers of each app it looked at (app_watch.py says how long).
+        self._watches: dict[str, AppWatch] = {}
+        #: id(cluster) -> its API server's outage, while it does not answer.
+        self._outages: dict[int, Outage] = {}
+        _quiet_urllib3_retries()
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
     def _run_opts(self) -> runopts:
@@ -248,6 +248,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             records.save(records.AppRecord(
                 namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
                 nodes=req.nodes, job_dir=req.job_dir, stall_warning_seconds=req.stall_warning_seconds,
+                task=role_of(sub.trainjob),
             ))
         log.info("submitted TrainJob %s/%s (%s)", sub.namespace, sub.name,
                  ", ".join(f"{v} {k}" for v, k, _ in result.actions))
@@ -255,118 +256,220 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         interrupt.submitted(app_id, make_app_handle(SCHEDULER_NAME, self.session_name, app_id), req.job_dir)
         return app_id
 
-    # --- observe ---------------------------------------------------------------------
+    # --- observe, then repair ------------------------------------------------------------
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        from nemo_kubeflow.observe.diagnosis import JobView, why_failed, why_waiting
-        from nemo_kubeflow.repair import node_avoidance
+        """A look at the job: reads only. Called by NeMo-Run's attached wait (torchx's ``Runner.wait``), the
+        look is followed by the repair step (``look_after``); a status query never writes."""
+        return self.look_after(app_id, repair=_in_attached_wait())[0]
+
+    def look_after(self, app_id: str, *, repair: bool = True) -> tuple[DescribeAppResponse, list[str]]:
+        """Look at the job (``observe``: reads only) and, with ``repair``, apply what the look recommends
+        (``repair.steps``): the attached wait's and ``nemo-kubeflow watch``'s step. Returns the response and
+        the lines naming each repair made."""
+        from nemo_kubeflow.repair import steps
 
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
+        watch = self._watches.setdefault(app_id, AppWatch())
+        observation = self._observe_or_unknown(app_id, cluster, record, watch)
+        message, notes, lines = observation.message, list(observation.notes), []
+        if repair and observation.actions:
+            try:
+                done = steps.apply(cluster, observation, record, watch.keeper)
+            except ClusterError as error:  # the next look tries again
+                done, notes = [], notes + [f"could not repair ({error}); trying again at the next look"]
+            for repaired in done:
+                if repaired.kind == DELETE_UNSTARTABLE:
+                    message = self._outcome_of(observation)
+                elif repaired.kind == MOVE_OFF_NODES:
+                    notes = [repaired.line] if repaired.line else []
+                elif repaired.line:
+                    notes.append(repaired.line)
+                if repaired.line:
+                    lines.append(repaired.line)
+        state = observation.state
+        message = "; ".join(m for m in (message, *notes) if m)
+        if lines and watch.last_repair != "; ".join(lines):
+            watch.last_repair = "; ".join(lines)
+            self._say(app_id, "repaired", watch.last_repair)
+        if observation.trainjob is not None and state in (AppState.PENDING, AppState.RUNNING):
+            # NeMo-Run's wait and `nemo experiment status` show only the state: say what changed.
+            self._report_progress(watch, app_id, state, message)
+        elif state == AppState.FAILED or (state == AppState.CANCELLED and observation.trainjob is None):
+            self._report_end(watch, app_id, state, message)
+        if is_terminal(state) and watch.keeper is not None:
+            watch.keeper.stop()
+            watch.keeper = None
+        interrupt.check_wait(app_id, is_terminal(state))
+        return self._response(app_id, state, message, observation.nodes, observation.role), lines
+
+    def _observe_or_unknown(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
+                            watch: AppWatch) -> Observation:
+        """``observe``; while the API server does not answer, UNKNOWN with why (never a state it could not
+        read), said once per outage, and looked at again only with backoff."""
+        outage = self._outages.get(id(cluster))
+        if outage is not None and not outage.due():
+            return self._unknown(app_id, record, watch, outage)
+        try:
+            observation = self.observe(app_id, cluster, record, watch)
+        except ClusterUnreachableError as error:
+            if outage is None:
+                outage = self._outages[id(cluster)] = Outage(_short_error(error))
+            else:
+                outage.failed_again(_short_error(error))
+            if not outage.said:
+                outage.said = True
+                self._say(app_id, "unknown", outage.message(), always=True)
+            return self._unknown(app_id, record, watch, outage)
+        if outage is not None:
+            del self._outages[id(cluster)]
+            self._say(app_id, observation.state.name.lower(),
+                      f"the API server answers again (unreachable from {outage.since_text()} for "
+                      f"{time.time() - outage.since:.0f} s)", always=True)
+        return observation
+
+    @staticmethod
+    def _unknown(app_id: str, record: Optional[records.AppRecord], watch: AppWatch, outage: Outage) -> Observation:
+        return Observation(app_id, AppState.UNKNOWN, outage.message(), nodes_of(None, record),
+                           _role(None, record, watch))
+
+    @staticmethod
+    def _outcome_of(observation: Observation) -> str:
+        return next(a.why for a in observation.actions if a.kind == DELETE_UNSTARTABLE)
+
+    def observe(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
+                watch: AppWatch) -> Observation:
+        """The job's state and why, and the repairs it needs: GETs and LISTs (and log reads) only."""
+        from nemo_kubeflow.observe.diagnosis import JobView, logs_to_keep, why_failed, why_waiting
+        from nemo_kubeflow.repair import node_avoidance
+
+        namespace, name = records.parse_app_id(app_id)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
         finished_jobs.note_described(app_id, trainjob)
-        nodes = nodes_of(trainjob, record)
+        nodes, role = nodes_of(trainjob, record), _role(trainjob, record, watch)
         if trainjob is None and record is not None and record.outcome_state:
-            # We deleted it ourselves after a fatal error: keep reporting that error.
-            return self._response(app_id, AppState[record.outcome_state], record.outcome_message, nodes,
-                                  TRAINER_NODE)
+            # A repair deleted it after a fatal error: keep reporting that error.
+            return Observation(app_id, AppState[record.outcome_state], record.outcome_message, nodes, role)
         status = job_status(trainjob, name=f"{namespace}/{name}")
         state, message = status.state, status.message
+        if trainjob is None:
+            return Observation(app_id, state, self._gone_message(app_id, watch, message), nodes, role)
+        actions: list[RepairAction] = []
         queue = queue_name(trainjob)
-        view: Optional[JobView] = None  # the job's pods, read at most once per describe
-        waiting = state in (AppState.SUBMITTED, AppState.PENDING) and trainjob is not None \
-            and not message.startswith("suspended")
+        view: Optional[JobView] = None  # the job's pods, read at most once per look
+        waiting = state in (AppState.SUBMITTED, AppState.PENDING) and not message.startswith("suspended")
         if state in (AppState.SUBMITTED, AppState.PENDING) and queue and (trainjob.get("spec") or {}).get("suspend"):
             # Suspended until Kueue admits it: say why it waits, from its Workload.
             state, message = AppState.PENDING, self._why_queued(cluster, namespace, trainjob, queue)
-            self._report_progress(app_id, state, message)
         elif waiting:
             view = JobView.read(cluster, trainjob)
             verdict = why_waiting(view, nodes, state)
             state, message = verdict.state, verdict.message
             if verdict.fatal:
-                self._delete_unstartable(cluster, namespace, name, record, message)
-            self._report_progress(app_id, state, message)
+                actions.append(RepairAction(DELETE_UNSTARTABLE, f"{message}; the TrainJob was deleted"))
+                message += (f"; it can never start as configured: an attached run or `nemo-kubeflow watch` deletes "
+                            f"it, or delete it yourself ({kubectl_delete(TRAINJOB_KIND, name, namespace)})")
         elif state == AppState.FAILED:
-            view = self._view(app_id, cluster, trainjob)
-            message = why_failed(view, message, record.job_dir if record else "", keeper=self._keepers.get(app_id),
-                                 seen=self._failures_seen.get(app_id))
-            self._report_failure(app_id, message)
+            view = self._view(watch, cluster, trainjob)
+            job_dir = record.job_dir if record else ""
+            message = why_failed(view, message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
+            keep = logs_to_keep(view, job_dir, watch.keeper)
+            if keep:
+                actions.append(RepairAction(KEEP_NODE_LOGS, "save the node logs next to the job",
+                                            tuple(map(str, keep))))
+            elif job_dir and os.path.isdir(os.path.join(job_dir, "logs")):
+                message += f"; node logs kept in {os.path.join(job_dir, 'logs')}"
         elif state == AppState.RUNNING:
-            view = self._view(app_id, cluster, trainjob)
+            view = self._view(watch, cluster, trainjob)
             if record is not None and record.job_dir:
-                self._keep_logs(app_id, cluster, namespace, name, nodes, record.job_dir)
-            facts = [self._restarts(app_id, view).note(finished=False)]
+                self._keep_logs(watch, cluster, namespace, name, nodes, record.job_dir)
+            facts = [self._restarts(watch, view).note(finished=False)]
             if record is not None and record.stall_warning_seconds:
-                facts.insert(0, self._stall_warning_throttled(app_id, cluster, view, record.stall_warning_seconds))
+                facts.insert(0, self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
             message = "; ".join(f for f in facts if f) or message
-        if trainjob is not None and not is_terminal(state):
-            message = "; ".join(m for m in (message, node_avoidance.check(
-                cluster, namespace, name, trainjob, nodes, pods=view.pods if view else None))
-                                if m)
-        if state == AppState.RUNNING:
-            # NeMo-Run's wait and `nemo experiment status` show only the state: say what changed.
-            self._report_progress(app_id, state, message)
-        if is_terminal(state) and app_id in self._keepers:
-            self._keepers.pop(app_id).stop()
-        interrupt.check_wait(app_id, is_terminal(state))
-        return self._response(app_id, state, message, nodes, role_of(trainjob))
+        notes: tuple[str, ...] = ()
+        if not is_terminal(state):
+            line, action = node_avoidance.assess(cluster, namespace, name, trainjob, nodes,
+                                                 pods=view.pods if view else None, checked=watch.checked_attempts)
+            notes = (line,) if line else ()
+            actions += [action] if action else []
+        return Observation(app_id, state, message, nodes, role, trainjob=trainjob, actions=tuple(actions),
+                           notes=notes)
 
-    def _view(self, app_id: str, cluster: Cluster, trainjob: dict) -> JobView:
+    @staticmethod
+    def _gone_message(app_id: str, watch: AppWatch, message: str) -> str:
+        """Why a TrainJob no longer exists, as far as this process knows."""
+        if watch.cancelled_here:
+            return f"TrainJob {app_id.replace(':', '/')} was cancelled"
+        if watch.role:  # this process saw it exist, and did not cancel it
+            return (f"TrainJob {app_id.replace(':', '/')} was deleted outside NeMo-Run (kubectl delete, "
+                    "nemo-kubeflow gc, another client): it no longer exists")
+        return message
+
+    def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict) -> JobView:
         """The job's pods (one read), noting how each gang attempt's failed pod ended while it is at hand."""
         from nemo_kubeflow.observe.diagnosis import JobView
 
         view = JobView.read(cluster, trainjob)
-        seen = self._failures_seen.setdefault(app_id, {})
         for attempt, how in view.failures_by_attempt().items():
-            seen.setdefault(attempt, how)
+            watch.failures_seen.setdefault(attempt, how)
         return view
 
-    def _restarts(self, app_id: str, view: JobView) -> Restarts:
+    @staticmethod
+    def _restarts(watch: AppWatch, view: JobView) -> Restarts:
         """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
         the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
         from node 0's last lines, one log read, for a job that runs ft_launcher only."""
         from nemo_kubeflow.observe.diagnosis import keeper_in_job_restarts
 
-        keeper = self._keepers.get(app_id)
+        keeper = watch.keeper
         in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
             view.in_job_restarts_of_node_0() if view.runs_ft_launcher() else None
-        best = self._in_job_seen.get(app_id)
+        best = watch.in_job_seen
         if in_job is not None and (best is None or in_job.count >= best.count):
-            self._in_job_seen[app_id] = best = in_job
-        return view.restarts(seen=self._failures_seen.get(app_id), in_job=best)
+            watch.in_job_seen = best = in_job
+        return view.restarts(seen=watch.failures_seen, in_job=best)
 
-    def _keep_logs(self, app_id: str, cluster: Cluster, namespace: str, name: str, nodes: int, job_dir: str) -> None:
-        """From the second time a running job is described in this process (a wait polls; one status
-        call does not), keep every node's last lines, for the failure summary (``NodeLogKeeper``)."""
-        self._running_seen[app_id] = self._running_seen.get(app_id, 0) + 1
-        if self._running_seen[app_id] >= 2 and app_id not in self._keepers:
+    @staticmethod
+    def _keep_logs(watch: AppWatch, cluster: ClusterReader, namespace: str, name: str, nodes: int,
+                   job_dir: str) -> None:
+        """From the second time a running job is looked at in this process (a wait polls; one status
+        call does not), keep every node's last lines in memory, for the failure summary (``NodeLogKeeper``)."""
+        watch.running_seen += 1
+        if watch.running_seen >= 2 and watch.keeper is None:
             from nemo_kubeflow.observe.logs import NodeLogKeeper
 
-            self._keepers[app_id] = NodeLogKeeper(cluster, namespace, name, nodes, os.path.join(job_dir, "logs"))
+            watch.keeper = NodeLogKeeper(cluster, namespace, name, nodes, os.path.join(job_dir, "logs"))
 
-    def _report_failure(self, app_id: str, message: str) -> None:
-        """Say why a job failed once, in NeMo-Run's console, when this process first sees it
-        (NeMo-Run's own status shows only the state)."""
-        if self._reported_failure.get(app_id) or threading.current_thread() is threading.main_thread():
+    def _report_end(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
+        """Say why a job failed, or that its TrainJob was deleted, once, in NeMo-Run's console, when this
+        process first sees it (NeMo-Run's own status shows only the state)."""
+        if watch.reported_end or threading.current_thread() is threading.main_thread():
             return  # NeMo-Run waits and builds its status table in worker threads
-        self._reported_failure[app_id] = True
+        watch.reported_end = True
+        self._say(app_id, "failed" if state == AppState.FAILED else state.name.lower(), message)
+
+    @staticmethod
+    def _say(app_id: str, what: str, message: str, *, always: bool = False) -> None:
+        """One line in NeMo-Run's console: ``<trainjob> <what>: <message>`` (``always``: from any thread)."""
+        if not always and threading.current_thread() is threading.main_thread():
+            return
         from nemo_run.core.frontend.console.api import CONSOLE
         from rich.markup import escape
 
-        CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] failed: {escape(message)}", highlight=False)
+        CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {what}: {escape(message)}", highlight=False)
 
-
-    def _stall_warning_throttled(self, app_id: str, cluster: Cluster, view: JobView, seconds: int) -> str:
+    def _stall_warning_throttled(self, watch: AppWatch, cluster: ClusterReader, view: JobView, seconds: int) -> str:
         """``_stall_warning``, not checked again before a tenth of the threshold (30 s at most) has passed."""
-        checked_at, warning = self._stall_checked.get(app_id, (float("-inf"), ""))
+        checked_at, warning = watch.stall_checked
         if time.monotonic() - checked_at >= min(30.0, seconds / 10):
             warning = self._stall_warning(cluster, view, seconds)
-            self._stall_checked[app_id] = (time.monotonic(), warning)
+            watch.stall_checked = (time.monotonic(), warning)
         return warning
 
     @staticmethod
-    def _stall_warning(cluster: Cluster, view: JobView, seconds: int) -> str:
+    def _stall_warning(cluster: ClusterReader, view: JobView, seconds: int) -> str:
         """Which running nodes printed nothing for ``seconds``: no log read while the job is younger
         than that, then one short log read (``sinceSeconds``) per node (the pods are the view's)."""
         now = datetime.now(timezone.utc)
@@ -380,7 +483,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         return stall_message(silent, seconds)
 
     @staticmethod
-    def _why_queued(cluster: Cluster, namespace: str, trainjob: dict, queue: str) -> str:
+    def _why_queued(cluster: ClusterReader, namespace: str, trainjob: dict, queue: str) -> str:
         """While Kueue holds the job: the Workload's reason (one read; none if Workloads cannot be read)."""
         try:
             workloads = cluster.list("Workload", namespace)
@@ -389,21 +492,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
             workloads = []
         return queue_wait_message(queue, owned_workload(workloads, trainjob))
 
-    @staticmethod
-    def _delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Optional[records.AppRecord],
-                            message: str) -> None:
-        """A job that can never start as configured (``diagnosis.why_waiting`` says fatal: an image the
-        registry does not have): stop waiting and free the cluster. The TrainJob is deleted, and the app
-        record keeps the outcome, so that later describes (which find no TrainJob) still report it."""
-        cluster.delete(TRAINJOB_KIND, name, namespace)
-        if record is not None:
-            records.save(dataclasses.replace(record, outcome_state=AppState.FAILED.name, outcome_message=message))
-
-    def _report_progress(self, app_id: str, state: AppState, message: str) -> None:
+    def _report_progress(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
         """Show what a waiting job waits for, or how often a running one restarted, in NeMo-Run's console,
         when it changes."""
-        if message and self._last_progress.get(app_id) != message:
-            self._last_progress[app_id] = message
+        if message and watch.last_progress != message:
+            watch.last_progress = message
             from nemo_run.core.frontend.console.api import CONSOLE
             from rich.markup import escape
 
@@ -436,19 +529,36 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
-        lines = node_log_lines(cluster, namespace, name, k, follow=should_tail,
-                               stall_after=record.stall_warning_seconds if record else None)
-        if should_tail and record is not None and record.job_dir:
+        job_dir = record.job_dir if record is not None else ""
+        lines: Iterable[str] = node_log_lines(cluster, namespace, name, k, follow=should_tail,
+                                              stall_after=record.stall_warning_seconds if record else None)
+        if should_tail and job_dir:
             # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
-            lines = tee_to_file(lines, node_log_path(record.job_dir, k))
-        elif not should_tail and record is not None and record.job_dir:
+            lines = tee_to_file(iter(lines), node_log_path(job_dir, k))
+        elif not should_tail:
             # A finished job cleaned up (its TTL, gc, a failure that deleted the pods): what was kept.
-            lines = list(lines) or kept_node_log(record.job_dir, k)
+            lines = list(lines) or (kept_node_log(job_dir, k) if job_dir else []) or \
+                self._no_log(cluster, namespace, name, k, job_dir)
         return filter_regex(regex, lines) if regex else lines
+
+    @staticmethod
+    def _no_log(cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
+        """Why node ``k`` has no log to show: its pod is gone and none was kept, or it printed nothing."""
+        from nemo_kubeflow.observe.logs import node_log_path, node_selector
+
+        if cluster.list("Pod", namespace, node_selector(name, k)):
+            return []  # the pod is there and printed nothing (yet)
+        gone = "no longer exists" if cluster.get(TRAINJOB_KIND, name, namespace) is None else "has no pod for it"
+        where = (f"logs are kept in {node_log_path(job_dir, k)} when they are followed (an attached run, "
+                 "`nemo-kubeflow logs -f`) or saved when the job fails" if job_dir else
+                 "this job has no job directory to keep logs in")
+        return [f"--- node {k}: no log: TrainJob {namespace}/{name} {gone}, so its pods and their logs are gone, "
+                f"and no log was kept ({where})\n"]
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = records.parse_app_id(app_id)
         finished_jobs.note_cancelled(app_id)
+        self._watches.setdefault(app_id, AppWatch()).cancelled_here = True
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
 
@@ -480,6 +590,46 @@ def role_of(trainjob: Optional[dict]) -> str:
     `torchx log` print `<role>/<replica>` before each log line (the role cut to its last 10 characters),
     so a followed line reads `train/1 ...` in the submitting process and in any later one alike."""
     return ((trainjob or {}).get("metadata", {}).get("labels") or {}).get(TASK_LABEL) or TRAINER_NODE
+
+
+def _role(trainjob: Optional[dict], record: Optional[records.AppRecord], watch: AppWatch) -> str:
+    """The task's role: from its TrainJob, remembered once seen; from the app record once the TrainJob is gone
+    (so kept log lines read ``<task>/<node>`` too)."""
+    if trainjob is not None:
+        watch.role = role_of(trainjob)
+    return watch.role or (record.task if record is not None else "") or TRAINER_NODE
+
+
+def _in_attached_wait() -> bool:
+    """Whether this call comes from torchx's ``Runner.wait``: NeMo-Run's attached wait (``wait_and_exit``),
+    the one caller of ``describe`` that repairs; a status query (``Runner.status`` alone) only reads."""
+    from torchx.runner.api import Runner
+
+    wait = Runner.wait.__code__
+    frame: Optional[FrameType] = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is wait:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _short_error(error: ClusterError) -> str:
+    """The error without its advice (said once, with the time it started)."""
+    return str(error).split("; check the kubeconfig")[0]
+
+
+class _DropRetryWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Retrying")
+
+
+def _quiet_urllib3_retries() -> None:
+    """urllib3 logs a WARNING for each retry of a connection (about 30 while the API server is down): ours
+    say once that it cannot be reached, so those stay out of the user's console."""
+    connections = logging.getLogger("urllib3.connectionpool")
+    if not any(isinstance(f, _DropRetryWarnings) for f in connections.filters):
+        connections.addFilter(_DropRetryWarnings())
 
 
 def nodes_of(trainjob: Optional[dict], record: Optional[records.AppRecord]) -> int:

@@ -48,7 +48,7 @@ from nemo_kubeflow.observe.status import newest_pods_by_node
 from nemo_kubeflow.pod.warm_start import NOT_APPLIED
 
 if TYPE_CHECKING:
-    from nemo_kubeflow.cluster.client import Cluster
+    from nemo_kubeflow.cluster.client import ClusterReader
     from nemo_kubeflow.observe.logs import NodeLogKeeper
 
 ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
@@ -666,13 +666,13 @@ class JobView:
     """A TrainJob with its pods, read once per describe, and its Warning events, read at most once
     (only the states that need them: waiting, and after a gang restart)."""
 
-    cluster: "Cluster"
+    cluster: "ClusterReader"
     trainjob: dict
     pods: list[dict]
     _events: Optional[list[dict]] = field(default=None, repr=False)
 
     @classmethod
-    def read(cls, cluster: "Cluster", trainjob: dict) -> "JobView":
+    def read(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
         meta = trainjob["metadata"]
         pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}")
         return cls(cluster, trainjob, pods)
@@ -769,7 +769,7 @@ class JobView:
 class Verdict:
     state: AppState
     message: str
-    #: The job can never start as configured: the caller deletes it (``scheduler._delete_unstartable``).
+    #: The job can never start as configured: the look recommends deleting it (``repair.steps``).
     fatal: bool = False
 
 
@@ -787,7 +787,7 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
             return Verdict(AppState.PENDING, warning)
     reason = pending_reason(pods, view.events, nodes)
     if reason.fatal:
-        return Verdict(AppState.FAILED, f"{reason.message}; the TrainJob was deleted", fatal=True)
+        return Verdict(AppState.FAILED, reason.message, fatal=True)
     return Verdict(AppState.PENDING if pods else state, reason.message)
 
 
@@ -809,10 +809,8 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
     """Why a job failed: the failed rank and its exception (``read_rank_failure``), Trainer's
     condition, the first node that failed with its exit code or signal (or the initializer or
     preflight check that failed), the restarts before, and that node's last lines (its traceback
-    when there is one). Every node's log is saved once to ``<job_dir>/logs/node-<i>.log`` (pods
-    and their logs vanish when the job is deleted)."""
-    from nemo_kubeflow.observe.logs import node_log_path, save_node_logs
-
+    when there is one). Reads only: saving each node's log to ``<job_dir>/logs/node-<i>.log`` (pods and
+    their logs vanish when the job is deleted) is a repair step's (``logs_to_keep``)."""
     cluster, namespace = view.cluster, view.namespace
     pods = view.newest_nodes()
     # An initializer or a preflight check that failed explains the failure better than a node.
@@ -845,21 +843,34 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
     parts = [p for p in (headline, condition, detail, restarts.note(finished=True) if restarts else "") if p]
     if quoted:
         parts.append(f"last lines of node {explained.index}:\n" + "\n".join(f"    {line}" for line in quoted))
-    if job_dir:
-        saved = save_node_logs(cluster, namespace, pods, os.path.join(job_dir, "logs"))
-        if keeper is not None:
-            # The nodes whose pods are gone: their last lines, kept while the job was waited for.
-            keeper.save()
-        if saved:
-            parts.append(f"node logs saved in {saved}")
-    nodes = view.nodes
-    gone = sorted(set(range(nodes)) - set(pods)
-                  - ({i for i in range(nodes) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()))
+    gone = nodes_without_log(view, job_dir, keeper)
     if gone:
         # The Job controller deletes a failed Job's running pods, and their logs with them.
         parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
                      "job failed (follow the logs while it runs to keep them)")
     return "; ".join(parts)
+
+
+def nodes_without_log(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:
+    """The nodes of a finished job whose log nobody can give any more: no pod to read, no file kept next to
+    the job, no last lines kept by this process."""
+    from nemo_kubeflow.observe.logs import node_log_path
+
+    kept = {i for i, lines in keeper.kept_lines().items() if lines} if keeper is not None else set()
+    on_disk = {i for i in range(view.nodes) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()
+    return sorted(set(range(view.nodes)) - set(view.newest_nodes()) - kept - on_disk)
+
+
+def logs_to_keep(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:
+    """The nodes of a finished job whose log can still be read (a pod, or lines kept in this process) and has
+    no file next to the job yet: what a repair step saves (``repair.steps``)."""
+    from nemo_kubeflow.observe.logs import node_log_path
+
+    if not job_dir:
+        return []
+    kept = {i for i, lines in keeper.kept_lines().items() if lines} if keeper is not None else set()
+    readable = set(view.newest_nodes()) | kept
+    return sorted(i for i in readable if not os.path.exists(node_log_path(job_dir, i)))
 
 
 def failed_reason(trainjob: dict) -> str:

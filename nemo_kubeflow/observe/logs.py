@@ -18,7 +18,7 @@ import time
 from collections import Counter, deque
 from typing import Iterator, Optional
 
-from nemo_kubeflow.cluster.client import Cluster, LogStream
+from nemo_kubeflow.cluster.client import ClusterReader, LogStream
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
     JOBSET_NAME_LABEL,
@@ -38,7 +38,7 @@ def node_selector(trainjob: str, index: Optional[int] = None) -> str:
 
 
 def node_log_lines(
-    cluster: Cluster,
+    cluster: ClusterReader,
     namespace: str,
     trainjob: str,
     index: int,
@@ -164,7 +164,7 @@ class JobLogFollower:
     stops, when its reader gets a second node (it reads them in turn then), and when a subscriber
     joins late (the reader reads the whole log for it, then streams again)."""
 
-    def __init__(self, cluster: Cluster, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
+    def __init__(self, cluster: ClusterReader, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
                  poll: float = POLL_SECONDS) -> None:
         self.cluster, self.namespace, self.trainjob = cluster, namespace, trainjob
         self.readers, self.poll = readers, poll
@@ -464,7 +464,7 @@ _followers_lock = threading.Lock()
 _followers: dict[tuple, list[JobLogFollower]] = {}
 
 
-def _subscribe(cluster: Cluster, namespace: str, trainjob: str, index: int, sink) -> JobLogFollower:
+def _subscribe(cluster: ClusterReader, namespace: str, trainjob: str, index: int, sink) -> JobLogFollower:
     """The job's follower in this process that can take ``sink`` for node ``index`` (a new one if none can)."""
     key = (id(cluster), namespace, trainjob)
     with _followers_lock:
@@ -479,7 +479,7 @@ def _subscribe(cluster: Cluster, namespace: str, trainjob: str, index: int, sink
         return follower
 
 
-def _followed(cluster: Cluster, namespace: str, trainjob: str, index: int,
+def _followed(cluster: ClusterReader, namespace: str, trainjob: str, index: int,
               stall_after: Optional[float]) -> Iterator[str]:
     sink: queue.SimpleQueue = queue.SimpleQueue()
     follower = _subscribe(cluster, namespace, trainjob, index, sink)
@@ -515,7 +515,7 @@ def node_log_path(job_dir: str, index: int) -> str:
     return os.path.join(job_dir, "logs", f"node-{index}.log")
 
 
-def save_node_logs(cluster: Cluster, namespace: str, pods: dict[int, dict], directory: str) -> str:
+def save_node_logs(cluster: ClusterReader, namespace: str, pods: dict[int, dict], directory: str) -> str:
     """Write the log of each node that has no file yet (following logs writes them as it
     goes) to ``directory/node-<i>.log``; the directory, or "" if it cannot be written."""
     try:
@@ -588,7 +588,7 @@ class NodeLogKeeper:
     ``<directory>/node-<i>.log`` for the nodes that have no file there yet (log following with
     ``tail_logs`` writes the whole log itself)."""
 
-    def __init__(self, cluster: Cluster, namespace: str, trainjob: str, nodes: int, directory: str) -> None:
+    def __init__(self, cluster: ClusterReader, namespace: str, trainjob: str, nodes: int, directory: str) -> None:
         self.directory = directory
         self._lines = {i: _KeptLines() for i in range(min(nodes, MAX_KEPT_NODES))}
         self._followers = {i: _subscribe(cluster, namespace, trainjob, i, kept) for i, kept in self._lines.items()}

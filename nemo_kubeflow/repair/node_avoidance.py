@@ -10,11 +10,11 @@ Neither Trainer v2.3 nor JobSet v0.12 does this, and what they allow shapes how 
   affinity. A node affinity patched in therefore never reaches an existing JobSet.
 - Trainer creates a missing JobSet again from the TrainJob, with its patches.
 
-So the client suspends the TrainJob, waits for its pods to stop, adds a runtime patch with a
+So the repair step (``move``; ``assess`` only reads and recommends it) suspends the TrainJob, waits for its pods to stop, adds a runtime patch with a
 ``NotIn`` node affinity term on the bad nodes, deletes the JobSet (Trainer creates it again, with
 the term), and resumes. Each step is recorded in an annotation on the TrainJob, so whichever client
-looks next (a waiting ``nemo experiment run``, ``nemo experiment status``, ``nemo-kubeflow watch``)
-finishes a move that another one started.
+repairs next (a waiting ``nemo experiment run``, ``nemo-kubeflow watch``) finishes a move that another one
+started; ``nemo experiment status`` only reports it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from nemo_kubeflow.constants import (
     HOSTNAME_LABEL,
@@ -34,8 +34,13 @@ from nemo_kubeflow.constants import (
     RESTART_ATTEMPT_LABEL,
     TRAINER_NODE,
     TRAINJOB_KIND,
+    queue_name,
 )
 from nemo_kubeflow.errors import ClusterError
+from nemo_kubeflow.observe.observation import MOVE_OFF_NODES, RepairAction
+
+if TYPE_CHECKING:
+    from nemo_kubeflow.cluster.client import Cluster, ClusterReader
 
 #: The runtime patch this module owns (Trainer keys runtimePatches by a domain-prefixed manager).
 PATCH_MANAGER = f"{LABEL_PREFIX}/node-avoidance"
@@ -206,53 +211,95 @@ def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
     return others + [ours]
 
 
-# --- the move, one step per look ---------------------------------------------------------------------------
+# --- looking (reads only): is there a node to move off? ---------------------------------------------------
 
-_checked_attempts: dict[tuple[str, str, str], int] = {}  # (namespace, TrainJob uid, JobSet uid) -> gang attempt
+#: What ``assess`` recommends, with the status line.
+Assessment = tuple[str, Optional[RepairAction]]
 
 
-def check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-          pods: Optional[list] = None) -> str:
-    """Look for node faults of an unfinished TrainJob and move it off their nodes, step by step (each
-    call does what it can without waiting). Returns the status line ("" when there is nothing to say).
-    ``pods``: the job's pods when the caller has just read them (describe's JobView), not read again."""
+def assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
+           pods: Optional[list] = None, checked: Optional[dict[tuple[str, str, str], int]] = None) -> Assessment:
+    """Whether an unfinished TrainJob should be moved off nodes that failed it: the status line ("" when there
+    is nothing to say) and the repair to apply (``move``), or None. Reads only. ``pods``: the job's pods when
+    the caller has just read them; ``checked``: the caller's memory of the gang attempts already looked at
+    (events are listed only for a new attempt or a disrupted pod)."""
     if ((trainjob.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION) == OFF:
-        return ""
-    try:
-        return _check(cluster, namespace, name, trainjob, nodes_wanted, pods)
-    except ClusterError as error:  # e.g. Trainer's webhook still sees an active Job: the next look goes on
-        return f"moving the job off a failed node: {error}; trying again at the next status check"
-
-
-def _check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-           pods: Optional[list]) -> str:
+        return "", None
     avoidance = Avoidance.of(trainjob)
     if avoidance.moving:
-        return _continue_move(cluster, namespace, name, trainjob, avoidance, nodes_wanted)
+        moving_line = "; ".join(f.avoiding() for f in avoidance.moving)
+        return (f"{moving_line}: the move is under way",
+                RepairAction(MOVE_OFF_NODES, moving_line, tuple(f.node for f in avoidance.moving)))
+    try:
+        return _assess(cluster, namespace, name, trainjob, nodes_wanted, pods, avoidance,
+                       {} if checked is None else checked)
+    except ClusterError as error:
+        return f"cannot check the nodes that failed the job: {error}", None
+
+
+def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
+            pods: Optional[list], avoidance: Avoidance, checked: dict[tuple[str, str, str], int]) -> Assessment:
     if pods is None:
         pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
     jobset_uids = {(p["metadata"].get("labels") or {}).get(JOBSET_UID_LABEL, "") for p in pods}
     key = (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids)))
     attempt = gang_attempt(pods)
-    disrupted = any(_disruption(p) for p in pods)
-    if attempt <= _checked_attempts.get(key, 0) and not disrupted:
-        return status_line(avoidance)
+    if attempt <= checked.get(key, 0) and not any(_disruption(p) for p in pods):
+        return status_line(avoidance), None
     events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")
     faults = [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
-    _checked_attempts[key] = attempt
     if not faults:
-        return status_line(avoidance)
-    from nemo_kubeflow.constants import queue_name
-
+        checked[key] = attempt
+        return status_line(avoidance), None
+    first = f"node {faults[0].node} (its pod {faults[0].pod} failed with {faults[0].why})"
     if queue_name(trainjob):
-        return (f"not avoiding node {faults[0].node} (its pod {faults[0].pod} failed with {faults[0].why}): Kueue "
-                "admits this job and owns its suspension")
+        checked[key] = attempt
+        return f"not avoiding {first}: Kueue admits this job and owns its suspension", None
     node_selector = _node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}
     try:
         schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
     except Exception as error:  # noqa: BLE001 - no right to list nodes: say so, do nothing
-        return (f"not avoiding node {faults[0].node} (its pod {faults[0].pod} failed with {faults[0].why}): "
-                f"cannot list nodes to check the job would still fit ({error})")
+        return f"not avoiding {first}: cannot list nodes to check the job would still fit ({error})", None
+    taken, why = capped(avoidance.avoided, faults, schedulable, nodes_wanted)
+    line = status_line(Avoidance(avoidance.avoided, (), avoidance.restarts_before, why or avoidance.capped))
+    if not taken:
+        checked[key] = attempt
+        # A new reason not to avoid a node is recorded on the TrainJob, for whoever looks next.
+        return line, (RepairAction(MOVE_OFF_NODES, why) if why != avoidance.capped else None)
+    wanted = "; ".join(f.avoiding() for f in taken)
+    return ("; ".join(p for p in (line, f"{wanted}: to be moved (an attached run or `nemo-kubeflow watch` moves it)")
+                      if p),
+            RepairAction(MOVE_OFF_NODES, wanted, tuple(f.node for f in taken)))
+
+
+# --- the move (writes), one step per look ------------------------------------------------------------------
+
+
+def move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
+    """Move an unfinished TrainJob off the nodes that failed it, step by step (each call does what it can
+    without waiting): the repair ``assess`` recommends. Returns the status line."""
+    if ((trainjob.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION) == OFF:
+        return ""
+    try:
+        return _move(cluster, namespace, name, trainjob, nodes_wanted)
+    except ClusterError as error:  # e.g. Trainer's webhook still sees an active Job: the next look goes on
+        return f"moving the job off a failed node: {error}; trying again at the next look"
+
+
+def _move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
+    avoidance = Avoidance.of(trainjob)
+    if avoidance.moving:
+        return _continue_move(cluster, namespace, name, trainjob, avoidance, nodes_wanted)
+    pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
+    events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")
+    faults = [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
+    if not faults or queue_name(trainjob):
+        return status_line(avoidance)
+    node_selector = _node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}
+    try:
+        schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
+    except Exception:  # noqa: BLE001 - as assess said: no right to list nodes, do nothing
+        return status_line(avoidance)
     taken, why = capped(avoidance.avoided, faults, schedulable, nodes_wanted)
     if not taken:
         if why != avoidance.capped:
@@ -265,7 +312,7 @@ def _check(cluster: Any, namespace: str, name: str, trainjob: dict, nodes_wanted
                           nodes_wanted)
 
 
-def _continue_move(cluster: Any, namespace: str, name: str, trainjob: dict, avoidance: Avoidance,
+def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, avoidance: Avoidance,
                    nodes_wanted: int) -> str:
     nodes = avoidance.nodes() + [f.node for f in avoidance.moving]
     moving_line = "; ".join(f.avoiding() for f in avoidance.moving)
@@ -307,7 +354,7 @@ def patch_problems(trainjob: dict, patches: list[dict]) -> list[str]:
     return [p for p in validate_manifest(candidate) if "runtimePatches" in p]
 
 
-def _annotate(cluster: Any, namespace: str, name: str, avoidance: Avoidance) -> None:
+def _annotate(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance) -> None:
     cluster.patch(TRAINJOB_KIND, name, namespace, {"metadata": {"annotations": {ANNOTATION: avoidance.to_json()}}})
 
 

@@ -41,7 +41,7 @@ def start_attached(local, tmp_path, nemorun_home, title, tail=False):
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "300"}
     proc = subprocess.Popen([sys.executable, "-c", ATTACHED, str(local.kubeconfig_path), str(marker), title,
                              "1" if tail else "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, cwd=tmp_path)  # not the checkout: `python -c` imports from its cwd
     return proc, marker
 
 
@@ -151,7 +151,8 @@ def test_a_trainjob_deleted_under_an_attached_run_is_said_deleted_and_its_kept_l
         proc.kill()
     text = " ".join(plain(out).split())
     assert "FINAL STATE CANCELLED" in text, text[-3000:]
-    assert f"TrainJob default/{name} was deleted outside NeMo-Run" in text, text[-3000:]
+    assert f"TrainJob default/{name} no longer exists: it was deleted outside this NeMo-Run process" in text, \
+        text[-3000:]
     exp_id = next(d for d in os.listdir(nemorun_home / "experiments" / "deleted"))
     logs = nemo(console_script, nemorun_home, "logs", exp_id, "0")
     assert "train/0 line from train" in logs and "node/0" not in logs, logs[-3000:]

@@ -311,8 +311,8 @@ class KubeflowExecutor(Executor):
     restart_on_oom_kill: bool = False
     #: After a gang restart caused by a node fault (its pod deleted by the taint manager on a lost or
     #: NotReady node, evicted by the kubelet under node pressure), keep the job off that node: the
-    #: client that next looks at the job (a waiting run, ``nemo experiment status``,
-    #: ``nemo-kubeflow watch``) suspends the TrainJob, adds a ``NotIn`` node affinity through a runtime
+    #: repair step of a waiting run or of ``nemo-kubeflow watch`` (a status query only reports it)
+    #: suspends the TrainJob, adds a ``NotIn`` node affinity through a runtime
     #: patch, has Trainer build the JobSet again, and resumes it. Never so many nodes that the job no
     #: longer fits; status says which nodes are avoided and why (docs/resilience.md#bad-nodes).
     avoid_failed_nodes: bool = True

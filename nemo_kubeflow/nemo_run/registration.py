@@ -18,7 +18,8 @@ def register_executor(cls: type, scheduler_name: str = SCHEDULER_NAME) -> None:
 
     api.EXECUTOR_MAPPING[cls] = scheduler_name
     api.REVERSE_EXECUTOR_MAPPING[scheduler_name] = cls
-    # Parallel and detached runs are safe because the scheduler keeps no in-memory state.
+    # Parallel and detached runs are safe: the scheduler's memory of an app (app_watch.py) only adds to
+    # what the cluster and the app record tell any process.
     # Not added: _DEPENDENCY_SUPPORTED_EXECUTORS (Slurm-only semantics) and
     # _RUNNER_DEPENDENT_EXECUTORS (waits use a fresh runner, which is what we want).
     for attr in ("_PARALLEL_SUPPORTED_EXECUTORS", "_DETACH_SUPPORTED_EXECUTORS"):

@@ -5,10 +5,14 @@
   ``<job_dir>/manifests/``. NeMo-Run calls it on every real run too, so it never
   contacts a cluster.
 * ``schedule`` only applies what the dry run built (``submit.submit``).
-* ``describe``/``log_iter``/``_cancel_existing`` are stateless: the app id is
+* ``describe`` only reads: it returns the state and why (``observe``), and the repairs it
+  recommends are applied by ``look_after``'s repair step (``repair.steps``), which NeMo-Run's
+  attached wait (torchx's ``Runner.wait``) and ``nemo-kubeflow watch`` run, never a status query.
+* ``describe``/``log_iter``/``_cancel_existing`` need nothing from an earlier call: the app id is
   ``<namespace>:<trainjob>``, and the kubeconfig comes from a small per-app record,
   so status, logs and cancel work from ``Experiment.from_id`` in a new process and
-  from ``nemo experiment status|logs|cancel``.
+  from ``nemo experiment status|logs|cancel``. What a scheduler remembers of an app
+  (``AppWatch``) only adds what a process that keeps looking saw.
 """
 
 from __future__ import annotations
@@ -401,10 +405,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore
     def _gone_message(app_id: str, watch: AppWatch, message: str) -> str:
         """Why a TrainJob no longer exists, as far as this process knows."""
         if watch.cancelled_here:
-            return f"TrainJob {app_id.replace(':', '/')} was cancelled"
+            return f"TrainJob {app_id.replace(':', '/')} was cancelled: it no longer exists"
         if watch.role:  # this process saw it exist, and did not cancel it
-            return (f"TrainJob {app_id.replace(':', '/')} was deleted outside NeMo-Run (kubectl delete, "
-                    "nemo-kubeflow gc, another client): it no longer exists")
+            return (f"TrainJob {app_id.replace(':', '/')} no longer exists: it was deleted outside this NeMo-Run "
+                    "process (kubectl delete, nemo-kubeflow gc, or a cancel from another process)")
         return message
 
     def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict) -> JobView:

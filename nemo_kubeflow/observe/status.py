@@ -23,7 +23,8 @@ adds (why a job waits or failed, how often it restarted and why) needs the pods:
 column is what one describe reads besides the TrainJob, each at most once (``diagnosis.JobView``).
 A suspended TrainJob with Kueue's queue-name label waits for its queue: describe then lists the
 namespace's Workloads and ``queue_wait_message`` says why. A job that can never start (an image
-the registry does not have) is deleted by describe (``scheduler._delete_unstartable``), one DELETE.
+the registry does not have) is reported FAILED; describe only recommends deleting it, and the repair
+step of an attached wait or ``nemo-kubeflow watch`` deletes it (``repair.steps``).
 
 A pod that fails while the JobSet restarts the gang is *not* a job failure: only the
 ``Failed`` condition, which Trainer sets once the JobSet gives up, is.

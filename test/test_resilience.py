@@ -565,6 +565,8 @@ def test_watch_moves_a_detached_job_off_its_lost_node(three_nodes, tmp_path, nem
         watcher.kill()
     assert watcher.returncode == 0, (out, err)
     assert f"avoiding node {lost} after its pod watched-" in out and "SUCCEEDED" in out.splitlines()[-1], out
+    # The repair step names what it did.
+    assert f": repaired: avoiding node {lost} after its pod watched-" in out, out
 
 
 def test_the_avoidance_term_keeps_the_runtimes_own_node_affinity_and_replaces_its_own():

@@ -75,6 +75,20 @@ JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 #: each gang attempt gets its own c10d rendezvous id.
 RESTART_ATTEMPT_ENV = "NEMO_KUBEFLOW_RESTART_ATTEMPT"
 
+#: Trainer publishes its version in this ConfigMap, which every authenticated user may read (the
+#: ``kubeflow-trainer-public`` Role and RoleBinding of its manifests and Helm chart).
+TRAINER_SYSTEM_NAMESPACE = "kubeflow-system"
+TRAINER_PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
+TRAINER_VERSION_KEY = "kubeflow_trainer_version"
+#: Trainer v2.3.0 and older clear a TrainJob's ``Failed`` condition on every reconcile and build its
+#: JobSet again when the JobSet is gone, so a JobSet ``ttlSecondsAfterFinished`` reruns a failed job
+#: forever (trainer#3779); #3891 made ``Failed`` terminal after v2.3, in v2.4.0.
+TRAINER_FAILED_TERMINAL_SINCE = (2, 4, 0)
+#: Trainer before v2.3 must be upgraded through v2.3 (v2.3.0 release notes); Kueue v0.17 and later
+#: need a Trainer with ``runtimePatches`` (v2.2 and later; Kueue checks the CRD at startup).
+TRAINER_UPGRADE_THROUGH = (2, 3, 0)
+TRAINER_FOR_KUEUE_017 = (2, 2, 0)
+
 # --- Kubernetes ------------------------------------------------------------------
 #: The Kubernetes version whose strict schemas check core objects (kubeschema.py), both before a
 #: submission (validation.py) and in the local cluster's API server. Fields added after it (e.g.
@@ -111,10 +125,20 @@ NODE_AVOIDANCE_OFF = "off"
 
 # --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
 KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
+#: The Kueue API versions nemo_kubeflow reads, preferred first. v1beta2 is served since Kueue v0.15
+#: and stored since v0.16; v0.20 no longer serves v1beta1 (kueue#14558). The client asks the server
+#: which it serves (``KubernetesCluster.served_version``) and uses the first of these it serves. The
+#: fields read (Workload ownerReferences and conditions, LocalQueue ``spec.clusterQueue`` and
+#: ``stopPolicy``, ClusterQueue conditions and ``stopPolicy``) are the same in both.
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+#: Kueue's first version serving v1beta2, and the one that serves nothing else.
+KUEUE_V1BETA2_SINCE = "v0.15"
+KUEUE_V1BETA1_UNSERVED_SINCE = "v0.20"
 #: The queue of a namespace a job is sent to, and the object that stands for a job in it.
 LOCALQUEUE_KIND = "LocalQueue"
 WORKLOAD_KIND = "Workload"
+#: The cluster-wide queue a LocalQueue sends its jobs to (its ``spec.clusterQueue``).
+CLUSTERQUEUE_KIND = "ClusterQueue"
 #: The LocalQueue of a job. Kueue's webhook suspends a TrainJob that carries it, creates a
 #: Workload owned by it, and unsuspends it on admission.
 QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"

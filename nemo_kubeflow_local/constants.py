@@ -70,7 +70,10 @@ COMPLETION_INDEX_ANNOTATION = COMPLETION_INDEX_LABEL
 
 # --- Kueue (kueue.x-k8s.io) -----------------------------------------------------------------------------
 KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
+#: The versions served by default, preferred first (Kueue v0.15 to v0.19: v0.20 serves only v1beta2,
+#: kueue#14558), and the one objects are stored in (since v0.16); apiserver/versions.py converts.
+KUEUE_SERVED_DEFAULT = ("v1beta2", "v1beta1")
+KUEUE_STORAGE_VERSION = "v1beta2"
 LOCALQUEUE_KIND = "LocalQueue"
 WORKLOAD_KIND = "Workload"
 #: A job's LocalQueue and WorkloadPriorityClass (pkg/controller/constants QueueLabel, WorkloadPriorityClassLabel).

@@ -20,6 +20,7 @@ from nemo_kubeflow_local.apiserver.registry import Registry
 from nemo_kubeflow_local.apiserver.server import ApiServer
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credentials
+from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT
 from nemo_kubeflow_local.controllers import virtual_nodes
 from nemo_kubeflow_local.controllers.kueue import KueueController
 from nemo_kubeflow_local.controllers.trainer import TrainerController
@@ -49,7 +50,8 @@ class LocalCluster:
             `workdir`; `python -m nemo_kubeflow_local serve --workdir DIR` sets it.
     """
 
-    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True, persist: bool = False):
+    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True, persist: bool = False,
+                 kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT):
         if persist and workdir is None:
             raise ValueError("persist=True needs a workdir: a temporary one is removed when the cluster stops")
         self._run_kubelet = run_kubelet
@@ -57,6 +59,9 @@ class LocalCluster:
         self._saver: Optional[persistence.Saver] = None
         #: What `start()` restored from the workdir (persist=True), None when nothing was kept there.
         self.restored: Optional[persistence.Restored] = None
+        #: The Kueue API versions served, preferred first: both by default (Kueue v0.15 to v0.19),
+        #: ("v1beta2",) as Kueue v0.20 ships, ("v1beta1",) as Kueue before v0.15.
+        self._kueue_versions = tuple(kueue_versions)
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._workdir: Optional[Path] = None
         self._token = secrets.token_urlsafe(32)
@@ -91,7 +96,8 @@ class LocalCluster:
             self._saver.start()
         events, logs = EventRecorder(store), LogStore()
         self._credentials = make_credentials()
-        self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials)
+        self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials,
+                                 self._kueue_versions)
         self._server.start()
         if self._run_kubelet:
             self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url)

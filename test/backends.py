@@ -8,6 +8,7 @@ from typing import Callable
 import polling
 from kubernetes import client
 from kubernetes.config import new_client_from_config
+from kueue_api import kueue_version
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
@@ -18,7 +19,7 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 API_PATHS = {
     "pods": "/api/v1", "configmaps": "/api/v1", "secrets": "/api/v1", "persistentvolumeclaims": "/api/v1",
     "events": "/api/v1", "jobs": "/apis/batch/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
-    "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1", "workloads": "/apis/kueue.x-k8s.io/v1beta1",
+    "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1", "workloads": "/apis/kueue.x-k8s.io/v1beta2",
 }
 KUEUE = "kueue.x-k8s.io"
 
@@ -49,8 +50,8 @@ class Backend:
         LowerPriority`. Deleted after the test. Returns its name."""
         custom = self.custom_objects()
         try:
-            custom.create_cluster_custom_object(KUEUE, "v1beta1", "resourceflavors", {
-                "apiVersion": f"{KUEUE}/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "be-flavor"}})
+            custom.create_cluster_custom_object(KUEUE, self.kueue_version(), "resourceflavors", {
+                "apiVersion": f"{KUEUE}/{self.kueue_version()}", "kind": "ResourceFlavor", "metadata": {"name": "be-flavor"}})
         except client.ApiException as error:
             if error.status != 409:
                 raise
@@ -60,16 +61,16 @@ class Backend:
         if preempt_lower_priority:
             spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
         name = f"{self.namespace}-cq"
-        custom.create_cluster_custom_object(KUEUE, "v1beta1", "clusterqueues", {
-            "apiVersion": f"{KUEUE}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
+        custom.create_cluster_custom_object(KUEUE, self.kueue_version(), "clusterqueues", {
+            "apiVersion": f"{KUEUE}/{self.kueue_version()}", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
         self.made.append(("clusterqueues", name))
         return name
 
     def provide_priority_class(self, name: str, value: int) -> str:
         """A Kueue WorkloadPriorityClass named after the namespace and `name`, deleted after the test."""
         name = f"{self.namespace}-{name}"
-        self.custom_objects().create_cluster_custom_object(KUEUE, "v1beta1", "workloadpriorityclasses", {
-            "apiVersion": f"{KUEUE}/v1beta1", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+        self.custom_objects().create_cluster_custom_object(KUEUE, self.kueue_version(), "workloadpriorityclasses", {
+            "apiVersion": f"{KUEUE}/{self.kueue_version()}", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
             "value": value})
         self.made.append(("workloadpriorityclasses", name))
         return name
@@ -77,7 +78,11 @@ class Backend:
     def clean_up(self) -> None:
         custom = self.custom_objects()
         for plural, name in reversed(self.made):
-            custom.delete_cluster_custom_object(KUEUE, "v1beta1", plural, name)
+            custom.delete_cluster_custom_object(KUEUE, self.kueue_version(), plural, name)
+
+    def kueue_version(self) -> str:
+        """The Kueue version the back end serves, preferred first (a Kueue without v1beta1 on the real one)."""
+        return kueue_version(new_client_from_config(config_file=self.kubeconfig))
 
     def custom_objects(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(new_client_from_config(config_file=self.kubeconfig))

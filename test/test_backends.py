@@ -183,9 +183,9 @@ def test_a_rank_failing_once_restarts_the_gang_which_then_succeeds(backend, tmp_
 
 def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
     custom = backend.custom_objects()
-    queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "be-held"},
+    queue = {"apiVersion": f"kueue.x-k8s.io/{backend.kueue_version()}", "kind": "LocalQueue", "metadata": {"name": "be-held"},
              "spec": {"clusterQueue": backend.provide_cluster_queue(), "stopPolicy": "Hold"}}
-    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", queue)
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", backend.kueue_version(), backend.namespace, "localqueues", queue)
     with run.Experiment("be-queue", executor=backend.executor(queue_name="be-held"), log_level="WARN") as exp:
         exp.add(run.Script(inline='echo "admitted on $PET_NODE_RANK"'), name="q")
         exp.run(detach=True)
@@ -199,7 +199,7 @@ def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
     trainjob, = backend.objects("trainjobs", name)
     assert trainjob["spec"].get("suspend") is True
     assert backend.objects("pods", name) == []
-    custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", "be-held",
+    custom.patch_namespaced_custom_object("kueue.x-k8s.io", backend.kueue_version(), backend.namespace, "localqueues", "be-held",
                                           {"spec": {"stopPolicy": "None"}})
     wait_for(lambda: scheduler.describe(app_id_of(job)).state in (AppState.SUCCEEDED, AppState.FAILED),
              "Kueue to admit the job and the job to finish", timeout=90)
@@ -291,8 +291,8 @@ def test_pods_waiting_for_their_claim_are_described_with_the_claims_name(backend
 def test_a_job_over_its_cluster_queues_quota_waits_with_kueues_reason_until_quota_frees(backend, tmp_path):
     custom = backend.custom_objects()
     cluster_queue = backend.provide_cluster_queue(cpu="1", memory="4Gi")
-    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "be-quota"},
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", backend.kueue_version(), backend.namespace, "localqueues", {
+        "apiVersion": f"kueue.x-k8s.io/{backend.kueue_version()}", "kind": "LocalQueue", "metadata": {"name": "be-quota"},
         "spec": {"clusterQueue": cluster_queue}})
     marker = tmp_path / "done"  # the pods run on this machine: a file tells the first job to finish
     executor = backend.executor(nodes=1, queue_name="be-quota", cpu_request="1", memory_request="1Gi")

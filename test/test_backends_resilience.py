@@ -164,8 +164,8 @@ def test_a_kueue_preempted_job_resumes_from_its_sigterm_checkpoint(backend, tmp_
     low_priority = backend.provide_priority_class("low", 10)
     high_priority = backend.provide_priority_class("high", 1000)
     cluster_queue = backend.provide_cluster_queue(cpu="1", memory="4Gi", preempt_lower_priority=True)
-    custom.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", backend.namespace, "localqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "be-one"},
+    custom.create_namespaced_custom_object("kueue.x-k8s.io", backend.kueue_version(), backend.namespace, "localqueues", {
+        "apiVersion": f"kueue.x-k8s.io/{backend.kueue_version()}", "kind": "LocalQueue", "metadata": {"name": "be-one"},
         "spec": {"clusterQueue": cluster_queue}})
     checkpoints = tmp_path / "checkpoints"  # the pods run on this machine: a directory stands in for a claim
     events_file = checkpoints / "events.jsonl"

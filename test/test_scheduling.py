@@ -9,6 +9,7 @@ from pathlib import Path
 import nemo_run as run
 import pytest
 from kubernetes import client
+from kueue_api import kueue_version
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from polling import wait_for_status
 from torchx.specs import AppState, parse_app_handle
@@ -208,8 +209,9 @@ def queues(local):
 
 
 def create_queue(local, name, stop_policy="None"):
-    queues(local).create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", "default", "localqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": name},
+    version = kueue_version(local.api_client())
+    queues(local).create_namespaced_custom_object("kueue.x-k8s.io", version, "default", "localqueues", {
+        "apiVersion": f"kueue.x-k8s.io/{version}", "kind": "LocalQueue", "metadata": {"name": name},
         "spec": {"clusterQueue": "cluster-queue", "stopPolicy": stop_policy}})
 
 
@@ -241,7 +243,7 @@ def test_queue_check_tells_when_kueue_is_not_installed(local):
     local.inject_fault(resource="localqueues", status=404, reason="NotFound",
                        message="the server could not find the requested resource", times=2)
     local.clear_requests()
-    with pytest.raises(NotFoundError, match="does not serve Kueue's LocalQueue API, kueue.x-k8s.io/v1beta1"):
+    with pytest.raises(NotFoundError, match=r"serves none of Kueue's LocalQueue APIs \(kueue.x-k8s.io v1beta2 or v1beta1\)"):
         submit(KubernetesCluster(str(local.kubeconfig_path)), sub)
     assert [r for r in local.requests if r.verb in WRITES] == []
 
@@ -275,12 +277,13 @@ def test_held_queue_then_released_runs_without_our_resume(local):
     assert desc.msg == "waiting for queue held to admit it: Inadmissible: LocalQueue held is inactive"
     [workload] = local.objects("workloads", "default")
     assert workload["metadata"]["ownerReferences"][0]["name"] == name
-    assert workload["spec"]["queueName"] == "held" and workload["spec"]["priorityClassName"] == "low"
+    assert workload["spec"]["queueName"] == "held" and workload["spec"]["priorityClassRef"]["name"] == "low"  # v1beta2, as stored
     assert workload["spec"]["podSets"][0]["count"] == 2
     assert local.objects("pods", "default") == []
 
     # The queue is deleted: Kueue's own words for it.
-    queues(local).delete_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", "default", "localqueues", "held")
+    queues(local).delete_namespaced_custom_object("kueue.x-k8s.io", kueue_version(local.api_client()), "default",
+                                                  "localqueues", "held")
     wait_for_status(create_scheduler("t"), app_id,
                     lambda d: d.msg.endswith("Inadmissible: LocalQueue held doesn't exist"), "Kueue to say the queue is gone")
 

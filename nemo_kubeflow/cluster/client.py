@@ -16,6 +16,7 @@ every try and every wait ends by the deadline (a submission's total time).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,8 +32,9 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     CLUSTER_RUNTIME_PLURAL,
+    CLUSTERQUEUE_KIND,
     KUEUE_GROUP,
-    KUEUE_VERSION,
+    KUEUE_VERSIONS,
     LOCALQUEUE_KIND,
     RUNTIME_KIND,
     RUNTIME_PLURAL,
@@ -91,11 +93,17 @@ KINDS: dict[str, Kind] = {
         Kind(TRAINJOB_KIND, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL),
         Kind(RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, RUNTIME_PLURAL),
         Kind(CLUSTER_RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, CLUSTER_RUNTIME_PLURAL, namespaced=False),
-        # Kueue, read only: the queue a job waits in, and the Workload it waits as.
-        Kind(LOCALQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSION, "localqueues"),
-        Kind(WORKLOAD_KIND, KUEUE_GROUP, KUEUE_VERSION, "workloads"),
+        # Kueue, read only: the queue a job waits in, the Workload it waits as, the ClusterQueue
+        # behind a queue. The version is the first of KUEUE_VERSIONS the server serves (_kind).
+        Kind(LOCALQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "localqueues"),
+        Kind(WORKLOAD_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "workloads"),
+        Kind(CLUSTERQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "clusterqueues", namespaced=False),
     )
 }
+
+#: The versions each API group serves, by (server, group): API discovery, asked once per process.
+_SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {}
+_SERVED_VERSIONS_LOCK = threading.Lock()
 
 #: HTTP codes worth retrying: the request may succeed later unchanged.
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -361,9 +369,42 @@ class KubernetesCluster:
             tries=tries,
         )
 
+    # --- API discovery ------------------------------------------------------------
+    def served_versions(self, group: str) -> tuple[str, ...]:
+        """The versions of an API group the server serves (its discovery document, ``/apis/<group>``),
+        ``()`` when it serves none. Asked once per process and server; a failure to ask raises (and
+        is not remembered): it says nothing about what is served."""
+        key = (str(getattr(self.api_client.configuration, "host", "")), group)
+        with _SERVED_VERSIONS_LOCK:
+            if key in _SERVED_VERSIONS:
+                return _SERVED_VERSIONS[key]
+        try:
+            found = self._call("GET", f"/apis/{group}", verb="discover", kind="APIGroup", name=group, namespace=None)
+            versions = tuple(v["version"] for v in found.get("versions") or [] if v.get("version"))
+        except NotFoundError:
+            versions = ()
+        with _SERVED_VERSIONS_LOCK:
+            _SERVED_VERSIONS[key] = versions
+        return versions
+
+    def served_version(self, group: str, known: tuple[str, ...]) -> Optional[str]:
+        """The first of ``known`` (preferred first) that the server serves, ``None`` for none."""
+        served = self.served_versions(group)
+        return next((v for v in known if v in served), None)
+
+    def _kind(self, kind: str) -> Kind:
+        """``KINDS[kind]``, a Kueue kind at the version the server serves (the preferred one when it
+        serves none: the request then finds nothing, as it should)."""
+        spec = KINDS[kind]
+        if spec.group == KUEUE_GROUP:
+            version = self.served_version(KUEUE_GROUP, KUEUE_VERSIONS) or KUEUE_VERSIONS[0]
+            if version != spec.version:
+                spec = dataclasses.replace(spec, version=version)
+        return spec
+
     # --- the interface ------------------------------------------------------------
     def create(self, obj: dict, *, dry_run: bool = False, retry: bool = True) -> dict:
-        kind = KINDS[obj["kind"]]
+        kind = self._kind(obj["kind"])
         meta = obj.get("metadata", {})
         namespace = meta.get("namespace") if kind.namespaced else None
         query = [("fieldValidation", "Strict")]
@@ -374,7 +415,7 @@ class KubernetesCluster:
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
         """The object, or ``None`` if it does not exist (and only then)."""
-        spec = KINDS[kind]
+        spec = self._kind(kind)
         try:
             return self._call("GET", spec.path(namespace, name), verb="get", kind=kind, name=name, namespace=namespace)
         except NotFoundError:
@@ -382,7 +423,7 @@ class KubernetesCluster:
 
     def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
              field_selector: Optional[str] = None) -> list[dict]:
-        spec = KINDS[kind]
+        spec = self._kind(kind)
         query = []
         if label_selector:
             query.append(("labelSelector", label_selector))
@@ -393,7 +434,7 @@ class KubernetesCluster:
         return result.get("items", [])
 
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:
-        spec = KINDS[kind]
+        spec = self._kind(kind)
         return self._call("PATCH", spec.path(namespace, name), verb="patch", kind=kind, name=name,
                           namespace=namespace, body=patch, content_type="application/merge-patch+json",
                           query=[("fieldValidation", "Strict")])
@@ -401,7 +442,7 @@ class KubernetesCluster:
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool:
         """Delete with background propagation; ``False`` if it was already gone. With ``uid``, only
         that object: one recreated under the same name is refused (409 Conflict)."""
-        spec = KINDS[kind]
+        spec = self._kind(kind)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}

@@ -44,7 +44,7 @@ from nemo_kubeflow.cluster.client import Cluster, describe_target, kubectl_delet
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     KUEUE_GROUP,
-    KUEUE_VERSION,
+    KUEUE_VERSIONS,
     LOCALQUEUE_KIND,
     SUBMISSION_ANNOTATION,
     TRAINJOB_KIND,
@@ -269,8 +269,8 @@ def check_queue(cluster: Cluster, namespace: str, queue: str) -> None:
         available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(LOCALQUEUE_KIND, namespace)))
         listing = f"queues in this namespace: {available or 'none'}"
     except NotFoundError:
-        listing = (f"this cluster does not serve Kueue's LocalQueue API, {KUEUE_GROUP}/{KUEUE_VERSION}: "
-                   "is Kueue installed?")
+        listing = (f"this cluster serves none of Kueue's LocalQueue APIs ({KUEUE_GROUP} "
+                   f"{' or '.join(KUEUE_VERSIONS)}): is Kueue installed?")
     except ClusterError:
         listing = "the existing queues could not be listed"
     raise NotFoundError(

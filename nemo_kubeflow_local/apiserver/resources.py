@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_kubeflow_local import constants as C
+from nemo_kubeflow_local.apiserver.versions import KUEUE_STORAGE_VERSION
 
 
 @dataclass(frozen=True)
@@ -81,21 +82,23 @@ CLUSTER_RUNTIMES = ResourceType(
     C.TRAINER_GROUP, C.TRAINER_VERSION, C.CLUSTER_RUNTIME_PLURAL, C.CLUSTER_RUNTIME_KIND, False, has_generation=True
 )
 
+KUEUE_GROUP = C.KUEUE_GROUP
 #: Kueue's queue of a namespace, and the Workload that stands for a job in it (the local Kueue
-#: emulation, kueue.py).
-LOCALQUEUES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "localqueues", C.LOCALQUEUE_KIND, True,
+#: emulation, kueue.py). Stored as v1beta2; the server also serves v1beta1 unless told otherwise
+#: (versions.py converts).
+LOCALQUEUES = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "localqueues", C.LOCALQUEUE_KIND, True,
                            status_subresource=True, has_generation=True)
-WORKLOADS = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "workloads", C.WORKLOAD_KIND, True,
+WORKLOADS = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "workloads", C.WORKLOAD_KIND, True,
                          status_subresource=True, has_generation=True)
 
 #: A ClusterQueue's quota and preemption policy, and the priorities Workloads take from a
 #: WorkloadPriorityClass: read by the local Kueue when a LocalQueue's ClusterQueue exists. A
 #: ResourceFlavor is only stored (the local Kueue adds no node labels of a flavor).
-RESOURCEFLAVORS = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "resourceflavors", "ResourceFlavor", False,
+RESOURCEFLAVORS = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "resourceflavors", "ResourceFlavor", False,
                                has_generation=True)
-CLUSTERQUEUES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "clusterqueues", "ClusterQueue", False,
+CLUSTERQUEUES = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "clusterqueues", "ClusterQueue", False,
                              status_subresource=True, has_generation=True)
-WORKLOAD_PRIORITY_CLASSES = ResourceType(C.KUEUE_GROUP, C.KUEUE_VERSION, "workloadpriorityclasses",
+WORKLOAD_PRIORITY_CLASSES = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "workloadpriorityclasses",
                                          "WorkloadPriorityClass", False, has_generation=True)
 
 ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, NODES, JOBS, JOBSETS, TRAINJOBS,

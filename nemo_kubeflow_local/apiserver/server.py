@@ -29,6 +29,7 @@ from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.selectors import field_matcher, label_matcher
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials
+from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT, list_from_storage, to_storage
 from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class Route:
     subresource: str = ""
     discovery: Optional[dict] = None
     group: str = ""
+    #: The version the path names, when it differs from the one stored (a Kueue v1beta1 path).
+    version: str = ""
 
     @property
     def resource(self) -> str:
@@ -148,11 +151,14 @@ def _openapi_v3_index() -> dict:
     return {"paths": paths}
 
 
-def _discovery(path: str) -> Optional[dict]:
-    groups = {}
+def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT) -> Optional[dict]:
+    groups: dict[tuple[str, str], list[ResourceType]] = {}
     for rt in R.ALL:
-        if rt.group:
-            groups.setdefault((rt.group, rt.version), []).append(rt)
+        for version in (kueue_versions if rt.group == R.KUEUE_GROUP else (rt.version,) if rt.group else ()):
+            groups.setdefault((rt.group, version), []).append(rt)
+    by_group: dict[str, list[str]] = {}
+    for group, version in groups:
+        by_group.setdefault(group, []).append(version)
     if path == "/openapi/v3":
         return _openapi_v3_index()
     if path.startswith("/openapi/v3/"):
@@ -164,17 +170,25 @@ def _discovery(path: str) -> Optional[dict]:
     if path == "/api/v1":
         return _resource_list("v1", [rt for rt in R.ALL if not rt.group])
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
-             "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}} for g, v in groups]}
+        return {"kind": "APIGroupList", "apiVersion": "v1",
+                "groups": [_api_group(g, versions) for g, versions in by_group.items()]}
+    if path.startswith("/apis/") and path.count("/") == 2 and path[len("/apis/"):] in by_group:
+        group = path[len("/apis/"):]
+        return dict(_api_group(group, by_group[group]), kind="APIGroup", apiVersion="v1")
     for (group, version), types in groups.items():
         if path == f"/apis/{group}/{version}":
             return _resource_list(f"{group}/{version}", types)
     return None
 
 
-def route(path: str) -> Route:
-    discovery = _discovery(path.rstrip("/") or "/")
+def _api_group(group: str, versions: list[str]) -> dict:
+    """A group's discovery entry: its versions, the first preferred (the real server lists them so)."""
+    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": listed, "preferredVersion": listed[0]}
+
+
+def route(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT) -> Route:
+    discovery = _discovery(path.rstrip("/") or "/", kueue_versions)
     if discovery is not None:
         return Route(discovery=discovery)
     parts = [p for p in path.split("/") if p]
@@ -189,14 +203,21 @@ def route(path: str) -> Route:
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3:
         return Route()
-    rt = R.lookup(group, version, rest[0])
+    asked = ""
+    if group == R.KUEUE_GROUP:  # one stored version, served as each of kueue_versions
+        if version not in kueue_versions:
+            return Route(group=group)
+        rt = R.lookup(group, R.KUEUE_STORAGE_VERSION, rest[0])
+        asked = version if rt is not None and version != rt.version else ""
+    else:
+        rt = R.lookup(group, version, rest[0])
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else ""
     if rt is None or (sub and sub not in _SUBRESOURCES.get(rt.plural, ())):
         return Route(group=group)
     if (rt.namespaced and name and namespace is None) or (not rt.namespaced and namespace is not None):
         return Route(group=group)
-    return Route(rt=rt, namespace=namespace, name=name, subresource=sub, group=group)
+    return Route(rt=rt, namespace=namespace, name=name, subresource=sub, group=group, version=asked)
 
 
 def _warning_header(text: str) -> str:
@@ -229,9 +250,11 @@ class _Server(ThreadingHTTPServer):
 
 class ApiServer:
     def __init__(self, store: Store, registry: Registry, hooks: Hooks, logs: LogStore, token: str,
-                 credentials: ServerCredentials):
+                 credentials: ServerCredentials, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT):
         self.store, self.registry, self.hooks, self.logs, self.token = store, registry, hooks, logs, token
         self.credentials = credentials
+        #: The Kueue versions served, preferred first (("v1beta2",): as Kueue v0.20 ships).
+        self.kueue_versions = kueue_versions
         self.stopping = threading.Event()
         self._httpd: Optional[_Server] = None
 
@@ -310,10 +333,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         started = time.time()
         api = self.server.api
+        self._served_as: Optional[tuple[str, str]] = None  # one handler serves each request of a connection
         url = urlsplit(self.path)
         query = _query(url.query)
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        target = route(url.path)
+        target = route(url.path, api.kueue_versions)
         verb = target.verb(method, query)
         code: Optional[int] = None
         logged = False
@@ -376,6 +400,10 @@ class _Handler(BaseHTTPRequestHandler):
                                   f"version/kind; json parse error: {error}") from None
         elif method in ("POST", "PUT", "PATCH"):
             raise bad_request("the body of the request was empty")
+        if target.version and rt is not None:  # a Kueue v1beta1 request: its objects converted to and from v1beta2
+            if isinstance(body, dict) and body.get("apiVersion") == f"{rt.group}/{target.version}":
+                body = dict(to_storage(rt.kind, body), apiVersion=rt.api_version)
+            self._served_as = (rt.kind, target.version)
         registry = api.registry
         if verb == "get" and sub == "log":
             return self._send_log(api, namespace, name, query)
@@ -408,6 +436,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             code, body = answer.code, answer.body
             headers = {"Warning": [_warning_header(w) for w in answer.warnings]}
+            served_as = getattr(self, "_served_as", None)
+            if served_as is not None:
+                body = list_from_storage(served_as[0], body, served_as[1])
         data = json.dumps(body).encode()
         self._log_request(code)
         self.send_response(code)
@@ -489,9 +520,13 @@ class _Handler(BaseHTTPRequestHandler):
 
         table = wants_table(self.headers.get("Accept", ""))  # kubectl get -w: each event's object a one-row Table
 
+        served_as = getattr(self, "_served_as", None)
+
         def encode(event: str, obj: dict) -> bytes:
             if rt is R.EVENTS_V1 and event != "ERROR":
                 obj = event_v1(obj)
+            if served_as is not None and event != "ERROR":
+                obj = list_from_storage(served_as[0], obj, served_as[1])
             if table and event != "ERROR":
                 obj = to_table(rt, obj, query.get("includeObject") or "PartialObjectMetadata")
             return json.dumps({"type": event, "object": obj}).encode() + b"\n"

@@ -63,14 +63,15 @@ JOB_UID_LABEL = f"{C.KUEUE_GROUP}/job-uid"
 STOP_POLICIES = ("None", "Hold", "HoldAndDrain")
 COMPONENT = "kueue-admission"
 
-#: Fields of the two CRDs' `spec` (v1beta1); anything else is an unknown field.
+#: Fields of the CRDs' `spec` as stored (v1beta2: versions.py converts a v1beta1 client's objects);
+#: anything else is an unknown field.
 _SPEC_FIELDS = {
     R.LOCALQUEUES.key: {"clusterQueue", "stopPolicy", "fairSharing"},
-    R.WORKLOADS.key: {"podSets", "queueName", "priorityClassName", "priority", "priorityClassSource", "active",
+    R.WORKLOADS.key: {"podSets", "queueName", "priorityClassRef", "priority", "active",
                       "maximumExecutionTimeSeconds"},
-    R.CLUSTERQUEUES.key: {"namespaceSelector", "resourceGroups", "preemption", "queueingStrategy", "cohort",
-                          "flavorFungibility", "stopPolicy", "fairSharing", "admissionChecks",
-                          "admissionChecksStrategy", "admissionScope"},
+    R.CLUSTERQUEUES.key: {"namespaceSelector", "resourceGroups", "preemption", "queueingStrategy", "cohortName",
+                          "flavorFungibility", "stopPolicy", "fairSharing", "admissionChecksStrategy",
+                          "admissionScope", "concurrentAdmissionPolicy"},
     R.RESOURCEFLAVORS.key: {"nodeLabels", "nodeTaints", "tolerations", "topologyName"},
 }
 _TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
@@ -306,8 +307,8 @@ class KueueController:
                          "template": {"spec": {"containers": [container], "restartPolicy": "Never"}}}],
         }
         if priority_class:
-            workload_spec.update(priorityClassName=priority_class,
-                                 priorityClassSource="kueue.x-k8s.io/workloadpriorityclass")
+            workload_spec["priorityClassRef"] = {"group": C.KUEUE_GROUP, "kind": "WorkloadPriorityClass",
+                                                 "name": priority_class}
         workload = {
             "apiVersion": R.WORKLOADS.api_version, "kind": C.WORKLOAD_KIND,
             "metadata": {

@@ -1,0 +1,18 @@
+"""The Kueue API version a test writes its queues in: the one the server serves, preferred first, as
+the product picks it (a real Kueue v0.20 serves only v1beta2; Kueue before v0.15 only v1beta1)."""
+
+from kubernetes import client
+
+from nemo_kubeflow.constants import KUEUE_GROUP, KUEUE_VERSIONS
+
+
+def kueue_version(api_client) -> str:
+    groups = client.ApisApi(api_client).get_api_versions().groups or []
+    served = next(([v.version for v in g.versions] for g in groups if g.name == KUEUE_GROUP), [])
+    found = next((v for v in KUEUE_VERSIONS if v in served), None)
+    assert found, f"the server serves no Kueue version we read ({KUEUE_GROUP}: {served})"
+    return found
+
+
+def kueue_api_version(api_client) -> str:
+    return f"{KUEUE_GROUP}/{kueue_version(api_client)}"

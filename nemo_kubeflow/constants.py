@@ -120,6 +120,9 @@ BUNDLE_HASH_ANNOTATION = f"{LABEL_PREFIX}/bundle-hash"
 SUBMISSION_ANNOTATION = f"{LABEL_PREFIX}/submission-id"
 #: On the TrainJob: the nodes avoided and why, and a move in progress (JSON; repair/node_avoidance.py).
 NODE_AVOIDANCE_ANNOTATION = f"{LABEL_PREFIX}/node-avoidance"
+#: On the TrainJob: the executor's ``ttl_seconds_after_finished``; ``nemo-kubeflow gc --expired``
+#: deletes the job that long after it finished (docs/reliability.md#finished-jobs).
+TTL_ANNOTATION = f"{LABEL_PREFIX}/ttl-seconds-after-finished"
 #: The annotation's value when the executor says ``avoid_failed_nodes=False``.
 NODE_AVOIDANCE_OFF = "off"
 

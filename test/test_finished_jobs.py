@@ -5,7 +5,6 @@ import argparse
 import os
 import shlex
 import subprocess
-import time
 from datetime import datetime, timedelta, timezone
 
 import nemo_run as run
@@ -18,9 +17,8 @@ from nemo_kubeflow.build.naming import label_value
 from nemo_kubeflow.cli import main as console
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
-from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_NAME_LABEL, MANAGED_BY_LABEL, TRAINJOB_KIND, TTL_ANNOTATION
 from nemo_kubeflow.errors import ClusterError, ConfigError
-from nemo_kubeflow_local.timeutil import parse
 
 
 @pytest.fixture()
@@ -68,52 +66,20 @@ def gc(capsys, cluster, *argv: str) -> tuple[str, str]:
 # --- ttl_seconds_after_finished ---------------------------------------------------------------
 
 
-def test_ttl_removes_the_pods_once_it_elapses_and_keeps_the_trainjob(cluster, client):
+def test_ttl_is_a_trainjob_annotation_never_a_jobset_ttl(cluster, client):
+    """Trainer v2.3.0 reruns a failed job whose JobSet a TTL deleted (trainer#3779): the TTL is ours,
+    acted on by `gc --expired` (test_ttl_trainer_loop.py), with any runtime."""
     cluster.create_namespace("ttl")
-    ttl = 4
-    kept = submit_job(cluster, client, "ttl", "no-ttl_1")
-    expiring = submit_job(cluster, client, "ttl", "ttl_1", ttl_seconds_after_finished=ttl)
-    assert expiring.runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == ttl
-    assert "ttlSecondsAfterFinished" not in kept.runtime["spec"]["template"]["spec"]
-    finished_condition(client, "ttl", kept.name)
-    finished_at = parse(finished_condition(client, "ttl", expiring.name)["lastTransitionTime"]).timestamp()
-
-    pods, looked_at = pods_of(cluster, "ttl", expiring.name), time.time()
-    # Still there before the TTL elapses (unless this check itself came that late).
-    assert pods or looked_at >= finished_at + ttl
-    cluster.wait_for(lambda: not pods_of(cluster, "ttl", expiring.name), timeout=60)
-    assert time.time() >= finished_at + ttl
-
-    # The TrainJob keeps its state and its ConfigMaps; no new pods; the job without a TTL keeps its pods.
-    time.sleep(1)
-    assert pods_of(cluster, "ttl", expiring.name) == []
-    job = client.get(TRAINJOB_KIND, expiring.name, "ttl")
-    assert [c["type"] for c in job["status"]["conditions"] if c["status"] == "True"] == ["Complete"]
-    assert f"{expiring.name}-code" in names(cluster, "configmaps", "ttl")
-    assert pods_of(cluster, "ttl", kept.name)
+    expiring = submit_job(cluster, client, "ttl", "ttl_1", ttl_seconds_after_finished=4)
+    assert "ttlSecondsAfterFinished" not in expiring.runtime["spec"]["template"]["spec"]
+    assert expiring.trainjob["metadata"]["annotations"][TTL_ANNOTATION] == "4"
+    executor(cluster, "default", ttl_seconds_after_finished=60, runtime_name="shared").validate()
 
 
-def test_ttl_with_an_existing_runtime_or_out_of_range_is_refused_before_anything_is_sent(cluster):
+def test_ttl_out_of_range_is_refused_before_anything_is_sent(cluster):
     with pytest.raises(ConfigError) as error:
         executor(cluster, "default", ttl_seconds_after_finished=-1).validate()
     assert "ttl_seconds_after_finished=-1: must be a whole number of seconds from 0 to 2147483647" in str(error.value)
-    with pytest.raises(ConfigError) as error:
-        executor(cluster, "default", ttl_seconds_after_finished=60, runtime_name="shared").validate()
-    assert "runtime_name='shared' uses an existing one" in str(error.value)
-
-
-def test_a_template_of_ones_own_that_drops_the_ttl_is_an_error(tmp_path):
-    from nemo_kubeflow.build.plan import resolve
-    from nemo_kubeflow.build.render import render_runtime, runtime_context, templates_dir
-    from nemo_kubeflow.errors import TemplateError
-
-    text = (templates_dir() / "training_runtime.yaml.j2").read_text()
-    template = tmp_path / "no_ttl.yaml.j2"
-    template.write_text(text.replace("ttlSecondsAfterFinished: {{ ttl_seconds_after_finished }}", ""))
-    context = runtime_context(resolve(KubeflowExecutor(container_image="img", ttl_seconds_after_finished=60)))
-    with pytest.raises(TemplateError, match="no_ttl.yaml.j2 does not set ttl_seconds_after_finished=60"):
-        render_runtime(context, str(template))
-    assert render_runtime(context)["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == 60
 
 
 # --- gc of finished TrainJobs -----------------------------------------------------------------
@@ -192,7 +158,7 @@ def test_gc_without_a_selection_keeps_finished_jobs_and_says_how_to_delete_them(
     sub = submit_job(cluster, client, "gc-hint", "hint_1795319744650370646")
     finished_condition(client, "gc-hint", sub.name)
     out, err = gc(capsys, cluster, "-n", "gc-hint", "--min-age", "0")
-    assert out == "" and "1 finished TrainJob(s) kept" in err and "--finished, --experiment or --older-than" in err
+    assert out == "" and "1 finished TrainJob(s) kept" in err and "--finished, --experiment, --older-than or --expired" in err
     assert sub.name in names(cluster, "trainjobs", "gc-hint")
 
 

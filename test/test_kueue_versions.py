@@ -94,3 +94,19 @@ def test_the_local_cluster_converts_v1beta1_objects_to_and_from_v1beta2(tmp_path
         assert old["apiVersion"] == f"{KUEUE_GROUP}/v1beta1" and old["spec"]["cohort"] == "team"
         listed = custom.list_cluster_custom_object(KUEUE_GROUP, "v1beta1", "clusterqueues")
         assert listed["apiVersion"] == f"{KUEUE_GROUP}/v1beta1" and listed["items"][0]["spec"]["cohort"] == "team"
+
+
+@pytest.mark.real
+def test_the_real_kueue_is_read_in_the_version_it_serves(real_control_plane, real_namespace):
+    """With $NEMO_KUBEFLOW_REAL_KUEUE_V1BETA1=unserved, Kueue's CRDs serve only v1beta2 (as v0.20 ships)."""
+    cluster = KubernetesCluster(str(real_control_plane.kubeconfig_path))
+    served = cluster.served_versions(KUEUE_GROUP)
+    expected = ("v1beta2",) if not real_control_plane.kueue_v1beta1_served else ("v1beta2", "v1beta1")
+    assert served == expected
+    api = client.ApiClient(cluster.api_client.configuration)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(KUEUE_GROUP, "v1beta2", real_namespace, "localqueues", {
+        "apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team"},
+        "spec": {"clusterQueue": "cluster-queue"}})
+    check_queue(cluster, real_namespace, "team")
+    with pytest.raises(NotFoundError, match="queues in this namespace: team"):
+        check_queue(cluster, real_namespace, "missing")

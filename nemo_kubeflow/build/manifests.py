@@ -34,6 +34,7 @@ from nemo_kubeflow.constants import (
     TRAINER_NODE,
     TRAINJOB_KIND,
     TRAINJOB_LABEL,
+    TTL_ANNOTATION,
 )
 from nemo_kubeflow.schema import compiled as schemas
 
@@ -315,6 +316,14 @@ def owner_reference(trainjob: Mapping[str, Any]) -> dict:
 def with_owner(obj: dict, owner: dict) -> dict:
     out = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
     return out
+
+
+def ttl_annotations(executor: Any) -> dict[str, str]:
+    """The TrainJob annotation with the executor's ``ttl_seconds_after_finished`` (none when unset).
+    Never a JobSet TTL: Trainer v2.3.0 and older build a failed job's JobSet again once its TTL
+    deletes it, and rerun the job forever (trainer#3779)."""
+    ttl = executor.ttl_seconds_after_finished
+    return {} if ttl is None else {TTL_ANNOTATION: str(ttl)}
 
 
 def node_avoidance_annotations(executor: Any) -> dict[str, str]:

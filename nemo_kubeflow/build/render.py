@@ -266,7 +266,6 @@ def runtime_context(facts: ExecutorFacts) -> dict[str, Any]:
         "pod_group_policy": pod_group_policy(executor),
         "scheduler_name": scheduler_name(executor),
         "priority_class_name": executor.priority_class_name,
-        "ttl_seconds_after_finished": executor.ttl_seconds_after_finished,
         "fail_fast_exit_codes": fail_fast_exit_codes(executor),
         "user_error_message_pattern": USER_ERROR_MESSAGE_PATTERN,
         "termination_grace_period_seconds": executor.termination_grace_period_seconds,
@@ -291,18 +290,6 @@ def runtime_hash(runtime: Mapping[str, Any]) -> str:
     }
     payload = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
-
-
-def _check_ttl(runtime: Mapping[str, Any], context: Mapping[str, Any], name: str) -> None:
-    """A template of one's own that leaves out ``ttl_seconds_after_finished`` would drop it silently."""
-    ttl = context.get("ttl_seconds_after_finished")
-    jobset_spec = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
-    if ttl is not None and jobset_spec.get("ttlSecondsAfterFinished") != ttl:
-        raise TemplateError(
-            f"{name} does not set ttl_seconds_after_finished={ttl}: add "
-            "`ttlSecondsAfterFinished: {{ ttl_seconds_after_finished }}` under spec.template.spec "
-            "(see templates/training_runtime.yaml.j2)"
-        )
 
 
 #: Runtimes rendered from the packaged template, by their context as JSON: every task of the same
@@ -369,7 +356,6 @@ def _render(context: Mapping[str, Any], template_path: str | None) -> dict[str, 
             f"{name} must render one ClusterTrainingRuntime or TrainingRuntime, got "
             f"{type(obj).__name__ if not isinstance(obj, dict) else obj.get('kind')!r}"
         )
-    _check_ttl(obj, context, name)
     obj = copy.deepcopy(obj)
     digest = runtime_hash(obj)
     metadata = obj.setdefault("metadata", {})

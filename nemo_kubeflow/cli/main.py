@@ -46,6 +46,7 @@ from nemo_kubeflow.constants import (
     MANAGED_BY_VALUE,
     RUNTIME_KIND,
     TRAINJOB_KIND,
+    TTL_ANNOTATION,
 )
 from nemo_kubeflow.errors import ClusterError, ConfigError, NemoKubeflowError, TemplateError
 
@@ -451,15 +452,28 @@ class FinishedJobs:
     selected: list[tuple[str, dict, str, float]] = dataclasses.field(default_factory=list)
     #: Not finished (pending, suspended, running): never deleted.
     unfinished: int = 0
-    #: Finished, but more recently than ``--older-than``.
+    #: Finished, but more recently than ``--older-than`` (or, with ``--expired``, than their TTL).
     recent: int = 0
+    #: Finished, without a ``ttl_seconds_after_finished`` (``--expired`` leaves them).
+    without_ttl: int = 0
+
+
+def job_ttl(trainjob: dict) -> Optional[int]:
+    """The job's ``ttl_seconds_after_finished`` (its annotation), ``None`` without one."""
+    value = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(TTL_ANNOTATION)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
-                         experiments: Sequence[str] = (), older_than: Optional[float] = None) -> FinishedJobs:
+                         experiments: Sequence[str] = (), older_than: Optional[float] = None,
+                         expired: bool = False) -> FinishedJobs:
     """The finished TrainJobs labelled as nemo-kubeflow's among ``jobs`` ((namespace, TrainJob)
     pairs) that belong to one of ``experiments`` (all when empty) and finished at least
-    ``older_than`` seconds ago. Talks to no cluster."""
+    ``older_than`` seconds ago; with ``expired``, only those whose own ``ttl_seconds_after_finished``
+    has passed. Talks to no cluster."""
     from torchx.specs import AppState
 
     from nemo_kubeflow.observe.status import job_status
@@ -479,7 +493,11 @@ def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
             result.unfinished += 1
             continue
         age = _finished_age_s(job, now)
-        if older_than is not None and age < older_than:
+        ttl = job_ttl(job)
+        if expired and ttl is None:
+            result.without_ttl += 1
+            continue
+        if (older_than is not None and age < older_than) or (expired and ttl is not None and age < ttl):
             result.recent += 1
             continue
         result.selected.append((namespace, job, state.name, age))
@@ -492,7 +510,7 @@ def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     cluster = KubernetesCluster(kubeconfig=args.kubeconfig, context=args.context)
-    collect_jobs = bool(args.finished or args.experiment or args.older_than is not None)
+    collect_jobs = bool(args.finished or args.experiment or args.older_than is not None or args.expired)
     if args.all_namespaces:
         # One list per namespace: cluster.Kind.path has no cluster-wide form for namespaced kinds.
         namespaces = [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
@@ -511,7 +529,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         )
     jobs = [(ns, job) for ns in namespaces for job in cluster.list(TRAINJOB_KIND, ns)]
     now = datetime.now(timezone.utc)
-    finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than)
+    finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than,
+                                    expired=args.expired)
     verb = "would delete" if args.dry_run else "deleted"
 
     leaving = set()
@@ -536,6 +555,10 @@ def cmd_gc(args: argparse.Namespace) -> int:
             leaving.add((ns, job["metadata"].get("uid")))
         recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
                   if args.older_than is not None else "")
+        if args.expired:
+            if args.older_than is None:
+                recent += f", {finished.recent} within their ttl_seconds_after_finished"
+            recent += f", {finished.without_ttl} without ttl_seconds_after_finished"
         print(
             f"TrainJobs: {verb} {deleted_jobs} finished (their JobSets, pods, ConfigMaps and Secrets go with "
             f"them); kept {finished.unfinished} not finished{recent}",
@@ -544,7 +567,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     elif finished.selected:
         print(
             f"{len(finished.selected)} finished TrainJob(s) kept, with their pods, ConfigMaps and Secrets: "
-            "pass --finished, --experiment or --older-than to delete them",
+            "pass --finished, --experiment, --older-than or --expired to delete them",
             file=sys.stderr,
         )
 
@@ -799,7 +822,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc = sub.add_parser(
         "gc", help="delete finished TrainJobs and rendered runtimes that no TrainJob references",
         description=f"Delete training runtimes labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} that no TrainJob "
-                    "references and, with --finished, --experiment or --older-than, the finished TrainJobs "
+                    "references and, with --finished, --experiment, --older-than or --expired, the finished TrainJobs "
                     "with that label (their JobSets, pods, ConfigMaps and Secrets go with them). Jobs that "
                     "have not finished and objects without the label are never deleted. Without "
                     "--all-namespaces only TrainingRuntimes of the given namespaces are collected: "
@@ -816,6 +839,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="delete the finished TrainJobs of this experiment, by id or title (repeatable)")
     gc.add_argument("--older-than", type=parse_duration, metavar="AGE",
                     help="delete the finished TrainJobs that finished at least AGE ago, e.g. 12h, 7d, 1d12h")
+    gc.add_argument("--expired", action="store_true",
+                    help="delete the finished TrainJobs whose ttl_seconds_after_finished has passed since they "
+                         "finished (run it on a schedule: docs/reliability.md#finished-jobs)")
     gc.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
                     help=f"leave runtimes younger than this alone (default {DEFAULT_MIN_AGE_S})")
     gc.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")

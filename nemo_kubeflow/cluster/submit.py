@@ -41,6 +41,7 @@ from typing import Callable, Optional
 from nemo_kubeflow.build import manifests as mf
 from nemo_kubeflow.build.plan import Submission
 from nemo_kubeflow.cluster.client import Cluster, describe_target, kubectl_delete
+from nemo_kubeflow.cluster.versions import check_runtime_ttl
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     KUEUE_GROUP,
@@ -161,8 +162,8 @@ def submit(
             created_runtime = sub.runtime
 
     with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
-        if sub.runtime is None:
-            check_existing_runtime(cluster, sub)
+        runtime = sub.runtime if sub.runtime is not None else check_existing_runtime(cluster, sub)
+        check_runtime_ttl(cluster, runtime)
         queue = queue_name(sub.trainjob)
         if queue:
             check_queue(cluster, ns, queue)
@@ -227,7 +228,7 @@ def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:
     return runtime["kind"], meta.get("namespace"), meta["name"]
 
 
-def check_existing_runtime(cluster: Cluster, sub: Submission) -> None:
+def check_existing_runtime(cluster: Cluster, sub: Submission) -> dict:
     """With ``runtime_name``, the runtime must exist: say so before writing anything,
     and list the runtimes that do exist. Its replicated jobs must leave room for the pod names
     (JobSet's rule, validation.pod_name_problems): else ``ManifestValidationError``, also before writing."""
@@ -241,7 +242,7 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> None:
         if problems:
             raise ManifestValidationError(TRAINJOB_KIND, sub.name, [
                 f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems])
-        return
+        return runtime
     try:
         available = sorted(o["metadata"]["name"] for o in cluster.list(kind, namespace))
     except ClusterError:

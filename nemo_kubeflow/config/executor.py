@@ -286,11 +286,11 @@ class KubeflowExecutor(Executor):
     runtime_template: Optional[str] = None
 
     # --- after the job finishes (docs/reliability.md#finished-jobs) ----------------------------
-    #: Seconds after the job finishes (succeeded or failed) until JobSet deletes the job's JobSet,
-    #: Jobs and pods, logs included (the runtime's ``ttlSecondsAfterFinished``; ``0``: at once). The
-    #: TrainJob, its ConfigMaps and its Secret stay (Trainer v2.3 has no TTL for TrainJobs):
-    #: ``nemo-kubeflow gc`` deletes them. ``None`` keeps the pods, so that logs and failure details
-    #: stay readable until you delete the job. Needs a rendered runtime (not ``runtime_name``).
+    #: Seconds after the job finishes (succeeded or failed) from which ``nemo-kubeflow gc --expired``
+    #: deletes its TrainJob, and with it its JobSet, pods (logs included), ConfigMaps and Secret; run
+    #: it on a schedule (a CronJob: docs/reliability.md#finished-jobs). A TrainJob annotation, never
+    #: a JobSet TTL: Trainer v2.3.0 and older run a failed job again, forever, once a JobSet TTL
+    #: deletes its JobSet (trainer#3779). ``None`` keeps the job until you delete it.
     ttl_seconds_after_finished: Optional[int] = None
 
     # --- failures, restarts and preemption (docs/resilience.md) -------------------------------
@@ -521,12 +521,7 @@ class KubeflowExecutor(Executor):
             return
         if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= JOBSET_TTL_MAX:
             yield (f"ttl_seconds_after_finished={ttl!r}: must be a whole number of seconds from 0 to "
-                   f"{JOBSET_TTL_MAX} (JobSet's ttlSecondsAfterFinished), e.g. 86400 for a day; "
-                   "None keeps finished jobs' pods")
-        if self.runtime_name is not None:
-            yield ("ttl_seconds_after_finished goes into the rendered runtime (a TrainJob cannot set it), but "
-                   f"runtime_name={self.runtime_name!r} uses an existing one; set ttlSecondsAfterFinished in "
-                   "that runtime's spec.template.spec instead, or leave runtime_name unset")
+                   f"{JOBSET_TTL_MAX}, e.g. 86400 for a day; None keeps finished jobs")
 
     def _image_problems(self):
         """The other images the pods run (initializers, fabric daemons), by the same grammar."""

@@ -3,8 +3,8 @@
 NeMo-Run's ``Experiment.cancel`` (and ``nemo experiment cancel``) calls torchx's
 ``Runner.cancel``, which describes the app first and calls the scheduler's cancel only when
 the app is not in a terminal state. For a finished job nothing is deleted and nothing is said,
-although its TrainJob, ConfigMaps, Secret (and pods, unless ``ttl_seconds_after_finished``
-removed them) stay on the cluster.
+although its TrainJob, ConfigMaps, Secret and pods stay on the cluster (until ``gc``, or
+``gc --expired`` once its ``ttl_seconds_after_finished`` has passed).
 
 The scheduler cannot see this from its cancel, which is never called. It can see the two ends
 of it, through public hooks, without patching NeMo-Run or torchx:
@@ -72,10 +72,10 @@ def finished_cancel_message(app_id: str, state: str, experiment: str) -> str:
     scope = "the finished jobs of this experiment" if experiment else "every finished job of the namespace"
     return (
         f"TrainJob {namespace}/{name} already finished ({state}), so cancel deleted nothing: the TrainJob, its "
-        "ConfigMaps and Secret (and pods, unless ttl_seconds_after_finished removed them) stay on the cluster. "
+        "ConfigMaps, Secret and pods stay on the cluster. "
         f"Remove them with `{gc}` ({scope}; add --dry-run to list them first) or "
-        f"`kubectl delete trainjob {name} -n {namespace}`. The executor's ttl_seconds_after_finished makes "
-        "JobSet remove the pods of later jobs once they finish."
+        f"`kubectl delete trainjob {name} -n {namespace}`. With the executor's ttl_seconds_after_finished, "
+        "`nemo-kubeflow gc --expired` run on a schedule removes later jobs once it has passed."
     )
 
 

@@ -391,7 +391,16 @@ class TrainerController:
         state = self._states.get(key)
         if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
-        if _is_true(tj, "Complete") or _is_true(tj, "Failed"):
+        if _is_true(tj, "Failed") and state.spec is not None and not self._jobset_exists(tj, state) \
+                and (_condition(tj, "Failed") or {}).get("reason") != "DeadlineExceeded":
+            # Trainer v2.3.0 clears Failed at the top of every reconcile (removeFailedCondition, all but
+            # DeadlineExceeded) and reads it back from the JobSet: with the JobSet gone (its TTL, or a
+            # delete) the job looks unfinished and its JobSet is built again, restarts from 0, and the
+            # job runs again (trainer#3779; #3891 made Failed terminal after v2.3). Complete stays.
+            self._clear_failed(tj)
+            state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
+            tj = self.store.find(R.TRAINJOBS, namespace, name) or tj
+        elif _is_true(tj, "Complete") or _is_true(tj, "Failed"):
             self._expire_after_ttl(tj, state)
             return
         if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
@@ -797,10 +806,22 @@ class TrainerController:
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(pod)
 
+    def _clear_failed(self, tj: dict) -> None:
+        def change(obj: dict) -> Optional[dict]:
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            kept = [c for c in conditions if c.get("type") != "Failed"]
+            if obj["metadata"]["uid"] != tj["metadata"]["uid"] or len(kept) == len(conditions):
+                return None
+            obj["status"]["conditions"] = kept
+            return obj
+
+        self.store.mutate(R.TRAINJOBS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
+
     def _expire_after_ttl(self, tj: dict, state: JobSetState) -> None:
         """JobSet's ``ttlSecondsAfterFinished``: that long after it finished, the JobSet is deleted and
-        the garbage collector takes its Jobs, pods and Service. Trainer builds no new JobSet for a
-        finished TrainJob and keeps its conditions and last jobsStatus."""
+        the garbage collector takes its Jobs, pods and Service. For a Complete TrainJob, Trainer builds
+        no new JobSet and keeps its conditions and last jobsStatus; a Failed one is built again (the
+        reconcile above: Trainer v2.3.0's loop)."""
         ttl = (state.spec or {}).get("ttlSecondsAfterFinished")
         if ttl is None:
             return

@@ -50,6 +50,12 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 #: the Kueue integrations enabled (their CRDs are installed, their webhooks registered)
 KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
+#: Set to `unserved` to install Kueue's CRDs with v1beta1 `served: false`, as Kueue v0.20 ships them
+#: (kueue#14558): the real stage's Kueue then serves only v1beta2.
+KUEUE_V1BETA1_ENV = "NEMO_KUBEFLOW_REAL_KUEUE_V1BETA1"
+#: The ConfigMap where Trainer's manifests publish its version, readable by every authenticated user.
+TRAINER_NAMESPACE = "kubeflow-system"
+TRAINER_PUBLIC = "kubeflow-trainer-public"
 
 
 class ControlPlaneError(RuntimeError):
@@ -147,8 +153,11 @@ class RealControlPlane:
     #: seconds a component gets to exit after SIGTERM
     STOP_GRACE = 5.0
 
-    def __init__(self, build_info: dict, workdir: Path):
+    def __init__(self, build_info: dict, workdir: Path, kueue_v1beta1_served: bool | None = None):
         self.build_info = build_info
+        #: Whether Kueue's CRDs serve v1beta1 (default: yes, unless $NEMO_KUBEFLOW_REAL_KUEUE_V1BETA1=unserved).
+        self.kueue_v1beta1_served = (os.environ.get(KUEUE_V1BETA1_ENV, "") != "unserved"
+                                     if kueue_v1beta1_served is None else kueue_v1beta1_served)
         self.binaries = {k: Path(v) for k, v in build_info["binaries"].items()}
         self.module_dirs = {k: Path(v["module_dir"]) for k, v in build_info["components"].items()}
         self.workdir = Path(workdir)
@@ -185,6 +194,7 @@ class RealControlPlane:
         self._start_scheduler()
         self._install_crds()
         self._ensure_namespace(KUEUE_NAMESPACE)
+        self._publish_trainer_version()
         self._start_trainer()
         self._start_jobset()
         self._start_kueue()
@@ -454,10 +464,33 @@ class RealControlPlane:
         for component, upstream in manifests.UPSTREAMS.items():
             port = self.ports[f"{component}-webhook"]
             for crd in manifests.crds(self.module_dirs[component], upstream, port, self.certs.ca_pem):
+                if component == "kueue" and not self.kueue_v1beta1_served:
+                    for version in crd["spec"]["versions"]:
+                        if version["name"] == "v1beta1":
+                            version["served"] = False
                 self._apply(crd, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
                 names.append(crd["metadata"]["name"])
         for name in names:
             self._wait(lambda name=name: self._crd_established(name), "kube-apiserver", f"CRD {name} Established")
+
+    def _publish_trainer_version(self) -> None:
+        """What Trainer's manifests install beside the controller (manifests/overlays/manager and
+        base/rbac/public_configmap_*): the `kubeflow-trainer-public` ConfigMap with its version, which
+        the `system:authenticated` group may read."""
+        self._ensure_namespace(TRAINER_NAMESPACE)
+        base = f"/api/v1/namespaces/{TRAINER_NAMESPACE}"
+        self._apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": TRAINER_PUBLIC},
+                     "data": {"kubeflow_trainer_version": self.build_info["components"]["trainer"]["version"]}},
+                    f"{base}/configmaps")
+        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{TRAINER_NAMESPACE}"
+        self._apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": TRAINER_PUBLIC},
+                     "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [TRAINER_PUBLIC],
+                                "verbs": ["get"]}]}, f"{rbac}/roles")
+        self._apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                     "metadata": {"name": TRAINER_PUBLIC},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TRAINER_PUBLIC},
+                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                   "name": "system:authenticated"}]}, f"{rbac}/rolebindings")
 
     def _register_webhooks(self) -> None:
         for component, upstream in manifests.UPSTREAMS.items():

@@ -847,6 +847,23 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")
     gc.add_argument("--context", help="kubeconfig context (default: its current context)")
     gc.set_defaults(func=cmd_gc)
+
+    from nemo_kubeflow.cli.doctor import cmd_doctor
+
+    doctor = sub.add_parser(
+        "doctor", help="check a cluster for an executor configuration before the first job",
+        description="Check what the cluster offers the executor configuration: the APIs and versions served "
+                    "(Trainer, JobSet, Kueue), the Trainer version and its known-bad combinations, your RBAC "
+                    "rights and what each missing one disables, the namespace's Pod Security level, the "
+                    "LocalQueue and its ClusterQueue, the named runtime, the nodes offering the GPUs, and a "
+                    "server-side dry run of the runtime and TrainJob (webhooks). One line per check, each "
+                    "problem with its fix. Writes nothing. Exit code 0 when a job can run, 1 otherwise.",
+    )
+    _add_executor_options(doctor)
+    doctor.add_argument("--namespace", "-n", metavar="NS", help="namespace to check (default: the executor's)")
+    doctor.add_argument("--kubeconfig", help="kubeconfig path (default: the executor's, $KUBECONFIG, ~/.kube/config)")
+    doctor.add_argument("--context", help="kubeconfig context (default: the executor's, else the current one)")
+    doctor.set_defaults(func=cmd_doctor)
     return parser
 
 

@@ -88,6 +88,8 @@ KINDS: dict[str, Kind] = {
         Kind("Event", "", "v1", "events"),
         Kind("Namespace", "", "v1", "namespaces", namespaced=False),
         Kind("Node", "", "v1", "nodes", namespaced=False),
+        # Read by `nemo-kubeflow doctor` (the TrainJob CRD's fields), where the user may.
+        Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False),
         # JobSet: read, and deleted to have Trainer build it again (node_avoidance.py).
         Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
         Kind(TRAINJOB_KIND, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL),
@@ -100,6 +102,9 @@ KINDS: dict[str, Kind] = {
         Kind(CLUSTERQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "clusterqueues", namespaced=False),
     )
 }
+
+#: The group of SelfSubjectAccessReview (``may``).
+ACCESS_REVIEW_GROUP = "authorization.k8s.io"
 
 #: The versions each API group serves, by (server, group): API discovery, asked once per process.
 _SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -391,6 +396,18 @@ class KubernetesCluster:
         """The first of ``known`` (preferred first) that the server serves, ``None`` for none."""
         served = self.served_versions(group)
         return next((v for v in known if v in served), None)
+
+    def may(self, verb: str, resource: str, *, group: str = "", namespace: Optional[str] = None,
+            subresource: str = "") -> bool:
+        """Whether the current user may ``verb`` the ``resource`` (a SelfSubjectAccessReview, what
+        ``kubectl auth can-i`` asks; it needs no right of its own)."""
+        review = {"apiVersion": f"{ACCESS_REVIEW_GROUP}/v1", "kind": "SelfSubjectAccessReview", "spec": {
+            "resourceAttributes": {k: v for k, v in {"verb": verb, "resource": resource, "group": group,
+                                                     "namespace": namespace, "subresource": subresource}.items()
+                                   if v}}}
+        found = self._call("POST", f"/apis/{ACCESS_REVIEW_GROUP}/v1/selfsubjectaccessreviews", verb="create",
+                           kind="SelfSubjectAccessReview", name=None, namespace=None, body=review)
+        return bool((found.get("status") or {}).get("allowed"))
 
     def _kind(self, kind: str) -> Kind:
         """``KINDS[kind]``, a Kueue kind at the version the server serves (the preferred one when it

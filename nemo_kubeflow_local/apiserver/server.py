@@ -52,6 +52,9 @@ _SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces
 _SHORT_NAMES = {("", "namespaces"): ["ns"], ("", "configmaps"): ["cm"], ("", "persistentvolumeclaims"): ["pvc"],
                 ("", "pods"): ["po"], ("", "events"): ["ev"], ("events.k8s.io", "events"): ["ev"]}
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+#: `kubectl auth can-i`'s question: may I? (authorization.k8s.io, served for the doctor's rights check)
+SSAR_GROUP = "authorization.k8s.io"
+SSAR_PATH = f"/apis/{SSAR_GROUP}/v1/selfsubjectaccessreviews"
 _BOOLEAN_PARAMS = ("watch", "follow", "previous", "timestamps", "allowWatchBookmarks", "insecureSkipTLSVerifyBackend")
 
 
@@ -375,6 +378,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(error)
         if target.discovery is not None:
             return self._send(Result(200, target.discovery))
+        if method == "POST" and target.group == SSAR_GROUP and self.path.split("?")[0] == SSAR_PATH:
+            return self._send(self._access_review(api, raw))
         if target.rt is None:
             return self._send(ApiError(404, "the server could not find the requested resource",
                                        details={"group": target.group} if target.group else {}))
@@ -427,6 +432,26 @@ class _Handler(BaseHTTPRequestHandler):
         if verb == "delete":
             return self._send(registry.delete(rt, namespace, name, body, query))
         return self._send(registry.delete_collection(rt, target.namespace, body, query))
+
+    @staticmethod
+    def _access_review(api: ApiServer, raw: bytes) -> Result:
+        """A SelfSubjectAccessReview, answered from the RBAC denial rules (faults.Hooks.deny): what
+        `kubectl auth can-i` asks. Everything not denied is allowed (the local user is an admin)."""
+        try:
+            review = json.loads(raw or b"{}")
+            attributes = review["spec"]["resourceAttributes"]
+        except (ValueError, KeyError, TypeError):
+            return Result(400, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "BadRequest",
+                                "message": "spec.resourceAttributes: Required value", "code": 400})
+        resource = attributes.get("resource", "")
+        if attributes.get("subresource"):
+            resource += f"/{attributes['subresource']}"
+        denied = api.hooks.forbidden(attributes.get("verb", ""), resource, attributes.get("group", ""),
+                                     attributes.get("namespace") or None, attributes.get("name") or None)
+        status = {"allowed": denied is None}
+        if denied is None:
+            status["reason"] = "the local cluster's user may do anything not denied by a test"
+        return Result(201, dict(review, status=status))
 
     # -- responses --
 

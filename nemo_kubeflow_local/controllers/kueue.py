@@ -214,7 +214,11 @@ class KueueController:
             if event == "DELETED" or _condition(obj, "Finished").get("status") == "True":
                 self._queue.put(("pending", "", ""))  # its quota is free: the waiting ones get another look
         elif rt is R.CLUSTERQUEUES:
+            if event != "DELETED":
+                self._queue.put(("cluster-queue", "", meta["name"]))
             self._queue.put(("pending", "", ""))
+        elif rt is R.RESOURCEFLAVORS:
+            self._queue.put(("cluster-queue", "", ""))  # "": every ClusterQueue
         elif rt is R.PODS and (event == "DELETED" or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
             if trainjob := (meta.get("labels") or {}).get(C.JOBSET_NAME_LABEL):  # a preempted job's pods stop
                 self._queue.put(("job", meta["namespace"], trainjob))
@@ -237,6 +241,10 @@ class KueueController:
                         for tj in self.store.list(R.TRAINJOBS, namespace, lambda o, q=name: (
                                 o["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == q)[0]:
                             self._reconcile(namespace, tj["metadata"]["name"])
+                    elif kind == "cluster-queue":
+                        for cq in ([name] if name else
+                                   [o["metadata"]["name"] for o in self.store.list(R.CLUSTERQUEUES, None)[0]]):
+                            self._set_active(cq)
                     elif kind == "pending":  # every job not admitted, the highest priority first
                         for workload in sorted(self.store.list(R.WORKLOADS, None)[0], key=_queue_order):
                             owner = next((r["name"] for r in workload["metadata"].get("ownerReferences") or []
@@ -249,6 +257,23 @@ class KueueController:
                     logger.exception("kueue: reconciling %s %s/%s", kind, namespace, name)
 
     # -- reconcile --
+
+    def _set_active(self, name: str) -> None:
+        """The ClusterQueue's `Active` condition, as Kueue's ClusterQueue controller words it: active when
+        every ResourceFlavor it names exists, else `FlavorNotFound` (stopPolicy and admission checks aside)."""
+        def change(cq: dict) -> Optional[dict]:
+            flavors = sorted({f.get("name", "") for group in (cq.get("spec") or {}).get("resourceGroups") or []
+                              for f in group.get("flavors") or []})
+            missing = [f for f in flavors if self.store.find(R.RESOURCEFLAVORS, "", f) is None]
+            before = copy.deepcopy((cq.get("status") or {}).get("conditions"))
+            if missing:
+                _set_condition(cq, "Active", "False", "FlavorNotFound",
+                               f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}.")
+            else:
+                _set_condition(cq, "Active", "True", "Ready", "Can admit new workloads")
+            return cq if cq["status"]["conditions"] != before else None
+
+        self.store.mutate(R.CLUSTERQUEUES, "", name, change)
 
     def _reconcile(self, namespace: str, name: str) -> None:
         tj = self.store.find(R.TRAINJOBS, namespace, name)

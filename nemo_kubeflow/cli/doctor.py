@@ -1,0 +1,399 @@
+"""``nemo-kubeflow doctor``: what a cluster offers an executor configuration, checked before the first job.
+
+Each check prints one line: ``ok``, ``warn`` (a feature is unavailable, or something could not be
+looked at) or ``FAIL`` (a job cannot run as configured), each warn and FAIL with its fix. The exit code
+is 1 when any check failed, else 0. Every look is a read, or a server-side dry run (nothing is written);
+a look that fails says so and is never read as a state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.cluster.versions import (
+    format_version,
+    jobset_ttl,
+    keeps_failed_jobs_failed,
+    trainer_version,
+    ttl_loop_problem,
+)
+from nemo_kubeflow.constants import (
+    CLUSTER_RUNTIME_KIND,
+    CLUSTER_RUNTIME_PLURAL,
+    CLUSTERQUEUE_KIND,
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_V1BETA1_UNSERVED_SINCE,
+    KUEUE_V1BETA2_SINCE,
+    KUEUE_VERSIONS,
+    LOCALQUEUE_KIND,
+    RUNTIME_PLURAL,
+    TRAINER_FOR_KUEUE_017,
+    TRAINER_GROUP,
+    TRAINER_UPGRADE_THROUGH,
+    TRAINER_VERSION,
+    TRAINJOB_PLURAL,
+)
+from nemo_kubeflow.errors import ClusterError, NemoKubeflowError
+
+#: The Pod Security Standards levels, least to most permissive, and the namespace label that enforces one.
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
+POD_SECURITY_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+
+
+@dataclass(frozen=True)
+class Right:
+    """A verb the product uses, and what a user without it cannot do."""
+
+    verb: str
+    resource: str
+    group: str = ""
+    subresource: str = ""
+    cluster_scoped: bool = False
+    #: What is unavailable without it.
+    disables: str = ""
+    #: Without it no job can be submitted (with this executor configuration).
+    required: bool = False
+
+    def __str__(self) -> str:
+        what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        return f"{self.verb} {what}" + (f".{self.group}" if self.group else "")
+
+
+def rights(executor: Any) -> list[Right]:
+    """The rights the product uses with this executor configuration, each with what it serves."""
+    queued = bool(executor.queue_name)
+    runtime_plural = CLUSTER_RUNTIME_PLURAL if executor.runtime_kind == CLUSTER_RUNTIME_KIND else RUNTIME_PLURAL
+    cluster_runtime = executor.runtime_kind == CLUSTER_RUNTIME_KIND
+    found = [
+        Right("create", TRAINJOB_PLURAL, TRAINER_GROUP, disables="submitting jobs", required=True),
+        Right("get", TRAINJOB_PLURAL, TRAINER_GROUP, disables="job status (exp.status, the attached wait)",
+              required=True),
+        Right("patch", TRAINJOB_PLURAL, TRAINER_GROUP, required=not queued,
+              disables="resuming a submitted job (it is created suspended), moving a job off a failed node"),
+        Right("delete", TRAINJOB_PLURAL, TRAINER_GROUP, disables="cancel, rollback of a failed submission, gc"),
+        Right("list", TRAINJOB_PLURAL, TRAINER_GROUP, disables="gc"),
+        Right("create", "configmaps", disables="submitting jobs (the code and launch script travel in ConfigMaps)",
+              required=True),
+        Right("create", "secrets", disables="secret_env (values sent as a Secret)",
+              required=bool(getattr(executor, "secret_env", None))),
+        Right("create", "persistentvolumeclaims", disables="volumes the executor creates (pvcs with a size)"),
+        Right("create", runtime_plural, TRAINER_GROUP, cluster_scoped=cluster_runtime,
+              required=executor.runtime_name is None,
+              disables="rendered runtimes: set runtime_kind='TrainingRuntime' (namespaced) or runtime_name"),
+        Right("get", runtime_plural, TRAINER_GROUP, cluster_scoped=cluster_runtime,
+              disables="checking runtime_name before submitting (a missing runtime fails only at the job)"),
+        Right("list", "pods", disables="describe's diagnosis (why a job waits or failed), logs, node avoidance"),
+        Right("get", "pods", subresource="log", disables="logs (exp.logs, nemo experiment logs), the failed "
+              "rank's last lines in status"),
+        Right("list", "events", disables="why a pod waits (image pulls, scheduling), node avoidance"),
+        Right("delete", "jobsets", JOBSET_GROUP, disables="moving a job off a failed node (avoid_failed_nodes)"),
+        Right("list", "nodes", cluster_scoped=True, disables="checking a moved job still fits, this command's "
+              "GPU node check"),
+    ]
+    if queued:
+        found += [Right("get", "localqueues", KUEUE_GROUP, disables="checking queue_name before submitting"),
+                  Right("list", "workloads", KUEUE_GROUP, disables="Kueue's reason why a queued job waits")]
+    return found
+
+
+class Report:
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.failed = 0
+        self.warned = 0
+        self._out = out
+
+    def ok(self, text: str) -> None:
+        self._out(f"ok    {text}")
+
+    def warn(self, text: str, fix: str = "") -> None:
+        self.warned += 1
+        self._out(f"warn  {text}" + (f"; fix: {fix}" if fix else ""))
+
+    def fail(self, text: str, fix: str = "") -> None:
+        self.failed += 1
+        self._out(f"FAIL  {text}" + (f"; fix: {fix}" if fix else ""))
+
+
+def _read(what: str, report: Report, look: Callable[[], Any]) -> tuple[bool, Any]:
+    """(True, the answer), or (False, None) with a warning that the look failed."""
+    try:
+        return True, look()
+    except ClusterError as e:
+        report.warn(f"{what}: could not look ({e})")
+        return False, None
+
+
+def check_apis(cluster: KubernetesCluster, report: Report) -> dict[str, tuple[str, ...]]:
+    served: dict[str, tuple[str, ...]] = {}
+    for group, wanted, what in ((TRAINER_GROUP, TRAINER_VERSION, "Kubeflow Trainer"),
+                                (JOBSET_GROUP, JOBSET_VERSION, "JobSet")):
+        looked, versions = _read(f"{what} API ({group})", report, functools.partial(cluster.served_versions, group))
+        if not looked:
+            continue
+        served[group] = versions
+        if wanted in versions:
+            report.ok(f"{what} API served: {group}/{wanted}")
+        else:
+            report.fail(f"{what} API {group}/{wanted} is not served (served: {', '.join(versions) or 'none'})",
+                        f"install {what} (Trainer v2.3 installs JobSet with it)")
+    looked, versions = _read(f"Kueue API ({KUEUE_GROUP})", report, lambda: cluster.served_versions(KUEUE_GROUP))
+    if looked:
+        served[KUEUE_GROUP] = versions
+        used = next((v for v in KUEUE_VERSIONS if v in versions), None)
+        if not versions:
+            report.ok("Kueue is not installed (queue_name unavailable)")
+        elif used is None:
+            report.warn(f"Kueue serves {', '.join(versions)}, none of which nemo_kubeflow reads "
+                        f"({', '.join(KUEUE_VERSIONS)})", f"upgrade Kueue to {KUEUE_V1BETA2_SINCE} or later")
+        elif "v1beta1" not in versions:
+            report.ok(f"Kueue serves {', '.join(versions)} (v1beta1 unserved, as Kueue "
+                      f"{KUEUE_V1BETA1_UNSERVED_SINCE}+ ships): read in {used}")
+        else:
+            report.ok(f"Kueue serves {', '.join(versions)}: read in {used}")
+    return served
+
+
+def check_trainer(cluster: KubernetesCluster, report: Report, served: dict[str, tuple[str, ...]]) -> Optional[tuple]:
+    version, why = trainer_version(cluster)
+    if version is None:
+        report.warn(f"Trainer version unknown: {why}",
+                    "install Trainer with its manifests or Helm chart (they publish the version), or ask an admin")
+        return None
+    report.ok(f"Trainer {format_version(version)}")
+    if version < TRAINER_UPGRADE_THROUGH:
+        report.warn(f"Trainer {format_version(version)} predates v2.3: clusters on v2.0 to v2.2 must upgrade "
+                    "through v2.3 before any later version", "upgrade Trainer to v2.3 first")
+    if served.get(KUEUE_GROUP) and version < TRAINER_FOR_KUEUE_017:
+        report.fail(f"Kueue is installed and Trainer is {format_version(version)}: Kueue v0.17 and later need "
+                    f"Trainer {format_version(TRAINER_FOR_KUEUE_017)} or later (TrainJob runtimePatches)",
+                    "upgrade Trainer")
+    if not keeps_failed_jobs_failed(version):
+        report.ok(f"Trainer {format_version(version)} reruns a failed job whose JobSet is deleted (trainer#3779): "
+                  "nemo_kubeflow sends no JobSet TTL; ttl_seconds_after_finished works with gc --expired")
+    return version
+
+
+def check_crd_fields(cluster: KubernetesCluster, report: Report, version: Optional[tuple]) -> None:
+    """Whether the TrainJob CRD has runtimePatches (read from the CRD, which needs a cluster right; else
+    from the version)."""
+    looked, crd = _read("TrainJob CRD", report, lambda: cluster.get(
+        "CustomResourceDefinition", f"{TRAINJOB_PLURAL}.{TRAINER_GROUP}"))
+    if looked and crd is not None:
+        versions = {v.get("name"): v for v in (crd.get("spec") or {}).get("versions") or []}
+        schema = ((versions.get(TRAINER_VERSION) or {}).get("schema") or {}).get("openAPIV3Schema") or {}
+        spec = ((schema.get("properties") or {}).get("spec") or {}).get("properties") or {}
+        if "runtimePatches" in spec:
+            report.ok("TrainJob CRD has spec.runtimePatches")
+        else:
+            report.fail("the TrainJob CRD has no spec.runtimePatches (Trainer before v2.2)", "upgrade Trainer")
+    elif version is not None and version < TRAINER_FOR_KUEUE_017:
+        report.fail(f"Trainer {format_version(version)} has no TrainJob runtimePatches", "upgrade Trainer")
+    elif version is not None:
+        report.ok(f"TrainJob spec.runtimePatches: served by Trainer {format_version(version)} (the CRD itself "
+                  "could not be read)")
+    else:
+        report.warn("whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
+                    "the Trainer version is unknown); the dry run below tries a TrainJob")
+
+
+def check_rights(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
+    for right in rights(executor):
+        looked, allowed = _read(f"may {right}", report, functools.partial(
+            cluster.may, right.verb, right.resource, group=right.group, subresource=right.subresource,
+            namespace=None if right.cluster_scoped else namespace))
+        if not looked:
+            continue
+        where = "" if right.cluster_scoped else f" in {namespace}"
+        if allowed:
+            report.ok(f"may {right}{where}")
+        elif right.required:
+            report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}")
+        else:
+            report.warn(f"may not {right}{where}: unavailable: {right.disables}",
+                        f"ask an admin for RBAC: {right}{where}, if you need it")
+
+
+def needed_pod_security(executor: Any) -> tuple[str, str]:
+    """The least Pod Security level the job's pods pass, and why."""
+    from nemo_kubeflow.build import fabrics
+
+    privileges = fabrics.build_fabric(executor).privileges()
+    if privileges:
+        return "privileged", f"the {fabrics.fabric_name(executor)} fabric needs {', '.join(privileges)}"
+    if getattr(executor, "restricted_security", False):
+        return "restricted", "restricted_security=True"
+    return "baseline", "default pods (no host namespaces, host paths or added capabilities)"
+
+
+def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
+    level, why = needed_pod_security(executor)
+    looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
+    if not looked:
+        report.warn(f"Pod Security of namespace {namespace} unknown; the pods need {level!r} ({why})")
+        return
+    if ns is None:
+        report.fail(f"namespace {namespace} does not exist", "create it, or set the executor's namespace")
+        return
+    enforced = ((ns.get("metadata") or {}).get("labels") or {}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
+    if enforced not in POD_SECURITY_LEVELS or POD_SECURITY_LEVELS.index(enforced) >= POD_SECURITY_LEVELS.index(level):
+        report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
+    else:
+        report.fail(f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
+                    f"a namespace labelled {POD_SECURITY_ENFORCE_LABEL}={level} (or laxer)"
+                    + ("" if level == "privileged" else ", or restricted_security=True for 'restricted'"))
+
+
+def check_queue(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str,
+                served: dict[str, tuple[str, ...]]) -> None:
+    queue = executor.queue_name
+    if not queue:
+        return
+    if not served.get(KUEUE_GROUP):
+        report.fail(f"queue_name={queue!r} but Kueue is not installed", "install Kueue, or leave queue_name unset")
+        return
+    looked, local_queue = _read(f"LocalQueue {queue}", report, lambda: cluster.get(LOCALQUEUE_KIND, queue, namespace))
+    if not looked:
+        return
+    if local_queue is None:
+        report.fail(f"no LocalQueue {queue!r} in namespace {namespace}",
+                    "ask an admin for the LocalQueue, or fix queue_name")
+        return
+    spec = local_queue.get("spec") or {}
+    if spec.get("stopPolicy", "None") != "None":
+        report.fail(f"LocalQueue {queue} is stopped (stopPolicy {spec['stopPolicy']}): jobs wait",
+                    "ask an admin to set its stopPolicy to None")
+    cluster_queue = spec.get("clusterQueue", "")
+    looked, found = _read(f"ClusterQueue {cluster_queue}", report,
+                          lambda: cluster.get(CLUSTERQUEUE_KIND, cluster_queue))
+    if not looked:
+        return
+    if found is None:
+        report.fail(f"LocalQueue {queue} sends jobs to ClusterQueue {cluster_queue!r}, which does not exist",
+                    "ask an admin to create it")
+        return
+    active = next((c for c in (found.get("status") or {}).get("conditions") or [] if c.get("type") == "Active"), None)
+    if active is not None and active.get("status") == "True":
+        report.ok(f"LocalQueue {queue} -> ClusterQueue {cluster_queue} (active)")
+    else:
+        why = f"{active.get('reason')}: {active.get('message')}" if active else "no Active condition"
+        report.fail(f"ClusterQueue {cluster_queue} is not active ({why})", "ask an admin to fix the ClusterQueue")
+
+
+def check_runtime(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str,
+                  version: Optional[tuple], why_unknown: str) -> None:
+    name = executor.runtime_name
+    if name is None:
+        report.ok(f"runtime: rendered by nemo_kubeflow as a {executor.runtime_kind} (no JobSet TTL)")
+        return
+    kind = executor.runtime_kind
+    looked, runtime = _read(f"{kind} {name}", report, lambda: cluster.get(
+        kind, name, None if kind == CLUSTER_RUNTIME_KIND else namespace))
+    if not looked:
+        return
+    if runtime is None:
+        report.fail(f"runtime_name={name!r}: no {kind} of that name", "fix runtime_name, or leave it unset")
+        return
+    problem = ttl_loop_problem(runtime, version, why_unknown)
+    if problem:
+        report.fail(problem)
+    else:
+        ttl = jobset_ttl(runtime)
+        report.ok(f"runtime {kind} {name} exists" + (f" (JobSet TTL {ttl}, safe on this Trainer)" if ttl else ""))
+
+
+def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> None:
+    looked, nodes = _read("nodes", report, lambda: cluster.list("Node", None))
+    if not looked:
+        return
+    gpus, resource, selector = executor.gpus_per_node, executor.gpu_resource_name, dict(executor.node_selector)
+
+    def fits(node: dict) -> bool:
+        labels = node["metadata"].get("labels") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        offered = allocatable.get(resource, "0")
+        return all(labels.get(k) == v for k, v in selector.items()) and (
+            gpus == 0 or (str(offered).isdigit() and int(offered) >= gpus))
+
+    fitting = [n["metadata"]["name"] for n in nodes if fits(n)]
+    what = (f"{gpus} {resource}" if gpus else "room for a CPU pod") + (f", labels {selector}" if selector else "")
+    needed = executor.nodes if gpus else 1  # CPU pods may share a node
+    if not nodes:
+        report.warn("the cluster lists no nodes (a local cluster without node agents?): the GPU and node "
+                    "selector check found nothing to look at")
+    elif len(fitting) >= needed:
+        report.ok(f"{len(fitting)} node(s) offer {what} (the job needs {needed})")
+    else:
+        report.fail(f"{len(fitting)} node(s) offer {what}; the job needs {needed}",
+                    "fix gpus_per_node, gpu_resource_name or node_selector, or add nodes")
+
+
+def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
+    """A server-side dry run of the job's runtime (when rendered) and TrainJob: CRD schemas, Trainer's
+    webhooks (and JobSet's through the runtime's JobSet template)."""
+    from nemo_kubeflow.cli.main import render_submission
+
+    sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    objects = ([sub.runtime] if sub.runtime is not None else []) + [sub.trainjob]
+    for obj in objects:
+        what = f"{obj['kind']} {obj['metadata']['name']}"
+        try:
+            cluster.create(obj, dry_run=True)
+        except ClusterError as e:
+            if e.status == 409:
+                report.ok(f"dry run of {what}: exists already")
+                continue
+            text = e.server_message or str(e)
+            if "failed calling webhook" in text or (e.status or 0) >= 500:
+                report.fail(f"dry run of {what}: a webhook did not answer ({text})",
+                            "check the Trainer/JobSet controller pods and their webhook Services")
+            elif obj is sub.trainjob and sub.runtime is not None and "not found" in text.lower():
+                report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at "
+                          "submission)")
+            elif e.status == 403 and "admission webhook" not in text:
+                report.warn(f"dry run of {what}: not allowed ({text})")
+            else:
+                report.fail(f"dry run of {what} refused: {text}", "fix what the message names")
+            continue
+        report.ok(f"dry run of {what}: accepted (schema and webhooks)")
+
+
+def run_doctor(executor: Any, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,
+               context: Optional[str] = None, out: Callable[[str], None] = print) -> int:
+    """Check the cluster for ``executor``; 0 when a job can run, 1 otherwise."""
+    namespace = namespace or executor.namespace
+    cluster = KubernetesCluster(kubeconfig or executor.kubeconfig, context or executor.kube_context)
+    report = Report(out)
+    served = check_apis(cluster, report)
+    version = check_trainer(cluster, report, served)
+    _, why_unknown = trainer_version(cluster) if version is None else (None, "")
+    check_crd_fields(cluster, report, version)
+    check_rights(cluster, report, executor, namespace)
+    check_pod_security(cluster, report, executor, namespace)
+    check_queue(cluster, report, executor, namespace, served)
+    check_runtime(cluster, report, executor, namespace, version, why_unknown)
+    check_nodes(cluster, report, executor)
+    check_dry_run(cluster, report, executor, namespace)
+    verdict = ("a job can run" if not report.failed else f"{report.failed} check(s) failed: a job cannot run as "
+               "configured")
+    out(f"{verdict}; {report.warned} warning(s)")
+    return 1 if report.failed else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from nemo_kubeflow.cli.main import load_executor
+
+    executor = load_executor(args.factory, args.executor_file, args.set)
+    if args.namespace:
+        executor.namespace = args.namespace
+    try:
+        return run_doctor(executor, namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
+    except NemoKubeflowError as e:  # the cluster could not be reached at all
+        print(f"FAIL  {e}", file=sys.stderr)
+        return 1

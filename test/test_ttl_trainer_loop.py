@@ -97,6 +97,16 @@ def _submission(local, **fields):
                             task_name="t")
 
 
+def _runtime_with_a_jobset_ttl(local, ttl: int) -> KubernetesCluster:
+    """The TrainingRuntime `ttl-runtime`: the rendered one with a JobSet TTL, as a user's own runtime may have."""
+    cluster = KubernetesCluster(str(local.kubeconfig_path))
+    runtime = _submission(local).runtime
+    runtime["metadata"] = {"name": "ttl-runtime", "namespace": "default", "labels": {}}
+    runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = ttl
+    cluster.create(runtime)
+    return cluster
+
+
 @pytest.fixture()
 def own_cluster(tmp_path):
     with LocalCluster(workdir=tmp_path / "cluster") as local:
@@ -105,11 +115,7 @@ def own_cluster(tmp_path):
 
 def test_a_runtime_with_a_jobset_ttl_is_refused_on_trainer_2_3_and_when_the_version_is_unknown(own_cluster):
     local = own_cluster
-    cluster = KubernetesCluster(str(local.kubeconfig_path))
-    runtime = _submission(local).runtime
-    runtime["metadata"] = {"name": "ttl-runtime", "namespace": "default", "labels": {}}
-    runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 60
-    cluster.create(runtime)
+    cluster = _runtime_with_a_jobset_ttl(local, 60)
     for version, says in (("v2.3.0", "this cluster's Trainer is v2.3.0"),
                           (None, "this cluster's Trainer version is unknown: ConfigMap kubeflow-system/"
                                  "kubeflow-trainer-public does not exist")):
@@ -127,11 +133,7 @@ def test_the_local_trainer_builds_a_failed_jobs_jobset_again_once_its_ttl_delete
     """As Trainer v2.3.0 does (its removeFailedCondition): seen here with a runtime of one's own that sets a
     JobSet TTL, on a cluster whose ConfigMap claims v2.4.0 so that the product lets it through."""
     local = own_cluster
-    cluster = KubernetesCluster(str(local.kubeconfig_path))
-    runtime = _submission(local).runtime
-    runtime["metadata"] = {"name": "ttl-runtime", "namespace": "default", "labels": {}}
-    runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 0
-    cluster.create(runtime)
+    cluster = _runtime_with_a_jobset_ttl(local, 0)
     _trainer_version(local, "v2.4.0")
     sub = _submission(local, runtime_name="ttl-runtime")
     submit(cluster, sub)

@@ -22,9 +22,18 @@ _REF_KIND = {_WORKLOAD_PRIORITY_SOURCE: ("kueue.x-k8s.io", "WorkloadPriorityClas
              _POD_PRIORITY_SOURCE: ("scheduling.k8s.io", "PriorityClass")}
 
 
-def _rename(section: dict, old: str, new: str) -> None:
-    if old in section:
-        section[new] = section.pop(old)
+#: Fields renamed in v1beta2, by kind: (section, v1beta1 name, v1beta2 name).
+_RENAMED = {"ClusterQueue": ("spec", "cohort", "cohortName"), "LocalQueue": ("status", "flavorUsage", "flavorsUsage")}
+
+
+def _rename(kind: str, obj: dict, to_v1beta2: bool) -> None:
+    if kind in _RENAMED:
+        where, old, new = _RENAMED[kind]
+        section = obj.get(where)
+        if not to_v1beta2:
+            old, new = new, old
+        if isinstance(section, dict) and old in section:
+            section[new] = section.pop(old)
 
 
 def to_storage(kind: str, obj: Any) -> Any:
@@ -32,15 +41,12 @@ def to_storage(kind: str, obj: Any) -> Any:
     if not isinstance(obj, dict):
         return obj
     obj = copy.deepcopy(obj)
-    spec, status = obj.get("spec"), obj.get("status")
+    spec = obj.get("spec")
     if kind == "Workload" and isinstance(spec, dict) and "priorityClassName" in spec:
         name = spec.pop("priorityClassName")
         group, ref_kind = _REF_KIND.get(spec.pop("priorityClassSource", ""), _REF_KIND[_WORKLOAD_PRIORITY_SOURCE])
         spec["priorityClassRef"] = {"group": group, "kind": ref_kind, "name": name}
-    if kind == "ClusterQueue" and isinstance(spec, dict):
-        _rename(spec, "cohort", "cohortName")
-    if kind == "LocalQueue" and isinstance(status, dict):
-        _rename(status, "flavorUsage", "flavorsUsage")
+    _rename(kind, obj, to_v1beta2=True)
     return obj
 
 
@@ -53,16 +59,13 @@ def from_storage(kind: str, obj: Any, version: str) -> Any:
         obj["apiVersion"] = f"{KUEUE_GROUP}/{version}"
     if version == KUEUE_STORAGE_VERSION:
         return obj
-    spec, status = obj.get("spec"), obj.get("status")
+    spec = obj.get("spec")
     if kind == "Workload" and isinstance(spec, dict) and isinstance(spec.get("priorityClassRef"), dict):
         ref = spec.pop("priorityClassRef")
         spec["priorityClassName"] = ref.get("name", "")
         spec["priorityClassSource"] = next((s for s, (g, _) in _REF_KIND.items() if g == ref.get("group")),
                                            _WORKLOAD_PRIORITY_SOURCE)
-    if kind == "ClusterQueue" and isinstance(spec, dict):
-        _rename(spec, "cohortName", "cohort")
-    if kind == "LocalQueue" and isinstance(status, dict):
-        _rename(status, "flavorsUsage", "flavorUsage")
+    _rename(kind, obj, to_v1beta2=False)
     return obj
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from nemo_kubeflow_local import constants as C
@@ -448,7 +448,7 @@ class _Handler(BaseHTTPRequestHandler):
             resource += f"/{attributes['subresource']}"
         denied = api.hooks.forbidden(attributes.get("verb", ""), resource, attributes.get("group", ""),
                                      attributes.get("namespace") or None, attributes.get("name") or None)
-        status = {"allowed": denied is None}
+        status: dict[str, Any] = {"allowed": denied is None}
         if denied is None:
             status["reason"] = "the local cluster's user may do anything not denied by a test"
         return Result(201, dict(review, status=status))

@@ -34,6 +34,9 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+#: The ranges of the OpenAPI integer formats (Go's int32 and int64): the API server stores a larger
+#: number in a CRD's field, and every typed reader of the kind (controllers, informers) then fails.
+INT_FORMAT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 #: JobSet's ``spec.ttlSecondsAfterFinished`` is an int32 with minimum 0 (jobset_types.go).
 JOBSET_TTL_MAX = 2**31 - 1
 #: The well-known Node label with the node's name (node affinity and pod anti-affinity key on it).
@@ -125,6 +128,10 @@ NODE_AVOIDANCE_ANNOTATION = f"{LABEL_PREFIX}/node-avoidance"
 TTL_ANNOTATION = f"{LABEL_PREFIX}/ttl-seconds-after-finished"
 #: The annotation's value when the executor says ``avoid_failed_nodes=False``.
 NODE_AVOIDANCE_OFF = "off"
+#: Label and annotation keys the product sets and reads itself (gc, status, logs): a user's value
+#: would replace ours silently. Exact keys, and every key under ``LABEL_PREFIX/``.
+RESERVED_KEYS = (MANAGED_BY_LABEL,)
+RESERVED_KEY_PREFIX = f"{LABEL_PREFIX}/"
 
 # --- Kueue (kueue.x-k8s.io, pkg/controller/constants and the TrainJob integration) ------------
 KUEUE_GROUP = "kueue.x-k8s.io"

@@ -271,8 +271,8 @@ def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, mo
     ({"restart_on_oom_kill": True, "fail_fast_exit_codes": [1, 137]},
      "restart_on_oom_kill=True restarts the gang on exit code 137 (OOMKilled), but fail_fast_exit_codes=[1, 137] "
      "fails the job at once on it"),
-    ({"termination_grace_period_seconds": 60, "runtime_name": "mine"},
-     "termination_grace_period_seconds goes into the rendered runtime"),
+    ({"fail_fast_exit_codes": [1, 3], "runtime_name": "mine"},
+     "fail_fast_exit_codes goes into the rendered runtime"),
 ])
 def test_bad_failure_settings_are_refused_before_anything_is_sent(settings, expected):
     from nemo_kubeflow.errors import ConfigError

@@ -35,6 +35,9 @@ process 0.5 s and more. Node keys (all optional):
     from the CRDs (reported unless a more specific rule of validation.py already reported the field).
 ``minimum``, ``maximum``, ``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``pattern``
     The CRDs' constraints, reported like ``enum_soft``.
+``format``
+    ``int32`` or ``int64`` of an integer (CRDs and core schemas): the range a typed controller can read;
+    the API server stores a larger number, and every reader of the kind then fails.
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ CORE_KINDS = {
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 #: The CRDs' int-or-string fields with this pattern are quantities.
 _QUANTITY_PATTERN_START = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+#: Integer formats kept: the ranges of Go's int32 and int64 (validation.py checks them).
+_INT_FORMATS = ("int32", "int64")
 _CONSTRAINTS = ("minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern")
 
 
@@ -207,6 +212,8 @@ def _crd_node(schema: dict, model: _ModelField, table: _Table, enum: Optional[li
     for key in _CONSTRAINTS:
         if key in schema:
             node[key] = schema[key]
+    if kind == "integer" and schema.get("format") in _INT_FORMATS:
+        node["format"] = schema["format"]
     if "enum" in schema:
         node["enum_soft"] = list(schema["enum"])
     enum = enum or model.enum()
@@ -293,6 +300,8 @@ class _Core:
                             frozenset({"string", "integer"}): "int-or-string"}[frozenset(options)]
         elif len(types) == 1:
             node["type"] = types[0]
+        if node.get("type") == "integer" and schema.get("format") in _INT_FORMATS:
+            node["format"] = schema["format"]
         if "enum" in schema:
             node["enum"] = [v for v in schema["enum"] if v is not None]
         if "properties" in schema:

@@ -102,28 +102,44 @@ def restart_attempt_env() -> dict:
 
 
 def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict],
-                  preflight_env: Sequence[dict] = ()) -> Optional[dict]:
+                  preflight_env: Sequence[dict] = (), *, pod: Optional[Mapping[str, Any]] = None,
+                  metadata: Optional[Mapping[str, Any]] = None,
+                  node_security: Optional[Mapping[str, Any]] = None) -> Optional[dict]:
     """Per-task pod changes (the task's ConfigMaps, this job's anti-affinity, the task's env for the
-    preflight checks) as a ``runtimePatches`` entry, so the shared runtime stays shared."""
-    if not volumes and not mounts and not affinity and not preflight_env:
+    preflight checks) as a ``runtimePatches`` entry, so the shared runtime stays shared. With an existing
+    runtime (``runtime_name``) also the executor's pod settings (``existing_runtime_pod``): ``pod`` (pod
+    spec fields), ``metadata`` (the pod template's labels and annotations), ``node_security`` (the
+    ``node`` container's securityContext)."""
+    pod = dict(pod or {})
+    if not (volumes or mounts or affinity or preflight_env or pod or metadata or node_security):
         return None
     pod_spec: dict[str, Any] = {}
-    if volumes:
-        pod_spec["volumes"] = list(volumes)
+    if volumes or pod.get("volumes"):
+        pod_spec["volumes"] = [*pod.pop("volumes", []), *volumes]
     if preflight_env:
         # Trainer's webhook forbids env on `node` in patches, not on other init containers.
         pod_spec["initContainers"] = [{"name": PREFLIGHT_CONTAINER, "env": list(preflight_env)}]
-    if mounts:
-        pod_spec["containers"] = [{"name": TRAINER_NODE, "volumeMounts": list(mounts)}]
+    mounts = [*pod.pop("volumeMounts", []), *mounts]
+    if mounts or node_security:
+        node: dict[str, Any] = {"name": TRAINER_NODE}
+        if node_security:
+            node["securityContext"] = dict(node_security)
+        if mounts:
+            node["volumeMounts"] = mounts
+        pod_spec["containers"] = [node]
     if affinity:
         pod_spec["affinity"] = affinity
+    pod_spec.update(pod)
+    template: dict[str, Any] = {"spec": pod_spec}
+    if metadata:
+        template = {"metadata": dict(metadata), **template}
     return {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {
             "template": {
                 "spec": {
                     "replicatedJobs": [
-                        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod_spec}}}}
+                        {"name": TRAINER_NODE, "template": {"spec": {"template": template}}}
                     ]
                 }
             }

@@ -26,7 +26,7 @@ from nemo_kubeflow.build import manifests as mf
 from nemo_kubeflow.build.command import LaunchSpec, build_launch, split_torchrun_args, warm_start_problem
 from nemo_kubeflow.build.fabrics import Fabric, build_fabric
 from nemo_kubeflow.build.packaging import BundleFile, build_code_package, describe_package
-from nemo_kubeflow.build.render import render_runtime, runtime_context, runtime_volumes
+from nemo_kubeflow.build.render import existing_runtime_pod, render_runtime, runtime_context, runtime_volumes
 from nemo_kubeflow.config.executor import type_problem
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
 from nemo_kubeflow.errors import ConfigError, PackagingError
@@ -187,6 +187,8 @@ def build_submission(
             else None,
         ),
         preflight_env,
+        # An admin's runtime: the pod settings go into the patch (config/landing.py says which).
+        **(existing_runtime_pod(facts) if runtime is None else {}),
     )
     trainjob = mf.build_trainjob(
         name=name,

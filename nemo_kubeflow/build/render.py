@@ -192,6 +192,32 @@ def node_security_context(executor, fabric: Fabric) -> dict[str, Any]:
     return container_security_context(executor)
 
 
+def existing_runtime_pod(facts: ExecutorFacts) -> dict[str, Any]:
+    """With ``runtime_name``: the pod settings a rendered runtime would carry, as ``manifests.runtime_patch``
+    keyword arguments for the ``node`` pod (what a runtime patch can carry; config/landing.py declares the
+    rest refused). Only what the executor sets: the admin's runtime keeps everything else."""
+    executor = facts.executor
+    pod: dict[str, Any] = {}
+    if facts.volumes:
+        pod["volumes"] = list(facts.volumes)
+        pod["volumeMounts"] = list(facts.mounts)
+    if executor.tolerations:
+        pod["tolerations"] = [dict(t) for t in executor.tolerations]
+    if executor.node_selector:
+        pod["nodeSelector"] = dict(sorted(executor.node_selector.items()))
+    if executor.service_account:
+        pod["serviceAccountName"] = executor.service_account
+    if executor.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in executor.image_pull_secrets]
+    if security := pod_security_context(executor):
+        pod["securityContext"] = security
+    if executor.termination_grace_period_seconds is not None:
+        pod["terminationGracePeriodSeconds"] = executor.termination_grace_period_seconds
+    metadata = {k: dict(sorted(v.items())) for k, v in (("labels", executor.pod_labels),
+                                                         ("annotations", executor.pod_annotations)) if v}
+    return {"pod": pod, "metadata": metadata, "node_security": container_security_context(executor)}
+
+
 def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
     """The ``preflight`` init container's settings, or ``None`` when it is off.
 

@@ -22,7 +22,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Iterator, Optional, Union
 
 from nemo_run.core.execution.base import Executor, ExecutorMacros
 from nemo_run.core.packaging.base import Packager
@@ -39,10 +39,10 @@ from nemo_kubeflow.build.fabrics import (
     profile_settings,
 )
 from nemo_kubeflow.build.initializers import InitializerSettings, initializer_problems
+from nemo_kubeflow.config.landing import LANDINGS, REFUSED
 from nemo_kubeflow.constants import (
     ANNOTATIONS_MAX_BYTES,
     CLUSTER_RUNTIME_KIND,
-    JOBSET_TTL_MAX,
     NEMO_RUN_POD_DIR,
     OOM_KILLED_EXIT_CODE,
     PET_MASTER_ADDR,
@@ -52,6 +52,8 @@ from nemo_kubeflow.constants import (
     POD_GROUP_POLICIES,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
+    RESERVED_KEY_PREFIX,
+    RESERVED_KEYS,
     RUNTIME_KIND,
     STANDARD_RESOURCES,
     TAINT_EFFECTS,
@@ -431,13 +433,8 @@ class KubeflowExecutor(Executor):
             raise ConfigError(f"KubeflowExecutor configuration is invalid:\n{listing}")
 
     def _problems(self):
-        for name in ("nodes", "nprocs_per_node"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                yield f"{name}={value!r}: must be an integer >= 1"
-        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0:
-            yield f"gpus_per_node={self.gpus_per_node!r}: must be an integer >= 0"
-        elif (
+        yield from _declared_problems(self)
+        if (
             self.gpus_per_node > 0
             and isinstance(self.nprocs_per_node, int)
             and self.nprocs_per_node > self.gpus_per_node
@@ -460,10 +457,6 @@ class KubeflowExecutor(Executor):
                 f"namespace={self.namespace!r}: must be a DNS-1123 label "
                 "(lowercase letters, digits and '-', at most 63 characters)"
             )
-        for fname in ("cpu_request", "cpu_limit", "memory_request", "memory_limit"):
-            value = getattr(self, fname)
-            if value is not None and parse_quantity(str(value)) is None:
-                yield f"{fname}={value!r}: not a Kubernetes quantity (e.g. '8', '500m', '64Gi')"
         for lo, hi in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
             a, b = getattr(self, lo), getattr(self, hi)
             qa = parse_quantity(str(a)) if a is not None else None
@@ -475,8 +468,6 @@ class KubeflowExecutor(Executor):
                 yield f"extra_resources[{res!r}]={value!r}: not a Kubernetes quantity"
             if res == self.gpu_resource_name:
                 yield f"extra_resources[{res!r}]: set GPUs with gpus_per_node instead"
-        if self.shm_size is not None and parse_quantity(str(self.shm_size)) is None:
-            yield f"shm_size={self.shm_size!r}: not a Kubernetes quantity (e.g. '16Gi')"
         yield from self._env_problems()
         yield from self._volume_problems()
         yield from self._image_problems()
@@ -490,38 +481,21 @@ class KubeflowExecutor(Executor):
             yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
         if self.runtime_name and self.runtime_template:
             yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
-        if self.active_deadline_seconds is not None and (
-            not isinstance(self.active_deadline_seconds, int) or self.active_deadline_seconds < 1
-        ):
-            yield f"active_deadline_seconds={self.active_deadline_seconds!r}: must be an integer >= 1"
-        if not isinstance(self.retries, int) or self.retries < 0:
-            yield f"retries={self.retries!r}: must be an integer >= 0"
         if not self.workspace_mount_path.startswith("/"):
             yield f"workspace_mount_path={self.workspace_mount_path!r}: must be an absolute path"
         for key, value in {**self.labels, **self.pod_labels}.items():
             if not naming.is_label_value(str(value)):
                 yield f"label {key}={value!r}: label values are {naming.LABEL_VALUE_RULE}"
-        if self.run_as_user is not None and (not isinstance(self.run_as_user, int) or self.run_as_user < 0):
-            yield f"run_as_user={self.run_as_user!r}: must be a non-negative integer UID"
         if self.restricted_security and self.run_as_user == 0:
             yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
         yield from fabric_problems(self)
         yield from initializer_problems(self)
         yield from self._scheduling_problems()
-        yield from self._finished_job_problems()
         yield from self._failure_policy_problems()
         if isinstance(self.preflight, str) and not self.preflight.strip():
             yield "preflight='': give a bash command, or True for the packaged checks"
         elif not isinstance(self.preflight, (bool, str)):
             yield f"preflight={self.preflight!r}: must be True, False or a bash command"
-
-    def _finished_job_problems(self):
-        ttl = self.ttl_seconds_after_finished
-        if ttl is None:
-            return
-        if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= JOBSET_TTL_MAX:
-            yield (f"ttl_seconds_after_finished={ttl!r}: must be a whole number of seconds from 0 to "
-                   f"{JOBSET_TTL_MAX}, e.g. 86400 for a day; None keeps finished jobs")
 
     def _image_problems(self):
         """The other images the pods run (initializers, fabric daemons), by the same grammar."""
@@ -569,8 +543,6 @@ class KubeflowExecutor(Executor):
             secret, _, key = str(ref).partition("/")
             if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
                 yield f"secret_key_refs[{name!r}]={ref!r}: {key!r} is not a Secret key ([-._a-zA-Z0-9], at most 253)"
-        if self.fs_group is not None and self.fs_group < 0:
-            yield f"fs_group={self.fs_group!r}: must be a non-negative integer GID"
 
     def _key_problems(self):
         """Label and annotation keys and values, as the API server checks them."""
@@ -580,6 +552,13 @@ class KubeflowExecutor(Executor):
             for key in getattr(self, fname):
                 if not naming.is_qualified_name(key):
                     yield f"{fname}[{key!r}]: not a valid key: {key_rule}"
+        for fname in ("labels", "pod_labels", "annotations", "pod_annotations"):
+            reserved = [key for key in getattr(self, fname)
+                        if key in RESERVED_KEYS or str(key).startswith(RESERVED_KEY_PREFIX)]
+            if reserved:
+                yield (f"{fname}: {', '.join(map(repr, reserved))} {'is' if len(reserved) == 1 else 'are'} "
+                       f"nemo_kubeflow's own (it finds, collects and describes its jobs by them): keys "
+                       f"{', '.join(RESERVED_KEYS)} and {RESERVED_KEY_PREFIX}* are reserved; use a key of your own")
         for key, value in self.node_selector.items():
             if not naming.is_label_value(value):
                 yield f"node_selector[{key!r}]={value!r}: node label values are {naming.LABEL_VALUE_RULE}"
@@ -632,11 +611,6 @@ class KubeflowExecutor(Executor):
                                                           and not res.startswith("hugepages-")):
                 yield (f"{where}: {res!r} is not a resource name: extended resources are fully qualified, "
                        "e.g. 'nvidia.com/gpu' or 'vpc.amazonaws.com/efa'")
-        for fname in ("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size"):
-            value = getattr(self, fname)
-            quantity = parse_quantity(value) if value is not None else None
-            if quantity is not None and quantity < 0:
-                yield f"{fname}={value!r}: must not be negative"
         for res, value in self.extra_resources.items():
             quantity = parse_quantity(value)
             if quantity is not None and (quantity < 0 or quantity != int(quantity)):
@@ -678,23 +652,7 @@ class KubeflowExecutor(Executor):
             yield (f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
                    f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
                    "fail_fast_exit_codes, or leave restart_on_oom_kill False")
-        grace = self.termination_grace_period_seconds
-        if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool) or grace < 0):
-            yield (f"termination_grace_period_seconds={grace!r}: must be a whole number of seconds >= 0 "
-                   "(terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30")
         yield from self._warm_start_problems()
-        submit_timeout = self.submit_timeout_seconds
-        if not isinstance(submit_timeout, int) or isinstance(submit_timeout, bool) or not 1 <= submit_timeout <= 3600:
-            yield (f"submit_timeout_seconds={submit_timeout!r}: must be a whole number of seconds from 1 to 3600, "
-                   "e.g. 60")
-        stall = self.stall_warning_seconds
-        if stall is not None and (not isinstance(stall, int) or isinstance(stall, bool) or stall < 1):
-            yield (f"stall_warning_seconds={stall!r}: must be a whole number of seconds >= 1, e.g. 900 (15 minutes); "
-                   "None turns the warning off")
-        if self.runtime_name is not None and grace is not None:
-            yield ("termination_grace_period_seconds goes into the rendered runtime, but "
-                   f"runtime_name={self.runtime_name!r} uses an existing one; set terminationGracePeriodSeconds "
-                   "in that runtime's pod template instead, or leave runtime_name unset")
 
     def _scheduling_problems(self):
         for fname, label in (("queue_name", QUEUE_LABEL), ("workload_priority_class", PRIORITY_CLASS_LABEL)):
@@ -713,9 +671,6 @@ class KubeflowExecutor(Executor):
         if self.schedule_timeout_seconds is not None:
             if self.pod_group_policy != "coscheduling":
                 yield "schedule_timeout_seconds applies to pod_group_policy='coscheduling' only"
-            if (not isinstance(self.schedule_timeout_seconds, int) or isinstance(self.schedule_timeout_seconds, bool)
-                    or self.schedule_timeout_seconds < 1):
-                yield f"schedule_timeout_seconds={self.schedule_timeout_seconds!r}: must be an integer >= 1"
         if self.pod_group_policy != "none" and self.initializer is not None:
             yield (
                 f"pod_group_policy={self.pod_group_policy!r} with an initializer: Trainer counts the initializer "
@@ -726,12 +681,6 @@ class KubeflowExecutor(Executor):
             value = getattr(self, fname)
             if value is not None and (not isinstance(value, str) or not naming.is_rfc1123_subdomain(value)):
                 yield f"{fname}={value!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
-        if self.runtime_name is not None:
-            rendered = [f for f in ("priority_class_name", "scheduler_name") if getattr(self, f) is not None]
-            rendered += ["pod_group_policy"] if self.pod_group_policy != "none" else []
-            if rendered:
-                yield (f"{', '.join(rendered)} go into the rendered runtime, but runtime_name uses an existing one; "
-                       "set them in that runtime, or leave runtime_name unset")
         if self.topology_key is not None and not naming.is_qualified_name(self.topology_key):
             yield (f"topology_key={self.topology_key!r}: must be a node label key, "
                    "e.g. 'cloud.google.com/gce-topology-block'")
@@ -802,8 +751,7 @@ _OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', startin
 
 #: Fields that take a Kubernetes quantity: a number is as good as a string there.
 _QUANTITY_FIELDS = frozenset({
-    "KubeflowExecutor.cpu_request", "KubeflowExecutor.cpu_limit", "KubeflowExecutor.memory_request",
-    "KubeflowExecutor.memory_limit", "KubeflowExecutor.shm_size", "KubeflowExecutor.extra_resources",
+    *(f"KubeflowExecutor.{name}" for name, lands in LANDINGS.items() if lands.quantity),
     "PVCMount.size", "InitializerSettings.claim_size",
 })
 #: Settings objects whose own checks say when they are of the wrong class (and only when they are used).
@@ -965,6 +913,26 @@ def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
     elif dataclasses.is_dataclass(tp) and isinstance(value, dict):
         fix = f" (write {tp.__name__}(**...) around it)"
     return f"{where}={value!r}: must be {_describe(tp, numbers_ok)}, not {got}{fix}"
+
+
+def _declared_problems(executor: "KubeflowExecutor") -> Iterator[str]:
+    """The checks derived from each field's ``Landing`` (config/landing.py): integer ranges, quantities,
+    and with ``runtime_name`` every field set that only a rendered runtime could carry."""
+    for f in dataclasses.fields(executor):
+        lands = LANDINGS.get(f.name)
+        if lands is None:
+            continue
+        value = getattr(executor, f.name)
+        if problem := lands.range_problem(f.name, value):
+            yield problem
+        if lands.quantity and value is not None and not isinstance(value, dict):
+            quantity = parse_quantity(str(value))
+            if quantity is None:
+                yield f"{f.name}={value!r}: not a Kubernetes quantity (e.g. {lands.example!r}, '500m', '64Gi')"
+            elif quantity < 0:
+                yield f"{f.name}={value!r}: must not be negative"
+        if executor.runtime_name is not None and lands.existing == REFUSED and not _has_default_value(executor, f):
+            yield lands.refusal(f.name, executor.runtime_name)
 
 
 def _has_default_value(obj, f: dataclasses.Field) -> bool:

@@ -668,6 +668,11 @@ def _check_constraints(value: Any, node: dict, path: Path, out: _Problems) -> No
     """The CRDs' value rules, reported unless a rule of this module already reported the field (``soft``)."""
     if "enum_soft" in node and value not in node["enum_soft"]:
         out.soft(path, f"{_short(value)} is not allowed", f"use one of {_enum_list(node['enum_soft'])}")
+    if _is_int(value) and node.get("format") in C.INT_FORMAT_RANGES:
+        low, high = C.INT_FORMAT_RANGES[node["format"]]
+        if not low <= value <= high:
+            out.add(path, f"{value} does not fit {node['format']} ({low} to {high})",
+                    f"set at most {high}" if value > high else f"set at least {low}")
     if _is_number(value):
         if "minimum" in node and value < node["minimum"]:
             out.soft(path, f"{value} is less than {node['minimum']}", f"set at least {node['minimum']}")

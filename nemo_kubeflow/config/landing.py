@@ -69,6 +69,9 @@ class Landing:
     def example_value(self) -> Any:
         return self.example() if callable(self.example) else self.example
 
+    def example_settings(self) -> dict[str, Any]:
+        return {k: v() if callable(v) else v for k, v in self.example_with.items()}
+
     def where(self, with_runtime_name: bool) -> str:
         """``kind: path`` for docs and messages."""
         kind = self.existing if with_runtime_name else self.rendered
@@ -128,12 +131,28 @@ def _packager() -> Any:
     return ConfigMapPackager(max_shards=4)
 
 
-def _settings(cls_path: str) -> Callable[[], Any]:
+def _settings(cls_path: str, **values: Any) -> Callable[[], Any]:
+    """A settings object built at use (its module imports this one's users)."""
     def build() -> Any:
-        module, _, name = cls_path.rpartition(".")
         import importlib
-        return getattr(importlib.import_module(module), name)()
+
+        module, _, name = cls_path.rpartition(".")
+        return getattr(importlib.import_module(module), name)(**values)
     return build
+
+
+def _own_template() -> str:
+    """A runtime template of one's own: the packaged one with a label of its own, in a new folder."""
+    import tempfile
+    from pathlib import Path
+
+    from nemo_kubeflow.build.render import DEFAULT_TEMPLATE, templates_dir
+
+    text = (templates_dir() / DEFAULT_TEMPLATE).read_text()
+    path = Path(tempfile.mkdtemp(prefix="nemo-kubeflow-example-")) / "runtime.yaml.j2"
+    path.write_text(text.replace("trainer.kubeflow.org/framework: torch",
+                                 "trainer.kubeflow.org/framework: torch\n    example.com/own-template: \"yes\"", 1))
+    return str(path)
 
 
 def _initializer() -> Any:
@@ -142,6 +161,7 @@ def _initializer() -> Any:
 
 
 _TRAINER = "spec.trainer"
+_NCCL = {"NCCL_DEBUG": "INFO"}
 _RESOURCES = "spec.trainer.resourcesPerNode"
 _NOT_IN_PATCH = "a runtime patch's pod spec has no such field"
 _FABRIC_WHY = "the profile adds sidecars, devices and env to node, which a patch cannot add"
@@ -222,32 +242,35 @@ LANDINGS: dict[str, Landing] = {
                                     example_with={"gpus_per_node": 8, "nprocs_per_node": 8}),
     "enable_tcpxo": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=True,
                                   example_with={"gpus_per_node": 8, "nprocs_per_node": 8}),
-    "tcpxo": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=_settings("nemo_kubeflow.build.fabrics.TCPXOConfig"),
+    "tcpxo": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=_settings("nemo_kubeflow.build.fabrics.TCPXOConfig", nccl_env=_NCCL),
                            example_with={"network_fabric": "gke-tcpxo", "gpus_per_node": 8, "nprocs_per_node": 8}),
     "gke_rdma": _runtime_only(RUNTIME_POD, _FABRIC_WHY,
-                              example=_settings("nemo_kubeflow.build.fabrics.GKERDMAConfig"),
+                              example=_settings("nemo_kubeflow.build.fabrics.GKERDMAConfig", nccl_env=_NCCL),
                               example_with={"network_fabric": "gke-rdma", "gpus_per_node": 8,
                                             "nprocs_per_node": 8}),
-    "aws_efa": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=_settings("nemo_kubeflow.build.fabrics.EFAConfig"),
+    "aws_efa": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=_settings("nemo_kubeflow.build.fabrics.EFAConfig", nccl_env=_NCCL),
                              example_with={"network_fabric": "aws-efa", "gpus_per_node": 8, "nprocs_per_node": 8}),
     "infiniband": _runtime_only(RUNTIME_POD, _FABRIC_WHY,
-                                example=_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig"),
+                                example=_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig", nccl_env=_NCCL),
                                 example_with={"network_fabric": "infiniband", "gpus_per_node": 8,
                                               "nprocs_per_node": 8}),
     # --- before training -------------------------------------------------------------------------
     "initializer": _runtime_only("spec.template.spec.replicatedJobs",
                                  "the initializer jobs and their claim are replicated jobs of the runtime",
-                                 example=_initializer, example_with={"initializer_settings": None}),
+                                 example=_initializer, example_with={"initializer_settings": _settings(
+                                     "nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data")}),
     "initializer_settings": _runtime_only("spec.template.spec.replicatedJobs",
                                           "the initializer jobs and their claim are replicated jobs of the runtime",
-                                          example=_settings("nemo_kubeflow.build.initializers.InitializerSettings")),
+                                          example=_settings("nemo_kubeflow.build.initializers.InitializerSettings",
+                                                            claim_name="data"),
+                                          example_with={"initializer": _initializer}),
     "preflight": _runtime_only(f"{RUNTIME_POD}.spec.initContainers",
                                "a patch cannot add the preflight init container", example=True),
     # --- training runtime ---------------------------------------------------------------------------
-    "runtime_name": _same(TRAINJOB, "spec.runtimeRef.name", example="torch-distributed"),
+    "runtime_name": _same(TRAINJOB, "spec.runtimeRef.name", example="team-runtime"),
     "runtime_kind": _same(TRAINJOB, "spec.runtimeRef.kind", example="TrainingRuntime"),
-    "runtime_template": _runtime_only("spec", "it is the template of the runtime nemo_kubeflow renders",
-                                      example="runtime.yaml.j2"),
+    "runtime_template": _runtime_only("metadata.labels", "it is the template of the runtime nemo_kubeflow renders",
+                                      example=_own_template),
     # --- after the job finishes ---------------------------------------------------------------------
     # Never a JobSet TTL (Trainer v2.3.0 reruns a failed job whose JobSet is deleted): an annotation that
     # `nemo-kubeflow gc --expired` acts on, in both modes.

@@ -118,7 +118,7 @@ def test_topology_key_keeps_the_jobs_pods_together():
     (dict(workload_priority_class="high"), "workload_priority_class needs queue_name"),
     (dict(queue_name="Team_A"), "queue_name='Team_A': must be a Kubernetes object name"),
     (dict(topology_key="block topology"), "topology_key='block topology': must be a node label key"),
-    (dict(runtime_name="torch-distributed", pod_group_policy="volcano"), "pod_group_policy go into the rendered"),
+    (dict(runtime_name="torch-distributed", pod_group_policy="volcano"), "pod_group_policy goes into the rendered"),
     (dict(queue_name="a", labels={"kueue.x-k8s.io/queue-name": "b"}), "disagree"),
 ])
 def test_bad_scheduling_settings_are_refused(kw, problem):

@@ -150,3 +150,57 @@ def test_offline_validation_honours_the_schema_int_formats(tmp_path):
 def test_reserved_label_and_annotation_keys_are_refused_naming_them(field, key):
     with pytest.raises(ConfigError, match=rf"{field}: '{re.escape(key)}' is nemo_kubeflow's own"):
         KubeflowExecutor(**BASE, **{field: {key: "helm"}}).validate()
+
+
+# --- an admin's runtime: the patch adds, never replaces (checked against the runtime read at submission) ---
+
+def admin_runtime(**pod: Any) -> dict:
+    """Trainer's torch-distributed shape, with ``pod`` fields of the admin's own in the node pods."""
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": ADMIN_RUNTIME}, "spec": {"template": {"spec": {"replicatedJobs": [
+                {"name": "node", "template": {"spec": {"template": {"spec": {
+                    "containers": [{"name": "node", "image": "pytorch/pytorch"}], **pod}}}}}]}}}}
+
+
+def admin_trainjob(tmp_path, **settings: Any) -> dict:
+    return build(tmp_path, {**BASE, "runtime_name": ADMIN_RUNTIME, **settings}).trainjob
+
+
+@pytest.mark.parametrize("settings, admin_pod, field", [
+    ({"tolerations": [{"key": "a", "operator": "Exists"}]},
+     {"tolerations": [{"key": "site", "operator": "Exists"}]}, "tolerations"),
+    ({"node_selector": {"pool": "mine"}}, {"nodeSelector": {"pool": "site"}}, "node_selector"),
+    ({"service_account": "mine"}, {"serviceAccountName": "site"}, "service_account"),
+    ({"run_as_user": 1000}, {"securityContext": {"runAsUser": 2000}}, "run_as_user"),
+    ({}, {"volumes": [{"name": "dshm", "emptyDir": {}}]}, "shm_size"),
+    ({}, {"containers": [{"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}],
+          "volumes": [{"name": "shm", "emptyDir": {}}]}, "shm_size"),
+    ({"restricted_security": True, "run_as_user": 1000},
+     {"containers": [{"name": "node"}, {"name": "site-agent"}]}, "restricted_security"),
+])
+def test_a_patch_that_would_replace_the_admins_setting_is_refused_naming_the_field(tmp_path, settings, admin_pod,
+                                                                                      field):
+    from nemo_kubeflow.schema.validation import runtime_patch_conflicts
+
+    problems = runtime_patch_conflicts(admin_trainjob(tmp_path, **settings), admin_runtime(**admin_pod))
+    assert any(p.startswith(f"{field}:") for p in problems), problems
+
+
+def test_a_patch_that_only_adds_passes(tmp_path):
+    from nemo_kubeflow.schema.validation import runtime_patch_conflicts
+
+    trainjob = admin_trainjob(tmp_path, tolerations=[{"key": "site", "operator": "Exists"}, {"key": "a",
+                              "operator": "Exists"}], node_selector={"pool": "site", "zone": "a"},
+                              pod_labels={"team": "a"}, image_pull_secrets=["pull"])
+    runtime = admin_runtime(tolerations=[{"key": "site", "operator": "Exists"}], nodeSelector={"pool": "site"},
+                            imagePullSecrets=[{"name": "site-pull"}])
+    assert runtime_patch_conflicts(trainjob, runtime) == []
+
+
+def test_a_runtime_without_the_node_job_is_refused(tmp_path):
+    from nemo_kubeflow.schema.validation import runtime_patch_conflicts
+
+    runtime = admin_runtime()
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["name"] = "trainer"
+    problems = runtime_patch_conflicts(admin_trainjob(tmp_path), runtime)
+    assert problems and "no replicated job 'node'" in problems[0], problems

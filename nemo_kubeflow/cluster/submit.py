@@ -57,10 +57,11 @@ from nemo_kubeflow.errors import (
     ConfigError,
     ManifestValidationError,
     NotFoundError,
+    PermissionDeniedError,
     SubmissionError,
     SubmissionStopped,
 )
-from nemo_kubeflow.schema.validation import pod_name_problems
+from nemo_kubeflow.schema.validation import pod_name_problems, runtime_patch_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -235,10 +236,19 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> dict:
     ref = sub.trainjob["spec"]["runtimeRef"]
     kind, name = ref.get("kind", CLUSTER_RUNTIME_KIND), ref["name"]
     namespace = None if kind == CLUSTER_RUNTIME_KIND else sub.namespace
-    runtime = cluster.get(kind, name, namespace)
+    try:
+        runtime = cluster.get(kind, name, namespace)
+    except PermissionDeniedError as e:
+        # Trainer's webhook still refuses a missing runtime, job or container; what only we check is not.
+        log.warning("cannot read %s %r (%s), so these were not checked: that its replicated jobs leave room "
+                    "for the pod names, and that the job's runtime patch (tolerations, node selector, volumes, "
+                    "mounts, service account, security context, pod labels) replaces none of the runtime's own "
+                    "settings; ask an admin for 'get' on %ss to have them checked", kind, name, e.reason, kind)
+        return
     if runtime is not None:
-        # The name was planned without this runtime (plan.planned_jobs): its own replicated jobs decide.
-        problems = pod_name_problems(sub.trainjob, runtime)
+        # The name was planned without this runtime (plan.planned_jobs): its own replicated jobs decide;
+        # the runtime patch may add to the admin's runtime, never replace (runtime_patch_conflicts).
+        problems = pod_name_problems(sub.trainjob, runtime) + runtime_patch_conflicts(sub.trainjob, runtime)
         if problems:
             raise ManifestValidationError(TRAINJOB_KIND, sub.name, [
                 f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems])

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from nemo_kubeflow import constants as C
 from nemo_kubeflow.build import naming
+from nemo_kubeflow.build.manifests import PATCH_MANAGER
 from nemo_kubeflow.errors import ManifestValidationError
 from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.schema import compiled as schemas
@@ -1419,3 +1420,99 @@ def _validate(obj: Any) -> list[str]:
     _check_metadata(obj, kind, out)
     spec.check(obj, out)
     return out.render()
+
+
+# --- an admin's runtime and our runtime patch (runtime_name) ------------------------------------
+
+#: The executor field behind each part of our runtime patch's pod (build/render.existing_runtime_pod).
+_PATCH_FIELDS = {
+    "tolerations": "tolerations", "nodeSelector": "node_selector", "serviceAccountName": "service_account",
+    "terminationGracePeriodSeconds": "termination_grace_period_seconds", "labels": "pod_labels",
+    "annotations": "pod_annotations",
+}
+_SECURITY_FIELDS = {"runAsUser": "run_as_user", "fsGroup": "fs_group"}
+
+
+def _volume_field(name: str) -> str:
+    """The executor field behind a volume of our patch, by the name render.runtime_volumes gives it."""
+    for prefix, fname in (("dshm", "shm_size"), ("pvc-", "pvc_mounts"), ("secret-", "secret_mounts")):
+        if name.startswith(prefix):
+            return fname
+    return "workspace_mount_path (the task's files)"
+
+
+def runtime_patch_conflicts(trainjob: dict, runtime: dict) -> list[str]:
+    """What our runtime patch would replace in an admin's ``runtime`` (``runtime_name``), or cannot reach:
+    Trainer merges the patch over the runtime (a strategic merge: a toleration list is replaced whole, a
+    node selector key, a volume name or a mount path overwritten), so each is refused, naming the executor
+    field and the runtime's value. A patch that only adds passes."""
+    patches = [p for p in _list(_dict(trainjob.get("spec")).get("runtimePatches")) if isinstance(p, dict)]
+    ours = next((p for p in patches if p.get("manager") == PATCH_MANAGER), None)
+    if ours is None:
+        return []
+    name = _dict(runtime.get("metadata")).get("name")
+    rjobs = _list(_dict(_dict(_dict(runtime.get("spec")).get("template")).get("spec")).get("replicatedJobs"))
+    admin_job = next((j for j in rjobs if isinstance(j, dict) and j.get("name") == C.TRAINER_NODE), None)
+    if admin_job is None:
+        names = ", ".join(str(_dict(j).get("name")) for j in rjobs) or "none"
+        return [f"runtime {name!r} has no replicated job {C.TRAINER_NODE!r} (it has: {names}): nemo_kubeflow's "
+                "settings go to that job's pods; use a runtime built like Trainer's torch-distributed"]
+    patch_jobs = _list(_dict(_dict(_dict(ours.get("trainingRuntimeSpec")).get("template")).get("spec"))
+                       .get("replicatedJobs"))
+    patch_template = _pod_template(next((j for j in patch_jobs if _dict(j).get("name") == C.TRAINER_NODE), {}))
+    admin_template = _pod_template(admin_job)
+    problems: list[str] = []
+
+    def replaced(fname: str, what: str, theirs: Any) -> None:
+        problems.append(f"{fname}: runtime {name!r} already sets {what} to {_short(theirs, 120)}; the job's "
+                        f"runtime patch would replace the admin's value. Leave {fname} unset to keep it, or use a "
+                        "runtime without it")
+
+    for section in ("labels", "annotations"):
+        theirs = _dict(_dict(admin_template.get("metadata")).get(section))
+        for key, value in _dict(_dict(patch_template.get("metadata")).get(section)).items():
+            if key in theirs and theirs[key] != value:
+                replaced(_PATCH_FIELDS[section], f"pod {section[:-1]} {key!r}", theirs[key])
+    pod, admin = _dict(patch_template.get("spec")), _dict(admin_template.get("spec"))
+    missing = [t for t in _list(admin.get("tolerations")) if t not in _list(pod.get("tolerations"))]
+    if pod.get("tolerations") and missing:
+        problems.append(f"tolerations: runtime {name!r} has tolerations {_short(missing, 160)} and a patch replaces "
+                        "the whole list: add them to tolerations too, or leave tolerations unset")
+    theirs = _dict(admin.get("nodeSelector"))
+    for key, value in _dict(pod.get("nodeSelector")).items():
+        if key in theirs and theirs[key] != value:
+            replaced("node_selector", f"nodeSelector {key!r}", theirs[key])
+    for key in ("serviceAccountName", "terminationGracePeriodSeconds"):
+        if key in pod and key in admin and pod[key] != admin[key]:
+            replaced(_PATCH_FIELDS[key], key, admin[key])
+    theirs = _dict(admin.get("securityContext"))
+    for key, value in _dict(pod.get("securityContext")).items():
+        if key in theirs and theirs[key] != value:
+            replaced(_SECURITY_FIELDS.get(key, "restricted_security"), f"securityContext.{key}", theirs[key])
+    admin_volumes = {_dict(v).get("name") for v in _list(admin.get("volumes"))}
+    for volume in _list(pod.get("volumes")):
+        if _dict(volume).get("name") in admin_volumes:
+            problems.append(f"{_volume_field(str(volume['name']))}: runtime {name!r} already has a volume named "
+                            f"{volume['name']!r}, which the job's volume would replace; rename the runtime's volume")
+    containers = {str(_dict(c).get("name")): _dict(c) for c in _list(admin.get("containers"))}
+    for patched in _list(pod.get("containers")):
+        cname = _dict(patched).get("name")
+        if cname not in containers:
+            problems.append(f"runtime {name!r} has no container {cname!r} in its {C.TRAINER_NODE!r} pods (it has: "
+                            f"{', '.join(containers) or 'none'}): nemo_kubeflow's mounts and settings go to it")
+            continue
+        mounts = {_dict(m).get("mountPath"): _dict(m).get("name") for m in _list(containers[cname].get("volumeMounts"))}
+        for mount in _list(_dict(patched).get("volumeMounts")):
+            path = _dict(mount).get("mountPath")
+            if path in mounts:
+                problems.append(f"{_volume_field(str(mount.get('name')))}: runtime {name!r} already mounts volume "
+                                f"{mounts[path]!r} at {path!r} in container {cname!r}; mount somewhere else"
+                                + (", or set shm_size=None to keep the runtime's /dev/shm" if path == "/dev/shm" else ""))
+        if _dict(patched).get("securityContext"):
+            others = [n for n in containers if n != cname] + [
+                str(_dict(c).get("name")) for c in _list(admin.get("initContainers"))]
+            if others:
+                problems.append(f"restricted_security: runtime {name!r} runs containers {', '.join(others)} beside "
+                                f"{cname!r}, which a runtime patch cannot restrict; make the runtime's pods pass "
+                                "the restricted profile itself and leave restricted_security False")
+    return problems

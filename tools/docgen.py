@@ -51,14 +51,32 @@ def _type(f: dataclasses.Field) -> str:
     return re.sub(r"\b(typing|nemo_kubeflow(\.\w+)+)\.", "", text)
 
 
-def reference(cls: type, inherited: bool = False) -> str:
+def _lands(name: str, with_runtime_name: bool) -> str:
+    """Where a field lands (config/landing.py), for the "lands in" columns."""
+    from nemo_kubeflow.config.landing import LANDINGS
+
+    lands = LANDINGS[name]
+    where = lands.where(with_runtime_name)
+    kind, _, path = where.partition(": ")
+    return f"{kind}: `{path}`" if path and " " not in path else where
+
+
+def reference(cls: type, inherited: bool = False, landing: bool = False) -> str:
+    """The fields of ``cls`` as a table; ``landing``: with where each lands, with a rendered runtime and with
+    ``runtime_name`` (the executor's fields)."""
     docs = field_docs(cls)
-    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    head = "| field | type | default | meaning |"
+    if landing:
+        head += " lands in (rendered runtime) | lands in (`runtime_name`) |"
+    rows = [head, "|" + "---|" * head.count(" |")]
     for f in dataclasses.fields(cls):
         if not f.init or (f.name not in docs and not inherited):
             continue
         doc = docs.get(f.name, "").replace("|", "\\|")
-        rows.append(f"| `{f.name}` | `{_type(f)}` | `{_default(f)}` | {doc} |")
+        row = f"| `{f.name}` | `{_type(f)}` | `{_default(f)}` | {doc} |"
+        if landing:
+            row += f" {_lands(f.name, False)} | {_lands(f.name, True)} |"
+        rows.append(row)
     return "\n".join(rows)
 
 
@@ -79,9 +97,16 @@ def render() -> str:
         "Also inherits NeMo-Run's `Executor` fields: `packager` (default `ConfigMapPackager()`), "
         "`launcher` (`\"torchrun\"` or `run.Torchrun(...)` for distributed tasks), `env_vars` "
         "(plain environment of the training container), `retries` (gang restarts of the whole job, "
-        "`failurePolicy.maxRestarts`).",
+        "`failurePolicy.maxRestarts`; refused with `runtime_name`, whose runtime has its own). Their landing is "
+        "declared with the others in nemo_kubeflow/config/landing.py.",
         "",
-        reference(KubeflowExecutor),
+        "The last two columns say where each value lands (nemo_kubeflow/config/landing.py): `trainjob` (the "
+        "TrainJob), `runtime` (the rendered runtime), `runtime_patch` (the TrainJob's `spec.runtimePatches`, "
+        "the job's own pod changes), `script` (the launch script), `client` (the submitting machine only). "
+        "With `runtime_name` (an admin's runtime, docs/templates.md) a field marked refused makes `validate()` "
+        "fail when it is set; paths are from the object's root, `[node]` is the list item named `node`.",
+        "",
+        reference(KubeflowExecutor, landing=True),
     ]
     for cls in (PVCMount, SecretMount, *(p.settings for p in PROFILES.values()), InitializerSettings,
                 ConfigMapPackager):

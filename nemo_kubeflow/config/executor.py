@@ -320,7 +320,7 @@ class KubeflowExecutor(Executor):
     avoid_failed_nodes: bool = True
     #: Seconds between SIGTERM and SIGKILL when a pod is stopped (Kueue preemption, eviction, cancel):
     #: the time training has to write a checkpoint (``terminationGracePeriodSeconds``). ``None``:
-    #: Kubernetes' 30. Needs a rendered runtime (not ``runtime_name``).
+    #: Kubernetes' 30. With ``runtime_name``, carried by the job's runtime patch.
     termination_grace_period_seconds: Optional[int] = None
     #: In-job restarts (``launcher="ft"``) without starting Python again: each pod keeps a template
     #: process that has imported these modules (e.g. ``["torch"]``, or heavy modules of your own),

@@ -116,6 +116,14 @@ def _runtime_only(path: str, why: str, **kw: Any) -> Landing:
     return Landing(RUNTIME, path, REFUSED, why=why, **kw)
 
 
+def _fabric(example: Any, profile: Optional[str] = None) -> Landing:
+    """A network fabric setting: the profile's sidecars, devices and env on ``node``; on 8-GPU nodes."""
+    settings: dict[str, Any] = {"gpus_per_node": 8, "nprocs_per_node": 8}
+    if profile:
+        settings["network_fabric"] = profile
+    return _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=example, example_with=settings)
+
+
 def _pvc() -> list:
     from nemo_kubeflow.config.executor import PVCMount
     return [PVCMount(claim_name="data", mount_path="/data")]
@@ -238,22 +246,12 @@ LANDINGS: dict[str, Landing] = {
     # --- no silent hangs ------------------------------------------------------------------------
     "timeout_defaults": _same(SCRIPT, _TRAINER, example=False, example_with={"nodes": 2}),
     # --- network fabric ---------------------------------------------------------------------------
-    "network_fabric": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example="aws-efa",
-                                    example_with={"gpus_per_node": 8, "nprocs_per_node": 8}),
-    "enable_tcpxo": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=True,
-                                  example_with={"gpus_per_node": 8, "nprocs_per_node": 8}),
-    "tcpxo": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=_settings("nemo_kubeflow.build.fabrics.TCPXOConfig", nccl_env=_NCCL),
-                           example_with={"network_fabric": "gke-tcpxo", "gpus_per_node": 8, "nprocs_per_node": 8}),
-    "gke_rdma": _runtime_only(RUNTIME_POD, _FABRIC_WHY,
-                              example=_settings("nemo_kubeflow.build.fabrics.GKERDMAConfig", nccl_env=_NCCL),
-                              example_with={"network_fabric": "gke-rdma", "gpus_per_node": 8,
-                                            "nprocs_per_node": 8}),
-    "aws_efa": _runtime_only(RUNTIME_POD, _FABRIC_WHY, example=_settings("nemo_kubeflow.build.fabrics.EFAConfig", nccl_env=_NCCL),
-                             example_with={"network_fabric": "aws-efa", "gpus_per_node": 8, "nprocs_per_node": 8}),
-    "infiniband": _runtime_only(RUNTIME_POD, _FABRIC_WHY,
-                                example=_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig", nccl_env=_NCCL),
-                                example_with={"network_fabric": "infiniband", "gpus_per_node": 8,
-                                              "nprocs_per_node": 8}),
+    "network_fabric": _fabric("aws-efa"),
+    "enable_tcpxo": _fabric(True),
+    "tcpxo": _fabric(_settings("nemo_kubeflow.build.fabrics.TCPXOConfig", nccl_env=_NCCL), "gke-tcpxo"),
+    "gke_rdma": _fabric(_settings("nemo_kubeflow.build.fabrics.GKERDMAConfig", nccl_env=_NCCL), "gke-rdma"),
+    "aws_efa": _fabric(_settings("nemo_kubeflow.build.fabrics.EFAConfig", nccl_env=_NCCL), "aws-efa"),
+    "infiniband": _fabric(_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig", nccl_env=_NCCL), "infiniband"),
     # --- before training -------------------------------------------------------------------------
     "initializer": _runtime_only("spec.template.spec.replicatedJobs",
                                  "the initializer jobs and their claim are replicated jobs of the runtime",

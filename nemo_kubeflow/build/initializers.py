@@ -119,7 +119,7 @@ def steps(init: Optional["Initializer"], s: InitializerSettings) -> list[Step]:
     out = []
     if isinstance(init.dataset, DataCacheInitializer):
         # As Trainer's torch-distributed-with-cache runtime: the initializer starts the cache servers.
-        env = [{"name": "CACHE_IMAGE", "value": s.data_cache_image},
+        env: list[dict] = [{"name": "CACHE_IMAGE", "value": s.data_cache_image},
                {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": _JOBSET_NAME_FIELD}}}]
         out.append(Step(DATASET_INITIALIZER, s.dataset_image, list(s.dataset_command), env, DATASET_PATH, "dataset",
                         feeds_training=False, service_account=s.data_cache_service_account))

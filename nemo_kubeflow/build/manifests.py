@@ -36,6 +36,7 @@ from nemo_kubeflow.constants import (
     TRAINJOB_LABEL,
     TTL_ANNOTATION,
 )
+from nemo_kubeflow.errors import ConfigError
 from nemo_kubeflow.schema import compiled as schemas
 
 if TYPE_CHECKING:
@@ -301,8 +302,10 @@ def masked_secret(secret: dict) -> dict:
     return out
 
 
-def pvc_manifest(name: str, namespace: str, labels: Mapping[str, str], *, size: str,
+def pvc_manifest(name: str, namespace: str, labels: Mapping[str, str], *, size: Optional[str],
                  access_modes: Sequence[str], storage_class: Optional[str]) -> dict:
+    if size is None:  # the executor's checks refuse this first: never a claim of size "None"
+        raise ConfigError(f"the PersistentVolumeClaim {name!r} to create has no size")
     spec: dict[str, Any] = {
         "accessModes": list(access_modes),
         "resources": {"requests": {"storage": str(size)}},

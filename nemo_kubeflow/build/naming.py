@@ -183,9 +183,9 @@ def replicated_job_shapes(replicated_jobs: Any, num_nodes: Optional[int] = None,
     for rjob in replicated_jobs if isinstance(replicated_jobs, list) else []:
         if not isinstance(rjob, dict) or not isinstance(rjob.get("name"), str):
             continue
-        template = rjob.get("template") if isinstance(rjob.get("template"), dict) else {}
-        labels = (template.get("metadata") or {}).get("labels") if isinstance(template.get("metadata"), dict) else None
-        job_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+        template = _object(rjob.get("template"))
+        labels = _object(template.get("metadata")).get("labels")
+        job_spec = _object(template.get("spec"))
         count = _count(job_spec.get("parallelism"))
         if isinstance(labels, dict) and labels.get(ANCESTOR_LABEL) == ANCESTOR_TRAINER:
             count = _count(num_nodes, _count(policy_nodes))
@@ -193,11 +193,17 @@ def replicated_job_shapes(replicated_jobs: Any, num_nodes: Optional[int] = None,
     return shapes
 
 
+def _object(value: Any) -> dict:
+    """``value`` if it is an object (a dict), else an empty one: a malformed manifest reads as absent here
+    (validation reports it)."""
+    return value if isinstance(value, dict) else {}
+
+
 def runtime_job_shapes(runtime: dict, num_nodes: Optional[int] = None) -> list[ReplicatedJobShape]:
     """``replicated_job_shapes`` of a ClusterTrainingRuntime or TrainingRuntime manifest."""
-    spec = runtime.get("spec") if isinstance(runtime.get("spec"), dict) else {}
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
-    jobset_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    spec = _object(runtime.get("spec"))
+    template = _object(spec.get("template"))
+    jobset_spec = _object(template.get("spec"))
     return replicated_job_shapes(jobset_spec.get("replicatedJobs"), num_nodes, spec.get("mlPolicy"))
 
 

@@ -232,7 +232,7 @@ def redact_executor_yaml(text: str) -> str:
 
 def _redact(node: object) -> object:
     if isinstance(node, dict):
-        out = {}
+        out: dict[object, object] = {}
         for key, value in node.items():
             if key == "env_vars" and isinstance(value, dict):
                 out[key] = {k: REDACTED for k in value}

@@ -178,7 +178,7 @@ def _optional_settings_class(config: fdl.Buildable, name: str) -> Optional[type]
     if field is None or typing.get_origin(field.type) is not typing.Union:
         return None
     members = [t for t in typing.get_args(field.type) if t is not type(None)]
-    if len(members) == 1 and dataclasses.is_dataclass(members[0]):
+    if len(members) == 1 and isinstance(members[0], type) and dataclasses.is_dataclass(members[0]):
         return members[0]
     return None
 
@@ -439,7 +439,7 @@ def experiment_labels(experiment: str) -> Callable[[str], bool]:
         if label in wanted:
             return True
         stamped = re.fullmatch(r".+_(\d+)", label)
-        return bool(stamped) and naming.label_value(f"{experiment}_{stamped.group(1)}") == label
+        return stamped is not None and naming.label_value(f"{experiment}_{stamped.group(1)}") == label
 
     return matches
 
@@ -616,7 +616,7 @@ def _experiment_tasks(experiment_id: str, session: str):
         raise ConfigError(f"no experiment {experiment_id!r} under {run.config.get_nemorun_home()}/experiments: "
                           "give the id NeMo-Run printed (<title>_<number>), e.g. from `nemo experiment list <title>`")
     scheduler = create_scheduler(session)
-    tasks = []
+    tasks: list[tuple[int, Any, Optional[str], str]] = []  # (index, job, app id or None, why not)
     for index, job in enumerate(exp.jobs):
         handle = getattr(job, "handle", "") or ""
         scheduler_name, _, app_id = parse_app_handle(handle) if handle else ("", "", "")

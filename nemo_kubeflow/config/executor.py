@@ -359,7 +359,7 @@ class KubeflowExecutor(Executor):
         if self.packager is None or type(self.packager) is Packager:
             from nemo_kubeflow.build.packaging import ConfigMapPackager
 
-            self.packager = ConfigMapPackager()
+            self.packager: Packager = ConfigMapPackager()
 
     # --- NeMo-Run Executor API -------------------------------------------------
     def to_config(self):
@@ -531,14 +531,14 @@ class KubeflowExecutor(Executor):
                 yield f"pvc_mounts[{m.claim_name}]: storage_class={m.storage_class!r} must be {subdomain}"
             if m.sub_path is not None and (problem := naming.descending_path_problem(m.sub_path)):
                 yield f"pvc_mounts[{m.claim_name}]: sub_path={m.sub_path!r} {problem}"
-        for m in self.secret_mounts:
-            for key in m.keys:
+        for secret_mount in self.secret_mounts:
+            for key in secret_mount.keys:
                 if not naming.is_config_key(key):
-                    yield (f"secret_mounts[{m.secret_name}]: keys has {key!r}, not a Secret key (at most 253 "
-                           "letters, digits, '-', '_' and '.', not starting with '..')")
-            if not 0 <= m.default_mode <= 0o777:
-                yield (f"secret_mounts[{m.secret_name}]: default_mode={m.default_mode!r} must be a file mode "
-                       "0o000..0o777")
+                    yield (f"secret_mounts[{secret_mount.secret_name}]: keys has {key!r}, not a Secret key (at "
+                           "most 253 letters, digits, '-', '_' and '.', not starting with '..')")
+            if not 0 <= secret_mount.default_mode <= 0o777:
+                yield (f"secret_mounts[{secret_mount.secret_name}]: default_mode={secret_mount.default_mode!r} "
+                       "must be a file mode 0o000..0o777")
         for name, ref in self.secret_key_refs.items():
             secret, _, key = str(ref).partition("/")
             if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
@@ -733,9 +733,9 @@ class KubeflowExecutor(Executor):
                 bad = set(m.access_modes) - {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
                 if bad or not m.access_modes:
                     yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
-        for m in self.secret_mounts:
-            if not naming.is_rfc1123_subdomain(m.secret_name):
-                yield f"secret_mounts: {m.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
+        for secret_mount in self.secret_mounts:
+            if not naming.is_rfc1123_subdomain(secret_mount.secret_name):
+                yield f"secret_mounts: {secret_mount.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
 
 
 # A module worker_preload imports: a dotted Python name.
@@ -765,7 +765,8 @@ def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowEx
     ``executor`` itself, or a copy with those fields back at their defaults (so that every other
     problem is still listed, and no check trips over a value of the wrong type)."""
     problems, bad = [], []
-    hints = _field_types(type(executor))
+    executor_class: type = type(executor)  # (a class is hashable, even when its instances are not)
+    hints = _field_types(executor_class)
     for f in dataclasses.fields(executor):
         if not f.init or f.name not in hints:
             continue
@@ -782,7 +783,12 @@ def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowEx
         return problems, executor
     checked = copy.copy(executor)
     for f in bad:
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:  # a required field: it was given, so a value of the wrong type stays
+            continue
         object.__setattr__(checked, f.name, default)
     return problems, checked
 
@@ -910,7 +916,7 @@ def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
         fix = f" (quote it: {str(value)!r})"
     elif tp is str and value is None:
         fix = " (remove the entry, or give '')"
-    elif dataclasses.is_dataclass(tp) and isinstance(value, dict):
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict):
         fix = f" (write {tp.__name__}(**...) around it)"
     return f"{where}={value!r}: must be {_describe(tp, numbers_ok)}, not {got}{fix}"
 

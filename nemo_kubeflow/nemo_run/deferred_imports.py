@@ -19,7 +19,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from typing import Iterable
+from typing import Iterable, NoReturn
 
 #: Set to 1 to import everything for real (the stand-ins are then never made).
 FULL_IMPORT_ENV = "NEMO_KUBEFLOW_FULL_IMPORT"
@@ -38,9 +38,12 @@ class _StandIn(type):
     """What a deferred package's names are: classes (each can be subclassed, called while importing,
     subscripted or put in an annotation), whose attributes are stand-ins again."""
 
+    #: The deferred package the name is from (set by ``stand_in``).
+    _package: str
+
     def __call__(cls, *args, **kwargs):
         if not _importing:
-            _unavailable(cls)
+            _unavailable(cls.__qualname__, cls._package)
         return super().__call__()
 
     def __getattr__(cls, name: str):
@@ -52,16 +55,16 @@ class _StandIn(type):
         return cls
 
 
-def _unavailable(cls: type):
+def _unavailable(qualname: str, package: str) -> NoReturn:
     raise DeferredImportError(
-        f"{cls.__qualname__} is from {cls._package}, which this command does not import (it defers it to "
+        f"{qualname} is from {package}, which this command does not import (it defers it to "
         f"start faster); set {FULL_IMPORT_ENV}=1 to import it"
     )
 
 
 def stand_in(qualname: str, package: str) -> type:
     def unavailable(self, *args, **kwargs):
-        _unavailable(type(self))
+        _unavailable(qualname, package)  # the class made here is self's
 
     return _StandIn(qualname.rsplit(".", 1)[-1], (), {
         "__qualname__": qualname, "_package": package, "__call__": unavailable, "__getattr__": unavailable,

@@ -46,7 +46,7 @@ def note_described(app_id: str, trainjob: Optional[dict]) -> None:
     """What ``describe`` just read for ``app_id`` (``None``: the TrainJob does not exist)."""
     state = job_status(trainjob).state if trainjob is not None else None
     with _lock:
-        if state in (AppState.SUCCEEDED, AppState.FAILED):
+        if trainjob is not None and state in (AppState.SUCCEEDED, AppState.FAILED):
             labels = (trainjob.get("metadata") or {}).get("labels") or {}
             _finished[app_id] = (state.name, labels.get(EXPERIMENT_LABEL, ""))
         else:

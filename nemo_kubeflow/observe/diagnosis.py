@@ -841,7 +841,7 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
     restarts = view.restarts(seen=seen, in_job=in_job, condition_reason=failed_reason(view.trainjob)) \
         if view.attempts_seen() or in_job else None
     parts = [p for p in (headline, condition, detail, restarts.note(finished=True) if restarts else "") if p]
-    if quoted:
+    if quoted and explained is not None:  # quoted lines are always some failed node's
         parts.append(f"last lines of node {explained.index}:\n" + "\n".join(f"    {line}" for line in quoted))
     gone = nodes_without_log(view, job_dir, keeper)
     if gone:

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader, LogStream
 from nemo_kubeflow.constants import (
@@ -287,42 +287,51 @@ class JobLogFollower:
             newest, job_over = node.newest, self._job_over
         name = (newest or {}).get("metadata", {}).get("name")
         started = newest is not None and (newest.get("status") or {}).get("phase") not in (None, "Pending")
-        if started and name != node.pod:
-            if node.pod is not None:
-                if not node.drained:
-                    self._read(node, final=True)  # the old pod's last lines
-                restart = newest["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
-                with self._lock:
-                    node.put(f"--- gang restart: following pod {name} (restart attempt {restart}) ---\n")
-            with self._lock:
-                node.reset(name)
-                node.phase = (newest.get("status") or {}).get("phase", "")
+        if newest is not None and started and name != node.pod:
+            self._switch_pod(node, newest, name)
         if node.pod is not None and not node.drained:
-            with self._lock:
-                ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
-                due = ended or bool(node.catching_up) or time.monotonic() >= node.next_read
-                stream = stream_worker is not None and not ended and not node.catching_up
-            if due and stream:
-                self._stream(node, stream_worker)
-            elif due and self._read(node, final=ended) and ended:
-                node.drained = True
+            self._catch_up(node, node.pod, stream_worker)
         if job_over and (node.pod is None or node.drained) and (newest is None or name == node.pod or not started):
             with self._lock:
                 node.done = True
                 node.put(_END)
 
-    def _read(self, node: _Node, final: bool = False) -> bool:
-        """Deliver node's new lines (one request, or two when a tail may have cut some off). False
-        if the log cannot be read now (the container waits to start); a pod gone reads as empty."""
+    def _switch_pod(self, node: _Node, newest: dict, name: str) -> None:
+        """Follow ``newest`` (started, named ``name``) from now on: the old pod's last lines first."""
+        if node.pod is not None:
+            if not node.drained:
+                self._read(node, node.pod, final=True)  # the old pod's last lines
+            restart = newest["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/restart-attempt", "?")
+            with self._lock:
+                node.put(f"--- gang restart: following pod {name} (restart attempt {restart}) ---\n")
         with self._lock:
-            whole = node.second is None or bool(node.catching_up)
-        since = None if whole else node.second + "Z"
+            node.reset(name)
+            node.phase = (newest.get("status") or {}).get("phase", "")
+
+    def _catch_up(self, node: _Node, pod: str, stream_worker: Optional[int]) -> None:
+        """Read (or stream, with ``stream_worker``) ``pod``'s new lines if they are due."""
+        with self._lock:
+            ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
+            due = ended or bool(node.catching_up) or time.monotonic() >= node.next_read
+            stream = not ended and not node.catching_up
+        if due and stream and stream_worker is not None:
+            self._stream(node, pod, stream_worker)
+        elif due and self._read(node, pod, final=ended) and ended:
+            node.drained = True
+
+    def _read(self, node: _Node, pod: str, final: bool = False) -> bool:
+        """Deliver the new lines of node's ``pod`` (one request, or two when a tail may have cut some off).
+        False if the log cannot be read now (the container waits to start); a pod gone reads as empty."""
+        with self._lock:
+            second = node.second
+            whole = second is None or bool(node.catching_up)
+        since = None if whole or second is None else second + "Z"
         tail = None if whole else node.tail
         try:
-            lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE, timestamps=True,
+            lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
                                               since_time=since, tail_lines=tail))
             if tail is not None and len(lines) >= tail:
-                lines = list(self.cluster.pod_log(node.pod, self.namespace, container=TRAINER_NODE,
+                lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE,
                                                   timestamps=True, since_time=since))
         except NotFoundError:
             return True
@@ -338,15 +347,15 @@ class JobLogFollower:
             node.read_later(_deliver(node, lines, whole), self.poll)
         return True
 
-    def _stream(self, node: _Node, worker: int) -> None:
-        """Follow ``node``'s pod with one stream from the second of the last line delivered, until the
+    def _stream(self, node: _Node, pod: str, worker: int) -> None:
+        """Follow node's ``pod`` with one stream from the second of the last line delivered, until the
         stream ends: its container run ended, the server closed it or it broke, or it was closed here."""
         from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the kubernetes client already
 
         with self._lock:
             floor, skip = node.second, Counter(node.edge)
         try:
-            stream = self.cluster.pod_log_stream(node.pod, self.namespace, container=TRAINER_NODE,
+            stream = self.cluster.pod_log_stream(pod, self.namespace, container=TRAINER_NODE,
                                                  since_time=floor + "Z" if floor else None,
                                                  idle_timeout=STREAM_IDLE_SECONDS)
         except NotFoundError:
@@ -399,7 +408,8 @@ def _deliver(node: _Node, lines: list[str], whole: bool) -> bool:
     copies of it (time and text) in this read than were delivered. The second is compared as the
     time's first 19 characters, so most lines are not parsed at all."""
     floor = node.second
-    edge, again = node.edge, Counter()
+    edge = node.edge
+    again: Counter[str] = Counter()
     fresh, everything = [], []
     newest = floor
     for raw in lines:
@@ -537,7 +547,7 @@ def save_node_logs(cluster: ClusterReader, namespace: str, pods: dict[int, dict]
         return ""
 
 
-def tee_to_file(lines: Iterator[str], path: str) -> Iterator[str]:
+def tee_to_file(lines: Iterable[str], path: str) -> Iterator[str]:
     """Pass ``lines`` through, appending each to ``path`` (the node's log next to the job). One writer at
     a time (an exclusive lock on the file): a second follower of the node, in this process or another
     (the submitting run and ``nemo-kubeflow logs -f``), passes its lines through without writing them twice."""

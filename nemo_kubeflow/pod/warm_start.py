@@ -66,7 +66,7 @@ def _recv_exact(sock, size, fds):
 
 def _recv(sock):
     """The next message and the file descriptors that came with it; ``(None, [])`` at EOF."""
-    fds = []
+    fds: list[int] = []
     header = _recv_exact(sock, _HEADER.size, fds)
     if header is None:
         return None, fds
@@ -147,7 +147,7 @@ def template(listener, parent):
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C on the launcher's group is the launcher's
-    workers = {}  # pid -> the client's connection
+    workers: dict[int, socket.socket] = {}  # pid -> the client's connection
     while True:
         try:
             ready, _, _ = select.select([listener, wake_r], [], [], 1.0)
@@ -243,7 +243,8 @@ def _worker(conn, request, fds):
             setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
                                                 encoding=old.encoding, errors=old.errors))
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.stdin.encoding)
-        sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+        for name in ("stdout", "stderr", "stdin"):  # the originals too, as in a fresh interpreter
+            setattr(sys, f"__{name}__", getattr(sys, name))
         threading.Thread(target=_watch_client, args=(conn,), name="nemo-kubeflow-client-watch", daemon=True).start()
         argv = request["argv"]
         try:
@@ -269,7 +270,7 @@ def _worker(conn, request, fds):
         except BaseException:
             sys.excepthook(*sys.exc_info())
             code = 1
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]  # private (joins non-daemon threads), not in typeshed
         atexit._run_exitfuncs()
     except BaseException:  # setting the worker up failed: say why, as a Python that cannot start would
         import traceback

@@ -33,12 +33,13 @@ def root(name: str) -> int:
 
 def node_at(name: str, path: Sequence[str]) -> Optional[int]:
     """The node at ``path`` (field names; ``*`` for a list's items) under root ``name``, or None."""
-    index: Optional[int] = root(name)
+    index = root(name)
     for part in path:
         node = nodes()[index]
-        index = node.get("items") if part == "*" else node.get("properties", {}).get(part, node.get("additional"))
-        if index is None:
+        child = node.get("items") if part == "*" else node.get("properties", {}).get(part, node.get("additional"))
+        if child is None:
             return None
+        index = child
     return index
 
 

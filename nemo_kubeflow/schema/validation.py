@@ -35,7 +35,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeGuard, Union
 
 from nemo_kubeflow import constants as C
 from nemo_kubeflow.build import naming
@@ -208,7 +208,7 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -833,7 +833,7 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
 
 _INITIALIZER_CONTAINERS = ("dataset-initializer", "model-initializer")
 #: From a replicated job to its pod spec.
-_POD_SPEC_PATH: Path = ("template", "spec", "template", "spec")
+_POD_SPEC_PATH: tuple[str, ...] = ("template", "spec", "template", "spec")
 
 
 def _check_runtime_patches(patches: Any, path: Path, out: _Problems) -> None:
@@ -1407,10 +1407,10 @@ def _validate(obj: Any) -> list[str]:
     if bad_keys:
         return out.render()
     kind = obj.get("kind")
-    spec = _KINDS.get(kind) if isinstance(kind, str) else None
-    if spec is None:
+    if not isinstance(kind, str) or kind not in _KINDS:
         out.add(("kind",), f"unknown kind {_short(kind)}", f"use one of {', '.join(_KINDS)}")
         return out.render()
+    spec = _KINDS[kind]
     if obj.get("apiVersion") != spec.api_version:
         out.add(
             ("apiVersion",),

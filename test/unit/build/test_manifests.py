@@ -1,15 +1,15 @@
 """Pure builders (executor + role + files -> manifests), pinned against golden YAML.
 
 Regenerate the golden files after an intended change with:
-    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/test_manifests.py
+    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/unit/build/test_manifests.py
 and review the diff.
 """
 
 import os
-from pathlib import Path
 
 import pytest
 import yaml
+from locations import GOLDEN
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from torchx.specs import Role
 
@@ -19,7 +19,6 @@ from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.build.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
-GOLDEN = Path(__file__).parent / "golden"
 IMAGE = "nvcr.io/nvidia/nemo:25.02"
 FILES = [
     BundleFile("code/train.py", b"import torch\nprint('hello')\n", 0o644),

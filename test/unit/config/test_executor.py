@@ -2,6 +2,7 @@
 
 import fiddle as fdl
 import pytest
+from locations import DOCS
 from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
 from nemo_run.run.experiment import Experiment
 from nemo_run.run.torchx_backend.schedulers import api
@@ -148,11 +149,10 @@ def test_torchrun_macros_point_at_pet_variables():
 
 
 def test_configuration_reference_is_up_to_date():
-    from pathlib import Path
 
     from tools.docgen import field_docs, render
 
-    doc = Path(__file__).resolve().parent.parent / "docs" / "executor.md"
+    doc = DOCS / "executor.md"
     assert doc.read_text() == render(), "run: python -m tools.docgen > docs/executor.md"
     # Every user-facing field is documented.
     undocumented = [name for name, text in field_docs(KubeflowExecutor).items() if not text]

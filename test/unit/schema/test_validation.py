@@ -8,6 +8,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import locations
 import pytest
 import yaml
 
@@ -15,7 +16,7 @@ from nemo_kubeflow.errors import ConfigError, ManifestValidationError
 from nemo_kubeflow.schema import validation
 from nemo_kubeflow.schema.validation import check_manifests, validate_manifest
 
-DATA = Path(__file__).parent / "data" / "validation"
+DATA = locations.DATA / "validation"
 
 TRAINJOB: dict[str, Any] = {
     "apiVersion": "trainer.kubeflow.org/v1alpha1",

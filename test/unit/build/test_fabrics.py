@@ -1,17 +1,17 @@
 """Network fabric profiles: one golden file per profile, offline validation, Pod Security, bad combinations.
 
 Regenerate the golden files after an intended change with:
-    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/test_fabrics.py
+    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/unit/build/test_fabrics.py
 and review the diff.
 """
 
 import dataclasses
 import os
-from pathlib import Path
 
 import pss
 import pytest
 import yaml
+from locations import DOCS, GOLDEN
 from torchx.specs import Role
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor
@@ -22,7 +22,6 @@ from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.build.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
-GOLDEN = Path(__file__).parent / "golden"
 IMAGE = "nvcr.io/nvidia/nemo:25.02"
 FILES = [BundleFile("code/train.py", b"print('hello')\n", 0o644)]
 GPU_NODE = dict(container_image=IMAGE, nodes=2, nprocs_per_node=8, gpus_per_node=8)
@@ -181,7 +180,7 @@ def test_every_profile_is_a_field_of_the_executor_and_documented(profile):
     [field] = [f for f in dataclasses.fields(KubeflowExecutor) if f.name == profile.field]
     assert field.default is None and typing.get_args(field.type) == (profile.settings, type(None))
     assert profile.name in field_docs(KubeflowExecutor)["network_fabric"]
-    docs = Path(__file__).parent.parent / "docs"
+    docs = DOCS
     assert fabrics_table() in (docs / "fabrics.md").read_text(), \
         "run: python -m tools.docgen --fabrics-table, and paste it over the table in docs/fabrics.md"
     assert f"## {profile.settings.__name__}" in (docs / "executor.md").read_text()

@@ -9,6 +9,7 @@ Regenerate the golden file after an intended change with:
 import os
 from pathlib import Path
 
+import builders
 import fiddle as fdl
 import nemo_run as run
 import pytest
@@ -27,11 +28,10 @@ from kubeflow.trainer.constants import constants as sdk_constants
 from kubernetes import client
 from nemo_run.core.serialization.yaml import YamlSerializer
 from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
-from torchx.specs import AppState, Role, parse_app_handle
+from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
 from nemo_kubeflow.build import initializers as inits
-from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.build.yamlio import dump_all
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
@@ -53,14 +53,10 @@ def executor(**kw) -> KubeflowExecutor:
 
 
 def submission(**kw):
-    ex = executor(**kw)
-    ex.validate()
-    role = Role(name="train", image="", entrypoint="bash", args=["-c", "python train.py"])
-    return build_submission(ex, role, [], task_name="finetune")
+    return builders.submission(executor(**kw), task="finetune")
 
 
-def jobs(sub) -> dict[str, dict]:
-    return {j["name"]: j for j in sub.runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+jobs = builders.replicated_jobs
 
 
 def pod(job: dict) -> dict:

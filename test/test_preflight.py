@@ -5,18 +5,17 @@ import os
 import subprocess
 from pathlib import Path
 
+import builders
 import nemo_run as run
 import pss
 import pytest
 from kubernetes import client
-from torchx.specs import AppState, Role, parse_app_handle
+from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.build.render import templates_dir
 from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.observe.diagnosis import failed_step
-from nemo_kubeflow.schema.validation import check_manifests
 from nemo_kubeflow_local.kubelet.kubelet import expand
 
 SCRIPT = templates_dir() / "preflight.sh"
@@ -85,15 +84,12 @@ def test_exclusion_lists_and_unset_settings_are_not_failures(tmp_path):
 def submission(**kw):
     ex = KubeflowExecutor(**{"container_image": "img", "nodes": 2, "nprocs_per_node": 4, "gpus_per_node": 4,
                              "preflight": True, "experiment_id": "e", **kw})
-    ex.validate()
-    sub = build_submission(ex, Role(name="t", image="", entrypoint="bash", args=["-c", "true"]), [], task_name="t")
-    check_manifests(sub.manifests())
-    return sub
+    return builders.submission(ex, role=builders.bash_role("true", name="t"), task="t", check=True)
 
 
 def node_pod(sub) -> dict:
-    [node] = [j for j in sub.runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node"]
-    return node["template"]["spec"]["template"]["spec"]
+    """The node pod's spec."""
+    return builders.node_pod_template(sub)["spec"]
 
 
 def test_preflight_is_an_init_container_that_gets_the_pet_variables():

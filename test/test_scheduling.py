@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import builders
 import nemo_run as run
 import pytest
 from kubernetes import client
 from kueue_api import kueue_version
-from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from polling import wait_for_status
 from torchx.specs import AppState, parse_app_handle
 
@@ -41,9 +41,7 @@ CONFIGS = {
 }
 
 
-def torchrun_role(nodes, nprocs, env=None):
-    role = nr_torchrun.torchrun("train.py", script="train.py", j=f"{nodes}x{nprocs}", env=env or {}).roles[0]
-    return KubeflowExecutor(container_image=IMAGE).macro_values().apply(role)
+torchrun_role = builders.torchrun_role
 
 
 def build(task_env=None, **kw):

@@ -8,17 +8,16 @@ and review the diff.
 import dataclasses
 import os
 
+import builders
 import pss
 import pytest
 import yaml
 from locations import DOCS, GOLDEN
-from torchx.specs import Role
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor
 from nemo_kubeflow.build import fabrics
 from nemo_kubeflow.build.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
 from nemo_kubeflow.build.packaging import BundleFile
-from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.build.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
@@ -36,15 +35,10 @@ PROFILES = {
 
 
 def submission(**kw):
-    executor = KubeflowExecutor(**kw, experiment_id="llama3_8b_1700000000")
-    executor.validate()
-    role = Role(name="train", image="", entrypoint="bash", args=["-c", "python train.py"])
-    return build_submission(executor, role, FILES, task_name="train")
+    return builders.submission(KubeflowExecutor(**kw, experiment_id="llama3_8b_1700000000"), files=FILES)
 
 
-def node_pod(sub) -> dict:
-    [node] = [j for j in sub.runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node"]
-    return node["template"]["spec"]["template"]
+node_pod = builders.node_pod_template
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

@@ -7,10 +7,10 @@ and review the diff.
 
 import os
 
+import builders
 import pytest
 import yaml
 from locations import GOLDEN
-from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount, SecretMount
@@ -27,8 +27,7 @@ FILES = [
 
 
 def torchrun_role(nodes, nprocs, env=None):
-    role = nr_torchrun.torchrun("--lr", "0.1", script="train.py", j=f"{nodes}x{nprocs}", env=env or {}).roles[0]
-    return KubeflowExecutor(container_image=IMAGE).macro_values().apply(role)
+    return builders.torchrun_role(nodes, nprocs, env, args=("--lr", "0.1"))
 
 
 CONFIGS = {

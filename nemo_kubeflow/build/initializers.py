@@ -184,44 +184,66 @@ def initializer_problems(executor) -> Iterator[str]:
     s = settings(executor)
     if init is None:
         return
-    if not isinstance(s, InitializerSettings):
-        yield f"initializer_settings: expected InitializerSettings(...), got {type(s).__name__}"
+    problem = _shape_problem(init, s)
+    if problem:
+        yield problem
         return
+    for step, value, command, secret in (
+        ("dataset", init.dataset, s.dataset_command, s.dataset_secret),
+        ("model", init.model, s.model_command, s.model_secret),
+    ):
+        if value is not None:
+            yield from _step_problems(step, value, command, secret)
+    yield from _claim_problems(executor, steps(init, s), s)
+    for what in ("dataset_image", "model_image", "data_cache_image"):
+        image = getattr(s, what)
+        if not image or any(c.isspace() for c in image):
+            yield f"initializer_settings.{what}={image!r}: give an image reference without whitespace"
+
+
+def _shape_problem(init: object, s: object) -> Optional[str]:
+    """What makes ``initializer``/``initializer_settings`` unreadable (the wrong types, nothing to fetch),
+    or None: the other checks need neither."""
+    if not isinstance(s, InitializerSettings):
+        return f"initializer_settings: expected InitializerSettings(...), got {type(s).__name__}"
     from kubeflow.trainer.types import types as sdk
 
-    dataset_types = (sdk.HuggingFaceDatasetInitializer, sdk.S3DatasetInitializer, sdk.DataCacheInitializer)
-    model_types = (sdk.HuggingFaceModelInitializer, sdk.S3ModelInitializer)
     if not isinstance(init, sdk.Initializer):
-        yield (f"initializer: expected kubeflow.trainer.Initializer(dataset=..., model=...), "
-               f"got {type(init).__name__}")
-        return
+        return (f"initializer: expected kubeflow.trainer.Initializer(dataset=..., model=...), "
+                f"got {type(init).__name__}")
     if init.dataset is None and init.model is None:
-        yield "initializer has neither dataset nor model: set one, or leave initializer unset"
+        return "initializer has neither dataset nor model: set one, or leave initializer unset"
+    return None
+
+
+def _step_problems(step: str, value: object, command: list[str], secret: Optional[str]) -> Iterator[str]:
+    """Problems of the ``step`` ("dataset" or "model") initializer ``value`` and its settings."""
+    from kubeflow.trainer.types import types as sdk
+
+    allowed: tuple[type, ...] = (
+        (sdk.HuggingFaceDatasetInitializer, sdk.S3DatasetInitializer, sdk.DataCacheInitializer) if step == "dataset"
+        else (sdk.HuggingFaceModelInitializer, sdk.S3ModelInitializer))
+    if not isinstance(value, allowed):
+        names = ", ".join(t.__name__ for t in allowed)
+        yield f"initializer.{step}: {type(value).__name__} is not a {step} initializer ({names})"
         return
-    for step, value, allowed, command, secret in (
-        ("dataset", init.dataset, dataset_types, s.dataset_command, s.dataset_secret),
-        ("model", init.model, model_types, s.model_command, s.model_secret),
-    ):
-        if value is None:
-            continue
-        if not isinstance(value, allowed):
-            names = ", ".join(t.__name__ for t in allowed)
-            yield f"initializer.{step}: {type(value).__name__} is not a {step} initializer ({names})"
-            continue
-        yield from _source_problems(step, value, command)
-        for cred in _CREDENTIAL_FIELDS:
-            if getattr(value, cred, None):
-                yield (
-                    f"initializer.{step}.{cred}: literal credentials are refused (NeMo-Run saves the executor "
-                    f"to disk and the TrainJob would carry them in clear); put {cred.upper()} in a Secret and "
-                    f"set initializer_settings.{step}_secret"
-                )
-        if secret is not None and not naming.is_rfc1123_subdomain(secret):
-            yield f"initializer_settings.{step}_secret={secret!r}: not a valid Secret name"
+    yield from _source_problems(step, value, command)
+    for cred in _CREDENTIAL_FIELDS:
+        if getattr(value, cred, None):
+            yield (
+                f"initializer.{step}.{cred}: literal credentials are refused (NeMo-Run saves the executor "
+                f"to disk and the TrainJob would carry them in clear); put {cred.upper()} in a Secret and "
+                f"set initializer_settings.{step}_secret"
+            )
+    if secret is not None and not naming.is_rfc1123_subdomain(secret):
+        yield f"initializer_settings.{step}_secret={secret!r}: not a valid Secret name"
+
+
+def _claim_problems(executor, planned: list[Step], s: InitializerSettings) -> Iterator[str]:
+    """Problems of the claim the initializers download into, and of where the training pods mount it."""
     taken = {executor.workspace_mount_path: "workspace_mount_path"}
     taken.update({m.mount_path: f"pvc_mounts[{m.claim_name}]" for m in executor.pvc_mounts})
     taken.update({m.mount_path: f"secret_mounts[{m.secret_name}]" for m in executor.secret_mounts})
-    planned = steps(init, s)
     for st in planned:
         if st.feeds_training and st.mount_path in taken:
             yield f"{taken[st.mount_path]}: {st.mount_path} is where {st.name} puts its download; mount elsewhere"
@@ -239,10 +261,6 @@ def initializer_problems(executor) -> Iterator[str]:
         bad = set(s.access_modes) - _ACCESS_MODES
         if bad or not s.access_modes:
             yield f"initializer_settings.access_modes: invalid {sorted(bad) or s.access_modes}"
-    for what in ("dataset_image", "model_image", "data_cache_image"):
-        image = getattr(s, what)
-        if not image or any(c.isspace() for c in image):
-            yield f"initializer_settings.{what}={image!r}: give an image reference without whitespace"
 
 
 def _source_problems(step: str, value, command: list[str]) -> Iterator[str]:

@@ -510,16 +510,41 @@ def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     cluster = KubernetesCluster(kubeconfig=args.kubeconfig, context=args.context)
-    collect_jobs = bool(args.finished or args.experiment or args.older_than is not None or args.expired)
     if args.all_namespaces:
         # One list per namespace: cluster.Kind.path has no cluster-wide form for namespaced kinds.
         namespaces = [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
     else:
         namespaces = args.namespace or ["default"]
-    selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
     # Candidates are listed before the TrainJobs, so that a TrainJob created in between is seen.
-    candidates = [(RUNTIME_KIND, ns, obj) for ns in namespaces for obj in cluster.list(RUNTIME_KIND, ns, selector)]
-    if args.all_namespaces:
+    candidates = _gc_runtime_candidates(cluster, namespaces, args.all_namespaces)
+    jobs = [(ns, job) for ns in namespaces for job in cluster.list(TRAINJOB_KIND, ns)]
+    now = datetime.now(timezone.utc)
+    finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than,
+                                    expired=args.expired)
+    verb = "would delete" if args.dry_run else "deleted"
+
+    leaving: set[tuple[str, Optional[str]]] = set()
+    if args.finished or args.experiment or args.older_than is not None or args.expired:
+        leaving = _gc_finished_jobs(cluster, finished, args, verb)
+    elif finished.selected:
+        print(
+            f"{len(finished.selected)} finished TrainJob(s) kept, with their pods, ConfigMaps and Secrets: "
+            "pass --finished, --experiment, --older-than or --expired to delete them",
+            file=sys.stderr,
+        )
+    referenced = _runtimes_in_use([(ns, job) for ns, job in jobs if (ns, job["metadata"].get("uid")) not in leaving])
+    _gc_runtimes(cluster, candidates, referenced, now, args, verb)
+    return 0
+
+
+def _gc_runtime_candidates(cluster: KubernetesCluster, namespaces: Sequence[str],
+                           all_namespaces: bool) -> list[tuple[str, Optional[str], dict]]:
+    """Our runtimes that gc may delete, as (kind, namespace or None, object): ClusterTrainingRuntimes only
+    with ``all_namespaces`` (TrainJobs of any namespace may use them)."""
+    selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+    candidates: list[tuple[str, Optional[str], dict]] = [
+        (RUNTIME_KIND, ns, obj) for ns in namespaces for obj in cluster.list(RUNTIME_KIND, ns, selector)]
+    if all_namespaces:
         candidates += [(CLUSTER_RUNTIME_KIND, None, obj) for obj in cluster.list(CLUSTER_RUNTIME_KIND, None, selector)]
     else:
         print(
@@ -527,58 +552,60 @@ def cmd_gc(args: argparse.Namespace) -> int:
             "pass --all-namespaces to collect them too",
             file=sys.stderr,
         )
-    jobs = [(ns, job) for ns in namespaces for job in cluster.list(TRAINJOB_KIND, ns)]
-    now = datetime.now(timezone.utc)
-    finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than,
-                                    expired=args.expired)
-    verb = "would delete" if args.dry_run else "deleted"
+    return candidates
 
+
+def _gc_finished_jobs(cluster: KubernetesCluster, finished: FinishedJobs, args: argparse.Namespace,
+                      verb: str) -> set[tuple[str, Optional[str]]]:
+    """Delete the selected finished TrainJobs (or say what would go, with ``--dry-run``); the (namespace,
+    uid) of each one going, whose runtimes it no longer holds."""
     leaving = set()
-    if collect_jobs:
-        deleted_jobs = 0
-        for ns, job, state, age in finished.selected:
-            name = job["metadata"]["name"]
-            # Deleting the TrainJob lets the garbage collector remove what it owns: the JobSet and
-            # its pods, the ConfigMaps, the Secret.
-            try:
-                # The uid: a TrainJob recreated under this name since the list is not the one that finished.
-                gone = args.dry_run or cluster.delete(TRAINJOB_KIND, name, ns, uid=job["metadata"].get("uid"))
-            except ClusterError as e:
-                if e.status != 409:
-                    raise
-                print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed",
-                      file=sys.stderr)
-                continue
-            if gone:
-                print(f"{verb} {_describe(TRAINJOB_KIND, name, ns)}: {state}, finished {format_age(age)} ago")
-                deleted_jobs += 1
-            leaving.add((ns, job["metadata"].get("uid")))
-        recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
-                  if args.older_than is not None else "")
-        if args.expired:
-            if args.older_than is None:
-                recent += f", {finished.recent} within their ttl_seconds_after_finished"
-            recent += f", {finished.without_ttl} without ttl_seconds_after_finished"
-        print(
-            f"TrainJobs: {verb} {deleted_jobs} finished (their JobSets, pods, ConfigMaps and Secrets go with "
-            f"them); kept {finished.unfinished} not finished{recent}",
-            file=sys.stderr,
-        )
-    elif finished.selected:
-        print(
-            f"{len(finished.selected)} finished TrainJob(s) kept, with their pods, ConfigMaps and Secrets: "
-            "pass --finished, --experiment, --older-than or --expired to delete them",
-            file=sys.stderr,
-        )
+    deleted_jobs = 0
+    for ns, job, state, age in finished.selected:
+        name = job["metadata"]["name"]
+        # Deleting the TrainJob lets the garbage collector remove what it owns: the JobSet and
+        # its pods, the ConfigMaps, the Secret.
+        try:
+            # The uid: a TrainJob recreated under this name since the list is not the one that finished.
+            gone = args.dry_run or cluster.delete(TRAINJOB_KIND, name, ns, uid=job["metadata"].get("uid"))
+        except ClusterError as e:
+            if e.status != 409:
+                raise
+            print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed",
+                  file=sys.stderr)
+            continue
+        if gone:
+            print(f"{verb} {_describe(TRAINJOB_KIND, name, ns)}: {state}, finished {format_age(age)} ago")
+            deleted_jobs += 1
+        leaving.add((ns, job["metadata"].get("uid")))
+    recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
+              if args.older_than is not None else "")
+    if args.expired:
+        if args.older_than is None:
+            recent += f", {finished.recent} within their ttl_seconds_after_finished"
+        recent += f", {finished.without_ttl} without ttl_seconds_after_finished"
+    print(
+        f"TrainJobs: {verb} {deleted_jobs} finished (their JobSets, pods, ConfigMaps and Secrets go with "
+        f"them); kept {finished.unfinished} not finished{recent}",
+        file=sys.stderr,
+    )
+    return leaving
 
+
+def _runtimes_in_use(jobs: Sequence[tuple[str, dict]]) -> set[tuple[str, Optional[str], str]]:
+    """The (kind, namespace or None, name) of the runtime each of ``jobs`` refers to."""
     referenced: set[tuple[str, Optional[str], str]] = set()
     for ns, job in jobs:
-        if (ns, job["metadata"].get("uid")) in leaving:
-            continue
         ref = job.get("spec", {}).get("runtimeRef", {})
         kind = ref.get("kind") or CLUSTER_RUNTIME_KIND  # Trainer's default
         referenced.add((kind, None if kind == CLUSTER_RUNTIME_KIND else ns, ref.get("name", "")))
+    return referenced
 
+
+def _gc_runtimes(cluster: KubernetesCluster, candidates: Sequence[tuple[str, Optional[str], dict]],
+                 referenced: set[tuple[str, Optional[str], str]], now: datetime, args: argparse.Namespace,
+                 verb: str) -> None:
+    """Delete the candidate runtimes no TrainJob uses that are at least ``--min-age`` old."""
     removed = kept = young = 0
     for kind, ns, obj in candidates:
         name = obj["metadata"]["name"]
@@ -597,7 +624,6 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"{verb} {removed}, kept {kept} in use, {young} younger than {args.min_age:g}s",
         file=sys.stderr,
     )
-    return 0
 
 
 def _experiment_tasks(experiment_id: str, session: str):

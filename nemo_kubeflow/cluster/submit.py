@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -156,11 +157,13 @@ def submit(
         if stop is not None and stop():
             raise SubmissionStopped(f"the submission of TrainJob {ns}/{sub.name} was stopped before the job started")
 
+    runtime = sub.runtime
+
     def create_runtime() -> None:
         nonlocal created_runtime
         check_stop()
-        if _create_or_reuse(cluster, sub.runtime, actions):
-            created_runtime = sub.runtime
+        if runtime is not None and _create_or_reuse(cluster, runtime, actions):
+            created_runtime = runtime
 
     with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
         runtime = sub.runtime if sub.runtime is not None else check_existing_runtime(cluster, sub)
@@ -173,10 +176,9 @@ def submit(
                 check_stop()
                 if _create_or_reuse(cluster, pvc, actions):
                     created_pvcs.append(pvc["metadata"]["name"])
-            runtime_known = sub.runtime is not None and runtime_key(sub.runtime) in known
-            if runtime_known:
-                actions.append(("reuse", sub.runtime["kind"], sub.runtime["metadata"]["name"]))
-            elif sub.runtime is not None:
+            if runtime is not None and runtime_key(runtime) in known:
+                actions.append(("reuse", runtime["kind"], runtime["metadata"]["name"]))
+            elif runtime is not None:
                 create_runtime()
             # A runtime this submission did not create (known, or answered 409) may be deleted before the
             # TrainJob arrives (`nemo-kubeflow gc`): then the TrainJob is refused, and the runtime created again.
@@ -219,7 +221,11 @@ def submit(
                     message, status=e.status, reason=e.reason, server_message=e.server_message,
                 ) from e
             if left:
-                e.add_note(f"submitting TrainJob {sub.name!r} was interrupted. {_describe_leftovers(left)}")
+                note = f"submitting TrainJob {sub.name!r} was interrupted. {_describe_leftovers(left)}"
+                if sys.version_info >= (3, 11):
+                    e.add_note(note)
+                else:  # no exception notes before Python 3.11: the log says it
+                    log.error("%s", note)
             raise
 
 
@@ -311,7 +317,7 @@ def _create_owned(cluster: Cluster, obj: dict, owner_uid: str) -> dict:
         meta = obj["metadata"]
         existing = cluster.get(obj["kind"], meta["name"], meta.get("namespace"))
         refs = (existing or {}).get("metadata", {}).get("ownerReferences") or []
-        if any(r.get("uid") == owner_uid for r in refs):
+        if existing is not None and any(r.get("uid") == owner_uid for r in refs):
             return existing
         raise
 
@@ -333,7 +339,7 @@ def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, acti
         except AlreadyExistsError as e:
             existing = cluster.get(TRAINJOB_KIND, sub.name, sub.namespace)
             annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
-            if annotations.get(SUBMISSION_ANNOTATION) == submission_id:
+            if existing is not None and annotations.get(SUBMISSION_ANNOTATION) == submission_id:
                 actions.append(("create", TRAINJOB_KIND, sub.name))
                 return existing
             # Never delete-and-recreate: the existing job may be someone's running work.
@@ -382,7 +388,7 @@ def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Opti
         kind = runtime["kind"]
         steps.append((kind, runtime["metadata"]["name"], None if kind == CLUSTER_RUNTIME_KIND else ns))
     steps += [("PersistentVolumeClaim", name, ns) for name in pvcs]
-    left = []
+    left: list[tuple[str, str, Optional[str], Exception]] = []
     for kind, name, namespace in steps:
         try:
             cluster.delete(kind, name, namespace)

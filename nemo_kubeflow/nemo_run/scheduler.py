@@ -180,7 +180,7 @@ def _runtime_yaml(runtime: dict) -> str:
     return text
 
 
-class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):  # type: ignore[misc]
+class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
         #: Injected for tests; otherwise one client per (kubeconfig, context).

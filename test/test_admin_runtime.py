@@ -8,8 +8,8 @@ import copy
 import nemo_run as run
 from backends import logs
 from kubernetes import client
-from test_validation import TORCH_DISTRIBUTED
 from torchx.specs import AppState
+from unit.schema.test_validation import TORCH_DISTRIBUTED
 
 from nemo_kubeflow import PVCMount, SecretMount
 

@@ -235,7 +235,7 @@ def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:
     return runtime["kind"], meta.get("namespace"), meta["name"]
 
 
-def check_existing_runtime(cluster: Cluster, sub: Submission) -> dict:
+def check_existing_runtime(cluster: Cluster, sub: Submission) -> Optional[dict]:
     """With ``runtime_name``, the runtime must exist: say so before writing anything,
     and list the runtimes that do exist. Its replicated jobs must leave room for the pod names
     (JobSet's rule, validation.pod_name_problems): else ``ManifestValidationError``, also before writing."""
@@ -250,7 +250,7 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> dict:
                     "for the pod names, and that the job's runtime patch (tolerations, node selector, volumes, "
                     "mounts, service account, security context, pod labels) replaces none of the runtime's own "
                     "settings; ask an admin for 'get' on %ss to have them checked", kind, name, e.reason, kind)
-        return
+        return None
     if runtime is not None:
         # The name was planned without this runtime (plan.planned_jobs): its own replicated jobs decide;
         # the runtime patch may add to the admin's runtime, never replace (runtime_patch_conflicts).

@@ -13,6 +13,7 @@ from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 
 from nemo_kubeflow.build.command import build_launch, split_torchrun_args
 from nemo_kubeflow.config.executor import KubeflowExecutor
+from nemo_kubeflow_local.kubelet.kubelet import expand
 
 PET = {
     "PET_NNODES": "2",
@@ -39,8 +40,10 @@ def fake_bin(tmp_path):
 
 def run_launch(launch, fake_bin, workspace, extra_env=None):
     env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", **PET, **(extra_env or {})}
+    # As the kubelet passes them: after Kubernetes' `$(VAR)` expansion of command and args.
+    argv = [expand(a, env) for a in launch.command + launch.args]
     out = subprocess.run(
-        launch.command + launch.args, env=env, cwd=workspace, capture_output=True, text=True, timeout=30
+        argv, env=env, cwd=workspace, capture_output=True, text=True, timeout=30
     )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("[")]

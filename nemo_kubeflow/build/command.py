@@ -26,6 +26,7 @@ Three shapes of task:
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,29 @@ _MODULE_FLAGS = ("-m", "--module")
 _NO_PYTHON_FLAGS = ("--no-python", "--no_python")
 
 
+def kube_escape(text: str) -> str:
+    """Protect text from Kubernetes' expansion in a container's command, args and env values, where
+    ``$(VAR)`` is replaced and ``$$`` becomes ``$``: a ``$`` before ``(`` or ``$`` is doubled, so the
+    process gets the text as written. Every piece of text we put into a container goes through this."""
+    return re.sub(r"\$(?=[$(])", "$$", text)
+
+
+def literal_env(name: str, value: object) -> dict[str, str]:
+    """An env entry whose value reaches the process as written (no ``$(VAR)`` reference)."""
+    return {"name": name, "value": kube_escape(str(value))}
+
+
+def substitute_macros(text: str, values: Mapping[str, str]) -> str:
+    """NeMo-Run's executor placeholders (``${node_rank_var}``, ``$node_rank_var``...) replaced by ``values``,
+    every other ``$`` kept as written. NeMo-Run's own ``ExecutorMacros.apply`` runs ``string.Template``,
+    which also turns every ``$$`` of an argument or env value into ``$``: not done for this executor."""
+    if not values:
+        return text
+    names = "|".join(re.escape(name) for name in values)
+    pattern = re.compile(rf"\$(?:\{{({names})\}}|({names})(?![_a-zA-Z0-9]))")
+    return pattern.sub(lambda m: values[m.group(1) or m.group(2)], text)
+
+
 def warm_start_problem(entrypoint: str, args: Sequence[str]) -> str | None:
     """Why ``worker_preload`` cannot start this task's workers, or ``None`` when it can."""
     if entrypoint != "ft_launcher":
@@ -131,8 +155,7 @@ def _warm_start_lines() -> list[str]:
     """Shell that writes warm_start.py into the pod (bash builtins only: the image needs no tools)."""
     source = _WARM_START_SOURCE.read_text()
     marker = "NEMO_KUBEFLOW_WARM_START_PY"
-    # Kubernetes expands $(VAR) and turns $$ into $ in a container's command: the source must have neither.
-    assert marker not in source and "$(" not in source and "$$" not in source
+    assert marker not in source
     return [f"IFS= read -r -d '' {marker} <<'{marker}' || true", source.rstrip("\n"), marker,
             f'printf %s "${marker}" > {WARM_START_FILE}']
 
@@ -294,4 +317,6 @@ def build_launch(
     # kubelet (SIGTERM on cancel) reach it directly.
     lines.append(f"exec {line}")
     script = "\n".join(lines) + "\n"
-    return LaunchSpec(command=["bash", "-c"], args=[script], command_line=line, uses_torchrun=uses_torchrun)
+    # Escaped whole: the user's arguments (and our own `$(...)`) reach bash as written.
+    return LaunchSpec(command=["bash", "-c"], args=[kube_escape(script)], command_line=line,
+                      uses_torchrun=uses_torchrun)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from nemo_kubeflow.build import naming
+from nemo_kubeflow.build.command import literal_env
 from nemo_kubeflow.build.steps import DATASET_INITIALIZER, MODEL_INITIALIZER
 from nemo_kubeflow.quantity import parse_quantity
 
@@ -119,7 +120,7 @@ def steps(init: Optional["Initializer"], s: InitializerSettings) -> list[Step]:
     out = []
     if isinstance(init.dataset, DataCacheInitializer):
         # As Trainer's torch-distributed-with-cache runtime: the initializer starts the cache servers.
-        env: list[dict] = [{"name": "CACHE_IMAGE", "value": s.data_cache_image},
+        env: list[dict] = [literal_env("CACHE_IMAGE", s.data_cache_image),
                {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": _JOBSET_NAME_FIELD}}}]
         out.append(Step(DATASET_INITIALIZER, s.dataset_image, list(s.dataset_command), env, DATASET_PATH, "dataset",
                         feeds_training=False, service_account=s.data_cache_service_account))

@@ -9,10 +9,10 @@ against the Trainer CRD (validation.py) and submitted with Strict field validati
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.command import LaunchSpec
+from nemo_kubeflow.build.command import LaunchSpec, literal_env
 from nemo_kubeflow.build.steps import PREFLIGHT_CONTAINER
 from nemo_kubeflow.constants import (
     EXPERIMENT_LABEL,
@@ -86,8 +86,9 @@ def resources_per_node(executor, fabric: Fabric) -> Optional[dict[str, dict[str,
 
 def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys: Sequence[str],
                 key_refs: Mapping[str, str]) -> list[dict]:
-    """``spec.trainer.env``: plain values, then references to Secret keys (values never inline)."""
-    out: list[dict] = [{"name": k, "value": str(v)} for k, v in env.items()]
+    """``spec.trainer.env``: plain values (literal: escaped from ``$(VAR)`` expansion), then references
+    to Secret keys (values never inline)."""
+    out: list[dict] = [literal_env(k, v) for k, v in env.items()]
     for key in secret_keys:
         out.append({"name": key, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}})
     for name, ref in key_refs.items():
@@ -284,6 +285,42 @@ def build_trainjob(
     return schemas.in_schema_order(job, schemas.root(TRAINJOB_KIND))
 
 
+class SecretValues(Mapping[str, str]):
+    """Secret values read on the submitting machine. ``repr`` and ``str`` show ``MASK`` for each value,
+    so that no log line, exception text or traceback with locals (rich's ``show_locals``) shows one."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self._values[key] = value
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        masked = {k: MASK for k in self._values}
+        return f"SecretValues({masked!r})"
+
+    __str__ = __repr__
+
+
+class SecretData(dict):
+    """A Secret's ``data`` (base64 of the real values): a dict as the API client sends it, whose ``repr`` and
+    ``str`` show ``MASK`` for each value (rich's traceback locals print a dict subclass through its repr)."""
+
+    def __repr__(self) -> str:
+        return repr({k: MASK for k in self})
+
+    __str__ = __repr__
+
+
 def secret_manifest(name: str, namespace: str, values: Mapping[str, str], labels: Mapping[str, str]) -> dict:
     """An Opaque Secret; ``values`` are the real values at submission, ``MASK`` otherwise."""
     return {
@@ -291,7 +328,7 @@ def secret_manifest(name: str, namespace: str, values: Mapping[str, str], labels
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "type": "Opaque",
-        "data": {k: base64.b64encode(str(v).encode()).decode() for k, v in values.items()},
+        "data": SecretData((k, base64.b64encode(str(values[k]).encode()).decode()) for k in values),
     }
 
 

@@ -14,6 +14,8 @@ inputs give the same manifests, which is what the golden tests pin.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -23,7 +25,14 @@ from torchx.specs import AppDef, Role
 
 from nemo_kubeflow.build import initializers, naming
 from nemo_kubeflow.build import manifests as mf
-from nemo_kubeflow.build.command import LaunchSpec, build_launch, split_torchrun_args, warm_start_problem
+from nemo_kubeflow.build.command import (
+    LaunchSpec,
+    build_launch,
+    literal_env,
+    split_torchrun_args,
+    substitute_macros,
+    warm_start_problem,
+)
 from nemo_kubeflow.build.fabrics import Fabric, build_fabric
 from nemo_kubeflow.build.packaging import BundleFile, build_code_package, describe_package
 from nemo_kubeflow.build.render import existing_runtime_pod, render_runtime, runtime_context, runtime_volumes
@@ -119,7 +128,7 @@ def build_submission(
     task_name: str,
     experiment_id: Optional[str] = None,
 ) -> Submission:
-    """Everything one task sends. ``role`` is NeMo-Run's role after macro substitution."""
+    """Everything one task sends. ``role`` is NeMo-Run's role after macro substitution (``build_for_app``)."""
     facts = resolve(executor)
     ns = executor.namespace
     experiment_id = experiment_id or executor.experiment_id or "experiment"
@@ -176,7 +185,7 @@ def build_submission(
     env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
     if role.entrypoint == "ft_launcher":
         env.append(mf.restart_attempt_env())
-    preflight_env = [{"name": k, "value": str(v)} for k, v in plain_env.items()
+    preflight_env = [literal_env(k, v) for k, v in plain_env.items()
                      if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
     patch = mf.runtime_patch(
         code.volumes if code else [],
@@ -387,7 +396,11 @@ def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool
         raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
     macros = executor.macro_values()
     if macros:
-        role = macros.apply(role)
+        # Only NeMo-Run's named placeholders: the task's text, `$$` included, stays as written.
+        values = {k: v for k, v in dataclasses.asdict(macros).items() if isinstance(v, str)}
+        role = copy.deepcopy(role)
+        role.args = [substitute_macros(arg, values) for arg in role.args]
+        role.env = {key: substitute_macros(value, values) for key, value in role.env.items()}
     role = ship_script(role, files, executor.workspace_mount_path)
     submission = build_submission(executor, role, files, task_name=role.name or app.name)
     check_manifests(submission.manifests())

@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shlex
 import threading
 from pathlib import Path
@@ -27,6 +26,7 @@ import jinja2.bccache
 import yaml
 
 from nemo_kubeflow.build import initializers, yamlio
+from nemo_kubeflow.build.command import kube_escape, literal_env
 from nemo_kubeflow.build.fabrics import Fabric
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
@@ -64,12 +64,6 @@ def _tojson(value: Any) -> str:
     if isinstance(value, jinja2.Undefined):
         value._fail_with_undefined_error()  # a misspelled variable: UndefinedError, not TypeError
     return json.dumps(value, ensure_ascii=False)
-
-
-def kube_escape(text: str) -> str:
-    """Protect text from Kubernetes' expansion of command and args, where ``$(VAR)`` is replaced
-    and ``$$`` becomes ``$``: a ``$`` before ``(`` or ``$`` is doubled, so bash gets the text as written."""
-    return re.sub(r"\$(?=[$(])", "$$", text)
 
 
 #: Where compiled templates are kept between processes (``$XDG_CACHE_HOME``, else ``~/.cache``).
@@ -228,9 +222,9 @@ def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
         return None
     writable = [p.mount_path for p in executor.pvc_mounts if not p.read_only]
     env = [
-        {"name": "PREFLIGHT_EXPECTED_GPUS", "value": str(executor.gpus_per_node)},
-        {"name": "PREFLIGHT_WRITABLE_PATHS", "value": " ".join(writable)},
-    ] + [{"name": k, "value": v} for k, v in sorted(fabric.env.items())]
+        literal_env("PREFLIGHT_EXPECTED_GPUS", executor.gpus_per_node),
+        literal_env("PREFLIGHT_WRITABLE_PATHS", " ".join(writable)),
+    ] + [literal_env(k, v) for k, v in sorted(fabric.env.items())]
     devices = dict(fabric.resources)
     if executor.gpus_per_node > 0:
         devices = {executor.gpu_resource_name: str(executor.gpus_per_node), **devices}
@@ -282,7 +276,7 @@ def runtime_context(facts: ExecutorFacts) -> dict[str, Any]:
         "pod_security_context": pod_security_context(executor),
         "container_security_context": container_security_context(executor),
         "node_security_context": node_security_context(executor, fabric),
-        "node_env": [{"name": k, "value": v} for k, v in sorted(fabric.env.items())] + initializers.node_env(steps),
+        "node_env": [literal_env(k, v) for k, v in sorted(fabric.env.items())] + initializers.node_env(steps),
         "volumes": list(facts.volumes),
         "volume_mounts": list(facts.mounts),
         "sidecars": list(fabric.sidecars),

@@ -74,12 +74,14 @@ ROLLBACK_TIMEOUT_S = 20.0
 TIMEOUT_SETTING = "submit_timeout_seconds"
 
 
-def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
-    """Read ``env:NAME`` / ``file:PATH`` sources on the submitting machine.
+def read_secret_values(sources: dict[str, str]) -> mf.SecretValues:
+    """Read ``env:NAME`` / ``file:PATH`` sources on the submitting machine into a ``SecretValues`` (masked
+    in every repr). No value is ever a plain local here: a traceback with locals shows none.
 
-    Raises ``ConfigError`` naming the variable (never the value) when a source is missing.
+    Raises ``ConfigError`` naming the variable and the source (never the value) when a source is missing,
+    empty or (a file) not UTF-8 text.
     """
-    values: dict[str, str] = {}
+    values = mf.SecretValues()
     for key, source in sources.items():
         kind, _, ref = source.partition(":")
         if kind == "env":
@@ -88,7 +90,7 @@ def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
                     f"secret_env_vars[{key!r}] reads ${ref}, which is not set in this environment; "
                     f"export {ref} before submitting"
                 )
-            values[key] = os.environ[ref]
+            values.set(key, os.environ[ref])
             if not values[key].strip():
                 raise ConfigError(
                     f"secret_env_vars[{key!r}] reads ${ref}, which is empty in this environment; "
@@ -97,10 +99,16 @@ def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
         elif kind == "file":
             path = os.path.expanduser(ref)
             try:
-                with open(path, encoding="utf-8") as f:
-                    values[key] = f.read().rstrip("\n")
+                text = _read_text(path)
             except OSError as e:
                 raise ConfigError(f"secret_env_vars[{key!r}]: cannot read {path!r}: {e.strerror}") from None
+            if text is None:
+                raise ConfigError(
+                    f"secret_env_vars[{key!r}]: {path!r} is not UTF-8 text; an env value must be text: "
+                    "store the secret as text (base64-encode binary data) and decode it in the task"
+                )
+            values.set(key, text.rstrip("\n"))
+            del text
             if not values[key].strip():
                 raise ConfigError(
                     f"secret_env_vars[{key!r}]: {path!r} is empty; write the secret's value into it, "
@@ -109,6 +117,16 @@ def read_secret_values(sources: dict[str, str]) -> dict[str, str]:
         else:
             raise ConfigError(f"secret_env_vars[{key!r}]: unknown source {kind!r}; use env: or file:")
     return values
+
+
+def _read_text(path: str) -> Optional[str]:
+    """A file's UTF-8 text, ``None`` when it is not UTF-8 (the decode error, which carries the bytes,
+    never leaves this frame)."""
+    with open(path, "rb") as f:
+        try:
+            return f.read().decode("utf-8")
+        except UnicodeDecodeError:
+            return None
 
 
 def check_secret_sources(sources: dict[str, str]) -> None:
@@ -147,7 +165,7 @@ def submit(
     trainjob: Optional[dict] = None
     trainjob_sent = False  # a create whose answer was lost may still be applied by the server
     actions: list[tuple[str, str, str]] = []
-    secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else {}
+    secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else mf.SecretValues()
     # Tells our own TrainJob apart from someone else's when a create whose answer was lost
     # (timeout, dropped connection) is retried and answered 409.
     submission_id = uuid.uuid4().hex
@@ -315,11 +333,14 @@ def _create_owned(cluster: Cluster, obj: dict, owner_uid: str) -> dict:
         return cluster.create(obj)
     except AlreadyExistsError:
         meta = obj["metadata"]
-        existing = cluster.get(obj["kind"], meta["name"], meta.get("namespace"))
-        refs = (existing or {}).get("metadata", {}).get("ownerReferences") or []
-        if existing is not None and any(r.get("uid") == owner_uid for r in refs):
-            return existing
+        if owner_uid in _owner_uids(cluster.get(obj["kind"], meta["name"], meta.get("namespace"))):
+            return obj
         raise
+
+
+def _owner_uids(existing: Optional[dict]) -> list[str]:
+    """The owners of an object read back (kept out of the raising frame: a Secret read back holds data)."""
+    return [r.get("uid") for r in ((existing or {}).get("metadata", {}).get("ownerReferences") or [])]
 
 
 def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, actions: list, *,

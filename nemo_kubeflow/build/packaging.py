@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import shlex
+import stat
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -98,8 +99,8 @@ class BundleFile:
             )
         if "\0" in self.path:
             raise PackagingError(f"invalid bundle path {self.path!r}: it contains a NUL byte")
-        if self.mode not in (0o644, 0o755):
-            raise PackagingError(f"{self.path}: mode must be 0o644 or 0o755, not {self.mode:#o}")
+        if not isinstance(self.mode, int) or not 0 <= self.mode <= 0o777:
+            raise PackagingError(f"{self.path}: mode must be a file mode 0o000..0o777, not {self.mode!r}")
 
 
 @dataclass(frozen=True)
@@ -510,7 +511,8 @@ def _check_mount_path(path: str) -> None:
         or str(PurePosixPath(path)) != path
         or ".." in path.split("/")
     ):
-        raise ConfigError(f"mount_path {path!r} must be a normalized absolute path other than '/'")
+        raise ConfigError(f"workspace_mount_path={path!r}: must be a normalized absolute path other than '/', "
+                          "where the task's files are mounted, e.g. '/nemo_run'")
 
 
 # --------------------------------------------------------------------------------------------
@@ -563,12 +565,13 @@ class ConfigMapPackager(Packager):
             raise ConfigError(
                 f"ConfigMapPackager.mode must be one of {', '.join(MODES)}, not {self.mode!r}"
             )
-        if self.max_shards < 1:
+        if not _is_int(self.max_shards) or self.max_shards < 1:
             raise ConfigError(
-                f"ConfigMapPackager.max_shards must be at least 1, not {self.max_shards}"
+                f"ConfigMapPackager.max_shards must be an integer of at least 1, not {self.max_shards!r}"
             )
-        if self.max_file_bytes is not None and self.max_file_bytes < 1:
-            raise ConfigError("ConfigMapPackager.max_file_bytes must be positive or None")
+        if self.max_file_bytes is not None and (not _is_int(self.max_file_bytes) or self.max_file_bytes < 1):
+            raise ConfigError(f"ConfigMapPackager.max_file_bytes must be a positive integer or None, "
+                              f"not {self.max_file_bytes!r}")
         patterns = self._pattern_list()
         if (
             isinstance(self.relative_path, list)
@@ -694,7 +697,13 @@ class ConfigMapPackager(Packager):
                 data = fh.read()
         except OSError as e:
             raise PackagingError(f"cannot read {source}: {e.strerror or e}") from e
-        return data, 0o755 if st.st_mode & 0o111 else 0o644
+        # The file's own permission bits (a 0600 key stays private, a script stays executable): a ConfigMap
+        # volume item carries them as its `mode`, the sharded package's tar entry as its mode.
+        return data, stat.S_IMODE(st.st_mode) & 0o777
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _walk_plain(top: str) -> Iterator[tuple[str, str]]:

@@ -183,6 +183,11 @@ def initializer_problems(executor) -> Iterator[str]:
     """Configuration problems of ``initializer``/``initializer_settings`` (pure; part of ``validate()``)."""
     init = executor.initializer
     s = settings(executor)
+    if not isinstance(s, InitializerSettings):
+        # Even with no initializer: the runtime is rendered from these settings either way.
+        yield (f"initializer_settings: expected InitializerSettings(...), got {type(s).__name__} ({s!r}); use "
+               "nemo_kubeflow.InitializerSettings(...), or leave it None for the defaults")
+        return
     if init is None:
         return
     problem = _shape_problem(init, s)

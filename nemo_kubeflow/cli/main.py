@@ -116,12 +116,31 @@ def load_executor(
     config = _as_config(obj, executor_file or factory or DEFAULT_FACTORY)
     for override in overrides:
         _apply_override(config, override)
-    executor = fdl.build(config)
+    try:
+        executor = fdl.build(config)
+    except NemoKubeflowError:
+        raise
+    except Exception as e:  # a value that the settings class itself trips over (TypeError, ValueError...)
+        raise ConfigError(_build_failure(e, overrides, executor_file or factory or DEFAULT_FACTORY)) from None
     if not isinstance(executor, KubeflowExecutor):
         raise ConfigError(
             f"{executor_file or factory} gives a {type(executor).__name__}, not a KubeflowExecutor"
         )
     return executor
+
+
+def _build_failure(error: Exception, overrides: Sequence[str], source: str) -> str:
+    """Why building the executor failed, naming the field (fiddle's ``<root>.FIELD`` note) and the
+    ``--set`` that gave it its value."""
+    context = " ".join([str(error), *(getattr(error, "__notes__", None) or [])])
+    found = re.search(r"<root>((?:\.\w+)*)", context)
+    field = found.group(1).lstrip(".") if found else ""
+    given = [o for o in overrides if field and (o.partition("=")[0] == field or o.startswith(field + "."))]
+    what = f"{field}: " if field else ""
+    where = f"--set {given[0]}" if given else source
+    return (f"{where}: {what}cannot build the executor with this value ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else 'no message'}); give {field or 'the field'} a value "
+            "of the type it documents (nemo-kubeflow render --help, docs/executor.md)")
 
 
 def _apply_override(config: fdl.Buildable, override: str) -> None:

@@ -381,6 +381,13 @@ class KubeflowExecutor(Executor):
         self.experiment_dir = exp_dir
         self.job_dir = os.path.join(exp_dir, task_dir)
 
+    def create_job_dir(self) -> None:
+        # NeMo-Run names the task's directory after the task: a NUL there is os.makedirs' bare ValueError.
+        if "\0" in self.job_dir:
+            raise ConfigError(f"task name {os.path.basename(self.job_dir.rstrip('/'))!r}: contains a NUL character; "
+                              "name the task (exp.add(..., name=...)) with letters, digits, '-' and '_'")
+        super().create_job_dir()
+
     def nnodes(self) -> int:
         return self.nodes
 
@@ -408,6 +415,12 @@ class KubeflowExecutor(Executor):
             + os.path.relpath(p, configs_dir).replace(os.sep, "/")
             for p in local_paths
         ]
+
+    def get_launcher(self):
+        # NeMo-Run looks a launcher name up in its LAUNCHER_MAP before validate() runs: a KeyError otherwise.
+        if problem := launcher_problem(self.launcher):
+            raise ConfigError(problem)
+        return super().get_launcher()
 
     def supports_launcher_transform(self) -> bool:
         return False
@@ -481,8 +494,12 @@ class KubeflowExecutor(Executor):
             yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
         if self.runtime_name and self.runtime_template:
             yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
-        if not self.workspace_mount_path.startswith("/"):
-            yield f"workspace_mount_path={self.workspace_mount_path!r}: must be an absolute path"
+        if problem := launcher_problem(self.launcher):
+            yield problem
+        path = self.workspace_mount_path
+        if not path.startswith("/") or path == "/" or os.path.normpath(path) != path or "\0" in path:
+            yield (f"workspace_mount_path={path!r}: must be an absolute path, normalized and other than '/', where "
+                   "the task's files are mounted, e.g. '/nemo_run'")
         for key, value in {**self.labels, **self.pod_labels}.items():
             if not naming.is_label_value(str(value)):
                 yield f"label {key}={value!r}: label values are {naming.LABEL_VALUE_RULE}"
@@ -758,6 +775,18 @@ _QUANTITY_FIELDS = frozenset({
 _SETTINGS_CHECKED_ELSEWHERE = frozenset({*(p.field for p in PROFILES.values()), "initializer_settings"})
 _TYPE_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("True or False", "booleans"),
                str: ("a string", "strings"), dict: ("a dict", "dicts"), list: ("a list", "lists")}
+
+
+def launcher_problem(launcher: object) -> Optional[str]:
+    """Why ``launcher`` names no NeMo-Run launcher (``None`` when it is one, or a Launcher object)."""
+    from nemo_run.core.execution.launcher import LAUNCHER_MAP
+
+    if not isinstance(launcher, str) or launcher in LAUNCHER_MAP:
+        return None
+    close = difflib.get_close_matches(launcher, list(LAUNCHER_MAP), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"launcher={launcher!r}: not a NeMo-Run launcher; {hint}use one of "
+            f"{', '.join(map(repr, sorted(LAUNCHER_MAP)))}, a run.Torchrun(...)/run.FaultTolerance(...), or None")
 
 
 def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowExecutor"]:

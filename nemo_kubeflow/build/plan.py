@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 _QUOTING_ENTRYPOINTS = ("torchrun", "ft_launcher")
 #: Task variables the preflight checks read (NCCL and libfabric settings, their own settings).
 _PREFLIGHT_ENV_PREFIXES = ("NCCL_", "FI_", "PREFLIGHT_")
+#: torchelastic's log level in our pods unless the executor's env_vars set LOGLEVEL: NeMo-Run's launchers set
+#: INFO, about 60 lines of agent chatter per job; warnings and errors (a rank's failure) still show.
+DEFAULT_LOGLEVEL = "WARNING"
 
 
 @dataclass
@@ -182,6 +185,8 @@ def build_submission(
     # NeMo-Run folds env_vars into role.env already; merging again keeps a role built any
     # other way honest, and role.env wins because it carries Script.env overrides.
     plain_env = {**executor.env_vars, **role.env}
+    if "LOGLEVEL" not in executor.env_vars and role.env.get("LOGLEVEL", "INFO") == "INFO":
+        plain_env["LOGLEVEL"] = DEFAULT_LOGLEVEL
     env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
     if role.entrypoint == "ft_launcher":
         env.append(mf.restart_attempt_env())

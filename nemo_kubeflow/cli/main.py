@@ -812,7 +812,8 @@ def _experiment_command(sub, func: Callable[[argparse.Namespace], int], summary:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="nemo-kubeflow", description=__doc__.split("\n\n")[0],
+        # The module docstring is reStructuredText; a terminal shows `x`, not ``x``.
+        prog="nemo-kubeflow", description=__doc__.split("\n\n")[0].replace("``", "`"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import tempfile
+import uuid
 from pathlib import Path
 
 import nemo_run as run
@@ -35,8 +36,15 @@ def cmdline(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
 
-def clients(rank: int) -> list[int]:
-    """The processes ft_launcher started for global rank ``rank``: warm_start.py's clients."""
+#: In the env of every process of this module's jobs: other work on the machine (another test's ft_launcher,
+#: say) is never taken for ours.
+MARKER_ENV = "NEMO_KUBEFLOW_TEST_MARKER"
+
+
+def clients(rank: int, marker: str) -> list[int]:
+    """The processes ft_launcher started for global rank ``rank`` of the job whose env has ``marker``:
+    warm_start.py's clients."""
+    mine = f"{MARKER_ENV}={marker}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -44,7 +52,8 @@ def clients(rank: int) -> list[int]:
             env = (entry / "environ").read_bytes().split(b"\0")
         except (ValueError, OSError):
             continue
-        if "client" in argv and any("nemo-kubeflow-warm-start-" in a for a in argv) and f"RANK={rank}".encode() in env:
+        if ("client" in argv and any("nemo-kubeflow-warm-start-" in a for a in argv) and f"RANK={rank}".encode() in env
+                and mine in env):
             found.append(int(entry.name))
     return found
 
@@ -57,6 +66,8 @@ def records(directory: Path) -> list[dict]:
 @pytest.mark.needs_torch
 def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_process(cluster, tmp_path):
     executor = ft_executor(cluster, launcher=FT, worker_preload=["torch", "workloads"], rendezvous_poll_seconds=0.1)
+    marker = uuid.uuid4().hex
+    executor.env_vars = {**executor.env_vars, MARKER_ENV: marker}
     with run.Experiment("warm", executor=executor, log_level="WARN") as exp:
         exp.add(run.Partial(workloads.warm_steps, steps=100_000, pid_dir=str(tmp_path)), name="train")
         exp.run(detach=True)
@@ -75,7 +86,7 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
         assert all(c.exists() for c in copies), copies  # what the clients run, one per pod
 
         # SIGKILL of the process ft_launcher started for rank 1: its worker dies with it, every rank restarts.
-        [client] = clients(1)
+        [client] = clients(1, marker)
         os.kill(client, signal.SIGKILL)
         wait_for(lambda: not alive(next(r["pid"] for r in first if r["rank"] == 1)), "the killed rank 1 to be gone", timeout=30)
         second = wait_for(lambda: len(records(tmp_path)) == 4 and records(tmp_path)[2:], "the restarted ranks' records", timeout=120)
@@ -86,7 +97,7 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
         os.kill(next(r["pid"] for r in second if r["rank"] == 1), signal.SIGKILL)
         third = wait_for(lambda: len(records(tmp_path)) == 6 and records(tmp_path)[4:], "the second restart's records", timeout=120)
         assert {r["ppid"] for r in third} == templates
-        started = [clients(rank) for rank in (0, 1)]
+        started = [clients(rank, marker) for rank in (0, 1)]
         assert all(len(c) == 1 for c in started), started
 
         # A cancel: the pods get SIGTERM, ft_launcher passes it to the clients, they pass it to the workers.

@@ -424,12 +424,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _restarts(watch: AppWatch, view: JobView) -> Restarts:
         """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
         the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
-        from node 0's last lines, one log read, for a job that runs ft_launcher only."""
+        from every node's last lines, one log read per node, for a job that runs ft_launcher only."""
         from nemo_kubeflow.observe.diagnosis import keeper_in_job_restarts
 
         keeper = watch.keeper
         in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
-            view.in_job_restarts_of_node_0() if view.runs_ft_launcher() else None
+            view.in_job_restarts_of_nodes() if view.runs_ft_launcher() else None
         best = watch.in_job_seen
         if in_job is not None and (best is None or in_job.count >= best.count):
             watch.in_job_seen = best = in_job

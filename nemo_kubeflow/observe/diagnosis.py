@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from torchx.specs import AppState
 
@@ -268,34 +268,71 @@ _WORKER_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P
 _RENDEZVOUS_ROUND = re.compile(r"has joined round (?P<round>\d+) of the rendezvous")
 
 
+#: The time at the start of an agent's log line: torch's "E1127 06:23:08.497000 ..." or ft_launcher's
+#: "[2026-11-27 06:25:40,359] ...", as a sortable "MMDD HH:MM:SS.ffffff" (the nodes' clocks are the cluster's).
+_LINE_TIME = re.compile(r"^[EWIFD](?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)|"
+                        r"^\[\d{4}-(?P<m>\d\d)-(?P<d>\d\d) (?P<t2>\d\d:\d\d:\d\d),(?P<ms>\d+)\]")
+
+
+def _line_time(line: str) -> str:
+    m = _LINE_TIME.match(line)
+    if m is None:
+        return ""
+    if m["md"]:
+        return f"{m['md']} {m['t']}"
+    return f"{m['m']}{m['d']} {m['t2']}.{m['ms']}"
+
+
 @dataclass(frozen=True)
 class InJobRestarts:
     """The worker-group restarts one node's agent logged (0 when none, or when the log says nothing)."""
 
     count: int = 0
-    #: Why the last one happened, when this node's own worker failed ("local rank 1 exited with code -9").
+    #: Why the last one happened, when this node's own worker failed ("local rank 1 killed by signal 9").
     why: str = ""
     #: A warm-start setting the pod did not apply, and why (warm_start.py's ``NOT_APPLIED`` line).
     not_applied: str = ""
+    #: When that worker ended ("MMDD HH:MM:SS.ffffff" from the agent's line; "" when the line has no time).
+    at: str = ""
+    #: Killed by a signal (rather than exited with a code).
+    signaled: bool = False
 
 
 def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
     """How many times ft_launcher (or torchrun with ``--max-restarts``) restarted its workers, from
     a node's log (all of it, or its last lines). Each agent logs every restart of the job (its own
     worker's failure, or a peer's), and the rendezvous round it joins (ft_launcher's c10d)."""
-    count, rounds, why, not_applied = 0, 0, "", ""
+    count, rounds, why, not_applied, at, signaled = 0, 0, "", "", "", False
     for line in lines:
         if NOT_APPLIED in line:
             not_applied = line.split(NOT_APPLIED, 1)[1].strip()
         if m := _WORKER_EXIT.search(line):
             code = int(m["code"])
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            why = f"local rank {m['local']} {how}"
+            signaled = code < 0
+            how = f"killed by signal {-code}" if signaled else f"exited with code {code}"
+            why, at = f"local rank {m['local']} {how}", _line_time(line)
         if _WORKER_GROUP_RESTART.search(line):
             count += 1
         elif m := _RENDEZVOUS_ROUND.search(line):
             rounds = max(rounds, int(m["round"]))
-    return InJobRestarts(max(count, rounds), why, not_applied)
+    return InJobRestarts(max(count, rounds), why, not_applied, at, signaled)
+
+
+def first_failure(by_node: Mapping[int, InJobRestarts]) -> Optional[InJobRestarts]:
+    """The nodes' restarts as one: the highest count, and the cause of the last restart named with its node.
+    A rank that dies takes its peers' collectives down with it, and they often exit with an error of their
+    own: a worker killed by a signal is the cause over one that exited with a code, then the earliest."""
+    if not by_node:
+        return None
+    count = max(r.count for r in by_node.values())
+    not_applied = next((r.not_applied for r in by_node.values() if r.not_applied), "")
+    causes = [(not r.signaled, r.at or "~", node, r) for node, r in by_node.items() if r.why]
+    if not causes:
+        return InJobRestarts(count, not_applied=not_applied)
+    _, _, node, first = min(causes, key=lambda c: c[:3])
+    # "local rank 0 killed by signal 9" -> "local rank 0 on node 1 killed by signal 9"
+    why = re.sub(r"^(local rank \d+)", rf"\1 on node {node}", first.why)
+    return InJobRestarts(count, why, not_applied, first.at, first.signaled)
 
 
 # --- what the pods and events say --------------------------------------------------------------------
@@ -708,19 +745,19 @@ class JobView:
         env = ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []
         return any(e.get("name") == RESTART_ATTEMPT_ENV for e in env)
 
-    def in_job_restarts_of_node_0(self) -> Optional[InJobRestarts]:
-        """ft_launcher's restarts so far, from the last ``IN_JOB_TAIL`` lines of node 0's log (one log
-        read; None when its pod or log cannot be read). Every agent logs every restart of the group
-        and the rendezvous round it joins, so one node's log is enough."""
-        pod = self.newest_nodes().get(0)
-        if pod is None:
-            return None
-        try:
-            lines = list(self.cluster.pod_log(_name(pod), self.namespace, container=TRAINER_NODE,
-                                              tail_lines=IN_JOB_TAIL))
-        except ClusterError:
-            return None
-        return read_in_job_restarts(lines)
+    def in_job_restarts_of_nodes(self) -> Optional[InJobRestarts]:
+        """ft_launcher's restarts so far, from the last ``IN_JOB_TAIL`` lines of every node's log (one log
+        read per node; None when no log can be read). Every agent logs every restart of the group and the
+        rendezvous round it joins, but only the node whose worker died says how: ``first_failure`` names it."""
+        found: dict[int, InJobRestarts] = {}
+        for node, pod in sorted(self.newest_nodes().items()):
+            try:
+                lines = list(self.cluster.pod_log(_name(pod), self.namespace, container=TRAINER_NODE,
+                                                  tail_lines=IN_JOB_TAIL))
+            except ClusterError:
+                continue
+            found[node] = read_in_job_restarts(lines)
+        return first_failure(found)
 
     def gang_restarts(self) -> int:
         """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it)."""
@@ -791,8 +828,8 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
     return Verdict(AppState.PENDING if pods else state, reason.message)
 
 
-#: Lines of node 0's log read to count ft_launcher's restarts of a running job that this process does
-#: not follow (``JobView.in_job_restarts_of_node_0``): the rendezvous round of the last restart must be
+#: Lines of each node's log read to count ft_launcher's restarts of a running job that this process does
+#: not follow (``JobView.in_job_restarts_of_nodes``): the rendezvous round of the last restart must be
 #: among them, so more than a failure's tail; at most a few hundred KB.
 IN_JOB_TAIL = 2000
 #: Lines of the failed node's output quoted in a failure summary.
@@ -835,7 +872,8 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
         if why.rank is not None or not any(_AGENT_LOG.search(line) for line in lines):
             break
     in_job = keeper_in_job_restarts(keeper)
-    from_tail = read_in_job_restarts(tail) if tail else None
+    from_tail = (first_failure({int(explained.index) if explained.index.isdigit() else 0: read_in_job_restarts(tail)})
+                 if tail and explained else None)
     if from_tail and (in_job is None or from_tail.count > in_job.count):
         in_job = from_tail
     restarts = view.restarts(seen=seen, in_job=in_job, condition_reason=failed_reason(view.trainjob)) \
@@ -880,10 +918,10 @@ def failed_reason(trainjob: dict) -> str:
 
 
 def keeper_in_job_restarts(keeper: Optional["NodeLogKeeper"]) -> Optional[InJobRestarts]:
-    """ft_launcher's restarts in the lines a ``NodeLogKeeper`` holds (``most_telling`` of the nodes')."""
+    """ft_launcher's restarts in the lines a ``NodeLogKeeper`` holds (``first_failure`` of the nodes')."""
     if keeper is None:
         return None
-    return most_telling([read_in_job_restarts(lines) for lines in keeper.kept_lines().values()])
+    return first_failure({node: read_in_job_restarts(lines) for node, lines in keeper.kept_lines().items()})
 
 
 def most_telling(found: Sequence[InJobRestarts]) -> Optional[InJobRestarts]:

@@ -703,13 +703,14 @@ class KubeflowExecutor(Executor):
                    "e.g. 'cloud.google.com/gce-topology-block'")
 
     def _env_problems(self):
-        env_names = list(self.env_vars) + list(self.secret_env_vars) + list(self.secret_key_refs)
+        env_names = [(fname, name) for fname in ("env_vars", "secret_env_vars", "secret_key_refs")
+                     for name in getattr(self, fname)]
         seen: set[str] = set()
-        for name in env_names:
+        for fname, name in env_names:
             if reserved := naming.trainer_env_problem(name):
-                yield f"environment variable {reserved}; remove it"
+                yield f"{fname}: environment variable {reserved}; remove it"
             elif not naming.is_env_var_name(name):
-                yield f"environment variable {name!r}: names are {naming.ENV_VAR_NAME_RULE}"
+                yield f"{fname}: environment variable {name!r}: names are {naming.ENV_VAR_NAME_RULE}"
             if name in seen:
                 yield f"environment variable {name} is set twice (env_vars, secret_env_vars, secret_key_refs)"
             seen.add(name)

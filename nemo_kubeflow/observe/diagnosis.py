@@ -293,9 +293,10 @@ class InJobRestarts:
     #: A warm-start setting the pod did not apply, and why (warm_start.py's ``NOT_APPLIED`` line).
     not_applied: str = ""
     #: When that worker ended ("MMDD HH:MM:SS.ffffff" from the agent's line; "" when the line has no time).
-    at: str = ""
+    #: What picks the first failure among the nodes (``first_failure``), not part of what was read.
+    at: str = field(default="", compare=False)
     #: Killed by a signal (rather than exited with a code).
-    signaled: bool = False
+    signaled: bool = field(default=False, compare=False)
 
 
 def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:

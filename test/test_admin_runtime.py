@@ -35,7 +35,7 @@ def test_pod_settings_reach_the_pods_of_a_job_on_trainers_torch_distributed(back
             secret_mounts=[SecretMount(secret_name="creds", mount_path="/creds")],
             shm_size="64Mi", service_account="trainer-sa", image_pull_secrets=["pull"],
             pod_labels={"team": "a"}, pod_annotations={"example.com/note": "admin"},
-            run_as_user=None, termination_grace_period_seconds=45,
+            run_as_user=None, fs_group=1000, termination_grace_period_seconds=45,
         )
         script = run.Script(inline='{ cat /creds/user; echo; } | sed "s/^/secret file: /"; test -d /data && echo "claim mounted"')
         with run.Experiment("be-admin-runtime", executor=executor, log_level="WARN") as exp:
@@ -56,6 +56,7 @@ def test_pod_settings_reach_the_pods_of_a_job_on_trainers_torch_distributed(back
             assert [s.name for s in spec.image_pull_secrets or []] == ["pull"]
             assert pod.metadata.annotations.get("example.com/note") == "admin"
             assert spec.termination_grace_period_seconds == 45
+            assert spec.security_context.fs_group == 1000  # the pod securityContext, patched
             volumes = {v.name: v for v in spec.volumes}
             assert volumes["pvc-0"].persistent_volume_claim.claim_name == "admin-data"
             assert volumes["secret-0"].secret.secret_name == "creds"

@@ -175,7 +175,7 @@ def submit(
         if stop is not None and stop():
             raise SubmissionStopped(f"the submission of TrainJob {ns}/{sub.name} was stopped before the job started")
 
-    runtime = sub.runtime
+    runtime = sub.runtime  # the rendered runtime this submission creates; None with runtime_name
 
     def create_runtime() -> None:
         nonlocal created_runtime
@@ -184,8 +184,9 @@ def submit(
             created_runtime = runtime
 
     with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
-        runtime = sub.runtime if sub.runtime is not None else check_existing_runtime(cluster, sub)
-        check_runtime_ttl(cluster, runtime)
+        # With runtime_name the admin's runtime is read once, for the checks only: never sent back.
+        checked = runtime if runtime is not None else check_existing_runtime(cluster, sub)
+        check_runtime_ttl(cluster, checked)
         queue = queue_name(sub.trainjob)
         if queue:
             check_queue(cluster, ns, queue)

@@ -61,8 +61,9 @@ def test_a_killed_rank_is_restarted_by_ft_launcher_inside_the_same_pods(backend,
         wait_for(lambda: len(pid_files()) == 4, "every rank to start again", timeout=180)
         restarted = wait_for(lambda: (d := watcher.describe(app_id_of(job))).state == AppState.RUNNING
                              and "in-job restart" in d.msg and d, "status to count the in-job restart")
-    assert restarted.msg == ("1 in-job restart by ft_launcher (no pod recreated, the last as local rank 0 killed by "
-                             "signal 9)"), restarted.msg
+    node = int(first[1].name.split("-")[0].removeprefix("rank"))  # 1 process per node: the rank is the node
+    assert restarted.msg == ("1 in-job restart by ft_launcher (no pod recreated, the last as local rank 0 on node "
+                             f"{node} killed by signal 9)"), restarted.msg
     core = backend.core()
     lines = "".join(core.read_namespaced_pod_log(name, backend.namespace) for name in pods_before)
     assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED, lines

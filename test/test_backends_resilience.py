@@ -57,11 +57,14 @@ def test_a_killed_rank_is_restarted_by_ft_launcher_inside_the_same_pods(backend,
         assert [watcher.describe(app_id_of(job)).msg for _ in range(2)] == ["", ""]  # running, no restart yet
         pods_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in backend.objects("pods", trainjob_of(job))}
         assert len(pods_before) == 2, pods_before
-        os.kill(int(first[1].read_text()), signal.SIGKILL)
+        victim = int(first[1].read_text())
+        # Its pod's node (the rendezvous, not the node, decides a rank): PET_NODE_RANK, as Trainer set it.
+        environ = dict(e.split("=", 1) for e in Path(f"/proc/{victim}/environ").read_text().split("\0") if "=" in e)
+        node = int(environ["PET_NODE_RANK"])
+        os.kill(victim, signal.SIGKILL)
         wait_for(lambda: len(pid_files()) == 4, "every rank to start again", timeout=180)
         restarted = wait_for(lambda: (d := watcher.describe(app_id_of(job))).state == AppState.RUNNING
                              and "in-job restart" in d.msg and d, "status to count the in-job restart")
-    node = int(first[1].name.split("-")[0].removeprefix("rank"))  # 1 process per node: the rank is the node
     assert restarted.msg == ("1 in-job restart by ft_launcher (no pod recreated, the last as local rank 0 on node "
                              f"{node} killed by signal 9)"), restarted.msg
     core = backend.core()

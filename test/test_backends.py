@@ -192,7 +192,10 @@ def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
         job = exp.jobs[0]
     name = app_id_of(job).split(":", 1)[1]
     scheduler = create_scheduler("t")
-    desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("waiting for queue") and d,
+    # Kueue names the reason on its own reconcile, after the Workload exists: until then status says only
+    # that the job waits for the queue.
+    desc = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("waiting for queue be-held to "
+                                                                                      "admit it: ") and d,
                     "Kueue to say why the job waits", timeout=90)
     assert desc.state == AppState.PENDING, (desc.state, desc.msg)
     assert desc.msg == "waiting for queue be-held to admit it: Inadmissible: LocalQueue be-held is inactive", desc.msg

@@ -215,13 +215,18 @@ def test_a_kueue_preempted_job_resumes_from_its_sigterm_checkpoint(backend, tmp_
     # Every step ran exactly once: the second run started at the SIGTERM checkpoint.
     assert steps == list(range(1, 151)), steps
     assert 30 <= stopped_at < 150 and log[-1] == {"checkpoint": 150, "why": "done"}, log
-    workload, = [w for w in backend.objects("workloads")
-                 if w["metadata"]["name"].startswith(f"trainjob-{trainjob_of(low_exp.jobs[0])}-")]
+
+    def finished_workload():
+        workload, = [w for w in backend.objects("workloads")
+                     if w["metadata"]["name"].startswith(f"trainjob-{trainjob_of(low_exp.jobs[0])}-")]
+        return condition(workload, "Finished").get("status") == "True" and workload
+
+    # Kueue marks the Workload Finished on its own reconcile, after the TrainJob ends: wait for it.
+    workload = wait_for(finished_workload, "Kueue to mark the low job's Workload Finished", timeout=60)
     # Admitted again after the preemption, as Kueue records it.
     evicted = condition(workload, "Evicted")
     assert (evicted["status"], evicted["reason"]) == ("False", "QuotaReserved"), evicted
     assert evicted["message"].startswith("Previously: Preempted to accommodate a workload (UID: "), evicted
-    assert condition(workload, "Finished")["status"] == "True", workload["status"]
 
 
 # ---------------------------------------------------------------- (5) the stall warning

@@ -1,20 +1,20 @@
-"""The Trainer, JobSet and Job controllers, folded into one: TrainJobs become JobSets, Jobs and pods.
+"""The Trainer controller, with the JobSet and Job controllers it drives: TrainJobs become JobSets, Jobs and pods.
 
 `build_jobset` is what Trainer v2.3 builds from a TrainJob and its runtime (runtimePatches,
-numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables); `default_jobset` and
-`jobset_pod_name_errors` are the JobSet webhooks. The controller then plays JobSet (the JobSet object
-and its headless Service, one Job per replica, dependsOn, failurePolicy restarts, success/failure) and
-the Job controller (indexed pods, backoffLimit), writes the JobSet's and the Jobs' status as those
-controllers do (test/data/real-trainer/statuses.yaml) and the TrainJob status the way Trainer mirrors
-it from the JobSet. The objects chain as on a cluster: TrainJob -> JobSet -> Jobs -> pods (and the
-Service), each owned by the one before, so deleting the TrainJob collects everything. JobSets, Jobs
-and Services are read-only to clients.
+numNodes, resourcesPerNode, the trainer overrides, the torch PET_* variables). JobSet's rules (its webhooks'
+defaults and name checks, the Job per replica) live in jobset.py, the Job controller's (indexed pods,
+backoffLimit, podFailurePolicy) in job.py. One reconcile loop applies all three, keyed by TrainJob: in the
+local cluster a JobSet and its Jobs only ever exist under a TrainJob (clients cannot write them). It plays
+JobSet (the JobSet object and its headless Service, dependsOn, failurePolicy restarts, success/failure) and
+the Job controller, writes the JobSet's and the Jobs' status as those controllers do
+(test/data/real-trainer/statuses.yaml) and the TrainJob status the way Trainer mirrors it from the JobSet.
+The objects chain as on a cluster: TrainJob -> JobSet -> Jobs -> pods (and the Service), each owned by the
+one before, so deleting the TrainJob collects everything.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import heapq
 import logging
 import math
@@ -23,22 +23,46 @@ import re
 import socket
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Optional
 
 import yaml
 
 from nemo_kubeflow_local import constants as C
-from nemo_kubeflow_local import names
 from nemo_kubeflow_local.apiserver import admission
 from nemo_kubeflow_local.apiserver import resources as R
-from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, invalid
+from nemo_kubeflow_local.apiserver.apierrors import ApiError, aggregate, invalid
 from nemo_kubeflow_local.apiserver.core_validation import pod_spec_errors
 from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
-from nemo_kubeflow_local.apiserver.registry import apply_pod_defaults, apply_pod_template_defaults, random_suffix
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
+from nemo_kubeflow_local.controllers.job import (
+    DEFAULT_BACKOFF_LIMIT,
+    JOB_NAME_LABEL,
+    JOB_TRACKING_FINALIZER,
+    JobState,
+    build_pod,
+    completed_indexes,
+    pod_failure_policy_match,
+    set_job_condition,
+    set_job_suspend,
+)
+from nemo_kubeflow_local.controllers.jobset import (
+    JOBSET_UID_LABEL,
+    JOBSET_WEBHOOK,
+    JobSetState,
+    build_job,
+    default_jobset,
+    jobset_pod_name_errors,
+)
+from nemo_kubeflow_local.controllers.objects import (
+    condition,
+    controller_ref,
+    gone_or_going,
+    is_true,
+    owned_by,
+    pod_ready,
+    terminal,
+)
 from nemo_kubeflow_local.events import EventRecorder
 from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow_local.quantity import parse_quantity
@@ -47,19 +71,8 @@ from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
-JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 #: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{C.COMPLETION_INDEX_ANNOTATION}']"
-#: ... and where the Job controller's JOB_COMPLETION_INDEX reads it from (the label).
-JOB_COMPLETION_INDEX_FIELD = f"metadata.labels['{C.COMPLETION_INDEX_LABEL}']"
-#: JobSet's pod webhook copies the pod's priority into this label.
-PRIORITY_LABEL = "jobset.sigs.k8s.io/priority"
-#: The Job controller's finalizer on its pods, removed once it has counted the finished pod.
-JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
-#: JobSet's validating webhook, as the API server names it in a denial.
-JOBSET_WEBHOOK = "vjobset.kb.io"
-DEFAULT_BACKOFF_LIMIT = 6
 #: What Trainer's coscheduling and volcano plugins put on every pod (scheduler-plugins, Volcano).
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -203,120 +216,13 @@ def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: i
 # --- the JobSet webhooks (JobSet v0.12) -----------------------------------------------------------------
 
 
-def default_jobset(spec: dict) -> dict:
-    """The JobSet spec as stored: the CRD's and the mutating webhook's defaults, then what Go's
-    `omitempty` drops when the controller writes it (a `failurePolicy.maxRestarts` of 0)."""
-    spec = copy.deepcopy(spec)
-    spec.setdefault("successPolicy", {"operator": "All"})
-    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
-    network = spec.setdefault("network", {})
-    network.setdefault("enableDNSHostnames", True)
-    network.setdefault("publishNotReadyAddresses", True)
-    policy = spec.get("failurePolicy")
-    if policy is not None:
-        policy.setdefault("restartStrategy", "Recreate")
-        if not policy.get("maxRestarts"):
-            policy.pop("maxRestarts", None)
-        for i, rule in enumerate(policy.get("rules") or []):
-            rule.setdefault("name", f"failurePolicyRule{i}")
-    for rjob in spec.get("replicatedJobs") or []:
-        rjob.setdefault("groupName", "default")
-        rjob.setdefault("replicas", 1)
-        rjob["template"].setdefault("metadata", {})  # Go writes an empty ObjectMeta as {}
-        job_spec = rjob["template"].setdefault("spec", {})
-        job_spec.setdefault("completionMode", "Indexed")
-        template = job_spec.setdefault("template", {})
-        template.setdefault("metadata", {})
-        pod_spec = template.setdefault("spec", {})
-        pod_spec.setdefault("restartPolicy", "OnFailure")
-        for container in (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or []):
-            container.setdefault("resources", {})  # a struct: Go writes it even when empty
-    return spec
-
-
-def jobset_pod_name_errors(jobset_name: str, spec: dict) -> list[FieldError]:
-    """JobSet's webhook rule on the names of the JobSet's Jobs and pods (names.jobset_name_errors)."""
-    return [FieldError.invalid(e.path, e.value, e.message) for e in names.jobset_name_errors(jobset_name, spec)]
-
-
 # --- JobSet / Job state ------------------------------------------------------------------------------
-
-
-@dataclass
-class JobState:
-    """One Job of a replicated job: indexed pods, backoffLimit."""
-
-    name: str
-    rjob: str
-    index: int
-    completions: int
-    backoff_limit: int
-    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    created: bool = False
-    failed_pods: set = field(default_factory=set)
-    #: pods deleted because the Job was suspended: they end Failed, but count as no failure
-    suspended_pods: set = field(default_factory=set)
-    succeeded: set = field(default_factory=set)
-    retry_at: float = 0.0
-    failure: Optional[tuple[str, str]] = None  # (reason, message) once the Job failed
-    failed_at: float = 0.0
-    complete: bool = False
-    ready: bool = False
-    active: int = 0
-    ready_pods: int = 0
-    #: pods the Job controller deleted when the Job failed: the real one counts them as failed too
-    failed_on_finish: int = 0
-    #: created suspended, then resumed (the real JobSet creates its first Jobs while it is suspended)
-    resumed: bool = False
-    start_time: Optional[str] = None
-    completion_time: Optional[str] = None
-    obj: Optional[dict] = None  # the Job object, once created
-
-    @property
-    def finished(self) -> bool:
-        return self.complete or self.failure is not None
-
-
-@dataclass
-class JobSetState:
-    trainjob_uid: str
-    master_port: int
-    jobset_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    spec: Optional[dict] = None
-    jobs: list[JobState] = field(default_factory=list)
-    restarts: int = 0
-    restarts_towards_max: int = 0
-    terminal: Optional[tuple[str, str, str]] = None  # (condition type, reason, message)
-    #: the JobSet was created suspended (its first Jobs are, too, until it is resumed)
-    created_suspended: bool = False
-    #: the JobSet's RestartingJobSet condition (status, reason, message) once it restarted
-    restarting: Optional[tuple[str, str, str]] = None
 
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((POD_IP, 0))
         return sock.getsockname()[1]
-
-
-def _condition(obj: dict, type_: str) -> Optional[dict]:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
-
-
-def _is_true(obj: dict, type_: str) -> bool:
-    return (_condition(obj, type_) or {}).get("status") == "True"
-
-
-def _terminal(pod: dict) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _gone_or_going(pod: dict) -> bool:
-    return _terminal(pod) or bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def _pod_ready(pod: dict) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and _is_true(pod, "Ready")
 
 
 class TrainerController:
@@ -391,8 +297,8 @@ class TrainerController:
         state = self._states.get(key)
         if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
-        if _is_true(tj, "Failed") and state.spec is not None and not self._jobset_exists(tj, state) \
-                and (_condition(tj, "Failed") or {}).get("reason") != "DeadlineExceeded":
+        if is_true(tj, "Failed") and state.spec is not None and not self._jobset_exists(tj, state) \
+                and (condition(tj, "Failed") or {}).get("reason") != "DeadlineExceeded":
             # Trainer v2.3.0 clears Failed at the top of every reconcile (removeFailedCondition, all but
             # DeadlineExceeded) and reads it back from the JobSet: with the JobSet gone (its TTL, or a
             # delete) the job looks unfinished and its JobSet is built again, restarts from 0, and the
@@ -400,7 +306,7 @@ class TrainerController:
             self._clear_failed(tj)
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
             tj = self.store.find(R.TRAINJOBS, namespace, name) or tj
-        elif _is_true(tj, "Complete") or _is_true(tj, "Failed"):
+        elif is_true(tj, "Complete") or is_true(tj, "Failed"):
             self._expire_after_ttl(tj, state)
             return
         if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
@@ -418,12 +324,12 @@ class TrainerController:
         if state.terminal is None and suspended:
             jobs = {job.name: job for job in state.jobs}
             for pod in self._pods(tj, state):
-                if not _gone_or_going(pod):
+                if not gone_or_going(pod):
                     self._delete_pod(pod)  # suspending a Job deletes its running pods
                 job = jobs.get(pod["metadata"]["labels"].get(JOB_NAME_LABEL))
                 if job is not None:  # ... which end Failed (the kubelet), but are no failure of the Job
                     job.suspended_pods.add(pod["metadata"]["uid"])
-                if _terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                if terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
                     self._release(pod)
         elif state.terminal is None:
             self._sync(tj, state)
@@ -507,7 +413,7 @@ class TrainerController:
         """Create the JobSet (or, rebuilt while suspended, update its spec) and its headless Service."""
         namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
         existing = self.store.find(R.JOBSETS, namespace, name)
-        if existing is not None and not _owned_by(existing, tj["metadata"]["uid"]):
+        if existing is not None and not owned_by(existing, tj["metadata"]["uid"]):
             self._creation_failed(tj, f'jobsets.jobset.x-k8s.io "{name}" already exists and is not owned by '
                                       "this TrainJob")
             return False
@@ -534,7 +440,7 @@ class TrainerController:
         if self.store.find(R.SERVICES, meta["namespace"], name) is not None:
             return
         service = {"apiVersion": "v1", "kind": "Service", "metadata": {
-            "name": name, "namespace": meta["namespace"], "ownerReferences": [_controller_ref(jobset)]},
+            "name": name, "namespace": meta["namespace"], "ownerReferences": [controller_ref(jobset)]},
             "spec": {"clusterIP": "None", "clusterIPs": ["None"], "internalTrafficPolicy": "Cluster",
                      "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
                      "publishNotReadyAddresses": bool(spec["network"].get("publishNotReadyAddresses")),
@@ -556,7 +462,7 @@ class TrainerController:
         self.store.mutate(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
         for job in state.jobs:
             if job.obj is not None:
-                self.store.mutate(R.JOBS, tj["metadata"]["namespace"], job.name, lambda obj, uid=job.uid: _set_job_suspend(
+                self.store.mutate(R.JOBS, tj["metadata"]["namespace"], job.name, lambda obj, uid=job.uid: set_job_suspend(
                     obj, uid, suspended))
 
     def _create_job(self, tj: dict, state: JobSetState, job: JobState) -> bool:
@@ -640,7 +546,7 @@ class TrainerController:
             if job.obj is None and not self._create_job(tj, state, job):
                 return
             job.created = True
-            busy = {int(p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL]) for p in job_pods if not _gone_or_going(p)}
+            busy = {int(p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL]) for p in job_pods if not gone_or_going(p)}
             for index in range(job.completions):
                 if index in job.succeeded or index in busy:
                     continue
@@ -661,7 +567,7 @@ class TrainerController:
         for pod in pods:
             status = pod.get("status") or {}
             index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
-            if _terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            if terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
                 self._release(pod)
             if status.get("phase") == "Succeeded":
                 job.succeeded.add(index)
@@ -673,9 +579,9 @@ class TrainerController:
             elif status.get("phase") in ("Pending", "Running"):
                 restarts += sum(s.get("restartCount", 0) for s in (status.get("containerStatuses") or []) +
                                 (status.get("initContainerStatuses") or []))
-        active = [p for p in pods if not _gone_or_going(p)]
+        active = [p for p in pods if not gone_or_going(p)]
         job.active = len(active)
-        job.ready_pods = len([p for p in active if _pod_ready(p)])
+        job.ready_pods = len([p for p in active if pod_ready(p)])
         job.ready = job.ready_pods + len(job.succeeded) >= job.completions
         if failed_by_policy:
             self._stop_failed_job(job, active)
@@ -786,14 +692,14 @@ class TrainerController:
                            message, "jobset-controller")
         self._delete_jobs(tj, [job for job in state.jobs if not job.finished])  # a finished JobSet deletes its
         for pod in self._pods(tj, state):  # active Jobs, and with them their pods
-            if not _gone_or_going(pod):
+            if not gone_or_going(pod):
                 self._delete_pod(pod)
 
     def _check_deadline(self, tj: dict, state: JobSetState) -> None:
         seconds = tj["spec"].get("activeDeadlineSeconds")
         if not seconds or tj["spec"].get("suspend") or state.terminal:
             return
-        resumed = _condition(tj, "Suspended")
+        resumed = condition(tj, "Suspended")
         start = parse(resumed["lastTransitionTime"] if resumed and resumed["status"] == "False"
                       else tj["metadata"]["creationTimestamp"])
         left = start.timestamp() + seconds - time.time()
@@ -826,7 +732,7 @@ class TrainerController:
         if ttl is None:
             return
         namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
-        finished = _condition(tj, "Complete") if _is_true(tj, "Complete") else _condition(tj, "Failed")
+        finished = condition(tj, "Complete") if is_true(tj, "Complete") else condition(tj, "Failed")
         left = parse(finished["lastTransitionTime"]).timestamp() + ttl - time.time()
         if left > 0:
             self._after(left, (namespace, name))
@@ -848,7 +754,7 @@ class TrainerController:
             conditions = status.setdefault("conditions", [])
             if suspended:
                 set_condition(conditions, "Suspended", "True", "Suspended", "TrainJob is suspended")
-            elif _is_true(obj, "Suspended"):
+            elif is_true(obj, "Suspended"):
                 set_condition(conditions, "Suspended", "False", "Resumed", "TrainJob is resumed")
             if state.terminal:
                 type_, reason, message = state.terminal
@@ -872,7 +778,7 @@ class TrainerController:
         def fill(jobset: dict, status: dict, conditions: list) -> None:
             if suspended:
                 set_condition(conditions, "Suspended", "True", "SuspendedJobs", "jobset is suspended")
-            elif _is_true(jobset, "Suspended"):
+            elif is_true(jobset, "Suspended"):
                 set_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed")
             if state.restarting is not None:
                 if state.terminal is not None:
@@ -898,17 +804,17 @@ class TrainerController:
         """The Job controller's status of an Indexed Job: conditions, counts, completedIndexes, times."""
         def fill(obj: dict, status: dict, conditions: list) -> None:
             if obj["spec"].get("suspend"):
-                _set_job_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended")
+                set_job_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended")
             elif job.resumed or any(c["type"] == "Suspended" for c in conditions):
-                _set_job_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed")
+                set_job_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed")
             if job.complete:
                 for type_ in ("SuccessCriteriaMet", "Complete"):
-                    _set_job_condition(conditions, type_, "True", "CompletionsReached",
+                    set_job_condition(conditions, type_, "True", "CompletionsReached",
                                        "Reached expected number of succeeded pods")
                 status["completionTime"] = job.completion_time
             elif job.failure is not None:
                 for type_ in ("FailureTarget", "Failed"):
-                    _set_job_condition(conditions, type_, "True", *job.failure)
+                    set_job_condition(conditions, type_, "True", *job.failure)
             if job.start_time and not obj["spec"].get("suspend"):
                 status["startTime"] = job.start_time
             counts = {"active": 0 if job.finished else job.active, "succeeded": len(job.succeeded),
@@ -994,158 +900,3 @@ class TrainerController:
         return True
 
 
-def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, str]]:
-    """(action, message) of the first ``podFailurePolicy`` rule matching a failed pod (the Job
-    controller's order: rules in order; an exit-code rule looks at each container's exit code)."""
-    meta, status = pod["metadata"], pod.get("status") or {}
-    for index, rule in enumerate((job_spec.get("podFailurePolicy") or {}).get("rules") or []):
-        action = rule.get("action")
-        codes = rule.get("onExitCodes")
-        if codes:
-            sidecars = {c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []
-                        if c.get("restartPolicy") == "Always"}
-            statuses = list(status.get("containerStatuses") or []) + [
-                s for s in status.get("initContainerStatuses") or [] if s.get("name") not in sidecars]
-            for container in statuses:
-                if codes.get("containerName") and container.get("name") != codes["containerName"]:
-                    continue
-                code = ((container.get("state") or {}).get("terminated") or {}).get("exitCode")
-                if code is None or code == 0:
-                    continue
-                if (code in codes.get("values", [])) == (codes.get("operator") == "In"):
-                    return action, (f"Container {container['name']} for pod {meta['namespace']}/{meta['name']} "
-                                    f"failed with exit code {code} matching {action} rule at index {index}")
-        for wanted in rule.get("onPodConditions") or []:
-            if any(c.get("type") == wanted.get("type") and c.get("status") == wanted.get("status", "True")
-                   for c in status.get("conditions") or []):
-                return action, (f"Pod {meta['namespace']}/{meta['name']} has condition {wanted['type']} matching "
-                                f"{action} rule at index {index}")
-    return None
-
-
-def _set_job_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str) -> None:
-    """A Job condition: like other conditions, plus the lastProbeTime the Job controller writes."""
-    existing = next((c for c in conditions if c["type"] == type_), None)
-    if existing is not None and (existing["status"], existing["reason"], existing["message"]) == (
-            status, reason, message):
-        return
-    now = now_rfc3339()
-    set_condition(conditions, type_, status, reason, message)
-    condition = next(c for c in conditions if c["type"] == type_)
-    condition["lastProbeTime"] = now
-
-
-def completed_indexes(indexes: set) -> str:
-    """The Job controller's compressed list of indexes: runs of three or more as `first-last`
-    ("0-3,5,6"), a pair as two numbers."""
-    runs: list[list[int]] = []
-    for index in sorted(indexes):
-        if runs and index == runs[-1][1] + 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    parts = []
-    for first, last in runs:
-        parts.append(str(first) if first == last else f"{first},{last}" if last == first + 1 else f"{first}-{last}")
-    return ",".join(parts)
-
-
-def _owned_by(obj: dict, uid: str) -> bool:
-    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj["metadata"].get("ownerReferences") or [])
-
-
-def _controller_ref(owner: dict) -> dict:
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
-
-
-def _set_job_suspend(job: dict, uid: str, suspended: bool) -> Optional[dict]:
-    if job["metadata"]["uid"] != uid or job["spec"].get("suspend") == suspended:
-        return None
-    job["spec"]["suspend"] = suspended
-    return job
-
-
-def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
-    """The Job the JobSet controller creates for `job`, as the API server stores it (uid `job.uid`):
-    JobSet's labels and annotations on the Job and its pod template, the Job's selector and the
-    API server's Job and pod template defaults."""
-    spec = jobset["spec"]
-    rjob = next(r for r in spec["replicatedJobs"] if r["name"] == job.rjob)
-    namespace, jobset_name = jobset["metadata"]["namespace"], jobset["metadata"]["name"]
-    replicas = {r["name"]: r.get("replicas", 1) for r in spec["replicatedJobs"]}
-    earlier = sum(replicas[r["name"]] for r in spec["replicatedJobs"][: spec["replicatedJobs"].index(rjob)])
-    group = rjob.get("groupName", "default")
-    group_rjobs = [r for r in spec["replicatedJobs"] if r.get("groupName", "default") == group]
-    group_earlier = sum(replicas[r["name"]] for r in group_rjobs[: group_rjobs.index(rjob)])
-    jobset_meta = {
-        C.JOBSET_NAME_LABEL: jobset_name,
-        JOBSET_UID_LABEL: jobset["metadata"]["uid"],
-        C.REPLICATED_JOB_LABEL: job.rjob,
-        C.RESTART_ATTEMPT_LABEL: str(state.restarts),
-        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[job.rjob]),
-        "jobset.sigs.k8s.io/global-replicas": str(sum(replicas.values())),
-        "jobset.sigs.k8s.io/job-index": str(job.index),
-        "jobset.sigs.k8s.io/job-key": hashlib.sha1(f"{namespace}/{job.name}".encode()).hexdigest(),
-        "jobset.sigs.k8s.io/job-global-index": str(earlier + job.index),
-        "jobset.sigs.k8s.io/group-name": group,
-        "jobset.sigs.k8s.io/group-replicas": str(sum(replicas[r["name"]] for r in group_rjobs)),
-        "jobset.sigs.k8s.io/job-group-index": str(group_earlier + job.index),
-    }
-    selector = {"batch.kubernetes.io/controller-uid": job.uid, JOB_NAME_LABEL: job.name,
-                "controller-uid": job.uid, "job-name": job.name}
-    job_meta = rjob["template"].get("metadata") or {}
-    job_spec = copy.deepcopy(rjob["template"].get("spec") or {})
-    template = job_spec.setdefault("template", {})
-    template_meta = template.setdefault("metadata", {})
-    template_meta["labels"] = {**(template_meta.get("labels") or {}), **jobset_meta, **selector}
-    template_meta["annotations"] = {**(template_meta.get("annotations") or {}), **jobset_meta}
-    pod_spec = template.setdefault("spec", {})
-    pod_spec["subdomain"] = (spec.get("network") or {}).get("subdomain") or jobset_name
-    apply_pod_template_defaults(pod_spec)
-    job_spec.setdefault("backoffLimit", DEFAULT_BACKOFF_LIMIT)
-    job_spec.setdefault("completions", 1)
-    job_spec.setdefault("parallelism", 1)
-    job_spec.setdefault("manualSelector", False)
-    job_spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
-    job_spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": job.uid}}
-    job_spec["suspend"] = bool(spec.get("suspend"))
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job.name, "namespace": namespace,
-                     "labels": {**(job_meta.get("labels") or {}), **jobset_meta},
-                     "annotations": {**(job_meta.get("annotations") or {}), **jobset_meta},
-                     "ownerReferences": [_controller_ref(jobset)]},
-        "spec": job_spec,
-    }
-
-
-def build_pod(job: dict, index: int) -> dict:
-    """The pod the Job controller creates for completion `index` of `job` (a stored Job), as the API
-    server and JobSet's pod webhook leave it."""
-    template = copy.deepcopy(job["spec"]["template"])
-    metadata = template.get("metadata") or {}
-    pod_spec = template.get("spec") or {}
-    name = job["metadata"]["name"]
-    pod_spec["hostname"] = f"{name}-{index}"
-    for container in (pod_spec.get("initContainers") or []) + pod_spec.get("containers", []):
-        env = container.setdefault("env", [])
-        if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
-            env.append({"name": "JOB_COMPLETION_INDEX",
-                        "valueFrom": {"fieldRef": {"fieldPath": JOB_COMPLETION_INDEX_FIELD}}})
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "generateName": f"{name}-{index}-",
-            "name": f"{name}-{index}-{random_suffix()}",
-            "namespace": job["metadata"]["namespace"],
-            "labels": {**(metadata.get("labels") or {}), C.COMPLETION_INDEX_LABEL: str(index)},
-            "annotations": {**(metadata.get("annotations") or {}), C.COMPLETION_INDEX_ANNOTATION: str(index)},
-            "finalizers": [JOB_TRACKING_FINALIZER],
-            "ownerReferences": [_controller_ref(job)],
-        },
-        "spec": pod_spec,
-    }
-    apply_pod_defaults(pod)
-    pod["metadata"]["labels"][PRIORITY_LABEL] = str(pod["spec"]["priority"])
-    return pod

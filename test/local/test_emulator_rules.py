@@ -20,7 +20,7 @@ from nemo_kubeflow_local import names
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import invalid
 from nemo_kubeflow_local.constants import KUBERNETES_VERSION
-from nemo_kubeflow_local.controllers.trainer import jobset_pod_name_errors
+from nemo_kubeflow_local.controllers.jobset import jobset_pod_name_errors
 from nemo_kubeflow_local.quantity import parse_quantity
 
 

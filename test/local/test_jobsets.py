@@ -17,7 +17,7 @@ from localcluster_helpers import (
     wait_finished,
 )
 
-from nemo_kubeflow_local.controllers.trainer import jobset_pod_name_errors
+from nemo_kubeflow_local.controllers.jobset import jobset_pod_name_errors
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 DENIED = "JobSet name is too long, pod names generated for this JobSet will exceed 63 characters"

@@ -13,7 +13,7 @@ from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 
 from nemo_kubeflow.build.command import build_launch, split_torchrun_args
 from nemo_kubeflow.config.executor import KubeflowExecutor
-from nemo_kubeflow_local.kubelet.kubelet import expand
+from nemo_kubeflow_local.kubelet.environment import expand
 
 PET = {
     "PET_NNODES": "2",

@@ -13,7 +13,7 @@ from torchx.specs import AppDef, Role
 from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.build.plan import build_for_app
 from nemo_kubeflow.errors import NemoKubeflowError
-from nemo_kubeflow_local.kubelet.kubelet import expand
+from nemo_kubeflow_local.kubelet.environment import expand
 
 FIELDS = sorted(f.name for f in dataclasses.fields(KubeflowExecutor) if f.init and f.name != "container_image")
 #: Text with what Kubernetes, bash, YAML and NeMo-Run's macros treat specially.

@@ -16,7 +16,7 @@ from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
 from nemo_kubeflow.build.render import templates_dir
 from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.observe.diagnosis import failed_step
-from nemo_kubeflow_local.kubelet.kubelet import expand
+from nemo_kubeflow_local.kubelet.environment import expand
 
 SCRIPT = templates_dir() / "preflight.sh"
 

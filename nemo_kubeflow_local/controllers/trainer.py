@@ -64,7 +64,8 @@ from nemo_kubeflow_local.controllers.objects import (
     terminal,
 )
 from nemo_kubeflow_local.events import EventRecorder
-from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow_local.kubelet.environment import POD_IP
+from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START
 from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 

@@ -2,8 +2,9 @@
 
 Two back ends share this kubelet: `StoreBackend`, the local cluster's own node (it also plays the
 scheduler, binding every pod to itself), and the node agent's (nodeagent.py), which serves pods a
-real kube-scheduler bound to its Nodes on any API server. Everything else (volumes, environment,
-path remapping, init containers and sidecars, restarts, termination, status) is this module.
+real kube-scheduler bound to its Nodes on any API server. This module is the pod's life (init containers
+and sidecars, restarts, termination, status); a container's environment is environment.py, its volumes and
+path remapping volumes.py, its process process.py.
 
 A container is its `command + args` exec'd directly (no shell, like a container runtime) in a new
 session, with the container's environment and its volume mounts remapped to directories under
@@ -13,13 +14,8 @@ host's tools run, with the directory of this Python first on PATH.
 
 from __future__ import annotations
 
-import base64
-import errno
 import logging
-import math
 import os
-import re
-import socket
 import subprocess
 import sys
 import threading
@@ -32,309 +28,20 @@ from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.controllers import virtual_nodes
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder
-from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, LogStore, pump
-from nemo_kubeflow_local.quantity import parse_quantity
+from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, LogStore
+from nemo_kubeflow_local.kubelet.environment import POD_IP, ContainerConfigError, Objects, container_env, expand
+from nemo_kubeflow_local.kubelet.process import ContainerRun
+from nemo_kubeflow_local.kubelet.volumes import MountError, PathMap, Volumes
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
 logger = logging.getLogger(__name__)
 
-POD_IP = "127.0.0.1"
 #: CrashLoopBackOff starts at 10 s and doubles to 5 min on a real kubelet; scaled down here.
 BACKOFF_START, BACKOFF_MAX = 0.1, 1.0
 #: The longest grace period honoured when the cluster stops.
 STOP_GRACE = 1.0
 
 
-class ContainerConfigError(Exception):
-    """A referenced ConfigMap/Secret/key is missing: the container waits (CreateContainerConfigError)."""
-
-
-class MountError(Exception):
-    """A volume cannot be set up yet: the pod waits (FailedMount)."""
-
-
-# --- environment (kubelet `makeEnvironmentVariables`) ---------------------------------------------------
-
-_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand(text: str, env: dict[str, str]) -> str:
-    """`$(VAR)` expansion as the kubelet does it: unknown references stay, `$$` is a literal `$`."""
-    return _VAR_REF.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
-
-
-def _field_ref(pod: dict, path: str) -> str:
-    meta = pod["metadata"]
-    if m := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path):
-        return (meta.get(m.group(1)) or {}).get(m.group(2), "")
-    if path in ("metadata.labels", "metadata.annotations"):
-        bag = meta.get(path.split(".")[1]) or {}
-        return "\n".join(f'{k}="{v}"' for k, v in sorted(bag.items()))
-    values = {
-        "metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", ""),
-        "metadata.uid": meta.get("uid", ""), "spec.nodeName": pod["spec"].get("nodeName") or NODE_NAME,
-        "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-        "status.podIP": POD_IP, "status.hostIP": POD_IP, "status.podIPs": POD_IP, "status.hostIPs": POD_IP,
-    }
-    if path not in values:
-        raise ContainerConfigError(f"unsupported fieldPath: {path}")
-    return values[path]
-
-
-def _resource_ref(pod: dict, container: dict, ref: dict) -> str:
-    name = ref.get("containerName") or container["name"]
-    target = next((c for c in pod["spec"].get("containers", []) if c["name"] == name), container)
-    kind, _, resource = ref["resource"].partition(".")
-    value = parse_quantity(str((target.get("resources", {}).get(kind) or {}).get(resource, "")))
-    if value is None:  # unset limits report the node's allocatable
-        value = (os.cpu_count() or 1) if resource == "cpu" else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    divisor = parse_quantity(str(ref.get("divisor", "1"))) or 1
-    return str(max(1, math.ceil(value / divisor)) if resource == "cpu" else math.ceil(value / divisor))
-
-
-class Objects(Protocol):
-    """Where the kubelet reads the ConfigMaps, Secrets and claims a pod uses."""
-
-    def find(self, rt: ResourceType, namespace: str, name: str) -> Optional[dict]: ...
-
-
-def _source_data(store: Objects, namespace: str, kind: str, name: str, optional: bool) -> Optional[dict[str, str]]:
-    """The data of a ConfigMap or Secret (decoded), None if optional and absent."""
-    rt = R.CONFIGMAPS if kind == "configmap" else R.SECRETS
-    obj = store.find(rt, namespace, name)
-    if obj is None:
-        if optional:
-            return None
-        raise ContainerConfigError(f'{kind} "{name}" not found')
-    if rt is R.SECRETS:
-        return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (obj.get("data") or {}).items()}
-    return dict(obj.get("data") or {})
-
-
-def container_env(store: Objects, pod: dict, container: dict, base: dict[str, str]) -> dict[str, str]:
-    namespace = pod["metadata"].get("namespace", "default")
-    env = dict(base)
-    for source in container.get("envFrom") or []:
-        for kind, key in (("configmap", "configMapRef"), ("secret", "secretRef")):
-            if key in source:
-                ref = source[key]
-                data = _source_data(store, namespace, kind, ref.get("name", ""), ref.get("optional", False))
-                env.update({source.get("prefix", "") + k: v for k, v in (data or {}).items()})
-    for var in container.get("env") or []:
-        if "valueFrom" not in var:
-            env[var["name"]] = expand(var.get("value", ""), env)
-            continue
-        source = var["valueFrom"]
-        if "fieldRef" in source:
-            env[var["name"]] = _field_ref(pod, source["fieldRef"]["fieldPath"])
-        elif "resourceFieldRef" in source:
-            env[var["name"]] = _resource_ref(pod, container, source["resourceFieldRef"])
-        else:
-            kind, ref = ("configmap", source["configMapKeyRef"]) if "configMapKeyRef" in source \
-                else ("secret", source["secretKeyRef"])
-            data = _source_data(store, namespace, kind, ref.get("name", ""), ref.get("optional", False))
-            if data is not None and ref.get("key") in data:
-                env[var["name"]] = data[ref["key"]]
-            elif not ref.get("optional", False):
-                label = "ConfigMap" if kind == "configmap" else "Secret"
-                raise ContainerConfigError(f"couldn't find key {ref.get('key')} in {label} {namespace}/{ref.get('name')}")
-    return env
-
-
-# --- paths ----------------------------------------------------------------------------------------------
-
-
-class PathMap:
-    """Container paths -> local paths. A mount path is replaced only where it starts a path
-    (nothing path-like before it) and ends one (`/`, end, or a non-path character after it)."""
-
-    def __init__(self, mounts: dict[str, Path]):
-        self.mounts = {path.rstrip("/") or "/": local for path, local in mounts.items()}
-        paths = sorted(self.mounts, key=len, reverse=True)  # longest first: /a/b before /a
-        alternatives = "|".join(re.escape(p) for p in paths)
-        self._pattern = re.compile(rf"(?<![\w.\-/])({alternatives})(?=/|$|[^\w.\-])") if paths else None
-
-    def apply(self, text: str) -> str:
-        if self._pattern is None:
-            return text
-        return self._pattern.sub(lambda m: str(self.mounts[m.group(1)]), text)
-
-
-def _write_file(path: Path, content: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.chmod(0o600)
-    path.write_bytes(content)
-    path.chmod(mode)
-
-
-class Volumes:
-    """Materialises a pod's volumes under `<pod dir>/volumes/<name>` (PVCs under `<workdir>/pvcs`)."""
-
-    def __init__(self, store: Objects, pod: dict, pod_dir: Path, workdir: Path):
-        self.store, self.pod, self.pod_dir, self.workdir = store, pod, pod_dir, workdir
-        self.namespace = pod["metadata"].get("namespace", "default")
-
-    def local_dir(self, volume: dict) -> Path:
-        if "persistentVolumeClaim" in volume:
-            return self.workdir / "pvcs" / self.namespace / volume["persistentVolumeClaim"]["claimName"]
-        return self.pod_dir / "volumes" / volume["name"]
-
-    def missing_claims(self) -> list[str]:
-        return [v["persistentVolumeClaim"]["claimName"] for v in self.pod["spec"].get("volumes") or []
-                if "persistentVolumeClaim" in v
-                and self.store.find(R.PVCS, self.namespace, v["persistentVolumeClaim"]["claimName"]) is None]
-
-    def set_up(self, remap: PathMap) -> None:
-        """Create every volume; raises MountError naming the first that cannot be set up yet."""
-        containers = (self.pod["spec"].get("initContainers") or []) + self.pod["spec"].get("containers", [])
-        for volume in self.pod["spec"].get("volumes") or []:
-            target = self.local_dir(volume)
-            target.mkdir(parents=True, exist_ok=True)
-            if not any(k in volume for k in ("configMap", "secret", "projected", "downwardAPI")):
-                # The kubelet creates a missing subPath directory (of a claim, an emptyDir...).
-                for mount in (m for c in containers for m in c.get("volumeMounts") or []):
-                    if mount["name"] == volume["name"] and mount.get("subPath"):
-                        (target / mount["subPath"]).mkdir(parents=True, exist_ok=True)
-            files: dict[str, tuple[bytes, int]] = {}
-            try:
-                if "configMap" in volume or "secret" in volume:
-                    files = self._source_files(volume.get("configMap") or volume.get("secret"),
-                                               "configmap" if "configMap" in volume else "secret")
-                elif "projected" in volume:
-                    for source in volume["projected"].get("sources") or []:
-                        for kind, key in (("configmap", "configMap"), ("secret", "secret")):
-                            if key in source:
-                                files.update(self._source_files(
-                                    {**source[key], "defaultMode": volume["projected"].get("defaultMode", 0o644)},
-                                    kind))
-                        if "downwardAPI" in source:
-                            files.update(self._downward_files(source["downwardAPI"]))
-                elif "downwardAPI" in volume:
-                    files = self._downward_files(volume["downwardAPI"])
-            except ContainerConfigError as error:
-                raise MountError(f'MountVolume.SetUp failed for volume "{volume["name"]}" : {error}') from None
-            for relative, (content, mode) in files.items():
-                _write_file(target / relative, _remap_text(content, remap), mode)
-
-    def _source_files(self, ref: dict, kind: str) -> dict[str, tuple[bytes, int]]:
-        name = ref.get("name") or ref.get("secretName", "")
-        obj = self.store.find(R.CONFIGMAPS if kind == "configmap" else R.SECRETS, self.namespace, name)
-        if obj is None:
-            if ref.get("optional"):
-                return {}
-            raise ContainerConfigError(f'{kind} "{name}" not found')
-        if kind == "configmap":
-            data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
-            data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
-        else:
-            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
-        mode = ref.get("defaultMode", 0o644)
-        items = ref.get("items")
-        if not items:
-            return {key: (value, mode) for key, value in data.items()}
-        files = {}
-        for item in items:
-            if item["key"] not in data:
-                if ref.get("optional"):
-                    continue
-                raise ContainerConfigError(f"{kind} references non-existent config key: {item['key']}")
-            files[item["path"]] = (data[item["key"]], item.get("mode", mode))
-        return files
-
-    def _downward_files(self, source: dict) -> dict[str, tuple[bytes, int]]:
-        return {item["path"]: (_field_ref(self.pod, item["fieldRef"]["fieldPath"]).encode(),
-                               item.get("mode", source.get("defaultMode", 0o644)))
-                for item in source.get("items") or [] if "fieldRef" in item}
-
-
-def _remap_text(content: bytes, remap: PathMap) -> bytes:
-    """Scripts and configs in ConfigMaps name the container paths too: remap text files."""
-    if b"\0" in content:
-        return content
-    try:
-        return remap.apply(content.decode("utf-8")).encode("utf-8")
-    except UnicodeDecodeError:
-        return content
-
-
-# --- one container run ------------------------------------------------------------------------------------
-
-
-class ContainerRun:
-    """A container's processes, under their own init (container_init.py), output piped into its log.
-
-    The init is the subreaper of everything the container starts (sessions of their own included)
-    and kills it all when told, when the program exits, or when this process dies.
-    """
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: ContainerLog):
-        self.log = log
-        self._control, theirs = socket.socketpair()
-        read_fd, write_fd = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_CONTAINER_INIT), str(theirs.fileno()), *argv], env=env, cwd=cwd,
-                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, start_new_session=True, close_fds=True,
-                pass_fds=(theirs.fileno(),))
-        except BaseException:
-            os.close(read_fd)
-            self._control.close()
-            log.finish()
-            raise
-        finally:
-            os.close(write_fd)
-            theirs.close()
-        self._pump = threading.Thread(target=pump, args=(read_fd, log), daemon=True,
-                                      name=f"log-{self.process.pid}")
-        self._pump.start()
-        report = self._read_report()
-        if not report.startswith(b"started "):
-            self.process.wait()
-            self._finish()
-            code = int(report.split()[1]) if report.startswith(b"failed ") else errno.EIO
-            raise OSError(code, os.strerror(code), argv[0])
-        #: The program's PID (its session and process group have the same number).
-        self.pid = int(report.split()[1])
-
-    def _read_report(self) -> bytes:
-        report = b""
-        while not report.endswith(b"\n"):
-            chunk = self._control.recv(64)
-            if not chunk:
-                break
-            report += chunk
-        return report
-
-    def running(self) -> bool:
-        return self.process.poll() is None
-
-    def terminate(self) -> None:
-        """SIGTERM to every process of the container."""
-        self._send(b"T")
-
-    def kill(self) -> None:
-        """SIGKILL to every process of the container; its init exits once they are all gone."""
-        self._send(b"K")
-
-    def _send(self, command: bytes) -> None:
-        try:
-            self._control.send(command)
-        except OSError:
-            pass  # the init has exited: so has everything it owned
-
-    def wait(self) -> int:
-        code = self.process.wait()
-        self._finish()
-        return 128 - code if code < 0 else code
-
-    def _finish(self) -> None:
-        self._control.close()
-        self._pump.join(timeout=2.0)
-        self.log.finish()
-
-
-_CONTAINER_INIT = Path(__file__).with_name("container_init.py")
 
 
 # --- the pod worker -------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ from nemo_kubeflow_local.apiserver.tls import make_credentials
 from nemo_kubeflow_local.constants import HOSTNAME_LABEL, KUBELET_VERSION
 from nemo_kubeflow_local.kubelet.apiclient import ApiClient, ApiRequestError, NotFound
 from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
-from nemo_kubeflow_local.kubelet.kubelet import POD_IP, Kubelet, PodWorker
+from nemo_kubeflow_local.kubelet.environment import POD_IP
+from nemo_kubeflow_local.kubelet.kubelet import Kubelet, PodWorker
 from nemo_kubeflow_local.names import DNS1123_LABEL_FORMAT
 from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_micro, now_rfc3339

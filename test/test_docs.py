@@ -56,23 +56,39 @@ def test_every_page_is_in_the_nav():
     assert len(pages) == len(set(pages)), "a page appears twice in the nav"
 
 
-def test_architecture_names_every_module_and_no_other():
-    """docs/architecture.md lists each module of the package (one line each) and names no module
-    that is gone, in its list or in its diagram."""
+def _modules(root: Path) -> set[str]:
+    """The modules under `root` relative to it; an empty __init__.py (a subpackage's) is no module to describe."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.name != "__init__.py" or p.read_text().strip()}
+
+
+def test_architecture_names_every_package_and_each_module_says_what_it_is():
+    """docs/architecture.md's package table names every package of the product (and the tools), its diagram
+    names no module that is gone, and each module says what it is in its docstring (the page points there)."""
     text = (DOCS / "architecture.md").read_text()
     package = REPO / "nemo_kubeflow"
-    # Product modules relative to the package, the local cluster's and the tools' from the repository root;
-    # an empty __init__.py (a subpackage's) is no module to describe.
-    files = [(p, p.relative_to(package)) for p in package.rglob("*.py")]
-    files += [(p, p.relative_to(REPO)) for root in ("nemo_kubeflow_local", "tools") for p in (REPO / root).rglob("*.py")]
-    modules = {name.as_posix() for p, name in files if p.name != "__init__.py" or p.read_text().strip()}
-    listed = re.findall(r"^- `([\w/]+\.py)`: \S", text, re.M)
-    assert sorted(modules - set(listed)) == [], "add a line for these modules to docs/architecture.md"
-    assert sorted(set(listed) - modules) == [], "docs/architecture.md lists modules that do not exist"
-    assert len(listed) == len(set(listed)), "docs/architecture.md lists a module twice"
+    packages = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    table = text.split("\n## Packages\n", 1)[1].split("\n\n**", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)/`", table, re.M))
+    assert sorted(packages - listed) == [], "add a row for these packages to docs/architecture.md's package table"
+    assert sorted(listed - packages - {"tools"}) == [], "docs/architecture.md's package table names packages that do not exist"
+    for tool in _modules(REPO / "tools"):
+        assert f"`{tool}`" in table, f"docs/architecture.md's package table should name tools/{tool}"
+    undocumented = sorted(m for m in _modules(package) if not ast.get_docstring(ast.parse((package / m).read_text())))
+    assert undocumented == [], "give these modules a docstring saying what they are"
     diagram = "\n".join(fenced(text, ""))
     named = set(re.findall(r"(?<![\w/.])([a-z_/]+\.py)\b", diagram))
+    modules = _modules(package) | {f"tools/{tool}" for tool in _modules(REPO / "tools")}
     assert named and sorted(named - modules) == [], "the diagram of docs/architecture.md names missing modules"
+
+
+def test_the_local_cluster_page_names_every_module_of_the_local_cluster_and_no_other():
+    text = (DOCS / "local-cluster.md").read_text()
+    section = text.split("\n## How it is built\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = set(re.findall(r"`([\w/]+\.py)`", "\n".join(row.split(" | ", 1)[0] for row in rows)))
+    modules = _modules(REPO / "nemo_kubeflow_local")
+    assert sorted(modules - named) == [], "add these modules to docs/local-cluster.md's module table"
+    assert sorted(named - modules) == [], "docs/local-cluster.md's module table names modules that do not exist"
 
 
 def test_getting_started_runs_the_readme_commands():

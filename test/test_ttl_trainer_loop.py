@@ -9,7 +9,7 @@ import time
 
 import nemo_run as run
 import pytest
-from backends import trainjob_of, wait_for
+from backends import app_id_of, trainjob_of, wait_for
 from kubernetes import client
 from torchx.specs import AppState
 
@@ -27,6 +27,7 @@ from nemo_kubeflow.constants import (
     TTL_ANNOTATION,
 )
 from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 from nemo_kubeflow_local import LocalCluster
 
 #: Longer than Trainer v2.3.0 takes to build a deleted JobSet again (about 11 s on the real controllers).
@@ -58,6 +59,10 @@ def test_a_failing_job_with_a_ttl_stays_failed_runs_once_and_gc_expired_cleans_i
              "gc --expired to delete the job and its pods")
     assert backend.objects("jobsets", name) == [] or wait_for(lambda: not backend.objects("jobsets", name),
                                                                "the JobSet to go with its TrainJob")
+    # A later status says how the job ended, not only that it is gone (gc kept it in the job's record).
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.FAILED
+    final = create_scheduler("t").describe(app_id_of(job))
+    assert final.state == AppState.FAILED and "deleted by nemo-kubeflow gc" in final.msg, (final.state, final.msg)
 
 
 def test_gc_expired_keeps_jobs_within_their_ttl_and_jobs_without_one(backend, capsys):

@@ -596,6 +596,8 @@ def _gc_finished_jobs(cluster: KubernetesCluster, finished: FinishedJobs, args: 
         if gone:
             print(f"{verb} {_describe(TRAINJOB_KIND, name, ns)}: {state}, finished {format_age(age)} ago")
             deleted_jobs += 1
+            if not args.dry_run:
+                _remember_how_it_ended(ns, job, state, age)
         leaving.add((ns, job["metadata"].get("uid")))
     recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
               if args.older_than is not None else "")
@@ -609,6 +611,17 @@ def _gc_finished_jobs(cluster: KubernetesCluster, finished: FinishedJobs, args: 
         file=sys.stderr,
     )
     return leaving
+
+
+def _remember_how_it_ended(namespace: str, trainjob: dict, state: str, age: float) -> None:
+    """A status of a job gc deleted says how it ended (from the app record, where this machine has one)."""
+    from nemo_kubeflow.cluster import records
+    from nemo_kubeflow.observe.status import job_status
+
+    reason = job_status(trainjob).message
+    deleted = f"its TrainJob was deleted by nemo-kubeflow gc {format_age(age)} after it finished"
+    records.record_outcome(namespace, trainjob["metadata"]["name"], state,
+                           f"{reason} ({deleted})" if reason else deleted)
 
 
 def _runtimes_in_use(jobs: Sequence[tuple[str, dict]]) -> set[tuple[str, Optional[str], str]]:

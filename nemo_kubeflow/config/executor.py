@@ -22,7 +22,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
 from nemo_run.core.execution.base import Executor, ExecutorMacros
 from nemo_run.core.packaging.base import Packager
@@ -857,55 +857,83 @@ def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[st
         origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp in _PLAIN_TYPES and value is not None and type(value) is tp:
         return None  # the common case, a value of exactly the annotated class
-    if origin is Union:
-        if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
-            return None
-        # The one alternative of the value's own kind (X of Optional[X], list[str] of Union[str, list[str]]):
-        # say what is wrong inside it.
-        kinds = [a for a in args if isinstance(typing.get_origin(a) or a, type)
-                 and isinstance(value, typing.get_origin(a) or a) and a is not type(None)]
-        others = [a for a in args if a is not type(None)]
-        if len(kinds) == 1 or (value is not None and len(others) == 1):
-            return type_problem(value, kinds[0] if len(kinds) == 1 else others[0], where, numbers_ok)
-        return _mismatch(where, value, tp, numbers_ok)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            return _mismatch(where, value, tp, numbers_ok)
-        item_type = args[0] if args else typing.Any
-        return next((p for i, item in enumerate(value)
-                     if (p := type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
-    if origin is dict:
-        if not isinstance(value, dict):
-            return _mismatch(where, value, tp, numbers_ok)
-        key_type, value_type = args if args else (typing.Any, typing.Any)
-        for key, item in value.items():
-            problem = (type_problem(key, key_type, f"{where} key")
-                       or type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))
-            if problem:
-                return problem
-        return None
-    if tp is bool:
-        return None if isinstance(value, bool) else _mismatch(where, value, tp)
-    if tp in (int, float):
-        fits = isinstance(value, int if tp is int else (int, float)) and not isinstance(value, bool)
-        return None if fits else _mismatch(where, value, tp)
-    if tp is str:
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        fits = isinstance(value, str) or (numbers_ok and number)
-        return None if fits else _mismatch(where, value, tp, numbers_ok)
+    if origin in _GENERIC_CHECKS:
+        return _GENERIC_CHECKS[origin](value, tp, args, where, numbers_ok)
+    if tp in _SCALAR_CHECKS:
+        return None if _SCALAR_CHECKS[tp](value, numbers_ok) else _mismatch(where, value, tp, numbers_ok)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(value, tp):
-            return _mismatch(where, value, tp)
-        cls = type(value)
-        if not cls.__module__.startswith("nemo_kubeflow."):
-            return None  # NeMo-Run's own settings (Packager, launchers) are not annotated strictly enough
-        hints = _field_types(cls)
-        return next((p for f in dataclasses.fields(cls) if f.init and f.name in hints
-                     if (p := type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
-                                            f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
+        return _dataclass_problem(value, tp, where)
     if isinstance(tp, type) and not isinstance(value, tp):
         return _mismatch(where, value, tp)
     return None
+
+
+def _union_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optional[str]:
+    if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
+        return None
+    # The one alternative of the value's own kind (X of Optional[X], list[str] of Union[str, list[str]]):
+    # say what is wrong inside it.
+    kinds = [a for a in args if _of_kind(value, a)]
+    others = [a for a in args if a is not type(None)]
+    if len(kinds) == 1:
+        return type_problem(value, kinds[0], where, numbers_ok)
+    if value is not None and len(others) == 1:
+        return type_problem(value, others[0], where, numbers_ok)
+    return _mismatch(where, value, tp, numbers_ok)
+
+
+def _of_kind(value, alternative) -> bool:
+    """Whether ``value`` is of the class of a Union's ``alternative`` (of ``list`` for ``list[str]``)."""
+    kind = typing.get_origin(alternative) or alternative
+    return isinstance(kind, type) and isinstance(value, kind) and alternative is not type(None)
+
+
+def _list_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optional[str]:
+    if not isinstance(value, (list, tuple)):
+        return _mismatch(where, value, tp, numbers_ok)
+    item_type = args[0] if args else typing.Any
+    return next((p for i, item in enumerate(value)
+                 if (p := type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
+
+
+def _dict_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optional[str]:
+    if not isinstance(value, dict):
+        return _mismatch(where, value, tp, numbers_ok)
+    key_type, value_type = args if args else (typing.Any, typing.Any)
+    return next((p for key, item in value.items()
+                 if (p := type_problem(key, key_type, f"{where} key")
+                     or type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))), None)
+
+
+#: The check of each generic annotation's origin: ``(value, tp, args, where, numbers_ok) -> problem``.
+_GENERIC_CHECKS: dict[object, Callable[..., Optional[str]]] = {
+    Union: _union_problem, list: _list_problem, dict: _dict_problem}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: Whether a value fits each scalar annotation: ``(value, numbers_ok) -> bool``. A number is no bool
+#: (True and False are integers to Python, not to Kubernetes); a quantity field takes numbers as strings.
+_SCALAR_CHECKS: dict[type, Callable[[object, bool], bool]] = {
+    bool: lambda value, numbers_ok: isinstance(value, bool),
+    int: lambda value, numbers_ok: isinstance(value, int) and not isinstance(value, bool),
+    float: lambda value, numbers_ok: _is_number(value),
+    str: lambda value, numbers_ok: isinstance(value, str) or (numbers_ok and _is_number(value)),
+}
+
+
+def _dataclass_problem(value, tp: type, where: str) -> Optional[str]:
+    if not isinstance(value, tp):
+        return _mismatch(where, value, tp)
+    cls: typing.Any = type(value)  # a dataclass, by the check above
+    if not cls.__module__.startswith("nemo_kubeflow."):
+        return None  # NeMo-Run's own settings (Packager, launchers) are not annotated strictly enough
+    hints = _field_types(cls)
+    return next((p for f in dataclasses.fields(cls) if f.init and f.name in hints
+                 if (p := type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
+                                        f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
 
 
 #: Annotations a value of exactly that class always fits (bool is no int here: ``type(True) is bool``).

@@ -22,6 +22,7 @@ import os
 import re
 import typing
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
 
 from nemo_run.core.execution.base import Executor, ExecutorMacros
@@ -447,68 +448,90 @@ class KubeflowExecutor(Executor):
 
     def _problems(self):
         yield from _declared_problems(self)
-        if (
-            self.gpus_per_node > 0
-            and isinstance(self.nprocs_per_node, int)
-            and self.nprocs_per_node > self.gpus_per_node
+        for check in (
+            self._process_problems, self._container_image_problems, self._namespace_problems,
+            self._request_limit_problems, self._extra_resource_problems,
+            self._env_problems, self._volume_problems, self._image_problems, self._name_problems,
+            self._key_problems, self._toleration_problems, self._resource_problems,
+            self._runtime_problems, self._launcher_problems, self._workspace_problems,
+            self._label_value_problems, self._security_problems,
         ):
+            yield from check()
+        yield from fabric_problems(self)
+        yield from initializer_problems(self)
+        yield from self._scheduling_problems()
+        yield from self._failure_policy_problems()
+        yield from self._preflight_problems()
+
+    def _process_problems(self):
+        nprocs = self.nprocs_per_node
+        if self.gpus_per_node > 0 and isinstance(nprocs, int) and nprocs > self.gpus_per_node:
             yield (
                 f"nprocs_per_node={self.nprocs_per_node} exceeds gpus_per_node={self.gpus_per_node}: "
                 "each process needs its own GPU; lower nprocs_per_node or raise gpus_per_node"
             )
-        if not self.container_image or not self.container_image.strip():
+
+    def _container_image_problems(self):
+        image = self.container_image
+        if not image or not image.strip():
             yield (
                 "container_image is not set: give the image the training pods run, "
                 "e.g. container_image='nvcr.io/nvidia/nemo:25.02'"
             )
-        elif any(c.isspace() for c in self.container_image):
-            yield f"container_image={self.container_image!r}: must not contain whitespace"
-        elif problem := naming.image_reference_problem(self.container_image.strip()):
-            yield f"container_image={self.container_image!r}: {problem}; the kubelet would refuse to pull it"
+        elif any(c.isspace() for c in image):
+            yield f"container_image={image!r}: must not contain whitespace"
+        elif problem := naming.image_reference_problem(image.strip()):
+            yield f"container_image={image!r}: {problem}; the kubelet would refuse to pull it"
+
+    def _namespace_problems(self):
         if not naming.is_rfc1123_label(self.namespace or ""):
             yield (
                 f"namespace={self.namespace!r}: must be a DNS-1123 label "
                 "(lowercase letters, digits and '-', at most 63 characters)"
             )
+
+    def _request_limit_problems(self):
         for lo, hi in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
             a, b = getattr(self, lo), getattr(self, hi)
-            qa = parse_quantity(str(a)) if a is not None else None
-            qb = parse_quantity(str(b)) if b is not None else None
+            qa, qb = _optional_quantity(a), _optional_quantity(b)
             if qa is not None and qb is not None and qa > qb:
                 yield f"{lo}={a!r} is larger than {hi}={b!r}"
+
+    def _extra_resource_problems(self):
         for res, value in self.extra_resources.items():
             if parse_quantity(str(value)) is None:
                 yield f"extra_resources[{res!r}]={value!r}: not a Kubernetes quantity"
             if res == self.gpu_resource_name:
                 yield f"extra_resources[{res!r}]: set GPUs with gpus_per_node instead"
-        yield from self._env_problems()
-        yield from self._volume_problems()
-        yield from self._image_problems()
-        yield from self._name_problems()
-        yield from self._key_problems()
-        yield from self._toleration_problems()
-        yield from self._resource_problems()
+
+    def _runtime_problems(self):
         if self.runtime_kind not in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
             yield f"runtime_kind={self.runtime_kind!r}: must be {CLUSTER_RUNTIME_KIND!r} or {RUNTIME_KIND!r}"
         if self.runtime_name is not None and not naming.is_rfc1123_subdomain(self.runtime_name):
             yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
         if self.runtime_name and self.runtime_template:
             yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
+
+    def _launcher_problems(self):
         if problem := launcher_problem(self.launcher):
             yield problem
+
+    def _workspace_problems(self):
         path = self.workspace_mount_path
         if not path.startswith("/") or path == "/" or os.path.normpath(path) != path or "\0" in path:
             yield (f"workspace_mount_path={path!r}: must be an absolute path, normalized and other than '/', where "
                    "the task's files are mounted, e.g. '/nemo_run'")
+
+    def _label_value_problems(self):
         for key, value in {**self.labels, **self.pod_labels}.items():
             if not naming.is_label_value(str(value)):
                 yield f"label {key}={value!r}: label values are {naming.LABEL_VALUE_RULE}"
+
+    def _security_problems(self):
         if self.restricted_security and self.run_as_user == 0:
             yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
-        yield from fabric_problems(self)
-        yield from initializer_problems(self)
-        yield from self._scheduling_problems()
-        yield from self._failure_policy_problems()
+
+    def _preflight_problems(self):
         if isinstance(self.preflight, str) and not self.preflight.strip():
             yield "preflight='': give a bash command, or True for the packaged checks"
         elif not isinstance(self.preflight, (bool, str)):
@@ -589,36 +612,7 @@ class KubeflowExecutor(Executor):
         """Tolerations as the API server validates them (``validateTolerations``): a wrong one would
         be dropped or refused, and the pods would wait forever for an untainted node."""
         for i, tol in enumerate(self.tolerations):
-            where = f"tolerations[{i}]"
-            unknown = sorted(set(tol) - set(TOLERATION_FIELDS))
-            if unknown:
-                close = {u: difflib.get_close_matches(u, TOLERATION_FIELDS, n=1) for u in unknown}
-                hints = "; ".join(f"did you mean {c[0]!r} for {u!r}" for u, c in close.items() if c)
-                yield (f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
-                       f"{', '.join(TOLERATION_FIELDS)}" + (f" ({hints})" if hints else ""))
-            key, operator = tol.get("key", ""), tol.get("operator", "Equal")
-            value, effect = tol.get("value", ""), tol.get("effect", "")
-            if not all(isinstance(v, str) for v in (key, operator, value, effect)):
-                yield f"{where}={tol!r}: key, operator, value and effect are strings"
-                continue
-            if key and not naming.is_qualified_name(key):
-                yield f"{where}: key={key!r} is not a taint key (a label key such as 'nvidia.com/gpu')"
-            if operator not in TOLERATION_OPERATORS:
-                yield f"{where}: operator={operator!r} must be one of {', '.join(TOLERATION_OPERATORS)}"
-            elif operator == "Exists" and value:
-                yield f"{where}: operator 'Exists' takes no value (got {value!r}); drop value, or use 'Equal'"
-            elif operator == "Equal" and not key:
-                yield f"{where}: an empty key tolerates every taint only with operator 'Exists'"
-            elif operator == "Equal" and not naming.is_label_value(value):
-                yield f"{where}: value={value!r} is not a taint value ({naming.LABEL_VALUE_RULE})"
-            if effect and effect not in TAINT_EFFECTS:
-                yield f"{where}: effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
-            seconds = tol.get("tolerationSeconds")
-            if seconds is not None:
-                if not isinstance(seconds, int) or isinstance(seconds, bool):
-                    yield f"{where}: tolerationSeconds={seconds!r} must be an integer"
-                elif effect != "NoExecute":
-                    yield f"{where}: tolerationSeconds applies to effect 'NoExecute' only (effect is {effect!r})"
+            yield from _toleration_problems(f"tolerations[{i}]", tol)
 
     def _resource_problems(self):
         """Resource names and signs; the quantities' syntax is checked in ``_problems``."""
@@ -672,6 +666,12 @@ class KubeflowExecutor(Executor):
         yield from self._warm_start_problems()
 
     def _scheduling_problems(self):
+        yield from self._queue_problems()
+        yield from self._pod_group_problems()
+        yield from self._scheduler_name_problems()
+
+    def _queue_problems(self):
+        """Kueue's queue and priority class: fields that also land as labels."""
         for fname, label in (("queue_name", QUEUE_LABEL), ("workload_priority_class", PRIORITY_CLASS_LABEL)):
             value = getattr(self, fname)
             if value is None:
@@ -683,6 +683,8 @@ class KubeflowExecutor(Executor):
                 yield f"{fname}={value!r} and labels[{label!r}]={self.labels[label]!r} disagree; set {fname} only"
         if self.workload_priority_class is not None and self.queue_name is None and QUEUE_LABEL not in self.labels:
             yield "workload_priority_class needs queue_name: Kueue orders only the jobs of its queues"
+
+    def _pod_group_problems(self):
         if self.pod_group_policy not in POD_GROUP_POLICIES:
             yield f"pod_group_policy={self.pod_group_policy!r}: must be one of {', '.join(POD_GROUP_POLICIES)}"
         if self.schedule_timeout_seconds is not None:
@@ -694,6 +696,8 @@ class KubeflowExecutor(Executor):
                 "pods in the gang, but they must finish before the node pods are created, so the gang can never "
                 "be complete; use queue_name (Kueue) instead, or drop the initializer"
             )
+
+    def _scheduler_name_problems(self):
         for fname in ("priority_class_name", "scheduler_name"):
             value = getattr(self, fname)
             if value is not None and (not isinstance(value, str) or not naming.is_rfc1123_subdomain(value)):
@@ -754,6 +758,55 @@ class KubeflowExecutor(Executor):
         for secret_mount in self.secret_mounts:
             if not naming.is_rfc1123_subdomain(secret_mount.secret_name):
                 yield f"secret_mounts: {secret_mount.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
+
+
+def _toleration_problems(where: str, tol: dict) -> Iterator[str]:
+    """What the API server would refuse in one toleration ``tol``."""
+    yield from _unknown_toleration_fields(where, tol)
+    key, operator = tol.get("key", ""), tol.get("operator", "Equal")
+    value, effect = tol.get("value", ""), tol.get("effect", "")
+    if not all(isinstance(v, str) for v in (key, operator, value, effect)):
+        yield f"{where}={tol!r}: key, operator, value and effect are strings"
+        return
+    if key and not naming.is_qualified_name(key):
+        yield f"{where}: key={key!r} is not a taint key (a label key such as 'nvidia.com/gpu')"
+    if problem := _toleration_operator_problem(key, operator, value):
+        yield f"{where}: {problem}"
+    if effect and effect not in TAINT_EFFECTS:
+        yield f"{where}: effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
+    if problem := _toleration_seconds_problem(tol.get("tolerationSeconds"), effect):
+        yield f"{where}: {problem}"
+
+
+def _unknown_toleration_fields(where: str, tol: dict) -> Iterator[str]:
+    unknown = sorted(set(tol) - set(TOLERATION_FIELDS))
+    if unknown:
+        close = {u: difflib.get_close_matches(u, TOLERATION_FIELDS, n=1) for u in unknown}
+        hints = "; ".join(f"did you mean {c[0]!r} for {u!r}" for u, c in close.items() if c)
+        yield (f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
+               f"{', '.join(TOLERATION_FIELDS)}" + (f" ({hints})" if hints else ""))
+
+
+def _toleration_operator_problem(key: str, operator: str, value: str) -> Optional[str]:
+    if operator not in TOLERATION_OPERATORS:
+        return f"operator={operator!r} must be one of {', '.join(TOLERATION_OPERATORS)}"
+    if operator == "Exists":
+        return f"operator 'Exists' takes no value (got {value!r}); drop value, or use 'Equal'" if value else None
+    if not key:
+        return "an empty key tolerates every taint only with operator 'Exists'"
+    if not naming.is_label_value(value):
+        return f"value={value!r} is not a taint value ({naming.LABEL_VALUE_RULE})"
+    return None
+
+
+def _toleration_seconds_problem(seconds: object, effect: str) -> Optional[str]:
+    if seconds is None:
+        return None
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        return f"tolerationSeconds={seconds!r} must be an integer"
+    if effect != "NoExecute":
+        return f"tolerationSeconds applies to effect 'NoExecute' only (effect is {effect!r})"
+    return None
 
 
 # A module worker_preload imports: a dotted Python name.
@@ -977,6 +1030,11 @@ def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
     elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict):
         fix = f" (write {tp.__name__}(**...) around it)"
     return f"{where}={value!r}: must be {_describe(tp, numbers_ok)}, not {got}{fix}"
+
+
+def _optional_quantity(value: object) -> Optional[Decimal]:
+    """``value`` as a number (``None`` when unset or not a quantity)."""
+    return parse_quantity(str(value)) if value is not None else None
 
 
 def _declared_problems(executor: "KubeflowExecutor") -> Iterator[str]:

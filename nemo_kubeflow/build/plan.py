@@ -34,7 +34,7 @@ from nemo_kubeflow.build.command import (
     warm_start_problem,
 )
 from nemo_kubeflow.build.fabrics import Fabric, build_fabric
-from nemo_kubeflow.build.packaging import BundleFile, build_code_package, describe_package
+from nemo_kubeflow.build.packaging import BundleFile, CodePackage, build_code_package, describe_package
 from nemo_kubeflow.build.render import existing_runtime_pod, render_runtime, runtime_context, runtime_volumes
 from nemo_kubeflow.config.executor import type_problem
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
@@ -143,67 +143,14 @@ def build_submission(
         runtime_name = runtime["metadata"]["name"]
     name = naming.trainjob_name(experiment_id, task_name, _name_budget(facts, runtime))
     labels = mf.common_labels(experiment_id, task_name, name)
-
-    code = build_code_package(
-        files,
-        name=naming.derived_name(name, "code"),
-        namespace=ns,
-        labels=labels,
-        mount_path=executor.workspace_mount_path,
-        mode=getattr(executor.packager, "mode", "auto"),
-        max_shards=getattr(executor.packager, "max_shards", 16),
-    ) if files else None
-
-    workspace = executor.workspace_mount_path.rstrip("/")
-    has_code = any(f.path.startswith("code/") for f in files)
-    exports = {}
-    fabric = facts.fabric
-    if fabric.library_path:
-        # Extended, not replaced, so that the image's own LD_LIBRARY_PATH survives.
-        exports["LD_LIBRARY_PATH"] = shlex.quote(fabric.library_path) + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
-    if executor.timeout_defaults and executor.nodes * executor.nprocs_per_node > 1:
-        # In the script, not in spec.trainer.env: a value from the image or an envFrom Secret still wins.
-        task_env = [*executor.env_vars, *role.env, *executor.secret_env_vars, *executor.secret_key_refs]
-        exports.update(mf.timeout_exports(task_env))
-    launch = build_launch(
-        role.entrypoint,
-        list(role.args),
-        args_are_quoted=role.entrypoint in _QUOTING_ENTRYPOINTS,
-        distributed=executor.nodes * executor.nprocs_per_node > 1,
-        workspace=workspace,
-        # Nothing shipped means no workspace volume: stay in the image's working directory.
-        workdir=(f"{workspace}/code" if has_code else workspace) if code else None,
-        pythonpath=[f"{workspace}/code"] if has_code else [],
-        prologue=code.prologue if code else "",
-        exports=exports,
-        rendezvous_id=name,
-        worker_preload=executor.worker_preload,
-        rendezvous_poll_seconds=executor.rendezvous_poll_seconds,
-    )
+    code = _code_package(executor, files, name, labels)
+    launch = _launch(facts, role, files, code, name)
 
     secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
-    # NeMo-Run folds env_vars into role.env already; merging again keeps a role built any
-    # other way honest, and role.env wins because it carries Script.env overrides.
-    plain_env = {**executor.env_vars, **role.env}
-    if "LOGLEVEL" not in executor.env_vars and role.env.get("LOGLEVEL", "INFO") == "INFO":
-        plain_env["LOGLEVEL"] = DEFAULT_LOGLEVEL
+    plain_env = _plain_env(executor, role)
     env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
     if role.entrypoint == "ft_launcher":
         env.append(mf.restart_attempt_env())
-    preflight_env = [literal_env(k, v) for k, v in plain_env.items()
-                     if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
-    patch = mf.runtime_patch(
-        code.volumes if code else [],
-        code.volume_mounts if code else [],
-        mf.merge_affinity(
-            mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and executor.nodes > 1 else None,
-            mf.same_domain_affinity(name, executor.topology_key) if executor.topology_key and executor.nodes > 1
-            else None,
-        ),
-        preflight_env,
-        # An admin's runtime: the pod settings go into the patch (config/landing.py says which).
-        **(existing_runtime_pod(facts) if runtime is None else {}),
-    )
     trainjob = mf.build_trainjob(
         name=name,
         namespace=ns,
@@ -218,7 +165,7 @@ def build_submission(
         labels={**labels, **executor.labels, **mf.queue_labels(executor.queue_name, executor.workload_priority_class)},
         annotations={**dict(executor.annotations), **mf.node_avoidance_annotations(executor),
                      **mf.ttl_annotations(executor)},
-        patch=patch,
+        patch=_runtime_patch(facts, code, name, plain_env, existing_runtime=runtime is None),
         active_deadline_seconds=executor.active_deadline_seconds,
         initializer=initializers.trainjob_initializer(executor.initializer, facts.initializer_settings),
     )
@@ -227,31 +174,6 @@ def build_submission(
         secret = mf.masked_secret(
             mf.secret_manifest(secret_name, ns, {k: mf.MASK for k in executor.secret_env_vars}, labels)
         )
-    pvcs = _claims_to_create(facts)
-    summary = {
-        "trainjob": name,
-        "namespace": ns,
-        "runtime": f"{executor.runtime_kind}/{runtime_name}" + ("" if runtime else " (existing)"),
-        "size": f"{executor.nodes} node(s) x {executor.nprocs_per_node} process(es)"
-        + (f", {executor.gpus_per_node} GPU(s) per node" if executor.gpus_per_node else ", CPU only"),
-        "image": executor.container_image,
-        "package": describe_package(code) if code else "nothing to ship",
-        "command": launch.command_line,
-    }
-    if fabric.name != "none":
-        summary["network_fabric"] = fabric.name
-    if executor.initializer is not None:
-        summary["initializers"] = ", ".join(st.name for st in facts.initializer_steps)
-    queue = queue_name(trainjob)
-    if queue:
-        summary["queue"] = f"Kueue LocalQueue {queue}" + (
-            f", priority {executor.workload_priority_class}" if executor.workload_priority_class else "")
-    if executor.pod_group_policy != "none":
-        summary["gang scheduling"] = executor.pod_group_policy
-    if executor.topology_key:
-        summary["placement"] = f"all nodes in one {executor.topology_key} domain"
-    if executor.preflight:
-        summary["preflight"] = "the packaged checks" if executor.preflight is True else "your command"
     return Submission(
         namespace=ns,
         trainjob=trainjob,
@@ -259,10 +181,135 @@ def build_submission(
         configmaps=list(code.configmaps) if code else [],
         secret=secret,
         secret_sources=dict(executor.secret_env_vars),
-        pvcs=pvcs,
+        pvcs=_claims_to_create(facts),
         launch=launch,
-        summary=summary,
+        summary=_summary(facts, trainjob, f"{executor.runtime_kind}/{runtime_name}" + ("" if runtime else " (existing)"),
+                         code, launch),
     )
+
+
+def _code_package(executor: KubeflowExecutor, files: Sequence[BundleFile], name: str,
+                  labels: dict) -> Optional[CodePackage]:
+    """The ConfigMaps that ship the task's files (``None``: nothing to ship)."""
+    if not files:
+        return None
+    return build_code_package(
+        files,
+        name=naming.derived_name(name, "code"),
+        namespace=executor.namespace,
+        labels=labels,
+        mount_path=executor.workspace_mount_path,
+        mode=getattr(executor.packager, "mode", "auto"),
+        max_shards=getattr(executor.packager, "max_shards", 16),
+    )
+
+
+def _launch(facts: ExecutorFacts, role: Role, files: Sequence[BundleFile], code: Optional[CodePackage],
+            name: str) -> LaunchSpec:
+    """The command the ``node`` container runs: the role's entrypoint, in the shipped workspace."""
+    executor = facts.executor
+    workspace = executor.workspace_mount_path.rstrip("/")
+    has_code = any(f.path.startswith("code/") for f in files)
+    return build_launch(
+        role.entrypoint,
+        list(role.args),
+        args_are_quoted=role.entrypoint in _QUOTING_ENTRYPOINTS,
+        distributed=executor.nodes * executor.nprocs_per_node > 1,
+        workspace=workspace,
+        # Nothing shipped means no workspace volume: stay in the image's working directory.
+        workdir=(f"{workspace}/code" if has_code else workspace) if code else None,
+        pythonpath=[f"{workspace}/code"] if has_code else [],
+        prologue=code.prologue if code else "",
+        exports=_launch_exports(facts, role),
+        rendezvous_id=name,
+        worker_preload=executor.worker_preload,
+        rendezvous_poll_seconds=executor.rendezvous_poll_seconds,
+    )
+
+
+def _launch_exports(facts: ExecutorFacts, role: Role) -> dict[str, str]:
+    """Variables the launch script exports before the entrypoint (shell words, already quoted)."""
+    executor = facts.executor
+    exports = {}
+    if facts.fabric.library_path:
+        # Extended, not replaced, so that the image's own LD_LIBRARY_PATH survives.
+        exports["LD_LIBRARY_PATH"] = (shlex.quote(facts.fabric.library_path)
+                                      + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"')
+    if executor.timeout_defaults and executor.nodes * executor.nprocs_per_node > 1:
+        # In the script, not in spec.trainer.env: a value from the image or an envFrom Secret still wins.
+        task_env = [*executor.env_vars, *role.env, *executor.secret_env_vars, *executor.secret_key_refs]
+        exports.update(mf.timeout_exports(task_env))
+    return exports
+
+
+def _plain_env(executor: KubeflowExecutor, role: Role) -> dict[str, str]:
+    """The task's literal environment variables."""
+    # NeMo-Run folds env_vars into role.env already; merging again keeps a role built any
+    # other way honest, and role.env wins because it carries Script.env overrides.
+    plain_env = {**executor.env_vars, **role.env}
+    if "LOGLEVEL" not in executor.env_vars and role.env.get("LOGLEVEL", "INFO") == "INFO":
+        plain_env["LOGLEVEL"] = DEFAULT_LOGLEVEL
+    return plain_env
+
+
+def _runtime_patch(facts: ExecutorFacts, code: Optional[CodePackage], name: str, plain_env: dict[str, str],
+                   *, existing_runtime: bool) -> Optional[dict]:
+    """The TrainJob's ``runtimePatches`` entry: the code volumes, the placement, the preflight's variables."""
+    executor = facts.executor
+    preflight_env = [literal_env(k, v) for k, v in plain_env.items()
+                     if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
+    several = executor.nodes > 1
+    return mf.runtime_patch(
+        code.volumes if code else [],
+        code.volume_mounts if code else [],
+        mf.merge_affinity(
+            mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and several else None,
+            mf.same_domain_affinity(name, executor.topology_key) if executor.topology_key and several else None,
+        ),
+        preflight_env,
+        # An admin's runtime: the pod settings go into the patch (config/landing.py says which).
+        **(existing_runtime_pod(facts) if existing_runtime else {}),
+    )
+
+
+def _summary(facts: ExecutorFacts, trainjob: dict, runtime: str, code: Optional[CodePackage],
+             launch: LaunchSpec) -> dict[str, Any]:
+    """What a dry run and the submission log say about the task, one line per setting that is in use."""
+    executor = facts.executor
+    gpus = f", {executor.gpus_per_node} GPU(s) per node" if executor.gpus_per_node else ", CPU only"
+    summary = {
+        "trainjob": trainjob["metadata"]["name"],
+        "namespace": executor.namespace,
+        "runtime": runtime,
+        "size": f"{executor.nodes} node(s) x {executor.nprocs_per_node} process(es){gpus}",
+        "image": executor.container_image,
+        "package": describe_package(code) if code else "nothing to ship",
+        "command": launch.command_line,
+    }
+    optional = {
+        "network_fabric": facts.fabric.name if facts.fabric.name != "none" else None,
+        "initializers": (", ".join(st.name for st in facts.initializer_steps)
+                         if executor.initializer is not None else None),
+        "queue": _queue_summary(executor, queue_name(trainjob)),
+        "gang scheduling": executor.pod_group_policy if executor.pod_group_policy != "none" else None,
+        "placement": f"all nodes in one {executor.topology_key} domain" if executor.topology_key else None,
+        "preflight": _preflight_summary(executor.preflight),
+    }
+    summary.update({key: line for key, line in optional.items() if line is not None})
+    return summary
+
+
+def _queue_summary(executor: KubeflowExecutor, queue: Optional[str]) -> Optional[str]:
+    if not queue:
+        return None
+    priority = executor.workload_priority_class
+    return f"Kueue LocalQueue {queue}" + (f", priority {priority}" if priority else "")
+
+
+def _preflight_summary(preflight: object) -> Optional[str]:
+    if not preflight:
+        return None
+    return "the packaged checks" if preflight is True else "your command"
 
 
 def planned_jobs(facts: ExecutorFacts, runtime: Optional[dict]) -> list[naming.ReplicatedJobShape]:

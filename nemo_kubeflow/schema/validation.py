@@ -1461,58 +1461,80 @@ def runtime_patch_conflicts(trainjob: dict, runtime: dict) -> list[str]:
                        .get("replicatedJobs"))
     patch_template = _pod_template(next((j for j in patch_jobs if _dict(j).get("name") == C.TRAINER_NODE), {}))
     admin_template = _pod_template(admin_job)
-    problems: list[str] = []
-
-    def replaced(fname: str, what: str, theirs: Any) -> None:
-        problems.append(f"{fname}: runtime {name!r} already sets {what} to {_short(theirs, 120)}; the job's "
-                        f"runtime patch would replace the admin's value. Leave {fname} unset to keep it, or use a "
-                        "runtime without it")
-
+    conflicts = _PatchConflicts(str(name), _dict(patch_template.get("spec")), _dict(admin_template.get("spec")))
     for section in ("labels", "annotations"):
         theirs = _dict(_dict(admin_template.get("metadata")).get(section))
-        for key, value in _dict(_dict(patch_template.get("metadata")).get(section)).items():
-            if key in theirs and theirs[key] != value:
-                replaced(_PATCH_FIELDS[section], f"pod {section[:-1]} {key!r}", theirs[key])
-    pod, admin = _dict(patch_template.get("spec")), _dict(admin_template.get("spec"))
-    missing = [t for t in _list(admin.get("tolerations")) if t not in _list(pod.get("tolerations"))]
-    if pod.get("tolerations") and missing:
-        problems.append(f"tolerations: runtime {name!r} has tolerations {_short(missing, 160)} and a patch replaces "
-                        "the whole list: add them to tolerations too, or leave tolerations unset")
-    theirs = _dict(admin.get("nodeSelector"))
-    for key, value in _dict(pod.get("nodeSelector")).items():
-        if key in theirs and theirs[key] != value:
-            replaced("node_selector", f"nodeSelector {key!r}", theirs[key])
-    for key in ("serviceAccountName", "terminationGracePeriodSeconds"):
-        if key in pod and key in admin and pod[key] != admin[key]:
-            replaced(_PATCH_FIELDS[key], key, admin[key])
-    theirs = _dict(admin.get("securityContext"))
-    for key, value in _dict(pod.get("securityContext")).items():
-        if key in theirs and theirs[key] != value:
-            replaced(_SECURITY_FIELDS.get(key, "restricted_security"), f"securityContext.{key}", theirs[key])
-    admin_volumes = {_dict(v).get("name") for v in _list(admin.get("volumes"))}
-    for volume in _list(pod.get("volumes")):
-        if _dict(volume).get("name") in admin_volumes:
-            problems.append(f"{_volume_field(str(volume['name']))}: runtime {name!r} already has a volume named "
-                            f"{volume['name']!r}, which the job's volume would replace; rename the runtime's volume")
-    containers = {str(_dict(c).get("name")): _dict(c) for c in _list(admin.get("containers"))}
-    for patched in _list(pod.get("containers")):
-        cname = _dict(patched).get("name")
+        for key, value in _changed(_dict(_dict(patch_template.get("metadata")).get(section)), theirs):
+            conflicts.replaced(_PATCH_FIELDS[section], f"pod {section[:-1]} {key!r}", value)
+    conflicts.check_pod()
+    return conflicts.problems
+
+
+def _changed(ours: dict, theirs: dict) -> Iterator[tuple[Any, Any]]:
+    """The keys of ``ours`` that ``theirs`` sets to another value, with ``theirs``'s value."""
+    return ((key, theirs[key]) for key, value in ours.items() if key in theirs and theirs[key] != value)
+
+
+class _PatchConflicts:
+    """The conflicts of our patch's pod spec ``pod`` with the admin runtime's ``admin``, as messages."""
+
+    def __init__(self, name: str, pod: dict, admin: dict) -> None:
+        self.name, self.pod, self.admin = name, pod, admin
+        self.problems: list[str] = []
+
+    def replaced(self, fname: str, what: str, theirs: Any) -> None:
+        self.problems.append(
+            f"{fname}: runtime {self.name!r} already sets {what} to {_short(theirs, 120)}; the job's "
+            f"runtime patch would replace the admin's value. Leave {fname} unset to keep it, or use a "
+            "runtime without it")
+
+    def check_pod(self) -> None:
+        pod, admin = self.pod, self.admin
+        missing = [t for t in _list(admin.get("tolerations")) if t not in _list(pod.get("tolerations"))]
+        if pod.get("tolerations") and missing:
+            self.problems.append(
+                f"tolerations: runtime {self.name!r} has tolerations {_short(missing, 160)} and a patch replaces "
+                "the whole list: add them to tolerations too, or leave tolerations unset")
+        for key, theirs in _changed(_dict(pod.get("nodeSelector")), _dict(admin.get("nodeSelector"))):
+            self.replaced("node_selector", f"nodeSelector {key!r}", theirs)
+        for key in ("serviceAccountName", "terminationGracePeriodSeconds"):
+            if key in pod and key in admin and pod[key] != admin[key]:
+                self.replaced(_PATCH_FIELDS[key], key, admin[key])
+        for key, theirs in _changed(_dict(pod.get("securityContext")), _dict(admin.get("securityContext"))):
+            self.replaced(_SECURITY_FIELDS.get(key, "restricted_security"), f"securityContext.{key}", theirs)
+        self.check_volumes()
+        containers = {str(_dict(c).get("name")): _dict(c) for c in _list(admin.get("containers"))}
+        for patched in _list(pod.get("containers")):
+            self.check_container(_dict(patched), containers)
+
+    def check_volumes(self) -> None:
+        admin_volumes = {_dict(v).get("name") for v in _list(self.admin.get("volumes"))}
+        for volume in _list(self.pod.get("volumes")):
+            if _dict(volume).get("name") in admin_volumes:
+                self.problems.append(
+                    f"{_volume_field(str(volume['name']))}: runtime {self.name!r} already has a volume named "
+                    f"{volume['name']!r}, which the job's volume would replace; rename the runtime's volume")
+
+    def check_container(self, patched: dict, containers: dict[str, dict]) -> None:
+        """One container of our patch against the runtime's ``containers`` by name."""
+        cname = patched.get("name")
         if cname not in containers:
-            problems.append(f"runtime {name!r} has no container {cname!r} in its {C.TRAINER_NODE!r} pods (it has: "
-                            f"{', '.join(containers) or 'none'}): nemo_kubeflow's mounts and settings go to it")
-            continue
+            self.problems.append(
+                f"runtime {self.name!r} has no container {cname!r} in its {C.TRAINER_NODE!r} pods (it has: "
+                f"{', '.join(containers) or 'none'}): nemo_kubeflow's mounts and settings go to it")
+            return
         mounts = {_dict(m).get("mountPath"): _dict(m).get("name") for m in _list(containers[cname].get("volumeMounts"))}
-        for mount in _list(_dict(patched).get("volumeMounts")):
+        for mount in _list(patched.get("volumeMounts")):
             path = _dict(mount).get("mountPath")
             if path in mounts:
-                problems.append(f"{_volume_field(str(mount.get('name')))}: runtime {name!r} already mounts volume "
-                                f"{mounts[path]!r} at {path!r} in container {cname!r}; mount somewhere else"
-                                + (", or set shm_size=None to keep the runtime's /dev/shm" if path == "/dev/shm" else ""))
-        if _dict(patched).get("securityContext"):
-            others = [n for n in containers if n != cname] + [
-                str(_dict(c).get("name")) for c in _list(admin.get("initContainers"))]
-            if others:
-                problems.append(f"restricted_security: runtime {name!r} runs containers {', '.join(others)} beside "
-                                f"{cname!r}, which a runtime patch cannot restrict; make the runtime's pods pass "
-                                "the restricted profile itself and leave restricted_security False")
-    return problems
+                self.problems.append(
+                    f"{_volume_field(str(mount.get('name')))}: runtime {self.name!r} already mounts volume "
+                    f"{mounts[path]!r} at {path!r} in container {cname!r}; mount somewhere else"
+                    + (", or set shm_size=None to keep the runtime's /dev/shm" if path == "/dev/shm" else ""))
+        others = [n for n in containers if n != cname] + [
+            str(_dict(c).get("name")) for c in _list(self.admin.get("initContainers"))]
+        if patched.get("securityContext") and others:
+            self.problems.append(
+                f"restricted_security: runtime {self.name!r} runs containers {', '.join(others)} beside "
+                f"{cname!r}, which a runtime patch cannot restrict; make the runtime's pods pass "
+                "the restricted profile itself and leave restricted_security False")

@@ -25,7 +25,6 @@ from nemo_kubeflow.observe.diagnosis import IN_JOB_TAIL
 REPO = Path(__file__).resolve().parent.parent
 
 
-
 def core_api(cluster) -> client.CoreV1Api:
     return client.CoreV1Api(client.ApiClient(cluster.configuration()))
 
@@ -266,87 +265,7 @@ def test_preempted_job_resumes_from_its_sigterm_checkpoint(cluster, tmp_path, mo
     assert log[-1] == {"checkpoint": 60, "why": "done"}
 
 
-# --- offline checks of the new settings and of failure rules in runtimes ---------------------------------
-
-
-@pytest.mark.parametrize("settings, expected", [
-    ({"fail_fast_exit_codes": [0]}, "fail_fast_exit_codes=[0]: must be a list of exit codes from 1 to 255"),
-    ({"fail_fast_exit_codes": [1, 300]}, "fail_fast_exit_codes=[1, 300]: must be a list of exit codes from 1 to 255"),
-    ({"fail_fast_exit_codes": [2, 2]}, "fail_fast_exit_codes=[2, 2]: lists an exit code twice"),
-    ({"termination_grace_period_seconds": -1}, "termination_grace_period_seconds=-1: must be a whole number"),
-    ({"restart_on_oom_kill": "yes"}, "restart_on_oom_kill='yes': must be True or False"),
-    ({"restart_on_oom_kill": True, "fail_fast_exit_codes": [1, 137]},
-     "restart_on_oom_kill=True restarts the gang on exit code 137 (OOMKilled), but fail_fast_exit_codes=[1, 137] "
-     "fails the job at once on it"),
-    ({"fail_fast_exit_codes": [1, 3], "runtime_name": "mine"},
-     "fail_fast_exit_codes goes into the rendered runtime"),
-])
-def test_bad_failure_settings_are_refused_before_anything_is_sent(settings, expected):
-    from nemo_kubeflow.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=re.escape(expected)):
-        KubeflowExecutor(container_image="img", **settings).validate()
-
-
-def rendered_runtime(**settings) -> dict:
-    from nemo_kubeflow.build.plan import resolve
-    from nemo_kubeflow.build.render import render_runtime, runtime_context
-
-    executor = KubeflowExecutor(container_image="img", **settings)
-    executor.validate()
-    return render_runtime(runtime_context(resolve(executor)), None)
-
-
-def test_rendered_failure_rules_pass_validation_and_follow_the_settings():
-    from nemo_kubeflow.schema.validation import validate_manifest
-
-    runtime = rendered_runtime(fail_fast_exit_codes=[3, 1], termination_grace_period_seconds=300)
-    assert validate_manifest(runtime) == []
-    jobset = runtime["spec"]["template"]["spec"]
-    node = jobset["replicatedJobs"][-1]["template"]["spec"]
-    assert node["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"] == [1, 3, 137]  # OOMKilled too
-    assert node["template"]["spec"]["terminationGracePeriodSeconds"] == 300
-    assert jobset["failurePolicy"]["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
-    oom_restarts = rendered_runtime(fail_fast_exit_codes=[3, 1], restart_on_oom_kill=True)
-    assert validate_manifest(oom_restarts) == []
-    assert oom_restarts["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["podFailurePolicy"][
-        "rules"][1]["onExitCodes"]["values"] == [1, 3]
-    only_oom = rendered_runtime(fail_fast_exit_codes=[])
-    assert only_oom["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["podFailurePolicy"][
-        "rules"][1]["onExitCodes"]["values"] == [137]
-    # Every exit code ends the Job through a FailJob rule (its event keeps the code); only the fail-fast rule's
-    # message fails the JobSet, any other restarts the gang (JobSet's default).
-    assert node["podFailurePolicy"]["rules"][2] == {"action": "FailJob", "onExitCodes": {
-        "containerName": "node", "operator": "NotIn", "values": [0]}}
-    assert jobset["failurePolicy"]["rules"][0]["onJobFailureMessagePatterns"] == ["matching FailJob rule at index 1$"]
-    plain = rendered_runtime(fail_fast_exit_codes=[], restart_on_oom_kill=True)
-    assert validate_manifest(plain) == []
-    assert "rules" not in plain["spec"]["template"]["spec"]["failurePolicy"]
-    assert [r["action"] for r in plain["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"][
-        "podFailurePolicy"]["rules"]] == ["Count", "FailJob"]
-
-
-def test_failure_rules_the_job_api_or_jobset_would_refuse_are_refused_offline():
-    from nemo_kubeflow.schema.validation import validate_manifest
-
-    runtime = rendered_runtime()
-    jobset = runtime["spec"]["template"]["spec"]
-    node = jobset["replicatedJobs"][-1]["template"]["spec"]
-    node["template"]["spec"]["restartPolicy"] = "OnFailure"
-    codes = node["podFailurePolicy"]["rules"][1]["onExitCodes"]
-    codes.update(values=[3, 0, 3], containerName="nod")
-    node["podFailurePolicy"]["rules"][0]["onExitCodes"] = {"operator": "In", "values": [2]}
-    jobset["failurePolicy"]["rules"].append({"name": "user-error", "action": "FailJobSet"})
-    problems = "\n".join(validate_manifest(runtime))
-    for expected in (
-        "restartPolicy: is \"OnFailure\" (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs Never",
-        "onExitCodes.values: contains 0 with operator In",
-        "onExitCodes.values: must be sorted without duplicates",
-        "onExitCodes.containerName: no container named \"nod\" in the pod template; did you mean node?",
-        "podFailurePolicy.rules[0]: must set exactly one of onExitCodes and onPodConditions",
-        "failurePolicy.rules[1].name: \"user-error\" is not a valid rule name",
-    ):
-        assert expected in problems, problems
+# --- silent nodes: the stall warning (the failure rules rendered: test/unit/build/test_failure_rules.py) ---
 
 
 def test_following_logs_warns_when_a_running_node_goes_silent(cluster):
@@ -381,18 +300,6 @@ def test_status_names_the_running_nodes_that_went_silent(cluster):
     assert desc.state == AppState.RUNNING
     assert desc.msg.startswith("warning: node 1 printed nothing for the last 2 s while running"), desc.msg
     wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, "the job to succeed", timeout=60)
-
-
-def test_runtimes_of_ones_own_with_an_out_of_range_ttl_or_a_rule_name_with_a_newline_are_refused():
-    from nemo_kubeflow.schema.validation import validate_manifest
-
-    runtime = rendered_runtime()
-    jobset = runtime["spec"]["template"]["spec"]
-    jobset["ttlSecondsAfterFinished"] = -1
-    jobset["failurePolicy"]["rules"][0]["name"] = "userError\n"
-    problems = "\n".join(validate_manifest(runtime))
-    assert "ttlSecondsAfterFinished: -1 is out of range (JobSet: 0 to 2147483647 seconds)" in problems, problems
-    assert "failurePolicy.rules[0].name: \"userError\\n\" is not a valid rule name" in problems, problems
 
 
 # --- OOM kills: a user error unless restart_on_oom_kill -------------------------------------------------
@@ -574,73 +481,6 @@ def test_watch_moves_a_detached_job_off_its_lost_node(three_nodes, tmp_path, nem
     assert f"avoiding node {lost} after its pod watched-" in out and "SUCCEEDED" in out.splitlines()[-1], out
     # The repair step names what it did.
     assert f": repaired: avoiding node {lost} after its pod watched-" in out, out
-
-
-def test_the_avoidance_term_keeps_the_runtimes_own_node_affinity_and_replaces_its_own():
-    from nemo_kubeflow.repair.node_avoidance import avoidance_affinity
-
-    gpu = {"key": "gpu", "operator": "In", "values": ["h100"]}
-    pod_spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [gpu, {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"]}]},
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}]}]}}}}
-    terms = avoidance_affinity(pod_spec, ["b", "a"], previous=["a"])["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    ours = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a", "b"]}
-    # A patch replaces the term list whole: each of the runtime's terms (ORed) gets the NotIn (ANDed).
-    assert terms == [{"matchExpressions": [gpu, ours]},
-                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}],
-                      "matchExpressions": [ours]}]
-    assert avoidance_affinity({}, ["a"], previous=[])["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [{"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a"]}]}]
-
-
-def test_only_node_faults_count_and_never_so_many_that_the_job_no_longer_fits():
-    from nemo_kubeflow.repair.node_avoidance import NodeFault, capped, node_faults
-
-    def pod(name, node, reason):
-        return {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"conditions": [
-            {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": "m"}]}}
-
-    pods = [pod("j-node-0-0-a", "n1", "DeletionByTaintManager"), pod("j-node-0-1-b", "n2", "PreemptionByScheduler"),
-            pod("j-node-0-2-c", "n3", "EvictionByEvictionAPI")]
-    events = [{"involvedObject": {"kind": "Pod", "name": "j-node-0-1-z"}, "reason": "Scheduled",
-               "message": "Successfully assigned default/j-node-0-1-z to n4"},
-              {"involvedObject": {"kind": "Pod", "name": "j-node-0-1-z"}, "reason": "Evicted",
-               "message": "The node was low on resource: memory."},
-              {"involvedObject": {"kind": "Pod", "name": "other-node-0-0-q"}, "reason": "NodeNotReady"}]
-    faults = node_faults(pods, events, "j")
-    assert faults == [NodeFault("n1", "j-node-0-0-a", "DisruptionTarget (DeletionByTaintManager: m)"),
-                      NodeFault("n4", "j-node-0-1-z", "Evicted (The node was low on resource: memory.)")]
-    taken, why = capped([], faults, ["n1", "n2", "n3", "n4"], pods=2)
-    assert taken == faults and why == ""
-    taken, why = capped([], faults, ["n1", "n2", "n4"], pods=2)
-    assert taken == faults[:1] and why == "not avoiding node n4: only 1 schedulable node would be left for 2 pods"
-
-
-def test_avoid_failed_nodes_false_marks_the_trainjob_and_a_non_bool_is_refused():
-    from nemo_kubeflow.build.manifests import node_avoidance_annotations as submit_annotations
-    from nemo_kubeflow.errors import ConfigError
-    from nemo_kubeflow.repair.node_avoidance import ANNOTATION, OFF
-
-    assert submit_annotations(KubeflowExecutor(container_image="img", avoid_failed_nodes=False)) == {ANNOTATION: OFF}
-    assert submit_annotations(KubeflowExecutor(container_image="img")) == {}
-    with pytest.raises(ConfigError, match=re.escape("avoid_failed_nodes='no': must be True or False")):
-        KubeflowExecutor(container_image="img", avoid_failed_nodes="no").validate()
-
-
-def test_a_move_the_trainer_webhook_would_refuse_is_not_sent():
-    from nemo_kubeflow.repair.node_avoidance import avoidance_affinity, patch_problems, runtime_patches
-
-    trainjob = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                "metadata": {"name": "j", "namespace": "default"},
-                "spec": {"runtimeRef": {"name": "torch-distributed"},
-                         "runtimePatches": [{"manager": f"example.com/m{i}"} for i in range(16)]}}
-    patches = runtime_patches(trainjob, avoidance_affinity({}, ["n1"], previous=[]))
-    assert any("17 patches, over the CRD limit of 16" in p for p in patch_problems(trainjob, patches)), \
-        patch_problems(trainjob, patches)
-    trainjob["spec"]["runtimePatches"] = trainjob["spec"]["runtimePatches"][:1]
-    assert patch_problems(trainjob, runtime_patches(trainjob, avoidance_affinity({}, ["n1"], previous=[]))) == []
 
 
 def test_runtime_patches_cannot_change_while_the_jobset_still_runs_pods(cluster, tmp_path):

@@ -111,29 +111,6 @@ def test_killed_rank_restarts_from_the_pods_template_and_a_cancel_leaves_no_proc
         create_scheduler("t").cancel(app_id)
 
 
-@pytest.mark.parametrize("settings, expected", [
-    ({"launcher": "ft", "worker_preload": ["torch", "my module"]},
-     "worker_preload=['torch', 'my module']: must be a list of module names to import, e.g. ['torch']"),
-    ({"launcher": "ft", "worker_preload": "torch"}, "worker_preload='torch': must be a list"),
-    ({"launcher": "ft", "rendezvous_poll_seconds": 0}, "rendezvous_poll_seconds=0: must be a number of seconds "
-     "from 0.05 to 1, e.g. 0.1; None keeps ft_launcher's 1 s"),
-    ({"launcher": "ft", "rendezvous_poll_seconds": 5.0}, "rendezvous_poll_seconds=5.0: must be a number"),
-    ({"worker_preload": ["torch"]}, "worker_preload tunes how ft_launcher starts and restarts ranks, but "
-     "launcher=None is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave it unset"),
-    ({"launcher": "torchrun", "worker_preload": ["torch"], "rendezvous_poll_seconds": 0.1},
-     "worker_preload and rendezvous_poll_seconds tune how ft_launcher starts and restarts ranks, but "
-     "launcher='torchrun' is not ft_launcher"),
-])
-def test_bad_warm_start_settings_are_refused_before_anything_is_sent(settings, expected):
-    with pytest.raises(ConfigError, match=re.escape(expected)):
-        KubeflowExecutor(container_image="img", nodes=2, **settings).validate()
-
-
-def test_warm_start_settings_with_the_ft_launcher_pass():
-    KubeflowExecutor(container_image="img", nodes=2, launcher=FT, worker_preload=["torch", "megatron.core"],
-                     rendezvous_poll_seconds=0.1).validate()
-
-
 def test_a_script_that_is_not_python_cannot_be_preloaded(cluster):
     """A bash script runs under ft_launcher --no-python: nothing to fork it from; refused offline."""
     executor = KubeflowExecutor(container_image="python:3.11", nodes=2, kubeconfig=str(cluster.kubeconfig_path),

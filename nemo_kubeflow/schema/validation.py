@@ -420,54 +420,54 @@ def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool =
     parsed: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
     for section in ("requests", "limits"):
         for name, value in _dict(_dict(resources).get(section)).items():
-            where = path + (section, name)
-            if "/" not in name and name not in C.STANDARD_RESOURCES and not name.startswith("hugepages-"):
-                fix = (
-                    "use nvidia.com/gpu"
-                    if "gpu" in name.lower()
-                    else "use a domain-prefixed name such as nvidia.com/gpu"
-                )
-                out.add(
-                    where,
-                    f"{_short(name)} is neither a standard resource"
-                    f" ({', '.join(C.STANDARD_RESOURCES)}) nor domain-prefixed",
-                    fix,
-                )
-            elif "/" in name and _qualified_name_error(name):
-                out.add(where, f"invalid resource name: {_qualified_name_error(name)}")
-            quantity = _check_quantity(value, where, out)
-            if quantity is None:
-                continue
-            if _is_extended(name) and quantity != quantity.to_integral_value():
-                out.add(
-                    where,
-                    f"{_short(value)} is not a whole number; {name} cannot be split",
-                    "request whole devices, e.g. 1",
-                )
-                continue
-            parsed[section][name] = quantity
-    requests, limits = parsed["requests"], parsed["limits"]
-    for name, request in requests.items():
+            quantity = _check_resource(name, value, path + (section, name), out)
+            if quantity is not None:
+                parsed[section][name] = quantity
+    limits = parsed["limits"]
+    for name, request in parsed["requests"].items():
         # Extended resources and hugepages cannot be overcommitted: the API server wants request == limit.
         fixed = _is_extended(name) or name.startswith("hugepages-")
-        if name in limits and request > limits[name]:
+        if name not in limits:
+            if fixed and not partial:
+                out.add(
+                    path + ("limits", name),
+                    f"{name} is requested but has no limit; it cannot be overcommitted",
+                    f"set limits.{name} to the same value",
+                )
+        elif request > limits[name]:
             out.add(
                 path + ("requests", name),
                 f"request {request.normalize():f} exceeds the limit {limits[name].normalize():f}",
                 "lower the request or raise the limit",
             )
-        elif name in limits and fixed and request != limits[name]:
+        elif fixed and request != limits[name]:
             out.add(
                 path + ("requests", name),
                 f"request must equal the limit for {name}",
                 "set requests and limits to the same value (or only limits)",
             )
-        elif name not in limits and fixed and not partial:
-            out.add(
-                path + ("limits", name),
-                f"{name} is requested but has no limit; it cannot be overcommitted",
-                f"set limits.{name} to the same value",
-            )
+
+
+def _check_resource(name: str, value: Any, where: Path, out: _Problems) -> Optional[Decimal]:
+    """One request or limit: its name and quantity; the quantity, or ``None`` when it is wrong."""
+    if "/" not in name and name not in C.STANDARD_RESOURCES and not name.startswith("hugepages-"):
+        fix = "use nvidia.com/gpu" if "gpu" in name.lower() else "use a domain-prefixed name such as nvidia.com/gpu"
+        out.add(
+            where,
+            f"{_short(name)} is neither a standard resource ({', '.join(C.STANDARD_RESOURCES)}) nor domain-prefixed",
+            fix,
+        )
+    elif "/" in name and _qualified_name_error(name):
+        out.add(where, f"invalid resource name: {_qualified_name_error(name)}")
+    quantity = _check_quantity(value, where, out)
+    if quantity is not None and _is_extended(name) and quantity != quantity.to_integral_value():
+        out.add(
+            where,
+            f"{_short(value)} is not a whole number; {name} cannot be split",
+            "request whole devices, e.g. 1",
+        )
+        return None
+    return quantity
 
 
 _ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
@@ -527,6 +527,18 @@ def _check_pod_spec(pod: dict, path: Path, out: _Problems) -> None:
             "use Never or OnFailure (or leave it unset)",
         )
 
+    volumes = _check_pod_volumes(pod, path, out)
+    names: dict[str, Path] = {}
+    for section, items in (("initContainers", inits), ("containers", containers)):
+        for i, container in enumerate(items):
+            if isinstance(container, dict):
+                _check_container(container, section, path + (section, i), volumes, names, out)
+    if pod.get("resources") is not None:
+        _check_resources(pod.get("resources"), path + ("resources",), out)
+
+
+def _check_pod_volumes(pod: dict, path: Path, out: _Problems) -> dict[str, int]:
+    """Check the pod's volumes; their names, each with the index of its first declaration."""
     volumes: dict[str, int] = {}
     for i, volume in enumerate(_list(pod.get("volumes"))):
         name = _dict(volume).get("name")
@@ -543,58 +555,59 @@ def _check_pod_spec(pod: dict, path: Path, out: _Problems) -> None:
         size = _dict(_dict(volume).get("emptyDir")).get("sizeLimit")
         if size is not None:
             _check_quantity(size, path + ("volumes", i, "emptyDir", "sizeLimit"), out)
+    return volumes
 
-    names: dict[str, Path] = {}
-    for section, items in (("initContainers", inits), ("containers", containers)):
-        for i, container in enumerate(items):
-            if not isinstance(container, dict):
-                continue
-            where = path + (section, i)
-            name = container.get("name")
-            if isinstance(name, str):
-                _check_dns_label(name, where + ("name",), out, what="container name")
-                if name in names:
-                    out.add(
-                        where + ("name",),
-                        f"container name {name} is already used at {_fmt_path(names[name])}",
-                        "give every container and init container its own name",
-                    )
-                names.setdefault(name, where)
-            policy = container.get("restartPolicy")
-            if section == "containers" and policy is not None:
+
+def _check_container(container: dict, section: str, where: Path, volumes: dict[str, int],
+                     names: dict[str, Path], out: _Problems) -> None:
+    """One container or init container; ``names``: the container names seen so far (this one is added)."""
+    name = container.get("name")
+    if isinstance(name, str):
+        _check_dns_label(name, where + ("name",), out, what="container name")
+        if name in names:
+            out.add(
+                where + ("name",),
+                f"container name {name} is already used at {_fmt_path(names[name])}",
+                "give every container and init container its own name",
+            )
+        names.setdefault(name, where)
+    policy = container.get("restartPolicy")
+    if section == "containers" and policy is not None:
+        out.add(
+            where + ("restartPolicy",),
+            "only init containers take a restartPolicy (native sidecars)",
+            "move this container to initContainers with restartPolicy: Always",
+        )
+    elif section == "initContainers" and policy not in (None, "Always"):
+        out.add(
+            where + ("restartPolicy",),
+            f"{_short(policy)} is not allowed",
+            "use Always (a native sidecar) or leave it unset",
+        )
+    _check_env(container.get("env"), where + ("env",), out)
+    _check_resources(container.get("resources"), where + ("resources",), out)
+    _check_volume_mounts(container, where, volumes, out)
+
+
+def _check_volume_mounts(container: dict, where: Path, volumes: dict[str, int], out: _Problems) -> None:
+    mount_paths: dict[str, int] = {}
+    for j, mount in enumerate(_list(container.get("volumeMounts"))):
+        ref, mount_path = _dict(mount).get("name"), _dict(mount).get("mountPath")
+        if isinstance(ref, str) and ref not in volumes:
+            match = _close_match(ref, list(volumes))
+            out.add(
+                where + ("volumeMounts", j, "name"),
+                f"no volume named {ref} in the pod's volumes",
+                f"did you mean {match}?" if match else "declare it under the pod's volumes",
+            )
+        if isinstance(mount_path, str):
+            if mount_path in mount_paths:
                 out.add(
-                    where + ("restartPolicy",),
-                    "only init containers take a restartPolicy (native sidecars)",
-                    "move this container to initContainers with restartPolicy: Always",
+                    where + ("volumeMounts", j, "mountPath"),
+                    f"{mount_path} is already mounted at volumeMounts[{mount_paths[mount_path]}]",
+                    "mount each path once",
                 )
-            elif section == "initContainers" and policy not in (None, "Always"):
-                out.add(
-                    where + ("restartPolicy",),
-                    f"{_short(policy)} is not allowed",
-                    "use Always (a native sidecar) or leave it unset",
-                )
-            _check_env(container.get("env"), where + ("env",), out)
-            _check_resources(container.get("resources"), where + ("resources",), out)
-            mount_paths: dict[str, int] = {}
-            for j, mount in enumerate(_list(container.get("volumeMounts"))):
-                ref, mount_path = _dict(mount).get("name"), _dict(mount).get("mountPath")
-                if isinstance(ref, str) and ref not in volumes:
-                    match = _close_match(ref, list(volumes))
-                    out.add(
-                        where + ("volumeMounts", j, "name"),
-                        f"no volume named {ref} in the pod's volumes",
-                        f"did you mean {match}?" if match else "declare it under the pod's volumes",
-                    )
-                if isinstance(mount_path, str):
-                    if mount_path in mount_paths:
-                        out.add(
-                            where + ("volumeMounts", j, "mountPath"),
-                            f"{mount_path} is already mounted at volumeMounts[{mount_paths[mount_path]}]",
-                            "mount each path once",
-                        )
-                    mount_paths.setdefault(mount_path, j)
-    if pod.get("resources") is not None:
-        _check_resources(pod.get("resources"), path + ("resources",), out)
+            mount_paths.setdefault(mount_path, j)
 
 
 # --- the schema layer: the compiled CRD and core schemas (schemas.json) ---------------------
@@ -675,28 +688,40 @@ def _check_constraints(value: Any, node: dict, path: Path, out: _Problems) -> No
             out.add(path, f"{value} does not fit {node['format']} ({low} to {high})",
                     f"set at most {high}" if value > high else f"set at least {low}")
     if _is_number(value):
-        if "minimum" in node and value < node["minimum"]:
-            out.soft(path, f"{value} is less than {node['minimum']}", f"set at least {node['minimum']}")
-        if "maximum" in node and value > node["maximum"]:
-            out.soft(path, f"{value} is more than {node['maximum']}", f"set at most {node['maximum']}")
+        _check_number_constraints(value, node, path, out)
     elif isinstance(value, list):
-        if "maxItems" in node and len(value) > node["maxItems"]:
-            out.soft(path, f"{len(value)} items, over the CRD limit of {node['maxItems']}", "remove some")
-        if "minItems" in node and len(value) < node["minItems"]:
-            out.soft(path, f"{len(value)} items; the CRD requires at least {node['minItems']}", "add items")
+        _check_list_constraints(value, node, path, out)
     elif isinstance(value, str):
-        if "maxLength" in node and len(value) > node["maxLength"]:
-            out.soft(path, f"{len(value)} characters, over the CRD limit of {node['maxLength']}", "shorten it")
-        if "minLength" in node and len(value) < node["minLength"]:
-            out.soft(path, "must not be empty" if node["minLength"] == 1
-                     else f"shorter than the {node['minLength']} characters the CRD requires", "set a value")
-        compiled = _pattern(node["pattern"]) if "pattern" in node else None
-        if compiled is not None and not compiled.search(value):
-            if node.get("type") == "quantity":
-                out.soft(path, f"{_short(value)} is not a Kubernetes quantity", _QUANTITY_FIX)
-            else:
-                out.soft(path, f"{_short(value)} does not match the CRD's pattern {node['pattern']}",
-                         "fix the value")
+        _check_string_constraints(value, node, path, out)
+
+
+def _check_number_constraints(value: Any, node: dict, path: Path, out: _Problems) -> None:
+    if "minimum" in node and value < node["minimum"]:
+        out.soft(path, f"{value} is less than {node['minimum']}", f"set at least {node['minimum']}")
+    if "maximum" in node and value > node["maximum"]:
+        out.soft(path, f"{value} is more than {node['maximum']}", f"set at most {node['maximum']}")
+
+
+def _check_list_constraints(value: list, node: dict, path: Path, out: _Problems) -> None:
+    if "maxItems" in node and len(value) > node["maxItems"]:
+        out.soft(path, f"{len(value)} items, over the CRD limit of {node['maxItems']}", "remove some")
+    if "minItems" in node and len(value) < node["minItems"]:
+        out.soft(path, f"{len(value)} items; the CRD requires at least {node['minItems']}", "add items")
+
+
+def _check_string_constraints(value: str, node: dict, path: Path, out: _Problems) -> None:
+    if "maxLength" in node and len(value) > node["maxLength"]:
+        out.soft(path, f"{len(value)} characters, over the CRD limit of {node['maxLength']}", "shorten it")
+    if "minLength" in node and len(value) < node["minLength"]:
+        out.soft(path, "must not be empty" if node["minLength"] == 1
+                 else f"shorter than the {node['minLength']} characters the CRD requires", "set a value")
+    compiled = _pattern(node["pattern"]) if "pattern" in node else None
+    if compiled is None or compiled.search(value):
+        return
+    if node.get("type") == "quantity":
+        out.soft(path, f"{_short(value)} is not a Kubernetes quantity", _QUANTITY_FIX)
+    else:
+        out.soft(path, f"{_short(value)} does not match the CRD's pattern {node['pattern']}", "fix the value")
 
 
 def _walk(value: Any, index: int, path: Path, out: _Problems, unknown: str, core: bool = False) -> None:

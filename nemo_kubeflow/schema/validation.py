@@ -783,48 +783,8 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
         out.add(("spec",), "required object is missing", "set spec.runtimeRef and spec.trainer")
         return
     path: Path = ("spec",)
-    ref = _dict(spec.get("runtimeRef"))
-    if ref.get("name") == "":
-        out.add(
-            path + ("runtimeRef", "name"),
-            "must not be empty",
-            "name the runtime to run, e.g. torch-distributed",
-        )
-    elif isinstance(ref.get("name"), str):
-        _check_subdomain(ref["name"], path + ("runtimeRef", "name"), out)
-    kind, group = ref.get("kind"), ref.get("apiGroup")
-    if isinstance(kind, str) and kind not in (C.CLUSTER_RUNTIME_KIND, C.RUNTIME_KIND):
-        out.add(
-            path + ("runtimeRef", "kind"),
-            f"{_short(kind)} is not a runtime kind",
-            f"use {C.CLUSTER_RUNTIME_KIND} or {C.RUNTIME_KIND}",
-        )
-    if isinstance(group, str) and group != C.TRAINER_GROUP:
-        out.add(
-            path + ("runtimeRef", "apiGroup"),
-            f"{_short(group)} is not the Trainer API group",
-            f"use {C.TRAINER_GROUP} or leave it unset",
-        )
-
-    trainer = _dict(spec.get("trainer"))
-    tpath = path + ("trainer",)
-    for field in ("numNodes", "numProcPerNode"):
-        if _is_int(trainer.get(field)) and trainer[field] < 1:
-            out.add(tpath + (field,), f"{trainer[field]} is less than 1", "set at least 1")
-    for field, limit in (
-        ("command", C.TRAINER_ARGV_MAX_ITEMS),
-        ("args", C.TRAINER_ARGV_MAX_ITEMS),
-        ("env", C.TRAINER_ENV_MAX_ITEMS),
-    ):
-        if len(_list(trainer.get(field))) > limit:
-            out.add(
-                tpath + (field,),
-                f"{len(trainer[field])} items, over the CRD limit of {limit}",
-                "move the rest into a script",
-            )
-    _check_env(trainer.get("env"), tpath + ("env",), out, trainer_env=True)
-    _check_resources(trainer.get("resourcesPerNode"), tpath + ("resourcesPerNode",), out, partial=True)
-
+    _check_runtime_ref(_dict(spec.get("runtimeRef")), path + ("runtimeRef",), out)
+    _check_trainer(_dict(spec.get("trainer")), path + ("trainer",), out)
     deadline = spec.get("activeDeadlineSeconds")
     if _is_int(deadline) and deadline < 1:
         out.add(
@@ -842,18 +802,55 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
         )
 
     for step in ("dataset", "model"):
-        init = _dict(_dict(spec.get("initializer")).get(step))
-        ipath = path + ("initializer", step)
-        uri = init.get("storageUri")
-        if isinstance(uri, str) and uri and not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://.+", uri):
-            out.add(
-                ipath + ("storageUri",),
-                f"{_short(uri)} is not a URI",
-                "use scheme://..., e.g. hf://org/model",
-            )
-        _check_env(init.get("env"), ipath + ("env",), out)
+        _check_initializer(_dict(_dict(spec.get("initializer")).get(step)), path + ("initializer", step), out)
     _check_runtime_patches(spec.get("runtimePatches"), path + ("runtimePatches",), out)
     _check_pod_names(obj, None, out)
+
+
+def _check_runtime_ref(ref: dict, path: Path, out: _Problems) -> None:
+    if ref.get("name") == "":
+        out.add(path + ("name",), "must not be empty", "name the runtime to run, e.g. torch-distributed")
+    elif isinstance(ref.get("name"), str):
+        _check_subdomain(ref["name"], path + ("name",), out)
+    kind, group = ref.get("kind"), ref.get("apiGroup")
+    if isinstance(kind, str) and kind not in (C.CLUSTER_RUNTIME_KIND, C.RUNTIME_KIND):
+        out.add(
+            path + ("kind",),
+            f"{_short(kind)} is not a runtime kind",
+            f"use {C.CLUSTER_RUNTIME_KIND} or {C.RUNTIME_KIND}",
+        )
+    if isinstance(group, str) and group != C.TRAINER_GROUP:
+        out.add(
+            path + ("apiGroup",),
+            f"{_short(group)} is not the Trainer API group",
+            f"use {C.TRAINER_GROUP} or leave it unset",
+        )
+
+
+def _check_trainer(trainer: dict, tpath: Path, out: _Problems) -> None:
+    for field in ("numNodes", "numProcPerNode"):
+        if _is_int(trainer.get(field)) and trainer[field] < 1:
+            out.add(tpath + (field,), f"{trainer[field]} is less than 1", "set at least 1")
+    for field, limit in (
+        ("command", C.TRAINER_ARGV_MAX_ITEMS),
+        ("args", C.TRAINER_ARGV_MAX_ITEMS),
+        ("env", C.TRAINER_ENV_MAX_ITEMS),
+    ):
+        if len(_list(trainer.get(field))) > limit:
+            out.add(
+                tpath + (field,),
+                f"{len(trainer[field])} items, over the CRD limit of {limit}",
+                "move the rest into a script",
+            )
+    _check_env(trainer.get("env"), tpath + ("env",), out, trainer_env=True)
+    _check_resources(trainer.get("resourcesPerNode"), tpath + ("resourcesPerNode",), out, partial=True)
+
+
+def _check_initializer(init: dict, ipath: Path, out: _Problems) -> None:
+    uri = init.get("storageUri")
+    if isinstance(uri, str) and uri and not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://.+", uri):
+        out.add(ipath + ("storageUri",), f"{_short(uri)} is not a URI", "use scheme://..., e.g. hf://org/model")
+    _check_env(init.get("env"), ipath + ("env",), out)
 
 
 _INITIALIZER_CONTAINERS = ("dataset-initializer", "model-initializer")
@@ -970,22 +967,31 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
     jobset = _dict(_dict(spec.get("template")).get("spec"))
     jpath = path + ("template", "spec")
     rjobs = _list(jobset.get("replicatedJobs"))
+    _check_jobset_settings(jobset, rjobs, jpath, out)
+    _check_replicated_job_names(spec, rjobs, path, out)
+    _check_replicated_jobs(rjobs, jpath + ("replicatedJobs",), out, schema_paths)
+    _check_failure_policies(jobset, rjobs, jpath, out)
+    _check_env_injection(_dict(spec.get("mlPolicy")), rjobs, path + ("mlPolicy",), out)
+
+
+def _check_jobset_settings(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
+    """The runtime's JobSet settings the webhook refuses: no jobs, two startup orders, a TTL out of range,
+    a namespace in a claim template."""
     if not rjobs:
         out.add(
             jpath + ("replicatedJobs",),
             "must list at least one replicated job",
             "add the `node` job (see the torch-distributed runtime)",
         )
-    if _dict(jobset.get("startupPolicy")).get("startupPolicyOrder") == "InOrder" and any(
-        _dict(j).get("dependsOn") for j in rjobs
-    ):
+    in_order = _dict(jobset.get("startupPolicy")).get("startupPolicyOrder") == "InOrder"
+    if in_order and any(_dict(j).get("dependsOn") for j in rjobs):
         out.add(
             jpath + ("startupPolicy",),
             "startupPolicyOrder InOrder and replicatedJobs[].dependsOn are mutually exclusive",
             "use one of them",
         )
     ttl = jobset.get("ttlSecondsAfterFinished")
-    if isinstance(ttl, int) and not isinstance(ttl, bool) and not 0 <= ttl <= C.JOBSET_TTL_MAX:
+    if _is_int(ttl) and not 0 <= ttl <= C.JOBSET_TTL_MAX:
         out.add(
             jpath + ("ttlSecondsAfterFinished",),
             f"{ttl} is out of range (JobSet: 0 to {C.JOBSET_TTL_MAX} seconds)",
@@ -999,18 +1005,23 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
                 "remove it",
             )
 
+
+def _check_replicated_job_names(spec: dict, rjobs: list, path: Path, out: _Problems) -> None:
+    """The replicated jobs' names, each once, and every reference to one (dependsOn, envInjection...)."""
+    jpath = path + ("template", "spec")
     names: dict[str, int] = {}
     for i, rjob in enumerate(rjobs):
         name = _dict(rjob).get("name")
-        if isinstance(name, str):
-            _check_dns_label(name, jpath + ("replicatedJobs", i, "name"), out, what="replicated job name")
-            if name in names:
-                out.add(
-                    jpath + ("replicatedJobs", i, "name"),
-                    f"replicated job {name} is already defined at replicatedJobs[{names[name]}]",
-                    "give each replicated job its own name",
-                )
-            names.setdefault(name, i)
+        if not isinstance(name, str):
+            continue
+        _check_dns_label(name, jpath + ("replicatedJobs", i, "name"), out, what="replicated job name")
+        if name in names:
+            out.add(
+                jpath + ("replicatedJobs", i, "name"),
+                f"replicated job {name} is already defined at replicatedJobs[{names[name]}]",
+                "give each replicated job its own name",
+            )
+        names.setdefault(name, i)
     for pattern in _RJOB_REFERENCES:
         for where, ref in _find(spec, pattern, path):
             if isinstance(ref, str) and ref not in names:
@@ -1019,10 +1030,6 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
                     f"no replicated job named {ref}",
                     _did_you_mean(ref, list(names), known="replicated jobs"),
                 )
-
-    _check_replicated_jobs(rjobs, jpath + ("replicatedJobs",), out, schema_paths)
-    _check_failure_policies(jobset, rjobs, jpath, out)
-    _check_env_injection(_dict(spec.get("mlPolicy")), rjobs, path + ("mlPolicy",), out)
 
 
 #: JobSet v0.12 failurePolicy rule names (jobset_types.go).
@@ -1036,51 +1043,60 @@ def _check_failure_policies(jobset: dict, rjobs: list, jpath: Path, out: _Proble
     seen: dict[str, int] = {}
     for i, rule in enumerate(_list(_dict(jobset.get("failurePolicy")).get("rules"))):
         name = _dict(rule).get("name")
+        if not isinstance(name, str):
+            continue
         where = jpath + ("failurePolicy", "rules", i, "name")
-        if isinstance(name, str) and not _FAILURE_RULE_NAME.fullmatch(name):
+        if not _FAILURE_RULE_NAME.fullmatch(name):
             out.add(where, f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
                     "start with a letter; use letters, digits, '_', ',' or ':'")
-        elif isinstance(name, str) and name in seen:
+        elif name in seen:
             out.add(where, f"rule {name} is already defined at rules[{seen[name]}]", "give each rule its own name")
-        if isinstance(name, str):
-            seen.setdefault(name, i)
+        seen.setdefault(name, i)
     for r, rjob in enumerate(rjobs):
-        job_spec = _dict(_dict(_dict(rjob).get("template")).get("spec"))
-        policy = job_spec.get("podFailurePolicy")
-        if not isinstance(policy, dict):
-            continue
-        ppath = jpath + ("replicatedJobs", r, "template", "spec", "podFailurePolicy")
-        pod_spec = _pod_spec(rjob)
-        restart = pod_spec.get("restartPolicy", "OnFailure")
-        if restart != "Never":
-            out.add(jpath + ("replicatedJobs", r) + _POD_SPEC_PATH + ("restartPolicy",),
-                    f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs "
-                    "Never", "set restartPolicy: Never in the pod template")
-        containers = {c.get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))
-                      if isinstance(c, dict)}
-        for k, rule in enumerate(_list(policy.get("rules"))):
-            rule, rpath = _dict(rule), ppath + ("rules", k)
-            if ("onExitCodes" in rule) == ("onPodConditions" in rule):
-                out.add(rpath, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
-            codes = _dict(rule.get("onExitCodes"))
-            if not codes:
-                continue
-            cpath = rpath + ("onExitCodes",)
-            if codes.get("operator") not in _EXIT_CODE_OPERATORS:
-                out.add(cpath + ("operator",), f"{_short(codes.get('operator'))} is not allowed", "use In or NotIn")
-            container = codes.get("containerName")
-            if container is not None and container not in containers:
-                out.add(cpath + ("containerName",), f"no container named {_short(container)} in the pod template",
-                        _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
-            values = _list(codes.get("values"))
-            if not values or len(values) > 255:
-                out.add(cpath + ("values",), "must list 1 to 255 exit codes", "list the exit codes the rule matches")
-            elif all(_is_int(v) for v in values):
-                if codes.get("operator") == "In" and 0 in values:
-                    out.add(cpath + ("values",), "contains 0 with operator In (the Job API refuses it)", "remove 0")
-                if values != sorted(set(values)):
-                    out.add(cpath + ("values",), "must be sorted without duplicates (the Job API refuses it)",
-                            f"write {sorted(set(values))}")
+        _check_pod_failure_policy(rjob, jpath + ("replicatedJobs", r), out)
+
+
+def _check_pod_failure_policy(rjob: Any, rpath: Path, out: _Problems) -> None:
+    """One replicated job's podFailurePolicy, as the Job API checks it."""
+    policy = _dict(_dict(_dict(rjob).get("template")).get("spec")).get("podFailurePolicy")
+    if not isinstance(policy, dict):
+        return
+    ppath = rpath + ("template", "spec", "podFailurePolicy")
+    pod_spec = _pod_spec(rjob)
+    restart = pod_spec.get("restartPolicy", "OnFailure")
+    if restart != "Never":
+        out.add(rpath + _POD_SPEC_PATH + ("restartPolicy",),
+                f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs "
+                "Never", "set restartPolicy: Never in the pod template")
+    containers = {c.get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))
+                  if isinstance(c, dict)}
+    for k, rule in enumerate(_list(policy.get("rules"))):
+        rule, rpath_k = _dict(rule), ppath + ("rules", k)
+        if ("onExitCodes" in rule) == ("onPodConditions" in rule):
+            out.add(rpath_k, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
+        codes = _dict(rule.get("onExitCodes"))
+        if codes:
+            _check_exit_codes(codes, rpath_k + ("onExitCodes",), containers, out)
+
+
+def _check_exit_codes(codes: dict, cpath: Path, containers: set, out: _Problems) -> None:
+    if codes.get("operator") not in _EXIT_CODE_OPERATORS:
+        out.add(cpath + ("operator",), f"{_short(codes.get('operator'))} is not allowed", "use In or NotIn")
+    container = codes.get("containerName")
+    if container is not None and container not in containers:
+        out.add(cpath + ("containerName",), f"no container named {_short(container)} in the pod template",
+                _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
+    values = _list(codes.get("values"))
+    if not values or len(values) > 255:
+        out.add(cpath + ("values",), "must list 1 to 255 exit codes", "list the exit codes the rule matches")
+        return
+    if not all(_is_int(v) for v in values):
+        return
+    if codes.get("operator") == "In" and 0 in values:
+        out.add(cpath + ("values",), "contains 0 with operator In (the Job API refuses it)", "remove 0")
+    if values != sorted(set(values)):
+        out.add(cpath + ("values",), "must be sorted without duplicates (the Job API refuses it)",
+                f"write {sorted(set(values))}")
 
 
 def _check_ml_policy(policy: Any, path: Path, out: _Problems) -> None:
@@ -1124,55 +1140,11 @@ def _pod_spec(rjob: Any) -> dict:
 
 
 def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths: set[Path]) -> None:
-    trainer_jobs = []
-    for i, rjob in enumerate(rjobs):
-        if not isinstance(rjob, dict):
-            continue
-        rpath = path + (i,)
-        template = _dict(rjob.get("template"))
-        ancestor = _job_labels(rjob).get(C.ANCESTOR_LABEL)
-        replicas = rjob.get("replicas")
-        if ancestor is not None and _is_int(replicas) and replicas != 1:
-            out.add(
-                rpath + ("replicas",),
-                f"is {_short(replicas)}, but jobs labelled {C.ANCESTOR_LABEL} must have one replica"
-                " (Trainer webhook)",
-                "set replicas: 1 or leave it unset; scale with numNodes",
-            )
-        if ancestor == C.ANCESTOR_TRAINER:
-            trainer_jobs.append(i)
-        _check_labels_annotations(_dict(template.get("metadata")), rpath + ("template", "metadata"), out)
-        _check_labels_annotations(
-            _dict(_pod_template(rjob).get("metadata")),
-            rpath + ("template", "spec", "template", "metadata"),
-            out,
-        )
-        _check_pod_spec(_pod_spec(rjob), rpath + _POD_SPEC_PATH, out)
-        if isinstance(template.get("spec"), dict):
-            job = {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": _dict(template.get("metadata")),
-                "spec": template["spec"],
-            }
-            _check_kube(job, "Job", rpath + ("template",), out, schema_paths)
-
+    trainer_jobs = [i for i, rjob in enumerate(rjobs)
+                    if isinstance(rjob, dict) and _check_replicated_job(rjob, path + (i,), out, schema_paths)]
     if not trainer_jobs:
-        misplaced = any(
-            C.ANCESTOR_LABEL in _dict(_dict(_pod_template(j).get("metadata")).get("labels")) for j in rjobs
-        )
-        where = (
-            "on the Job template (replicatedJobs[].template.metadata.labels), not the pod template"
-            if misplaced
-            else "to the job that runs training"
-        )
         if rjobs:
-            out.add(
-                path,
-                f"no replicated job is labelled {C.ANCESTOR_LABEL}: {C.ANCESTOR_TRAINER};"
-                " Trainer cannot tell where spec.trainer goes",
-                f"add the label {where}",
-            )
+            _no_trainer_job(rjobs, path, out)
         return
     for extra in trainer_jobs[1:]:
         out.add(
@@ -1199,7 +1171,56 @@ def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths
             f"name the training container {C.TRAINER_NODE}",
         )
         return
-    npath = rpath + _POD_SPEC_PATH + ("containers", containers.index(node))
+    _check_node_container(node, rpath + _POD_SPEC_PATH + ("containers", containers.index(node)), out)
+
+
+def _check_replicated_job(rjob: dict, rpath: Path, out: _Problems, schema_paths: set[Path]) -> bool:
+    """One replicated job: its replicas, labels, pod spec and Job schema; whether it is the trainer job."""
+    template = _dict(rjob.get("template"))
+    ancestor = _job_labels(rjob).get(C.ANCESTOR_LABEL)
+    replicas = rjob.get("replicas")
+    if ancestor is not None and _is_int(replicas) and replicas != 1:
+        out.add(
+            rpath + ("replicas",),
+            f"is {_short(replicas)}, but jobs labelled {C.ANCESTOR_LABEL} must have one replica"
+            " (Trainer webhook)",
+            "set replicas: 1 or leave it unset; scale with numNodes",
+        )
+    _check_labels_annotations(_dict(template.get("metadata")), rpath + ("template", "metadata"), out)
+    _check_labels_annotations(
+        _dict(_pod_template(rjob).get("metadata")),
+        rpath + ("template", "spec", "template", "metadata"),
+        out,
+    )
+    _check_pod_spec(_pod_spec(rjob), rpath + _POD_SPEC_PATH, out)
+    if isinstance(template.get("spec"), dict):
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": _dict(template.get("metadata")),
+            "spec": template["spec"],
+        }
+        _check_kube(job, "Job", rpath + ("template",), out, schema_paths)
+    return ancestor == C.ANCESTOR_TRAINER
+
+
+def _no_trainer_job(rjobs: list, path: Path, out: _Problems) -> None:
+    misplaced = any(C.ANCESTOR_LABEL in _dict(_dict(_pod_template(j).get("metadata")).get("labels")) for j in rjobs)
+    where = (
+        "on the Job template (replicatedJobs[].template.metadata.labels), not the pod template"
+        if misplaced
+        else "to the job that runs training"
+    )
+    out.add(
+        path,
+        f"no replicated job is labelled {C.ANCESTOR_LABEL}: {C.ANCESTOR_TRAINER};"
+        " Trainer cannot tell where spec.trainer goes",
+        f"add the label {where}",
+    )
+
+
+def _check_node_container(node: dict, npath: Path, out: _Problems) -> None:
+    """The trainer job's ``node`` container, as the Kubeflow SDK reads it."""
     if not node.get("image"):
         out.add(
             npath + ("image",),

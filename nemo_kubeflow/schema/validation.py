@@ -537,23 +537,28 @@ def _check_pod_spec(pod: dict, path: Path, out: _Problems) -> None:
         _check_resources(pod.get("resources"), path + ("resources",), out)
 
 
-def _check_pod_volumes(pod: dict, path: Path, out: _Problems) -> dict[str, int]:
-    """Check the pod's volumes; their names, each with the index of its first declaration."""
-    volumes: dict[str, int] = {}
-    for i, volume in enumerate(_list(pod.get("volumes"))):
-        name = _dict(volume).get("name")
+def _unique_names(items: list, path: Path, what: str, verb: str, fix: str, out: _Problems) -> dict[str, int]:
+    """Check the names of ``items`` at ``path`` (``volumes``, ``replicatedJobs``): DNS labels, each given once.
+    Returns the names, each with the index of its first item."""
+    names: dict[str, int] = {}
+    for i, item in enumerate(items):
+        name = _dict(item).get("name")
         if not isinstance(name, str):
             continue
-        _check_dns_label(name, path + ("volumes", i, "name"), out, what="volume name")
-        if name in volumes:
-            out.add(
-                path + ("volumes", i, "name"),
-                f"volume {name} is already declared at volumes[{volumes[name]}]",
-                "rename or remove one of them",
-            )
-        volumes.setdefault(name, i)
+        _check_dns_label(name, path + (i, "name"), out, what=f"{what} name")
+        if name in names:
+            out.add(path + (i, "name"), f"{what} {name} is already {verb} at {path[-1]}[{names[name]}]", fix)
+        names.setdefault(name, i)
+    return names
+
+
+def _check_pod_volumes(pod: dict, path: Path, out: _Problems) -> dict[str, int]:
+    """Check the pod's volumes; their names, each with the index of its first declaration."""
+    items = _list(pod.get("volumes"))
+    volumes = _unique_names(items, path + ("volumes",), "volume", "declared", "rename or remove one of them", out)
+    for i, volume in enumerate(items):
         size = _dict(_dict(volume).get("emptyDir")).get("sizeLimit")
-        if size is not None:
+        if size is not None and isinstance(_dict(volume).get("name"), str):
             _check_quantity(size, path + ("volumes", i, "emptyDir", "sizeLimit"), out)
     return volumes
 
@@ -1008,20 +1013,8 @@ def _check_jobset_settings(jobset: dict, rjobs: list, jpath: Path, out: _Problem
 
 def _check_replicated_job_names(spec: dict, rjobs: list, path: Path, out: _Problems) -> None:
     """The replicated jobs' names, each once, and every reference to one (dependsOn, envInjection...)."""
-    jpath = path + ("template", "spec")
-    names: dict[str, int] = {}
-    for i, rjob in enumerate(rjobs):
-        name = _dict(rjob).get("name")
-        if not isinstance(name, str):
-            continue
-        _check_dns_label(name, jpath + ("replicatedJobs", i, "name"), out, what="replicated job name")
-        if name in names:
-            out.add(
-                jpath + ("replicatedJobs", i, "name"),
-                f"replicated job {name} is already defined at replicatedJobs[{names[name]}]",
-                "give each replicated job its own name",
-            )
-        names.setdefault(name, i)
+    names = _unique_names(rjobs, path + ("template", "spec", "replicatedJobs"), "replicated job", "defined",
+                          "give each replicated job its own name", out)
     for pattern in _RJOB_REFERENCES:
         for where, ref in _find(spec, pattern, path):
             if isinstance(ref, str) and ref not in names:

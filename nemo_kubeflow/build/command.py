@@ -226,6 +226,35 @@ def rewrite_workspace(arg: str, workspace: str) -> str:
     return arg.replace(NEMO_RUN_POD_DIR + "/", workspace.rstrip("/") + "/")
 
 
+def _warm_start_line(quoted: list[str], rendezvous_id: str, worker_preload: Sequence[str],
+                     rendezvous_poll_seconds: float | None) -> str:
+    """ft_launcher through warm_start.py: workers forked from a template that preloaded modules."""
+    kept, rest = split_torchrun_args(quoted)
+    options = []
+    if worker_preload:
+        options += ["--preload", shlex.quote(",".join(worker_preload))]
+    if rendezvous_poll_seconds is not None:
+        options += ["--poll", repr(float(rendezvous_poll_seconds))]
+    if any(flag in _MODULE_FLAGS for flag in kept):
+        options.append("--module")
+        kept = [flag for flag in kept if flag not in _MODULE_FLAGS]
+    return " ".join(["python3", WARM_START_FILE, "launch", *options, ft_rendezvous_flags(rendezvous_id),
+                     *kept, "--", *rest])
+
+
+def _setup_lines(prologue: str, exports: Mapping[str, str] | None, pythonpath: Sequence[str],
+                 workdir: str | None) -> list[str]:
+    """The script's lines before the command: the prologue, the exports, PYTHONPATH, the directory."""
+    lines = [prologue.rstrip()] if prologue.strip() else []
+    lines += [f"export {name}={value}" for name, value in (exports or {}).items()]
+    if pythonpath:
+        joined = ":".join(shlex.quote(p) for p in pythonpath)
+        lines.append(f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    if workdir:
+        lines.append(f"cd {shlex.quote(workdir)}")
+    return lines
+
+
 def build_launch(
     entrypoint: str,
     args: Sequence[str],
@@ -263,50 +292,24 @@ def build_launch(
     """
     args = [rewrite_workspace(a, workspace) for a in args]
     quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
-    uses_torchrun = warm = False
+    warm = entrypoint == "ft_launcher" and (bool(worker_preload) or rendezvous_poll_seconds is not None)
     if entrypoint == "torchrun":
         kept, rest = split_torchrun_args(quoted)
         line = " ".join(["torchrun", pet_flags(), *kept, *rest])
-        uses_torchrun = True
+    elif warm:
+        line = _warm_start_line(quoted, rendezvous_id, worker_preload, rendezvous_poll_seconds)
     elif entrypoint == "ft_launcher":
         kept, rest = split_torchrun_args(quoted)
-        uses_torchrun = True
-        warm = bool(worker_preload) or rendezvous_poll_seconds is not None
-        if warm:
-            options = []
-            if worker_preload:
-                options += ["--preload", shlex.quote(",".join(worker_preload))]
-            if rendezvous_poll_seconds is not None:
-                options += ["--poll", repr(float(rendezvous_poll_seconds))]
-            if any(flag in _MODULE_FLAGS for flag in kept):
-                options.append("--module")
-                kept = [flag for flag in kept if flag not in _MODULE_FLAGS]
-            line = " ".join(["python3", WARM_START_FILE, "launch", *options, ft_rendezvous_flags(rendezvous_id),
-                             *kept, "--", *rest])
-        else:
-            line = " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
+        line = " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
     elif entrypoint in ("python", "python3") and distributed:
         # A distributed Python task without a launcher: every process needs torchrun,
         # otherwise each node would run a single, non-distributed process.
-        if quoted[:1] == ["-m"]:
-            body = ["-m", *quoted[1:]]
-        else:
-            body = quoted
-        line = " ".join(["torchrun", pet_flags(), *body])
-        uses_torchrun = True
+        line = " ".join(["torchrun", pet_flags(), *quoted])
     else:
         line = " ".join([shlex.quote(entrypoint), *quoted])
+    uses_torchrun = entrypoint in ("torchrun", "ft_launcher") or (entrypoint in ("python", "python3") and distributed)
 
-    lines = ["set -eo pipefail"]
-    if prologue.strip():
-        lines.append(prologue.rstrip())
-    for name, value in (exports or {}).items():
-        lines.append(f"export {name}={value}")
-    if pythonpath:
-        joined = ":".join(shlex.quote(p) for p in pythonpath)
-        lines.append(f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"')
-    if workdir:
-        lines.append(f"cd {shlex.quote(workdir)}")
+    lines = ["set -eo pipefail", *_setup_lines(prologue, exports, pythonpath, workdir)]
     # Every shape: a script or a Python task may start torchrun itself (the function below).
     lines.append(RANK_PREFIX_EXPORT)
     if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from nemo_kubeflow.constants import (
     HOSTNAME_LABEL,
@@ -117,12 +117,23 @@ def node_faults(pods: Sequence[dict], events: Sequence[dict], trainjob: str) -> 
     (``DisruptionTarget`` with a node reason) and from the events of pods already deleted
     (TaintManagerEviction, NodeNotReady, Evicted; the node from the pod's Scheduled event)."""
     faults: dict[str, NodeFault] = {}
+    for fault in [*_pod_faults(pods), *_event_faults(events, trainjob)]:
+        faults.setdefault(fault.node, fault)
+    return list(faults.values())
+
+
+def _pod_faults(pods: Sequence[dict]) -> Iterator[NodeFault]:
+    """The node faults the pods still there carry (a ``DisruptionTarget`` condition with a node reason)."""
     for pod in pods:
         condition, node = _disruption(pod), (pod.get("spec") or {}).get("nodeName")
         if condition and node and condition.get("reason") in NODE_FAULT_REASONS:
-            faults.setdefault(node, NodeFault(node, pod["metadata"]["name"],
-                                              f"DisruptionTarget ({condition.get('reason')}: "
-                                              f"{condition.get('message', '')})".replace(": )", ")")))
+            yield NodeFault(node, pod["metadata"]["name"], f"DisruptionTarget ({condition.get('reason')}: "
+                                                           f"{condition.get('message', '')})".replace(": )", ")"))
+
+
+def _event_faults(events: Sequence[dict], trainjob: str) -> Iterator[NodeFault]:
+    """The node faults in the events of the job's ``node`` pods, oldest first; the node from the pod's
+    Scheduled event, or the event's source."""
     prefix = f"{trainjob}-{TRAINER_NODE}-"
     pod_events = [e for e in events if (e.get("involvedObject") or {}).get("kind") == "Pod"
                   and (e.get("involvedObject") or {}).get("name", "").startswith(prefix)]
@@ -134,8 +145,7 @@ def node_faults(pods: Sequence[dict], events: Sequence[dict], trainjob: str) -> 
         pod = event["involvedObject"]["name"]
         node = placed.get(pod) or (event.get("source") or {}).get("host")
         if event.get("reason") in NODE_FAULT_EVENTS and node:
-            faults.setdefault(node, NodeFault(node, pod, f"{event['reason']} ({event.get('message') or ''})"))
-    return list(faults.values())
+            yield NodeFault(node, pod, f"{event['reason']} ({event.get('message') or ''})")
 
 
 def gang_attempt(pods: Sequence[dict]) -> int:

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Iterable, Optional
@@ -180,6 +180,19 @@ def _runtime_yaml(runtime: dict) -> str:
     return text
 
 
+@dataclass
+class _Look:
+    """What one look at TrainJob ``namespace/name`` has found so far: its state and why, its pods where
+    they were read (at most once per look), and the repairs it needs."""
+
+    namespace: str
+    name: str
+    state: AppState
+    message: str
+    view: Optional[JobView] = None
+    actions: list[RepairAction] = field(default_factory=list)
+
+
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
@@ -270,28 +283,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         """Look at the job (``observe``: reads only) and, with ``repair``, apply what the look recommends
         (``repair.steps``): the attached wait's and ``nemo-kubeflow watch``'s step. Returns the response and
         the lines naming each repair made."""
-        from nemo_kubeflow.repair import steps
-
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
         observation = self._observe_or_unknown(app_id, cluster, record, watch)
-        message, notes, lines = observation.message, list(observation.notes), []
+        message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
-            try:
-                done = steps.apply(cluster, observation, record, watch.keeper)
-            except ClusterError as error:  # the next look tries again
-                done, notes = [], notes + [f"could not repair ({error}); trying again at the next look"]
-            for repaired in done:
-                if repaired.kind == DELETE_UNSTARTABLE:
-                    message = self._outcome_of(observation)
-                elif repaired.kind == MOVE_OFF_NODES:
-                    notes = [repaired.line] if repaired.line else []
-                elif repaired.line:
-                    notes.append(repaired.line)
-                if repaired.line:
-                    lines.append(repaired.line)
+            message, notes, lines = self._repair(cluster, observation, record, watch)
         state = observation.state
         message = "; ".join(m for m in (message, *notes) if m)
         if lines and watch.last_repair != "; ".join(lines):
@@ -307,6 +306,28 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             watch.keeper = None
         interrupt.check_wait(app_id, is_terminal(state))
         return self._response(app_id, state, message, observation.nodes, observation.role), lines
+
+    def _repair(self, cluster: Cluster, observation: Observation, record: Optional[records.AppRecord],
+                watch: AppWatch) -> tuple[str, list[str], list[str]]:
+        """Apply the repairs ``observation`` recommends (``repair.steps``). Returns the message and the notes
+        to show after it, and the lines naming each repair made."""
+        from nemo_kubeflow.repair import steps
+
+        message, notes, lines = observation.message, list(observation.notes), []
+        try:
+            done = steps.apply(cluster, observation, record, watch.keeper)
+        except ClusterError as error:  # the next look tries again
+            return message, notes + [f"could not repair ({error}); trying again at the next look"], []
+        for repaired in done:
+            if repaired.kind == DELETE_UNSTARTABLE:
+                message = self._outcome_of(observation)
+            elif repaired.kind == MOVE_OFF_NODES:
+                notes = [repaired.line] if repaired.line else []
+            elif repaired.line:
+                notes.append(repaired.line)
+            if repaired.line:
+                lines.append(repaired.line)
+        return message, notes, lines
 
     def _observe_or_unknown(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
                             watch: AppWatch) -> Observation:
@@ -345,7 +366,6 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def observe(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
                 watch: AppWatch) -> Observation:
         """The job's state and why, and the repairs it needs: GETs and LISTs (and log reads) only."""
-        from nemo_kubeflow.observe.diagnosis import JobView, logs_to_keep, why_failed, why_waiting
         from nemo_kubeflow.repair import node_avoidance
 
         namespace, name = records.parse_app_id(app_id)
@@ -356,50 +376,70 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             # A repair deleted it after a fatal error: keep reporting that error.
             return Observation(app_id, AppState[record.outcome_state], record.outcome_message, nodes, role)
         status = job_status(trainjob, name=f"{namespace}/{name}")
-        state, message = status.state, status.message
         if trainjob is None:
-            return Observation(app_id, state, self._gone_message(app_id, watch, message), nodes, role)
-        actions: list[RepairAction] = []
-        queue = queue_name(trainjob)
-        view: Optional[JobView] = None  # the job's pods, read at most once per look
-        waiting = state in (AppState.SUBMITTED, AppState.PENDING) and not message.startswith("suspended")
-        if state in (AppState.SUBMITTED, AppState.PENDING) and queue and (trainjob.get("spec") or {}).get("suspend"):
-            # Suspended until Kueue admits it: say why it waits, from its Workload.
-            state, message = AppState.PENDING, self._why_queued(cluster, namespace, trainjob, queue)
-        elif waiting:
-            view = JobView.read(cluster, trainjob)
-            verdict = why_waiting(view, nodes, state)
-            state, message = verdict.state, verdict.message
-            if verdict.fatal:
-                actions.append(RepairAction(DELETE_UNSTARTABLE, f"{message}; the TrainJob was deleted"))
-                message += (f"; it can never start as configured: an attached run or `nemo-kubeflow watch` deletes "
-                            f"it, or delete it yourself ({kubectl_delete(TRAINJOB_KIND, name, namespace)})")
-        elif state == AppState.FAILED:
-            view = self._view(watch, cluster, trainjob)
-            job_dir = record.job_dir if record else ""
-            message = why_failed(view, message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
-            keep = logs_to_keep(view, job_dir, watch.keeper)
-            if keep:
-                actions.append(RepairAction(KEEP_NODE_LOGS, "save the node logs next to the job",
-                                            tuple(map(str, keep))))
-            elif job_dir and os.path.isdir(os.path.join(job_dir, "logs")):
-                message += f"; node logs kept in {os.path.join(job_dir, 'logs')}"
-        elif state == AppState.RUNNING:
-            view = self._view(watch, cluster, trainjob)
-            if record is not None and record.job_dir:
-                self._keep_logs(watch, cluster, namespace, name, nodes, record.job_dir)
-            facts = [self._restarts(watch, view).note(finished=False)]
-            if record is not None and record.stall_warning_seconds:
-                facts.insert(0, self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
-            message = "; ".join(f for f in facts if f) or message
+            return Observation(app_id, status.state, self._gone_message(app_id, watch, status.message), nodes, role)
+        look = _Look(namespace, name, status.state, status.message)
+        self._diagnose(look, cluster, record, watch, trainjob, nodes)
         notes: tuple[str, ...] = ()
-        if not is_terminal(state):
+        if not is_terminal(look.state):
             line, action = node_avoidance.assess(cluster, namespace, name, trainjob, nodes,
-                                                 pods=view.pods if view else None, checked=watch.checked_attempts)
+                                                 pods=look.view.pods if look.view else None,
+                                                 checked=watch.checked_attempts)
             notes = (line,) if line else ()
-            actions += [action] if action else []
-        return Observation(app_id, state, message, nodes, role, trainjob=trainjob, actions=tuple(actions),
-                           notes=notes)
+            look.actions += [action] if action else []
+        return Observation(app_id, look.state, look.message, nodes, role, trainjob=trainjob,
+                           actions=tuple(look.actions), notes=notes)
+
+    def _diagnose(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch,
+                  trainjob: dict, nodes: int) -> None:
+        """Say in ``look`` why the job is in its state, reading its pods (``look.view``) where that tells more."""
+        waiting = look.state in (AppState.SUBMITTED, AppState.PENDING)
+        queue = queue_name(trainjob)
+        if waiting and queue and (trainjob.get("spec") or {}).get("suspend"):
+            # Suspended until Kueue admits it: say why it waits, from its Workload.
+            look.state, look.message = AppState.PENDING, self._why_queued(cluster, look.namespace, trainjob, queue)
+        elif waiting and not look.message.startswith("suspended"):
+            self._diagnose_waiting(look, cluster, trainjob, nodes)
+        elif look.state == AppState.FAILED:
+            self._diagnose_failed(look, cluster, record, watch, trainjob)
+        elif look.state == AppState.RUNNING:
+            self._diagnose_running(look, cluster, record, watch, trainjob, nodes)
+
+    @staticmethod
+    def _diagnose_waiting(look: _Look, cluster: ClusterReader, trainjob: dict, nodes: int) -> None:
+        from nemo_kubeflow.observe.diagnosis import JobView, why_waiting
+
+        look.view = JobView.read(cluster, trainjob)
+        verdict = why_waiting(look.view, nodes, look.state)
+        look.state, look.message = verdict.state, verdict.message
+        if verdict.fatal:
+            look.actions.append(RepairAction(DELETE_UNSTARTABLE, f"{look.message}; the TrainJob was deleted"))
+            look.message += (f"; it can never start as configured: an attached run or `nemo-kubeflow watch` deletes "
+                             f"it, or delete it yourself ({kubectl_delete(TRAINJOB_KIND, look.name, look.namespace)})")
+
+    def _diagnose_failed(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
+                         watch: AppWatch, trainjob: dict) -> None:
+        from nemo_kubeflow.observe.diagnosis import logs_to_keep, why_failed
+
+        look.view = view = self._view(watch, cluster, trainjob)
+        job_dir = record.job_dir if record else ""
+        look.message = why_failed(view, look.message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
+        keep = logs_to_keep(view, job_dir, watch.keeper)
+        if keep:
+            look.actions.append(RepairAction(KEEP_NODE_LOGS, "save the node logs next to the job",
+                                             tuple(map(str, keep))))
+        elif job_dir and os.path.isdir(os.path.join(job_dir, "logs")):
+            look.message += f"; node logs kept in {os.path.join(job_dir, 'logs')}"
+
+    def _diagnose_running(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
+                          watch: AppWatch, trainjob: dict, nodes: int) -> None:
+        look.view = view = self._view(watch, cluster, trainjob)
+        if record is not None and record.job_dir:
+            self._keep_logs(watch, cluster, look.namespace, look.name, nodes, record.job_dir)
+        facts = [self._restarts(watch, view).note(finished=False)]
+        if record is not None and record.stall_warning_seconds:
+            facts.insert(0, self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
+        look.message = "; ".join(f for f in facts if f) or look.message
 
     @staticmethod
     def _gone_message(app_id: str, watch: AppWatch, message: str) -> str:

@@ -410,14 +410,8 @@ def _faster_rendezvous(poll: float, release: Tuple[int, int]) -> str:
     return ""
 
 
-def launch(args):
-    """``launch [--preload MOD,...] [--poll SECONDS] [--module] FT_FLAGS... -- PROGRAM ARGS...``:
-    fork the template with the modules imported (when any are given), then run ft_launcher, each
-    worker started by the template."""
-    import importlib
-    import importlib.util
-    import tempfile
-
+def _launch_options(args):
+    """``launch``'s own options, taken off the front of ``args``: (preload, poll, module)."""
     preload, poll, module = [], None, False
     while args and args[0] in ("--preload", "--poll", "--module"):
         flag = args.pop(0)
@@ -427,11 +421,14 @@ def launch(args):
             poll = float(args.pop(0))
         else:
             module = True
-    if "--" not in args:
-        raise SystemExit("usage: warm_start.py launch [--preload MOD,...] [--poll SECONDS] [--module] "
-                         "FT_FLAGS... -- PROGRAM ARGS...")
-    split = args.index("--")
-    ft_flags, program = args[:split], args[split + 1:]
+    return preload, poll, module
+
+
+def _known_release(preload, poll):
+    """The nvidia-resiliency-ext installed, and its release; with a release this file does not know, say
+    once that the warm-start settings are not applied (the marked line reaches `status`)."""
+    import importlib.util
+
     if importlib.util.find_spec("nvidia_resiliency_ext") is None:
         raise SystemExit(f"nemo-kubeflow: {sys.executable} cannot import nvidia_resiliency_ext, which "
                          "worker_preload and rendezvous_poll_seconds run ft_launcher with: install it for the "
@@ -440,54 +437,81 @@ def launch(args):
     release = nvrx_release(version)
     if release is None and (preload or poll is not None):
         # Its internals are unknown: the rendezvous could not be patched, and how it starts workers may have
-        # changed. Run ft_launcher plainly, and say so once (the marked line reaches `status`).
+        # changed. Run ft_launcher plainly, and say so once.
         settings = " and ".join(name for name, given in (("worker_preload", preload),
                                                          ("rendezvous_poll_seconds", poll is not None)) if given)
         print(f"{NOT_APPLIED} {settings} (nvidia-resiliency-ext {version} is not a "
               f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
               "one of those, or a nemo-kubeflow that knows this release)", file=sys.stderr, flush=True)
+    return version, release
+
+
+def _start_template(preload, module):
+    """Import ``preload``, fork the template that starts each worker, and return the ft_launcher flags
+    that run each worker through it, and the socket's path and directory (to remove at the end)."""
+    import importlib
+    import tempfile
+
+    # Before nvidia_resiliency_ext is imported: a worker gets the state of a Python that has
+    # imported these modules, and nothing of the launcher's (logging, signal handlers).
+    for name in preload:
+        importlib.import_module(name)
+    path = os.path.join(tempfile.mkdtemp(prefix="nemo-kubeflow-warm-"), "template.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    if os.fork() == 0:
+        try:
+            template(listener, parent)
+        finally:
+            os._exit(0)
+    listener.close()
+    os.environ[SOCKET_ENV] = path
+    client_argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "client", *(["-m"] if module else [])]
+    return ["--no-python", *client_argv], [path, os.path.dirname(path)]
+
+
+def _remove(paths):
+    for leftover in paths:
+        try:
+            (os.rmdir if os.path.isdir(leftover) else os.unlink)(leftover)
+        except OSError:
+            pass
+
+
+def launch(args):
+    """``launch [--preload MOD,...] [--poll SECONDS] [--module] FT_FLAGS... -- PROGRAM ARGS...``:
+    fork the template with the modules imported (when any are given), then run ft_launcher, each
+    worker started by the template."""
+    preload, poll, module = _launch_options(args)
+    if "--" not in args:
+        raise SystemExit("usage: warm_start.py launch [--preload MOD,...] [--poll SECONDS] [--module] "
+                         "FT_FLAGS... -- PROGRAM ARGS...")
+    split = args.index("--")
+    ft_flags, program = args[:split], args[split + 1:]
+    version, release = _known_release(preload, poll)
+    if release is None:
         preload, poll = [], None
     leftovers = [os.path.abspath(__file__)] if os.path.basename(__file__).startswith(POD_FILE_PREFIX) else []
     if preload:
-        # Before nvidia_resiliency_ext is imported: a worker gets the state of a Python that has
-        # imported these modules, and nothing of the launcher's (logging, signal handlers).
-        for name in preload:
-            importlib.import_module(name)
-        path = os.path.join(tempfile.mkdtemp(prefix="nemo-kubeflow-warm-"), "template.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        leftovers += [path, os.path.dirname(path)]
-        listener.listen(64)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
-        if os.fork() == 0:
-            try:
-                template(listener, parent)
-            finally:
-                os._exit(0)
-        listener.close()
-        os.environ[SOCKET_ENV] = path
-        client_argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "client", *(["-m"] if module else [])]
-        ft_flags = [*ft_flags, "--no-python", *client_argv]
+        flags, paths = _start_template(preload, module)
+        ft_flags, leftovers = [*ft_flags, *flags], [*leftovers, *paths]
     elif module:
         ft_flags = [*ft_flags, "-m"]
-    if poll is not None and release is not None:
-        missing = _faster_rendezvous(poll, release)
-        if missing:
-            print(f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
-                  "rendezvous polls every second)", file=sys.stderr, flush=True)
+    missing = _faster_rendezvous(poll, release) if poll is not None else ""
+    if missing:
+        print(f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
+              "rendezvous polls every second)", file=sys.stderr, flush=True)
     sys.argv = ["ft_launcher", *ft_flags, *program]
     from nvidia_resiliency_ext.fault_tolerance.launcher import main
 
     try:
         sys.exit(main())
     finally:  # the workers are gone: this copy of the file and the socket are no longer needed
-        for leftover in leftovers:
-            try:
-                (os.rmdir if os.path.isdir(leftover) else os.unlink)(leftover)
-            except OSError:
-                pass
+        _remove(leftovers)
 
 
 if __name__ == "__main__":

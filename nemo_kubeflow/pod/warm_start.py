@@ -157,51 +157,62 @@ def template(listener, parent):
             os._exit(0)
         if wake_r in ready:
             os.read(wake_r, 4096)
-        while workers:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not pid:
-                break
-            conn = workers.pop(pid, None)
-            if conn is not None:
-                ended = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
-                         else {"exit": os.waitstatus_to_exitcode(status)})
-                try:
-                    _send(conn, ended)
-                except OSError:
-                    pass
-                conn.close()
+        _reap(workers)
         if listener in ready:
-            conn, _ = listener.accept()
-            try:
-                request, fds = _recv(conn)
-            except (OSError, ValueError):  # a client that died mid-request: serve the next one
-                request, fds = None, []
-            if not request:
-                for fd in fds:
-                    os.close(fd)
-                conn.close()
-                continue
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                signal.set_wakeup_fd(-1)
-                for fd in (wake_r, wake_w):
-                    os.close(fd)
-                listener.close()
-                for other in workers.values():
-                    other.close()
-                _worker(conn, request, fds)  # never returns
-            for fd in fds:
-                os.close(fd)
-            workers[pid] = conn
-            try:
-                _send(conn, {"pid": pid})
-            except OSError:
-                pass
+            _serve(listener, workers, (wake_r, wake_w))
+
+
+def _reap(workers):
+    """Tell each client whose worker has ended how it ended (``workers``: pid -> the client's connection)."""
+    while workers:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        conn = workers.pop(pid, None)
+        if conn is None:
+            continue
+        ended = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
+                 else {"exit": os.waitstatus_to_exitcode(status)})
+        try:
+            _send(conn, ended)
+        except OSError:
+            pass
+        conn.close()
+
+
+def _serve(listener, workers, wake_fds):
+    """Accept one fork request and fork its worker; the worker closes what is the template's."""
+    conn, _ = listener.accept()
+    try:
+        request, fds = _recv(conn)
+    except (OSError, ValueError):  # a client that died mid-request: serve the next one
+        request, fds = None, []
+    if not request:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        for fd in wake_fds:
+            os.close(fd)
+        listener.close()
+        for other in workers.values():
+            other.close()
+        _worker(conn, request, fds)  # never returns
+    for fd in fds:
+        os.close(fd)
+    workers[pid] = conn
+    try:
+        _send(conn, {"pid": pid})
+    except OSError:
+        pass
 
 
 def _watch_client(conn):

@@ -207,15 +207,7 @@ def submit(
             trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep,
                                         ensure_runtime=recreate)
             owner = mf.owner_reference(trainjob)
-            owned = []
-            for cm in sub.configmaps:
-                owned.append(mf.with_owner(cm, owner))
-            if sub.secret is not None:
-                secret = mf.secret_manifest(
-                    sub.secret["metadata"]["name"], ns, secret_values, sub.secret["metadata"].get("labels", {})
-                )
-                owned.append(mf.with_owner(secret, owner))
-            for obj in owned:
+            for obj in _owned_objects(sub, owner, secret_values):
                 check_stop()
                 _create_owned(cluster, obj, owner["uid"])
                 actions.append(("create", obj["kind"], obj["metadata"]["name"]))
@@ -233,19 +225,35 @@ def submit(
                 left = _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
             if created_runtime is not None:
                 known.discard(runtime_key(created_runtime))
-            if isinstance(e, ClusterError):
-                message = (f"submitting TrainJob {sub.name!r} failed: {e}. {_describe_leftovers(left)}" if left
-                           else f"submitting TrainJob {sub.name!r} failed, nothing was left on the cluster: {e}")
-                raise SubmissionError(
-                    message, status=e.status, reason=e.reason, server_message=e.server_message,
-                ) from e
-            if left:
-                note = f"submitting TrainJob {sub.name!r} was interrupted. {_describe_leftovers(left)}"
-                if sys.version_info >= (3, 11):
-                    e.add_note(note)
-                else:  # no exception notes before Python 3.11: the log says it
-                    log.error("%s", note)
+            _say_what_was_left(e, sub.name, left)
             raise
+
+
+def _owned_objects(sub: Submission, owner: dict, secret_values: mf.SecretValues) -> list[dict]:
+    """The ConfigMaps and the Secret of ``sub``, owned by its TrainJob (``owner``); the Secret with its values."""
+    owned = [mf.with_owner(cm, owner) for cm in sub.configmaps]
+    if sub.secret is not None:
+        meta = sub.secret["metadata"]
+        secret = mf.secret_manifest(meta["name"], sub.namespace, secret_values, meta.get("labels", {}))
+        owned.append(mf.with_owner(secret, owner))
+    return owned
+
+
+def _say_what_was_left(error: BaseException, name: str, left: list[tuple[str, str, Optional[str], Exception]]) -> None:
+    """After the rollback: raise a ``SubmissionError`` for a cluster error, naming what is left (if anything);
+    note it on any other exception (an interrupt), which the caller raises again."""
+    if isinstance(error, ClusterError):
+        message = (f"submitting TrainJob {name!r} failed: {error}. {_describe_leftovers(left)}" if left
+                   else f"submitting TrainJob {name!r} failed, nothing was left on the cluster: {error}")
+        raise SubmissionError(
+            message, status=error.status, reason=error.reason, server_message=error.server_message,
+        ) from error
+    if left:
+        note = f"submitting TrainJob {name!r} was interrupted. {_describe_leftovers(left)}"
+        if sys.version_info >= (3, 11):
+            error.add_note(note)
+        else:  # no exception notes before Python 3.11: the log says it
+            log.error("%s", note)
 
 
 def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:

@@ -23,7 +23,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from nemo_run.core.execution.base import Executor, ExecutorMacros
 from nemo_run.core.packaging.base import Packager
@@ -566,6 +566,14 @@ class KubeflowExecutor(Executor):
         for i, secret in enumerate(self.image_pull_secrets):
             if not naming.is_rfc1123_subdomain(secret):
                 yield f"image_pull_secrets[{i}]={secret!r}: must be {subdomain}, the name of a Secret"
+        yield from self._mount_name_problems(subdomain)
+        for name, ref in self.secret_key_refs.items():
+            secret, _, key = str(ref).partition("/")
+            if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
+                yield f"secret_key_refs[{name!r}]={ref!r}: {key!r} is not a Secret key ([-._a-zA-Z0-9], at most 253)"
+
+    def _mount_name_problems(self, subdomain: str):
+        """The names inside ``pvc_mounts`` and ``secret_mounts``: storage classes, sub-paths, Secret keys, modes."""
         for m in self.pvc_mounts:
             if m.storage_class is not None and not naming.is_rfc1123_subdomain(m.storage_class):
                 yield f"pvc_mounts[{m.claim_name}]: storage_class={m.storage_class!r} must be {subdomain}"
@@ -579,10 +587,6 @@ class KubeflowExecutor(Executor):
             if not 0 <= secret_mount.default_mode <= 0o777:
                 yield (f"secret_mounts[{secret_mount.secret_name}]: default_mode={secret_mount.default_mode!r} "
                        "must be a file mode 0o000..0o777")
-        for name, ref in self.secret_key_refs.items():
-            secret, _, key = str(ref).partition("/")
-            if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
-                yield f"secret_key_refs[{name!r}]={ref!r}: {key!r} is not a Secret key ([-._a-zA-Z0-9], at most 253)"
 
     def _key_problems(self):
         """Label and annotation keys and values, as the API server checks them."""
@@ -747,14 +751,7 @@ class KubeflowExecutor(Executor):
                 yield f"{what}: mount_path {path!r} is already used by {paths[path]}"
             paths[path] = what
         for m in self.pvc_mounts:
-            if not naming.is_rfc1123_subdomain(m.claim_name):
-                yield f"pvc_mounts: claim_name {m.claim_name!r} is not a valid Kubernetes name ({_OBJECT_NAME_RULE})"
-            if m.create:
-                if m.size is None or parse_quantity(str(m.size)) is None:
-                    yield f"pvc_mounts[{m.claim_name}]: create=True needs size, e.g. size='100Gi'"
-                bad = set(m.access_modes) - {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
-                if bad or not m.access_modes:
-                    yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
+            yield from _claim_problems(m)
         for secret_mount in self.secret_mounts:
             if not naming.is_rfc1123_subdomain(secret_mount.secret_name):
                 yield f"secret_mounts: {secret_mount.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
@@ -807,6 +804,19 @@ def _toleration_seconds_problem(seconds: object, effect: str) -> Optional[str]:
     if effect != "NoExecute":
         return f"tolerationSeconds applies to effect 'NoExecute' only (effect is {effect!r})"
     return None
+
+
+def _claim_problems(m: PVCMount) -> Iterator[str]:
+    """One ``pvc_mounts`` entry's claim: its name, and with ``create`` its size and access modes."""
+    if not naming.is_rfc1123_subdomain(m.claim_name):
+        yield f"pvc_mounts: claim_name {m.claim_name!r} is not a valid Kubernetes name ({_OBJECT_NAME_RULE})"
+    if not m.create:
+        return
+    if m.size is None or parse_quantity(str(m.size)) is None:
+        yield f"pvc_mounts[{m.claim_name}]: create=True needs size, e.g. size='100Gi'"
+    bad = set(m.access_modes) - {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
+    if bad or not m.access_modes:
+        yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
 
 
 # A module worker_preload imports: a dotted Python name.
@@ -1016,20 +1026,26 @@ def _describe(tp, numbers_ok: bool = False, plural: bool = False) -> str:
 
 def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
     got = "None" if value is None else type(value).__name__
-    fix = ""
-    if tp is int and isinstance(value, bool):
-        fix = " (True and False are integers to Python, not to Kubernetes: give a number)"
-    elif tp is int and isinstance(value, str) and value.strip().isdigit():
-        fix = f" (write {int(value)}, without quotes)"
-    elif tp is int and isinstance(value, float) and value.is_integer():
-        fix = f" (write {int(value)})"
-    elif tp is str and isinstance(value, (int, float, bool)) and not (numbers_ok and isinstance(value, bool)):
-        fix = f" (quote it: {str(value)!r})"
-    elif tp is str and value is None:
-        fix = " (remove the entry, or give '')"
-    elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict):
-        fix = f" (write {tp.__name__}(**...) around it)"
+    fix = next((f" ({fix(value, tp)})" for applies, fix in _FIXES if applies(value, tp, numbers_ok)), "")
     return f"{where}={value!r}: must be {_describe(tp, numbers_ok)}, not {got}{fix}"
+
+
+#: How to fix a value of the wrong type, the first that applies: ``(applies(value, tp, numbers_ok), fix(value, tp))``.
+_FIXES: tuple[tuple[Callable[[Any, Any, bool], bool], Callable[[Any, Any], str]], ...] = (
+    (lambda value, tp, _: tp is int and isinstance(value, bool),
+     lambda value, tp: "True and False are integers to Python, not to Kubernetes: give a number"),
+    (lambda value, tp, _: tp is int and isinstance(value, str) and value.strip().isdigit(),
+     lambda value, tp: f"write {int(value)}, without quotes"),
+    (lambda value, tp, _: tp is int and isinstance(value, float) and value.is_integer(),
+     lambda value, tp: f"write {int(value)}"),
+    (lambda value, tp, numbers_ok: tp is str and isinstance(value, (int, float, bool))
+     and not (numbers_ok and isinstance(value, bool)),
+     lambda value, tp: f"quote it: {str(value)!r}"),
+    (lambda value, tp, _: tp is str and value is None,
+     lambda value, tp: "remove the entry, or give ''"),
+    (lambda value, tp, _: isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict),
+     lambda value, tp: f"write {tp.__name__}(**...) around it"),
+)
 
 
 def _optional_quantity(value: object) -> Optional[Decimal]:

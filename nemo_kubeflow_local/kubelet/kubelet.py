@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Union
 
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.resources import ResourceType
@@ -30,11 +30,15 @@ from nemo_kubeflow_local.controllers import virtual_nodes
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder
 from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, LogStore
 from nemo_kubeflow_local.kubelet.environment import POD_IP, ContainerConfigError, Objects, container_env, expand
+from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV, EmitterRun, EmitterSpecError, LogEmitters
 from nemo_kubeflow_local.kubelet.process import ContainerRun
 from nemo_kubeflow_local.kubelet.volumes import MountError, PathMap, Volumes
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
 logger = logging.getLogger(__name__)
+
+#: A container run: a process tree, or an emulated log emitter (log_emitters.py) without one.
+Run = Union[ContainerRun, EmitterRun]
 
 #: CrashLoopBackOff starts at 10 s and doubles to 5 min on a real kubelet; scaled down here.
 BACKOFF_START, BACKOFF_MAX = 0.1, 1.0
@@ -61,7 +65,7 @@ class PodWorker(threading.Thread):
         self.terminating = threading.Event()
         self.deleted = False
         self._lock = threading.Lock()
-        self._runs: dict[str, ContainerRun] = {}
+        self._runs: dict[str, Run] = {}
         #: Containers the (emulated) kernel OOM killer ended: their exit reports reason OOMKilled.
         self.oom_killed: set[str] = set()
         self._statuses: dict[str, dict] = {}
@@ -316,7 +320,7 @@ class PodWorker(threading.Thread):
             # Started outside the lock (its init takes a moment; the pod's other containers start
             # meanwhile), registered under the lock `terminate` takes: either it sees this run, or
             # this run sees the pod terminating and is killed at once.
-            run = ContainerRun(argv, env, cwd, log)
+            run = self.kubelet.start_run(argv, env, cwd, log)
             with self._lock:
                 self._runs[name] = run
                 late = self.terminating.is_set()
@@ -335,7 +339,7 @@ class PodWorker(threading.Thread):
             if started:
                 started.set()
             return 128
-        container_id = f"local://{run.pid}"
+        container_id = run.container_id
         self._event("Normal", "Created", f"Created container: {name}", container=name)
         self._event("Normal", "Started", f"Started container {name}", container=name)
         self._update(name, state={"running": {"startedAt": started_at}}, ready=True, started=True,
@@ -454,7 +458,7 @@ def _conditions(old: list[dict], wanted: dict[str, bool]) -> list[dict]:
 
 
 def _exec_error(error: OSError) -> str:
-    if isinstance(error, FileNotFoundError) and not error.filename:
+    if isinstance(error, FileNotFoundError) and not error.filename or isinstance(error, EmitterSpecError):
         return str(error)
     if isinstance(error, PermissionError):
         return "permission denied"
@@ -508,6 +512,15 @@ class Kubelet:
         self._changes = threading.Condition()
         self._generation = 0
         self._stopped = False
+        #: Writes the logs of the containers that are emulated log emitters (log_emitters.py).
+        self.emitters = LogEmitters()
+
+    def start_run(self, argv: list[str], env: dict[str, str], cwd: Path, log: ContainerLog) -> Run:
+        """Start a container run: its program under its init, or, with ``EMITTER_ENV`` in its
+        environment, an emulated log emitter that runs no process (log_emitters.py)."""
+        if EMITTER_ENV in env:
+            return EmitterRun(env, log, self.emitters)
+        return ContainerRun(argv, env, cwd, log)
 
     def base_env(self, pod: dict) -> dict[str, str]:
         """What every container starts with: the image's ENV and the service variables, stood in for."""
@@ -594,6 +607,7 @@ class Kubelet:
             worker.join(max(0.1, deadline - time.monotonic()))
         for worker in workers:
             worker.kill_and_wait()
+        self.emitters.stop()
         self.logs.finish_all()
 
 

@@ -51,6 +51,7 @@ class ContainerRun:
             raise OSError(code, os.strerror(code), argv[0])
         #: The program's PID (its session and process group have the same number).
         self.pid = int(report.split()[1])
+        self.container_id = f"local://{self.pid}"
 
     def _read_report(self) -> bytes:
         report = b""

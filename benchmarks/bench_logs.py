@@ -18,7 +18,22 @@ import sys
 import threading
 import time
 
-from harness import BENCH_DIR, NAMESPACE, WORKLOAD_FILE, Detail, Metric, launch, median, nemorun_home, ours, percentile
+from harness import (
+    BENCH_DIR,
+    NAMESPACE,
+    WORKLOAD_FILE,
+    Detail,
+    Metric,
+    cpu_hog,
+    fmt,
+    launch,
+    median,
+    nemorun_home,
+    ours,
+    percentile,
+)
+
+from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV
 
 NAME = "logs"
 PROCS_PER_NODE = 8
@@ -143,6 +158,7 @@ def sockets():
     return count
 
 scheduler = create_scheduler("bench-scale")
+cpu_before = time.process_time()
 before = {"rss": rss_mib(), "threads": threading.active_count(), "sockets": sockets()}
 seen = [bytearray(lines) for _ in range(nodes)]
 lags, other, duplicates, attached = array.array("d"), [0], [0], {}
@@ -189,6 +205,7 @@ pct = lambda q: ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) 
 print(json.dumps({"received": sum(sum(s) for s in seen), "duplicates": duplicates[0], "other": other[0],
                   "p50": pct(50), "p99": pct(99), "max": ordered[-1] if ordered else float("nan"),
                   "before": before, "peak": peak, "seconds": time.monotonic() - started,
+                  "cpu": time.process_time() - cpu_before,
                   "unfinished": sum(t.is_alive() for t in threads)}))
 """
 
@@ -199,18 +216,21 @@ def _scale_task(lines: int):
     return run.Script(inline=f'python3 -S {WORKLOAD_FILE} "$PET_NODE_RANK" 0 {lines} {SCALE_RATE} {SCALE_BATCH}')
 
 
-def _follow_scale(ctx, nodes: int, seconds: int) -> dict:
-    """Submit ``nodes`` x 1 bash loop at SCALE_RATE lines/s for ``seconds``, follow every node from a
-    fresh process (NeMo-Run's way: a thread per node calling ``log_iter``), return its report."""
-    lines = SCALE_RATE * seconds
-    timeout = TIMEOUT + 4 * nodes
+def _follow_scale(ctx, nodes: int, seconds: int, rate: float = SCALE_RATE, emulated: bool = False) -> dict:
+    """Submit ``nodes`` x 1 emitter at ``rate`` lines/s for ``seconds``, follow every node from a fresh
+    process (NeMo-Run's way: a thread per node calling ``log_iter``), return its report. ``emulated``:
+    the pods are the local kubelet's log emitters without a process (``NEMO_KUBEFLOW_LOCAL_LOG_EMITTER``,
+    docs/local-cluster.md), printing the same lines; the job, its pods and the log endpoint are as usual."""
+    lines = max(1, round(rate * seconds))
+    timeout = TIMEOUT + (nodes / 8 if emulated else 4 * nodes)
     follower = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _FOLLOWER, str(nodes), str(lines),
                                  str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env={**os.environ, "PYTHONPATH": str(BENCH_DIR)})
     try:
         if follower.stdout.readline().strip() != "ready":
             raise RuntimeError(f"follower failed: {follower.communicate(timeout=30)[1][-2000:]}")
-        executor = ours(ctx.cluster.kubeconfig_path, nodes=nodes, nprocs_per_node=1)
+        env = {EMITTER_ENV: f"{lines} {rate}"} if emulated else {}
+        executor = ours(ctx.cluster.kubeconfig_path, nodes=nodes, nprocs_per_node=1, env_vars=env)
         _, exp = launch(executor, 1, f"bench-scale-{nodes}", task=lambda: _scale_task(lines))
         _, _, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
         out, err = follower.communicate(app_id + "\n", timeout=timeout + 120)
@@ -249,40 +269,65 @@ def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
+#: The largest job, 200 lines/s in all: emulated log emitters (no process per pod, docs/local-cluster.md).
+LARGE_NODES, LARGE_RATE = 1024, 200
+
+
 def scale(ctx):
     from nemo_kubeflow.observe.logs import LOG_READERS
 
-    sizes, seconds = ((8, 32), 6) if ctx.quick else ((8, 32, 128), 12)
+    # (nodes, seconds, lines/s per node, emulated pods, beside busy loops)
+    cases = [(8, 6, SCALE_RATE, False, False), (32, 6, SCALE_RATE, False, False)] if ctx.quick else \
+        [(8, 12, SCALE_RATE, False, False), (32, 12, SCALE_RATE, False, False), (128, 12, SCALE_RATE, False, False)]
+    large = 256 if ctx.quick else LARGE_NODES
+    cases += [(large, 30, LARGE_RATE / large, True, False)] if ctx.quick else \
+        [(large, 60, LARGE_RATE / large, True, False), (large, 60, LARGE_RATE / large, True, True)]
     torch_mib = _torch_import_mib()
     rows = []
     with nemorun_home():
-        for nodes in sizes:
+        for nodes, seconds, rate, emulated, loaded in cases:
             load = _load()
-            r = _follow_scale(ctx, nodes, seconds)
+            if loaded:
+                with cpu_hog() as hogs:
+                    r = _follow_scale(ctx, nodes, seconds, rate, emulated)
+                where = f", beside {hogs} busy loops"
+            else:
+                r = _follow_scale(ctx, nodes, seconds, rate, emulated)
+                where = ""
             growth_rss = r["peak"]["rss"] - r["before"]["rss"]
-            what = f"{nodes} nodes x {SCALE_RATE} lines/s x {seconds} s"
-            yield Metric(f"scale {nodes} nodes: log lines received, % of printed ({what})",
+            what = (f"{nodes} emulated emitters, {LARGE_RATE} lines/s in all" if emulated else
+                    f"{nodes} nodes x {fmt(rate)} lines/s") + f" x {seconds} s{where}"
+            label = f"scale {nodes} nodes{where}"
+            yield Metric(f"{label}: log lines received, % of printed ({what})",
                          100 * r["received"] / r["printed"], None, "%", at_least=100,
                          note=f"{r['duplicates']} duplicates (target 0); {r['unfinished']} followers unfinished; "
                               f"load {load}")
-            yield Metric(f"scale {nodes} nodes: log lag p99 (printed -> received, once attached)", r["p99"] * 1000,
-                         None, "ms", at_most=2000, note=f"p50 {r['p50'] * 1000:,.0f} ms, max {r['max'] * 1000:,.0f} ms")
-            yield Metric(f"scale {nodes} nodes: follower memory, peak RSS", r["peak"]["rss"], None, "MiB",
-                         at_most=300,
-                         note=f"{growth_rss:,.0f} MiB while following, {r['before']['rss']:,.0f} MiB before (NeMo-Run "
-                              f"imported as `nemo-kubeflow logs` does, without torch; with torch, as `nemo experiment "
-                              f"logs` does, {torch_mib:,.0f} MiB more)")
-            yield Metric(f"scale {nodes} nodes: log reader threads (and connections) of ours", r["peak"]["readers"],
+            yield Metric(f"{label}: log lag p99 (printed -> received, once attached)", r["p99"] * 1000,
+                         None, "ms", at_most=5000 if emulated else 2000,
+                         note=f"p50 {r['p50'] * 1000:,.0f} ms, max {r['max'] * 1000:,.0f} ms")
+            if emulated:
+                yield Metric(f"{label}: follower memory, RSS growth while following", growth_rss, None, "MiB",
+                             at_most=100, note=f"peak {r['peak']['rss']:,.0f} MiB, {r['before']['rss']:,.0f} MiB "
+                                               f"before; CPU {r['cpu']:,.1f} s in {r['seconds']:,.0f} s")
+            else:
+                yield Metric(f"{label}: follower memory, peak RSS", r["peak"]["rss"], None, "MiB", at_most=300,
+                             note=f"{growth_rss:,.0f} MiB while following, {r['before']['rss']:,.0f} MiB before "
+                                  f"(NeMo-Run imported as `nemo-kubeflow logs` does, without torch; with torch, as "
+                                  f"`nemo experiment logs` does, {torch_mib:,.0f} MiB more)")
+            yield Metric(f"{label}: log reader threads (and connections) of ours", r["peak"]["readers"],
                          None, "", at_most=LOG_READERS,
                          note=f"sockets {r['peak']['sockets']} peak ({r['before']['sockets']} before); threads "
                               f"{r['peak']['threads']} in all (NeMo-Run's one per node included)")
-            rows.append(f"| {nodes} | {100 * r['received'] / r['printed']:.2f}% | {r['duplicates']} | "
+            rows.append(f"| {nodes}{' (emulated)' if emulated else ''} | {fmt(rate)} | {where.lstrip(', ') or 'quiet'} | "
+                        f"{100 * r['received'] / r['printed']:.2f}% | {r['duplicates']} | "
                         f"{r['p50'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {growth_rss:,.0f} | {r['peak']['rss']:,.0f} | "
-                        f"{r['peak']['readers']} | {r['peak']['sockets']} | {r['peak']['threads']} | {load} |")
-    yield Detail("Log following by job size (log_emitter.py pods, one follower process)", [
-        "| nodes | received | duplicates | p50 lag ms | p99 lag ms | RSS growth MiB | peak RSS MiB | reader threads "
-        "| sockets | threads in all | load (1/5/15 min) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|"] + rows)
+                        f"{r['peak']['readers']} | {r['peak']['sockets']} | {r['peak']['threads']} | {r['cpu']:,.1f} | "
+                        f"{load} |")
+    yield Detail("Log following by job size (log_emitter.py pods; the largest: emulated emitters; one follower "
+                 "process)", [
+        "| nodes | lines/s per node | machine | received | duplicates | p50 lag ms | p99 lag ms | RSS growth MiB "
+        "| peak RSS MiB | reader threads | sockets | threads in all | follower CPU s | load (1/5/15 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"] + rows)
 
 
 def run(ctx):

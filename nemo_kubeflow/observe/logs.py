@@ -180,6 +180,8 @@ class JobLogFollower:
         self._threads: dict[int, threading.Thread] = {}
         self._refreshed_at = float("-inf")
         self._refresh_failures = 0
+        #: What the background look gave up on, for the next reader to raise.
+        self._list_failed: Optional[Exception] = None
         self._job_over = False
         self.stopped = False
 
@@ -254,9 +256,16 @@ class JobLogFollower:
 
     def _refresh(self) -> None:
         """One round's look at the job, by whichever reader comes first: the TrainJob's state once
-        every node is idle (read before the pods: a job over has all its pods listed), then its pods."""
+        every node is idle (read before the pods: a job over has all its pods listed), then its pods.
+        A job whose readers poll (more nodes than readers) is looked at by a thread of its own (one at a
+        time), so that no reader's round waits for the list of a large job; a failure it gives up on
+        is raised by the next reader that comes here."""
+        failed, self._list_failed = self._list_failed, None
+        if failed is not None:
+            raise failed
         if not self._refreshing.acquire(blocking=False):
             return
+        background = False
         try:
             with self._lock:
                 followed = sum(1 for n in self._nodes.values() if not n.done)
@@ -264,6 +273,28 @@ class JobLogFollower:
                                                              followed / LISTED_PODS_PER_SECOND) * 0.9:
                 return
             self._refreshed_at = time.monotonic()
+            if followed > self.readers:
+                background = True
+                threading.Thread(target=self._look_in_background, daemon=True,
+                                 name=f"loglist-{self.trainjob}").start()
+                return
+            self._look()
+        finally:
+            if not background:
+                self._refreshing.release()
+
+    def _look_in_background(self) -> None:
+        try:
+            self._look()
+        except Exception as e:  # noqa: BLE001 - raised by the next reader, as an inline look's would be
+            self._list_failed = e
+        finally:
+            self._refreshing.release()
+
+    def _look(self) -> None:
+        """Read the TrainJob (once every node is idle) and list the job's pods; raises a ClusterError
+        after 5 failures in a row (at once for 401/403)."""
+        try:
             with self._lock:
                 idle = all(n.pod is None or n.drained for n in self._nodes.values())
             over = False
@@ -285,8 +316,6 @@ class JobLogFollower:
             if self._refresh_failures >= 5 or e.status in (401, 403):
                 raise
             log.debug("listing the pods of %s: %s", self.trainjob, e)
-        finally:
-            self._refreshing.release()
 
     def _visit(self, node: _Node, stream_worker: Optional[int] = None) -> None:
         """One round's work for ``node``: its pod changed, new lines, its end. With ``stream_worker``

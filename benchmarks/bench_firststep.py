@@ -104,17 +104,27 @@ class Watches:
     def _pods(self) -> None:
         listed = self._core.list_namespaced_pod(self.namespace)
         self._ready.wait(30)
-        for event in self._watches[0].stream(self._core.list_namespaced_pod, self.namespace,
+        # Plain JSON (no models): a 128-node job's events are read as they come, not behind a parse.
+        for event in self._watches[0].stream(self._core.list_namespaced_pod, self.namespace, deserialize=False,
                                              resource_version=listed.metadata.resource_version, timeout_seconds=900):
             now = time.time()
             pod = event["object"]
-            name = pod.metadata.name
-            self.jobset.setdefault(name, (pod.metadata.labels or {}).get(JOBSET_LABEL, ""))
-            if pod.spec.node_name:
+            name = pod["metadata"]["name"]
+            self.jobset.setdefault(name, (pod["metadata"].get("labels") or {}).get(JOBSET_LABEL, ""))
+            if pod["spec"].get("nodeName"):
                 self.bound.setdefault(name, now)
-            for status in (pod.status.container_statuses or []) if pod.status else []:
-                if status.name == "node" and (status.state.running or status.state.terminated):
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                if status["name"] == "node" and ({"running", "terminated"} & set(status.get("state") or {})):
                     self.running.setdefault(name, now)
+
+    def seen(self, trainjob: str, nodes: int) -> list[str]:
+        """The job's pods, once the watch has seen ``nodes`` of them running (waits up to 60 s)."""
+        deadline = time.monotonic() + 60
+        while True:
+            pods = [n for n, js in dict(self.jobset).items() if js == trainjob]
+            if sum(1 for p in pods if p in self.running) >= nodes or time.monotonic() > deadline:
+                return pods
+            time.sleep(0.1)
 
     def _trainjobs(self) -> None:
         args = (GROUP, VERSION, self.namespace, "trainjobs")
@@ -122,7 +132,7 @@ class Watches:
         self._ready.wait(30)
         for event in self._watches[1].stream(self._custom.list_namespaced_custom_object, *args,
                                              resource_version=listed["metadata"]["resourceVersion"],
-                                             timeout_seconds=900):
+                                             timeout_seconds=900, deserialize=False):
             self.created.setdefault(event["object"]["metadata"]["name"], time.time())
 
     def stop(self) -> None:
@@ -170,11 +180,10 @@ def _one(target: Target, nodes: int, submit) -> dict[str, float]:
         started = time.time()
         trainjob = submit()
         target.wait_finished(trainjob, timeout=120 + nodes)
-        time.sleep(0.5)  # the watches' last events
+        pods = watch.seen(trainjob, nodes)
     finally:
         watch.stop()
     try:
-        pods = [n for n, js in dict(watch.jobset).items() if js == trainjob]
         shells, firsts = [], []
         for pod in pods:
             for line in core.read_namespaced_pod_log(pod, target.namespace, container="node").splitlines():
@@ -213,6 +222,13 @@ def _variants(target: Target, nodes: int, launcher: str, extras: bool) -> dict:
     return variants
 
 
+def _warm_up(target: Target) -> None:
+    """One untimed 2-node job of each variant: this process's first submission (its imports) and each
+    configuration's first (its runtime is created; later jobs find it) are not what a job's start costs."""
+    for submit in _variants(target, 2, "python3", extras=True).values():
+        submit()
+
+
 def _median_times(samples: list[dict]) -> dict[str, float]:
     return {key: median(s[key] for s in samples) for key in samples[0]}
 
@@ -223,6 +239,7 @@ def run(ctx):
     rows: list[str] = []
     target = Target(ctx.cluster.api, ctx.cluster.kubeconfig_path)
     with nemorun_home():
+        _warm_up(target)
         for nodes, launcher, extras in sizes:
             repeat = ctx.repeats(heavy=nodes > 8)
             for loaded in (False, True):
@@ -288,6 +305,7 @@ def real(sizes: tuple[int, ...], repeat: int) -> list[str]:
             use_kubeconfig(cluster.kubeconfig_path)
             cluster.ensure_upstream_runtime()
             target = Target(cluster.api, cluster.kubeconfig_path)
+            _warm_up(target)
             for nodes in sizes:
                 rows += _table("local", nodes, interleaved(repeat, **_variants(target, nodes, "torchrun", False)))
         finally:
@@ -301,6 +319,7 @@ def real(sizes: tuple[int, ...], repeat: int) -> list[str]:
                 use_kubeconfig(str(cp.kubeconfig_path))
                 api = config.new_client_from_config(config_file=str(cp.kubeconfig_path))
                 target = Target(api, str(cp.kubeconfig_path), namespace, "torch-distributed")
+                _warm_up(target)
                 for nodes in sizes:
                     rows += _table("real + node agent", nodes,
                                    interleaved(repeat, **_variants(target, nodes, "torchrun", False)))

@@ -258,6 +258,12 @@ def run(ctx):
                              at_most=1.0,
                              note=f"ours {mine:.2f} s, bare {bare:.2f} s (ratio {mine / bare:.2f}x), medians of "
                                   f"{repeat}; load {load_before}")
+                shell = {name: median(r["total"] - r["launch"] for r in runs) for name, runs in samples.items()}
+                yield Metric(f"  of which before the launcher (submission -> every user shell), {where}: ours - bare",
+                             shell["ours"] - shell["bare"], None, "s",
+                             note=f"ours {shell['ours']:.2f} s, bare {shell['bare']:.2f} s: what ours adds, without "
+                                  "the launcher's own start (the same command in both; torch's import in torchrun "
+                                  "varies by seconds on a busy machine)")
                 for name, times in medians.items():
                     rows.append(f"| {nodes} | {launcher} | {where} | {name} | {times['total']:.2f} | "
                                 + " | ".join(f"{times[s]:.2f}" for s, _ in STAGES)

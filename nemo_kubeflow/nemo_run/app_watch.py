@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Optional
 
+from nemo_kubeflow.observe.progress_view import ProgressSeen
+
 if TYPE_CHECKING:
     from nemo_kubeflow.observe.diagnosis import InJobRestarts
     from nemo_kubeflow.observe.logs import NodeLogKeeper
@@ -32,6 +34,8 @@ class AppWatch:
     reported_end: bool = False
     #: The last repair line shown.
     last_repair: str = ""
+    #: When node 0's progress line was last read, and what it said (observe/progress_view.py).
+    progress: ProgressSeen = field(default_factory=ProgressSeen)
     #: (when, warning) of the last stall check: NeMo-Run's wait loop polls often.
     stall_checked: tuple[float, str] = (float("-inf"), "")
     #: gang attempt -> how its failed pod ended, as this process saw it: JobSet deletes an attempt's pods

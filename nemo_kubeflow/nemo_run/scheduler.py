@@ -40,6 +40,7 @@ from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TR
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
 from nemo_kubeflow.nemo_run.app_watch import AppWatch, Outage
+from nemo_kubeflow.observe import progress_view
 from nemo_kubeflow.observe.observation import (
     DELETE_UNSTARTABLE,
     KEEP_NODE_LOGS,
@@ -436,9 +437,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         look.view = view = self._view(watch, cluster, trainjob)
         if record is not None and record.job_dir:
             self._keep_logs(watch, cluster, look.namespace, look.name, nodes, record.job_dir)
-        facts = [self._restarts(watch, view).note(finished=False)]
+        restarts = self._restarts(watch, view).note(finished=False)
+        reported = progress_view.read(cluster, view, watch.progress, watch.keeper)
+        now = datetime.now(timezone.utc)
+        facts = [reported.text(now) if reported else "", restarts]
         if record is not None and record.stall_warning_seconds:
-            facts.insert(0, self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
+            # Progress says whether steps go on; without it, log silence is the sign.
+            facts.insert(0, progress_view.stall_message(reported, record.stall_warning_seconds, now) if reported
+                         else self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
         look.message = "; ".join(f for f in facts if f) or look.message
 
     @staticmethod

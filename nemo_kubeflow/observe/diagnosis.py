@@ -708,6 +708,8 @@ class JobView:
     trainjob: dict
     pods: list[dict]
     _events: Optional[list[dict]] = field(default=None, repr=False)
+    #: Node index -> the last lines of its log, where this look has read them (progress reuses node 0's).
+    node_lines: dict[int, list[str]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def read(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
@@ -757,6 +759,7 @@ class JobView:
                                                   tail_lines=IN_JOB_TAIL))
             except ClusterError:
                 continue
+            self.node_lines[node] = lines
             found[node] = read_in_job_restarts(lines)
         return first_failure(found)
 

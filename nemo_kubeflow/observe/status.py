@@ -12,7 +12,7 @@ row that matches wins.
 | condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | pods, the failed node's last lines (up to 3 failed nodes' when a launcher agent failed without naming the failed rank), each node's log once (with a job dir); Warning events after a gang restart |
 | being deleted (deletionTimestamp) | CANCELLED | cancel in progress                         | nothing                                      |
 | condition Suspended=True          | PENDING   | waiting for resume or a queue's admission  | nothing; Kueue's Workloads in a queue        |
-| ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | pods; Warning events after a gang restart; an ft_launcher job whose logs this process does not keep: every node's last 2000 lines (one log read per node); past ``stall_warning_seconds``, one short log read per node (throttled) |
+| ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | pods; without ``trainerStatus``, node 0's last 500 lines for rank 0's progress line (``progress_view``); Warning events after a gang restart; an ft_launcher job whose logs this process does not keep: every node's last 2000 lines (one log read per node); past ``stall_warning_seconds``, one short log read per node (throttled) |
 | ``node`` job active, not ready    | PENDING   | pods starting                              | pods, Warning events                         |
 | anything else                     | SUBMITTED | created, pods not there yet                | pods, Warning events                         |
 

@@ -1,0 +1,24 @@
+"""A training loop that reports its progress (nemo_kubeflow.progress), run inside the pods by test_progress.py.
+
+Shipped with nemo_kubeflow/__init__.py and nemo_kubeflow/progress.py of this checkout (test_progress.py's
+packager): the pods' Python then imports this checkout's progress module, as an image with nemo-kubeflow
+installed would."""
+
+import time
+
+
+def train(steps: int, seconds_per_step: float, interval: float, hang_at: int = 0) -> None:
+    """``steps`` steps of ``seconds_per_step``, reported with a loss; from step ``hang_at`` on, no new step
+    (it keeps printing, so the log is never silent), until killed."""
+    from nemo_kubeflow import progress
+
+    with progress.reporting(steps, interval=interval) as reporter:
+        print(f"progress from {progress.__file__} via {reporter.transport}", flush=True)
+        for step in range(1, steps + 1):
+            time.sleep(seconds_per_step)
+            reporter.report(step, loss=round(10.0 / step, 4))
+            while step == hang_at:
+                print(f"waiting at step {step}", flush=True)
+                time.sleep(0.5)
+    sent = reporter.server.sent if reporter.server is not None else 0
+    print(f"progress done: {reporter.writes} writes, {sent} to the status server", flush=True)

@@ -21,7 +21,7 @@ from nemo_kubeflow_local.apiserver.server import ApiServer
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credentials
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT
-from nemo_kubeflow_local.controllers import virtual_nodes
+from nemo_kubeflow_local.controllers import trainjob_status, virtual_nodes
 from nemo_kubeflow_local.controllers.kueue import KueueController
 from nemo_kubeflow_local.controllers.trainer import TrainerController
 from nemo_kubeflow_local.events import EventRecorder
@@ -48,12 +48,23 @@ class LocalCluster:
         persist: keep the API objects in `workdir` and restore those kept there by a previous run
             (persistence.py: what is kept, and how a TrainJob that was running then reads). Needs a
             `workdir`; `python -m nemo_kubeflow_local serve --workdir DIR` sets it.
+        feature_gates: Trainer's alpha feature gates to turn on: ``("TrainJobStatus",)`` runs Trainer's
+            status server (controllers/trainjob_status.py) and gives the trainer pods its URL, CA and token.
     """
 
     def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True, persist: bool = False,
-                 kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT):
+                 kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT, feature_gates: tuple[str, ...] = ()):
         if persist and workdir is None:
             raise ValueError("persist=True needs a workdir: a temporary one is removed when the cluster stops")
+        unknown = sorted(set(feature_gates) - {trainjob_status.FEATURE_GATE})
+        if unknown:
+            raise ValueError(f"feature_gates: {', '.join(unknown)}: the local cluster emulates only "
+                             f"{trainjob_status.FEATURE_GATE}")
+        self._feature_gates = tuple(feature_gates)
+        #: Trainer's status server, with the TrainJobStatus gate on (started with the cluster).
+        self.status_server: Optional[trainjob_status.StatusServer] = None
+        #: The service-account tokens the kubelet projects into pods (the TokenRequest API's part).
+        self.tokens = trainjob_status.TokenIssuer()
         self._run_kubelet = run_kubelet
         self._persist = persist
         self._saver: Optional[persistence.Saver] = None
@@ -100,8 +111,11 @@ class LocalCluster:
                                  self._kueue_versions)
         self._server.start()
         if self._run_kubelet:
-            self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url)
-        self._controller = TrainerController(store, events)
+            self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url, self.tokens.issue)
+        if trainjob_status.FEATURE_GATE in self._feature_gates:
+            self.status_server = trainjob_status.StatusServer(store, tokens=self.tokens)
+            self.status_server.start()
+        self._controller = TrainerController(store, events, self.status_server)
         self._controller.start()
         self._kueue = KueueController(store, events)
         self._kueue.start()
@@ -115,6 +129,9 @@ class LocalCluster:
         self._server.stop()
         self._kueue.stop()
         self._controller.stop()
+        if self.status_server is not None:
+            self.status_server.stop()
+            self.status_server = None
         if self._saver is not None:  # before the kubelet kills the pods: the TrainJobs they ran are recorded
             self._saver.stop()
             self._saver = None

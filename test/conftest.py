@@ -159,21 +159,25 @@ def node_agent(real_control_plane, tmp_path_factory):
 def backend(request, tmp_path_factory):
     """A `backends.Backend` with a fresh namespace. `@pytest.mark.backend_nodes(3)`: the local one is a
     cluster of its own whose kubelet schedules onto three virtual nodes (the real one always has the
-    node agent's three Nodes)."""
+    node agent's three Nodes). `@pytest.mark.backend_gates("TrainJobStatus")`: the local one is a cluster of
+    its own with those Trainer feature gates on (the real stage always runs Trainer with them)."""
     from backends import API_PATHS, Backend
 
     wanted = request.node.get_closest_marker("backend_nodes")
+    gates = request.node.get_closest_marker("backend_gates")
     if request.param == "local":
         def local(cluster, namespace, **more):
             cluster.create_namespace(namespace)
             return Backend("local", str(cluster.kubeconfig_path), namespace,
                            lambda resource: cluster.objects(resource, namespace), **more)
 
-        if wanted:
-            names = tuple(f"node-{chr(ord('a') + i)}" for i in range(wanted.args[0]))
-            with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster")) as cluster:
-                cluster.add_virtual_nodes(*names)
-                yield local(cluster, "local-0", fail_node=cluster.lose_node)
+        if wanted or gates:
+            names = tuple(f"node-{chr(ord('a') + i)}" for i in range(wanted.args[0] if wanted else 0))
+            with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster"),
+                              feature_gates=tuple(gates.args) if gates else ()) as cluster:
+                if names:
+                    cluster.add_virtual_nodes(*names)
+                yield local(cluster, "local-0", fail_node=cluster.lose_node if names else None)
             return
         cluster = request.getfixturevalue("local_cluster")
         made = local(cluster, f"local-{len(cluster.objects('namespaces'))}")

@@ -8,6 +8,7 @@ import subprocess
 
 import nemo_run as run
 import progress_workload
+import pytest
 from backends import app_id_of, trainjob_of, wait_for
 from backends import logs as node_logs
 from torchx.specs import AppState
@@ -63,6 +64,21 @@ def check_progress_everywhere(backend, console_script, nemorun_home, name, **exe
     assert running and "ETA " in running[-1], out.stdout
     assert "SUCCEEDED" in out.stdout.splitlines()[-1], out.stdout
     return job
+
+
+@pytest.mark.backend_gates("TrainJobStatus")
+def test_progress_through_trainers_status_server(backend, console_script, nemorun_home):
+    """The gate on: the pods get the status server's URL, CA and token; rank 0 writes trainerStatus, and
+    status reads it from the TrainJob (no log read for it)."""
+    job = check_progress_everywhere(backend, console_script, nemorun_home, "prog-srv")
+    status = trainer_status(backend, job)
+    assert status is not None and status["progressPercentage"] == 100, status
+    metrics = {m["name"]: m["value"] for m in status["metrics"]}
+    assert metrics["step"] == metrics["total_steps"] == "400" and "loss" in metrics and "steps_per_second" in metrics
+    logs = "\n".join(node_logs(job, "prog-srv", nodes=(0,)))
+    assert "via status-server" in logs and "[nemo-kubeflow progress]" not in logs, logs[-2000:]
+    done = [line.strip() for line in logs.splitlines() if "progress done:" in line]
+    assert done and not done[0].endswith(" 0 to the status server"), done
 
 
 def test_progress_through_the_log_line_without_the_gate(backend, console_script, nemorun_home):

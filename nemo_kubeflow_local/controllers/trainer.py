@@ -63,6 +63,7 @@ from nemo_kubeflow_local.controllers.objects import (
     pod_ready,
     terminal,
 )
+from nemo_kubeflow_local.controllers.trainjob_status import StatusServer
 from nemo_kubeflow_local.events import EventRecorder
 from nemo_kubeflow_local.kubelet.environment import POD_IP
 from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START
@@ -227,8 +228,10 @@ def _free_port() -> int:
 
 
 class TrainerController:
-    def __init__(self, store: Store, events: EventRecorder):
+    def __init__(self, store: Store, events: EventRecorder, status_server: Optional[StatusServer] = None):
         self.store, self.events = store, events
+        #: The TrainJobStatus feature gate is on: its plugin's part and its status server.
+        self.status_server = status_server
         self._queue: queue.Queue = queue.Queue()
         self._timers: list[tuple[float, tuple[str, str]]] = []
         self._states: dict[tuple[str, str], JobSetState] = {}
@@ -354,6 +357,13 @@ class TrainerController:
             denial = invalid(R.JOBSETS, tj["metadata"]["name"], errors).message
             self._creation_failed(tj, f'admission webhook "{JOBSET_WEBHOOK}" denied the request: {denial}')
             return False
+        if self.status_server is not None:
+            try:
+                self.status_server.enforce(tj, spec, [r["name"] for r in spec["replicatedJobs"]
+                                                      if _ancestor(r) == C.ANCESTOR_TRAINER])
+            except ApiError as error:  # the namespace is going
+                self._creation_failed(tj, f"building the TrainJobStatus components: {error}")
+                return False
         if not self._apply_jobset(tj, state, spec):
             return False
         for rjob in spec["replicatedJobs"]:

@@ -60,9 +60,12 @@ def _resource_ref(pod: dict, container: dict, ref: dict) -> str:
 
 
 class Objects(Protocol):
-    """Where the kubelet reads the ConfigMaps, Secrets and claims a pod uses."""
+    """Where the kubelet reads the ConfigMaps, Secrets and claims a pod uses, and gets its projected
+    service-account tokens (the TokenRequest API's part)."""
 
     def find(self, rt: ResourceType, namespace: str, name: str) -> Optional[dict]: ...
+
+    def service_account_token(self, namespace: str, service_account: str, audience: str, seconds: int) -> str: ...
 
 
 def _source_data(store: Objects, namespace: str, kind: str, name: str, optional: bool) -> Optional[dict[str, str]]:

@@ -35,6 +35,9 @@ from nemo_kubeflow_local.kubelet.process import ContainerRun
 from nemo_kubeflow_local.kubelet.volumes import MountError, PathMap, Volumes
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
+#: (namespace, service account, audience, seconds) -> a token: the TokenRequest API.
+TokenSource = Callable[[str, str, str, int], str]
+
 logger = logging.getLogger(__name__)
 
 #: A container run: a process tree, or an emulated log emitter (log_emitters.py) without one.
@@ -614,11 +617,16 @@ class Kubelet:
 class StoreBackend:
     """The local cluster's one node: pods from its store, and the scheduler's part too."""
 
-    def __init__(self, store: Store, events: EventRecorder, api_url: str):
-        self.store, self.events, self.api_url = store, events, api_url
+    def __init__(self, store: Store, events: EventRecorder, api_url: str, tokens: Optional[TokenSource] = None):
+        self.store, self.events, self.api_url, self.tokens = store, events, api_url, tokens
 
     def find(self, rt: ResourceType, namespace: str, name: str) -> Optional[dict]:
         return self.store.find(rt, namespace, name)
+
+    def service_account_token(self, namespace: str, service_account: str, audience: str, seconds: int) -> str:
+        if self.tokens is None:
+            raise RuntimeError("this local cluster issues no service-account tokens")
+        return self.tokens(namespace, service_account, audience, seconds)
 
     def write_status(self, worker: "PodWorker", change: Callable[[dict], None]) -> None:
         def apply(pod: dict) -> Optional[dict]:
@@ -705,8 +713,9 @@ class LocalKubelet(Kubelet):
     """The local cluster's kubelet: follows its store. Pods bound to another node (a node agent's)
     are not its own."""
 
-    def __init__(self, store: Store, workdir: Path, events: EventRecorder, logs: LogStore, api_url: str):
-        super().__init__(StoreBackend(store, events, api_url), workdir, logs)
+    def __init__(self, store: Store, workdir: Path, events: EventRecorder, logs: LogStore, api_url: str,
+                 tokens: Optional[TokenSource] = None):
+        super().__init__(StoreBackend(store, events, api_url, tokens), workdir, logs)
         self.store = store
         store.add_listener(self._on_change)
 

@@ -229,6 +229,13 @@ class ApiBackend:
         except NotFound:
             return None
 
+    def service_account_token(self, namespace: str, service_account: str, audience: str, seconds: int) -> str:
+        """The TokenRequest API, as the kubelet uses it for a projected token."""
+        answer = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                     "spec": {"audiences": [audience], "expirationSeconds": seconds}})
+        return str(answer["status"]["token"])
+
     def bind(self, worker: PodWorker) -> bool:
         return True  # the scheduler bound it: that is how it got here
 

@@ -146,12 +146,14 @@ NODE_FAULT_TAINT = {"key": "nemo-kubeflow.test/node-fault", "value": "broken", "
 
 @pytest.fixture(scope="module")
 def node_agent(real_control_plane, tmp_path_factory):
+    from controlplane.cluster import TRAINER_SERVICE_HOST
+
     from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
     serving = real_control_plane.certs.issue("node-agent", "nemo-kubeflow-node-agent")
     nodes = [NodeSpec(name, cpu="8", memory="32Gi") for name in AGENT_NODES]
     with NodeAgent(real_control_plane.kubeconfig_path, nodes, tmp_path_factory.mktemp("agent"),
-                   serving_cert=serving) as running:
+                   serving_cert=serving, service_hosts=(TRAINER_SERVICE_HOST,)) as running:
         yield running
 
 

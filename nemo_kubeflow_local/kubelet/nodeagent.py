@@ -99,9 +99,11 @@ class NodeSpec:
 class PodNetwork:
     """Stand-ins for pod DNS and per-pod ports on one host network (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, service_hosts: Sequence[str] = ()) -> None:
         self._lock = threading.Lock()
         self._ports: dict[tuple[str, str, int], int] = {}
+        hosts = "|".join(re.escape(h) for h in service_hosts)
+        self._services = re.compile(rf"(?<![\w.-])({hosts})(\.cluster\.local)?(?![\w.-])") if hosts else None
 
     def host_port(self, namespace: str, group: str, port: int) -> int:
         """The free host port standing for `port` of every pod of `group` (a subdomain)."""
@@ -125,6 +127,8 @@ class PodNetwork:
                                rf"(\.{ns}(\.svc(\.cluster\.local)?)?)?(?![\w.-])(:(?P<port>\d+))?")
 
         def text(value: str) -> str:
+            if self._services is not None:
+                value = self._services.sub(POD_IP, value)
             if names is None:
                 return value
 
@@ -358,12 +362,14 @@ class NodeAgent:
         serving_cert: (certificate, key) files of the kubelet endpoint, for an API server started
             with `--kubelet-certificate-authority` (the certificate must name IP 127.0.0.1). None: a
             self-signed one, for an API server that does not verify kubelets.
+        service_hosts: Service DNS names (``<service>.<namespace>.svc``) of servers that run on this host,
+            such as Trainer's status server: the pods' env and args name 127.0.0.1 instead (same port).
     """
 
     def __init__(self, kubeconfig: str | Path, nodes: Sequence[NodeSpec], workdir: str | Path, *,
                  context: Optional[str] = None, unregister: bool = True,
                  serving_cert: Optional[tuple[str | Path, str | Path]] = None,
-                 heartbeat_seconds: float = HEARTBEAT_SECONDS):
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS, service_hosts: Sequence[str] = ()):
         self.heartbeat_seconds = heartbeat_seconds
         self.serving_cert = (Path(serving_cert[0]), Path(serving_cert[1])) if serving_cert else None
         if not nodes:
@@ -373,7 +379,7 @@ class NodeAgent:
         self.unregister = unregister
         self.api = ApiClient(str(kubeconfig), context)
         self.logs = LogStore()
-        backend = ApiBackend(self.api, PodNetwork(), GpuDevices(self.nodes))
+        backend = ApiBackend(self.api, PodNetwork(service_hosts), GpuDevices(self.nodes))
         self.kubelet = Kubelet(backend, self.workdir, self.logs)
         self.kubelet.recheck_seconds = 1.0  # no watch on ConfigMaps/Secrets/claims: look again soon
         self._server: Optional[_KubeletServer] = None

@@ -56,6 +56,16 @@ KUEUE_V1BETA1_ENV = "NEMO_KUBEFLOW_REAL_KUEUE_V1BETA1"
 #: The ConfigMap where Trainer's manifests publish its version, readable by every authenticated user.
 TRAINER_NAMESPACE = "kubeflow-system"
 TRAINER_PUBLIC = "kubeflow-trainer-public"
+#: Trainer's alpha feature gates the stage turns on: TrainJobStatus runs its status server (pkg/statusserver),
+#: whose URL in the pods names the webhook Service (the node agent maps it to this host: TRAINER_SERVICE_HOST).
+TRAINER_FEATURE_GATES = {"TrainJobStatus": True}
+TRAINER_SERVICE_HOST = f"kubeflow-trainer-controller-manager.{TRAINER_NAMESPACE}.svc"
+#: The TrainJobStatus plugin copies the status server's CA from this Secret into each TrainJob's namespace.
+TRAINER_WEBHOOK_SECRET = "kubeflow-trainer-webhook-cert"
+#: Fixed paths of Trainer v2.3.0's status server: it serves the certificate of this directory (not the webhook
+#: server's $TMPDIR one), and finds the cluster's OIDC issuer in the `iss` of this token (its own, in a pod).
+TRAINER_STATUS_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+POD_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
 class ControlPlaneError(RuntimeError):
@@ -344,7 +354,10 @@ class RealControlPlane:
             f"--client-ca-file={c.ca_crt}", f"--token-auth-file={tokens}",
             "--authorization-mode=RBAC", "--allow-privileged=true",
             f"--service-account-key-file={c.sa_pub}", f"--service-account-signing-key-file={c.sa_key}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            # The first issuer signs and is discovered (/.well-known/openid-configuration): Trainer's status
+            # server verifies the pods' tokens through it, so it is this server's own address.
+            f"--service-account-issuer={self.server}", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-jwks-uri={self.server}/openid/v1/jwks",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # loopback is not a valid Endpoints address: no `kubernetes` Service endpoints
             "--endpoint-reconciler-type=none",
@@ -406,9 +419,36 @@ class RealControlPlane:
             "leaderElection": {"leaderElect": False},
             "certManagement": {"enable": False},
             "statusServer": {"port": self.ports["trainer-status"]},
+            "featureGates": TRAINER_FEATURE_GATES,
         })
+        if TRAINER_FEATURE_GATES.get("TrainJobStatus"):
+            self._trainer_status_server_prerequisites()
         self._spawn("trainer-controller-manager", [
             str(self.binaries["trainer-controller-manager"]), f"--config={config}"], self._controller_env("trainer"))
+
+    def _trainer_status_server_prerequisites(self) -> None:
+        """What a Trainer install gives its status server: its serving certificate at the fixed path, a
+        service-account token of its own (for the issuer), and the webhook Secret with the CA."""
+        TRAINER_STATUS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name, src in (("tls.crt", self.certs.serving_crt), ("tls.key", self.certs.serving_key)):
+            tmp = TRAINER_STATUS_CERT_DIR / f".{name}.{os.getpid()}"
+            tmp.write_bytes(src.read_bytes())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, TRAINER_STATUS_CERT_DIR / name)
+        account = "kubeflow-trainer-controller-manager"
+        self._apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+                    f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts")
+        answer = self.request("POST", f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts/{account}/token",
+                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                               "spec": {"expirationSeconds": 86400}})
+        POD_SERVICE_ACCOUNT_TOKEN.parent.mkdir(parents=True, exist_ok=True)
+        tmp = POD_SERVICE_ACCOUNT_TOKEN.parent / f".token.{os.getpid()}"
+        tmp.write_text(answer["status"]["token"])
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, POD_SERVICE_ACCOUNT_TOKEN)
+        self._apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TRAINER_WEBHOOK_SECRET},
+                     "data": {"ca.crt": base64.b64encode(self.certs.ca_pem).decode()}},
+                    f"/api/v1/namespaces/{TRAINER_NAMESPACE}/secrets")
 
     def _start_jobset(self) -> None:
         config = self._write_config("jobset", {

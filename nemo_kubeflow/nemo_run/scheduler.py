@@ -440,7 +440,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         restarts = self._restarts(watch, view).note(finished=False)
         reported = progress_view.read(cluster, view, watch.progress, watch.keeper)
         now = datetime.now(timezone.utc)
-        facts = [reported.text(now) if reported else "", restarts]
+        facts = [reported.text() if reported else "", restarts]
         if record is not None and record.stall_warning_seconds:
             # Progress says whether steps go on; without it, log silence is the sign.
             facts.insert(0, progress_view.stall_message(reported, record.stall_warning_seconds, now) if reported

@@ -57,8 +57,9 @@ class Progress:
     def age(self, now: datetime) -> Optional[float]:
         return (now - self.updated).total_seconds() if self.updated else None
 
-    def text(self, now: datetime) -> str:
-        """``step 250 of 1000 (25%), 2.5 steps/s, ETA 5m 0s; loss=1.23, lr=0.0003 (reported 12 s ago)``."""
+    def text(self) -> str:
+        """``step 250 of 1000 (25%), 2.5 steps/s, ETA 5m 0s; loss=1.23, lr=0.0003 (at 09:00:12 UTC)``: the same
+        until rank 0 reports again (a wait and ``watch`` print each change)."""
         if self.step is not None:
             where = f"step {self.step}" + (f" of {self.total_steps}" if self.total_steps else "")
             where += f" ({self.percent}%)" if self.percent is not None else ""
@@ -72,8 +73,7 @@ class Progress:
         text = ", ".join(parts)
         if self.metrics:
             text += "; " + ", ".join(f"{k}={v}" for k, v in self.metrics.items())
-        age = self.age(now)
-        return text + (f" (reported {format_duration(max(0, int(age)))} ago)" if age is not None else "")
+        return text + (f" (at {self.updated.strftime('%H:%M:%S')} UTC)" if self.updated else "")
 
 
 def format_duration(seconds: int) -> str:
@@ -97,7 +97,7 @@ def _time(text: Optional[str]) -> Optional[datetime]:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 def _int(text: object) -> Optional[int]:

@@ -68,6 +68,15 @@ TRAINER_STATUS_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 POD_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` (mode 0600), whole or not at all: written aside, then renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}"
+    tmp.write_bytes(data)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
 class ControlPlaneError(RuntimeError):
     """A component did not start or did not become ready; the message names it and its log."""
 
@@ -429,26 +438,27 @@ class RealControlPlane:
     def _trainer_status_server_prerequisites(self) -> None:
         """What a Trainer install gives its status server: its serving certificate at the fixed path, a
         service-account token of its own (for the issuer), and the webhook Secret with the CA."""
-        TRAINER_STATUS_CERT_DIR.mkdir(parents=True, exist_ok=True)
-        for name, src in (("tls.crt", self.certs.serving_crt), ("tls.key", self.certs.serving_key)):
-            tmp = TRAINER_STATUS_CERT_DIR / f".{name}.{os.getpid()}"
-            tmp.write_bytes(src.read_bytes())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, TRAINER_STATUS_CERT_DIR / name)
         account = "kubeflow-trainer-controller-manager"
         self._apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
                     f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts")
         answer = self.request("POST", f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts/{account}/token",
                               {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                "spec": {"expirationSeconds": 86400}})
-        POD_SERVICE_ACCOUNT_TOKEN.parent.mkdir(parents=True, exist_ok=True)
-        tmp = POD_SERVICE_ACCOUNT_TOKEN.parent / f".token.{os.getpid()}"
-        tmp.write_text(answer["status"]["token"])
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, POD_SERVICE_ACCOUNT_TOKEN)
+        try:
+            self._write_serving_pair(TRAINER_STATUS_CERT_DIR)
+            _write_private(POD_SERVICE_ACCOUNT_TOKEN, answer["status"]["token"].encode())
+        except OSError as e:
+            raise ControlPlaneError(
+                f"Trainer's status server (gate TrainJobStatus) reads fixed paths, {TRAINER_STATUS_CERT_DIR} and "
+                f"{POD_SERVICE_ACCOUNT_TOKEN}, which cannot be written: {e}; make them writable by this user") from None
         self._apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TRAINER_WEBHOOK_SECRET},
                      "data": {"ca.crt": base64.b64encode(self.certs.ca_pem).decode()}},
                     f"/api/v1/namespaces/{TRAINER_NAMESPACE}/secrets")
+
+    def _write_serving_pair(self, directory: Path) -> None:
+        """Our serving certificate and key as tls.crt and tls.key in ``directory`` (a fixed path a component reads)."""
+        for name, src in (("tls.crt", self.certs.serving_crt), ("tls.key", self.certs.serving_key)):
+            _write_private(directory / name, src.read_bytes())
 
     def _start_jobset(self) -> None:
         config = self._write_config("jobset", {
@@ -467,12 +477,7 @@ class RealControlPlane:
         if (KUEUE_METRICS_CERTS / "tls.crt").is_file() and (KUEUE_METRICS_CERTS / "tls.key").is_file():
             return  # another run's; never served (metrics are off), only loaded
         try:
-            KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
-            for name, src in (("tls.crt", self.certs.serving_crt), ("tls.key", self.certs.serving_key)):
-                tmp = KUEUE_METRICS_CERTS / f".{name}.{os.getpid()}"
-                tmp.write_bytes(src.read_bytes())
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, KUEUE_METRICS_CERTS / name)
+            self._write_serving_pair(KUEUE_METRICS_CERTS)
         except OSError as e:
             raise ControlPlaneError(
                 f"Kueue needs a certificate pair in {KUEUE_METRICS_CERTS} (a fixed path in Kueue v0.19 when its "

@@ -284,7 +284,7 @@ class Reporter:
         self._write(report)
         return True
 
-    def flush(self, timeout: float = REQUEST_TIMEOUT_S) -> None:
+    def flush(self, timeout: float = 2 * REQUEST_TIMEOUT_S) -> None:
         """Write the newest report the interval held back (at the end of training), and wait for it."""
         if not self.enabled:
             return

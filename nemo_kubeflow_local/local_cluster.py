@@ -15,7 +15,16 @@ import yaml
 
 from nemo_kubeflow_local.apiserver import persistence
 from nemo_kubeflow_local.apiserver import resources as R
-from nemo_kubeflow_local.apiserver.faults import USER, Fault, FaultHandle, Hooks, RequestRecord, lose_node, oom_kill
+from nemo_kubeflow_local.apiserver.faults import (
+    USER,
+    ApiCount,
+    Fault,
+    FaultHandle,
+    Hooks,
+    RequestRecord,
+    lose_node,
+    oom_kill,
+)
 from nemo_kubeflow_local.apiserver.registry import Registry
 from nemo_kubeflow_local.apiserver.server import ApiServer
 from nemo_kubeflow_local.apiserver.store import Store
@@ -23,6 +32,7 @@ from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credential
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT
 from nemo_kubeflow_local.controllers import trainjob_status, virtual_nodes
 from nemo_kubeflow_local.controllers.kueue import KueueController
+from nemo_kubeflow_local.controllers.status_only_pods import StatusOnlyKubelet
 from nemo_kubeflow_local.controllers.trainer import TrainerController
 from nemo_kubeflow_local.events import EventRecorder
 from nemo_kubeflow_local.kubelet.container_logs import LogStore
@@ -50,12 +60,18 @@ class LocalCluster:
             `workdir`; `python -m nemo_kubeflow_local serve --workdir DIR` sets it.
         feature_gates: Trainer's alpha feature gates to turn on: ``("TrainJobStatus",)`` runs Trainer's
             status server (controllers/trainjob_status.py) and gives the trainer pods its URL, CA and token.
+        status_only_pods: run pods without processes (status_only_pods.py), for measuring the API at
+            sizes this machine cannot run: the same objects and statuses, no container output; `end_pods`
+            ends them. Replaces the local kubelet (not with `run_kubelet=False`).
     """
 
     def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True, persist: bool = False,
-                 kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT, feature_gates: tuple[str, ...] = ()):
+                 kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT, feature_gates: tuple[str, ...] = (),
+                 status_only_pods: bool = False):
         if persist and workdir is None:
             raise ValueError("persist=True needs a workdir: a temporary one is removed when the cluster stops")
+        if status_only_pods and not run_kubelet:
+            raise ValueError("status_only_pods=True replaces the local kubelet: it needs run_kubelet=True")
         unknown = sorted(set(feature_gates) - {trainjob_status.FEATURE_GATE})
         if unknown:
             raise ValueError(f"feature_gates: {', '.join(unknown)}: the local cluster emulates only "
@@ -66,6 +82,8 @@ class LocalCluster:
         #: The service-account tokens the kubelet projects into pods (the TokenRequest API's part).
         self.tokens = trainjob_status.TokenIssuer()
         self._run_kubelet = run_kubelet
+        self._status_only_pods = status_only_pods
+        self._status_only: Optional[StatusOnlyKubelet] = None
         self._persist = persist
         self._saver: Optional[persistence.Saver] = None
         #: What `start()` restored from the workdir (persist=True), None when nothing was kept there.
@@ -110,7 +128,10 @@ class LocalCluster:
         self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials,
                                  self._kueue_versions)
         self._server.start()
-        if self._run_kubelet:
+        if self._status_only_pods:
+            self._status_only = StatusOnlyKubelet(store, events)
+            self._status_only.start()
+        elif self._run_kubelet:
             self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url, self.tokens.issue)
         if trainjob_status.FEATURE_GATE in self._feature_gates:
             self.status_server = trainjob_status.StatusServer(store, tokens=self.tokens)
@@ -137,7 +158,9 @@ class LocalCluster:
             self._saver = None
         if self._kubelet is not None:
             self._kubelet.stop()
-        self._server = self._controller = self._kubelet = self._kueue = None
+        if self._status_only is not None:
+            self._status_only.stop()
+        self._server = self._controller = self._kubelet = self._kueue = self._status_only = None
         if self._given_workdir is None and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -231,6 +254,15 @@ class LocalCluster:
     def clear_requests(self) -> None:
         self._hooks.clear()
 
+    def api_counters(self) -> list[ApiCount]:
+        """Requests and response body bytes per verb and resource, as the API server counted them (every
+        HTTP request: clients, the node agent; the emulated controllers read the store, not HTTP), since
+        the start or `clear_api_counters()`."""
+        return self._hooks.counters()
+
+    def clear_api_counters(self) -> None:
+        self._hooks.clear_counters()
+
     def objects(self, resource: str, namespace: Optional[str] = None) -> list[dict]:
         """Copies of the stored objects of `resource` ("configmaps", "trainjobs", ...)."""
         self._require_started()
@@ -291,6 +323,14 @@ class LocalCluster:
         self._require_started()
         for name in names:
             self._store.create(R.NODES, virtual_nodes.node_object(name))
+
+    def end_pods(self, label_selector: str, exit_code: int = 0, namespace: str = "default") -> list[str]:
+        """With `status_only_pods`: end the running pods matching `label_selector` as if their containers
+        exited with `exit_code` (0: Succeeded, else Failed). Returns their names."""
+        self._require_started()
+        if self._status_only is None:
+            raise RuntimeError("end_pods needs LocalCluster(status_only_pods=True): other pods end by themselves")
+        return self._status_only.end_pods(namespace, label_selector, exit_code)
 
     def lose_node(self, name: str) -> list[str]:
         """Fault a node the way a lost (then returning) node is handled: its pods are marked

@@ -1,4 +1,5 @@
-"""Test hooks of the API server: the request log, injected faults and RBAC denials."""
+"""Test hooks of the API server: the request log, the request and byte counters, injected faults and RBAC
+denials."""
 
 from __future__ import annotations
 
@@ -30,6 +31,17 @@ class RequestRecord:
     verb: str  # create, get, list, watch, patch, update, delete, deletecollection
     status_code: Optional[int]  # None when the connection was dropped
     time: float
+
+
+@dataclass(frozen=True)
+class ApiCount:
+    """What the server served of one verb on one resource: requests (every answer, errors included) and the
+    bytes of the response bodies (a stream's chunks as they go out)."""
+
+    verb: str
+    resource: str  # plural, with `/subresource` ("pods/log"); "" for discovery
+    requests: int
+    bytes: int
 
 
 @dataclass
@@ -103,11 +115,29 @@ class Hooks:
     _faults: list[Fault] = field(default_factory=list)
     _denied: set[tuple[str, str, Optional[str]]] = field(default_factory=set)
     _log_streams: list[LogStreamHandle] = field(default_factory=list)
+    #: (verb, resource) -> [requests, response body bytes] since the last ``clear_counters``.
+    _counters: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, record: RequestRecord) -> None:
         with self._lock:
             self.requests.append(record)
+            self._counters.setdefault((record.verb, record.resource), [0, 0])[0] += 1
+
+    def count_bytes(self, verb: str, resource: str, size: int) -> None:
+        """``size`` more bytes of response body sent for a request of ``verb`` on ``resource`` (counted before
+        they are written: a client that has its answer finds them counted)."""
+        with self._lock:
+            self._counters.setdefault((verb, resource), [0, 0])[1] += size
+
+    def counters(self) -> list[ApiCount]:
+        """Requests and response body bytes per verb and resource, as the server counted them."""
+        with self._lock:
+            return [ApiCount(verb, resource, n, size) for (verb, resource), (n, size) in sorted(self._counters.items())]
+
+    def clear_counters(self) -> None:
+        with self._lock:
+            self._counters.clear()
 
     def snapshot(self) -> list[RequestRecord]:
         with self._lock:

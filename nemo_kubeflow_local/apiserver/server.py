@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from nemo_kubeflow_local import constants as C
+from nemo_kubeflow_local.apiserver import metadata_only
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
@@ -342,6 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         target = route(url.path, api.kueue_versions)
         verb = target.verb(method, query)
+        self._counted_as = (verb, target.resource)
         code: Optional[int] = None
         logged = False
 
@@ -412,13 +414,20 @@ class _Handler(BaseHTTPRequestHandler):
         registry = api.registry
         if verb == "get" and sub == "log":
             return self._send_log(api, namespace, name, query)
+        metadata = metadata_only.asked(self.headers.get("Accept", ""))
         if verb in ("get", "list"):
             result = registry.get(rt, namespace, name) if verb == "get" else registry.list(rt, target.namespace, query)
             if wants_table(self.headers.get("Accept", "")):  # kubectl get
                 result = Result(result.code, to_table(rt, result.body, query.get("includeObject") or
                                                       "PartialObjectMetadata"), result.warnings)
+            elif metadata is not None:  # a metadata informer, a client that needs names and labels only
+                self._served_as = None
+                result = Result(result.code, metadata_only.transform(result.body, *metadata, is_list=verb == "list"),
+                                result.warnings)
             return self._send(result)
         if verb == "watch":
+            if metadata is not None:
+                raise ApiError(406, "metadata-only watches are not emulated by the local cluster")
             return self._send_watch(api, rt, target.namespace, query)
         if verb == "create":
             if name or (rt.namespaced and target.namespace is None):
@@ -466,6 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = list_from_storage(served_as[0], body, served_as[1])
         data = json.dumps(body).encode()
         self._log_request(code)
+        self.server.api.hooks.count_bytes(*self._counted_as, len(data))
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -485,6 +495,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             for chunk in chunks:
                 if chunk:
+                    self.server.api.hooks.count_bytes(*self._counted_as, len(chunk))
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
             if cut is not None and cut.cut.is_set() and cut.abrupt:
@@ -508,6 +519,7 @@ class _Handler(BaseHTTPRequestHandler):
         chunks = stream(log, query, api.stopping)
         data = b"".join(chunks)
         self._log_request(200)
+        api.hooks.count_bytes(*self._counted_as, len(data))
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(data)))

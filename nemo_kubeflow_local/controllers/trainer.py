@@ -511,9 +511,9 @@ class TrainerController:
         return jobs
 
     def _pods(self, tj: dict, state: JobSetState) -> list[dict]:
-        """The pods of this TrainJob's JobSet (all its Jobs, every restart attempt)."""
+        """The pods of this TrainJob's JobSet (all its Jobs, every restart attempt), as stored: read only."""
         name = tj["metadata"]["name"]
-        return self.store.list(R.PODS, tj["metadata"]["namespace"], lambda p: (
+        return self.store.stored_list(R.PODS, tj["metadata"]["namespace"], lambda p: (
             (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == name
             and p["metadata"]["labels"].get(JOBSET_UID_LABEL) == state.jobset_uid))[0]
 

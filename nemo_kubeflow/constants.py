@@ -34,6 +34,7 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+JOBSET_KIND = "JobSet"
 #: The ranges of the OpenAPI integer formats (Go's int32 and int64): the API server stores a larger
 #: number in a CRD's field, and every typed reader of the kind (controllers, informers) then fails.
 INT_FORMAT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}

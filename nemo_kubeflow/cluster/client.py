@@ -16,6 +16,7 @@ every try and every wait ends by the deadline (a submission's total time).
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 import logging
@@ -88,6 +89,8 @@ KINDS: dict[str, Kind] = {
         Kind("Event", "", "v1", "events"),
         Kind("Namespace", "", "v1", "namespaces", namespaced=False),
         Kind("Node", "", "v1", "nodes", namespaced=False),
+        # A JobSet's Jobs, read as metadata only (``list_metadata``): which is the running attempt's.
+        Kind("Job", "batch", "v1", "jobs"),
         # Read by `nemo-kubeflow doctor` (the TrainJob CRD's fields), where the user may.
         Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False),
         # JobSet: read, and deleted to have Trainer build it again (node_avoidance.py).
@@ -109,6 +112,10 @@ ACCESS_REVIEW_GROUP = "authorization.k8s.io"
 #: The versions each API group serves, by (server, group): API discovery, asked once per process.
 _SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {}
 _SERVED_VERSIONS_LOCK = threading.Lock()
+
+#: The Accept header that asks for a list of objects' metadata only (``PartialObjectMetadataList``: names,
+#: labels, owners; no spec, no status), as metadata informers do; served by every supported API server.
+METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 #: HTTP codes worth retrying: the request may succeed later unchanged.
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -134,6 +141,8 @@ class ClusterReader(Protocol):
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]: ...
     def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
              field_selector: Optional[str] = None) -> list[dict]: ...
+    def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
+                      field_selector: Optional[str] = None) -> builtins.list[dict]: ...
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
                 follow: bool = False, tail_lines: Optional[int] = None,
                 since_seconds: Optional[int] = None, since_time: Optional[str] = None,
@@ -287,7 +296,7 @@ class KubernetesCluster:
     def _call(self, method: str, path: str, *, verb: str, kind: str, name: Optional[str],
               namespace: Optional[str], query: Optional[list] = None, body: Any = None,
               content_type: str = "application/json", stream: bool = False,
-              retry: bool = True, stream_timeout: Optional[float] = None) -> Any:
+              retry: bool = True, stream_timeout: Optional[float] = None, accept: str = "application/json") -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -307,7 +316,7 @@ class KubernetesCluster:
                 resp = self.api_client.call_api(
                     path, method,
                     query_params=query or [],
-                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    header_params={"Accept": accept, "Content-Type": content_type},
                     body=body,
                     auth_settings=["BearerToken"],
                     _preload_content=False,
@@ -440,6 +449,16 @@ class KubernetesCluster:
 
     def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
              field_selector: Optional[str] = None) -> list[dict]:
+        return self._list(kind, namespace, label_selector, field_selector, "application/json")
+
+    def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
+                      field_selector: Optional[str] = None) -> builtins.list[dict]:
+        """The objects' metadata only (``PartialObjectMetadata`` items: ``{"metadata": ...}``), a fraction of
+        their size: for what names, labels and owners tell."""
+        return self._list(kind, namespace, label_selector, field_selector, METADATA_LIST_ACCEPT)
+
+    def _list(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
+              field_selector: Optional[str], accept: str) -> builtins.list[dict]:
         spec = self._kind(kind)
         query = []
         if label_selector:
@@ -447,7 +466,7 @@ class KubernetesCluster:
         if field_selector:
             query.append(("fieldSelector", field_selector))
         result = self._call("GET", spec.path(namespace), verb="list", kind=kind, name=None, namespace=namespace,
-                            query=query)
+                            query=query, accept=accept)
         return result.get("items", [])
 
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:

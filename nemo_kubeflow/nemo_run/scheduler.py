@@ -385,7 +385,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if not is_terminal(look.state):
             line, action = node_avoidance.assess(cluster, namespace, name, trainjob, nodes,
                                                  pods=look.view.pods if look.view else None,
-                                                 checked=watch.checked_attempts)
+                                                 checked=watch.checked_attempts,
+                                                 jobset=look.view.jobset if look.view else None)
             notes = (line,) if line else ()
             look.actions += [action] if action else []
         return Observation(app_id, look.state, look.message, nodes, role, trainjob=trainjob,
@@ -434,7 +435,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     def _diagnose_running(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
                           watch: AppWatch, trainjob: dict, nodes: int) -> None:
-        look.view = view = self._view(watch, cluster, trainjob)
+        from nemo_kubeflow.observe.diagnosis import runs_ft_launcher
+
+        # Every pod only when what is shown needs the running ones: a stall check that is due, or
+        # ft_launcher's restarts without the kept logs; else the JobSet and the pods not running.
+        stall_after = record.stall_warning_seconds if record is not None else None
+        every_pod = bool(stall_after and self._stall_check_due(watch, trainjob, stall_after)) or \
+            (watch.keeper is None and runs_ft_launcher(trainjob))
+        look.view = view = self._view(watch, cluster, trainjob, every_pod=every_pod)
         if record is not None and record.job_dir:
             self._keep_logs(watch, cluster, look.namespace, look.name, nodes, record.job_dir)
         restarts = self._restarts(watch, view).note(finished=False)
@@ -457,11 +465,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     "process (kubectl delete, nemo-kubeflow gc, or a cancel from another process)")
         return message
 
-    def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict) -> JobView:
-        """The job's pods (one read), noting how each gang attempt's failed pod ended while it is at hand."""
+    def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict, *, every_pod: bool = True) -> JobView:
+        """The job's pods (one read; without ``every_pod``, of a running job, its JobSet and the pods not
+        running: ``JobView.read_running``), noting how each gang attempt's failed pod ended while it is at hand."""
         from nemo_kubeflow.observe.diagnosis import JobView
 
-        view = JobView.read(cluster, trainjob)
+        view = JobView.read(cluster, trainjob) if every_pod else JobView.read_running(cluster, trainjob)
         for attempt, how in view.failures_by_attempt().items():
             watch.failures_seen.setdefault(attempt, how)
         return view
@@ -509,6 +518,15 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         from rich.markup import escape
 
         CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {what}: {escape(message)}", highlight=False)
+
+    @staticmethod
+    def _stall_check_due(watch: AppWatch, trainjob: dict, seconds: int) -> bool:
+        """Whether this look checks for silent nodes (``_stall_warning_throttled`` then reads their logs)."""
+        if time.monotonic() - watch.stall_checked[0] < min(30.0, seconds / 10):
+            return False
+        created = trainjob["metadata"].get("creationTimestamp")
+        return bool(created) and (datetime.now(timezone.utc) -
+                                  datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() >= seconds
 
     def _stall_warning_throttled(self, watch: AppWatch, cluster: ClusterReader, view: JobView, seconds: int) -> str:
         """``_stall_warning``, not checked again before a tenth of the threshold (30 s at most) has passed."""

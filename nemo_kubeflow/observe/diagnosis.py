@@ -37,7 +37,9 @@ from nemo_kubeflow.build.naming import pod_completion_index
 from nemo_kubeflow.build.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
+    JOBSET_KIND,
     JOBSET_NAME_LABEL,
+    JOBSET_UID_LABEL,
     REPLICATED_JOB_LABEL,
     RESTART_ATTEMPT_ENV,
     RESTART_ATTEMPT_LABEL,
@@ -702,7 +704,11 @@ def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjo
 @dataclass
 class JobView:
     """A TrainJob with its pods, read once per describe, and its Warning events, read at most once
-    (only the states that need them: waiting, and after a gang restart)."""
+    (only the states that need them: waiting, and after a gang restart).
+
+    ``read`` lists every pod of the job. ``read_running`` (a running job, the look a wait repeats) reads
+    its JobSet and only the pods that are not running (``NOT_RUNNING``): what a restart, a failed rank or
+    a node fault leaves behind; a thousand running pods are not read again on each poll."""
 
     cluster: "ClusterReader"
     trainjob: dict
@@ -710,12 +716,28 @@ class JobView:
     _events: Optional[list[dict]] = field(default=None, repr=False)
     #: Node index -> the last lines of its log, where this look has read them (progress reuses node 0's).
     node_lines: dict[int, list[str]] = field(default_factory=dict, repr=False)
+    #: The JobSet, read by ``read_running`` (None: ``pods`` are all the job's pods).
+    jobset: Optional[dict] = None
+    _current_jobs: Optional[frozenset[str]] = field(default=None, repr=False)
 
     @classmethod
     def read(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
         meta = trainjob["metadata"]
         pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}")
         return cls(cluster, trainjob, pods)
+
+    @classmethod
+    def read_running(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
+        """A running job's JobSet (its restarts, its uid) and its pods that are not running; every pod
+        (``read``) when the JobSet is not there or its node pods restart containers in place (their
+        restart counts are on the running pods)."""
+        meta = trainjob["metadata"]
+        jobset = cluster.get(JOBSET_KIND, meta["name"], meta["namespace"])
+        if jobset is None or restarts_in_place(jobset):
+            return cls.read(cluster, trainjob)
+        pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}",
+                            field_selector=NOT_RUNNING)
+        return cls(cluster, trainjob, pods, jobset=jobset)
 
     @property
     def name(self) -> str:
@@ -743,10 +765,7 @@ class JobView:
         return newest_pods_by_node(self.node_pods)
 
     def runs_ft_launcher(self) -> bool:
-        """Whether the job's nodes run ft_launcher (only then does the TrainJob's trainer env carry the
-        gang attempt for its rendezvous id)."""
-        env = ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []
-        return any(e.get("name") == RESTART_ATTEMPT_ENV for e in env)
+        return runs_ft_launcher(self.trainjob)
 
     def in_job_restarts_of_nodes(self) -> Optional[InJobRestarts]:
         """ft_launcher's restarts so far, from the last ``IN_JOB_TAIL`` lines of every node's log (one log
@@ -764,13 +783,24 @@ class JobView:
         return first_failure(found)
 
     def gang_restarts(self) -> int:
-        """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it)."""
-        return max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
+        """JobSet's restarts so far: the attempt of the newest pods (JobSet labels each pod with it), or the
+        JobSet's own count when it was read."""
+        from_pods = max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
+        return max(from_pods, jobset_restarts(self.jobset)) if self.jobset is not None else from_pods
 
     def current_jobs(self) -> frozenset[str]:
-        """The uids of the Jobs that own the newest ``node`` pods (the current attempt's)."""
-        return frozenset(ref.get("uid") for p in self.newest_nodes().values()
-                         for ref in p["metadata"].get("ownerReferences") or [] if ref.get("kind") == "Job")
+        """The uids of the Jobs that own the newest ``node`` pods (the current attempt's); without the
+        running pods at hand, those of the JobSet's Jobs of its current attempt (one metadata-only list)."""
+        if self.jobset is None:
+            return frozenset(ref.get("uid") for p in self.newest_nodes().values()
+                             for ref in p["metadata"].get("ownerReferences") or [] if ref.get("kind") == "Job")
+        if self._current_jobs is None:
+            attempt, uid = str(jobset_restarts(self.jobset)), self.jobset["metadata"].get("uid")
+            jobs = self.cluster.list_metadata("Job", self.namespace, f"{JOBSET_NAME_LABEL}={self.name}")
+            self._current_jobs = frozenset(
+                j["metadata"].get("uid") for j in jobs if not j["metadata"].get("deletionTimestamp")
+                and _labels(j).get(RESTART_ATTEMPT_LABEL) == attempt and _labels(j).get(JOBSET_UID_LABEL) == uid)
+        return self._current_jobs
 
     def attempts_seen(self) -> bool:
         return any(restart_attempt(p) is not None for p in self.node_pods)
@@ -804,6 +834,32 @@ class JobView:
                         in_job_cause=in_job.why if in_job else "", in_place=in_place,
                         failed_fast=condition_reason == FAIL_FAST_REASON,
                         not_applied=in_job.not_applied if in_job else "")
+
+
+#: The pods a running job's look reads (``JobView.read_running``): a field selector every API server serves.
+NOT_RUNNING = "status.phase!=Running"
+
+
+def runs_ft_launcher(trainjob: dict) -> bool:
+    """Whether the job's nodes run ft_launcher (only then does the TrainJob's trainer env carry the gang
+    attempt for its rendezvous id)."""
+    env = ((trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []
+    return any(e.get("name") == RESTART_ATTEMPT_ENV for e in env)
+
+
+def jobset_restarts(jobset: dict) -> int:
+    """JobSet's gang restarts so far (``status.restarts``: the restart-attempt label of its newest pods)."""
+    return int((jobset.get("status") or {}).get("restarts") or 0)
+
+
+def restarts_in_place(jobset: dict) -> bool:
+    """Whether the JobSet's ``node`` pods may restart containers in place (``restartPolicy`` other than
+    Never; JobSet's default is OnFailure): only the running pods then count their restarts."""
+    for rjob in ((jobset.get("spec") or {}).get("replicatedJobs") or []):
+        if rjob.get("name") == TRAINER_NODE:
+            pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            return pod_spec.get("restartPolicy") != "Never"
+    return True
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from nemo_kubeflow.constants import (
     HOSTNAME_LABEL,
+    JOBSET_KIND,
     JOBSET_NAME_LABEL,
     JOBSET_UID_LABEL,
     LABEL_PREFIX,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 PATCH_MANAGER = f"{LABEL_PREFIX}/node-avoidance"
 ANNOTATION = NODE_AVOIDANCE_ANNOTATION
 OFF = NODE_AVOIDANCE_OFF
-JOBSET_KIND = "JobSet"
 NODE_KIND = "Node"
 
 #: ``DisruptionTarget`` reasons that blame the node: the taint manager deleting the pods of a lost or
@@ -228,11 +228,13 @@ Assessment = tuple[str, Optional[RepairAction]]
 
 
 def assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-           pods: Optional[list] = None, checked: Optional[dict[tuple[str, str, str], int]] = None) -> Assessment:
+           pods: Optional[list] = None, checked: Optional[dict[tuple[str, str, str], int]] = None,
+           jobset: Optional[dict] = None) -> Assessment:
     """Whether an unfinished TrainJob should be moved off nodes that failed it: the status line ("" when there
     is nothing to say) and the repair to apply (``move``), or None. Reads only. ``pods``: the job's pods when
-    the caller has just read them; ``checked``: the caller's memory of the gang attempts already looked at
-    (events are listed only for a new attempt or a disrupted pod)."""
+    the caller has just read them (with ``jobset``, the JobSet just read: only its pods that are not running);
+    ``checked``: the caller's memory of the gang attempts already looked at (events are listed only for a
+    new attempt or a disrupted pod)."""
     if ((trainjob.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION) == OFF:
         return "", None
     avoidance = Avoidance.of(trainjob)
@@ -242,18 +244,23 @@ def assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, no
                 RepairAction(MOVE_OFF_NODES, moving_line, tuple(f.node for f in avoidance.moving)))
     try:
         return _assess(cluster, namespace, name, trainjob, nodes_wanted, pods, avoidance,
-                       {} if checked is None else checked)
+                       {} if checked is None else checked, jobset)
     except ClusterError as error:
         return f"cannot check the nodes that failed the job: {error}", None
 
 
 def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-            pods: Optional[list], avoidance: Avoidance, checked: dict[tuple[str, str, str], int]) -> Assessment:
+            pods: Optional[list], avoidance: Avoidance, checked: dict[tuple[str, str, str], int],
+            jobset: Optional[dict] = None) -> Assessment:
     if pods is None:
-        pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
-    jobset_uids = {(p["metadata"].get("labels") or {}).get(JOBSET_UID_LABEL, "") for p in pods}
+        pods, jobset = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}"), None
+    if jobset is not None:  # the running pods were not read: the JobSet says which it is and its attempt
+        jobset_uids = {jobset["metadata"].get("uid", "")}
+        attempt = max(gang_attempt(pods), int((jobset.get("status") or {}).get("restarts") or 0))
+    else:
+        jobset_uids = {(p["metadata"].get("labels") or {}).get(JOBSET_UID_LABEL, "") for p in pods}
+        attempt = gang_attempt(pods)
     key = (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids)))
-    attempt = gang_attempt(pods)
     if attempt <= checked.get(key, 0) and not any(_disruption(p) for p in pods):
         return status_line(avoidance), None
     events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")

@@ -189,14 +189,17 @@ def test_status_says_how_often_and_why_the_gang_restarted_while_it_runs(cluster,
     assert re.fullmatch(rf"1 gang restart so far \(attempt 0: node 1 \(pod {name}-node-0-1-[a-z0-9]{{5}}\) exited with "
                         r"code 3\)", desc.msg), desc.msg
     # A process that keeps looking (an AppWatch per app and scheduler) checks the attempt's node faults once:
-    # from its second look on, a describe costs the TrainJob, the pods and the Warning events.
+    # from its second look on, a describe costs the TrainJob, its JobSet, the pods that are not running, the
+    # Warning events and the current attempt's Jobs (metadata only), never the running pods.
     watcher = create_scheduler("t")
     watcher.describe(app_id)
     cluster.clear_requests()
     watcher.describe(app_id)
     mine = sorted(f"{r.verb} {r.resource}" for r in cluster.requests if (r.name or "").startswith(name)
                   or name in r.query.get("labelSelector", "") or r.resource == "events")
-    assert mine == ["get trainjobs", "list events", "list pods"], mine
+    assert mine == ["get jobsets", "get trainjobs", "list events", "list jobs", "list pods"], mine
+    assert [r.query.get("fieldSelector") for r in cluster.requests if r.resource == "pods"
+            and name in r.query.get("labelSelector", "")] == ["status.phase!=Running"]
     out = subprocess.run([console_script("nemo-kubeflow"), "status", exp._id], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "COLUMNS": "250"})
     assert "state: RUNNING" in out.stdout and "why:   1 gang restart so far" in out.stdout, out.stdout + out.stderr

@@ -239,11 +239,29 @@ class _ClusterService:
     def __init__(self) -> None:
         self._cluster = None
 
-    def start(self, workdir: str) -> str:
+    def start(self, workdir: str, status_only_pods: bool = False) -> str:
         from nemo_kubeflow_local import LocalCluster
 
-        self._cluster = LocalCluster(workdir).start()
+        self._cluster = LocalCluster(workdir, status_only_pods=status_only_pods).start()
         return str(self._cluster.kubeconfig_path)
+
+    def api_counters(self) -> list[tuple[str, str, int, int]]:
+        return [(c.verb, c.resource, c.requests, c.bytes) for c in self._cluster.api_counters()]
+
+    def clear_api_counters(self) -> None:
+        self._cluster.clear_api_counters()
+
+    def add_virtual_nodes(self, count: int) -> None:
+        self._cluster.add_virtual_nodes(*(f"vnode-{i:04d}" for i in range(count)))
+
+    def end_pods(self, label_selector: str, exit_code: int, namespace: str) -> int:
+        return len(self._cluster.end_pods(label_selector, exit_code, namespace))
+
+    def pod_phases(self, namespace: Optional[str] = None) -> dict[str, int]:
+        from collections import Counter
+
+        return dict(Counter((p.get("status") or {}).get("phase") or "" for p in self._cluster.objects("pods",
+                                                                                                    namespace)))
 
     def stop(self) -> None:
         if self._cluster is not None:
@@ -275,11 +293,11 @@ class ClusterProcess:
     its threads do not take the GIL from the client being timed. Same inspection API as
     ``LocalCluster``: ``requests``, ``clear_requests()``, ``objects()``, plus ``count()``."""
 
-    def __init__(self, workdir: str):
+    def __init__(self, workdir: str, status_only_pods: bool = False):
         self._manager = _Manager(ctx=multiprocessing.get_context("spawn"))
         self._manager.start()
         self._service = self._manager.ClusterService()
-        self.kubeconfig_path = self._service.start(workdir)
+        self.kubeconfig_path = self._service.start(workdir, status_only_pods)
         self._api = None
         #: Pods still there well after their TrainJob was deleted, deleted by the harness (0 unless
         #: the local cluster's garbage collection regressed; reported at the end of the results).
@@ -297,6 +315,23 @@ class ClusterProcess:
 
     def count(self, resource: str, namespace: Optional[str] = None) -> int:
         return self._service.count(resource, namespace)
+
+    # --- API load (bench_apiload): the server's own counts; status-only pods ---------------
+    def api_counters(self) -> list[tuple[str, str, int, int]]:
+        """(verb, resource, requests, response body bytes) as the API server counted them."""
+        return self._service.api_counters()
+
+    def clear_api_counters(self) -> None:
+        self._service.clear_api_counters()
+
+    def add_virtual_nodes(self, count: int) -> None:
+        self._service.add_virtual_nodes(count)
+
+    def end_pods(self, label_selector: str, exit_code: int = 0, namespace: str = NAMESPACE) -> int:
+        return self._service.end_pods(label_selector, exit_code, namespace)
+
+    def pod_phases(self, namespace: Optional[str] = None) -> dict[str, int]:
+        return self._service.pod_phases(namespace)
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

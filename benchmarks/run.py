@@ -27,7 +27,8 @@ import harness  # noqa: E402
 from harness import Detail, Metric, fmt, table  # noqa: E402
 
 #: Benchmark families, in the order they run (cheapest and cluster-free first).
-FAMILIES = ("imports", "cli", "packaging", "requests", "latency", "status", "logs", "firststep", "recovery", "progress")
+FAMILIES = ("imports", "cli", "packaging", "requests", "latency", "status", "logs", "firststep", "recovery", "progress",
+            "apiload")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

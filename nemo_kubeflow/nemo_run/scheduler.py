@@ -288,7 +288,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
-        observation = self._observe_or_unknown(app_id, cluster, record, watch)
+        observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair)
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
@@ -331,14 +331,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return message, notes, lines
 
     def _observe_or_unknown(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
-                            watch: AppWatch) -> Observation:
+                            watch: AppWatch, *, keeps_logs: bool = True) -> Observation:
         """``observe``; while the API server does not answer, UNKNOWN with why (never a state it could not
         read), said once per outage, and looked at again only with backoff."""
         outage = self._outages.get(id(cluster))
         if outage is not None and not outage.due():
             return self._unknown(app_id, record, watch, outage)
         try:
-            observation = self.observe(app_id, cluster, record, watch)
+            observation = self.observe(app_id, cluster, record, watch, keeps_logs=keeps_logs)
         except ClusterUnreachableError as error:
             if outage is None:
                 outage = self._outages[id(cluster)] = Outage(_short_error(error))
@@ -365,8 +365,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return next(a.why for a in observation.actions if a.kind == DELETE_UNSTARTABLE)
 
     def observe(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
-                watch: AppWatch) -> Observation:
-        """The job's state and why, and the repairs it needs: GETs and LISTs (and log reads) only."""
+                watch: AppWatch, *, keeps_logs: bool = True) -> Observation:
+        """The job's state and why, and the repairs it needs: GETs and LISTs (and log reads) only. With
+        ``keeps_logs`` (a look that repairs: the attached wait, ``nemo-kubeflow watch``), a running job's node
+        logs are kept from its second look on; a status query (NeMo-Run's describes each job twice) does not
+        start following them."""
         from nemo_kubeflow.repair import node_avoidance
 
         namespace, name = records.parse_app_id(app_id)
@@ -380,7 +383,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if trainjob is None:
             return Observation(app_id, status.state, self._gone_message(app_id, watch, status.message), nodes, role)
         look = _Look(namespace, name, status.state, status.message)
-        self._diagnose(look, cluster, record, watch, trainjob, nodes)
+        self._diagnose(look, cluster, record, watch, trainjob, nodes, keeps_logs)
         notes: tuple[str, ...] = ()
         if not is_terminal(look.state):
             line, action = node_avoidance.assess(cluster, namespace, name, trainjob, nodes,
@@ -393,7 +396,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                            actions=tuple(look.actions), notes=notes)
 
     def _diagnose(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch,
-                  trainjob: dict, nodes: int) -> None:
+                  trainjob: dict, nodes: int, keeps_logs: bool = True) -> None:
         """Say in ``look`` why the job is in its state, reading its pods (``look.view``) where that tells more."""
         waiting = look.state in (AppState.SUBMITTED, AppState.PENDING)
         queue = queue_name(trainjob)
@@ -405,7 +408,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         elif look.state == AppState.FAILED:
             self._diagnose_failed(look, cluster, record, watch, trainjob)
         elif look.state == AppState.RUNNING:
-            self._diagnose_running(look, cluster, record, watch, trainjob, nodes)
+            self._diagnose_running(look, cluster, record, watch, trainjob, nodes, keeps_logs)
 
     @staticmethod
     def _diagnose_waiting(look: _Look, cluster: ClusterReader, trainjob: dict, nodes: int) -> None:
@@ -434,7 +437,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             look.message += f"; node logs kept in {os.path.join(job_dir, 'logs')}"
 
     def _diagnose_running(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
-                          watch: AppWatch, trainjob: dict, nodes: int) -> None:
+                          watch: AppWatch, trainjob: dict, nodes: int, keeps_logs: bool = True) -> None:
         from nemo_kubeflow.observe.diagnosis import runs_ft_launcher
 
         # Every pod only when what is shown needs the running ones: a stall check that is due, or
@@ -443,7 +446,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         every_pod = bool(stall_after and self._stall_check_due(watch, trainjob, stall_after)) or \
             (watch.keeper is None and runs_ft_launcher(trainjob))
         look.view = view = self._view(watch, cluster, trainjob, every_pod=every_pod)
-        if record is not None and record.job_dir:
+        if keeps_logs and record is not None and record.job_dir:
             self._keep_logs(watch, cluster, look.namespace, look.name, nodes, record.job_dir)
         restarts = self._restarts(watch, view).note(finished=False)
         reported = progress_view.read(cluster, view, watch.progress, watch.keeper)

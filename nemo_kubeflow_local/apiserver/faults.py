@@ -31,6 +31,8 @@ class RequestRecord:
     verb: str  # create, get, list, watch, patch, update, delete, deletecollection
     status_code: Optional[int]  # None when the connection was dropped
     time: float
+    #: The response body's size; None for a stream (a watch, a followed log: see ``Hooks.counters``).
+    bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)

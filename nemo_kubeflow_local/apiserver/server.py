@@ -347,14 +347,14 @@ class _Handler(BaseHTTPRequestHandler):
         code: Optional[int] = None
         logged = False
 
-        def log_request(status: Optional[int]) -> None:
+        def log_request(status: Optional[int], size: Optional[int] = None) -> None:
             # Logged before the answer's first byte: a client that has its answer finds its
             # request in the log (tests count requests right after a call returns).
             nonlocal logged
             if not logged:
                 logged = True
                 api.hooks.record(RequestRecord(method, url.path, query, target.resource, target.namespace,
-                                               target.name, verb, status, started))
+                                               target.name, verb, status, started, size))
 
         self._log_request = log_request
         try:
@@ -474,7 +474,7 @@ class _Handler(BaseHTTPRequestHandler):
             if served_as is not None:
                 body = list_from_storage(served_as[0], body, served_as[1])
         data = json.dumps(body).encode()
-        self._log_request(code)
+        self._log_request(code, len(data))
         self.server.api.hooks.count_bytes(*self._counted_as, len(data))
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -518,7 +518,7 @@ class _Handler(BaseHTTPRequestHandler):
                 api.hooks.close_log_stream(handle)
         chunks = stream(log, query, api.stopping)
         data = b"".join(chunks)
-        self._log_request(200)
+        self._log_request(200, len(data))
         api.hooks.count_bytes(*self._counted_as, len(data))
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")

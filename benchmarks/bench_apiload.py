@@ -1,0 +1,291 @@
+"""What our client costs the API server while a job runs, and one describe at 1,024 nodes.
+
+Counted by the local API server itself (``LocalCluster.api_counters``: requests and response body bytes per
+verb and resource), on a cluster of its own with status-only pods (``LocalCluster(status_only_pods=True)``:
+the same TrainJob, JobSet, Job and pod objects and statuses, no process per pod) and one virtual node per
+pod, so that 1,024 nodes fit on this machine. For each job size, ours and the baseline (NeMo-Run's
+built-in ``KubeflowExecutor``, a bare TrainJob of as many nodes) run one task that never ends by itself:
+
+- attached wait: torchx's ``Runner.wait`` (what ``exp.run()`` does, one look every 2 s), counted over a
+  window after its first looks (ours starts following the node logs from its second look: counted);
+- ``nemo-kubeflow watch --interval 2`` (ours only; NeMo-Run has no such command: the baseline column is
+  its attached wait at the same cadence);
+- ``nemo experiment status`` (``Experiment.from_id(...).status()`` in a fresh process): per call;
+- one describe by a new scheduler in this process: client CPU time (this thread's) and bytes read, in
+  each state (pending and failed at the largest size, ours only).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from harness import (
+    NAMESPACE,
+    ClusterProcess,
+    Detail,
+    Metric,
+    in_fresh_process,
+    launch,
+    nemorun_home,
+    ours,
+    upstream,
+    use_kubeconfig,
+)
+
+NAME = "apiload"
+#: A node label no virtual node has: the pods of the "pending" job wait for a node.
+NO_NODE = {"nemo-kubeflow.local/bench": "no-such-node"}
+#: NeMo-Run's attached wait looks every 2 s (``wait_and_exit``: ``runner.wait(app_handle, wait_interval=2)``).
+POLL_S = 2.0
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+_STATUS = """
+from nemo_run.run.experiment import Experiment
+with harness.quiet():
+    Experiment.from_id(exp_id).status(return_dict=True)
+print(json.dumps({}))
+"""
+
+
+def _sleeper():
+    import nemo_run as run
+
+    return run.Script(inline="sleep 3600")
+
+
+def _keeping_logs(record) -> bool:
+    """A request of the node log keeper (``logs.NodeLogKeeper`` through the job's log follower, threads of their
+    own in an attached wait or a watch): its log reads and its lists of every pod (the looks' pod lists carry
+    a field selector)."""
+    return record.resource == "pods/log" or (record.resource == "pods" and record.verb == "list"
+                                             and not record.query.get("fieldSelector"))
+
+
+class Window:
+    """The server's counts over a stretch of time: totals and per (verb, resource); ``looks`` leaves out the
+    log keeper's requests (attributed from the server's request log; a stream's bytes are the keeper's)."""
+
+    def __init__(self, cluster: ClusterProcess):
+        self.cluster = cluster
+        cluster.clear_api_counters()
+        cluster.clear_requests()
+        self.started = time.monotonic()
+        self.seconds = 0.0
+        self.by: dict[tuple[str, str], tuple[int, int]] = {}
+        self.looks = (0, 0)
+
+    def close(self) -> "Window":
+        self.seconds = time.monotonic() - self.started
+        self.by = {(verb, resource): (n, size) for verb, resource, n, size in self.cluster.api_counters()}
+        looks = [r for r in self.cluster.requests if not _keeping_logs(r)]
+        self.looks = (len(looks), sum(r.bytes or 0 for r in looks))
+        return self
+
+    def looks_per_minute(self) -> tuple[float, float]:
+        return self.looks[0] * 60 / self.seconds, self.looks[1] * 60 / self.seconds / 1024
+
+    @property
+    def requests(self) -> int:
+        return sum(n for n, _ in self.by.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, size in self.by.values())
+
+    def per_minute(self) -> tuple[float, float]:
+        return self.requests * 60 / self.seconds, self.bytes * 60 / self.seconds / 1024
+
+    def breakdown(self) -> str:
+        return ", ".join(f"{n} {verb} {resource or 'discovery'} ({size / 1024:.1f} KiB)"
+                         for (verb, resource), (n, size) in sorted(self.by.items()))
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(1.0)
+
+
+def _describe_once(cluster: ClusterProcess, backend: str, app_id: str) -> tuple[float, int, str]:
+    """(client CPU ms of this thread, response bytes, state) of one describe by a new scheduler."""
+    from torchx.schedulers import get_scheduler_factories
+
+    scheduler = get_scheduler_factories()[backend]("apiload")
+    window = Window(cluster)
+    started = time.thread_time()
+    response = scheduler.describe(app_id)
+    cpu = (time.thread_time() - started) * 1000
+    window.close()
+    return cpu, window.bytes, response.state.name if response else "None"
+
+
+def _only_trainjob(cluster: ClusterProcess) -> str:
+    """The name of the one TrainJob there is (each is deleted before the next is launched)."""
+    [job] = cluster.objects("trainjobs", NAMESPACE)
+    return job["metadata"]["name"]
+
+
+def _trainjob_state(cluster: ClusterProcess, name: str) -> str:
+    for job in cluster.objects("trainjobs", NAMESPACE):
+        if job["metadata"]["name"] == name:
+            for cond in (job.get("status") or {}).get("conditions") or []:
+                if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+                    return cond["type"]
+            return "Running"
+    return "Gone"
+
+
+def _one_job(ctx, cluster: ClusterProcess, variant: str, nodes: int, window_s: float) -> dict:
+    """Launch one never-ending task of ``nodes`` nodes, measure each client while it runs, end it, measure the
+    finished describe, delete it."""
+    kubeconfig = cluster.kubeconfig_path
+    executor = ours(kubeconfig, nodes=nodes) if variant == "ours" else upstream(num_nodes=nodes)
+    found: dict = {}
+    with nemorun_home():
+        _, exp = launch(executor, 1, f"apiload-{variant}-{nodes}", task=_sleeper)
+        runner = exp._runner
+        handle = exp.jobs[0].handle
+        _, backend, app_id = runner._scheduler_app_id(handle, check_session=False)
+        name = _only_trainjob(cluster)
+        _wait(lambda: cluster.pod_phases(NAMESPACE).get("Running", 0) >= nodes, 900, f"{nodes} pods running")
+        time.sleep(1.0)
+
+        window = Window(cluster)
+        in_fresh_process(_STATUS, exp_id=exp._id)
+        found["status"] = window.close()
+        found["describe running"] = _describe_once(cluster, backend, app_id)
+
+        if variant == "ours":
+            command = [shutil.which("nemo-kubeflow") or "nemo-kubeflow", "watch", exp._id, "--interval", f"{POLL_S:g}"]
+            cluster.clear_api_counters()
+            watcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
+            try:
+                # Its imports (long on a busy machine), then its first looks.
+                _wait(lambda: any(verb == "get" and resource == "trainjobs" for verb, resource, _, _ in
+                                  cluster.api_counters()), 180, "the watch's first look")
+                time.sleep(2 * POLL_S + 1)
+                window = Window(cluster)
+                time.sleep(window_s)
+                found["watch"] = window.close()
+            finally:
+                watcher.terminate()
+                watcher.wait(30)
+
+        waiting = threading.Thread(target=lambda: runner.wait(handle, wait_interval=POLL_S), daemon=True)
+        waiting.start()
+        time.sleep(2 * POLL_S + 1)  # its first looks; the node logs are followed from the second on
+        window = Window(cluster)
+        time.sleep(window_s)
+        found["attached"] = window.close()
+
+        cluster.end_pods(f"{JOBSET_NAME_LABEL}={name}", 0)
+        waiting.join(120)
+        _wait(lambda: _trainjob_state(cluster, name) == "Complete", 300, "the job to complete")
+        found["describe finished"] = _describe_once(cluster, backend, app_id)
+    cluster.delete_trainjobs(timeout=600)
+    return found
+
+
+def _other_states(cluster: ClusterProcess, nodes: int) -> dict:
+    """Ours only, at one size: a describe of a job whose pods wait for a node, and of a failed one."""
+    kubeconfig = cluster.kubeconfig_path
+    found = {}
+    with nemorun_home():
+        _, exp = launch(ours(kubeconfig, nodes=nodes, node_selector=NO_NODE), 1, "apiload-pending", task=_sleeper)
+        _, backend, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
+        _wait(lambda: cluster.pod_phases(NAMESPACE).get("Pending", 0) >= nodes, 900, f"{nodes} pods pending")
+        found["describe pending"] = _describe_once(cluster, backend, app_id)
+    cluster.delete_trainjobs(timeout=600)
+    with nemorun_home():
+        _, exp = launch(ours(kubeconfig, nodes=nodes, retries=0), 1, "apiload-failed", task=_sleeper)
+        _, backend, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
+        name = _only_trainjob(cluster)
+        _wait(lambda: cluster.pod_phases(NAMESPACE).get("Running", 0) >= nodes, 900, f"{nodes} pods running")
+        cluster.end_pods(f"{JOBSET_NAME_LABEL}={name},batch.kubernetes.io/job-completion-index=0", 1)
+        _wait(lambda: _trainjob_state(cluster, name) == "Failed", 300, "the job to fail")
+        found["describe failed"] = _describe_once(cluster, backend, app_id)
+    cluster.delete_trainjobs(timeout=600)
+    return found
+
+
+def run(ctx):
+    sizes = (8, 128) if ctx.quick else (8, 128, 1024)
+    window_s = 10.0 if ctx.quick else 20.0
+    workdir = tempfile.mkdtemp(prefix="nk-apiload-", dir=ctx.workdir)
+    cluster = ClusterProcess(os.path.join(workdir, "cluster"), status_only_pods=True)
+    results: dict = {}
+    try:
+        use_kubeconfig(cluster.kubeconfig_path)
+        cluster.ensure_upstream_runtime()
+        cluster.add_virtual_nodes(max(sizes))
+        for nodes in sizes:
+            for variant in ("ours", "baseline"):
+                print(f"        apiload: {variant}, {nodes} nodes", file=sys.stderr, flush=True)
+                results[variant, nodes] = _one_job(ctx, cluster, variant, nodes, window_s)
+        largest = max(sizes)
+        results["ours", largest].update(_other_states(cluster, largest))
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        if ctx._cluster is not None:
+            use_kubeconfig(ctx._cluster.kubeconfig_path)
+    yield from _rows(results, sizes, window_s)
+
+
+def _rows(results: dict, sizes: tuple[int, ...], window_s: float):
+    smallest, largest = min(sizes), max(sizes)
+    for nodes in sizes:
+        mine, theirs = results["ours", nodes], results["baseline", nodes]
+        for key, what in (("attached", "attached exp.run() wait"), ("watch", "nemo-kubeflow watch")):
+            (req, kib), (their_req, their_kib) = mine[key].looks_per_minute(), theirs["attached"].per_minute()
+            (all_req, all_kib) = mine[key].per_minute()
+            note = "baseline: its attached wait (no watch command); " if key == "watch" else ""
+            note += f"with the node log keeper: {all_req:,.0f} req/min, {all_kib:,.0f} KiB/min"
+            yield Metric(f"API requests/min, {what}, {nodes} nodes (its looks)", req, their_req, "req",
+                         ratio_at_most=1 / 3, note=note)
+            yield Metric(f"API KiB/min, {what}, {nodes} nodes (its looks)", kib, their_kib, "KiB",
+                         ratio_at_most=1 / 3, note=note)
+        status, their_status = mine["status"], theirs["status"]
+        yield Metric(f"API requests per `nemo experiment status`, {nodes} nodes", status.requests,
+                     their_status.requests, "req", ratio_at_most=1 / 3)
+        yield Metric(f"API KiB per `nemo experiment status`, {nodes} nodes", status.bytes / 1024,
+                     their_status.bytes / 1024, "KiB", ratio_at_most=1 / 3)
+    for key, what in (("attached", "attached wait"), ("watch", "watch")):
+        small, large = results["ours", smallest][key], results["ours", largest][key]
+        for index, unit in ((0, "requests"), (1, "bytes")):
+            growth = large.looks_per_minute()[index] / max(small.looks_per_minute()[index], 1e-9)
+            whole = large.per_minute()[index] / max(small.per_minute()[index], 1e-9)
+            yield Metric(f"{what} load (its looks), {largest} vs {smallest} nodes ({unit})", growth, None, "x",
+                         at_most=1.2, note=f"with the node log keeper: {whole:.1f}x")
+    for index, unit in ((0, "requests"), (1, "bytes")):
+        small, large = results["ours", smallest]["status"], results["ours", largest]["status"]
+        value = (large.requests / max(small.requests, 1)) if index == 0 else (large.bytes / max(small.bytes, 1))
+        yield Metric(f"`nemo experiment status` load, {largest} vs {smallest} nodes ({unit})", value, None, "x",
+                     at_most=1.2)
+    for nodes in sizes:
+        for state in ("running", "finished", "pending", "failed"):
+            mine = results["ours", nodes].get(f"describe {state}")
+            if mine is None:
+                continue
+            theirs = results["baseline", nodes].get(f"describe {state}")
+            target = dict(at_most=50) if state == "running" and nodes == largest else {}
+            yield Metric(f"describe of a {state} job of {nodes} nodes: client CPU", mine[0],
+                         theirs[0] if theirs else None, "ms", note=f"state {mine[2]}", **target)
+            target = dict(at_most=64) if state == "running" and nodes == largest else {}
+            yield Metric(f"describe of a {state} job of {nodes} nodes: read", mine[1] / 1024,
+                         theirs[1] / 1024 if theirs else None, "KiB", **target)
+    lines = [f"Window {window_s:g} s per client, one look every {POLL_S:g} s; load average "
+             f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end."]
+    for (variant, nodes), found in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        for key in ("attached", "watch", "status"):
+            if key in found:
+                lines.append(f"- {variant}, {nodes} nodes, {key}: {found[key].breakdown()}")
+    yield Detail("API requests by verb and resource (apiload)", lines)

@@ -335,17 +335,23 @@ class LocalCluster:
     def lose_node(self, name: str) -> list[str]:
         """Fault a node the way a lost (then returning) node is handled: its pods are marked
         ``DisruptionTarget`` and deleted (faults.lose_node). Returns the pods' names."""
-        self._require_started()
+        self._require_processes("lose_node")
         return lose_node(self._store, self._kubelet.events, self._kubelet, name)
 
     def oom_kill(self, pod: str, container: str = "node", namespace: str = "default") -> None:
         """Kill a running container as the kernel's OOM killer does (exit 137, reason OOMKilled)."""
-        self._require_started()
+        self._require_processes("oom_kill")
         oom_kill(self._kubelet, self._store, namespace, pod, container)
 
     def create_namespace(self, name: str) -> dict:
         self._require_started()
         return self._server.registry.create(R.NAMESPACES, "", {"metadata": {"name": name}}, {}).body
+
+    def _require_processes(self, hook: str) -> None:
+        self._require_started()
+        if self._kubelet is None:
+            raise RuntimeError(f"{hook} needs pods that run as processes: not with status_only_pods=True or "
+                               "run_kubelet=False")
 
     def _require_started(self) -> None:
         if self._server is None:

@@ -278,8 +278,9 @@ def test_what_a_describe_costs_in_each_state(local):
     local.wait_for(lambda: create_scheduler("t").describe(running).state == AppState.RUNNING, timeout=60)
     desc, requests = describe_cost(local, running)
     assert desc.state == AppState.RUNNING and desc.msg == "", desc.msg  # no restart, no progress: nothing to add
-    # No trainerStatus in the TrainJob: node 0's last lines, for a progress line (observe/progress_view.py).
-    assert requests == ["get pods/log", "get trainjobs", "list pods"], requests
+    # Its JobSet and the pods that are not running (none: an empty list), never the running pods; no
+    # trainerStatus in the TrainJob: node 0's last lines, for a progress line (observe/progress_view.py).
+    assert requests == ["get jobsets", "get pods/log", "get trainjobs", "list pods"], requests
     create_scheduler("t").cancel(running)
 
     _, pending = submit(local, "costpend", gpus_per_node=1)

@@ -69,11 +69,15 @@ def test_describe_of_a_running_job_reads_no_running_pod(local):
 
     desc, requests = _describe(local, app_id)
     assert desc.state == AppState.RUNNING
+    # The TrainJob, its JobSet, the pods that are not running; and, with no trainerStatus, for rank 0's progress
+    # line (observe/progress_view.py): node 0's pod by its metadata, and its log's last lines.
     assert sorted((verb, resource) for verb, resource, _ in requests) == \
-        [("get", "jobsets"), ("get", "trainjobs"), ("list", "pods")]
-    [pod_list] = [query for verb, resource, query in requests if resource == "pods"]
+        [("get", "jobsets"), ("get", "pods/log"), ("get", "trainjobs"), ("list", "pods"), ("list", "pods")]
+    [pod_list] = [query for verb, resource, query in requests if resource == "pods" and query.get("fieldSelector")]
     assert pod_list.get("fieldSelector") == "status.phase!=Running"
     assert pod_list.get("labelSelector") == f"{JOBSET_NAME_LABEL}={name}"
+    [node_zero] = [query for verb, resource, query in requests if resource == "pods" and not query.get("fieldSelector")]
+    assert node_zero.get("labelSelector", "").endswith(f"{COMPLETION_INDEX_LABEL}=0"), node_zero
     counts = {(c.verb, c.resource): c.bytes for c in local.api_counters()}
     assert counts  # the server counted what it sent
 
@@ -86,6 +90,6 @@ def test_describe_of_a_running_job_reads_no_running_pod(local):
     assert "1 gang restart so far" in desc.msg, desc.msg
     assert "attempt 0:" in desc.msg and "exit" in desc.msg, desc.msg  # the cause, from the Job's failure
     assert ("list", "jobs") in [(verb, resource) for verb, resource, _ in requests]  # its current Job: metadata only
-    assert [q.get("fieldSelector") for verb, resource, q in requests if resource == "pods"] == \
-        ["status.phase!=Running"]
+    assert [q.get("fieldSelector") for verb, resource, q in requests if resource == "pods" and "fieldSelector" in q] == \
+        ["status.phase!=Running"]  # no list of every pod
     local.end_pods(f"{JOBSET_NAME_LABEL}={name}", 0)

@@ -279,8 +279,9 @@ def test_what_a_describe_costs_in_each_state(local):
     desc, requests = describe_cost(local, running)
     assert desc.state == AppState.RUNNING and desc.msg == "", desc.msg  # no restart, no progress: nothing to add
     # Its JobSet and the pods that are not running (none: an empty list), never the running pods; no
-    # trainerStatus in the TrainJob: node 0's last lines, for a progress line (observe/progress_view.py).
-    assert requests == ["get jobsets", "get pods/log", "get trainjobs", "list pods"], requests
+    # trainerStatus in the TrainJob: node 0's pod by its metadata and its last lines, for a progress line
+    # (observe/progress_view.py).
+    assert requests == ["get jobsets", "get pods/log", "get trainjobs", "list pods", "list pods"], requests
     create_scheduler("t").cancel(running)
 
     _, pending = submit(local, "costpend", gpus_per_node=1)

@@ -7,7 +7,8 @@ Where it comes from, cheapest first:
   has already read, so no request at all.
 * Else rank 0's marked log line (``progress.LINE_MARKER``): from node 0's lines this process already has
   (a waiting process follows the node logs; an ft_launcher job's look reads them for its restarts), else one
-  log read of node 0's newest pod, its last ``TAIL_LINES`` lines, at most once per ``RECHECK_S``.
+  log read of node 0's newest pod, its last ``TAIL_LINES`` lines, at most once per ``RECHECK_S`` (and, where the
+  look read only the pods not running, a metadata-only list of node 0's pods for its name).
 
 A job that reports nothing reads as no progress, and the stall warning then falls back to log silence.
 """
@@ -22,7 +23,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from nemo_kubeflow import progress as reporting
-from nemo_kubeflow.constants import TRAINER_NODE
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, TRAINER_NODE
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError
 from nemo_kubeflow.observe.status import newest_pods_by_node
 
@@ -175,10 +176,10 @@ def read(cluster: "ClusterReader", view: "JobView", seen: Optional[ProgressSeen]
         return found
     if seen is not None and time.monotonic() - seen.read_at < RECHECK_S:
         return seen.last
-    pod = newest_pods_by_node(view.node_pods).get(0)
-    if pod is None:
-        return seen.last if seen is not None else None
     try:
+        pod = _node_zero_pod(cluster, view)
+        if pod is None:
+            return seen.last if seen is not None else None
         found = from_log_lines(cluster.pod_log(pod["metadata"]["name"], view.namespace, container=TRAINER_NODE,
                                                tail_lines=TAIL_LINES))
     except ClusterUnreachableError:
@@ -191,6 +192,16 @@ def read(cluster: "ClusterReader", view: "JobView", seen: Optional[ProgressSeen]
         seen.last = found or seen.last
         return seen.last
     return found
+
+
+def _node_zero_pod(cluster: "ClusterReader", view: "JobView") -> Optional[dict]:
+    """Node 0's newest pod: among the pods the look read, or, where a running job's look read only the pods
+    that are not running (``JobView.read_running``), from the metadata of node 0's pods (one small list)."""
+    if view.jobset is None:
+        return newest_pods_by_node(view.node_pods).get(0)
+    selector = (f"{JOBSET_NAME_LABEL}={view.name},{REPLICATED_JOB_LABEL}={TRAINER_NODE},"
+                f"{COMPLETION_INDEX_LABEL}=0")
+    return newest_pods_by_node(cluster.list_metadata("Pod", view.namespace, selector)).get(0)
 
 
 def stall_message(found: Progress, seconds: int, now: datetime) -> str:

@@ -78,6 +78,12 @@ MAX_READS_PER_SECOND = 256
 #: quiet nodes (a training step that prints once a minute) costs a few reads a second, not
 #: MAX_READS_PER_SECOND; a line after a quiet spell arrives within this.
 IDLE_POLL_MAX_SECONDS = 2.0
+#: While every subscriber of a job only keeps lines (``NodeLogKeeper``: an attached wait, ``watch``) and nobody
+#: reads them live, the job's log reads stay under this rate instead (64 kept nodes: a read of each every
+#: 2 s), and its rounds and pod lists come at most every ``KEEP_POLL_SECONDS``: the keeper is a safety net for
+#: a node whose pod a gang restart deletes, not a live view, and it should cost the API server little.
+KEEP_READS_PER_SECOND = 32
+KEEP_POLL_SECONDS = 2.0
 #: The job's pods (one list for all its nodes) are listed about this often: the list of a 128-node
 #: job is large, and what it tells (a pod started, ended, replaced) can wait that long...
 LIST_SECONDS = 1.0
@@ -247,8 +253,26 @@ class JobLogFollower:
                         node.put(error)
             with self._lock:
                 followed = sum(1 for n in self._nodes.values() if not n.done)
-            period = max(self.poll, followed / MAX_READS_PER_SECOND)
-            time.sleep(max(0.0, period - (time.monotonic() - started)))
+                keeping = self._only_kept()
+            period = (max(KEEP_POLL_SECONDS, followed / KEEP_READS_PER_SECOND) if keeping
+                      else max(self.poll, followed / MAX_READS_PER_SECOND))
+            self._pause(started + period, keeping)
+
+    def _pause(self, until: float, keeping: bool) -> None:
+        """Sleep until ``until``; a keeper's longer pause ends early (in ``POLL_SECONDS`` steps) once the
+        follower stops or someone reads live."""
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, self.poll) if keeping else left)
+            if keeping:
+                with self._lock:
+                    if self.stopped or not self._only_kept():
+                        return
+
+    def _only_kept(self) -> bool:
+        """Whether the followed nodes' subscribers all only keep lines (under ``_lock``): nobody reads this
+        job's logs live."""
+        sinks = [sink for n in self._nodes.values() if n.followed() for sink in n.sinks + n.catching_up]
+        return bool(sinks) and all(getattr(sink, "keeps_only", False) for sink in sinks)
 
     def _share(self, worker: int) -> list[_Node]:
         """The followed nodes of reader ``worker`` (under ``_lock``)."""
@@ -269,7 +293,8 @@ class JobLogFollower:
         try:
             with self._lock:
                 followed = sum(1 for n in self._nodes.values() if not n.done)
-            if time.monotonic() - self._refreshed_at < max(self.poll, LIST_SECONDS,
+                poll = KEEP_POLL_SECONDS if self._only_kept() else self.poll
+            if time.monotonic() - self._refreshed_at < max(poll, LIST_SECONDS,
                                                              followed / LISTED_PODS_PER_SECOND) * 0.9:
                 return
             self._refreshed_at = time.monotonic()
@@ -678,6 +703,9 @@ class NodeLogKeeper:
 
 class _KeptLines:
     """A subscriber that keeps a node's last ``KEEP_LINES`` lines."""
+
+    #: Nobody reads these lines live: the follower may read this job at the keeper's pace.
+    keeps_only = True
 
     def __init__(self) -> None:
         self._lines: deque = deque(maxlen=KEEP_LINES)

@@ -20,7 +20,9 @@ LOOKS = 6
 #: node agent's (informers' lists and watches across the cluster, leases, pod status).
 COUNTED = {("get", "trainjobs"), ("get", "jobsets"), ("list", "pods"), ("list", "jobs"), ("list", "events"),
            ("get", "pods/log"), ("list", "workloads"), ("list", "nodes")}
-_VERBS = {"GET": "get", "LIST": "list"}
+#: kube-apiserver's metric verbs -> the local server's. A pod log read is a GET on the wire, but kube-apiserver
+#: records every pods/log request as CONNECT (kubernetes#50123, #114774: they can stream for a long time).
+_VERBS = {"GET": "get", "LIST": "list", "CONNECT": "get"}
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 

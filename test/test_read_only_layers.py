@@ -35,11 +35,13 @@ def test_the_scheduler_writes_only_to_submit_cancel_and_through_the_repair_step(
     scheduler = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KubeflowTrainerScheduler")
     writers = {f.name for f in scheduler.body if isinstance(f, ast.FunctionDef) and write_calls(f)}
     assert writers == {"_cancel_existing"}, writers
-    look_after = next(f for f in scheduler.body if isinstance(f, ast.FunctionDef) and f.name == "look_after")
-    assert "steps.apply(" in ast.unparse(look_after)
+    methods = {f.name: ast.unparse(f) for f in scheduler.body if isinstance(f, ast.FunctionDef)}
+    # The repair step is applied by look_after's _repair, and only there.
+    assert "self._repair(" in methods["look_after"] and "steps.apply(" in methods["_repair"]
+    assert [name for name, text in methods.items() if "steps.apply(" in text] == ["_repair"]
     for name in ("describe", "observe", "_observe_or_unknown", "log_iter"):
-        method = next(f for f in scheduler.body if isinstance(f, ast.FunctionDef) and f.name == name)
-        assert "steps.apply" not in ast.unparse(method) and "node_avoidance.move" not in ast.unparse(method), name
+        text = methods[name]
+        assert not any(call in text for call in ("steps.apply", "self._repair(", "node_avoidance.move")), name
 
 
 def test_describe_and_observe_are_typed_to_read():

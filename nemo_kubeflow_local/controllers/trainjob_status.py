@@ -50,6 +50,8 @@ TOKEN_EXPIRY_S = 3600
 AUDIENCE_PREFIX = "trainer.kubeflow.org"
 FIELD_MANAGER = "trainer-status"
 MAX_BODY = 1 << 16
+#: What Go's net/http server still reads of a request body the handler did not (maxPostHandlerReadBytes).
+MAX_UNREAD_BODY_DRAINED = 256 << 10
 QPS, BURST = 5.0, 10
 _PATH = re.compile(r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs/([^/]+)/status$")
 _ISSUER = "https://nemo-kubeflow-local"
@@ -279,6 +281,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             code, answer = _status(413, "Payload too large", "RequestEntityTooLarge")
+            # Go's server reads up to 256 KiB of a body its handler left unread before it answers and closes,
+            # so that the client, still sending, reads the 413 rather than a reset connection.
+            self.rfile.read(min(length, MAX_UNREAD_BODY_DRAINED))
+            self.close_connection = True
         else:
             body = self.rfile.read(length) if length else b""
             try:

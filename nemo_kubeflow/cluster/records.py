@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 
@@ -76,11 +76,9 @@ def record_outcome(namespace: str, name: str, state: str, message: str) -> bool:
     """Keep the final state of a job nemo_kubeflow deleted itself (a repair, `gc`) in its record, so that a
     later status reports how it ended rather than that it is gone. False when this machine has no record
     of the job (it was submitted elsewhere): nothing to keep it in."""
-    import dataclasses
-
     record = load(namespace, name)
     if record is None:
         return False
-    save(dataclasses.replace(record, outcome_state=state, outcome_message=message))
+    save(replace(record, outcome_state=state, outcome_message=message))
     return True
 

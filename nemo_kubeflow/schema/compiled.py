@@ -50,10 +50,15 @@ def in_schema_order(value: Any, index: Optional[int]) -> Any:
         return value
     node = nodes()[index]
     if isinstance(value, dict):
-        properties: dict[str, int] = node.get("properties", {})
-        known = [k for k in properties if k in value]
-        ordered = known + [k for k in value if k not in properties]
-        return {k: in_schema_order(value[k], properties.get(k, node.get("additional"))) for k in ordered}
+        return _fields_in_schema_order(value, node)
     if isinstance(value, list):
         return [in_schema_order(item, node.get("items")) for item in value]
     return value
+
+
+def _fields_in_schema_order(value: dict, node: dict) -> dict:
+    """An object's fields: the node's properties in its order, then the others (map keys) in the object's."""
+    properties: dict[str, int] = node.get("properties", {})
+    known = [k for k in properties if k in value]
+    ordered = known + [k for k in value if k not in properties]
+    return {k: in_schema_order(value[k], properties.get(k, node.get("additional"))) for k in ordered}

@@ -86,13 +86,17 @@ def validate_manifests(objs: Sequence[Any]) -> list[list[str]]:
     pod names are checked against every replicated job of its runtime when that is among ``objs``."""
     results = [validate_manifest(obj) for obj in objs]
     for i, obj in enumerate(objs):
-        if isinstance(obj, dict) and obj.get("kind") == C.TRAINJOB_KIND:
-            runtime = _runtime_of(obj, objs)
-            if runtime is not None:
-                # Its runtime's replicated jobs replace the `node` job assumed without it.
-                alone = set(pod_name_problems(obj))
-                results[i] = [p for p in results[i] if p not in alone] + pod_name_problems(obj, runtime)
+        runtime = _runtime_of(obj, objs) if _dict(obj).get("kind") == C.TRAINJOB_KIND else None
+        if runtime is not None:
+            results[i] = _with_runtime_pod_names(obj, runtime, results[i])
     return results
+
+
+def _with_runtime_pod_names(trainjob: dict, runtime: dict, problems: list[str]) -> list[str]:
+    """``problems`` of ``trainjob`` with its pod names checked against ``runtime``'s replicated jobs
+    instead of the `node` job assumed without it."""
+    alone = set(pod_name_problems(trainjob))
+    return [p for p in problems if p not in alone] + pod_name_problems(trainjob, runtime)
 
 
 def check_manifests(objs: Sequence[dict]) -> None:
@@ -103,14 +107,13 @@ def check_manifests(objs: Sequence[dict]) -> None:
     """
     for obj, problems in zip(objs, validate_manifests(objs)):
         if problems:
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            kind = obj.get("kind") if isinstance(obj, dict) else None
-            name = meta.get("name") if isinstance(meta, dict) else None
-            raise ManifestValidationError(
-                kind if isinstance(kind, str) else "<unknown kind>",
-                name if isinstance(name, str) else "<unnamed>",
-                problems,
-            )
+            raise ManifestValidationError(*_kind_and_name(obj), problems)
+
+
+def _kind_and_name(obj: Any) -> tuple[str, str]:
+    """The kind and name that an error names ``obj`` by, placeholders where they are not strings."""
+    kind, name = _dict(obj).get("kind"), _dict(_dict(obj).get("metadata")).get("name")
+    return kind if isinstance(kind, str) else "<unknown kind>", name if isinstance(name, str) else "<unnamed>"
 
 
 # --- problems --------------------------------------------------------------------------
@@ -143,19 +146,28 @@ class _Problems:
         self.fallbacks: list[tuple[Path, str]] = []
 
     def add(self, path: Path, what: str, fix: str = "") -> None:
-        self.items.append((path, f"{what}; {fix}" if fix else what))
+        self.items.append((path, _message(what, fix)))
 
     def soft(self, path: Path, what: str, fix: str = "") -> None:
-        self.fallbacks.append((path, f"{what}; {fix}" if fix else what))
+        self.fallbacks.append((path, _message(what, fix)))
 
     def paths(self) -> set[Path]:
         return {path for path, _ in self.items}
 
     def render(self) -> list[str]:
-        taken = self.paths()
-        items = self.items + [item for item in self.fallbacks if item[0] not in taken]
+        items = self.items + _not_at(self.fallbacks, self.paths())
         unique = sorted(set(items), key=lambda item: (_sort_key(item[0]), item[1]))
         return [f"{_fmt_path(path)}: {message}" for path, message in unique]
+
+
+def _message(what: str, fix: str) -> str:
+    """A problem's message: ``<what is wrong>; <how to fix>``."""
+    return f"{what}; {fix}" if fix else what
+
+
+def _not_at(items: list[tuple[Path, str]], paths: set[Path]) -> list[tuple[Path, str]]:
+    """The problems of ``items`` whose path is not among ``paths``."""
+    return [item for item in items if item[0] not in paths]
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -163,19 +175,21 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: The JSON name of each type a manifest's values have, in order: bool before int (a bool is an int).
+_JSON_TYPES: tuple[tuple[Union[type, tuple[type, ...]], str], ...] = (
+    (type(None), "null"),
+    (bool, "boolean"),
+    ((int, float), "number"),
+    (str, "string"),
+    (list, "list"),
+    (dict, "object"),
+)
+
+
 def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
+    for types, name in _JSON_TYPES:
+        if isinstance(value, types):
+            return name
     return type(value).__name__
 
 
@@ -275,25 +289,36 @@ def _qualified_name_error(key: str) -> Optional[str]:
 
 
 def _check_labels_annotations(meta: dict, path: Path, out: _Problems) -> None:
-    for key, value in _dict(meta.get("labels")).items():
+    _check_labels(_dict(meta.get("labels")), path + ("labels",), out)
+    _check_annotations(_dict(meta.get("annotations")), path + ("annotations",), out)
+
+
+def _check_labels(labels: dict, path: Path, out: _Problems) -> None:
+    for key, value in labels.items():
         why = _qualified_name_error(key)
         if why:
-            out.add(path + ("labels", key), f"invalid label key: {why}", "use e.g. example.com/my-label")
+            out.add(path + (key,), f"invalid label key: {why}", "use e.g. example.com/my-label")
         if isinstance(value, str) and not naming.is_label_value(value):
             out.add(
-                path + ("labels", key),
+                path + (key,),
                 f"invalid label value {_short(value)}: {naming.LABEL_VALUE_RULE}",
                 "shorten it or move it to an annotation",
             )
-    annotations = _dict(meta.get("annotations"))
+
+
+def _check_annotations(annotations: dict, path: Path, out: _Problems) -> None:
     for key in annotations:
         why = _qualified_name_error(key.lower())
         if why:
-            out.add(path + ("annotations", key), f"invalid annotation key: {why}")
+            out.add(path + (key,), f"invalid annotation key: {why}")
+    _check_annotations_size(annotations, path, out)
+
+
+def _check_annotations_size(annotations: dict, path: Path, out: _Problems) -> None:
     size = sum(len(k) + len(v) for k, v in annotations.items() if isinstance(v, str))
     if size > C.ANNOTATIONS_MAX_BYTES:
         out.add(
-            path + ("annotations",),
+            path,
             f"annotations total {size} bytes, over the {C.ANNOTATIONS_MAX_BYTES}-byte limit",
             "move large values into a ConfigMap",
         )
@@ -305,24 +330,30 @@ def _check_metadata(obj: dict, kind: str, out: _Problems) -> None:
         out.add(("metadata",), "required object is missing", "set metadata.name")
         return
     path: Path = ("metadata",)
-    name = meta.get("name")
+    _check_object_name(meta.get("name"), kind, path + ("name",), out)
+    _check_namespace(meta.get("namespace"), kind, path + ("namespace",), out)
+    _check_labels_annotations(meta, path, out)
+
+
+def _check_object_name(name: Any, kind: str, path: Path, out: _Problems) -> None:
     if not isinstance(name, str) or not name:
-        out.add(path + ("name",), "required field is missing", f"give the {kind} a name")
+        out.add(path, "required field is missing", f"give the {kind} a name")
     elif kind == C.TRAINJOB_KIND:
-        _check_trainjob_name(name, path + ("name",), out)
+        _check_trainjob_name(name, path, out)
     else:
-        _check_subdomain(name, path + ("name",), out)
-    namespace = meta.get("namespace")
+        _check_subdomain(name, path, out)
+
+
+def _check_namespace(namespace: Any, kind: str, path: Path, out: _Problems) -> None:
     if kind == C.CLUSTER_RUNTIME_KIND:
         if namespace is not None:
             out.add(
-                path + ("namespace",),
+                path,
                 "a ClusterTrainingRuntime is cluster-scoped and takes no namespace",
                 "remove metadata.namespace (or use a namespaced TrainingRuntime)",
             )
     elif isinstance(namespace, str):
-        _check_dns_label(namespace, path + ("namespace",), out, what="namespace")
-    _check_labels_annotations(meta, path, out)
+        _check_dns_label(namespace, path, out, what="namespace")
 
 
 def _check_trainjob_name(name: str, path: Path, out: _Problems) -> None:
@@ -382,12 +413,15 @@ def _runtime_of(trainjob: dict, objs: Sequence[Any]) -> Optional[dict]:
     ref = _dict(_dict(trainjob.get("spec")).get("runtimeRef"))
     kind = ref.get("kind") or C.CLUSTER_RUNTIME_KIND
     namespace = _dict(trainjob.get("metadata")).get("namespace")
-    for obj in objs:
-        meta = _dict(obj.get("metadata")) if isinstance(obj, dict) else {}
-        if (isinstance(obj, dict) and obj.get("kind") == kind and meta.get("name") == ref.get("name")
-                and (kind == C.CLUSTER_RUNTIME_KIND or meta.get("namespace") in (None, namespace))):
-            return obj
-    return None
+    return next((obj for obj in objs if _is_runtime(_dict(obj), kind, ref.get("name"), namespace)), None)
+
+
+def _is_runtime(obj: dict, kind: Any, name: Any, namespace: Any) -> bool:
+    """Whether ``obj`` is the runtime of ``kind`` named ``name`` that a TrainJob in ``namespace`` can use."""
+    meta = _dict(obj.get("metadata"))
+    if obj.get("kind") != kind or meta.get("name") != name:
+        return False
+    return kind == C.CLUSTER_RUNTIME_KIND or meta.get("namespace") in (None, namespace)
 
 
 # --- quantities, resources, env ---------------------------------------------------------
@@ -417,48 +451,68 @@ def _check_quantity(value: Any, path: Path, out: _Problems) -> Optional[Decimal]
 def _check_resources(resources: Any, path: Path, out: _Problems, partial: bool = False) -> None:
     """Check requests/limits. ``partial``: only some keys are given (TrainJob resourcesPerNode
     is merged key by key over the runtime's), so a missing counterpart is not an error."""
-    parsed: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
-    for section in ("requests", "limits"):
-        for name, value in _dict(_dict(resources).get(section)).items():
-            quantity = _check_resource(name, value, path + (section, name), out)
-            if quantity is not None:
-                parsed[section][name] = quantity
-    limits = parsed["limits"]
-    for name, request in parsed["requests"].items():
-        # Extended resources and hugepages cannot be overcommitted: the API server wants request == limit.
-        fixed = _is_extended(name) or name.startswith("hugepages-")
-        if name not in limits:
-            if fixed and not partial:
-                out.add(
-                    path + ("limits", name),
-                    f"{name} is requested but has no limit; it cannot be overcommitted",
-                    f"set limits.{name} to the same value",
-                )
-        elif request > limits[name]:
-            out.add(
-                path + ("requests", name),
-                f"request {request.normalize():f} exceeds the limit {limits[name].normalize():f}",
-                "lower the request or raise the limit",
-            )
-        elif fixed and request != limits[name]:
-            out.add(
-                path + ("requests", name),
-                f"request must equal the limit for {name}",
-                "set requests and limits to the same value (or only limits)",
-            )
+    requests = _checked_quantities(resources, "requests", path, out)
+    limits = _checked_quantities(resources, "limits", path, out)
+    for name, request in requests.items():
+        _check_request_within_limit(name, request, limits.get(name), path, out, partial)
 
 
-def _check_resource(name: str, value: Any, where: Path, out: _Problems) -> Optional[Decimal]:
-    """One request or limit: its name and quantity; the quantity, or ``None`` when it is wrong."""
-    if "/" not in name and name not in C.STANDARD_RESOURCES and not name.startswith("hugepages-"):
+def _checked_quantities(resources: Any, section: str, path: Path, out: _Problems) -> dict[str, Decimal]:
+    """The valid quantities of ``resources[section]`` by name, after reporting the invalid ones."""
+    parsed: dict[str, Decimal] = {}
+    for name, value in _dict(_dict(resources).get(section)).items():
+        quantity = _check_resource(name, value, path + (section, name), out)
+        if quantity is not None:
+            parsed[name] = quantity
+    return parsed
+
+
+def _cannot_overcommit(name: str) -> bool:
+    # Extended resources and hugepages cannot be overcommitted: the API server wants request == limit.
+    return _is_extended(name) or name.startswith("hugepages-")
+
+
+def _check_request_within_limit(name: str, request: Decimal, limit: Optional[Decimal], path: Path, out: _Problems,
+                                partial: bool) -> None:
+    if limit is None:
+        if _cannot_overcommit(name) and not partial:
+            out.add(
+                path + ("limits", name),
+                f"{name} is requested but has no limit; it cannot be overcommitted",
+                f"set limits.{name} to the same value",
+            )
+    elif request > limit:
+        out.add(
+            path + ("requests", name),
+            f"request {request.normalize():f} exceeds the limit {limit.normalize():f}",
+            "lower the request or raise the limit",
+        )
+    elif _cannot_overcommit(name) and request != limit:
+        out.add(
+            path + ("requests", name),
+            f"request must equal the limit for {name}",
+            "set requests and limits to the same value (or only limits)",
+        )
+
+
+def _check_resource_name(name: str, where: Path, out: _Problems) -> None:
+    """A resource name is standard (cpu, memory...), hugepages-<size> or a qualified, domain-prefixed name."""
+    if "/" in name:
+        why = _qualified_name_error(name)
+        if why:
+            out.add(where, f"invalid resource name: {why}")
+    elif name not in C.STANDARD_RESOURCES and not name.startswith("hugepages-"):
         fix = "use nvidia.com/gpu" if "gpu" in name.lower() else "use a domain-prefixed name such as nvidia.com/gpu"
         out.add(
             where,
             f"{_short(name)} is neither a standard resource ({', '.join(C.STANDARD_RESOURCES)}) nor domain-prefixed",
             fix,
         )
-    elif "/" in name and _qualified_name_error(name):
-        out.add(where, f"invalid resource name: {_qualified_name_error(name)}")
+
+
+def _check_resource(name: str, value: Any, where: Path, out: _Problems) -> Optional[Decimal]:
+    """One request or limit: its name and quantity; the quantity, or ``None`` when it is wrong."""
+    _check_resource_name(name, where, out)
     quantity = _check_quantity(value, where, out)
     if quantity is not None and _is_extended(name) and quantity != quantity.to_integral_value():
         out.add(
@@ -474,40 +528,44 @@ _ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef",
 
 
 def _check_env(env: Any, path: Path, out: _Problems, trainer_env: bool = False) -> None:
+    """An env list: names valid, each set once (and none Trainer reserves where ``trainer_env``), one value each."""
     seen: dict[str, int] = {}
     for i, var in enumerate(_list(env)):
-        if not isinstance(var, dict):
-            continue
+        var = _dict(var)
         name = var.get("name")
         if isinstance(name, str):
-            if not naming.is_env_var_name(name):
-                out.add(
-                    path + (i, "name"),
-                    f"{_short(name)} is not a valid environment variable name",
-                    f"use {naming.ENV_VAR_NAME_RULE}",
-                )
+            _check_env_name(name, path + (i, "name"), out, trainer_env)
             if name in seen:
                 out.add(
                     path + (i, "name"),
                     f"{name} is already set at {_fmt_path(path + (seen[name],))}",
                     "keep one of them",
                 )
-            else:
-                seen[name] = i
-            reserved = naming.trainer_env_problem(name) if trainer_env else None
-            if reserved:
-                out.add(path + (i, "name"), reserved, "remove it")
-        value_from = var.get("valueFrom")
-        if var.get("value") not in (None, "") and value_from is not None:
-            out.add(path + (i,), "sets both value and valueFrom", "keep only one")
-        if isinstance(value_from, dict):
-            sources = [k for k in _ENV_SOURCES if value_from.get(k) is not None]
-            if len(sources) != 1:
-                out.add(
-                    path + (i, "valueFrom"),
-                    f"sets {len(sources)} sources",
-                    f"set exactly one of {', '.join(_ENV_SOURCES)}",
-                )
+            seen.setdefault(name, i)
+        _check_env_value(var, path + (i,), out)
+
+
+def _check_env_name(name: str, path: Path, out: _Problems, trainer_env: bool) -> None:
+    if not naming.is_env_var_name(name):
+        out.add(path, f"{_short(name)} is not a valid environment variable name", f"use {naming.ENV_VAR_NAME_RULE}")
+    reserved = naming.trainer_env_problem(name) if trainer_env else None
+    if reserved:
+        out.add(path, reserved, "remove it")
+
+
+def _check_env_value(var: dict, path: Path, out: _Problems) -> None:
+    """A variable sets a value or one source in valueFrom."""
+    value_from = var.get("valueFrom")
+    if var.get("value") not in (None, "") and value_from is not None:
+        out.add(path, "sets both value and valueFrom", "keep only one")
+    if isinstance(value_from, dict):
+        _check_env_source(value_from, path + ("valueFrom",), out)
+
+
+def _check_env_source(value_from: dict, path: Path, out: _Problems) -> None:
+    sources = [k for k in _ENV_SOURCES if value_from.get(k) is not None]
+    if len(sources) != 1:
+        out.add(path, f"sets {len(sources)} sources", f"set exactly one of {', '.join(_ENV_SOURCES)}")
 
 
 # --- pods -------------------------------------------------------------------------------
@@ -516,25 +574,20 @@ _JOB_POD_RESTART_POLICIES = ("Never", "OnFailure")
 
 
 def _check_pod_spec(pod: dict, path: Path, out: _Problems) -> None:
-    containers, inits = _list(pod.get("containers")), _list(pod.get("initContainers"))
-    if "containers" in pod and not containers:
+    if "containers" in pod and not _list(pod.get("containers")):
         out.add(path + ("containers",), "must contain at least one container", "add the container to run")
-    restart = pod.get("restartPolicy")
-    if isinstance(restart, str) and restart not in _JOB_POD_RESTART_POLICIES:
-        out.add(
-            path + ("restartPolicy",),
-            f"{restart} is not allowed in a Job's pod template",
-            "use Never or OnFailure (or leave it unset)",
-        )
-
+    _check_job_pod_restart_policy(pod.get("restartPolicy"), path + ("restartPolicy",), out)
     volumes = _check_pod_volumes(pod, path, out)
     names: dict[str, Path] = {}
-    for section, items in (("initContainers", inits), ("containers", containers)):
-        for i, container in enumerate(items):
-            if isinstance(container, dict):
-                _check_container(container, section, path + (section, i), volumes, names, out)
-    if pod.get("resources") is not None:
-        _check_resources(pod.get("resources"), path + ("resources",), out)
+    for section in ("initContainers", "containers"):
+        for i, container in enumerate(_list(pod.get(section))):
+            _check_container(_dict(container), section, path + (section, i), volumes, names, out)
+    _check_resources(pod.get("resources"), path + ("resources",), out)
+
+
+def _check_job_pod_restart_policy(restart: Any, path: Path, out: _Problems) -> None:
+    if isinstance(restart, str) and restart not in _JOB_POD_RESTART_POLICIES:
+        out.add(path, f"{restart} is not allowed in a Job's pod template", "use Never or OnFailure (or leave it unset)")
 
 
 def _unique_names(items: list, path: Path, what: str, verb: str, fix: str, out: _Problems) -> dict[str, int]:
@@ -568,43 +621,43 @@ def _check_container(container: dict, section: str, where: Path, volumes: dict[s
     """One container or init container; ``names``: the container names seen so far (this one is added)."""
     name = container.get("name")
     if isinstance(name, str):
-        _check_dns_label(name, where + ("name",), out, what="container name")
-        if name in names:
-            out.add(
-                where + ("name",),
-                f"container name {name} is already used at {_fmt_path(names[name])}",
-                "give every container and init container its own name",
-            )
+        _check_container_name(name, where + ("name",), names, out)
         names.setdefault(name, where)
-    policy = container.get("restartPolicy")
+    _check_container_restart_policy(container.get("restartPolicy"), section, where + ("restartPolicy",), out)
+    _check_env(container.get("env"), where + ("env",), out)
+    _check_resources(container.get("resources"), where + ("resources",), out)
+    _check_volume_mounts(container, where, volumes, out)
+
+
+def _check_container_name(name: str, path: Path, names: dict[str, Path], out: _Problems) -> None:
+    """A DNS label that no other container or init container of the pod has (``names``: theirs so far)."""
+    _check_dns_label(name, path, out, what="container name")
+    if name in names:
+        out.add(
+            path,
+            f"container name {name} is already used at {_fmt_path(names[name])}",
+            "give every container and init container its own name",
+        )
+
+
+def _check_container_restart_policy(policy: Any, section: str, path: Path, out: _Problems) -> None:
+    """Only init containers take a restartPolicy, and only Always (a native sidecar)."""
     if section == "containers" and policy is not None:
         out.add(
-            where + ("restartPolicy",),
+            path,
             "only init containers take a restartPolicy (native sidecars)",
             "move this container to initContainers with restartPolicy: Always",
         )
     elif section == "initContainers" and policy not in (None, "Always"):
-        out.add(
-            where + ("restartPolicy",),
-            f"{_short(policy)} is not allowed",
-            "use Always (a native sidecar) or leave it unset",
-        )
-    _check_env(container.get("env"), where + ("env",), out)
-    _check_resources(container.get("resources"), where + ("resources",), out)
-    _check_volume_mounts(container, where, volumes, out)
+        out.add(path, f"{_short(policy)} is not allowed", "use Always (a native sidecar) or leave it unset")
 
 
 def _check_volume_mounts(container: dict, where: Path, volumes: dict[str, int], out: _Problems) -> None:
     mount_paths: dict[str, int] = {}
     for j, mount in enumerate(_list(container.get("volumeMounts"))):
         ref, mount_path = _dict(mount).get("name"), _dict(mount).get("mountPath")
-        if isinstance(ref, str) and ref not in volumes:
-            match = _close_match(ref, list(volumes))
-            out.add(
-                where + ("volumeMounts", j, "name"),
-                f"no volume named {ref} in the pod's volumes",
-                f"did you mean {match}?" if match else "declare it under the pod's volumes",
-            )
+        if isinstance(ref, str):
+            _check_mounted_volume(ref, volumes, where + ("volumeMounts", j, "name"), out)
         if isinstance(mount_path, str):
             if mount_path in mount_paths:
                 out.add(
@@ -613,6 +666,17 @@ def _check_volume_mounts(container: dict, where: Path, volumes: dict[str, int], 
                     "mount each path once",
                 )
             mount_paths.setdefault(mount_path, j)
+
+
+def _check_mounted_volume(ref: str, volumes: dict[str, int], path: Path, out: _Problems) -> None:
+    """A mount names one of the pod's ``volumes``."""
+    if ref not in volumes:
+        match = _close_match(ref, list(volumes))
+        out.add(
+            path,
+            f"no volume named {ref} in the pod's volumes",
+            f"did you mean {match}?" if match else "declare it under the pod's volumes",
+        )
 
 
 # --- the schema layer: the compiled CRD and core schemas (schemas.json) ---------------------
@@ -655,20 +719,37 @@ _TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _type_problem(expected: str, value: Any, path: Path, out: _Problems) -> None:
-    fix = ""
-    if expected == "an integer" and isinstance(value, str):
-        fix = (
-            f"write {value} without quotes"
-            if value.strip().lstrip("-").isdigit()
-            else "set a whole number, e.g. 8"
-        )
-    elif expected == "a string" and isinstance(value, (int, float)):
-        fix = f'quote it: "{json.dumps(value)}"'
-    elif expected == "a list" and isinstance(value, str):
-        fix = ('write one item per argument, e.g. ["bash", "-c", "..."]' if path and path[-1] in ("command", "args")
-               else f"write a list, e.g. [{_short(value)}]")
-    out.add(path, f"expected {expected}, got {_json_type(value)} {_short(value)}", fix)
+def _integer_fix(value: Any, path: Path) -> str:
+    if not isinstance(value, str):
+        return ""
+    return f"write {value} without quotes" if value.strip().lstrip("-").isdigit() else "set a whole number, e.g. 8"
+
+
+def _string_fix(value: Any, path: Path) -> str:
+    return f'quote it: "{json.dumps(value)}"' if isinstance(value, (int, float)) else ""
+
+
+def _list_fix(value: Any, path: Path) -> str:
+    if not isinstance(value, str):
+        return ""
+    if path and path[-1] in ("command", "args"):
+        return 'write one item per argument, e.g. ["bash", "-c", "..."]'
+    return f"write a list, e.g. [{_short(value)}]"
+
+
+#: How to fix a value of the wrong type, by the schema type expected: the mistakes YAML makes easy (a quoted
+#: number, an unquoted string, a command line as one string). Other types get no hint.
+_TYPE_FIXES: dict[str, Callable[[Any, Path], str]] = {
+    "integer": _integer_fix,
+    "string": _string_fix,
+    "array": _list_fix,
+}
+
+
+def _type_problem(kind: str, value: Any, path: Path, out: _Problems) -> None:
+    fixer = _TYPE_FIXES.get(kind)
+    fix = fixer(value, path) if fixer else ""
+    out.add(path, f"expected {_EXPECTED[kind]}, got {_json_type(value)} {_short(value)}", fix)
 
 
 @lru_cache(maxsize=None)
@@ -685,19 +766,29 @@ def _enum_list(values: Sequence[Any]) -> str:
 
 def _check_constraints(value: Any, node: dict, path: Path, out: _Problems) -> None:
     """The CRDs' value rules, reported unless a rule of this module already reported the field (``soft``)."""
-    if "enum_soft" in node and value not in node["enum_soft"]:
-        out.soft(path, f"{_short(value)} is not allowed", f"use one of {_enum_list(node['enum_soft'])}")
+    _check_soft_enum(value, node, path, out)
     if _is_int(value) and node.get("format") in C.INT_FORMAT_RANGES:
-        low, high = C.INT_FORMAT_RANGES[node["format"]]
-        if not low <= value <= high:
-            out.add(path, f"{value} does not fit {node['format']} ({low} to {high})",
-                    f"set at most {high}" if value > high else f"set at least {low}")
+        _check_int_format(value, node["format"], path, out)
     if _is_number(value):
         _check_number_constraints(value, node, path, out)
     elif isinstance(value, list):
         _check_list_constraints(value, node, path, out)
     elif isinstance(value, str):
         _check_string_constraints(value, node, path, out)
+
+
+def _check_soft_enum(value: Any, node: dict, path: Path, out: _Problems) -> None:
+    """The values the kubeflow_trainer_api models allow, where the CRD has no enum."""
+    if "enum_soft" in node and value not in node["enum_soft"]:
+        out.soft(path, f"{_short(value)} is not allowed", f"use one of {_enum_list(node['enum_soft'])}")
+
+
+def _check_int_format(value: int, fmt: str, path: Path, out: _Problems) -> None:
+    """An integer fits its format (int32, int64): the API server cannot store it otherwise."""
+    low, high = C.INT_FORMAT_RANGES[fmt]
+    if not low <= value <= high:
+        out.add(path, f"{value} does not fit {fmt} ({low} to {high})",
+                f"set at most {high}" if value > high else f"set at least {low}")
 
 
 def _check_number_constraints(value: Any, node: dict, path: Path, out: _Problems) -> None:
@@ -720,6 +811,10 @@ def _check_string_constraints(value: str, node: dict, path: Path, out: _Problems
     if "minLength" in node and len(value) < node["minLength"]:
         out.soft(path, "must not be empty" if node["minLength"] == 1
                  else f"shorter than the {node['minLength']} characters the CRD requires", "set a value")
+    _check_pattern(value, node, path, out)
+
+
+def _check_pattern(value: str, node: dict, path: Path, out: _Problems) -> None:
     compiled = _pattern(node["pattern"]) if "pattern" in node else None
     if compiled is None or compiled.search(value):
         return
@@ -735,32 +830,58 @@ def _walk(value: Any, index: int, path: Path, out: _Problems, unknown: str, core
     path. ``unknown``: what an unknown field is called. ``core``: a core schema, whose map values may be
     null (the Trainer models refuse them)."""
     node = schemas.nodes()[index]
-    kind = node.get("type")
-    if kind is not None and not _TYPE_CHECKS[kind](value):
-        _type_problem(_EXPECTED[kind], value, path, out)
-        return
-    enum = node.get("enum")
-    if enum is not None and value not in enum:
-        out.add(path, f"{_short(value)} must be one of enum values ({_enum_list(enum)})")
+    if not _has_type_and_enum(value, node, path, out):
         return
     _check_constraints(value, node, path, out)
     if isinstance(value, dict):
-        properties: dict[str, int] = node.get("properties", {})
-        additional = node.get("additional")
-        for key, item in value.items():
-            child = properties.get(key, additional)
-            if child is None:
-                if not node.get("open"):
-                    removed = _REMOVED_FIELDS.get(tuple(p for p in path if isinstance(p, str)) + (key,))
-                    out.add(path + (key,), unknown, removed or _did_you_mean(key, list(properties)))
-            elif item is not None or (key not in properties and not core):  # a null field is "not set"
-                _walk(item, child, path + (key,), out, unknown, core)
-        for key in node.get("required", ()):
-            if value.get(key) is None:
-                out.add(path + (key,), "required field is missing", f"set {key}")
+        _walk_fields(value, node, path, out, unknown, core)
+        _check_required(value, node, path, out)
     elif isinstance(value, list) and "items" in node:
         for i, item in enumerate(value):
             _walk(item, node["items"], path + (i,), out, unknown, core)
+
+
+def _has_type_and_enum(value: Any, node: dict, path: Path, out: _Problems) -> bool:
+    """Whether ``value`` has the node's type and is one of its enum values; else reports why."""
+    kind = node.get("type")
+    if kind is not None and not _TYPE_CHECKS[kind](value):
+        _type_problem(kind, value, path, out)
+        return False
+    enum = node.get("enum")
+    if enum is not None and value not in enum:
+        out.add(path, f"{_short(value)} must be one of enum values ({_enum_list(enum)})")
+        return False
+    return True
+
+
+def _walk_fields(value: dict, node: dict, path: Path, out: _Problems, unknown: str, core: bool) -> None:
+    """Each field of an object: unknown ones reported (unless the node is open), known ones walked."""
+    properties: dict[str, int] = node.get("properties", {})
+    for key, item in value.items():
+        child = properties.get(key, node.get("additional"))
+        if child is not None:
+            if _is_set(item, key in properties, core):
+                _walk(item, child, path + (key,), out, unknown, core)
+        elif not node.get("open"):
+            out.add(path + (key,), unknown, _unknown_field_fix(path, key, list(properties)))
+
+
+def _is_set(item: Any, declared: bool, core: bool) -> bool:
+    """Whether a field's value is checked: a null field is "not set", but a null map value of a Trainer
+    schema is checked (and refused, as the Trainer models refuse it)."""
+    return item is not None or (not declared and not core)
+
+
+def _unknown_field_fix(path: Path, key: str, known: list[str]) -> str:
+    """What to do about an unknown field: what replaced it, if the API removed it, else a "did you mean"."""
+    removed = _REMOVED_FIELDS.get(tuple(p for p in path if isinstance(p, str)) + (key,))
+    return removed or _did_you_mean(key, known)
+
+
+def _check_required(value: dict, node: dict, path: Path, out: _Problems) -> None:
+    for key in node.get("required", ()):
+        if value.get(key) is None:
+            out.add(path + (key,), "required field is missing", f"set {key}")
 
 
 def _check_model(obj: dict, kind: str, out: _Problems) -> None:
@@ -774,8 +895,8 @@ def _check_kube(doc: dict, kind: str, base: Path, out: _Problems, skip: set[Path
     problems = _Problems()
     _walk(doc, schemas.root(f"core/{kind}"), base, problems, f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
           core=True)
-    out.items.extend(item for item in problems.items if item[0] not in skip)
-    out.fallbacks.extend(item for item in problems.fallbacks if item[0] not in skip)
+    out.items.extend(_not_at(problems.items, skip))
+    out.fallbacks.extend(_not_at(problems.fallbacks, skip))
 
 
 # --- kinds ------------------------------------------------------------------------------
@@ -790,33 +911,36 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
     path: Path = ("spec",)
     _check_runtime_ref(_dict(spec.get("runtimeRef")), path + ("runtimeRef",), out)
     _check_trainer(_dict(spec.get("trainer")), path + ("trainer",), out)
-    deadline = spec.get("activeDeadlineSeconds")
-    if _is_int(deadline) and deadline < 1:
-        out.add(
-            path + ("activeDeadlineSeconds",),
-            f"{deadline} is less than 1",
-            "set a positive number of seconds or leave it unset",
-        )
-    managed_by = spec.get("managedBy")
-    allowed = C.TRAINJOB_MANAGED_BY_VALUES
-    if isinstance(managed_by, str) and managed_by not in allowed:
-        out.add(
-            path + ("managedBy",),
-            f"{_short(managed_by)} is not allowed by the CRD",
-            f"use {' or '.join(allowed)}, or leave it unset",
-        )
-
+    _check_at_least_one(spec.get("activeDeadlineSeconds"), path + ("activeDeadlineSeconds",), out,
+                        "set a positive number of seconds or leave it unset")
+    _check_managed_by(spec.get("managedBy"), path + ("managedBy",), out)
     for step in ("dataset", "model"):
         _check_initializer(_dict(_dict(spec.get("initializer")).get(step)), path + ("initializer", step), out)
     _check_runtime_patches(spec.get("runtimePatches"), path + ("runtimePatches",), out)
     _check_pod_names(obj, None, out)
 
 
+def _check_at_least_one(value: Any, path: Path, out: _Problems, fix: str = "set at least 1") -> None:
+    """Counts (nodes, processes, seconds) that the CRDs require to be at least 1."""
+    if _is_int(value) and value < 1:
+        out.add(path, f"{value} is less than 1", fix)
+
+
+def _check_managed_by(managed_by: Any, path: Path, out: _Problems) -> None:
+    allowed = C.TRAINJOB_MANAGED_BY_VALUES
+    if isinstance(managed_by, str) and managed_by not in allowed:
+        out.add(path, f"{_short(managed_by)} is not allowed by the CRD", f"use {' or '.join(allowed)}, or leave it unset")
+
+
+def _check_runtime_ref_name(name: Any, path: Path, out: _Problems) -> None:
+    if name == "":
+        out.add(path, "must not be empty", "name the runtime to run, e.g. torch-distributed")
+    elif isinstance(name, str):
+        _check_subdomain(name, path, out)
+
+
 def _check_runtime_ref(ref: dict, path: Path, out: _Problems) -> None:
-    if ref.get("name") == "":
-        out.add(path + ("name",), "must not be empty", "name the runtime to run, e.g. torch-distributed")
-    elif isinstance(ref.get("name"), str):
-        _check_subdomain(ref["name"], path + ("name",), out)
+    _check_runtime_ref_name(ref.get("name"), path + ("name",), out)
     kind, group = ref.get("kind"), ref.get("apiGroup")
     if isinstance(kind, str) and kind not in (C.CLUSTER_RUNTIME_KIND, C.RUNTIME_KIND):
         out.add(
@@ -834,8 +958,7 @@ def _check_runtime_ref(ref: dict, path: Path, out: _Problems) -> None:
 
 def _check_trainer(trainer: dict, tpath: Path, out: _Problems) -> None:
     for field in ("numNodes", "numProcPerNode"):
-        if _is_int(trainer.get(field)) and trainer[field] < 1:
-            out.add(tpath + (field,), f"{trainer[field]} is less than 1", "set at least 1")
+        _check_at_least_one(trainer.get(field), tpath + (field,), out)
     for field, limit in (
         ("command", C.TRAINER_ARGV_MAX_ITEMS),
         ("args", C.TRAINER_ARGV_MAX_ITEMS),
@@ -873,13 +996,7 @@ def _check_runtime_patches(patches: Any, path: Path, out: _Problems) -> None:
     for i, patch in enumerate(patches):
         manager = _dict(patch).get("manager")
         if isinstance(manager, str):
-            prefix, slash, rest = manager.partition("/")
-            if not slash or not rest or not naming.is_rfc1123_subdomain(prefix):
-                out.add(
-                    path + (i, "manager"),
-                    f"{_short(manager)} is not a domain-prefixed path",
-                    "use e.g. example.com/my-tool",
-                )
+            _check_patch_manager(manager, path + (i, "manager"), out)
             if manager in managers:
                 out.add(
                     path + (i, "manager"),
@@ -887,25 +1004,32 @@ def _check_runtime_patches(patches: Any, path: Path, out: _Problems) -> None:
                     "merge the two patches",
                 )
             managers.setdefault(manager, i)
-        jobs = _dict(_dict(_dict(patch).get("trainingRuntimeSpec")).get("template")).get("spec")
-        containers = [
-            found
-            for section in ("initContainers", "containers")
-            for found in _find(
-                jobs,
-                ("replicatedJobs", "*", *_POD_SPEC_PATH, section, "*"),
-                path + (i, "trainingRuntimeSpec", "template", "spec"),
-            )
-        ]
-        for cpath, container in containers:
-            name = _dict(container).get("name")
-            if name in (C.TRAINER_NODE, *_INITIALIZER_CONTAINERS) and _dict(container).get("env") is not None:
-                fix = "use spec.trainer.env" if name == C.TRAINER_NODE else "use spec.initializer env"
-                out.add(
-                    cpath + ("env",),
-                    f"the Trainer webhook rejects env on the {name} container in runtimePatches",
-                    fix,
-                )
+        _check_patch_env(_dict(patch), path + (i,), out)
+
+
+def _check_patch_manager(manager: str, path: Path, out: _Problems) -> None:
+    prefix, slash, rest = manager.partition("/")
+    if not slash or not rest or not naming.is_rfc1123_subdomain(prefix):
+        out.add(path, f"{_short(manager)} is not a domain-prefixed path", "use e.g. example.com/my-tool")
+
+
+def _patch_containers(patch: dict, path: Path) -> Iterator[tuple[Path, Any]]:
+    """The init containers and containers of a runtime patch's replicated jobs, each with its path."""
+    jobs = _dict(_dict(patch.get("trainingRuntimeSpec")).get("template")).get("spec")
+    for section in ("initContainers", "containers"):
+        yield from _find(jobs, ("replicatedJobs", "*", *_POD_SPEC_PATH, section, "*"),
+                         path + ("trainingRuntimeSpec", "template", "spec"))
+
+
+def _check_patch_env(patch: dict, path: Path, out: _Problems) -> None:
+    """The Trainer webhook refuses env on the node and initializer containers in a patch: their env comes
+    from the TrainJob's spec."""
+    for cpath, container in _patch_containers(patch, path):
+        name = _dict(container).get("name")
+        if name in (C.TRAINER_NODE, *_INITIALIZER_CONTAINERS) and _dict(container).get("env") is not None:
+            fix = "use spec.trainer.env" if name == C.TRAINER_NODE else "use spec.initializer env"
+            out.add(cpath + ("env",), f"the Trainer webhook rejects env on the {name} container in runtimePatches",
+                    fix)
 
 
 #: Enums the runtime CRD enforces and the models do not (paths under the runtime's spec).
@@ -947,26 +1071,13 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
     kind = obj["kind"]
     _check_model(obj, kind, out)
     schema_paths = out.paths()
-    labels = _dict(_dict(obj.get("metadata")).get("labels"))
-    if C.FRAMEWORK_LABEL not in labels:
-        out.add(
-            ("metadata", "labels", C.FRAMEWORK_LABEL),
-            "label is missing; the Kubeflow SDK refuses runtimes without it",
-            f"add {C.FRAMEWORK_LABEL}: torch",
-        )
+    _check_framework_label(_dict(_dict(obj.get("metadata")).get("labels")), out)
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         out.add(("spec",), "required object is missing", "set spec.mlPolicy and spec.template")
         return
     path: Path = ("spec",)
-    for pattern, allowed in _RUNTIME_ENUMS:
-        for where, value in _find(spec, pattern, path):
-            if isinstance(value, str) and value not in allowed:
-                out.add(
-                    where,
-                    f"{_short(value)} is not allowed",
-                    "use one of " + ", ".join(a or '""' for a in allowed),
-                )
+    _check_runtime_enums(spec, path, out)
     _check_ml_policy(spec.get("mlPolicy"), path + ("mlPolicy",), out)
 
     jobset = _dict(_dict(spec.get("template")).get("spec"))
@@ -979,6 +1090,22 @@ def _check_runtime(obj: dict, out: _Problems) -> None:
     _check_env_injection(_dict(spec.get("mlPolicy")), rjobs, path + ("mlPolicy",), out)
 
 
+def _check_framework_label(labels: dict, out: _Problems) -> None:
+    if C.FRAMEWORK_LABEL not in labels:
+        out.add(
+            ("metadata", "labels", C.FRAMEWORK_LABEL),
+            "label is missing; the Kubeflow SDK refuses runtimes without it",
+            f"add {C.FRAMEWORK_LABEL}: torch",
+        )
+
+
+def _check_runtime_enums(spec: dict, path: Path, out: _Problems) -> None:
+    for pattern, allowed in _RUNTIME_ENUMS:
+        for where, value in _find(spec, pattern, path):
+            if isinstance(value, str) and value not in allowed:
+                out.add(where, f"{_short(value)} is not allowed", "use one of " + _enum_list(allowed))
+
+
 def _check_jobset_settings(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
     """The runtime's JobSet settings the webhook refuses: no jobs, two startup orders, a TTL out of range,
     a namespace in a claim template."""
@@ -988,6 +1115,12 @@ def _check_jobset_settings(jobset: dict, rjobs: list, jpath: Path, out: _Problem
             "must list at least one replicated job",
             "add the `node` job (see the torch-distributed runtime)",
         )
+    _check_startup_order(jobset, rjobs, jpath, out)
+    _check_jobset_ttl(jobset.get("ttlSecondsAfterFinished"), jpath + ("ttlSecondsAfterFinished",), out)
+    _check_claim_template_namespaces(jobset, jpath, out)
+
+
+def _check_startup_order(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
     in_order = _dict(jobset.get("startupPolicy")).get("startupPolicyOrder") == "InOrder"
     if in_order and any(_dict(j).get("dependsOn") for j in rjobs):
         out.add(
@@ -995,20 +1128,21 @@ def _check_jobset_settings(jobset: dict, rjobs: list, jpath: Path, out: _Problem
             "startupPolicyOrder InOrder and replicatedJobs[].dependsOn are mutually exclusive",
             "use one of them",
         )
-    ttl = jobset.get("ttlSecondsAfterFinished")
+
+
+def _check_jobset_ttl(ttl: Any, path: Path, out: _Problems) -> None:
     if _is_int(ttl) and not 0 <= ttl <= C.JOBSET_TTL_MAX:
         out.add(
-            jpath + ("ttlSecondsAfterFinished",),
+            path,
             f"{ttl} is out of range (JobSet: 0 to {C.JOBSET_TTL_MAX} seconds)",
             "give the seconds after which JobSet deletes a finished JobSet and its pods, e.g. 86400, or remove it",
         )
+
+
+def _check_claim_template_namespaces(jobset: dict, jpath: Path, out: _Problems) -> None:
     for where, template in _find(jobset, ("volumeClaimPolicies", "*", "templates", "*"), jpath):
-        if _dict(template.get("metadata") if isinstance(template, dict) else None).get("namespace"):
-            out.add(
-                where + ("metadata", "namespace"),
-                "volumeClaimPolicies templates take no namespace",
-                "remove it",
-            )
+        if _dict(_dict(template).get("metadata")).get("namespace"):
+            out.add(where + ("metadata", "namespace"), "volumeClaimPolicies templates take no namespace", "remove it")
 
 
 def _check_replicated_job_names(spec: dict, rjobs: list, path: Path, out: _Problems) -> None:
@@ -1033,20 +1167,27 @@ _EXIT_CODE_OPERATORS = ("In", "NotIn")
 
 def _check_failure_policies(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
     """What the JobSet webhook and the Job API refuse in failure rules (beyond the schema)."""
+    _check_failure_rule_names(_list(_dict(jobset.get("failurePolicy")).get("rules")),
+                              jpath + ("failurePolicy", "rules"), out)
+    for r, rjob in enumerate(rjobs):
+        _check_pod_failure_policy(rjob, jpath + ("replicatedJobs", r), out)
+
+
+def _check_failure_rule_names(rules: list, path: Path, out: _Problems) -> None:
+    """JobSet's failurePolicy rule names: its pattern, each name once."""
     seen: dict[str, int] = {}
-    for i, rule in enumerate(_list(_dict(jobset.get("failurePolicy")).get("rules"))):
+    for i, rule in enumerate(rules):
         name = _dict(rule).get("name")
         if not isinstance(name, str):
             continue
-        where = jpath + ("failurePolicy", "rules", i, "name")
         if not _FAILURE_RULE_NAME.fullmatch(name):
-            out.add(where, f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
+            out.add(path + (i, "name"),
+                    f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
                     "start with a letter; use letters, digits, '_', ',' or ':'")
         elif name in seen:
-            out.add(where, f"rule {name} is already defined at rules[{seen[name]}]", "give each rule its own name")
+            out.add(path + (i, "name"), f"rule {name} is already defined at rules[{seen[name]}]",
+                    "give each rule its own name")
         seen.setdefault(name, i)
-    for r, rjob in enumerate(rjobs):
-        _check_pod_failure_policy(rjob, jpath + ("replicatedJobs", r), out)
 
 
 def _check_pod_failure_policy(rjob: Any, rpath: Path, out: _Problems) -> None:
@@ -1061,15 +1202,22 @@ def _check_pod_failure_policy(rjob: Any, rpath: Path, out: _Problems) -> None:
         out.add(rpath + _POD_SPEC_PATH + ("restartPolicy",),
                 f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs "
                 "Never", "set restartPolicy: Never in the pod template")
-    containers = {c.get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))
-                  if isinstance(c, dict)}
+    containers = set(_container_names(pod_spec))
     for k, rule in enumerate(_list(policy.get("rules"))):
-        rule, rpath_k = _dict(rule), ppath + ("rules", k)
-        if ("onExitCodes" in rule) == ("onPodConditions" in rule):
-            out.add(rpath_k, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
-        codes = _dict(rule.get("onExitCodes"))
-        if codes:
-            _check_exit_codes(codes, rpath_k + ("onExitCodes",), containers, out)
+        _check_pod_failure_rule(_dict(rule), ppath + ("rules", k), containers, out)
+
+
+def _container_names(pod_spec: dict) -> list:
+    """The names of the pod's containers and init containers (None where a container has none)."""
+    return [_dict(c).get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))]
+
+
+def _check_pod_failure_rule(rule: dict, path: Path, containers: set, out: _Problems) -> None:
+    if ("onExitCodes" in rule) == ("onPodConditions" in rule):
+        out.add(path, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
+    codes = _dict(rule.get("onExitCodes"))
+    if codes:
+        _check_exit_codes(codes, path + ("onExitCodes",), containers, out)
 
 
 def _check_exit_codes(codes: dict, cpath: Path, containers: set, out: _Problems) -> None:
@@ -1079,17 +1227,23 @@ def _check_exit_codes(codes: dict, cpath: Path, containers: set, out: _Problems)
     if container is not None and container not in containers:
         out.add(cpath + ("containerName",), f"no container named {_short(container)} in the pod template",
                 _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
-    values = _list(codes.get("values"))
+    _check_exit_code_values(_list(codes.get("values")), codes.get("operator"), cpath + ("values",), out)
+
+
+def _check_exit_code_values(values: list, operator: Any, path: Path, out: _Problems) -> None:
+    """The Job API's rules for onExitCodes.values (the schema reports values that are not integers)."""
     if not values or len(values) > 255:
-        out.add(cpath + ("values",), "must list 1 to 255 exit codes", "list the exit codes the rule matches")
+        out.add(path, "must list 1 to 255 exit codes", "list the exit codes the rule matches")
         return
-    if not all(_is_int(v) for v in values):
-        return
-    if codes.get("operator") == "In" and 0 in values:
-        out.add(cpath + ("values",), "contains 0 with operator In (the Job API refuses it)", "remove 0")
+    if all(_is_int(v) for v in values):
+        _check_integer_exit_codes(values, operator, path, out)
+
+
+def _check_integer_exit_codes(values: list[int], operator: Any, path: Path, out: _Problems) -> None:
+    if operator == "In" and 0 in values:
+        out.add(path, "contains 0 with operator In (the Job API refuses it)", "remove 0")
     if values != sorted(set(values)):
-        out.add(cpath + ("values",), "must be sorted without duplicates (the Job API refuses it)",
-                f"write {sorted(set(values))}")
+        out.add(path, "must be sorted without duplicates (the Job API refuses it)", f"write {sorted(set(values))}")
 
 
 def _check_ml_policy(policy: Any, path: Path, out: _Problems) -> None:
@@ -1104,12 +1258,13 @@ def _check_ml_policy(policy: Any, path: Path, out: _Problems) -> None:
     chosen = [p for p in _POLICIES if policy.get(p) is not None]
     if len(chosen) > 1:
         out.add(path, f"sets {' and '.join(chosen)}; the CRD allows only one policy", "keep one of them")
-    if _is_int(policy.get("numNodes")) and policy["numNodes"] < 1:
-        out.add(path + ("numNodes",), f"{policy['numNodes']} is less than 1", "set at least 1")
+    _check_at_least_one(policy.get("numNodes"), path + ("numNodes",), out)
     for name in ("mpi", "flux"):
-        procs = _dict(policy.get(name)).get("numProcPerNode")
-        if _is_int(procs) and procs < 1:
-            out.add(path + (name, "numProcPerNode"), f"{procs} is less than 1", "set at least 1")
+        _check_at_least_one(_dict(policy.get(name)).get("numProcPerNode"), path + (name, "numProcPerNode"), out)
+    _check_settingless_policies(policy, path, out)
+
+
+def _check_settingless_policies(policy: dict, path: Path, out: _Problems) -> None:
     for name in ("jax", "xgboost"):
         # The CRD declares these as objects without properties: the server prunes every key.
         for key in _dict(policy.get(name)):
@@ -1132,9 +1287,13 @@ def _pod_spec(rjob: Any) -> dict:
     return _dict(_pod_template(rjob).get("spec"))
 
 
+def _first_with(items: list, key: str, value: Any) -> Optional[dict]:
+    """The first object of ``items`` whose ``key`` is ``value`` (not None), or None."""
+    return next((item for item in items if _dict(item).get(key) == value), None)
+
+
 def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths: set[Path]) -> None:
-    trainer_jobs = [i for i, rjob in enumerate(rjobs)
-                    if isinstance(rjob, dict) and _check_replicated_job(rjob, path + (i,), out, schema_paths)]
+    trainer_jobs = [i for i, rjob in enumerate(rjobs) if _check_replicated_job(_dict(rjob), path + (i,), out, schema_paths)]
     if not trainer_jobs:
         if rjobs:
             _no_trainer_job(rjobs, path, out)
@@ -1145,17 +1304,20 @@ def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths
             f"replicatedJobs[{trainer_jobs[0]}] is already the trainer job",
             "label exactly one replicated job as the trainer",
         )
-    index = trainer_jobs[0]
-    rpath = path + (index,)
-    if rjobs[index].get("name") != C.TRAINER_NODE:
+    _check_trainer_job(rjobs[trainer_jobs[0]], path + (trainer_jobs[0],), out)
+
+
+def _check_trainer_job(rjob: dict, rpath: Path, out: _Problems) -> None:
+    """The replicated job labelled as the trainer: named ``node``, with a ``node`` container."""
+    if rjob.get("name") != C.TRAINER_NODE:
         out.add(
             rpath + ("name",),
             f"the trainer job must be named {C.TRAINER_NODE}:"
             " PET_MASTER_ADDR and the SDK's pod selector assume it",
             f"rename it to {C.TRAINER_NODE}",
         )
-    containers = _list(_pod_spec(rjobs[index]).get("containers"))
-    node = next((c for c in containers if isinstance(c, dict) and c.get("name") == C.TRAINER_NODE), None)
+    containers = _list(_pod_spec(rjob).get("containers"))
+    node = _first_with(containers, "name", C.TRAINER_NODE)
     if node is None:
         out.add(
             rpath + _POD_SPEC_PATH + ("containers",),
@@ -1220,53 +1382,62 @@ def _check_node_container(node: dict, npath: Path, out: _Problems) -> None:
             f"the {C.TRAINER_NODE} container has no image; the Kubeflow SDK refuses such runtimes",
             "set a default image",
         )
-    limits = _dict(_dict(node.get("resources")).get("limits"))
+    _check_node_devices(_dict(_dict(node.get("resources")).get("limits")), npath + ("resources", "limits"), out)
+
+
+def _check_node_devices(limits: dict, path: Path, out: _Problems) -> None:
+    """The ``node`` container's limits name a device the Kubeflow SDK knows (get_container_devices): one of
+    its keys or a single MIG profile."""
     mig = [k for k in limits if k.startswith(_SDK_MIG_PREFIX)]
     if limits and not mig and not any(k in limits for k in _SDK_DEVICE_KEYS):
         out.add(
-            npath + ("resources", "limits"),
+            path,
             f"none of {', '.join(_SDK_DEVICE_KEYS)} or {_SDK_MIG_PREFIX}*;"
             " the Kubeflow SDK raises 'Unknown device type' for this runtime",
             "add the GPU count (nvidia.com/gpu) or cpu to the limits",
         )
     elif len(mig) > 1:
-        out.add(
-            npath + ("resources", "limits"),
-            f"several MIG types ({', '.join(mig)}); the Kubeflow SDK supports one",
-            "request a single MIG profile",
-        )
+        out.add(path, f"several MIG types ({', '.join(mig)}); the Kubeflow SDK supports one",
+                "request a single MIG profile")
 
 
 def _check_env_injection(policy: dict, rjobs: list, path: Path, out: _Problems) -> None:
     targets = _dict(_dict(policy.get("torch")).get("envInjection")).get("targets")
     jobs = {j["name"]: j for j in rjobs if isinstance(j, dict) and isinstance(j.get("name"), str)}
     for i, target in enumerate(_list(targets)):
-        tpath = path + ("torch", "envInjection", "targets", i)
-        job_name = _dict(target).get("jobName")
-        job = jobs.get(job_name) if isinstance(job_name, str) else None
-        if isinstance(job_name, str) and job is None:
+        _check_injection_target(_dict(target), jobs, path + ("torch", "envInjection", "targets", i), out)
+
+
+def _check_injection_target(target: dict, jobs: dict[str, dict], tpath: Path, out: _Problems) -> None:
+    """One envInjection target: a replicated job of the runtime (``jobs``) and some of its containers."""
+    job_name, job = target.get("jobName"), None
+    if isinstance(job_name, str):
+        job = jobs.get(job_name)
+        if job is None:
             out.add(
                 tpath + ("jobName",),
                 f"no replicated job named {job_name}",
                 _did_you_mean(job_name, list(jobs), known="replicated jobs"),
             )
-        pod = _pod_spec(job)
-        available = [
-            _dict(c).get("name") for c in _list(pod.get("containers")) + _list(pod.get("initContainers"))
-        ]
-        for j, name in enumerate(_list(_dict(target).get("containerNames"))):
-            if name == C.TRAINER_NODE:
-                out.add(
-                    tpath + ("containerNames", j),
-                    f"{C.TRAINER_NODE} always gets the PET_* variables and the CRD forbids it here",
-                    "remove it",
-                )
-            elif job is not None and isinstance(name, str) and name not in available:
-                out.add(
-                    tpath + ("containerNames", j),
-                    f"job {job_name} has no container or init container named {name}",
-                    _did_you_mean(name, [n for n in available if isinstance(n, str)], known="containers"),
-                )
+    _check_injection_containers(_list(target.get("containerNames")), job_name, job, tpath + ("containerNames",), out)
+
+
+def _check_injection_containers(names: list, job_name: Any, job: Optional[dict], path: Path, out: _Problems) -> None:
+    """A target's containerNames: never ``node``; containers or init containers of ``job`` when it exists."""
+    available = _container_names(_pod_spec(job))
+    for j, name in enumerate(names):
+        if name == C.TRAINER_NODE:
+            out.add(
+                path + (j,),
+                f"{C.TRAINER_NODE} always gets the PET_* variables and the CRD forbids it here",
+                "remove it",
+            )
+        elif job is not None and isinstance(name, str) and name not in available:
+            out.add(
+                path + (j,),
+                f"job {job_name} has no container or init container named {name}",
+                _did_you_mean(name, [n for n in available if isinstance(n, str)], known="containers"),
+            )
 
 
 def _check_data_key(key: str, path: Path, out: _Problems) -> None:
@@ -1300,19 +1471,34 @@ def _check_size(size: int, path: Path, out: _Problems, what: str) -> None:
         )
 
 
+def _text_size(value: Any) -> int:
+    """Size in bytes of a text value (0 for a value that is no string: the schema reports it)."""
+    return len(value.encode()) if isinstance(value, str) else 0
+
+
 def _check_configmap(obj: dict, out: _Problems) -> None:
     _check_kube(obj, "ConfigMap", (), out, out.paths())
     data, binary = _dict(obj.get("data")), _dict(obj.get("binaryData"))
-    size = 0
-    for key, value in data.items():
+    size = _check_text_data(data, out) + _check_binary_data(binary, data, out)
+    _check_size(size, ("data",) if data else ("binaryData",), out, "the ConfigMap")
+
+
+def _check_text_data(data: dict, out: _Problems) -> int:
+    """Check the keys of a ConfigMap's data; the size of its values."""
+    for key in data:
         _check_data_key(key, ("data", key), out)
-        size += len(value.encode()) if isinstance(value, str) else 0
+    return sum(_text_size(value) for value in data.values())
+
+
+def _check_binary_data(binary: dict, data: dict, out: _Problems) -> int:
+    """Check the keys and values of a ConfigMap's binaryData (no key also in ``data``); the size of its values."""
+    size = 0
     for key, value in binary.items():
         _check_data_key(key, ("binaryData", key), out)
         if key in data:
             out.add(("binaryData", key), "key is also in data", "keep each key in one of data and binaryData")
         size += _decode_base64(value, ("binaryData", key), out)
-    _check_size(size, ("data",) if data else ("binaryData",), out, "the ConfigMap")
+    return size
 
 
 #: Keys each built-in Secret type requires (k8s.io/kubernetes pkg/apis/core/validation).
@@ -1330,27 +1516,41 @@ _SECRET_TYPES: dict[str, tuple[str, ...]] = {
 
 def _check_secret(obj: dict, out: _Problems) -> None:
     _check_kube(obj, "Secret", (), out, out.paths())
-    data, string_data = _dict(obj.get("data")), _dict(obj.get("stringData"))
+    sizes = _check_secret_data(_dict(obj.get("data")), _dict(obj.get("stringData")), out)
+    kind = obj.get("type")
+    _check_secret_type(kind, out)
+    for key in _SECRET_TYPES.get(kind if isinstance(kind, str) else "Opaque", ()):
+        if key not in sizes:
+            out.add(("data", key), f"a {kind} Secret requires this key", f"add data[{key!r}]")
+
+
+def _check_secret_data(data: dict, string_data: dict, out: _Problems) -> dict[str, int]:
+    """Check the keys of data and stringData and their total size; the size of each key's value."""
     sizes: dict[str, int] = {}
     for key, value in data.items():
         _check_data_key(key, ("data", key), out)
         sizes[key] = _decode_base64(value, ("data", key), out)
     for key, value in string_data.items():
         _check_data_key(key, ("stringData", key), out)
-        sizes[key] = len(value.encode()) if isinstance(value, str) else 0  # stringData wins on merge
+        sizes[key] = _text_size(value)  # stringData wins on merge
     _check_size(sum(sizes.values()), ("data",) if data else ("stringData",), out, "the Secret")
-    kind = obj.get("type")
-    if isinstance(kind, str) and kind not in _SECRET_TYPES:
-        close = difflib.get_close_matches(kind, list(_SECRET_TYPES), n=1, cutoff=0.8)
-        if close or kind.lower() in {t.lower() for t in _SECRET_TYPES}:
-            out.add(
-                ("type",),
-                f"{_short(kind)} is not a built-in Secret type",
-                f"did you mean {close[0] if close else kind.title()}?",
-            )
-    for key in _SECRET_TYPES.get(kind if isinstance(kind, str) else "Opaque", ()):
-        if key not in sizes:
-            out.add(("data", key), f"a {kind} Secret requires this key", f"add data[{key!r}]")
+    return sizes
+
+
+def _check_secret_type(kind: Any, out: _Problems) -> None:
+    """An unknown type is a custom one (allowed); one close to a built-in type is a typo."""
+    if not isinstance(kind, str) or kind in _SECRET_TYPES:
+        return
+    meant = _meant_secret_type(kind)
+    if meant:
+        out.add(("type",), f"{_short(kind)} is not a built-in Secret type", f"did you mean {meant}?")
+
+
+def _meant_secret_type(kind: str) -> Optional[str]:
+    close = difflib.get_close_matches(kind, list(_SECRET_TYPES), n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    return kind.title() if kind.lower() in {t.lower() for t in _SECRET_TYPES} else None
 
 
 _ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
@@ -1360,7 +1560,46 @@ def _check_pvc(obj: dict, out: _Problems) -> None:
     _check_kube(obj, "PersistentVolumeClaim", (), out, out.paths())
     schema_paths = out.paths()
     spec = _dict(obj.get("spec"))
-    modes = _list(spec.get("accessModes"))
+    _check_access_modes(_list(spec.get("accessModes")), out)
+    if spec.get("volumeMode") not in (None, "Filesystem", "Block"):
+        out.add(
+            ("spec", "volumeMode"),
+            f"{_short(spec['volumeMode'])} is not a volume mode",
+            "use Filesystem or Block",
+        )
+    resources = _dict(spec.get("resources"))
+    _check_storage_requested(resources, schema_paths, out)
+    _check_pvc_quantities(resources, schema_paths, out)
+
+
+_STORAGE_REQUEST: Path = ("spec", "resources", "requests", "storage")
+
+
+def _check_storage_requested(resources: dict, schema_paths: set[Path], out: _Problems) -> None:
+    # The API server requires the storage request even for a claim bound by volumeName.
+    storage = _dict(resources.get("requests")).get("storage")
+    if storage is None and _STORAGE_REQUEST not in schema_paths:
+        out.add(
+            _STORAGE_REQUEST,
+            "required: the API server rejects a claim without a storage request",
+            'set e.g. "100Gi"',
+        )
+
+
+def _check_pvc_quantities(resources: dict, schema_paths: set[Path], out: _Problems) -> None:
+    """The claim's requests and limits (the schema's type problems aside); the storage request above zero."""
+    for section in ("requests", "limits"):
+        for name, value in _dict(resources.get(section)).items():
+            where = ("spec", "resources", section, name)
+            if (
+                where not in schema_paths
+                and _check_quantity(value, where, out) == 0
+                and where == _STORAGE_REQUEST
+            ):
+                out.add(_STORAGE_REQUEST, "must be greater than zero", 'set e.g. "100Gi"')
+
+
+def _check_access_modes(modes: list, out: _Problems) -> None:
     if not modes:
         out.add(("spec", "accessModes"), "at least one access mode is required", "set e.g. [ReadWriteOnce]")
     for i, mode in enumerate(modes):
@@ -1370,37 +1609,16 @@ def _check_pvc(obj: dict, out: _Problems) -> None:
                 f"{_short(mode)} is not an access mode",
                 "use one of " + ", ".join(_ACCESS_MODES),
             )
+    _check_read_write_once_pod(modes, out)
+
+
+def _check_read_write_once_pod(modes: list, out: _Problems) -> None:
     if "ReadWriteOncePod" in modes and len(modes) > modes.count("ReadWriteOncePod"):
         out.add(
             ("spec", "accessModes"),
             "ReadWriteOncePod cannot be combined with other access modes",
             "keep only ReadWriteOncePod",
         )
-    if spec.get("volumeMode") not in (None, "Filesystem", "Block"):
-        out.add(
-            ("spec", "volumeMode"),
-            f"{_short(spec['volumeMode'])} is not a volume mode",
-            "use Filesystem or Block",
-        )
-    resources = _dict(spec.get("resources"))
-    storage_path: Path = ("spec", "resources", "requests", "storage")
-    storage = _dict(resources.get("requests")).get("storage")
-    # The API server requires the storage request even for a claim bound by volumeName.
-    if storage is None and storage_path not in schema_paths:
-        out.add(
-            storage_path,
-            "required: the API server rejects a claim without a storage request",
-            'set e.g. "100Gi"',
-        )
-    for section in ("requests", "limits"):
-        for name, value in _dict(resources.get(section)).items():
-            where = ("spec", "resources", section, name)
-            if (
-                where not in schema_paths
-                and _check_quantity(value, where, out) == 0
-                and where == storage_path
-            ):
-                out.add(storage_path, "must be greater than zero", 'set e.g. "100Gi"')
 
 
 @dataclass(frozen=True)
@@ -1435,7 +1653,13 @@ def _validate(obj: Any) -> list[str]:
     out = _Problems()
     if not isinstance(obj, dict):
         out.add((), f"expected a manifest object, got {_json_type(obj)}")
-        return out.render()
+    elif not _reported_non_string_keys(obj, out):
+        _check_object(obj, out)
+    return out.render()
+
+
+def _reported_non_string_keys(obj: dict, out: _Problems) -> bool:
+    """Report the keys that are not strings (nothing else can be checked with them); whether there were any."""
     bad_keys = list(_non_string_keys(obj, ()))
     for parent, key in bad_keys:
         out.add(
@@ -1443,12 +1667,15 @@ def _validate(obj: Any) -> list[str]:
             f"key {key!r} is not a string",
             "quote it (YAML reads 1, true or null keys as non-strings)",
         )
-    if bad_keys:
-        return out.render()
+    return bool(bad_keys)
+
+
+def _check_object(obj: dict, out: _Problems) -> None:
+    """A manifest of string keys: its kind, apiVersion, metadata, then the checks of its kind."""
     kind = obj.get("kind")
     if not isinstance(kind, str) or kind not in _KINDS:
         out.add(("kind",), f"unknown kind {_short(kind)}", f"use one of {', '.join(_KINDS)}")
-        return out.render()
+        return
     spec = _KINDS[kind]
     if obj.get("apiVersion") != spec.api_version:
         out.add(
@@ -1458,7 +1685,6 @@ def _validate(obj: Any) -> list[str]:
         )
     _check_metadata(obj, kind, out)
     spec.check(obj, out)
-    return out.render()
 
 
 # --- an admin's runtime and our runtime patch (runtime_name) ------------------------------------
@@ -1485,26 +1711,22 @@ def runtime_patch_conflicts(trainjob: dict, runtime: dict) -> list[str]:
     Trainer merges the patch over the runtime (a strategic merge: a toleration list is replaced whole, a
     node selector key, a volume name or a mount path overwritten), so each is refused, naming the executor
     field and the runtime's value. A patch that only adds passes."""
-    patches = [p for p in _list(_dict(trainjob.get("spec")).get("runtimePatches")) if isinstance(p, dict)]
-    ours = next((p for p in patches if p.get("manager") == PATCH_MANAGER), None)
+    ours = _first_with(_list(_dict(trainjob.get("spec")).get("runtimePatches")), "manager", PATCH_MANAGER)
     if ours is None:
         return []
     name = _dict(runtime.get("metadata")).get("name")
     rjobs = _list(_dict(_dict(_dict(runtime.get("spec")).get("template")).get("spec")).get("replicatedJobs"))
-    admin_job = next((j for j in rjobs if isinstance(j, dict) and j.get("name") == C.TRAINER_NODE), None)
+    admin_job = _first_with(rjobs, "name", C.TRAINER_NODE)
     if admin_job is None:
         names = ", ".join(str(_dict(j).get("name")) for j in rjobs) or "none"
         return [f"runtime {name!r} has no replicated job {C.TRAINER_NODE!r} (it has: {names}): nemo_kubeflow's "
                 "settings go to that job's pods; use a runtime built like Trainer's torch-distributed"]
     patch_jobs = _list(_dict(_dict(_dict(ours.get("trainingRuntimeSpec")).get("template")).get("spec"))
                        .get("replicatedJobs"))
-    patch_template = _pod_template(next((j for j in patch_jobs if _dict(j).get("name") == C.TRAINER_NODE), {}))
+    patch_template = _pod_template(_first_with(patch_jobs, "name", C.TRAINER_NODE))
     admin_template = _pod_template(admin_job)
     conflicts = _PatchConflicts(str(name), _dict(patch_template.get("spec")), _dict(admin_template.get("spec")))
-    for section in ("labels", "annotations"):
-        theirs = _dict(_dict(admin_template.get("metadata")).get(section))
-        for key, value in _changed(_dict(_dict(patch_template.get("metadata")).get(section)), theirs):
-            conflicts.replaced(_PATCH_FIELDS[section], f"pod {section[:-1]} {key!r}", value)
+    conflicts.check_pod_metadata(_dict(patch_template.get("metadata")), _dict(admin_template.get("metadata")))
     conflicts.check_pod()
     return conflicts.problems
 
@@ -1527,24 +1749,38 @@ class _PatchConflicts:
             f"runtime patch would replace the admin's value. Leave {fname} unset to keep it, or use a "
             "runtime without it")
 
+    def check_pod_metadata(self, ours: dict, theirs: dict) -> None:
+        """The pod labels and annotations of our patch (``ours``) against the runtime's (``theirs``)."""
+        for section in ("labels", "annotations"):
+            for key, value in _changed(_dict(ours.get(section)), _dict(theirs.get(section))):
+                self.replaced(_PATCH_FIELDS[section], f"pod {section[:-1]} {key!r}", value)
+
     def check_pod(self) -> None:
-        pod, admin = self.pod, self.admin
-        missing = [t for t in _list(admin.get("tolerations")) if t not in _list(pod.get("tolerations"))]
-        if pod.get("tolerations") and missing:
+        self.check_tolerations()
+        self.check_pod_settings()
+        self.check_volumes()
+        containers = {str(_dict(c).get("name")): _dict(c) for c in _list(self.admin.get("containers"))}
+        for patched in _list(self.pod.get("containers")):
+            self.check_container(_dict(patched), containers)
+
+    def check_tolerations(self) -> None:
+        """A patch's tolerations replace the runtime's list whole: it must repeat the runtime's."""
+        missing = [t for t in _list(self.admin.get("tolerations")) if t not in _list(self.pod.get("tolerations"))]
+        if self.pod.get("tolerations") and missing:
             self.problems.append(
                 f"tolerations: runtime {self.name!r} has tolerations {_short(missing, 160)} and a patch replaces "
                 "the whole list: add them to tolerations too, or leave tolerations unset")
+
+    def check_pod_settings(self) -> None:
+        """The node selector keys, scalar fields and security context fields that our patch overwrites."""
+        pod, admin = self.pod, self.admin
         for key, theirs in _changed(_dict(pod.get("nodeSelector")), _dict(admin.get("nodeSelector"))):
             self.replaced("node_selector", f"nodeSelector {key!r}", theirs)
-        for key in ("serviceAccountName", "terminationGracePeriodSeconds"):
-            if key in pod and key in admin and pod[key] != admin[key]:
-                self.replaced(_PATCH_FIELDS[key], key, admin[key])
+        scalars = {key: pod[key] for key in ("serviceAccountName", "terminationGracePeriodSeconds") if key in pod}
+        for key, theirs in _changed(scalars, admin):
+            self.replaced(_PATCH_FIELDS[key], key, theirs)
         for key, theirs in _changed(_dict(pod.get("securityContext")), _dict(admin.get("securityContext"))):
             self.replaced(_SECURITY_FIELDS.get(key, "restricted_security"), f"securityContext.{key}", theirs)
-        self.check_volumes()
-        containers = {str(_dict(c).get("name")): _dict(c) for c in _list(admin.get("containers"))}
-        for patched in _list(pod.get("containers")):
-            self.check_container(_dict(patched), containers)
 
     def check_volumes(self) -> None:
         admin_volumes = {_dict(v).get("name") for v in _list(self.admin.get("volumes"))}
@@ -1562,7 +1798,24 @@ class _PatchConflicts:
                 f"runtime {self.name!r} has no container {cname!r} in its {C.TRAINER_NODE!r} pods (it has: "
                 f"{', '.join(containers) or 'none'}): nemo_kubeflow's mounts and settings go to it")
             return
-        mounts = {_dict(m).get("mountPath"): _dict(m).get("name") for m in _list(containers[cname].get("volumeMounts"))}
+        self.check_mounts(patched, containers[cname])
+        if patched.get("securityContext"):
+            self.check_restricted_security(str(cname), containers)
+
+    def check_restricted_security(self, cname: str, containers: dict[str, dict]) -> None:
+        """Our patch restricts container ``cname`` only: the runtime must run no other container beside it."""
+        others = [n for n in containers if n != cname] + [
+            str(_dict(c).get("name")) for c in _list(self.admin.get("initContainers"))]
+        if others:
+            self.problems.append(
+                f"restricted_security: runtime {self.name!r} runs containers {', '.join(others)} beside "
+                f"{cname!r}, which a runtime patch cannot restrict; make the runtime's pods pass "
+                "the restricted profile itself and leave restricted_security False")
+
+    def check_mounts(self, patched: dict, theirs: dict) -> None:
+        """The mount paths of our container ``patched`` that the runtime's container ``theirs`` mounts already."""
+        cname = patched.get("name")
+        mounts = {_dict(m).get("mountPath"): _dict(m).get("name") for m in _list(theirs.get("volumeMounts"))}
         for mount in _list(patched.get("volumeMounts")):
             path = _dict(mount).get("mountPath")
             if path in mounts:
@@ -1570,10 +1823,3 @@ class _PatchConflicts:
                     f"{_volume_field(str(mount.get('name')))}: runtime {self.name!r} already mounts volume "
                     f"{mounts[path]!r} at {path!r} in container {cname!r}; mount somewhere else"
                     + (", or set shm_size=None to keep the runtime's /dev/shm" if path == "/dev/shm" else ""))
-        others = [n for n in containers if n != cname] + [
-            str(_dict(c).get("name")) for c in _list(self.admin.get("initContainers"))]
-        if patched.get("securityContext") and others:
-            self.problems.append(
-                f"restricted_security: runtime {self.name!r} runs containers {', '.join(others)} beside "
-                f"{cname!r}, which a runtime patch cannot restrict; make the runtime's pods pass "
-                "the restricted profile itself and leave restricted_security False")

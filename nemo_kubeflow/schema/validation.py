@@ -226,6 +226,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _first_with(items: list, key: str, value: Any) -> Optional[dict]:
+    """The first object of ``items`` whose ``key`` is ``value`` (not None), or None."""
+    return next((item for item in items if _dict(item).get(key) == value), None)
+
+
 def _find(node: Any, pattern: Sequence[str], path: Path) -> Iterator[tuple[Path, Any]]:
     """Yield (path, value) for every value at ``pattern``; "*" walks every item of a list."""
     if not pattern:
@@ -860,13 +865,13 @@ def _walk_fields(value: dict, node: dict, path: Path, out: _Problems, unknown: s
     for key, item in value.items():
         child = properties.get(key, node.get("additional"))
         if child is not None:
-            if _is_set(item, key in properties, core):
+            if _field_is_checked(item, key in properties, core):
                 _walk(item, child, path + (key,), out, unknown, core)
         elif not node.get("open"):
             out.add(path + (key,), unknown, _unknown_field_fix(path, key, list(properties)))
 
 
-def _is_set(item: Any, declared: bool, core: bool) -> bool:
+def _field_is_checked(item: Any, declared: bool, core: bool) -> bool:
     """Whether a field's value is checked: a null field is "not set", but a null map value of a Trainer
     schema is checked (and refused, as the Trainer models refuse it)."""
     return item is not None or (not declared and not core)
@@ -1207,11 +1212,6 @@ def _check_pod_failure_policy(rjob: Any, rpath: Path, out: _Problems) -> None:
         _check_pod_failure_rule(_dict(rule), ppath + ("rules", k), containers, out)
 
 
-def _container_names(pod_spec: dict) -> list:
-    """The names of the pod's containers and init containers (None where a container has none)."""
-    return [_dict(c).get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))]
-
-
 def _check_pod_failure_rule(rule: dict, path: Path, containers: set, out: _Problems) -> None:
     if ("onExitCodes" in rule) == ("onPodConditions" in rule):
         out.add(path, "must set exactly one of onExitCodes and onPodConditions", "split it into two rules")
@@ -1223,11 +1223,15 @@ def _check_pod_failure_rule(rule: dict, path: Path, containers: set, out: _Probl
 def _check_exit_codes(codes: dict, cpath: Path, containers: set, out: _Problems) -> None:
     if codes.get("operator") not in _EXIT_CODE_OPERATORS:
         out.add(cpath + ("operator",), f"{_short(codes.get('operator'))} is not allowed", "use In or NotIn")
-    container = codes.get("containerName")
-    if container is not None and container not in containers:
-        out.add(cpath + ("containerName",), f"no container named {_short(container)} in the pod template",
-                _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
+    _check_exit_code_container(codes.get("containerName"), containers, cpath + ("containerName",), out)
     _check_exit_code_values(_list(codes.get("values")), codes.get("operator"), cpath + ("values",), out)
+
+
+def _check_exit_code_container(container: Any, containers: set, path: Path, out: _Problems) -> None:
+    """A rule's containerName, if set, names a container or init container of the pod template."""
+    if container is not None and container not in containers:
+        out.add(path, f"no container named {_short(container)} in the pod template",
+                _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
 
 
 def _check_exit_code_values(values: list, operator: Any, path: Path, out: _Problems) -> None:
@@ -1287,24 +1291,29 @@ def _pod_spec(rjob: Any) -> dict:
     return _dict(_pod_template(rjob).get("spec"))
 
 
-def _first_with(items: list, key: str, value: Any) -> Optional[dict]:
-    """The first object of ``items`` whose ``key`` is ``value`` (not None), or None."""
-    return next((item for item in items if _dict(item).get(key) == value), None)
+def _container_names(pod_spec: dict) -> list:
+    """The names of the pod's containers and init containers (None where a container has none)."""
+    return [_dict(c).get("name") for c in _list(pod_spec.get("containers")) + _list(pod_spec.get("initContainers"))]
 
 
 def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths: set[Path]) -> None:
+    """Each replicated job, then the one trainer job among them (labelled as such)."""
     trainer_jobs = [i for i, rjob in enumerate(rjobs) if _check_replicated_job(_dict(rjob), path + (i,), out, schema_paths)]
-    if not trainer_jobs:
-        if rjobs:
-            _no_trainer_job(rjobs, path, out)
-        return
+    if trainer_jobs:
+        _check_one_trainer_job(trainer_jobs, path, out)
+        _check_trainer_job(rjobs[trainer_jobs[0]], path + (trainer_jobs[0],), out)
+    elif rjobs:
+        _no_trainer_job(rjobs, path, out)
+
+
+def _check_one_trainer_job(trainer_jobs: list[int], path: Path, out: _Problems) -> None:
+    """One replicated job only may be labelled as the trainer: each after the first is reported."""
     for extra in trainer_jobs[1:]:
         out.add(
             path + (extra, "template", "metadata", "labels", C.ANCESTOR_LABEL),
             f"replicatedJobs[{trainer_jobs[0]}] is already the trainer job",
             "label exactly one replicated job as the trainer",
         )
-    _check_trainer_job(rjobs[trainer_jobs[0]], path + (trainer_jobs[0],), out)
 
 
 def _check_trainer_job(rjob: dict, rpath: Path, out: _Problems) -> None:

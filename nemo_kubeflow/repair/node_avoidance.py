@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from nemo_kubeflow.constants import (
     HOSTNAME_LABEL,
@@ -67,6 +67,24 @@ class NodeFault:
     def avoiding(self) -> str:
         return f"avoiding node {self.node} after its pod {self.pod} failed with {self.why}"
 
+    def described(self) -> str:
+        return f"node {self.node} (its pod {self.pod} failed with {self.why})"
+
+    @classmethod
+    def listed(cls, rows: Sequence[dict]) -> tuple["NodeFault", ...]:
+        """The faults of the annotation's JSON rows."""
+        return tuple(cls(**row) for row in rows)
+
+
+def _avoiding(faults: Sequence[NodeFault]) -> str:
+    """The line that says which nodes ``faults`` has the job avoid, and why."""
+    return "; ".join(f.avoiding() for f in faults)
+
+
+def _move_action(faults: Sequence[NodeFault]) -> RepairAction:
+    """The repair that moves the job off the nodes of ``faults``."""
+    return RepairAction(MOVE_OFF_NODES, _avoiding(faults), tuple(f.node for f in faults))
+
 
 @dataclass(frozen=True)
 class Avoidance:
@@ -83,13 +101,12 @@ class Avoidance:
 
     @classmethod
     def of(cls, trainjob: Optional[dict]) -> "Avoidance":
-        text = (((trainjob or {}).get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+        text = _field(trainjob, "metadata", "annotations", ANNOTATION)
         if not text or text == OFF:
             return cls()
         try:
             data = json.loads(text)
-            return cls(tuple(NodeFault(**f) for f in data.get("avoided", [])),
-                       tuple(NodeFault(**f) for f in data.get("moving", [])),
+            return cls(NodeFault.listed(data.get("avoided", [])), NodeFault.listed(data.get("moving", [])),
                        int(data.get("restarts_before", 0)), str(data.get("capped", "")))
         except (ValueError, TypeError, AttributeError):
             return cls()  # not ours to repair: start from nothing
@@ -101,15 +118,42 @@ class Avoidance:
     def nodes(self) -> list[str]:
         return [f.node for f in self.avoided]
 
+    def settled(self, capped: str) -> "Avoidance":
+        """No move under way, with ``capped`` saying which faulty nodes are not avoided and why."""
+        return replace(self, moving=(), capped=capped)
 
-# --- reading: which nodes failed the job ------------------------------------------------------------------
+    def moved(self, restarts: int) -> "Avoidance":
+        """The move done: its nodes avoided, and the ``restarts`` of the JobSet it replaced counted."""
+        return Avoidance(self.avoided + self.moving, (), self.restarts_before + restarts, self.capped)
 
 
-def _disruption(pod: dict) -> Optional[dict]:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+def _field(obj: Optional[dict], *keys: str) -> Any:
+    """The value at ``keys`` below ``obj``; None where a level is absent, null or empty (the API server
+    leaves empty fields out)."""
+    for key in keys:
+        obj = (obj or {}).get(key)
+    return obj
+
+
+def _is_off(trainjob: dict) -> bool:
+    """Whether the job was submitted with avoid_failed_nodes=False (the annotation's marker)."""
+    return _field(trainjob, "metadata", "annotations", ANNOTATION) == OFF
+
+
+def _condition(obj: Optional[dict], kind: str) -> Optional[dict]:
+    """The object's condition of type ``kind`` when it is "True", else None."""
+    for condition in _field(obj, "status", "conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
             return condition
     return None
+
+
+def _restarts(jobset: Optional[dict]) -> int:
+    """The JobSet's gang restarts so far (0 without a JobSet)."""
+    return int(_field(jobset, "status", "restarts") or 0)
+
+
+# --- reading: which nodes failed the job ------------------------------------------------------------------
 
 
 def node_faults(pods: Sequence[dict], events: Sequence[dict], trainjob: str) -> list[NodeFault]:
@@ -125,8 +169,8 @@ def node_faults(pods: Sequence[dict], events: Sequence[dict], trainjob: str) -> 
 def _pod_faults(pods: Sequence[dict]) -> Iterator[NodeFault]:
     """The node faults the pods still there carry (a ``DisruptionTarget`` condition with a node reason)."""
     for pod in pods:
-        condition, node = _disruption(pod), (pod.get("spec") or {}).get("nodeName")
-        if condition and node and condition.get("reason") in NODE_FAULT_REASONS:
+        condition, node = _condition(pod, "DisruptionTarget") or {}, _field(pod, "spec", "nodeName")
+        if node and condition.get("reason") in NODE_FAULT_REASONS:
             yield NodeFault(node, pod["metadata"]["name"], f"DisruptionTarget ({condition.get('reason')}: "
                                                            f"{condition.get('message', '')})".replace(": )", ")"))
 
@@ -135,17 +179,33 @@ def _event_faults(events: Sequence[dict], trainjob: str) -> Iterator[NodeFault]:
     """The node faults in the events of the job's ``node`` pods, oldest first; the node from the pod's
     Scheduled event, or the event's source."""
     prefix = f"{trainjob}-{TRAINER_NODE}-"
-    pod_events = [e for e in events if (e.get("involvedObject") or {}).get("kind") == "Pod"
-                  and (e.get("involvedObject") or {}).get("name", "").startswith(prefix)]
-    placed = {}
-    for event in pod_events:
-        if event.get("reason") == "Scheduled" and (match := _SCHEDULED.match(event.get("message") or "")):
-            placed[match["pod"]] = match["node"]
-    for event in sorted(pod_events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""):
+    pod_events = [e for e in events if _event_pod(e).startswith(prefix)]
+    placed = _placements(pod_events)
+    for event in sorted(pod_events, key=_event_time):
         pod = event["involvedObject"]["name"]
-        node = placed.get(pod) or (event.get("source") or {}).get("host")
+        node = placed.get(pod) or _field(event, "source", "host")
         if event.get("reason") in NODE_FAULT_EVENTS and node:
             yield NodeFault(node, pod, f"{event['reason']} ({event.get('message') or ''})")
+
+
+def _event_pod(event: dict) -> str:
+    """The name of the pod the event is about ("" when it is about something else)."""
+    involved = event.get("involvedObject") or {}
+    return involved.get("name", "") if involved.get("kind") == "Pod" else ""
+
+
+def _event_time(event: dict) -> str:
+    """When the event last happened (events.k8s.io events carry only ``eventTime``)."""
+    return event.get("lastTimestamp") or event.get("eventTime") or ""
+
+
+def _placements(events: Sequence[dict]) -> dict[str, str]:
+    """Pod -> the node the scheduler assigned it, from the ``Scheduled`` events."""
+    placed = {}
+    for event in events:
+        if event.get("reason") == "Scheduled" and (match := _SCHEDULED.match(event.get("message") or "")):
+            placed[match["pod"]] = match["node"]
+    return placed
 
 
 def gang_attempt(pods: Sequence[dict]) -> int:
@@ -156,15 +216,15 @@ def gang_attempt(pods: Sequence[dict]) -> int:
 
 def schedulable_nodes(nodes: Sequence[dict], node_selector: dict) -> list[str]:
     """Ready, uncordoned nodes with the pods' nodeSelector labels."""
-    names = []
-    for node in nodes:
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (node.get("status") or {}).get("conditions") or [])
-        labels = node["metadata"].get("labels") or {}
-        if ready and not (node.get("spec") or {}).get("unschedulable") and \
-                all(labels.get(k) == v for k, v in node_selector.items()):
-            names.append(node["metadata"]["name"])
-    return names
+    return [node["metadata"]["name"] for node in nodes if _takes_pods(node, node_selector)]
+
+
+def _takes_pods(node: dict, node_selector: dict) -> bool:
+    """Whether the node is Ready, not cordoned, and has the labels of the pods' nodeSelector."""
+    if not _condition(node, "Ready") or _field(node, "spec", "unschedulable"):
+        return False
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in node_selector.items())
 
 
 def capped(current: Sequence[NodeFault], new: Sequence[NodeFault], schedulable: Sequence[str],
@@ -172,7 +232,7 @@ def capped(current: Sequence[NodeFault], new: Sequence[NodeFault], schedulable: 
     """The new faults to avoid, oldest first, while the schedulable nodes left can still hold one
     pod each; and what was left out, and why ("" if nothing)."""
     avoided = {f.node for f in current}
-    left = [n for n in schedulable if n not in avoided]
+    left = set(schedulable) - avoided  # node names are unique
     taken, dropped = [], []
     for fault in new:
         if fault.node in avoided:
@@ -182,20 +242,32 @@ def capped(current: Sequence[NodeFault], new: Sequence[NodeFault], schedulable: 
             continue
         taken.append(fault)
         avoided.add(fault.node)
-        left = [n for n in left if n != fault.node]
-    remaining = len(left) - 1  # what avoiding one more would leave
-    why = (f"not avoiding node{'s' if len(dropped) > 1 else ''} {', '.join(dropped)}: only {remaining} schedulable "
-           f"node{'s' if remaining != 1 else ''} would be left for {pods} pods") if dropped else ""
-    return taken, why
+        left.discard(fault.node)
+    return taken, _capped_why(dropped, len(left), pods)
+
+
+def _capped_why(dropped: Sequence[str], left: int, pods: int) -> str:
+    """Why the ``dropped`` nodes are not avoided ("" if none): avoiding one more of the ``left``
+    schedulable nodes would leave too few for the pods."""
+    if not dropped:
+        return ""
+    remaining = left - 1  # what avoiding one more would leave
+    return (f"not avoiding node{_plural(len(dropped))} {', '.join(dropped)}: only {remaining} schedulable "
+            f"node{_plural(remaining)} would be left for {pods} pods")
+
+
+def _plural(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 # --- writing: the runtime patch --------------------------------------------------------------------------
 
 
 def _node_pod_spec(jobset: Optional[dict]) -> dict:
-    for rjob in ((jobset or {}).get("spec") or {}).get("replicatedJobs") or []:
+    """The pod spec of the JobSet's ``node`` replicated job ({} if none)."""
+    for rjob in _field(jobset, "spec", "replicatedJobs") or []:
         if rjob.get("name") == TRAINER_NODE:
-            return ((rjob.get("template") or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+            return _field(rjob, "template", "spec", "template", "spec") or {}
     return {}
 
 
@@ -203,21 +275,29 @@ def avoidance_affinity(pod_spec: dict, nodes: Sequence[str], previous: Sequence[
     """The pod's required node affinity with ``hostname NotIn nodes`` added to each of its terms
     (a runtime patch replaces the term list whole, so the runtime's own terms are kept here), and
     the term this module added before (``NotIn previous``) taken out."""
-    ours_before = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(previous)}
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
-    ours = {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(nodes)}
+    ours_before, ours = _hostname_not_in(list(previous)), _hostname_not_in(sorted(nodes))
+    terms = _required_terms(pod_spec)
     for term in terms:
         term["matchExpressions"] = [e for e in term.get("matchExpressions") or [] if e != ours_before] + [ours]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _hostname_not_in(nodes: list[str]) -> dict:
+    return {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": nodes}
+
+
+def _required_terms(pod_spec: dict) -> list[dict]:
+    """Copies of the pod's required node selector terms; one empty term (any node) if it has none."""
+    terms = _field(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                   "nodeSelectorTerms")
+    return [dict(t) for t in terms or []] or [{}]
 
 
 def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
     """The TrainJob's runtimePatches with this module's entry set to `affinity` (others kept as they are)."""
     ours = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": {"affinity": affinity}}}}}]}}}}
-    others = [p for p in (trainjob.get("spec") or {}).get("runtimePatches") or [] if p.get("manager") != PATCH_MANAGER]
+    others = [p for p in _field(trainjob, "spec", "runtimePatches") or [] if p.get("manager") != PATCH_MANAGER]
     return others + [ours]
 
 
@@ -235,13 +315,11 @@ def assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, no
     the caller has just read them (with ``jobset``, the JobSet just read: only its pods that are not running);
     ``checked``: the caller's memory of the gang attempts already looked at (events are listed only for a
     new attempt or a disrupted pod)."""
-    if ((trainjob.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION) == OFF:
+    if _is_off(trainjob):
         return "", None
     avoidance = Avoidance.of(trainjob)
     if avoidance.moving:
-        moving_line = "; ".join(f.avoiding() for f in avoidance.moving)
-        return (f"{moving_line}: the move is under way",
-                RepairAction(MOVE_OFF_NODES, moving_line, tuple(f.node for f in avoidance.moving)))
+        return f"{_avoiding(avoidance.moving)}: the move is under way", _move_action(avoidance.moving)
     try:
         return _assess(cluster, namespace, name, trainjob, nodes_wanted, pods, avoidance,
                        {} if checked is None else checked, jobset)
@@ -253,40 +331,68 @@ def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, n
             pods: Optional[list], avoidance: Avoidance, checked: dict[tuple[str, str, str], int],
             jobset: Optional[dict] = None) -> Assessment:
     if pods is None:
-        pods, jobset = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}"), None
-    if jobset is not None:  # the running pods were not read: the JobSet says which it is and its attempt
-        jobset_uids = {jobset["metadata"].get("uid", "")}
-        attempt = max(gang_attempt(pods), int((jobset.get("status") or {}).get("restarts") or 0))
-    else:
+        pods, jobset = _pods(cluster, namespace, name), None
+    key, attempt = _gang_key(namespace, trainjob, pods, jobset)
+    if attempt <= checked.get(key, 0) and not any(_condition(p, "DisruptionTarget") for p in pods):
+        return status_line(avoidance), None  # looked at already, and no pod disrupted since
+    line, action, settled = _recommend(cluster, namespace, name, trainjob, nodes_wanted, pods, avoidance)
+    if settled:
+        checked[key] = attempt
+    return line, action
+
+
+def _gang_key(namespace: str, trainjob: dict, pods: Sequence[dict],
+              jobset: Optional[dict]) -> tuple[tuple[str, str, str], int]:
+    """Which gang the pods are (namespace, TrainJob uid, JobSet uids) and its newest attempt. With
+    ``jobset`` the running pods were not read: the JobSet says which it is and its attempt."""
+    if jobset is None:
         jobset_uids = {(p["metadata"].get("labels") or {}).get(JOBSET_UID_LABEL, "") for p in pods}
         attempt = gang_attempt(pods)
-    key = (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids)))
-    if attempt <= checked.get(key, 0) and not any(_disruption(p) for p in pods):
-        return status_line(avoidance), None
-    events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")
-    faults = [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
+    else:
+        jobset_uids = {jobset["metadata"].get("uid", "")}
+        attempt = max(gang_attempt(pods), _restarts(jobset))
+    return (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids))), attempt
+
+
+def _recommend(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
+               pods: Sequence[dict], avoidance: Avoidance) -> tuple[str, Optional[RepairAction], bool]:
+    """The status line and the repair for the pods' node faults not avoided yet, and whether that settles
+    their gang attempt (not while a move is recommended, nor when the nodes could not be listed)."""
+    faults = _new_faults(cluster, namespace, name, pods, avoidance)
     if not faults:
-        checked[key] = attempt
-        return status_line(avoidance), None
-    first = f"node {faults[0].node} (its pod {faults[0].pod} failed with {faults[0].why})"
+        return status_line(avoidance), None, True
     if queue_name(trainjob):
-        checked[key] = attempt
-        return f"not avoiding {first}: Kueue admits this job and owns its suspension", None
-    node_selector = _node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}
+        return f"not avoiding {faults[0].described()}: Kueue admits this job and owns its suspension", None, True
+    node_selector = _node_selector(cluster, namespace, name)
     try:
         schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
     except Exception as error:  # noqa: BLE001 - no right to list nodes: say so, do nothing
-        return f"not avoiding {first}: cannot list nodes to check the job would still fit ({error})", None
+        return (f"not avoiding {faults[0].described()}: cannot list nodes to check the job would still fit "
+                f"({error})"), None, False
     taken, why = capped(avoidance.avoided, faults, schedulable, nodes_wanted)
-    line = status_line(Avoidance(avoidance.avoided, (), avoidance.restarts_before, why or avoidance.capped))
+    line = status_line(avoidance.settled(why or avoidance.capped))
     if not taken:
-        checked[key] = attempt
         # A new reason not to avoid a node is recorded on the TrainJob, for whoever looks next.
-        return line, (RepairAction(MOVE_OFF_NODES, why) if why != avoidance.capped else None)
-    wanted = "; ".join(f.avoiding() for f in taken)
-    return ("; ".join(p for p in (line, f"{wanted}: to be moved (an attached run or `nemo-kubeflow watch` moves it)")
-                      if p),
-            RepairAction(MOVE_OFF_NODES, wanted, tuple(f.node for f in taken)))
+        return line, (RepairAction(MOVE_OFF_NODES, why) if why != avoidance.capped else None), True
+    to_move = f"{_avoiding(taken)}: to be moved (an attached run or `nemo-kubeflow watch` moves it)"
+    return f"{line}; {to_move}" if line else to_move, _move_action(taken), False
+
+
+def _pods(cluster: ClusterReader, namespace: str, name: str) -> list[dict]:
+    """The pods of the job's JobSet."""
+    return cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
+
+
+def _new_faults(cluster: ClusterReader, namespace: str, name: str, pods: Sequence[dict],
+                avoidance: Avoidance) -> list[NodeFault]:
+    """The node faults that failed the job's pods, on nodes it does not avoid yet, oldest first."""
+    events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")
+    return [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
+
+
+def _node_selector(cluster: ClusterReader, namespace: str, name: str) -> dict:
+    """The nodeSelector of the job's pods, as its JobSet has it."""
+    return _node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}
 
 
 # --- the move (writes), one step per look ------------------------------------------------------------------
@@ -295,7 +401,7 @@ def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, n
 def move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
     """Move an unfinished TrainJob off the nodes that failed it, step by step (each call does what it can
     without waiting): the repair ``assess`` recommends. Returns the status line."""
-    if ((trainjob.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION) == OFF:
+    if _is_off(trainjob):
         return ""
     try:
         return _move(cluster, namespace, name, trainjob, nodes_wanted)
@@ -306,58 +412,62 @@ def move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_want
 def _move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
     avoidance = Avoidance.of(trainjob)
     if avoidance.moving:
-        return _continue_move(cluster, namespace, name, trainjob, avoidance, nodes_wanted)
-    pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
-    events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")
-    faults = [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
+        return _continue_move(cluster, namespace, name, trainjob, avoidance)
+    faults = _new_faults(cluster, namespace, name, _pods(cluster, namespace, name), avoidance)
     if not faults or queue_name(trainjob):
         return status_line(avoidance)
-    node_selector = _node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}
+    node_selector = _node_selector(cluster, namespace, name)
     try:
         schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
     except Exception:  # noqa: BLE001 - as assess said: no right to list nodes, do nothing
         return status_line(avoidance)
     taken, why = capped(avoidance.avoided, faults, schedulable, nodes_wanted)
     if not taken:
-        if why != avoidance.capped:
-            _annotate(cluster, namespace, name, Avoidance(avoidance.avoided, (), avoidance.restarts_before, why))
-        return status_line(Avoidance(avoidance.avoided, (), avoidance.restarts_before, why))
-    moving = Avoidance(avoidance.avoided, tuple(taken), avoidance.restarts_before, why)
+        return _record_capped(cluster, namespace, name, avoidance, why)
+    moving = replace(avoidance, moving=tuple(taken), capped=why)
     cluster.patch(TRAINJOB_KIND, name, namespace, {
         "metadata": {"annotations": {ANNOTATION: moving.to_json()}}, "spec": {"suspend": True}})
-    return _continue_move(cluster, namespace, name, cluster.get(TRAINJOB_KIND, name, namespace) or trainjob, moving,
-                          nodes_wanted)
+    return _continue_move(cluster, namespace, name, cluster.get(TRAINJOB_KIND, name, namespace) or trainjob, moving)
 
 
-def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, avoidance: Avoidance,
-                   nodes_wanted: int) -> str:
-    nodes = avoidance.nodes() + [f.node for f in avoidance.moving]
-    moving_line = "; ".join(f.avoiding() for f in avoidance.moving)
-    if not (trainjob.get("spec") or {}).get("suspend"):  # suspended by the step before (or by hand)
+def _record_capped(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance, why: str) -> str:
+    """No node to move off: record a new reason not to avoid one, for whoever looks next; the status line."""
+    settled = avoidance.settled(why)
+    if why != avoidance.capped:
+        cluster.patch(TRAINJOB_KIND, name, namespace, {"metadata": {"annotations": {ANNOTATION: settled.to_json()}}})
+    return status_line(settled)
+
+
+def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, avoidance: Avoidance) -> str:
+    if not _field(trainjob, "spec", "suspend"):  # suspended by the step before (or by hand)
         cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"suspend": True}})
-    pods = cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
-    if any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in pods):
-        return f"{moving_line}: suspended, waiting for its pods to stop"
+    if not _stopped(_pods(cluster, namespace, name)):
+        return f"{_avoiding(avoidance.moving)}: suspended, waiting for its pods to stop"
     jobset = cluster.get(JOBSET_KIND, name, namespace)
-    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
-    done = Avoidance(avoidance.avoided + avoidance.moving, (), avoidance.restarts_before + restarts,
-                     avoidance.capped)
+    nodes = [f.node for f in avoidance.avoided + avoidance.moving]
     patches = runtime_patches(trainjob, avoidance_affinity(_node_pod_spec(jobset), nodes, avoidance.nodes()))
     refused = patch_problems(trainjob, patches)
     if refused:  # what Trainer's webhook would refuse is not sent: give up the move, resume as it was
-        given_up = Avoidance(avoidance.avoided, (), avoidance.restarts_before,
-                             f"not avoiding node {', '.join(f.node for f in avoidance.moving)}: {refused[0]}")
-        cluster.patch(TRAINJOB_KIND, name, namespace, {
-            "metadata": {"annotations": {ANNOTATION: given_up.to_json()}}, "spec": {"suspend": False}})
-        return status_line(given_up)
+        moving = ", ".join(f.node for f in avoidance.moving)
+        return _resume(cluster, namespace, name, avoidance.settled(f"not avoiding node {moving}: {refused[0]}"))
     cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"runtimePatches": patches}})
     if jobset is not None:
         # Trainer creates it again from the TrainJob, now with the node affinity (JobSet refuses
         # the affinity on the existing one).
         cluster.delete(JOBSET_KIND, name, namespace, uid=jobset["metadata"]["uid"])
+    return _resume(cluster, namespace, name, avoidance.moved(_restarts(jobset)))
+
+
+def _stopped(pods: Sequence[dict]) -> bool:
+    """Whether every pod has stopped (Succeeded or Failed)."""
+    return all(_field(p, "status", "phase") in ("Succeeded", "Failed") for p in pods)
+
+
+def _resume(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance) -> str:
+    """Record ``avoidance`` on the TrainJob and resume it; the status line."""
     cluster.patch(TRAINJOB_KIND, name, namespace, {
-        "metadata": {"annotations": {ANNOTATION: done.to_json()}}, "spec": {"suspend": False}})
-    return status_line(done)
+        "metadata": {"annotations": {ANNOTATION: avoidance.to_json()}}, "spec": {"suspend": False}})
+    return status_line(avoidance)
 
 
 def patch_problems(trainjob: dict, patches: list[dict]) -> list[str]:
@@ -371,10 +481,6 @@ def patch_problems(trainjob: dict, patches: list[dict]) -> list[str]:
     return [p for p in validate_manifest(candidate) if "runtimePatches" in p]
 
 
-def _annotate(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance) -> None:
-    cluster.patch(TRAINJOB_KIND, name, namespace, {"metadata": {"annotations": {ANNOTATION: avoidance.to_json()}}})
-
-
 def status_line(avoidance: Avoidance) -> str:
     """What status says about avoided nodes ("" if none)."""
     parts = [f.avoiding() for f in avoidance.avoided]
@@ -384,4 +490,3 @@ def status_line(avoidance: Avoidance) -> str:
     if avoidance.capped:
         parts.append(avoidance.capped)
     return "; ".join(parts)
-

@@ -91,16 +91,24 @@ class BundleFile:
     mode: int = 0o644
 
     def __post_init__(self) -> None:
-        parts = self.path.split("/")
-        if not self.path or self.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise PackagingError(
-                f"invalid bundle path {self.path!r}: it must be relative, without '.', '..' or "
-                "empty components"
-            )
-        if "\0" in self.path:
-            raise PackagingError(f"invalid bundle path {self.path!r}: it contains a NUL byte")
-        if not isinstance(self.mode, int) or not 0 <= self.mode <= 0o777:
-            raise PackagingError(f"{self.path}: mode must be a file mode 0o000..0o777, not {self.mode!r}")
+        _check_bundle_path(self.path)
+        _check_file_mode(self.path, self.mode)
+
+
+def _check_bundle_path(path: str) -> None:
+    # An empty path, or one starting with '/', has an empty first component.
+    if any(p in ("", ".", "..") for p in path.split("/")):
+        raise PackagingError(
+            f"invalid bundle path {path!r}: it must be relative, without '.', '..' or "
+            "empty components"
+        )
+    if "\0" in path:
+        raise PackagingError(f"invalid bundle path {path!r}: it contains a NUL byte")
+
+
+def _check_file_mode(path: str, mode: int) -> None:
+    if not isinstance(mode, int) or not 0 <= mode <= 0o777:
+        raise PackagingError(f"{path}: mode must be a file mode 0o000..0o777, not {mode!r}")
 
 
 @dataclass(frozen=True)
@@ -146,19 +154,8 @@ def build_code_package(
         PackagingError: two files with the same path.
         PackageTooLargeError: the files do not fit (plain: one ConfigMap; sharded: max_shards).
     """
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if max_shards < 1:
-        raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
-    _check_subdomain(name, "ConfigMap name")
-    _check_label(namespace, "namespace")
-    _check_mount_path(mount_path)
-
-    ordered = sorted(files, key=lambda f: f.path)
-    for prev, cur in zip(ordered, ordered[1:]):
-        if prev.path == cur.path:
-            raise PackagingError(f"two files have the same path {cur.path!r}")
-
+    _check_package_arguments(name, namespace, mount_path, mode, max_shards)
+    ordered = _sorted_by_path(files)
     digest = _content_digest(ordered)
     total = sum(len(f.data) for f in ordered)
 
@@ -174,22 +171,7 @@ def build_code_package(
     if mode != "sharded":
         problem = _plain_problem(ordered, total)
         if problem is None:
-            configmap, items = _plain_configmap(ordered, metadata(name))
-            return CodePackage(
-                configmaps=[configmap],
-                volumes=[
-                    {
-                        "name": CODE_VOLUME,
-                        "configMap": {"name": name, "defaultMode": 0o644, "items": items},
-                    }
-                ],
-                volume_mounts=[{"name": CODE_VOLUME, "mountPath": mount_path, "readOnly": True}],
-                prologue="",
-                digest=digest,
-                mode="plain",
-                file_count=len(ordered),
-                total_bytes=total,
-            )
+            return _plain_package(ordered, name, metadata(name), mount_path, digest, total)
         if mode == "plain":
             raise PackageTooLargeError(
                 f"the package ({len(ordered)} files, {_human(total)}) does not fit in one "
@@ -199,6 +181,47 @@ def build_code_package(
                 largest=_largest(ordered),
             )
     return _sharded_package(ordered, name, metadata, mount_path, max_shards, digest, total)
+
+
+def _check_package_arguments(name: str, namespace: str, mount_path: str, mode: str, max_shards: int) -> None:
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if max_shards < 1:
+        raise ConfigError(f"max_shards must be at least 1, not {max_shards}")
+    _check_subdomain(name, "ConfigMap name")
+    _check_label(namespace, "namespace")
+    _check_mount_path(mount_path)
+
+
+def _sorted_by_path(files: Sequence[BundleFile]) -> list[BundleFile]:
+    """The files sorted by path; two with the same path are refused."""
+    ordered = sorted(files, key=lambda f: f.path)
+    for prev, cur in zip(ordered, ordered[1:]):
+        if prev.path == cur.path:
+            raise PackagingError(f"two files have the same path {cur.path!r}")
+    return ordered
+
+
+def _plain_package(
+    files: Sequence[BundleFile], name: str, metadata: dict, mount_path: str, digest: str, total: int
+) -> CodePackage:
+    """One ConfigMap, mounted read-only at ``mount_path`` with one volume item per file."""
+    configmap, items = _plain_configmap(files, metadata)
+    return CodePackage(
+        configmaps=[configmap],
+        volumes=[
+            {
+                "name": CODE_VOLUME,
+                "configMap": {"name": name, "defaultMode": 0o644, "items": items},
+            }
+        ],
+        volume_mounts=[{"name": CODE_VOLUME, "mountPath": mount_path, "readOnly": True}],
+        prologue="",
+        digest=digest,
+        mode="plain",
+        file_count=len(files),
+        total_bytes=total,
+    )
 
 
 def describe_package(pkg: CodePackage) -> str:
@@ -233,19 +256,20 @@ def redact_executor_yaml(text: str) -> str:
 
 def _redact(node: object) -> object:
     if isinstance(node, dict):
-        out: dict[object, object] = {}
-        for key, value in node.items():
-            if key == "env_vars" and isinstance(value, dict):
-                out[key] = {k: REDACTED for k in value}
-            elif key == "env_vars" and value:
-                # Not a mapping, but still the environment: a list of KEY=VALUE or a string.
-                out[key] = REDACTED
-            else:
-                out[key] = _redact(value)
-        return out
+        return {key: _redact_entry(key, value) for key, value in node.items()}
     if isinstance(node, list):
         return [_redact(v) for v in node]
     return node
+
+
+def _redact_entry(key: object, value: object) -> object:
+    """The value under ``key`` of a mapping, redacted when it is an environment."""
+    if key != "env_vars" or not value:
+        return _redact(value)
+    if isinstance(value, dict):
+        return dict.fromkeys(value, REDACTED)
+    # Not a mapping, but still the environment: a list of KEY=VALUE or a string.
+    return REDACTED
 
 
 def _plain_problem(files: Sequence[BundleFile], total: int) -> str | None:
@@ -254,7 +278,7 @@ def _plain_problem(files: Sequence[BundleFile], total: int) -> str | None:
         return f"{len(files)} files exceed the plain-mode limit of {PLAIN_MAX_FILES}"
     # The API server sums data values plus *decoded* binaryData; keys count against our margin.
     budget = CONFIGMAP_MAX_BYTES - CONFIGMAP_MARGIN_BYTES
-    if total > budget or total + sum(len(_configmap_key(f.path)) for f in files) > budget:
+    if total + sum(len(_configmap_key(f.path)) for f in files) > budget:
         return f"{_human(total)} of content plus keys exceeds {_human(budget)}"
     return None
 
@@ -302,44 +326,22 @@ def _sharded_package(
     total: int,
 ) -> CodePackage:
     archive = _deterministic_targz(files)
-    chunk = CONFIGMAP_MAX_BYTES - CONFIGMAP_MARGIN_BYTES
-    count = max(1, -(-len(archive) // chunk))
-    if count > max_shards:
+    shards = _shards(archive)
+    if len(shards) > max_shards:
         raise PackageTooLargeError(
             f"the package ({len(files)} files, {_human(total)}, {_human(len(archive))} compressed) "
-            f"needs {count} ConfigMaps but max_shards is {max_shards}. "
+            f"needs {len(shards)} ConfigMaps but max_shards is {max_shards}. "
             f"Largest files: {_format_largest(files)}. "
             "Add exclude patterns, raise max_shards, or put large files on a PVC or in the image.",
             largest=_largest(files),
         )
-    names = [f"{name}-{i}" for i in range(count)]
+    names = [f"{name}-{i}" for i in range(len(shards))]
     for shard_name in names:
         _check_subdomain(shard_name, "ConfigMap shard name")
-    configmaps = [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": metadata(shard_name),
-            "immutable": True,
-            "binaryData": {
-                SHARD_KEY: base64.b64encode(archive[i * chunk : (i + 1) * chunk]).decode("ascii")
-            },
-        }
-        for i, shard_name in enumerate(names)
-    ]
-    shard_dirs = [f"{BUNDLE_MOUNT_ROOT}/{i}" for i in range(count)]
-    volumes: list[dict] = [{"name": WORKSPACE_VOLUME, "emptyDir": {}}]
-    volumes += [
-        {"name": f"{SHARD_VOLUME_PREFIX}{i}", "configMap": {"name": n, "defaultMode": 0o444}}
-        for i, n in enumerate(names)
-    ]
-    mounts: list[dict] = [{"name": WORKSPACE_VOLUME, "mountPath": mount_path}]
-    mounts += [
-        {"name": f"{SHARD_VOLUME_PREFIX}{i}", "mountPath": d, "readOnly": True}
-        for i, d in enumerate(shard_dirs)
-    ]
+    configmaps = [_shard_configmap(metadata(shard_name), shard) for shard_name, shard in zip(names, shards)]
+    volumes, mounts, parts = _shard_volumes(names, mount_path)
     prologue = _unpack_prologue(
-        parts=[f"{d}/{SHARD_KEY}" for d in shard_dirs],
+        parts=parts,
         archive_sha256=hashlib.sha256(archive).hexdigest(),
         mount_path=mount_path,
         shard_names=names,
@@ -355,6 +357,37 @@ def _sharded_package(
         file_count=len(files),
         total_bytes=total,
     )
+
+
+def _shards(archive: bytes) -> list[bytes]:
+    """The archive cut into pieces that each fit in a ConfigMap (at least one)."""
+    chunk = CONFIGMAP_MAX_BYTES - CONFIGMAP_MARGIN_BYTES
+    count = max(1, -(-len(archive) // chunk))
+    return [archive[i * chunk : (i + 1) * chunk] for i in range(count)]
+
+
+def _shard_configmap(metadata: dict, shard: bytes) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "immutable": True,
+        "binaryData": {SHARD_KEY: base64.b64encode(shard).decode("ascii")},
+    }
+
+
+def _shard_volumes(names: Sequence[str], mount_path: str) -> tuple[list[dict], list[dict], list[str]]:
+    """The pod volumes and mounts of sharded mode (an emptyDir workspace at ``mount_path``, each shard
+    read-only in a directory of its own), and where each shard's part is in the pod."""
+    volumes: list[dict] = [{"name": WORKSPACE_VOLUME, "emptyDir": {}}]
+    mounts: list[dict] = [{"name": WORKSPACE_VOLUME, "mountPath": mount_path}]
+    parts = []
+    for i, shard_name in enumerate(names):
+        volume, shard_dir = f"{SHARD_VOLUME_PREFIX}{i}", f"{BUNDLE_MOUNT_ROOT}/{i}"
+        volumes.append({"name": volume, "configMap": {"name": shard_name, "defaultMode": 0o444}})
+        mounts.append({"name": volume, "mountPath": shard_dir, "readOnly": True})
+        parts.append(f"{shard_dir}/{SHARD_KEY}")
+    return volumes, mounts, parts
 
 
 def _unpack_prologue(
@@ -565,13 +598,16 @@ class ConfigMapPackager(Packager):
             raise ConfigError(
                 f"ConfigMapPackager.mode must be one of {', '.join(MODES)}, not {self.mode!r}"
             )
-        if not _is_int(self.max_shards) or self.max_shards < 1:
+        if not _is_positive_int(self.max_shards):
             raise ConfigError(
                 f"ConfigMapPackager.max_shards must be an integer of at least 1, not {self.max_shards!r}"
             )
-        if self.max_file_bytes is not None and (not _is_int(self.max_file_bytes) or self.max_file_bytes < 1):
+        if self.max_file_bytes is not None and not _is_positive_int(self.max_file_bytes):
             raise ConfigError(f"ConfigMapPackager.max_file_bytes must be a positive integer or None, "
                               f"not {self.max_file_bytes!r}")
+        self._check_relative_paths()
+
+    def _check_relative_paths(self) -> None:
         patterns = self._pattern_list()
         if (
             isinstance(self.relative_path, list)
@@ -605,39 +641,27 @@ class ConfigMapPackager(Packager):
         job_dir = os.path.abspath(job_dir)
         if not os.path.isdir(job_dir):
             raise PackagingError(f"job_dir {job_dir} does not exist or is not a directory")
-        task_dir = os.path.basename(job_dir)
+        configs = f"{os.path.basename(job_dir)}/configs/"
         files: dict[str, BundleFile] = {}
-
-        def add(pod_path: str, source: str) -> None:
+        for pod_path, source in self._sources(job_dir, configs, base_path):
             if pod_path in files:
                 raise PackagingError(f"two sources for {pod_path}; the second is {source}")
-            data, mode = self._read(source)
-            if pod_path.endswith("_executor.yaml") and pod_path.startswith(f"{task_dir}/configs/"):
-                try:
-                    data = redact_executor_yaml(data.decode("utf-8")).encode("utf-8")
-                except (yaml.YAMLError, UnicodeDecodeError) as e:
-                    # It may hold env_vars we cannot find, so it stays home.
-                    logger.warning(
-                        "not shipping %s: it does not parse as YAML, so its env_vars cannot be "
-                        "redacted (%s)",
-                        source,
-                        e,
-                    )
-                    return
-            files[pod_path] = BundleFile(path=pod_path, data=data, mode=mode)
+            content, mode = self._read(source)
+            data = _as_shipped(content, pod_path, configs, source)
+            if data is not None:
+                files[pod_path] = BundleFile(path=pod_path, data=data, mode=mode)
+        return [files[p] for p in sorted(files)]
 
+    def _sources(self, job_dir: str, configs: str, base_path: str | None) -> Iterator[tuple[str, str]]:
+        """(pod path, source file) for each file the task ships, read lazily."""
         main = os.path.join(os.path.dirname(job_dir), "__main__.py")
         if os.path.isfile(main):
-            add("__main__.py", main)
-        for rel, source in _walk_plain(os.path.join(job_dir, "configs")):
-            add(f"{task_dir}/configs/{rel}", source)
-        for rel, source in _walk_plain(os.path.join(job_dir, "scripts")):
-            add(f"scripts/{rel}", source)
+            yield "__main__.py", main
+        yield from _walk_plain(os.path.join(job_dir, "configs"), configs)
+        yield from _walk_plain(os.path.join(job_dir, "scripts"), "scripts/")
         if self.use_git or self._pattern_list():
-            base = os.path.abspath(base_path) if base_path else _git_toplevel(os.getcwd())
-            for rel, source in self._select_code(base):
-                add(f"code/{rel}", source)
-        return [files[p] for p in sorted(files)]
+            base = _code_base(base_path)
+            yield from ((f"code/{rel}", source) for rel, source in self._select_code(base))
 
     def _pattern_list(self) -> list[str]:
         if isinstance(self.include_pattern, str):
@@ -647,36 +671,25 @@ class ConfigMapPackager(Packager):
     def _roots(self, base: str) -> dict[str, list[str]]:
         """Base path -> its patterns (none: everything git lists there)."""
         patterns = self._pattern_list()
-        if isinstance(self.relative_path, list):
-            rels = list(self.relative_path)
-        else:
-            rels = [self.relative_path] * max(1, len(patterns))
         roots: dict[str, list[str]] = {}
-        for i, rel in enumerate(rels):
+        for i, rel in enumerate(self._relative_paths(len(patterns))):
             patterns_here = roots.setdefault(os.path.normpath(os.path.join(base, rel)), [])
             # Empty patterns are placeholders in nemo_run's paired lists: skip, keep the pairing.
             if i < len(patterns) and patterns[i]:
                 patterns_here.append(patterns[i])
         return {root: pats for root, pats in roots.items() if pats or self.use_git}
 
+    def _relative_paths(self, pattern_count: int) -> list[str]:
+        """The base path of each pattern (at least one): the list given, or the one string repeated."""
+        if isinstance(self.relative_path, list):
+            return list(self.relative_path)
+        return [self.relative_path] * max(1, pattern_count)
+
     def _select_code(self, base: str) -> list[tuple[str, str]]:
         """(path under code/, source file) for every selected file, across all base paths."""
         selected: dict[str, str] = {}
         for root, patterns in self._roots(base).items():
-            if not os.path.isdir(root):
-                raise PackagingError(f"base path {root} does not exist or is not a directory")
-            globs = [_Glob(_pattern_under(p, root)) for p in patterns] or [_Glob("**")]
-            selector = _Selector(root, globs, self.exclude)
-            found = selector.from_git() if self.use_git else selector.from_walk()
-            for glob, pattern in zip(globs, patterns):
-                if not glob.used:
-                    raise PackagingError(
-                        f"include_pattern {pattern!r} matched no files under {root} "
-                        f"(use_git={self.use_git}, exclude={self.exclude})"
-                    )
-            if not found:
-                raise PackagingError(f"use_git=True found no files to ship under {root}")
-            for rel, source in found.items():
+            for rel, source in self._select_under(root, patterns).items():
                 if selected.setdefault(rel, source) != source:
                     raise PackagingError(
                         f"code/{rel} would come from both {selected[rel]} and {source}; "
@@ -684,15 +697,31 @@ class ConfigMapPackager(Packager):
                     )
         return sorted(selected.items())
 
+    def _select_under(self, root: str, patterns: list[str]) -> dict[str, str]:
+        """Path under ``root`` -> source file, for the files ``patterns`` select there (all: none given)."""
+        if not os.path.isdir(root):
+            raise PackagingError(f"base path {root} does not exist or is not a directory")
+        globs = [_Glob(_pattern_under(p, root)) for p in patterns] or [_Glob("**")]
+        selector = _Selector(root, globs, self.exclude)
+        found = selector.from_git() if self.use_git else selector.from_walk()
+        self._check_matched(globs, patterns, root)
+        if not found:
+            raise PackagingError(f"use_git=True found no files to ship under {root}")
+        return found
+
+    def _check_matched(self, globs: list["_Glob"], patterns: list[str], root: str) -> None:
+        """Each pattern must have selected a file: one that matches none is a typo or a stale path."""
+        for glob, pattern in zip(globs, patterns):
+            if not glob.used:
+                raise PackagingError(
+                    f"include_pattern {pattern!r} matched no files under {root} "
+                    f"(use_git={self.use_git}, exclude={self.exclude})"
+                )
+
     def _read(self, source: str) -> tuple[bytes, int]:
         try:
             st = os.stat(source)
-            if self.max_file_bytes is not None and st.st_size > self.max_file_bytes:
-                raise PackagingError(
-                    f"{source} is {_human(st.st_size)}, over max_file_bytes "
-                    f"({_human(self.max_file_bytes)}); exclude it, or put it on a PVC or in the "
-                    "image"
-                )
+            self._check_size(source, st.st_size)
             with open(source, "rb") as fh:
                 data = fh.read()
         except OSError as e:
@@ -701,13 +730,21 @@ class ConfigMapPackager(Packager):
         # volume item carries them as its `mode`, the sharded package's tar entry as its mode.
         return data, stat.S_IMODE(st.st_mode) & 0o777
 
+    def _check_size(self, source: str, size: int) -> None:
+        if self.max_file_bytes is not None and size > self.max_file_bytes:
+            raise PackagingError(
+                f"{source} is {_human(size)}, over max_file_bytes "
+                f"({_human(self.max_file_bytes)}); exclude it, or put it on a PVC or in the "
+                "image"
+            )
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def _walk_plain(top: str) -> Iterator[tuple[str, str]]:
-    """(POSIX path relative to ``top``, file) for each file below ``top``; none if it is absent."""
+def _walk_plain(top: str, prefix: str) -> Iterator[tuple[str, str]]:
+    """(``prefix`` + POSIX path relative to ``top``, file) for each file below ``top``; none if it is absent."""
     if not os.path.isdir(top):
         return
     for dirpath, dirnames, filenames in os.walk(top, onerror=_raise_unreadable):
@@ -715,11 +752,34 @@ def _walk_plain(top: str) -> Iterator[tuple[str, str]]:
         rel_dir = os.path.relpath(dirpath, top)
         for name in sorted(filenames):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            yield rel.replace(os.sep, "/"), os.path.join(dirpath, name)
+            yield prefix + rel.replace(os.sep, "/"), os.path.join(dirpath, name)
+
+
+def _as_shipped(data: bytes, pod_path: str, configs: str, source: str) -> bytes | None:
+    """The file's content as shipped: a serialized executor (under ``configs``) with its env_vars redacted,
+    or None (not shipped) when it does not parse."""
+    if not (pod_path.endswith("_executor.yaml") and pod_path.startswith(configs)):
+        return data
+    try:
+        return redact_executor_yaml(data.decode("utf-8")).encode("utf-8")
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        # It may hold env_vars we cannot find, so it stays home.
+        logger.warning(
+            "not shipping %s: it does not parse as YAML, so its env_vars cannot be redacted (%s)",
+            source,
+            e,
+        )
+        return None
 
 
 def _raise_unreadable(error: OSError) -> None:
     raise PackagingError(f"cannot list {error.filename}: {error.strerror or error}") from error
+
+
+def _code_base(base_path: str | None) -> str:
+    """What relative_path is relative to: ``base_path``, else the git toplevel of the current directory
+    (the current directory outside git)."""
+    return os.path.abspath(base_path) if base_path else _git_toplevel(os.getcwd())
 
 
 @functools.lru_cache(maxsize=64)
@@ -792,7 +852,7 @@ class _Selector:
 
     def from_walk(self) -> dict[str, str]:
         found: dict[str, str] = {}
-        self._walk(self.root, (), {self.root_real}, found)
+        self._walk(self.root, (), set(), found)
         return found
 
     def from_git(self) -> dict[str, str]:
@@ -800,65 +860,66 @@ class _Selector:
         for rel in _git_ls_files(self.root):
             parts = tuple(rel.split("/"))
             source = os.path.join(self.root, *parts)
-            if any(self._excluded(parts[: i + 1]) for i in range(len(parts))):
+            if self._excluded_at_or_above(parts):
                 continue
-            if not os.path.lexists(source):  # deleted in the working tree, still in the index
-                continue
-            flags = self._flags(parts)
-            if flags:
-                self._entry(source, parts, flags, {self.root_real}, found)
+            if os.path.lexists(source):  # else deleted in the working tree, still in the index
+                self._visit(source, parts, {self.root_real}, found)
         return found
 
     def _walk(
         self, directory: str, parts: tuple[str, ...], ancestors: set[str], found: dict[str, str]
     ) -> None:
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as e:
-            raise PackagingError(f"cannot list {directory}: {e.strerror or e}") from e
-        for entry in entries:
+        real = os.path.realpath(directory)
+        if real in ancestors:  # a link back to an ancestor would loop forever
+            return
+        for entry in _entries(directory):
             rel = parts + (entry.name,)
-            if self._excluded(rel):
-                continue
-            flags = self._flags(rel)
-            if flags:
-                self._entry(entry.path, rel, flags, ancestors, found)
+            if not self._excluded(rel):
+                self._visit(entry.path, rel, ancestors | {real}, found)
 
-    def _entry(
-        self,
-        source: str,
-        rel: tuple[str, ...],
-        flags: int,
-        ancestors: set[str],
-        found: dict[str, str],
-    ) -> None:
+    def _visit(self, source: str, rel: tuple[str, ...], ancestors: set[str], found: dict[str, str]) -> None:
+        """Walk into ``source`` or select it, as far as the globs want it."""
+        flags = self._flags(rel)
+        if not flags:
+            return
         is_dir = os.path.isdir(source)
         if os.path.islink(source):
-            target = os.path.realpath(source)
-            wanted = flags if is_dir else flags & _SELECTED
-            if wanted and not _within(target, self.root_real):
-                raise PackagingError(
-                    f"symlink {source} -> {os.readlink(source)} points outside the base path "
-                    f"{self.root} (to {target}); exclude it, or copy what it points to into the "
-                    "base path"
-                )
-            if wanted and not os.path.exists(source):
-                raise PackagingError(f"symlink {source} -> {os.readlink(source)} is broken")
+            self._check_link(source, flags if is_dir else flags & _SELECTED)
         if is_dir:
-            real = os.path.realpath(source)
-            if real not in ancestors:  # a link back to an ancestor would loop forever
-                self._walk(source, rel, ancestors | {real}, found)
+            self._walk(source, rel, ancestors, found)
         elif flags & _SELECTED and os.path.isfile(source):
-            for glob in self.globs:
-                if not glob.used and glob.match(rel) & _SELECTED:
-                    glob.used = True
-            found["/".join(rel)] = source
+            self._select(source, rel, found)
+
+    def _check_link(self, source: str, wanted: int) -> None:
+        """A symlink the globs want must point to something that exists inside the base path."""
+        if not wanted:
+            return
+        target = os.path.realpath(source)
+        if not _within(target, self.root_real):
+            raise PackagingError(
+                f"symlink {source} -> {os.readlink(source)} points outside the base path "
+                f"{self.root} (to {target}); exclude it, or copy what it points to into the "
+                "base path"
+            )
+        if not os.path.exists(source):
+            raise PackagingError(f"symlink {source} -> {os.readlink(source)} is broken")
+
+    def _select(self, source: str, rel: tuple[str, ...], found: dict[str, str]) -> None:
+        """Ship ``source`` at ``rel``, and note each glob that selects it as used."""
+        for glob in self.globs:
+            if not glob.used and glob.match(rel) & _SELECTED:
+                glob.used = True
+        found["/".join(rel)] = source
 
     def _flags(self, rel: tuple[str, ...]) -> int:
         flags = 0
         for glob in self.globs:
             flags |= glob.match(rel)
         return flags
+
+    def _excluded_at_or_above(self, parts: tuple[str, ...]) -> bool:
+        """Whether an exclude pattern matches the path or one of its directories."""
+        return any(self._excluded(parts[: i + 1]) for i in range(len(parts)))
 
     def _excluded(self, rel: tuple[str, ...]) -> bool:
         name = rel[-1]
@@ -868,12 +929,36 @@ class _Selector:
         return any(fnmatch.fnmatchcase(joined, e) for e in self.path_excludes)
 
 
+def _entries(directory: str) -> list[os.DirEntry]:
+    """The directory's entries, by name."""
+    try:
+        return sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as e:
+        raise PackagingError(f"cannot list {directory}: {e.strerror or e}") from e
+
+
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _git_ls_files(directory: str) -> list[str]:
     """Working-tree files under ``directory`` that git does not ignore, submodules included."""
+    files: list[str] = []
+    for rel in sorted(set(_git_listed(directory))):
+        rel = rel.rstrip("/")
+        if not rel:
+            continue
+        full = os.path.join(directory, rel)
+        # Submodules and nested repositories are listed as one entry: list their own files.
+        if os.path.isdir(full) and not os.path.islink(full):
+            files += [f"{rel}/{sub}" for sub in _git_ls_files(full)]
+        else:
+            files.append(rel)
+    return files
+
+
+def _git_listed(directory: str) -> list[str]:
+    """What ``git ls-files`` lists in ``directory`` (a submodule as one entry), unsorted, empty names included."""
     try:
         out = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -888,18 +973,7 @@ def _git_ls_files(directory: str) -> list[str]:
             f"use_git=True but git ls-files failed in {directory}: "
             + out.stderr.decode(errors="replace").strip()
         )
-    files: list[str] = []
-    for rel in sorted(set(out.stdout.decode("utf-8", errors="surrogateescape").split("\0"))):
-        rel = rel.rstrip("/")
-        if not rel:
-            continue
-        full = os.path.join(directory, rel)
-        # Submodules and nested repositories are listed as one entry: list their own files.
-        if os.path.isdir(full) and not os.path.islink(full):
-            files += [f"{rel}/{sub}" for sub in _git_ls_files(full)]
-        else:
-            files.append(rel)
-    return files
+    return out.stdout.decode("utf-8", errors="surrogateescape").split("\0")
 
 
 __all__ = [

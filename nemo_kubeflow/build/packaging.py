@@ -812,16 +812,21 @@ _SELECTED = 1  # the path, or one of its directories, matches the whole pattern
 _BELOW = 2  # the path is a directory the pattern may still match something inside
 
 
+def _glob_parts(pattern: str) -> tuple[str, ...]:
+    """The pattern's components, without empty or '.' ones, and a run of '**' as one (it matches the same)."""
+    parts: list[str] = []
+    for part in pattern.replace(os.sep, "/").split("/"):
+        if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
+            continue
+        parts.append(part)
+    return tuple(parts)
+
+
 class _Glob:
     """A glob matched component by component, so whole directories can be pruned while walking."""
 
     def __init__(self, pattern: str):
-        parts: list[str] = []
-        for part in pattern.replace(os.sep, "/").split("/"):
-            if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
-                continue
-            parts.append(part)
-        self.parts = tuple(parts)
+        self.parts = _glob_parts(pattern)
         self.used = False
 
     def match(self, path: tuple[str, ...]) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from torchx.specs import AppState
 
@@ -48,31 +48,93 @@ class JobStatus:
     message: str
 
 
-def _condition(trainjob: dict, ctype: str) -> Optional[dict]:
-    for cond in (trainjob.get("status") or {}).get("conditions") or []:
+def nested(obj: Optional[dict], *path: str, default: Any = None) -> Any:
+    """The value at ``path`` in a Kubernetes object, ``default`` where it, or a level above it, is missing
+    or empty (the API server omits empty fields, and writers may send them as null)."""
+    value: Any = obj
+    for key in path:
+        value = (value or {}).get(key)
+    return value or default
+
+
+def true_condition(obj: Optional[dict], ctype: str) -> Optional[dict]:
+    """The object's condition of type ``ctype`` when it is True (None otherwise)."""
+    for cond in nested(obj, "status", "conditions", default=[]):
         if cond.get("type") == ctype and cond.get("status") == "True":
             return cond
     return None
 
 
-def _cond_text(cond: dict) -> str:
-    reason, message = cond.get("reason") or "", cond.get("message") or ""
-    return f"{reason}: {message}" if reason and message else reason or message
+def condition_text(cond: dict) -> str:
+    """"Reason: message", or whichever of the two the condition has."""
+    return ": ".join(text for text in (cond.get("reason"), cond.get("message")) if text)
+
+
+def _completion_index(pod: dict) -> Optional[int]:
+    """The node index of a pod (the Job's completion index label), None when it has none."""
+    try:
+        return int(nested(pod, "metadata", "labels", COMPLETION_INDEX_LABEL, default=""))
+    except ValueError:
+        return None
+
+
+def _created(pod: Optional[dict]) -> str:
+    return nested(pod, "metadata", "creationTimestamp", default="")
 
 
 def newest_pods_by_node(pods: Sequence[dict]) -> dict[int, dict]:
     """The newest pod of each node index (gang restarts leave older pods behind)."""
     newest: dict[int, dict] = {}
     for pod in pods:
-        labels = pod.get("metadata", {}).get("labels", {})
-        try:
-            index = int(labels.get(COMPLETION_INDEX_LABEL, ""))
-        except ValueError:
-            continue
-        created = pod["metadata"].get("creationTimestamp") or ""
-        if index not in newest or created >= (newest[index]["metadata"].get("creationTimestamp") or ""):
+        index = _completion_index(pod)
+        if index is not None and _created(pod) >= _created(newest.get(index)):
             newest[index] = pod
     return newest
+
+
+# The rows of the table above after "not found", in its order: each says the state of a TrainJob it
+# matches (None when it does not match); the first row that matches wins.
+
+def _finished(trainjob: dict) -> Optional[JobStatus]:
+    """Trainer's verdict (condition Complete or Failed): final, whatever else the object says."""
+    for ctype, state in (("Complete", AppState.SUCCEEDED), ("Failed", AppState.FAILED)):
+        if (cond := true_condition(trainjob, ctype)) is not None:
+            return JobStatus(state, condition_text(cond))
+    return None
+
+
+def _being_deleted(trainjob: dict) -> Optional[JobStatus]:
+    """A cancel in progress: after the verdict (a finished job's deletion is no cancel)."""
+    if nested(trainjob, "metadata", "deletionTimestamp"):
+        return JobStatus(AppState.CANCELLED, "TrainJob is being deleted")
+    return None
+
+
+def _suspended(trainjob: dict) -> Optional[JobStatus]:
+    """Waiting for a resume or a queue's admission: the ``node`` Job's counts are those of before."""
+    cond = true_condition(trainjob, "Suspended")
+    return None if cond is None else JobStatus(AppState.PENDING, f"suspended ({condition_text(cond)})")
+
+
+def _node_job(trainjob: dict) -> dict:
+    """The ``node`` Job's counts in ``jobsStatus`` (mirrored from the JobSet; {} before it counts the Job)."""
+    return next((j for j in nested(trainjob, "status", "jobsStatus", default=[]) if j.get("name") == "node"), {})
+
+
+def _node_job_state(trainjob: dict) -> Optional[JobStatus]:
+    """What the ``node`` Job's counts say: ready or done -> running, active -> starting."""
+    node_job = _node_job(trainjob)
+    if nested(node_job, "ready", default=0) > 0 or nested(node_job, "succeeded", default=0) > 0:
+        return JobStatus(AppState.RUNNING, "")
+    if nested(node_job, "active", default=0) > 0:
+        nodes_total = nested(trainjob, "spec", "trainer", "numNodes", default=0)
+        count = f" {nodes_total}" if nodes_total else ""
+        return JobStatus(AppState.PENDING, f"starting: waiting for all{count} nodes to be ready")
+    return None
+
+
+_STATE_ROWS: tuple[Callable[[dict], Optional[JobStatus]], ...] = (_finished, _being_deleted, _suspended,
+                                                                  _node_job_state)
 
 
 def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
@@ -82,35 +144,39 @@ def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
             AppState.CANCELLED,
             f"TrainJob {name} no longer exists: it was cancelled or deleted outside NeMo-Run",
         )
-    nodes_total = ((trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
-
-    if (cond := _condition(trainjob, "Complete")) is not None:
-        return JobStatus(AppState.SUCCEEDED, _cond_text(cond))
-    if (cond := _condition(trainjob, "Failed")) is not None:
-        return JobStatus(AppState.FAILED, _cond_text(cond))
-    if trainjob.get("metadata", {}).get("deletionTimestamp"):
-        return JobStatus(AppState.CANCELLED, "TrainJob is being deleted")
-    if (cond := _condition(trainjob, "Suspended")) is not None:
-        return JobStatus(AppState.PENDING, f"suspended ({_cond_text(cond)})")
-
-    node_job = next((j for j in (trainjob.get("status") or {}).get("jobsStatus") or [] if j.get("name") == "node"), None)
-    if node_job is not None:
-        if (node_job.get("ready") or 0) > 0 or (node_job.get("succeeded") or 0) > 0:
-            return JobStatus(AppState.RUNNING, "")
-        if (node_job.get("active") or 0) > 0:
-            count = f" {nodes_total}" if nodes_total else ""
-            return JobStatus(AppState.PENDING, f"starting: waiting for all{count} nodes to be ready")
+    for row in _STATE_ROWS:
+        if (status := row(trainjob)) is not None:
+            return status
     return JobStatus(AppState.SUBMITTED, "waiting for pods")
+
+
+def _owned_by(obj: dict, uid: Optional[str], kind: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("kind") == kind
+               for ref in nested(obj, "metadata", "ownerReferences", default=[]))
 
 
 def owned_workload(workloads: Sequence[dict], trainjob: dict) -> Optional[dict]:
     """The Kueue Workload that stands for ``trainjob`` in its queue (Kueue makes the TrainJob its owner)."""
-    uid = trainjob.get("metadata", {}).get("uid")
-    for workload in workloads:
-        if any(ref.get("uid") == uid and ref.get("kind") == "TrainJob"
-               for ref in workload.get("metadata", {}).get("ownerReferences") or []):
-            return workload
-    return None
+    uid = nested(trainjob, "metadata", "uid")
+    return next((workload for workload in workloads if _owned_by(workload, uid, "TrainJob")), None)
+
+
+def _workload_conditions(workload: Optional[dict]) -> tuple[dict, dict, dict]:
+    """A Kueue Workload's ``Evicted``, ``QuotaReserved`` and ``Admitted`` conditions ({} for one not set)."""
+    conditions = {c.get("type"): c for c in nested(workload, "status", "conditions", default=[])}
+    evicted, reserved, admitted = (conditions.get(t, {}) for t in ("Evicted", "QuotaReserved", "Admitted"))
+    return evicted, reserved, admitted
+
+
+def _evicted_message(queue: str, evicted: dict) -> str:
+    if evicted.get("reason") == "Preempted":  # not a failure: it resumes once admitted again
+        return f"preempted, waiting for queue {queue} to admit it again ({condition_text(evicted)})"
+    return f"waiting for queue {queue} to admit it again (evicted: {condition_text(evicted)})"
+
+
+def _admission_checks_message(text: str, admitted: dict) -> str:
+    why = condition_text(admitted)
+    return f"{text}: quota reserved, waiting for admission checks" + (f" ({why})" if why else "")
 
 
 def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
@@ -122,22 +188,24 @@ def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
     preemption; ``Admitted=False`` while admission checks run after the quota is reserved.
     """
     text = f"waiting for queue {queue} to admit it"
-    if workload is None:
-        return text
-    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
-    evicted, reserved, admitted = (conditions.get(t) or {} for t in ("Evicted", "QuotaReserved", "Admitted"))
-    if evicted.get("status") == "True" and reserved.get("status") != "True":
-        if evicted.get("reason") == "Preempted":  # not a failure: it resumes once admitted again
-            return f"preempted, waiting for queue {queue} to admit it again ({_cond_text(evicted)})"
-        return f"{text} again (evicted: {_cond_text(evicted)})"
-    if reserved.get("status") == "False" and _cond_text(reserved):
-        return f"{text}: {_cond_text(reserved)}"
-    if reserved.get("status") == "True" and admitted.get("status") != "True":
-        why = _cond_text(admitted)
-        return f"{text}: quota reserved, waiting for admission checks" + (f" ({why})" if why else "")
-    if admitted.get("status") == "True":
-        return f"admitted by queue {queue}, starting"
-    return text
+    evicted, reserved, admitted = _workload_conditions(workload)
+    is_reserved, is_admitted = reserved.get("status") == "True", admitted.get("status") == "True"
+    if evicted.get("status") == "True" and not is_reserved:
+        return _evicted_message(queue, evicted)
+    if reserved.get("status") == "False" and condition_text(reserved):
+        return f"{text}: {condition_text(reserved)}"
+    if is_reserved and not is_admitted:
+        return _admission_checks_message(text, admitted)
+    return f"admitted by queue {queue}, starting" if is_admitted else text
+
+
+def _node_started_at(pod: dict) -> Optional[datetime]:
+    """When the pod's ``node`` container started running (None while it does not run)."""
+    for cs in nested(pod, "status", "containerStatuses", default=[]):
+        started = nested(cs, "state", "running", "startedAt")
+        if cs.get("name") == "node" and started:
+            return datetime.fromisoformat(started.replace("Z", "+00:00"))
+    return None
 
 
 def running_for_at_least(pods: Sequence[dict], seconds: float, now: datetime) -> dict[int, str]:
@@ -145,11 +213,9 @@ def running_for_at_least(pods: Sequence[dict], seconds: float, now: datetime) ->
     (a node that just started has not had the time to be silent)."""
     found = {}
     for index, pod in newest_pods_by_node(pods).items():
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
-            if cs.get("name") == "node" and started and \
-                    (now - datetime.fromisoformat(started.replace("Z", "+00:00"))).total_seconds() >= seconds:
-                found[index] = pod["metadata"]["name"]
+        started = _node_started_at(pod)
+        if started is not None and (now - started).total_seconds() >= seconds:
+            found[index] = pod["metadata"]["name"]
     return found
 
 
@@ -160,4 +226,3 @@ def stall_message(silent: Sequence[int], seconds: int) -> str:
     which = "node " + str(silent[0]) if len(silent) == 1 else "nodes " + ", ".join(map(str, silent))
     return (f"warning: {which} printed nothing for the last {seconds} s while running (a hung collective? "
             "a stuck data loader?); see their logs")
-

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import takewhile
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from torchx.specs import AppState
@@ -46,7 +47,7 @@ from nemo_kubeflow.constants import (
     TRAINER_NODE,
 )
 from nemo_kubeflow.errors import ClusterError
-from nemo_kubeflow.observe.status import newest_pods_by_node
+from nemo_kubeflow.observe.status import condition_text, nested, newest_pods_by_node, true_condition
 from nemo_kubeflow.pod.warm_start import NOT_APPLIED
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ _AGENT_ERRORS = ("ChildFailedError", "NVMLError_LibraryNotFound", "libnvidia-ml.
 #: A log line of torchrun's or ft_launcher's agent (the launcher ran on this node).
 _AGENT_LOG = re.compile(r"torch[/.]distributed[/.]elastic|fault_tolerance[/.]")
 _PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:")
-_FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
+_FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|traceback)\s*:\s?(?P<value>.*)$")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
                         r"(?::.*)?$|^[A-Za-z_][\w.]*: .+$")
 _NOT_FOUND = re.compile(r"(?P<cmd>[\w./-]+): (?:command )?not found\s*$")
@@ -85,21 +86,36 @@ class RankFailure:
     #: A command the container could not find ("torchrun").
     missing_command: str = ""
 
+    def worker(self) -> str:
+        """"rank 3", else "local rank 0" ("" when the log names neither)."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"local rank {self.local_rank}" if self.local_rank is not None else ""
+
+    def where(self, node: Optional[int]) -> str:
+        """"rank 3 on node 1", "local rank 0", "node 1" (what of it is known; "" if nothing)."""
+        worker = self.worker()
+        if node is None:
+            return worker
+        return f"{worker} on node {node}" if worker else f"node {node}"
+
+    def what(self) -> str:
+        """What ended the worker, the most telling first: a command the shell could not find, the exception,
+        the signal, the exit code of a known rank ("" if nothing)."""
+        if self.missing_command:
+            return missing_command_hint(self.missing_command)
+        if self.error:
+            return self.error
+        if self.signal_name:
+            return f"killed by {self.signal_name} (torchrun exitcode {self.exitcode})"
+        if self.exitcode is not None and self.worker():
+            return f"exited with code {self.exitcode}"
+        return ""
+
     def headline(self, node: Optional[int]) -> str:
         """"rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
-        where = f"rank {self.rank}" if self.rank is not None else \
-            f"local rank {self.local_rank}" if self.local_rank is not None else ""
-        if node is not None:
-            where = f"{where} on node {node}" if where else f"node {node}"
-        if self.missing_command:
-            return f"{where}: {missing_command_hint(self.missing_command)}"
-        if self.error:
-            return f"{where}: {self.error}"
-        if self.signal_name:
-            return f"{where}: killed by {self.signal_name} (torchrun exitcode {self.exitcode})"
-        if self.exitcode is not None and (self.rank is not None or self.local_rank is not None):
-            return f"{where}: exited with code {self.exitcode}"
-        return ""
+        what = self.what()
+        return f"{self.where(node)}: {what}" if what else ""
 
 
 def missing_command_hint(command: str) -> str:
@@ -122,39 +138,70 @@ def _strip(line: str) -> tuple[Optional[str], str]:
     return key, line[m.end():]
 
 
-def _root_cause(lines: Sequence[str]) -> dict:
-    """torchrun's root-cause fields: rank, local_rank, exitcode, signal, traceback lines."""
+def _last_match(pattern: re.Pattern[str], lines: Sequence[str]) -> Optional[re.Match[str]]:
+    """The match of ``pattern`` in the last line of ``lines`` that has one."""
+    for line in reversed(lines):
+        if m := pattern.search(line):
+            return m
+    return None
+
+
+def _is_rule(line: str) -> bool:
+    """A line of ``=`` that closes torchrun's failure report."""
+    return line.startswith("===") or line.strip().startswith("=====")
+
+
+def _report_section(lines: Sequence[str]) -> Optional[list[str]]:
+    """The lines of torchrun's last root-cause report, between its header and its closing rule (None: no report)."""
     start = max((i for i, line in enumerate(lines) if ROOT_CAUSE_HEADER in line), default=None)
     if start is None:
+        return None
+    return list(takewhile(lambda line: not _is_rule(line), lines[start + 1:]))
+
+
+def _report_rank(value: str) -> dict:
+    """The report's ``rank`` field: "3 (local_rank: 1)"."""
+    r = re.match(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?", value)
+    if not r:
+        return {}
+    return {"rank": int(r[1]), "local_rank": int(r[2]) if r[2] else None}
+
+
+def _report_exitcode(value: str) -> dict:
+    """The report's ``exitcode`` field: "1", or "-9 (pid: 812)" with the signal's name "(SIGKILL)"."""
+    r = re.match(r"(-?\d+)", value)
+    s = re.search(r"\((SIG[A-Z0-9]+)\)", value)
+    return {"exitcode": int(r[1]) if r else None, "signal": s[1] if s else ""}
+
+
+#: The fields of the report read before its traceback (``_FIELD`` matches these and ``traceback``).
+_REPORT_FIELDS = {"rank": _report_rank, "exitcode": _report_exitcode}
+
+
+def _report_traceback(first: str, rest: Sequence[str]) -> list[str]:
+    """The report's ``traceback`` field: its value (unless torchrun says it has none) and every line below it,
+    without the report's indent."""
+    head = [] if first.startswith("To enable traceback") else [first]
+    lines = head + [line.removeprefix("  ") for line in rest]
+    return [line for line in lines if line.strip()]
+
+
+def _root_cause(lines: Sequence[str]) -> dict:
+    """torchrun's root-cause fields: rank, local_rank, exitcode, signal, traceback lines."""
+    section = _report_section(lines)
+    if section is None:
         return {}
     found: dict = {}
-    tb: list[str] = []
-    in_tb = False
-    for line in lines[start + 1:]:
-        if line.startswith("===") or line.strip().startswith("====="):
-            break
+    traceback: list[str] = []
+    for i, line in enumerate(section):
         m = _FIELD.match(line)
-        if m and not in_tb:
-            key, value = m["key"], m["value"].strip()
-            if key == "rank":
-                r = re.match(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?", value)
-                if r:
-                    found["rank"] = int(r[1])
-                    found["local_rank"] = int(r[2]) if r[2] else None
-            elif key == "exitcode":
-                r = re.match(r"(-?\d+)", value)
-                found["exitcode"] = int(r[1]) if r else None
-                s = re.search(r"\((SIG[A-Z0-9]+)\)", value)
-                found["signal"] = s[1] if s else ""
-            elif key == "traceback":
-                in_tb = True
-                if value and not value.startswith("To enable traceback"):
-                    tb.append(value)
+        if m is None:
             continue
-        if in_tb:
-            tb.append(line[2:] if line.startswith("  ") else line)
-    found["traceback"] = [t for t in tb if t.strip()]
-    return found
+        if m["key"] == "traceback":  # the report's last field: every line below it is the traceback's
+            traceback = _report_traceback(m["value"].strip(), section[i + 1:])
+            break
+        found.update(_REPORT_FIELDS[m["key"]](m["value"].strip()))
+    return {**found, "traceback": traceback}
 
 
 #: ft_launcher prints no root-cause report; its agent's last word names the failed global rank:
@@ -173,20 +220,26 @@ def _signal_name(exitcode: int) -> str:
         return ""
 
 
+def _launcher_agent_logged(lines: Sequence[str]) -> bool:
+    """Whether the log has a line of torchrun's or ft_launcher's agent (the launcher ran on this node)."""
+    return any(_AGENT_LOG.search(line) for line in lines)
+
+
+def _failure_fields(rank: Optional[int], local_rank: int, exitcode: int) -> dict:
+    """``_root_cause``'s fields for a failure named outside a root-cause report (no traceback quoted)."""
+    return {"rank": rank, "local_rank": local_rank, "exitcode": exitcode, "signal": _signal_name(exitcode),
+            "traceback": []}
+
+
 def _ft_launcher_failure(lines: Sequence[str]) -> dict:
     """The fields of ``_root_cause`` from ft_launcher's last failure line, else (nvidia-resiliency-ext 0.6.0
     can end on "Agent run ended with exception, e=AssertionError()" instead) the local rank and exit code of
     torchelastic's last "failed (exitcode: 3) local_rank: 1" line ({} when there is neither)."""
-    worker_exit = None
-    for line in reversed(lines):
-        worker_exit = worker_exit or _WORKER_EXIT.search(line)
-        if m := _FT_FAILURE.search(line):
-            code = int(m["code"])
-            return {"rank": int(m["rank"]), "local_rank": int(m["local"]), "exitcode": code, "signal": _signal_name(code),
-                    "traceback": []}
-    if worker_exit and any(_AGENT_LOG.search(line) for line in lines):
-        return {"rank": None, "local_rank": int(worker_exit["local"]), "exitcode": int(worker_exit["code"]),
-                "signal": _signal_name(int(worker_exit["code"])), "traceback": []}
+    if m := _last_match(_FT_FAILURE, lines):
+        return _failure_fields(int(m["rank"]), int(m["local"]), int(m["code"]))
+    worker_exit = _last_match(_WORKER_EXIT, lines)
+    if worker_exit and _launcher_agent_logged(lines):
+        return _failure_fields(None, int(worker_exit["local"]), int(worker_exit["code"]))
     return {}
 
 
@@ -219,36 +272,54 @@ def _exception_line(tb: Sequence[str]) -> str:
     return ""
 
 
+def _agent_error(tb: Sequence[str]) -> bool:
+    """Whether a traceback ends on an exception of the launcher's agent (``_AGENT_ERRORS``), never the cause."""
+    exception = _exception_line(tb)
+    return any(error in exception for error in _AGENT_ERRORS)
+
+
+def _worker_keys(root: dict) -> list[str]:
+    """The failed worker's keys of torchrun's prefix (``_strip``): its global rank's, then its local rank's."""
+    return [f"{key}{root[field]}" for key, field in (("rank", "rank"), ("local", "local_rank"))
+            if root.get(field) is not None]
+
+
+def _traceback_owners(by_worker: Mapping[Optional[str], object], root: dict) -> list[list[Optional[str]]]:
+    """Whose tracebacks tell the failure, in order: the failed worker's (by its prefix); without torchrun (no
+    report), the process's own, unprefixed; else those of the only worker that has any."""
+    prefixed: list[Optional[str]] = [key for key in by_worker if key is not None]
+    return [list(_worker_keys(root)), [] if root else [None], prefixed if len(prefixed) == 1 else []]
+
+
+def _worker_traceback(lines: Sequence[str], root: dict) -> list[str]:
+    """The failed worker's own traceback in the log ([] when none), when the failure report quotes none."""
+    by_worker = _tracebacks(lines)
+    for keys in _traceback_owners(by_worker, root):
+        candidates = [tb for key in keys for tb in by_worker.get(key, []) if not _agent_error(tb)]
+        if candidates:
+            return candidates[-1]
+    return []
+
+
+def _missing_command(lines: Sequence[str], exit_code: Optional[int]) -> str:
+    """The command a shell said it could not find in the last lines ("" when none, or when the container's
+    exit code is known and not the shell's for it)."""
+    if exit_code not in (COMMAND_NOT_FOUND_EXIT, None):
+        return ""
+    m = _last_match(_NOT_FOUND, lines[-20:])
+    return m["cmd"] if m else ""
+
+
 def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> RankFailure:
     """What a failed node's log (its last lines, oldest first) says about why it failed."""
-    if exit_code == COMMAND_NOT_FOUND_EXIT or exit_code is None:
-        for line in reversed(lines[-20:]):
-            m = _NOT_FOUND.search(line)
-            if m:
-                return RankFailure(missing_command=m["cmd"])
+    if missing := _missing_command(lines, exit_code):
+        return RankFailure(missing_command=missing)
     root = _root_cause(lines) or _ft_launcher_failure(lines)
-    error = _exception_line(root.get("traceback") or [])
-    tb: list[str] = list(root.get("traceback") or []) if error else []
-    if not error:
-        by_worker = _tracebacks(lines)
-        local = root.get("local_rank")
-        rank = root.get("rank")
-        keys = [k for k in (f"rank{rank}" if rank is not None else None,
-                            f"local{local}" if local is not None else None) if k and k in by_worker]
-        def usable(tracebacks: list[list[str]]) -> list[list[str]]:
-            return [t for t in tracebacks if not any(a in _exception_line(t) for a in _AGENT_ERRORS)]
-
-        candidates = usable([t for k in keys for t in by_worker[k]])
-        if not candidates and not root:
-            # No torchrun: the process's own traceback, unprefixed.
-            candidates = usable(by_worker.get(None, []))
-        if not candidates and len([k for k in by_worker if k is not None]) == 1:
-            candidates = usable(next(v for k, v in by_worker.items() if k is not None))
-        if candidates:
-            tb = candidates[-1]
-            error = _exception_line(tb)
+    tb: list[str] = list(root.get("traceback") or [])
+    if not _exception_line(tb):
+        tb = _worker_traceback(lines, root)
     return RankFailure(rank=root.get("rank"), local_rank=root.get("local_rank"), exitcode=root.get("exitcode"),
-                       signal_name=root.get("signal", ""), error=error, traceback=tuple(tb))
+                       signal_name=root.get("signal", ""), error=_exception_line(tb), traceback=tuple(tb))
 
 
 # --- ft_launcher's in-job restarts, from a node's log ------------------------------------------------
@@ -301,6 +372,13 @@ class InJobRestarts:
     signaled: bool = field(default=False, compare=False)
 
 
+def _worker_end(worker_exit: re.Match[str]) -> str:
+    """"local rank 1 killed by signal 9" from torchelastic's line for a worker that died (``_WORKER_EXIT``)."""
+    code = int(worker_exit["code"])
+    how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return f"local rank {worker_exit['local']} {how}"
+
+
 def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
     """How many times ft_launcher (or torchrun with ``--max-restarts``) restarted its workers, from
     a node's log (all of it, or its last lines). Each agent logs every restart of the job (its own
@@ -310,15 +388,19 @@ def read_in_job_restarts(lines: Iterable[str]) -> InJobRestarts:
         if NOT_APPLIED in line:
             not_applied = line.split(NOT_APPLIED, 1)[1].strip()
         if m := _WORKER_EXIT.search(line):
-            code = int(m["code"])
-            signaled = code < 0
-            how = f"killed by signal {-code}" if signaled else f"exited with code {code}"
-            why, at = f"local rank {m['local']} {how}", _line_time(line)
+            why, at, signaled = _worker_end(m), _line_time(line), int(m["code"]) < 0
         if _WORKER_GROUP_RESTART.search(line):
             count += 1
         elif m := _RENDEZVOUS_ROUND.search(line):
             rounds = max(rounds, int(m["round"]))
     return InJobRestarts(max(count, rounds), why, not_applied, at, signaled)
+
+
+def _causing_node(by_node: Mapping[int, InJobRestarts]) -> Optional[int]:
+    """The node whose worker's end caused the last restart (None when no node says why): one killed by a
+    signal over one that exited with a code, then the earliest."""
+    causes = [(not r.signaled, r.at or "~", node) for node, r in by_node.items() if r.why]
+    return min(causes)[2] if causes else None
 
 
 def first_failure(by_node: Mapping[int, InJobRestarts]) -> Optional[InJobRestarts]:
@@ -329,10 +411,10 @@ def first_failure(by_node: Mapping[int, InJobRestarts]) -> Optional[InJobRestart
         return None
     count = max(r.count for r in by_node.values())
     not_applied = next((r.not_applied for r in by_node.values() if r.not_applied), "")
-    causes = [(not r.signaled, r.at or "~", node, r) for node, r in by_node.items() if r.why]
-    if not causes:
+    node = _causing_node(by_node)
+    if node is None:
         return InJobRestarts(count, not_applied=not_applied)
-    _, _, node, first = min(causes, key=lambda c: c[:3])
+    first = by_node[node]
     # "local rank 0 killed by signal 9" -> "local rank 0 on node 1 killed by signal 9"
     why = re.sub(r"^(local rank \d+)", rf"\1 on node {node}", first.why)
     return InJobRestarts(count, why, not_applied, first.at, first.signaled)
@@ -343,22 +425,25 @@ def first_failure(by_node: Mapping[int, InJobRestarts]) -> Optional[InJobRestart
 
 def terminated_state(container_status: dict) -> Optional[dict]:
     """The container's terminated state: its current one, else the one before its last restart."""
-    return (container_status.get("state") or {}).get("terminated") or \
-        (container_status.get("lastState") or {}).get("terminated")
+    return nested(container_status, "state", "terminated") or nested(container_status, "lastState", "terminated")
 
 
 def failed_containers(pod: dict, *, init: bool = False) -> Iterable[tuple[dict, dict]]:
     """(container status, terminated state) of each container of ``pod`` that ended with a non-zero
     exit code (init containers with ``init``): the one scan of container states for every diagnosis."""
-    status = pod.get("status") or {}
-    for cs in status.get("initContainerStatuses" if init else "containerStatuses") or []:
+    for cs in nested(pod, "status", "initContainerStatuses" if init else "containerStatuses", default=[]):
         term = terminated_state(cs)
         if term and term.get("exitCode", 0) != 0:
             yield cs, term
 
 
-def _labels(pod: dict) -> dict:
-    return (pod.get("metadata") or {}).get("labels") or {}
+def _labels(obj: dict) -> dict:
+    return nested(obj, "metadata", "labels", default={})
+
+
+def _node_index(pod: dict) -> str:
+    """The pod's node index, as its label says ("?" when it has none)."""
+    return _labels(pod).get(COMPLETION_INDEX_LABEL, "?")
 
 
 def _step_of(pod: dict) -> Optional[str]:
@@ -383,6 +468,16 @@ class NodeFailure:
     #: When the container ended (RFC 3339, to the second).
     finished: str = ""
 
+    @classmethod
+    def of(cls, pod: dict, term: dict) -> "NodeFailure":
+        """The failure of ``pod``'s ``node`` container, from its terminated state."""
+        return cls(_node_index(pod), _name(pod), term.get("exitCode"), term.get("reason") or "",
+                   term.get("finishedAt") or "")
+
+    def number(self) -> Optional[int]:
+        """The node index as a number (None when the pod had no index label)."""
+        return int(self.index) if self.index.isdigit() else None
+
     def how(self) -> str:
         code = self.exit_code
         how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
@@ -395,9 +490,8 @@ class NodeFailure:
 
 def failed_nodes(pods: Sequence[dict]) -> list[NodeFailure]:
     """The ``node`` containers that ended with a non-zero exit code, the first to end first."""
-    failures = [NodeFailure(_labels(pod).get(COMPLETION_INDEX_LABEL, "?"), pod["metadata"]["name"],
-                            term.get("exitCode"), term.get("reason") or "", term.get("finishedAt") or "")
-                for pod in pods for cs, term in failed_containers(pod) if cs.get("name") == TRAINER_NODE]
+    failures = [NodeFailure.of(pod, term) for pod in pods for cs, term in failed_containers(pod)
+                if cs.get("name") == TRAINER_NODE]
     return sorted(failures, key=lambda f: f.finished)
 
 
@@ -416,6 +510,24 @@ def failure_detail(pods: Sequence[dict]) -> str:
     return first.detail() if first else ""
 
 
+def _failed_step_containers(pod: dict) -> tuple[str, list[dict]]:
+    """Where a step ran ("dataset-initializer", "preflight on node 1") and the terminated states of its
+    containers that failed (none for a pod of no step)."""
+    job = _step_of(pod)
+    if job in INITIALIZER_STEPS:
+        return str(job), [term for _, term in failed_containers(pod)]
+    if job == TRAINER_NODE:  # its preflight check runs as an init container of the node's pod
+        return f"preflight on node {_node_index(pod)}", [
+            term for cs, term in failed_containers(pod, init=True) if cs.get("name") == PREFLIGHT_CONTAINER]
+    return "", []
+
+
+def _step_failure(where: str, pod: dict, term: dict) -> tuple[str, str]:
+    """(when, what) of a step's container that failed: its termination message's headline, else its exit code."""
+    why = _headline(term.get("message") or "") or f"exited with code {term.get('exitCode')}"
+    return term.get("finishedAt") or "", f"{where} (pod {_name(pod)}): {why}"
+
+
 def failed_step(pods: Sequence[dict]) -> Optional[str]:
     """What failed first among the initializers and the preflight checks, with its message
     (``None`` if neither did). Give it the TrainJob's pods (``steps.step_selector`` or the JobSet label).
@@ -426,17 +538,8 @@ def failed_step(pods: Sequence[dict]) -> Optional[str]:
     the termination log)."""
     failures = []
     for pod in pods:
-        job = _step_of(pod)
-        if job in INITIALIZER_STEPS:
-            where, failed = job, list(failed_containers(pod))
-        elif job == TRAINER_NODE:
-            where = f"preflight on node {_labels(pod).get(COMPLETION_INDEX_LABEL, '?')}"
-            failed = [(cs, t) for cs, t in failed_containers(pod, init=True) if cs.get("name") == PREFLIGHT_CONTAINER]
-        else:
-            continue
-        for _, term in failed:
-            why = _headline(term.get("message") or "") or f"exited with code {term.get('exitCode')}"
-            failures.append((term.get("finishedAt") or "", f"{where} (pod {pod['metadata']['name']}): {why}"))
+        where, terms = _failed_step_containers(pod)
+        failures += [_step_failure(where, pod, term) for term in terms]
     return min(failures)[1] if failures else None
 
 
@@ -473,14 +576,19 @@ def _event_text(event: dict) -> str:
     return event.get("message") or event.get("note") or ""
 
 
+def _is_about(event: dict, kind: str, name: str) -> bool:
+    """Whether the event is about the object of that kind and name."""
+    obj = _event_object(event)
+    return obj.get("kind") == kind and obj.get("name") == name
+
+
 def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
     """The newest Warning event about the TrainJob itself, as "Reason: message" ("" if none).
 
     Events come from both recorders (core ``firstTimestamp``/``lastTimestamp`` and
     events.k8s.io ``eventTime``), so either time is used to order them.
     """
-    warnings = [e for e in events if e.get("type") == "Warning" and _event_object(e).get("kind") == "TrainJob"
-                and _event_object(e).get("name") == trainjob]
+    warnings = [e for e in events if e.get("type") == "Warning" and _is_about(e, "TrainJob", trainjob)]
     if not warnings:
         return ""
     newest = max(warnings, key=_event_time)
@@ -490,6 +598,8 @@ def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
 # Registry answers that no amount of waiting fixes.
 _PERMANENT_PULL_ERRORS = ("not found", "manifest unknown", "unauthorized", "denied", "no such host",
                           "invalid reference format")
+#: A container's waiting reasons for an image that cannot be pulled.
+_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 
 
 @dataclass(frozen=True)
@@ -499,6 +609,53 @@ class PendingReason:
     fatal: bool = False
 
 
+def _container_waits_for(index: int, pod: dict, cs: dict, events: Sequence[dict]) -> Optional[PendingReason]:
+    """Why a container of node ``index`` waits when it waits for what time does not bring: an image that
+    cannot be pulled (fatal when the registry says the image does not exist), a missing Secret/ConfigMap
+    key (None otherwise)."""
+    waiting = nested(cs, "state", "waiting", default={})
+    reason, message = waiting.get("reason", ""), waiting.get("message", "")
+    if reason in _PULL_FAILURES:
+        text = _pull_error(pod, cs["name"], events) or message
+        fatal = reason == "InvalidImageName" or any(p in text.lower() for p in _PERMANENT_PULL_ERRORS)
+        return PendingReason(f"image {cs.get('image', '')!r} cannot be pulled on node {index}: {text}", fatal)
+    if reason == "CreateContainerConfigError":
+        return PendingReason(f"node {index} cannot start: {message}")
+    return None
+
+
+def _containers_cannot_start(newest: dict[int, dict], events: Sequence[dict]) -> Optional[PendingReason]:
+    """The first node whose container cannot start (``_container_waits_for``)."""
+    for index, pod in sorted(newest.items()):
+        for cs in nested(pod, "status", "containerStatuses", default=[]):
+            if reason := _container_waits_for(index, pod, cs, events):
+                return reason
+    return None
+
+
+def _unschedulable(newest: dict[int, dict], events: Sequence[dict]) -> Optional[PendingReason]:
+    """The first node that kube-scheduler cannot place (its pod's ``PodScheduled=False``)."""
+    for index, pod in sorted(newest.items()):
+        for cond in nested(pod, "status", "conditions", default=[]):
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                message = cond.get("message", cond.get("reason", ""))
+                return PendingReason(f"node {index} cannot be scheduled: {message}{_unbound_claims(pod, message)}")
+    return None
+
+
+def _mount_failure(newest: dict[int, dict], events: Sequence[dict]) -> Optional[PendingReason]:
+    """The kubelet's last ``FailedMount`` event about the nodes' pods."""
+    pod_names = {_name(pod) for pod in newest.values()}
+    mounts = [e for e in events if e.get("reason") == "FailedMount" and _event_object(e).get("name") in pod_names]
+    return PendingReason(f"a volume cannot be mounted: {_event_text(mounts[-1])}") if mounts else None
+
+
+#: Why a job that has not started waits, in the order checked; the first that applies wins: a container that
+#: cannot start (first: an image that does not exist is fatal, it ends the wait), a node that cannot be
+#: scheduled, then a volume that cannot be mounted (a pod meets its volumes only once scheduled).
+_PENDING_CAUSES = (_containers_cannot_start, _unschedulable, _mount_failure)
+
+
 def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> PendingReason:
     """Why a job that has not started yet is waiting, from its pods and their events.
 
@@ -506,26 +663,10 @@ def pending_reason(pods: Sequence[dict], events: Sequence[dict], nodes: int) -> 
     missing Secret/ConfigMap keys, scheduling, volumes, then "k/N nodes running".
     """
     newest = newest_pods_by_node(pods)
-    for index, pod in sorted(newest.items()):
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            reason, message = waiting.get("reason", ""), waiting.get("message", "")
-            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
-                text = _pull_error(pod, cs["name"], events) or message
-                fatal = reason == "InvalidImageName" or any(p in text.lower() for p in _PERMANENT_PULL_ERRORS)
-                return PendingReason(f"image {cs.get('image', '')!r} cannot be pulled on node {index}: {text}", fatal)
-            if reason == "CreateContainerConfigError":
-                return PendingReason(f"node {index} cannot start: {message}")
-    for index, pod in sorted(newest.items()):
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                message = cond.get("message", cond.get("reason", ""))
-                return PendingReason(f"node {index} cannot be scheduled: {message}{_unbound_claims(pod, message)}")
-    pod_names = {p["metadata"]["name"] for p in newest.values()}
-    mounts = [e for e in events if e.get("reason") == "FailedMount" and _event_object(e).get("name") in pod_names]
-    if mounts:
-        return PendingReason(f"a volume cannot be mounted: {_event_text(mounts[-1])}")
-    running = sum(1 for p in newest.values() if (p.get("status") or {}).get("phase") in ("Running", "Succeeded"))
+    for cause in _PENDING_CAUSES:
+        if reason := cause(newest, events):
+            return reason
+    running = sum(1 for p in newest.values() if nested(p, "status", "phase") in ("Running", "Succeeded"))
     return PendingReason(f"{running}/{nodes} nodes running")
 
 
@@ -535,7 +676,7 @@ def _unbound_claims(pod: dict, scheduler_message: str) -> str:
     provisions one)."""
     if "unbound" not in scheduler_message or "PersistentVolumeClaim" not in scheduler_message:
         return ""
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in (pod.get("spec") or {}).get("volumes") or []
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in nested(pod, "spec", "volumes", default=[])
               if "persistentVolumeClaim" in v]
     if not claims:
         return ""
@@ -547,7 +688,7 @@ def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
     """The kubelet's 'Failed to pull image' event text for this container, if any."""
     for e in reversed(list(events)):
         obj = _event_object(e)
-        if (e.get("reason") == "Failed" and obj.get("name") == pod["metadata"]["name"]
+        if (e.get("reason") == "Failed" and obj.get("name") == _name(pod)
                 and container in (obj.get("fieldPath") or "") and "pull" in _event_text(e).lower()):
             return _event_text(e)
     return ""
@@ -575,19 +716,23 @@ FAIL_FAST_REASON = "FailJobSetFailurePolicyAction"
 def pod_end(pod: dict) -> str:
     """Why a ``node`` pod ended, in a few words ("" while it runs): disrupted (the pod's
     ``DisruptionTarget`` condition, an eviction), else its ``node`` container's exit code."""
-    status = pod.get("status") or {}
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
-            why = ": ".join(t for t in (cond.get("reason"), cond.get("message")) if t)
-            return f"was disrupted (DisruptionTarget{', ' + why if why else ''})"
-    if status.get("reason") == "Evicted":
-        return f"was evicted ({status.get('message') or 'Evicted'})"
+    disruption = true_condition(pod, "DisruptionTarget")
+    if disruption is not None:
+        why = condition_text(disruption)
+        return f"was disrupted (DisruptionTarget{', ' + why if why else ''})"
+    if nested(pod, "status", "reason") == "Evicted":
+        return f"was evicted ({nested(pod, 'status', 'message', default='Evicted')})"
     first = first_failed_node([pod])
     return first.how() if first else ""
 
 
 def _name(pod: dict) -> str:
     return pod["metadata"]["name"]
+
+
+def _counted(count: int, noun: str) -> str:
+    """"1 gang restart", "2 gang restarts"."""
+    return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -611,25 +756,34 @@ class Restarts:
     def note(self, *, finished: bool) -> str:
         """"after 1 gang restart: ...; 2 in-job restarts by ft_launcher" (a failed job always gets
         its gang count, "no gang restart" included; a running one only what happened)."""
-        parts = []
+        parts = (self._gang_note(finished), self._in_job_note(), self._in_place_note(), self._not_applied_note())
+        return "; ".join(part for part in parts if part)
+
+    def _gang_count(self, finished: bool) -> str:
+        if not finished:
+            return f"{_counted(self.gang, 'gang restart')} so far"
+        return f"after {_counted(self.gang, 'gang restart')}" if self.gang else "no gang restart"
+
+    def _gang_note(self, finished: bool) -> str:
+        """The gang restarts and their causes; why there was none when the job failed fast."""
         if self.failed_fast and not self.gang:
-            parts.append("no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job "
-                         "failed at once without using retries")
-        elif self.gang or finished:
-            plural = "s" if self.gang != 1 else ""
-            count = ("no gang restart" if not self.gang else f"after {self.gang} gang restart{plural}") if finished \
-                else f"{self.gang} gang restart{plural} so far"
-            parts.append(count + (f" ({', '.join(self.gang_causes)})" if self.gang_causes else ""))
-        if self.in_job:
-            plural = "s" if self.in_job != 1 else ""
-            cause = f", the last as {self.in_job_cause}" if self.in_job_cause else ""
-            parts.append(f"{self.in_job} in-job restart{plural} by ft_launcher (no pod recreated{cause})")
-        if self.in_place:
-            plural = "s" if self.in_place != 1 else ""
-            parts.append(f"{self.in_place} container restart{plural} in place by the kubelet")
-        if self.not_applied:
-            parts.append(f"warning: not applied: {self.not_applied}")
-        return "; ".join(parts)
+            return ("no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job "
+                    "failed at once without using retries")
+        if not (self.gang or finished):
+            return ""
+        return self._gang_count(finished) + (f" ({', '.join(self.gang_causes)})" if self.gang_causes else "")
+
+    def _in_job_note(self) -> str:
+        if not self.in_job:
+            return ""
+        cause = f", the last as {self.in_job_cause}" if self.in_job_cause else ""
+        return f"{_counted(self.in_job, 'in-job restart')} by ft_launcher (no pod recreated{cause})"
+
+    def _in_place_note(self) -> str:
+        return f"{_counted(self.in_place, 'container restart')} in place by the kubelet" if self.in_place else ""
+
+    def _not_applied_note(self) -> str:
+        return f"warning: not applied: {self.not_applied}" if self.not_applied else ""
 
 
 #: The Job controller's message for a pod that matched a FailJob rule of the Job's podFailurePolicy
@@ -651,6 +805,77 @@ def job_failure_cause(event: dict, trainjob: str) -> tuple[str, bool]:
     return f"a pod of Job {_event_object(event).get('name')} failed ({event.get('reason')})", False
 
 
+def _named_after(event: dict, trainjob: str) -> bool:
+    """Whether the event is about the TrainJob or an object named after it (its JobSet, Jobs, pods)."""
+    name = _event_object(event).get("name", "")
+    return name == trainjob or name.startswith(f"{trainjob}-")
+
+
+def _events_of_job(events: Sequence[dict], trainjob: str) -> list[dict]:
+    """The events about the TrainJob and the objects named after it, oldest first."""
+    return sorted((e for e in events if _named_after(e, trainjob)),
+                  key=lambda e: (_event_time(e), nested(e, "metadata", "name", default="")))
+
+
+def _is_job_failure(event: dict) -> bool:
+    """The Job controller's event for a Job that failed (``JOB_FAILURE_EVENTS``)."""
+    return _event_object(event).get("kind") == "Job" and event.get("reason") in JOB_FAILURE_EVENTS
+
+
+def _failed_job_events(mine: Sequence[dict], gang: int, current_jobs: frozenset[str]) -> list[dict]:
+    """The failure event of each of the last ``gang`` Jobs that failed (one per Job uid, the running attempt's
+    Jobs left out), oldest first."""
+    incarnations: dict[str, dict] = {}
+    for i, e in enumerate(mine):
+        uid = _event_object(e).get("uid")
+        if _is_job_failure(e) and uid not in current_jobs:
+            incarnations.setdefault(uid or f"event {i}", e)
+    return list(incarnations.values())[-gang:] if gang else []
+
+
+def _attempt_causes(gang: int, known: dict[int, tuple[str, bool]]) -> tuple[list[str], bool]:
+    """The cause of each attempt that is ``known`` (attempt -> (cause, whether it names the exit code)),
+    "attempt 0: ...", oldest first, and whether some attempt's exit code is not among them."""
+    causes, unexplained = [], False
+    for attempt in range(gang):
+        text, has_code = known.get(attempt, (None, False))
+        if text is not None:
+            causes.append(f"attempt {attempt}: {text}")
+        unexplained |= not has_code
+    return causes, unexplained
+
+
+def _often(event: dict) -> str:
+    """" (3 times)" for an event the recorder counted more than once."""
+    times = event.get("count") or 1
+    return f" ({times} times)" if times > 1 else ""
+
+
+def _job_event_note(event: dict) -> str:
+    """What the Job controller's event about a failed Job says ("" for another event)."""
+    obj, reason = _event_object(event), event.get("reason", "")
+    if obj.get("kind") != "Job":
+        return ""
+    if reason == "PodFailurePolicy":
+        return f"Job {obj.get('name')}{_often(event)}: {_event_text(event)}"
+    if reason in JOB_FAILURE_EVENTS:
+        # The pod that failed went with its attempt, and its exit code with it.
+        return f"a pod of Job {obj.get('name')} failed{_often(event)} ({reason})"
+    return ""
+
+
+def _event_note(event: dict, used: set[int], current_jobs: frozenset[str]) -> str:
+    """What an event about the job's objects says of a restart ("" for nothing): a pod that Kubernetes took
+    away (``DISRUPTION_EVENTS``); a Job that failed, unless its event already told an attempt's cause
+    (``used``) or the Job is the running attempt's."""
+    obj, reason = _event_object(event), event.get("reason", "")
+    if reason in DISRUPTION_EVENTS and obj.get("kind") == "Pod":
+        return f"pod {obj.get('name')} {DISRUPTION_EVENTS[reason]}{_often(event)}: {_event_text(event)}".rstrip(": ")
+    if id(event) in used or obj.get("uid") in current_jobs:
+        return ""
+    return _job_event_note(event)
+
+
 def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str,
                 current_jobs: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Why each of ``gang`` restarts happened, oldest first: what this process saw of each attempt's failed
@@ -661,43 +886,15 @@ def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjo
     the failed ``node`` Job at each gang restart and creates it again under the same name, so each
     attempt's Job has its own uid and one failure event: ordered by time, the last ``gang`` of them (the
     running attempt's Job, ``current_jobs``, left out) are attempts 0 to ``gang`` - 1."""
-    mine = sorted((e for e in events if _event_object(e).get("name", "") == trainjob
-                   or _event_object(e).get("name", "").startswith(f"{trainjob}-")),
-                  key=lambda e: (_event_time(e), (e.get("metadata") or {}).get("name", "")))
-    incarnations: dict[str, dict] = {}
-    for i, e in enumerate(mine):
-        obj = _event_object(e)
-        if obj.get("kind") == "Job" and e.get("reason") in JOB_FAILURE_EVENTS and obj.get("uid") not in current_jobs:
-            incarnations.setdefault(obj.get("uid") or f"event {i}", e)
-    failed_jobs = list(incarnations.values())[-gang:] if gang else []
+    mine = _events_of_job(events, trainjob)
+    failed_jobs = _failed_job_events(mine, gang, current_jobs)
     from_events = {gang - len(failed_jobs) + i: job_failure_cause(e, trainjob) for i, e in enumerate(failed_jobs)}
-    causes, unexplained = [], False
-    for attempt in range(gang):
-        if attempt in seen:
-            causes.append(f"attempt {attempt}: {seen[attempt]}")
-        elif attempt in from_events:
-            text, has_code = from_events[attempt]
-            causes.append(f"attempt {attempt}: {text}")
-            unexplained |= not has_code
-        else:
-            unexplained = True
+    # What this process saw of a failed pod names its exit code, and comes first.
+    causes, unexplained = _attempt_causes(gang, {**from_events, **{a: (text, True) for a, text in seen.items()}})
     if not unexplained:
         return tuple(causes)
-    said: list[str] = []
     used = {id(e) for e in failed_jobs}
-    for e in mine:
-        obj, reason, times = _event_object(e), e.get("reason", ""), e.get("count") or 1
-        often = f" ({times} times)" if times > 1 else ""
-        if reason in DISRUPTION_EVENTS and obj.get("kind") == "Pod":
-            said.append(f"pod {obj.get('name')} {DISRUPTION_EVENTS[reason]}{often}: {_event_text(e)}".rstrip(": "))
-        elif id(e) in used or obj.get("uid") in current_jobs:
-            continue
-        elif reason == "PodFailurePolicy" and obj.get("kind") == "Job":
-            said.append(f"Job {obj.get('name')}{often}: {_event_text(e)}")
-        elif reason in JOB_FAILURE_EVENTS and obj.get("kind") == "Job":
-            # The pod that failed went with its attempt, and its exit code with it.
-            said.append(f"a pod of Job {obj.get('name')} failed{often} ({reason})")
-    said = list(dict.fromkeys(said))
+    said = [note for note in dict.fromkeys(_event_note(e, used, current_jobs) for e in mine) if note]
     return tuple(causes + (["events: " + ", ".join(said)] if said else []))
 
 
@@ -749,7 +946,7 @@ class JobView:
 
     @property
     def nodes(self) -> int:
-        return ((self.trainjob.get("spec") or {}).get("trainer") or {}).get("numNodes") or 0
+        return nested(self.trainjob, "spec", "trainer", "numNodes", default=0)
 
     @property
     def events(self) -> list[dict]:
@@ -767,19 +964,23 @@ class JobView:
     def runs_ft_launcher(self) -> bool:
         return runs_ft_launcher(self.trainjob)
 
+    def node_log(self, pod: str, tail_lines: int) -> Optional[list[str]]:
+        """The last ``tail_lines`` of a node pod's log (None when it cannot be read)."""
+        try:
+            return list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, tail_lines=tail_lines))
+        except ClusterError:
+            return None
+
     def in_job_restarts_of_nodes(self) -> Optional[InJobRestarts]:
         """ft_launcher's restarts so far, from the last ``IN_JOB_TAIL`` lines of every node's log (one log
         read per node; None when no log can be read). Every agent logs every restart of the group and the
         rendezvous round it joins, but only the node whose worker died says how: ``first_failure`` names it."""
         found: dict[int, InJobRestarts] = {}
         for node, pod in sorted(self.newest_nodes().items()):
-            try:
-                lines = list(self.cluster.pod_log(_name(pod), self.namespace, container=TRAINER_NODE,
-                                                  tail_lines=IN_JOB_TAIL))
-            except ClusterError:
-                continue
-            self.node_lines[node] = lines
-            found[node] = read_in_job_restarts(lines)
+            lines = self.node_log(_name(pod), IN_JOB_TAIL)
+            if lines is not None:
+                self.node_lines[node] = lines
+                found[node] = read_in_job_restarts(lines)
         return first_failure(found)
 
     def gang_restarts(self) -> int:
@@ -792,14 +993,11 @@ class JobView:
         """The uids of the Jobs that own the newest ``node`` pods (the current attempt's); without the
         running pods at hand, those of the JobSet's Jobs of its current attempt (one metadata-only list)."""
         if self.jobset is None:
-            return frozenset(ref.get("uid") for p in self.newest_nodes().values()
-                             for ref in p["metadata"].get("ownerReferences") or [] if ref.get("kind") == "Job")
+            return _owner_uids(self.newest_nodes().values(), "Job")
         if self._current_jobs is None:
-            attempt, uid = str(jobset_restarts(self.jobset)), self.jobset["metadata"].get("uid")
             jobs = self.cluster.list_metadata("Job", self.namespace, f"{JOBSET_NAME_LABEL}={self.name}")
-            self._current_jobs = frozenset(
-                j["metadata"].get("uid") for j in jobs if not j["metadata"].get("deletionTimestamp")
-                and _labels(j).get(RESTART_ATTEMPT_LABEL) == attempt and _labels(j).get(JOBSET_UID_LABEL) == uid)
+            self._current_jobs = frozenset(job["metadata"].get("uid") for job in jobs
+                                           if _of_current_attempt(job, self.jobset))
         return self._current_jobs
 
     def attempts_seen(self) -> bool:
@@ -807,33 +1005,56 @@ class JobView:
 
     def failures_by_attempt(self) -> dict[int, str]:
         """Attempt -> how its first ``node`` pod ended, for the pods at hand that failed or were disrupted."""
-        found: dict[int, tuple[str, str]] = {}
+        ends: dict[int, list[tuple[str, str]]] = {}
         for pod in self.node_pods:
-            attempt, how = restart_attempt(pod), pod_end(pod)
-            if attempt is None or not how:
-                continue
-            term = next((t for _, t in failed_containers(pod)), {})
-            when = term.get("finishedAt") or pod["metadata"].get("deletionTimestamp") or "~"
-            what = f"node {_labels(pod).get(COMPLETION_INDEX_LABEL, '?')} (pod {_name(pod)}) {how}"
-            if attempt not in found or when < found[attempt][0]:
-                found[attempt] = (when, what)
-        return {attempt: what for attempt, (_, what) in found.items()}
+            attempt, end = restart_attempt(pod), _node_pod_end(pod)
+            if attempt is not None and end is not None:
+                ends.setdefault(attempt, []).append(end)
+        # min keeps the first of pods that ended at the same time.
+        return {attempt: min(found, key=lambda end: end[0])[1] for attempt, found in ends.items()}
+
+    def in_place_restarts(self) -> int:
+        """The containers the kubelet restarted in place in the newest ``node`` pods."""
+        return sum(cs.get("restartCount") or 0 for p in self.newest_nodes().values()
+                   for cs in nested(p, "status", "containerStatuses", default=[]))
 
     def restarts(self, *, seen: Optional[dict[int, str]] = None, in_job: Optional[InJobRestarts] = None,
                  condition_reason: str = "") -> Restarts:
         """How often the job restarted, of which kind, and why. ``seen``: what this process saw of
         earlier attempts' failed pods; ``in_job``: ft_launcher's restarts read from node logs."""
         gang = self.gang_restarts()
-        causes: tuple[str, ...] = ()
-        if gang:
-            causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name,
-                                 self.current_jobs())
-        in_place = sum(cs.get("restartCount") or 0 for p in self.newest_nodes().values()
-                       for cs in (p.get("status") or {}).get("containerStatuses") or [])
-        return Restarts(gang=gang, gang_causes=causes, in_job=in_job.count if in_job else None,
-                        in_job_cause=in_job.why if in_job else "", in_place=in_place,
-                        failed_fast=condition_reason == FAIL_FAST_REASON,
-                        not_applied=in_job.not_applied if in_job else "")
+        causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name,
+                             self.current_jobs()) if gang else ()
+        restarts = Restarts(gang=gang, gang_causes=causes, in_place=self.in_place_restarts(),
+                            failed_fast=condition_reason == FAIL_FAST_REASON)
+        if in_job is None:
+            return restarts
+        return replace(restarts, in_job=in_job.count, in_job_cause=in_job.why, not_applied=in_job.not_applied)
+
+
+def _owner_uids(objs: Iterable[dict], kind: str) -> frozenset[str]:
+    """The uids of the owners of kind ``kind`` of ``objs``."""
+    return frozenset(ref.get("uid") for obj in objs for ref in nested(obj, "metadata", "ownerReferences", default=[])
+                     if ref.get("kind") == kind)
+
+
+def _of_current_attempt(job: dict, jobset: dict) -> bool:
+    """Whether a Job (its metadata) is one of the JobSet's current attempt: labelled with the JobSet's uid
+    and restart count, and not being deleted."""
+    labels = _labels(job)
+    return not job["metadata"].get("deletionTimestamp") and \
+        labels.get(RESTART_ATTEMPT_LABEL) == str(jobset_restarts(jobset)) and \
+        labels.get(JOBSET_UID_LABEL) == jobset["metadata"].get("uid")
+
+
+def _node_pod_end(pod: dict) -> Optional[tuple[str, str]]:
+    """(when, how) a ``node`` pod ended: "node 1 (pod p) exited with code 3" (None while it runs)."""
+    how = pod_end(pod)
+    if not how:
+        return None
+    term = next((t for _, t in failed_containers(pod)), {})
+    when = term.get("finishedAt") or pod["metadata"].get("deletionTimestamp") or "~"
+    return when, f"node {_node_index(pod)} (pod {_name(pod)}) {how}"
 
 
 #: The pods a running job's look reads (``JobView.read_running``): a field selector every API server serves.
@@ -843,22 +1064,21 @@ NOT_RUNNING = "status.phase!=Running"
 def runs_ft_launcher(trainjob: dict) -> bool:
     """Whether the job's nodes run ft_launcher (only then does the TrainJob's trainer env carry the gang
     attempt for its rendezvous id)."""
-    env = ((trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []
+    env = nested(trainjob, "spec", "trainer", "env", default=[])
     return any(e.get("name") == RESTART_ATTEMPT_ENV for e in env)
 
 
 def jobset_restarts(jobset: dict) -> int:
     """JobSet's gang restarts so far (``status.restarts``: the restart-attempt label of its newest pods)."""
-    return int((jobset.get("status") or {}).get("restarts") or 0)
+    return int(nested(jobset, "status", "restarts", default=0))
 
 
 def restarts_in_place(jobset: dict) -> bool:
     """Whether the JobSet's ``node`` pods may restart containers in place (``restartPolicy`` other than
     Never; JobSet's default is OnFailure): only the running pods then count their restarts."""
-    for rjob in ((jobset.get("spec") or {}).get("replicatedJobs") or []):
+    for rjob in nested(jobset, "spec", "replicatedJobs", default=[]):
         if rjob.get("name") == TRAINER_NODE:
-            pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-            return pod_spec.get("restartPolicy") != "Never"
+            return nested(rjob, "template", "spec", "template", "spec", "restartPolicy") != "Never"
     return True
 
 
@@ -870,18 +1090,18 @@ class Verdict:
     fatal: bool = False
 
 
+def _before_pods(view: JobView) -> str:
+    """What a job without ``node`` pods yet waits for: its initializers, else Trainer's Warning about the
+    TrainJob (Trainer reports a JobSet it cannot build only as a Warning event on it); "" when neither."""
+    return initializer_progress(view.pods) or trainjob_warning(view.events, view.name)
+
+
 def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
     """What a job that has not started waits for: its initializers, Trainer's Warning about the
     TrainJob (a JobSet it cannot build), then its pods (``pending_reason``)."""
     pods = view.node_pods
-    initializing = initializer_progress(view.pods)
-    if initializing and not pods:
-        return Verdict(AppState.PENDING, initializing)
-    if not pods:
-        # Trainer reports a JobSet it cannot build only as a Warning event on the TrainJob.
-        warning = trainjob_warning(view.events, view.name)
-        if warning:
-            return Verdict(AppState.PENDING, warning)
+    if not pods and (waits_for := _before_pods(view)):
+        return Verdict(AppState.PENDING, waits_for)
     reason = pending_reason(pods, view.events, nodes)
     if reason.fatal:
         return Verdict(AppState.FAILED, reason.message, fatal=True)
@@ -901,6 +1121,78 @@ DIAGNOSIS_TAIL = 300
 MAX_FAILED_NODES_READ = 3
 
 
+@dataclass(frozen=True)
+class _FailureExplained:
+    """The failed node whose log tells why the job failed (``why_failed``), and what its log says."""
+
+    node: Optional[NodeFailure] = None
+    #: "rank 3 on node 1: RuntimeError: ..." (``RankFailure.headline``).
+    headline: str = ""
+    #: The lines to quote: the failed rank's traceback, else the node's last lines.
+    quoted: tuple[str, ...] = ()
+    #: The node's last lines, as read.
+    tail: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, node: NodeFailure, why: RankFailure, lines: Sequence[str]) -> "_FailureExplained":
+        quoted = why.traceback[-SUMMARY_TAIL:] or tuple(lines[-SUMMARY_TAIL:])
+        return cls(node, why.headline(node.number()), quoted, tuple(lines))
+
+    def quote(self) -> str:
+        """"last lines of node 1:" and the quoted lines ("" when none)."""
+        if not self.quoted or self.node is None:
+            return ""
+        return f"last lines of node {self.node.index}:\n" + "\n".join(f"    {line}" for line in self.quoted)
+
+    def in_job_restarts(self) -> Optional[InJobRestarts]:
+        """ft_launcher's restarts in the node's last lines (None when none were read)."""
+        if not self.tail or self.node is None:
+            return None
+        return first_failure({self.node.number() or 0: read_in_job_restarts(self.tail)})
+
+
+def _explain_failure(view: JobView, failed: Sequence[NodeFailure]) -> _FailureExplained:
+    """The first node to fail, with what its log says; unless its log shows a launcher agent but names no
+    failed rank: the first to fail is not always where the failure began (when a rank fails, the launcher
+    agents of the other nodes fail too once their rendezvous closes, sometimes sooner), so the next failed
+    nodes' logs are read (up to ``MAX_FAILED_NODES_READ``) and the first that names the rank explains it."""
+    explained = _FailureExplained()
+    for failure in failed[:MAX_FAILED_NODES_READ]:
+        lines = view.node_log(failure.pod, DIAGNOSIS_TAIL) or []
+        why = read_rank_failure(lines, failure.exit_code)
+        if failure is failed[0] or why.rank is not None:
+            explained = _FailureExplained.of(failure, why, lines)
+        if why.rank is not None or not _launcher_agent_logged(lines):
+            break
+    return explained
+
+
+def _most_in_job_restarts(kept: Optional[InJobRestarts], read: Optional[InJobRestarts]) -> Optional[InJobRestarts]:
+    """The restarts in the lines a keeper holds, unless the failed node's lines just read count more."""
+    if read is not None and (kept is None or read.count > kept.count):
+        return read
+    return kept
+
+
+def _restarts_note(view: JobView, in_job: Optional[InJobRestarts], seen: Optional[dict[int, str]]) -> str:
+    """How often the failed job restarted, and why ("" when neither its pods' attempt labels nor the node logs
+    read can tell)."""
+    if not (view.attempts_seen() or in_job):
+        return ""
+    restarts = view.restarts(seen=seen, in_job=in_job, condition_reason=failed_reason(view.trainjob))
+    return restarts.note(finished=True)
+
+
+def _lost_logs_note(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"]) -> str:
+    """Which nodes' logs are lost, and why ("" when none is)."""
+    gone = nodes_without_log(view, job_dir, keeper)
+    if not gone:
+        return ""
+    # The Job controller deletes a failed Job's running pods, and their logs with them.
+    return ("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
+            "job failed (follow the logs while it runs to keep them)")
+
+
 def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optional["NodeLogKeeper"] = None,
                *, seen: Optional[dict[int, str]] = None) -> str:
     """Why a job failed: the failed rank and its exception (``read_rank_failure``), Trainer's
@@ -908,45 +1200,19 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
     preflight check that failed), the restarts before, and that node's last lines (its traceback
     when there is one). Reads only: saving each node's log to ``<job_dir>/logs/node-<i>.log`` (pods and
     their logs vanish when the job is deleted) is a repair step's (``logs_to_keep``)."""
-    cluster, namespace = view.cluster, view.namespace
-    pods = view.newest_nodes()
+    failed = failed_nodes(list(view.newest_nodes().values()))
     # An initializer or a preflight check that failed explains the failure better than a node.
     step = failed_step(view.pods)
-    failed = failed_nodes(list(pods.values()))
-    first = failed[0] if failed else None
-    detail = step or (first.detail() if first else "")
-    headline, quoted, tail, explained = "", [], [], first
-    # The first node to fail is not always where the failure began: when a rank fails, the launcher
-    # agents of the other nodes fail too once their rendezvous closes, sometimes sooner. So while a
-    # node's log shows a launcher agent but names no failed rank, the next failed node's log is read.
-    for failure in (failed[:MAX_FAILED_NODES_READ] if first and not step else []):
-        try:
-            lines = list(cluster.pod_log(failure.pod, namespace, container=TRAINER_NODE, tail_lines=DIAGNOSIS_TAIL))
-        except ClusterError:
-            lines = []
-        why = read_rank_failure(lines, failure.exit_code)
-        if failure is first or why.rank is not None:
-            explained, tail = failure, lines
-            headline = why.headline(int(failure.index) if failure.index.isdigit() else None)
-            quoted = list(why.traceback[-SUMMARY_TAIL:]) or lines[-SUMMARY_TAIL:]
-        if why.rank is not None or not any(_AGENT_LOG.search(line) for line in lines):
-            break
-    in_job = keeper_in_job_restarts(keeper)
-    from_tail = (first_failure({int(explained.index) if explained.index.isdigit() else 0: read_in_job_restarts(tail)})
-                 if tail and explained else None)
-    if from_tail and (in_job is None or from_tail.count > in_job.count):
-        in_job = from_tail
-    restarts = view.restarts(seen=seen, in_job=in_job, condition_reason=failed_reason(view.trainjob)) \
-        if view.attempts_seen() or in_job else None
-    parts = [p for p in (headline, condition, detail, restarts.note(finished=True) if restarts else "") if p]
-    if quoted and explained is not None:  # quoted lines are always some failed node's
-        parts.append(f"last lines of node {explained.index}:\n" + "\n".join(f"    {line}" for line in quoted))
-    gone = nodes_without_log(view, job_dir, keeper)
-    if gone:
-        # The Job controller deletes a failed Job's running pods, and their logs with them.
-        parts.append("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
-                     "job failed (follow the logs while it runs to keep them)")
-    return "; ".join(parts)
+    explained = _explain_failure(view, [] if step else failed)
+    in_job = _most_in_job_restarts(keeper_in_job_restarts(keeper), explained.in_job_restarts())
+    parts = (explained.headline, condition, step or (failed[0].detail() if failed else ""),
+             _restarts_note(view, in_job, seen), explained.quote(), _lost_logs_note(view, job_dir, keeper))
+    return "; ".join(part for part in parts if part)
+
+
+def _kept_nodes(keeper: Optional["NodeLogKeeper"]) -> set[int]:
+    """The nodes whose last lines a ``NodeLogKeeper`` holds."""
+    return {i for i, lines in keeper.kept_lines().items() if lines} if keeper is not None else set()
 
 
 def nodes_without_log(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:
@@ -954,9 +1220,8 @@ def nodes_without_log(view: JobView, job_dir: str, keeper: Optional["NodeLogKeep
     the job, no last lines kept by this process."""
     from nemo_kubeflow.observe.logs import node_log_path
 
-    kept = {i for i, lines in keeper.kept_lines().items() if lines} if keeper is not None else set()
     on_disk = {i for i in range(view.nodes) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()
-    return sorted(set(range(view.nodes)) - set(view.newest_nodes()) - kept - on_disk)
+    return sorted(set(range(view.nodes)) - set(view.newest_nodes()) - _kept_nodes(keeper) - on_disk)
 
 
 def logs_to_keep(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:
@@ -966,15 +1231,13 @@ def logs_to_keep(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] 
 
     if not job_dir:
         return []
-    kept = {i for i, lines in keeper.kept_lines().items() if lines} if keeper is not None else set()
-    readable = set(view.newest_nodes()) | kept
+    readable = set(view.newest_nodes()) | _kept_nodes(keeper)
     return sorted(i for i in readable if not os.path.exists(node_log_path(job_dir, i)))
 
 
 def failed_reason(trainjob: dict) -> str:
     """The reason of the TrainJob's ``Failed`` condition ("" when it has none)."""
-    return next((c.get("reason") or "" for c in (trainjob.get("status") or {}).get("conditions") or []
-                 if c.get("type") == "Failed" and c.get("status") == "True"), "")
+    return nested(true_condition(trainjob, "Failed"), "reason", default="")
 
 
 def keeper_in_job_restarts(keeper: Optional["NodeLogKeeper"]) -> Optional[InJobRestarts]:

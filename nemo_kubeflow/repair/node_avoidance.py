@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from nemo_kubeflow.constants import (
     HOSTNAME_LABEL,
@@ -39,6 +39,7 @@ from nemo_kubeflow.constants import (
 )
 from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.observe.observation import MOVE_OFF_NODES, RepairAction
+from nemo_kubeflow.observe.status import nested, true_condition
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.client import Cluster, ClusterReader
@@ -101,7 +102,7 @@ class Avoidance:
 
     @classmethod
     def of(cls, trainjob: Optional[dict]) -> "Avoidance":
-        text = _field(trainjob, "metadata", "annotations", ANNOTATION)
+        text = nested(trainjob, "metadata", "annotations", ANNOTATION)
         if not text or text == OFF:
             return cls()
         try:
@@ -127,30 +128,14 @@ class Avoidance:
         return Avoidance(self.avoided + self.moving, (), self.restarts_before + restarts, self.capped)
 
 
-def _field(obj: Optional[dict], *keys: str) -> Any:
-    """The value at ``keys`` below ``obj``; None where a level is absent, null or empty (the API server
-    leaves empty fields out)."""
-    for key in keys:
-        obj = (obj or {}).get(key)
-    return obj
-
-
 def _is_off(trainjob: dict) -> bool:
     """Whether the job was submitted with avoid_failed_nodes=False (the annotation's marker)."""
-    return _field(trainjob, "metadata", "annotations", ANNOTATION) == OFF
-
-
-def _condition(obj: Optional[dict], kind: str) -> Optional[dict]:
-    """The object's condition of type ``kind`` when it is "True", else None."""
-    for condition in _field(obj, "status", "conditions") or []:
-        if condition.get("type") == kind and condition.get("status") == "True":
-            return condition
-    return None
+    return nested(trainjob, "metadata", "annotations", ANNOTATION) == OFF
 
 
 def _restarts(jobset: Optional[dict]) -> int:
     """The JobSet's gang restarts so far (0 without a JobSet)."""
-    return int(_field(jobset, "status", "restarts") or 0)
+    return int(nested(jobset, "status", "restarts") or 0)
 
 
 # --- reading: which nodes failed the job ------------------------------------------------------------------
@@ -169,7 +154,7 @@ def node_faults(pods: Sequence[dict], events: Sequence[dict], trainjob: str) -> 
 def _pod_faults(pods: Sequence[dict]) -> Iterator[NodeFault]:
     """The node faults the pods still there carry (a ``DisruptionTarget`` condition with a node reason)."""
     for pod in pods:
-        condition, node = _condition(pod, "DisruptionTarget") or {}, _field(pod, "spec", "nodeName")
+        condition, node = true_condition(pod, "DisruptionTarget") or {}, nested(pod, "spec", "nodeName")
         if node and condition.get("reason") in NODE_FAULT_REASONS:
             yield NodeFault(node, pod["metadata"]["name"], f"DisruptionTarget ({condition.get('reason')}: "
                                                            f"{condition.get('message', '')})".replace(": )", ")"))
@@ -183,7 +168,7 @@ def _event_faults(events: Sequence[dict], trainjob: str) -> Iterator[NodeFault]:
     placed = _placements(pod_events)
     for event in sorted(pod_events, key=_event_time):
         pod = event["involvedObject"]["name"]
-        node = placed.get(pod) or _field(event, "source", "host")
+        node = placed.get(pod) or nested(event, "source", "host")
         if event.get("reason") in NODE_FAULT_EVENTS and node:
             yield NodeFault(node, pod, f"{event['reason']} ({event.get('message') or ''})")
 
@@ -221,7 +206,7 @@ def schedulable_nodes(nodes: Sequence[dict], node_selector: dict) -> list[str]:
 
 def _takes_pods(node: dict, node_selector: dict) -> bool:
     """Whether the node is Ready, not cordoned, and has the labels of the pods' nodeSelector."""
-    if not _condition(node, "Ready") or _field(node, "spec", "unschedulable"):
+    if not true_condition(node, "Ready") or nested(node, "spec", "unschedulable"):
         return False
     labels = node["metadata"].get("labels") or {}
     return all(labels.get(k) == v for k, v in node_selector.items())
@@ -265,9 +250,9 @@ def _plural(count: int) -> str:
 
 def _node_pod_spec(jobset: Optional[dict]) -> dict:
     """The pod spec of the JobSet's ``node`` replicated job ({} if none)."""
-    for rjob in _field(jobset, "spec", "replicatedJobs") or []:
+    for rjob in nested(jobset, "spec", "replicatedJobs") or []:
         if rjob.get("name") == TRAINER_NODE:
-            return _field(rjob, "template", "spec", "template", "spec") or {}
+            return nested(rjob, "template", "spec", "template", "spec") or {}
     return {}
 
 
@@ -288,7 +273,7 @@ def _hostname_not_in(nodes: list[str]) -> dict:
 
 def _required_terms(pod_spec: dict) -> list[dict]:
     """Copies of the pod's required node selector terms; one empty term (any node) if it has none."""
-    terms = _field(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+    terms = nested(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
                    "nodeSelectorTerms")
     return [dict(t) for t in terms or []] or [{}]
 
@@ -297,7 +282,7 @@ def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
     """The TrainJob's runtimePatches with this module's entry set to `affinity` (others kept as they are)."""
     ours = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": {"affinity": affinity}}}}}]}}}}
-    others = [p for p in _field(trainjob, "spec", "runtimePatches") or [] if p.get("manager") != PATCH_MANAGER]
+    others = [p for p in nested(trainjob, "spec", "runtimePatches") or [] if p.get("manager") != PATCH_MANAGER]
     return others + [ours]
 
 
@@ -333,7 +318,7 @@ def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, n
     if pods is None:
         pods, jobset = _pods(cluster, namespace, name), None
     key, attempt = _gang_key(namespace, trainjob, pods, jobset)
-    if attempt <= checked.get(key, 0) and not any(_condition(p, "DisruptionTarget") for p in pods):
+    if attempt <= checked.get(key, 0) and not any(true_condition(p, "DisruptionTarget") for p in pods):
         return status_line(avoidance), None  # looked at already, and no pod disrupted since
     line, action, settled = _recommend(cluster, namespace, name, trainjob, nodes_wanted, pods, avoidance)
     if settled:
@@ -439,7 +424,7 @@ def _record_capped(cluster: Cluster, namespace: str, name: str, avoidance: Avoid
 
 
 def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, avoidance: Avoidance) -> str:
-    if not _field(trainjob, "spec", "suspend"):  # suspended by the step before (or by hand)
+    if not nested(trainjob, "spec", "suspend"):  # suspended by the step before (or by hand)
         cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"suspend": True}})
     if not _stopped(_pods(cluster, namespace, name)):
         return f"{_avoiding(avoidance.moving)}: suspended, waiting for its pods to stop"
@@ -460,7 +445,7 @@ def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, 
 
 def _stopped(pods: Sequence[dict]) -> bool:
     """Whether every pod has stopped (Succeeded or Failed)."""
-    return all(_field(p, "status", "phase") in ("Succeeded", "Failed") for p in pods)
+    return all(nested(p, "status", "phase") in ("Succeeded", "Failed") for p in pods)
 
 
 def _resume(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance) -> str:

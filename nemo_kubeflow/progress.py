@@ -103,6 +103,14 @@ def metric_text(value: Any) -> str:
     return text[:MAX_METRIC_CHARS] or "-"
 
 
+def _rate(since: tuple[int, float], step: int, now: float) -> Optional[float]:
+    """Steps per second from ``since`` (a step and its time) to ``step`` at ``now``; None without a new step
+    or time between them."""
+    if now <= since[1] or step <= since[0]:
+        return None
+    return (step - since[0]) / (now - since[1])
+
+
 def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat()
 
@@ -134,14 +142,19 @@ class Report:
             status["progressPercentage"] = self.percent
         if self.eta_seconds is not None:
             status["estimatedRemainingSeconds"] = min(self.eta_seconds, 2**31 - 1)
+        ours = self._own_metrics()
+        metrics = {**ours, **{k: v for k, v in self.metrics.items() if k not in ours}}
+        status["metrics"] = [{"name": k, "value": v} for k, v in list(metrics.items())[:MAX_METRICS]]
+        return status
+
+    def _own_metrics(self) -> dict[str, str]:
+        """Step, total and rate, as metrics: ``status.trainerStatus`` has no field for them."""
         ours = {STEP_METRIC: str(self.step)}
         if self.total_steps:
             ours[TOTAL_METRIC] = str(self.total_steps)
         if self.steps_per_second is not None:
             ours[RATE_METRIC] = metric_text(float(self.steps_per_second))
-        metrics = {**ours, **{k: v for k, v in self.metrics.items() if k not in ours}}
-        status["metrics"] = [{"name": k, "value": v} for k, v in list(metrics.items())[:MAX_METRICS]]
-        return status
+        return ours
 
     def as_line(self) -> str:
         """The marked log line: ``LINE_MARKER`` then one JSON object of ``LINE_FIELDS``."""
@@ -194,14 +207,28 @@ class StatusServer:
                 self._wake.notify_all()
 
     def send(self, report: Report) -> None:
-        """One POST, as the SDK makes it; raises on anything but 200."""
+        """One POST, as the SDK makes it; raises on anything but 200. The token is read at each send (the
+        kubelet rotates it); a 401 or 403 to a token that has changed since it was read (rotated meanwhile)
+        is tried once more with the new one."""
+        body = json.dumps({"trainerStatus": report.trainer_status()}).encode()
+        token = self._token()
+        try:
+            self._post(body, token)
+        except urllib.error.HTTPError as error:
+            if error.code not in (401, 403) or self._token() == token:
+                raise
+            self._post(body, self._token())
+
+    def _token(self) -> str:
         if not self.token_file:
             raise OSError(f"{SERVER_TOKEN_ENV} is not set")
-        with open(self.token_file, encoding="utf-8") as f:  # read each time: the kubelet rotates it
-            token = f.read().strip()
+        with open(self.token_file, encoding="utf-8") as f:
+            return f.read().strip()
+
+    def _post(self, body: bytes, token: str) -> None:
+        # The CA file is read at each send too: Trainer's certificate can be renewed (the ConfigMap follows).
         context = ssl.create_default_context(cafile=self.ca_file if self.ca_file and os.path.exists(self.ca_file)
                                              else None)
-        body = json.dumps({"trainerStatus": report.trainer_status()}).encode()
         request = urllib.request.Request(self.url, data=body, method="POST", headers={
             "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=context) as response:
@@ -232,10 +259,7 @@ class Reporter:
         self._stream, self._clock, self._wall = stream, clock, wall_clock
         mode = (env.get(MODE_ENV) or "").strip().lower()
         self.enabled = mode != "off" and in_trainjob(env) and is_rank_zero(env)
-        self.server: Optional[StatusServer] = None
-        if self.enabled and mode != "log" and env.get(SERVER_URL_ENV):
-            self.server = StatusServer(env[SERVER_URL_ENV], env.get(SERVER_CA_CERT_ENV), env.get(SERVER_TOKEN_ENV),
-                                       self._server_failed)
+        self.server = self._status_server(env, mode)
         self._lock = threading.Lock()
         self._first: Optional[tuple[int, float]] = None
         self._written: Optional[tuple[int, float]] = None
@@ -244,6 +268,13 @@ class Reporter:
         self._backoff = 0.0
         self._failed_said = False
         self.writes = 0
+
+    def _status_server(self, env: Mapping[str, str], mode: str) -> Optional[StatusServer]:
+        """Trainer's status server, where the pod is offered one and ``MODE_ENV`` does not force the log line."""
+        if not self.enabled or mode == "log" or not env.get(SERVER_URL_ENV):
+            return None
+        return StatusServer(env[SERVER_URL_ENV], env.get(SERVER_CA_CERT_ENV), env.get(SERVER_TOKEN_ENV),
+                            self._server_failed)
 
     @property
     def transport(self) -> str:
@@ -270,19 +301,22 @@ class Reporter:
                 self.total_steps = int(_number(total_steps)) or None
             if self._first is None:
                 self._first = (step, now)
-            last = self._written or self._first
-            final = self.total_steps is not None and step >= self.total_steps
-            due = self._written is None or now - self._written[1] >= self.interval or final
             if self._written is not None and step == self._written[0]:
                 return False  # no new step: nothing new to say (status sees the step's time)
-            rate = (step - last[0]) / (now - last[1]) if now > last[1] and step > last[0] else None
+            rate = _rate(self._written or self._first, step, now)
             report = Report(step, self.total_steps, metrics, self._wall(), rate)
-            if not due:
+            if not self._due(step, now):
                 self._unwritten = report
                 return False
             self._written, self._unwritten = (step, now), None
         self._write(report)
         return True
+
+    def _due(self, step: int, now: float) -> bool:
+        """Whether ``step`` is written now: the first write, the interval passed since the last, or the last step."""
+        if self._written is None or now - self._written[1] >= self.interval:
+            return True
+        return self.total_steps is not None and step >= self.total_steps
 
     def flush(self, timeout: float = 2 * REQUEST_TIMEOUT_S) -> None:
         """Write the newest report the interval held back (at the end of training), and wait for it."""

@@ -254,6 +254,13 @@ class LocalCluster:
     def clear_requests(self) -> None:
         self._hooks.clear()
 
+    def rotate_service_account_tokens(self) -> int:
+        """A service-account token rotation: the tokens' signing key changes, the kubelet rewrites every
+        running pod's projected tokens with the new key, and then the old tokens are refused (Trainer's status
+        server answers 403 to them). Returns how many token files were rewritten."""
+        with self.tokens.rotation():
+            return self._kubelet.refresh_tokens() if self._kubelet is not None else 0
+
     def api_counters(self) -> list[ApiCount]:
         """Requests and response body bytes per verb and resource, as the API server counted them (every
         HTTP request: clients, the node agent; the emulated controllers read the store, not HTTP), since

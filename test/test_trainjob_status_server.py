@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 
 import pytest
 from torchx.specs import Role
@@ -25,19 +26,31 @@ NS = "status-server"
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
-    with LocalCluster(workdir=tmp_path_factory.mktemp("gated"), feature_gates=(ts.FEATURE_GATE,)) as cluster:
-        cluster.create_namespace(NS)
+    with gated_cluster(tmp_path_factory.mktemp("gated"), NS) as cluster:
+        yield cluster
+
+
+@contextmanager
+def gated_cluster(workdir, namespace):
+    """A local cluster with the TrainJobStatus gate on, and ``namespace`` in it."""
+    with LocalCluster(workdir=workdir, feature_gates=(ts.FEATURE_GATE,)) as cluster:
+        cluster.create_namespace(namespace)
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def job(gated):
     """A TrainJob whose one node sleeps (its pod shows what the plugin gave it)."""
-    executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, namespace=NS)
-    role = Role(name="train", image="", entrypoint="bash", args=["-c", "sleep 120"])
+    return sleeping_trainjob(gated, NS, 120)
+
+
+def sleeping_trainjob(cluster, namespace, seconds):
+    """Submit a TrainJob whose one node sleeps ``seconds``; returns its name."""
+    executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, namespace=namespace)
+    role = Role(name="train", image="", entrypoint="bash", args=["-c", f"sleep {seconds}"])
     sub = build_submission(executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name="train",
-                           experiment_id="status-server")
-    submit(KubernetesCluster(kubeconfig=str(gated.kubeconfig_path)), sub)
+                           experiment_id=namespace)
+    submit(KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path)), sub)
     return sub.name
 
 

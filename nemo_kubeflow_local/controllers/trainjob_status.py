@@ -17,7 +17,9 @@ Two halves, as in Trainer (pkg/runtime/framework/plugins/trainjobstatus and pkg/
 
 Differences, on one host: the URL names 127.0.0.1 and this server's port rather than the webhook Service's
 DNS name; tokens are this cluster's own (HS256, signed by the server; a real cluster's are the API server's
-OIDC-verifiable service-account tokens) and the kubelet does not rotate them.
+OIDC-verifiable service-account tokens), and the kubelet rotates them only when asked
+(``LocalCluster.rotate_service_account_tokens``: a new signing key, the pods' token files rewritten, the old
+tokens refused).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ import re
 import secrets
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.store import Store
@@ -77,7 +80,19 @@ class TokenIssuer:
     """Service-account tokens of this cluster (the TokenRequest API's part): JWTs, HS256."""
 
     def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
+        #: The first key signs; a token signed by any of them verifies (two only during a ``rotation``).
+        self._keys = [secrets.token_bytes(32)]
+
+    @contextmanager
+    def rotation(self) -> Iterator[None]:
+        """A signing-key rotation: the tokens issued in the block are signed by a new key, and from its end on
+        the tokens of the old key are refused. (A real kubelet refreshes a projected token at 80 % of its life
+        and the old one stays valid to its expiry; this is the harsher case, a token that stops working.)"""
+        self._keys.insert(0, secrets.token_bytes(32))
+        try:
+            yield
+        finally:
+            del self._keys[1:]
 
     def issue(self, namespace: str, service_account: str, audience: str, seconds: int = TOKEN_EXPIRY_S) -> str:
         now = int(time.time())
@@ -85,14 +100,14 @@ class TokenIssuer:
                   "sub": f"system:serviceaccount:{namespace}:{service_account}",
                   "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": service_account}}}
         signing = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + _b64(json.dumps(claims).encode())
-        return signing + "." + _b64(hmac.new(self._key, signing.encode(), hashlib.sha256).digest())
+        return signing + "." + _b64(hmac.new(self._keys[0], signing.encode(), hashlib.sha256).digest())
 
     def verify(self, token: str, audience: str) -> Optional[dict]:
         """The claims of a token this issuer signed, unexpired, for ``audience``; None otherwise."""
         try:
             header, payload, signature = token.split(".")
-            expected = hmac.new(self._key, f"{header}.{payload}".encode(), hashlib.sha256).digest()
-            if not hmac.compare_digest(expected, _unb64(signature)):
+            signed = [hmac.new(key, f"{header}.{payload}".encode(), hashlib.sha256).digest() for key in self._keys]
+            if not any(hmac.compare_digest(expected, _unb64(signature)) for expected in signed):
                 return None
             claims = json.loads(_unb64(payload))
         except ValueError:

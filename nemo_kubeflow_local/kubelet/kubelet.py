@@ -568,6 +568,13 @@ class Kubelet:
         with self._lock:
             return self._workers.get(uid)
 
+    def refresh_tokens(self) -> int:
+        """Rewrite the projected service-account tokens of every pod this kubelet runs (its rotation, on
+        demand); returns how many token files it replaced."""
+        with self._lock:
+            workers = list(self._workers.values())
+        return sum(Volumes(self.backend, worker.pod, worker.dir, self.workdir).refresh_tokens() for worker in workers)
+
     def knows(self, uid: str) -> bool:
         with self._lock:
             return uid in self._workers

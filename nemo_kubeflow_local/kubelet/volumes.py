@@ -4,6 +4,7 @@ and the path map that points a container's mount paths at them."""
 from __future__ import annotations
 
 import base64
+import os
 import re
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def _write_file(path: Path, content: bytes, mode: int) -> None:
         path.chmod(0o600)
     path.write_bytes(content)
     path.chmod(mode)
+
+
+def _replace_file(path: Path, content: bytes, mode: int) -> None:
+    """``path`` replaced whole: written aside, then renamed over it."""
+    aside = path.with_name(f".{path.name}.new")
+    _write_file(aside, content, mode)
+    os.replace(aside, path)
 
 
 class Volumes:
@@ -116,8 +124,25 @@ class Volumes:
             files[item["path"]] = (data[item["key"]], item.get("mode", mode))
         return files
 
+    def refresh_tokens(self) -> int:
+        """Replace each projected service-account token file already written with a new token, as the
+        kubelet's rotation does (atomically: a reader sees the old token or the new one). Returns how many."""
+        refreshed = 0
+        for volume in self.pod["spec"].get("volumes") or []:
+            projected = volume.get("projected") or {}
+            for source in projected.get("sources") or []:
+                if "serviceAccountToken" not in source:
+                    continue
+                path = self.local_dir(volume) / source["serviceAccountToken"]["path"]
+                if path.exists():
+                    [(content, mode)] = self._token_file(source["serviceAccountToken"],
+                                                         projected.get("defaultMode", 0o644)).values()
+                    _replace_file(path, content, mode)
+                    refreshed += 1
+        return refreshed
+
     def _token_file(self, source: dict, mode: int) -> dict[str, tuple[bytes, int]]:
-        """A projected service-account token (written once: this kubelet does not rotate it)."""
+        """A projected service-account token (rewritten only by ``refresh_tokens``)."""
         account = self.pod["spec"].get("serviceAccountName") or "default"
         try:
             token = self.store.service_account_token(self.namespace, account, source.get("audience") or "",

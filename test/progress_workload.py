@@ -4,21 +4,25 @@ Shipped with nemo_kubeflow/__init__.py and nemo_kubeflow/progress.py of this che
 packager): the pods' Python then imports this checkout's progress module, as an image with nemo-kubeflow
 installed would."""
 
+import os
 import time
 
 
-def train(steps: int, seconds_per_step: float, interval: float, hang_at: int = 0) -> None:
+def train(steps: int, seconds_per_step: float, interval: float, hang_at: int = 0, release_file: str = "") -> None:
     """``steps`` steps of ``seconds_per_step``, reported with a loss; from step ``hang_at`` on, no new step
-    (it keeps printing, so the log is never silent), until killed."""
+    (it keeps printing, so the log is never silent), until killed. With ``release_file``, the steps take no
+    time once that file exists (the test says when the job may end; the pods share the test's host)."""
     from nemo_kubeflow import progress
 
     with progress.reporting(steps, interval=interval) as reporter:
         print(f"progress from {progress.__file__} via {reporter.transport}", flush=True)
         for step in range(1, steps + 1):
-            time.sleep(seconds_per_step)
+            if not (release_file and os.path.exists(release_file)):
+                time.sleep(seconds_per_step)
             reporter.report(step, loss=round(10.0 / step, 4))
             while step == hang_at:
                 print(f"waiting at step {step}", flush=True)
                 time.sleep(0.5)
     sent = reporter.server.sent if reporter.server is not None else 0
     print(f"progress done: {reporter.writes} writes, {sent} to the status server", flush=True)
+

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import ctypes
 import datetime
 import ipaddress
@@ -235,20 +236,44 @@ class RealControlPlane:
             return
         self._stopped = True
         for _, proc in list(self.processes.items())[::-1]:
-            if proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.STOP_GRACE)
-                except subprocess.TimeoutExpired:
-                    pass
-            _signal_group(proc.pid, signal.SIGKILL)  # and whatever the process itself started
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
+            self._stop_process(proc)
         for log in getattr(self, "_logs", []):
             log.close()
         atexit.unregister(self.stop)
+
+    def _stop_process(self, proc: subprocess.Popen) -> None:
+        """SIGTERM to its group, SIGKILL after STOP_GRACE seconds (and to whatever the process itself started)."""
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+    @contextlib.contextmanager
+    def trainer_feature_gates(self, gates: dict):
+        """Trainer's controller manager restarted with these feature gates for the block, and with the stage's
+        own (TRAINER_FEATURE_GATES) again after it, even when the block fails: for a test of a Trainer that
+        runs without one (TrainJobStatus off: no status server, no env in the pods)."""
+        self.restart_trainer(gates)
+        try:
+            yield self
+        finally:
+            self.restart_trainer(TRAINER_FEATURE_GATES)
+
+    def restart_trainer(self, gates: dict) -> None:
+        """Stop Trainer's controller manager, start it with ``gates``, and wait until it is ready and its
+        webhook answers (TrainJobs are refused meanwhile: its webhooks fail closed)."""
+        self._stop_process(self.processes["trainer-controller-manager"])
+        self._start_trainer(gates)
+        port = self.ports["trainer-health"]
+        self._wait(lambda: _http_ok(f"http://127.0.0.1:{port}/readyz"), "trainer", "/readyz")
+        self._wait(lambda: self._webhook_answers(self.ports["trainer-webhook"]), "trainer", "its webhook server")
 
     def pids(self) -> dict:
         return {name: proc.pid for name, proc in self.processes.items()}
@@ -419,7 +444,7 @@ class RealControlPlane:
             serving.symlink_to(self._serving_cert_dir(component))
         return {"KUBECONFIG": str(self.kubeconfig_path), "TMPDIR": str(tmp)}
 
-    def _start_trainer(self) -> None:
+    def _start_trainer(self, gates: dict = TRAINER_FEATURE_GATES) -> None:
         config = self._write_config("trainer", {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['trainer-health']}"},
@@ -428,9 +453,9 @@ class RealControlPlane:
             "leaderElection": {"leaderElect": False},
             "certManagement": {"enable": False},
             "statusServer": {"port": self.ports["trainer-status"]},
-            "featureGates": TRAINER_FEATURE_GATES,
+            "featureGates": gates,
         })
-        if TRAINER_FEATURE_GATES.get("TrainJobStatus"):
+        if gates.get("TrainJobStatus"):
             self._trainer_status_server_prerequisites()
         self._spawn("trainer-controller-manager", [
             str(self.binaries["trainer-controller-manager"]), f"--config={config}"], self._controller_env("trainer"))

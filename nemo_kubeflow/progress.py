@@ -103,6 +103,13 @@ def metric_text(value: Any) -> str:
     return text[:MAX_METRIC_CHARS] or "-"
 
 
+def percent_done(step: Optional[int], total_steps: Optional[int]) -> Optional[int]:
+    """``step`` of ``total_steps`` in whole percent, 0 to 100; None without both."""
+    if step is None or not total_steps:
+        return None
+    return max(0, min(100, int(step * 100 // total_steps)))
+
+
 def _rate(since: tuple[int, float], step: int, now: float) -> Optional[float]:
     """Steps per second from ``since`` (a step and its time) to ``step`` at ``now``; None without a new step
     or time between them."""
@@ -131,9 +138,7 @@ class Report:
 
     @property
     def percent(self) -> Optional[int]:
-        if not self.total_steps:
-            return None
-        return max(0, min(100, int(self.step * 100 // self.total_steps)))
+        return percent_done(self.step, self.total_steps)
 
     def trainer_status(self) -> dict:
         """``status.trainerStatus`` as the Kubeflow SDK's ``update_trainjob_status`` sends it."""

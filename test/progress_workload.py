@@ -26,3 +26,20 @@ def train(steps: int, seconds_per_step: float, interval: float, hang_at: int = 0
     sent = reporter.server.sent if reporter.server is not None else 0
     print(f"progress done: {reporter.writes} writes, {sent} to the status server", flush=True)
 
+
+def chatty_train(steps: int, seconds_per_step: float, interval: float, lines_per_step: int, line_bytes: int,
+                 flood_from: int = 0) -> None:
+    """``train`` that prints ``lines_per_step`` lines of ``line_bytes`` after each step's report; from step
+    ``flood_from`` on, no new step, and a flood of such lines (50 every 0.2 s) until killed."""
+    from nemo_kubeflow import progress
+
+    chatter = "x" * max(0, line_bytes - 1)
+    with progress.reporting(steps, interval=interval) as reporter:
+        for step in range(1, steps + 1):
+            time.sleep(seconds_per_step)
+            reporter.report(step, loss=round(10.0 / step, 4))
+            if lines_per_step:
+                print("\n".join([chatter] * lines_per_step), flush=True)
+            while step == flood_from:
+                print("\n".join([chatter] * 50), flush=True)
+                time.sleep(0.2)

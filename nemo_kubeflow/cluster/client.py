@@ -146,7 +146,7 @@ class ClusterReader(Protocol):
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
                 follow: bool = False, tail_lines: Optional[int] = None,
                 since_seconds: Optional[int] = None, since_time: Optional[str] = None,
-                timestamps: bool = False) -> Iterator[str]: ...
+                timestamps: bool = False, limit_bytes: Optional[int] = None) -> Iterator[str]: ...
     def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
                        since_time: Optional[str] = None, idle_timeout: Optional[float] = None) -> "LogStream": ...
 
@@ -492,11 +492,12 @@ class KubernetesCluster:
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
                 follow: bool = False, tail_lines: Optional[int] = None,
                 since_seconds: Optional[int] = None, since_time: Optional[str] = None,
-                timestamps: bool = False) -> Iterator[str]:
+                timestamps: bool = False, limit_bytes: Optional[int] = None) -> Iterator[str]:
         """Lines of a pod's log (without newlines). With ``follow``, until the container ends;
         with ``since_seconds``, only the lines of that many last seconds; with ``since_time``
         (RFC 3339; the kubelet gets it to the second), those of that second and later; with
-        ``timestamps``, each line starts with its RFC 3339 time and a space."""
+        ``timestamps``, each line starts with its RFC 3339 time and a space; with ``limit_bytes``, the
+        first that many bytes of what the others select (the kubelet cuts there, mid-line too)."""
         query: list = []
         if container:
             query.append(("container", container))
@@ -510,6 +511,8 @@ class KubernetesCluster:
             query.append(("sinceTime", since_time))
         if timestamps:
             query.append(("timestamps", "true"))
+        if limit_bytes is not None:
+            query.append(("limitBytes", str(limit_bytes)))
         resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
                           name=name, namespace=namespace, query=query, stream=True, retry=not follow)
         return _iter_lines(resp)

@@ -453,9 +453,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         now = datetime.now(timezone.utc)
         facts = [reported.text() if reported else "", restarts]
         if record is not None and record.stall_warning_seconds:
-            # Progress says whether steps go on; without it, log silence is the sign.
-            facts.insert(0, progress_view.stall_message(reported, record.stall_warning_seconds, now) if reported
-                         else self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
+            # Progress says whether steps go on; without it (or with a step not known to be current), log
+            # silence is the sign.
+            facts.insert(0, progress_view.stall_message(reported, record.stall_warning_seconds, now)
+                         if reported and not reported.stale else self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
         look.message = "; ".join(f for f in facts if f) or look.message
 
     @staticmethod

@@ -6,11 +6,14 @@ Where it comes from, cheapest first:
 * ``status.trainerStatus`` (Trainer's TrainJobStatus feature gate on): in the TrainJob that ``describe``
   has already read, so no request at all.
 * Else rank 0's marked log line (``progress.LINE_MARKER``): from node 0's lines this process already has
-  (a waiting process follows the node logs; an ft_launcher job's look reads them for its restarts), else one
-  log read of node 0's newest pod, its last ``TAIL_LINES`` lines, at most once per ``RECHECK_S`` (and, where the
-  look read only the pods not running, a metadata-only list of node 0's pods for its name).
+  (a waiting process follows the node logs; an ft_launcher job's look reads them for its restarts), else
+  node 0's newest pod's log: its last ``TAIL_LINES`` lines, never more than ``LOG_READ_BYTES`` a read (the
+  pod log API's ``limitBytes``), at most once per ``RECHECK_S`` (and, where the look read only the pods not
+  running, a metadata-only list of node 0's pods for its name).
 
-A job that reports nothing reads as no progress, and the stall warning then falls back to log silence.
+A job that reports nothing reads as no progress, and the stall warning then falls back to log silence. A
+step that is no longer known to be current (no progress line among the newest lines that could be read)
+is shown as such (``Progress.stale``), never as the current step.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from nemo_kubeflow import progress as reporting
 from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, REPLICATED_JOB_LABEL, TRAINER_NODE
@@ -32,9 +35,12 @@ if TYPE_CHECKING:
     from nemo_kubeflow.observe.diagnosis import JobView
     from nemo_kubeflow.observe.logs import NodeLogKeeper
 
-#: How much of node 0's log the fallback reads: a progress line followed by more lines is not seen (the
+#: How many of node 0's last lines the fallback reads: a progress line followed by more lines is not seen (the
 #: reporter writes one per interval, 30 s by default; the status server has no such limit).
 TAIL_LINES = 500
+#: The most bytes one read of node 0's log takes (``limitBytes``): a chatty job's 500 lines can be megabytes,
+#: and a running job's look is to read little (issue #26: 64 KiB a describe). At most two reads a look.
+LOG_READ_BYTES = 16 * 1024
 #: A process that keeps looking (an attached wait) reads the log line again at most this often.
 RECHECK_S = 10.0
 
@@ -54,27 +60,34 @@ class Progress:
     updated: Optional[datetime]
     #: "trainerStatus" or "log".
     source: str
+    #: Why this is not known to be the current step ("" when it is): rank 0's newest progress line was not
+    #: among the log lines that could be read, so this is the newest one seen, and may be old.
+    stale: str = ""
 
     def age(self, now: datetime) -> Optional[float]:
         return (now - self.updated).total_seconds() if self.updated else None
 
     def text(self) -> str:
         """``step 250 of 1000 (25%), 2.5 steps/s, ETA 5m 0s; loss=1.23, lr=0.0003 (at 09:00:12 UTC)``: the same
-        until rank 0 reports again (a wait and ``watch`` print each change)."""
-        if self.step is not None:
-            where = f"step {self.step}" + (f" of {self.total_steps}" if self.total_steps else "")
-            where += f" ({self.percent}%)" if self.percent is not None else ""
-        else:
-            where = f"{self.percent}% done" if self.percent is not None else "progress reported"
-        parts = [where]
-        if self.steps_per_second is not None:
-            parts.append(f"{self.steps_per_second:.3g} steps/s")
-        if self.eta_seconds is not None:
-            parts.append(f"ETA {format_duration(self.eta_seconds)}")
-        text = ", ".join(parts)
+        until rank 0 reports again (a wait and ``watch`` print each change). Not current: ``progress unknown
+        (why); rank 0 last reported step 250 of 1000 (25%), ...``."""
+        text = ", ".join([self._where(), *self._pace()])
         if self.metrics:
             text += "; " + ", ".join(f"{k}={v}" for k, v in self.metrics.items())
-        return text + (f" (at {self.updated.strftime('%H:%M:%S')} UTC)" if self.updated else "")
+        text += f" (at {self.updated.strftime('%H:%M:%S')} UTC)" if self.updated else ""
+        return f"progress unknown ({self.stale}); rank 0 last reported {text}" if self.stale else text
+
+    def _where(self) -> str:
+        """``step 250 of 1000 (25%)``; without a step, the percentage (another reporter's ``trainerStatus``)."""
+        percent = f" ({self.percent}%)" if self.percent is not None else ""
+        if self.step is None:
+            return f"{self.percent}% done" if self.percent is not None else "progress reported"
+        return f"step {self.step}" + (f" of {self.total_steps}" if self.total_steps else "") + percent
+
+    def _pace(self) -> list[str]:
+        """The rate and the ETA, those known."""
+        pace = [f"{self.steps_per_second:.3g} steps/s"] if self.steps_per_second is not None else []
+        return pace + ([f"ETA {format_duration(self.eta_seconds)}"] if self.eta_seconds is not None else [])
 
 
 def format_duration(seconds: int) -> str:
@@ -120,34 +133,54 @@ def from_trainjob(trainjob: dict) -> Optional[Progress]:
     status = (trainjob.get("status") or {}).get("trainerStatus")
     if not status:
         return None
-    metrics = {str(m.get("name")): str(m.get("value")) for m in status.get("metrics") or [] if m.get("name")}
+    metrics = _named_metrics(status.get("metrics"))
     step, total = _int(metrics.pop(reporting.STEP_METRIC, None)), _int(metrics.pop(reporting.TOTAL_METRIC, None))
     rate = _float(metrics.pop(reporting.RATE_METRIC, None))
     return Progress(step, total, status.get("progressPercentage"), rate, status.get("estimatedRemainingSeconds"),
                     metrics, _time(status.get("lastUpdatedTime")), "trainerStatus")
 
 
+def _named_metrics(items: Optional[list]) -> dict[str, str]:
+    """``trainerStatus.metrics`` (a list of name and value) as name -> value."""
+    return {str(m.get("name")): str(m.get("value")) for m in items or [] if m.get("name")}
+
+
 def from_log_lines(lines: Iterable[str]) -> Optional[Progress]:
     """The last marked progress line among ``lines`` (a prefix before the marker, torchrun's, is allowed)."""
     found = None
     for line in lines:
-        at = line.find(reporting.LINE_MARKER)
-        if at < 0:
-            continue
-        try:
-            fields = json.loads(line[at + len(reporting.LINE_MARKER):])
-        except ValueError:
-            continue
-        if isinstance(fields, dict):
-            found = fields
-    if found is None:
+        found = _marked_fields(line) or found
+    return _from_line_fields(found) if found is not None else None
+
+
+def _marked_fields(line: str) -> Optional[dict[str, Any]]:
+    """The JSON object of a marked progress line; None for any other line (or a broken one)."""
+    at = line.find(reporting.LINE_MARKER)
+    if at < 0:
         return None
-    step, total = _int(found.get("step")), _int(found.get("total_steps"))
-    percent = max(0, min(100, step * 100 // total)) if step is not None and total else None
-    metrics = found.get("metrics")
+    try:
+        fields = json.loads(line[at + len(reporting.LINE_MARKER):])
+    except ValueError:
+        return None
+    return fields if isinstance(fields, dict) else None
+
+
+def _from_line_fields(fields: dict[str, Any]) -> Progress:
+    step, total = _int(fields.get("step")), _int(fields.get("total_steps"))
+    metrics = fields.get("metrics")
     metrics = metrics if isinstance(metrics, dict) else {}
-    return Progress(step, total, percent, _float(found.get("steps_per_second")), _int(found.get("eta_seconds")),
-                    {str(k): str(v) for k, v in metrics.items()}, _time(found.get("time")), "log")
+    return Progress(step, total, reporting.percent_done(step, total), _float(fields.get("steps_per_second")), _int(fields.get("eta_seconds")),
+                    {str(k): str(v) for k, v in metrics.items()}, _time(fields.get("time")), "log")
+
+
+@dataclass(frozen=True)
+class LogLook:
+    """What node 0's log said of progress: the ``current`` line (the last among lines that reach the log's end),
+    else ``older``, a line among those that do not (an older step), and ``why`` no current one was found."""
+
+    current: Optional[Progress] = None
+    older: Optional[Progress] = None
+    why: str = ""
 
 
 @dataclass
@@ -157,41 +190,93 @@ class ProgressSeen:
     read_at: float = float("-inf")
     #: Kept across looks: a new pod's log (after a gang restart) has no line until rank 0 reports again.
     last: Optional[Progress] = None
+    #: What the last look showed (shown again until the next read).
+    shown: Optional[Progress] = None
+
+    def note(self, look: LogLook) -> Optional[Progress]:
+        """What to show after ``look``: its current line; else the newest step seen (now or before), marked
+        not current (``Progress.stale``); else nothing."""
+        if look.current is not None:
+            self.last = self.shown = look.current
+            return self.shown
+        newest = _newest(look.older, self.last)
+        self.shown = replace(newest, stale=look.why) if newest is not None else None
+        return self.shown
+
+
+def _newest(*found: Optional[Progress]) -> Optional[Progress]:
+    """The one reported last (rank 0's clock); the first of those without a time."""
+    known = [p for p in found if p is not None]
+    return max(known, key=lambda p: p.updated or datetime.min.replace(tzinfo=timezone.utc), default=None)
 
 
 def read(cluster: "ClusterReader", view: "JobView", seen: Optional[ProgressSeen] = None,
          keeper: Optional["NodeLogKeeper"] = None) -> Optional[Progress]:
     """The job's progress: its TrainJob's ``trainerStatus``; else node 0's log line, from the lines this
     process already has (the ``keeper`` of a waiting process, or those this look read for ft_launcher's
-    restarts), else from one log read (throttled with ``seen``)."""
+    restarts), else from a bounded log read (throttled with ``seen``)."""
     reported = from_trainjob(view.trainjob)
     if reported is not None:
         return reported
-    at_hand = keeper.kept_lines().get(0) if keeper is not None else view.node_lines.get(0)
+    seen = seen if seen is not None else ProgressSeen()
+    at_hand = _node_zero_lines_at_hand(view, keeper)
     if at_hand is not None:
-        found = from_log_lines(at_hand)
-        if seen is not None:
-            seen.last = found or seen.last
-            return seen.last
-        return found
-    if seen is not None and time.monotonic() - seen.read_at < RECHECK_S:
-        return seen.last
+        return seen.note(LogLook(from_log_lines(at_hand), why="no progress line in node 0's log lines at hand"))
+    if time.monotonic() - seen.read_at < RECHECK_S:
+        return seen.shown
+    look = _read_node_zero_log(cluster, view)
+    seen.read_at = time.monotonic()
+    return seen.note(look)
+
+
+def _node_zero_lines_at_hand(view: "JobView", keeper: Optional["NodeLogKeeper"]) -> Optional[list[str]]:
+    """Node 0's lines this process already has: those a waiting process keeps, else those the look read."""
+    return keeper.kept_lines().get(0) if keeper is not None else view.node_lines.get(0)
+
+
+def _read_node_zero_log(cluster: "ClusterReader", view: "JobView") -> LogLook:
+    """Progress in node 0's newest lines, at most two reads of ``LOG_READ_BYTES``; a log that cannot be read
+    now is no progress to show (not a state); an API server that cannot be reached is raised (describe says)."""
     try:
         pod = _node_zero_pod(cluster, view)
         if pod is None:
-            return seen.last if seen is not None else None
-        found = from_log_lines(cluster.pod_log(pod["metadata"]["name"], view.namespace, container=TRAINER_NODE,
-                                               tail_lines=TAIL_LINES))
+            return LogLook(why="node 0 has no pod")
+        return _look_in_log(cluster, pod["metadata"]["name"], view.namespace)
     except ClusterUnreachableError:
-        raise  # describe reports the outage
-    except ClusterError as error:  # the log cannot be read now: no progress to show, not a state
+        raise
+    except ClusterError as error:
         log.debug("cannot read node 0's log of %s: %s", view.name, error)
-        found = None
-    if seen is not None:
-        seen.read_at = time.monotonic()
-        seen.last = found or seen.last
-        return seen.last
-    return found
+        return LogLook(why="node 0's log cannot be read now")
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """Lines of one bounded log read; ``complete`` when they reach the log's end (the read was not cut)."""
+
+    lines: list[str]
+    complete: bool
+
+
+def _read_tail(cluster: "ClusterReader", pod: str, namespace: str, tail_lines: int) -> _Tail:
+    """The last ``tail_lines`` lines, cut at ``LOG_READ_BYTES`` as the kubelet cuts them: from the start of the
+    tail, so a cut read lacks the newest lines (and its last line is partial: dropped)."""
+    lines = list(cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=tail_lines,
+                                 limit_bytes=LOG_READ_BYTES))
+    if sum(len(line.encode()) + 1 for line in lines) < LOG_READ_BYTES:
+        return _Tail(lines, True)
+    return _Tail(lines[:-1], False)
+
+
+def _look_in_log(cluster: "ClusterReader", pod: str, namespace: str) -> LogLook:
+    """Node 0's last ``TAIL_LINES`` lines; where they are more than ``LOG_READ_BYTES``, a second read of as many
+    of the newest lines as are likely to fit (three quarters of what the first read got)."""
+    first = _read_tail(cluster, pod, namespace, TAIL_LINES)
+    newest = first if first.complete else _read_tail(cluster, pod, namespace, max(1, len(first.lines) * 3 // 4))
+    if newest.complete:
+        found = from_log_lines(newest.lines)
+        return LogLook(found, why="" if found else f"no progress line in node 0's last {len(newest.lines)} lines")
+    return LogLook(older=_newest(from_log_lines(first.lines), from_log_lines(newest.lines)),
+                   why=f"node 0's newest lines are more than the {LOG_READ_BYTES // 1024} KiB a log read takes")
 
 
 def _node_zero_pod(cluster: "ClusterReader", view: "JobView") -> Optional[dict]:
@@ -205,7 +290,8 @@ def _node_zero_pod(cluster: "ClusterReader", view: "JobView") -> Optional[dict]:
 
 
 def stall_message(found: Progress, seconds: int, now: datetime) -> str:
-    """The stall warning from progress: no new step for ``seconds`` ("" when there was one)."""
+    """The stall warning from progress: no new step for ``seconds`` ("" when there was one). For a step known
+    to be current: of a ``stale`` one, the caller judges by log silence."""
     age = found.age(now)
     if age is None or age < seconds:
         return ""

@@ -125,5 +125,6 @@ def run(ctx):
     yield Detail("Progress reporting", [
         f"- status-server writes applied in this run: {applied} ({posts} ours, {posts} the SDK's)",
         "- a status look at a running job: no extra request when the TrainJob carries `trainerStatus` (the gate on); "
-        "otherwise one log read of node 0 (its last 500 lines; none when the process already follows the node logs)",
+        "otherwise a log read of node 0 (its last 500 lines, at most 16 KiB; a second, smaller one where those are more; "
+        "none when the process already follows the node logs)",
     ])

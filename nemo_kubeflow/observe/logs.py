@@ -11,12 +11,13 @@ from __future__ import annotations
 import atexit
 import fcntl
 import logging
+import math
 import os
 import queue
 import threading
 import time
 from collections import Counter, deque
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader, LogStream
 from nemo_kubeflow.constants import (
@@ -136,8 +137,55 @@ class _Node:
         self.sinks.extend(self.catching_up)
         self.catching_up = []
 
+    def subscribers(self) -> list:
+        return self.sinks + self.catching_up
+
     def followed(self) -> bool:
-        return not self.done and bool(self.sinks or self.catching_up)
+        return not self.done and bool(self.subscribers())
+
+    def subscribe(self, sink) -> None:
+        """Add ``sink``: one that joins after lines were delivered gets the whole log first."""
+        (self.catching_up if self.second is not None else self.sinks).append(sink)
+
+    def unsubscribe(self, sink) -> None:
+        for bag in (self.sinks, self.catching_up):
+            if sink in bag:
+                bag.remove(sink)
+
+    def idle(self) -> bool:
+        """Whether no pod is being read: none started yet, or the one read ended and all its log was delivered."""
+        return self.pod is None or self.drained
+
+    def listed(self, newest: Optional[dict]) -> None:
+        """What the job's last pod list says of this node (``_pod_summary`` of its newest pod, None: none): the
+        newest pod, and the phase of the one being read ("" once it is gone from the list)."""
+        self.newest = newest
+        if self.pod is None:
+            return
+        current = newest if newest is not None and newest["metadata"]["name"] == self.pod else {}
+        self.phase = current.get("status", {}).get("phase", "")
+
+    def started_pod(self) -> Optional[dict]:
+        """The newest pod at the last list, once it has started (None: no pod, or one still Pending)."""
+        if self.newest is None or self.newest.get("status", {}).get("phase") in (None, "Pending"):
+            return None
+        return self.newest
+
+    def pod_ended(self) -> bool:
+        """Whether the pod being read had ended, or was gone, at the last list (before this read)."""
+        return self.phase in _TERMINAL_PHASES or self.phase == ""
+
+    def due(self, ended: bool) -> bool:
+        """Whether the node is read this round: its pod ended, a late joiner waits for the whole log, or
+        its quiet wait (``read_later``) is over."""
+        return ended or bool(self.catching_up) or time.monotonic() >= self.next_read
+
+    def read_window(self) -> tuple[bool, Optional[str], Optional[int]]:
+        """What the next read asks for: (whole, sinceTime, tailLines). The whole log for the first read and
+        for a late joiner; else from the second of the last line delivered, its tail only."""
+        if self.second is None or self.catching_up:
+            return True, None, None
+        return False, self.second + "Z", self.tail
 
     def read_later(self, new: bool, poll: float) -> None:
         """After a read (or a stream's end) that brought new lines or not: when to read next."""
@@ -146,8 +194,50 @@ class _Node:
             if self.quiet_reads else 0.0
 
     def put(self, item) -> None:
-        for sink in self.sinks + self.catching_up:
+        for sink in self.subscribers():
             sink.put(item)
+
+    def put_fresh(self, fresh: list[str]) -> None:
+        """Hand the subscribers that are up to date the new lines of a read or chunk, as one list each."""
+        if fresh:
+            for sink in self.sinks:
+                sink.put(fresh)
+
+    def catch_up(self, everything: list[str]) -> None:
+        """Hand the late joiners the whole log (read for them): from now on they get lines as the others do."""
+        for sink in self.catching_up:
+            if everything:
+                sink.put(everything)
+        self.sinks.extend(self.catching_up)
+        self.catching_up = []
+
+    def read_up_to(self, newest: str, lines: list[str]) -> None:
+        """A read (``lines``: from the second of the last line delivered on, all of it) delivered up to
+        second ``newest``: every line of that second is in it, counted in ``edge``."""
+        self.edge = Counter(raw for raw in lines if _second_of(raw) == newest)
+        self.second = newest
+
+    def count_delivered(self, second: Optional[str], raw: str) -> None:
+        """Count a line (``raw``, of ``second``) that a stream delivered in ``edge`` if it is of the newest
+        second delivered (a newer second starts the count again)."""
+        if second is None:
+            return
+        if self.second is None or second > self.second:
+            self.second, self.edge = second, Counter()
+        if second == self.second:
+            self.edge[raw] += 1
+
+
+#: Failures in a row of the job's pod list, and of the final read of a pod that ended, that end the
+#: following (``_gives_up``); other reads are tried again each round.
+LIST_FAILURES = 5
+FINAL_READ_FAILURES = 3
+
+
+def _gives_up(error: ClusterError, failures: int, allowed: float = math.inf) -> bool:
+    """Whether a request that failed (``failures`` in a row) ends the following: refused credentials (401,
+    403) at once, other errors after ``allowed`` failures in a row."""
+    return error.status in (401, 403) or failures >= allowed
 
 
 class JobLogFollower:
@@ -202,61 +292,89 @@ class JobLogFollower:
             node = self._nodes.setdefault(index, _Node(index))
             if node.done:
                 return False
-            (node.catching_up if node.second is not None else node.sinks).append(sink)
+            node.subscribe(sink)
             worker = index % self.readers
             streamed, stream = self._streams.get(worker, (None, None))
             if stream is not None and (streamed != index or node.catching_up):
                 stream.close()  # its reader reads its nodes in turn now, or the whole log for the newcomer
-            thread = self._threads.get(worker)
-            if thread is None or not thread.is_alive():
-                thread = self._threads[worker] = threading.Thread(
-                    target=self._read_loop, args=(worker,), daemon=True, name=f"logs-{self.trainjob}-{worker}")
-                thread.start()
+            self._start_reader(worker)
             return True
+
+    def _start_reader(self, worker: int) -> None:
+        """Start reader ``worker``'s thread unless it runs (under ``_lock``)."""
+        thread = self._threads.get(worker)
+        if thread is None or not thread.is_alive():
+            thread = self._threads[worker] = threading.Thread(
+                target=self._read_loop, args=(worker,), daemon=True, name=f"logs-{self.trainjob}-{worker}")
+            thread.start()
 
     def unsubscribe(self, index: int, sink) -> None:
         with self._lock:
             node = self._nodes.get(index)
-            for bag in (node.sinks, node.catching_up) if node else ():
-                if sink in bag:
-                    bag.remove(sink)
-            if not any(n.sinks or n.catching_up for n in self._nodes.values()):
+            if node is not None:
+                node.unsubscribe(sink)
+            if not any(n.subscribers() for n in self._nodes.values()):
                 self.stopped = True
-            for streamed, stream in self._streams.values():
-                if self.stopped or not self._nodes[streamed].followed():
-                    stream.close()
+            self._close_unfollowed_streams()
+
+    def _close_unfollowed_streams(self) -> None:
+        """Close the streams of the nodes nobody follows any more, every stream once stopped (under ``_lock``)."""
+        for streamed, stream in self._streams.values():
+            if self.stopped or not self._nodes[streamed].followed():
+                stream.close()
 
     def running_pod(self, index: int) -> Optional[str]:
         """Node ``index``'s pod if it was running at the last list."""
         with self._lock:
             node = self._nodes.get(index)
-            return node.pod if node and node.pod and not node.drained and node.phase == "Running" else None
+            return node.pod if node is not None and not node.idle() and node.phase == "Running" else None
 
     # -- the readers --
 
     def _read_loop(self, worker: int) -> None:
         while True:
             started = time.monotonic()
-            with self._lock:
-                mine = self._share(worker)
-                if not mine or self.stopped or _exiting.is_set():
-                    self._threads.pop(worker, None)
-                    return
-            streaming = len(mine) == 1
+            mine = self._round_of(worker)
+            if not mine:
+                return
+            stream_worker = worker if len(mine) == 1 else None
             for node in mine:
-                try:
-                    self._refresh()
-                    self._visit(node, worker if streaming else None)
-                except Exception as error:  # noqa: BLE001 - handed to the node's readers, raised there
-                    with self._lock:
-                        node.done = True
-                        node.put(error)
+                self._visit_or_fail(node, stream_worker)
             with self._lock:
-                followed = sum(1 for n in self._nodes.values() if not n.done)
-                keeping = self._only_kept()
-            period = (max(KEEP_POLL_SECONDS, followed / KEEP_READS_PER_SECOND) if keeping
-                      else max(self.poll, followed / MAX_READS_PER_SECOND))
-            self._pause(started + period, keeping)
+                followed, (poll, reads_per_second, keeping) = self._unfinished(), self._pace()
+            self._pause(started + max(poll, followed / reads_per_second), keeping)
+
+    def _round_of(self, worker: int) -> list[_Node]:
+        """Reader ``worker``'s nodes for its next round; none once it ends (no followed node left, the
+        follower stopped, the interpreter exits): its thread is then gone from ``_threads``."""
+        with self._lock:
+            mine = self._share(worker)
+            if not mine or self.stopped or _exiting.is_set():
+                self._threads.pop(worker, None)
+                return []
+            return mine
+
+    def _visit_or_fail(self, node: _Node, stream_worker: Optional[int]) -> None:
+        """The round's look at the job, then ``_visit``; an error ends the node, handed to its readers
+        (raised there)."""
+        try:
+            self._refresh()
+            self._visit(node, stream_worker)
+        except Exception as error:  # noqa: BLE001 - handed to the node's readers, raised there
+            with self._lock:
+                node.done = True
+                node.put(error)
+
+    def _unfinished(self) -> int:
+        """The nodes not done (under ``_lock``)."""
+        return sum(1 for n in self._nodes.values() if not n.done)
+
+    def _pace(self) -> tuple[float, int, bool]:
+        """(Under ``_lock``) the pace of the moment: (round period at least, log reads per second at most,
+        whether only keepers follow): a keeper's slower one while nobody reads live."""
+        if self._only_kept():
+            return KEEP_POLL_SECONDS, KEEP_READS_PER_SECOND, True
+        return self.poll, MAX_READS_PER_SECOND, False
 
     def _pause(self, until: float, keeping: bool) -> None:
         """Sleep until ``until``; a keeper's longer pause ends early (in ``POLL_SECONDS`` steps) once the
@@ -271,7 +389,7 @@ class JobLogFollower:
     def _only_kept(self) -> bool:
         """Whether the followed nodes' subscribers all only keep lines (under ``_lock``): nobody reads this
         job's logs live."""
-        sinks = [sink for n in self._nodes.values() if n.followed() for sink in n.sinks + n.catching_up]
+        sinks = [sink for n in self._nodes.values() if n.followed() for sink in n.subscribers()]
         return bool(sinks) and all(getattr(sink, "keeps_only", False) for sink in sinks)
 
     def _share(self, worker: int) -> list[_Node]:
@@ -292,8 +410,7 @@ class JobLogFollower:
         background = False
         try:
             with self._lock:
-                followed = sum(1 for n in self._nodes.values() if not n.done)
-                poll = KEEP_POLL_SECONDS if self._only_kept() else self.poll
+                followed, (poll, _, _) = self._unfinished(), self._pace()
             if time.monotonic() - self._refreshed_at < max(poll, LIST_SECONDS,
                                                              followed / LISTED_PODS_PER_SECOND) * 0.9:
                 return
@@ -318,48 +435,49 @@ class JobLogFollower:
 
     def _look(self) -> None:
         """Read the TrainJob (once every node is idle) and list the job's pods; raises a ClusterError
-        after 5 failures in a row (at once for 401/403)."""
+        after ``LIST_FAILURES`` failures in a row (at once for 401/403)."""
         try:
-            with self._lock:
-                idle = all(n.pod is None or n.drained for n in self._nodes.values())
-            over = False
-            if idle and not self._job_over:
-                trainjob = self.cluster.get(TRAINJOB_KIND, self.trainjob, self.namespace)
-                over = job_status(trainjob, name=self.trainjob).state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
+            over = self._trainjob_over()
             pods = {index: _pod_summary(pod) for index, pod in newest_pods_by_node(
                 self.cluster.list("Pod", self.namespace, node_selector(self.trainjob))).items()}
             with self._lock:
                 for index, node in self._nodes.items():
-                    node.newest = pods.get(index)
-                    if node.pod is not None:
-                        current = next((p for p in [pods.get(index)] if p and p["metadata"]["name"] == node.pod), None)
-                        node.phase = ((current or {}).get("status") or {}).get("phase", "")
+                    node.listed(pods.get(index))
                 self._job_over = self._job_over or over
             self._refresh_failures = 0
         except ClusterError as e:
             self._refresh_failures += 1
-            if self._refresh_failures >= 5 or e.status in (401, 403):
+            if _gives_up(e, self._refresh_failures, LIST_FAILURES):
                 raise
             log.debug("listing the pods of %s: %s", self.trainjob, e)
+
+    def _trainjob_over(self) -> bool:
+        """Whether the TrainJob has ended (one GET), asked only once every node is idle and until it is over."""
+        with self._lock:
+            idle = all(n.idle() for n in self._nodes.values())
+        if not idle or self._job_over:
+            return False
+        trainjob = self.cluster.get(TRAINJOB_KIND, self.trainjob, self.namespace)
+        return job_status(trainjob, name=self.trainjob).state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
 
     def _visit(self, node: _Node, stream_worker: Optional[int] = None) -> None:
         """One round's work for ``node``: its pod changed, new lines, its end. With ``stream_worker``
         (the reader has no other node), a running pod is followed with a stream until it ends."""
         with self._lock:
-            newest, job_over = node.newest, self._job_over
-        name = (newest or {}).get("metadata", {}).get("name")
-        started = newest is not None and (newest.get("status") or {}).get("phase") not in (None, "Pending")
-        if newest is not None and started and name != node.pod:
-            self._switch_pod(node, newest, name)
+            started, job_over = node.started_pod(), self._job_over
+        if started is not None and started["metadata"]["name"] != node.pod:
+            self._switch_pod(node, started)
         if node.pod is not None and not node.drained:
             self._catch_up(node, node.pod, stream_worker)
-        if job_over and (node.pod is None or node.drained) and (newest is None or name == node.pod or not started):
+        if job_over and node.idle():
+            # Over, and every line of its newest pod delivered (a newer pod that started was switched to above).
             with self._lock:
                 node.done = True
                 node.put(_END)
 
-    def _switch_pod(self, node: _Node, newest: dict, name: str) -> None:
-        """Follow ``newest`` (started, named ``name``) from now on: the old pod's last lines first."""
+    def _switch_pod(self, node: _Node, newest: dict) -> None:
+        """Follow ``newest`` (started) from now on: the old pod's last lines first."""
+        name = newest["metadata"]["name"]
         if node.pod is not None:
             if not node.drained:
                 self._read(node, node.pod, final=True)  # the old pod's last lines
@@ -373,33 +491,28 @@ class JobLogFollower:
     def _catch_up(self, node: _Node, pod: str, stream_worker: Optional[int]) -> None:
         """Read (or stream, with ``stream_worker``) ``pod``'s new lines if they are due."""
         with self._lock:
-            ended = node.phase in _TERMINAL_PHASES or node.phase == ""  # as listed before this read
-            due = ended or bool(node.catching_up) or time.monotonic() >= node.next_read
+            ended = node.pod_ended()  # as listed before this read
+            due = node.due(ended)
             stream = not ended and not node.catching_up
-        if due and stream and stream_worker is not None:
+        if not due:
+            return
+        if stream and stream_worker is not None:
             self._stream(node, pod, stream_worker)
-        elif due and self._read(node, pod, final=ended) and ended:
+        elif self._read(node, pod, final=ended) and ended:
             node.drained = True
 
     def _read(self, node: _Node, pod: str, final: bool = False) -> bool:
         """Deliver the new lines of node's ``pod`` (one request, or two when a tail may have cut some off).
         False if the log cannot be read now (the container waits to start); a pod gone reads as empty."""
         with self._lock:
-            second = node.second
-            whole = second is None or bool(node.catching_up)
-        since = None if whole or second is None else second + "Z"
-        tail = None if whole else node.tail
+            whole, since, tail = node.read_window()
         try:
-            lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
-                                              since_time=since, tail_lines=tail))
-            if tail is not None and len(lines) >= tail:
-                lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE,
-                                                  timestamps=True, since_time=since))
+            lines = self._read_log(pod, since, tail)
         except NotFoundError:
             return True
         except ClusterError as e:
             node.failures += 1
-            if e.status in (401, 403) or (final and node.failures >= 3):
+            if _gives_up(e, node.failures, FINAL_READ_FAILURES if final else math.inf):
                 raise
             log.debug("reading the log of %s: %s", node.pod, e)
             return False
@@ -409,36 +522,60 @@ class JobLogFollower:
             node.read_later(_deliver(node, lines, whole), self.poll)
         return True
 
+    def _read_log(self, pod: str, since: Optional[str], tail: Optional[int]) -> list[str]:
+        """``pod``'s log lines with their times from second ``since`` on, the last ``tail`` of them; read
+        again without the limit when it returns that many (it may have cut some off)."""
+        lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
+                                          since_time=since, tail_lines=tail))
+        if tail is None or len(lines) < tail:
+            return lines
+        return list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
+                                         since_time=since))
+
     def _stream(self, node: _Node, pod: str, worker: int) -> None:
         """Follow node's ``pod`` with one stream from the second of the last line delivered, until the
         stream ends: its container run ended, the server closed it or it broke, or it was closed here."""
-        from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the kubernetes client already
-
         with self._lock:
             floor, skip = node.second, Counter(node.edge)
+        stream = self._open_stream(node, pod, floor)
+        if stream is None:
+            return
+        new = self._drain(node, stream, worker, floor, skip)
+        if stream.interrupted:
+            return
+        with self._lock:
+            # Ended by itself: at once again if it brought lines (the server closed it mid-run), later
+            # if not (its container has ended, which the pod list, made at once, will say).
+            node.read_later(new, self.poll)
+        self._refreshed_at = float("-inf")
+
+    def _open_stream(self, node: _Node, pod: str, floor: Optional[str]) -> Optional[LogStream]:
+        """A follow stream of ``pod`` from second ``floor`` on (the whole log: None); None if it cannot be
+        opened now (the pod is gone: the next list says so; or the request failed): tried again later."""
         try:
             stream = self.cluster.pod_log_stream(pod, self.namespace, container=TRAINER_NODE,
                                                  since_time=floor + "Z" if floor else None,
                                                  idle_timeout=STREAM_IDLE_SECONDS)
+            node.failures = 0
+            return stream
         except NotFoundError:
-            with self._lock:
-                node.read_later(False, self.poll)  # the pod is gone: the next list says so
-            return
+            pass
         except ClusterError as e:
             node.failures += 1
-            if e.status in (401, 403):
+            if _gives_up(e, node.failures):
                 raise
             log.debug("following the log of %s: %s", node.pod, e)
-            with self._lock:
-                node.read_later(False, self.poll)
-            return
-        node.failures = 0
         with self._lock:
-            # Subscribers may have changed while it opened: a second node, a late joiner, a stop.
-            if self.stopped or _exiting.is_set() or node.catching_up or self._share(worker) != [node]:
-                stream.close()
-            else:
-                self._streams[worker] = (node.index, stream)
+            node.read_later(False, self.poll)
+        return None
+
+    def _drain(self, node: _Node, stream: LogStream, worker: int, floor: Optional[str], skip: Counter) -> bool:
+        """Deliver ``stream``'s lines (see ``_deliver_streamed``) until it ends; True if it brought any. Open,
+        it is ``worker``'s stream, which other threads close; closed at once if the node's subscribers
+        changed while it opened."""
+        from urllib3.exceptions import HTTPError as Urllib3Error  # loaded with the kubernetes client already
+
+        self._hold(node, stream, worker)
         new = False
         try:
             for lines in stream:
@@ -452,13 +589,16 @@ class JobLogFollower:
                 if self._streams.get(worker, (None, None))[1] is stream:
                     del self._streams[worker]
             stream.close()
-        if stream.interrupted:
-            return
+        return new
+
+    def _hold(self, node: _Node, stream: LogStream, worker: int) -> None:
+        """Make ``stream`` reader ``worker``'s open stream (other threads close it there), or close it at once
+        if the node's subscribers changed while it opened: a second node, a late joiner, a stop."""
         with self._lock:
-            # Ended by itself: at once again if it brought lines (the server closed it mid-run), later
-            # if not (its container has ended, which the pod list, made at once, will say).
-            node.read_later(new, self.poll)
-        self._refreshed_at = float("-inf")
+            if self.stopped or _exiting.is_set() or node.catching_up or self._share(worker) != [node]:
+                stream.close()
+            else:
+                self._streams[worker] = (node.index, stream)
 
 
 def _pod_summary(pod: dict) -> dict:
@@ -470,47 +610,58 @@ def _pod_summary(pod: dict) -> dict:
             "status": {"phase": (pod.get("status") or {}).get("phase")}}
 
 
+def _second_of(raw: str) -> Optional[str]:
+    """The second of a line read with ``timestamps`` ("YYYY-MM-DDTHH:MM:SS": the time's first 19 characters,
+    so that most lines are not parsed at all); None for a line without a time (the rest of a partial one)."""
+    return raw[:19] if raw[19:20] in (".", "Z") else None
+
+
+def _stamped(raw: str) -> tuple[Optional[str], str]:
+    """A line read with ``timestamps`` as (its second, its text without the time)."""
+    second = _second_of(raw)
+    return second, (raw[raw.find(" ") + 1:] if second else raw)
+
+
+def _delivered_before(second: Optional[str], raw: str, floor: Optional[str], skip: Counter) -> bool:
+    """Whether a line (``raw``, of ``second``) of a read from second ``floor`` on was delivered before: one
+    of an earlier second, or one of the copies (time and text) of the lines of ``floor`` that ``skip``
+    counts; each copy dropped uses up one count, so a line of ``floor`` is new once there are more copies
+    of it than were delivered."""
+    if second is None or floor is None:
+        return False
+    if second < floor:
+        return True
+    if second == floor and skip[raw] > 0:
+        skip[raw] -= 1
+        return True
+    return False
+
+
+def _undelivered(lines: list[str], floor: Optional[str], skip: Counter) -> list[tuple[Optional[str], str, str]]:
+    """The lines of a read or a stream's chunk (``timestamps``; from second ``floor`` on, or the whole log)
+    not delivered before (``_delivered_before``), as (second, line, text)."""
+    fresh = []
+    for raw in lines:
+        second, text = _stamped(raw)
+        if not _delivered_before(second, raw, floor, skip):
+            fresh.append((second, raw, text))
+    return fresh
+
+
 def _deliver(node: _Node, lines: list[str], whole: bool) -> bool:
     """Hand ``node``'s subscribers the lines of a read (``timestamps``, from the second of the last
     line delivered on, or the whole log) that they have not had yet, as one list each; True if
     there were any.
 
     Only the lines of that second were delivered before: a line of it is new once there are more
-    copies of it (time and text) in this read than were delivered. The second is compared as the
-    time's first 19 characters, so most lines are not parsed at all."""
-    floor = node.second
-    edge = node.edge
-    again: Counter[str] = Counter()
-    fresh, everything = [], []
-    newest = floor
-    for raw in lines:
-        second = raw[:19] if raw[19:20] in (".", "Z") else None
-        text = raw[raw.find(" ") + 1:] if second else raw  # a line without a time: the rest of a partial one
-        if whole:
-            everything.append(text + "\n")
-        if second is not None and floor is not None:
-            if second < floor:
-                continue  # delivered by an earlier read
-            if second == floor and raw in edge:
-                again[raw] += 1
-                if again[raw] <= edge[raw]:
-                    continue
-        fresh.append(text + "\n")
-        if second is not None and (newest is None or second > newest):
-            newest = second
+    copies of it (time and text) in this read than were delivered."""
+    fresh = _undelivered(lines, node.second, Counter(node.edge))
+    newest = max((second for second, _, _ in fresh if second is not None), default=node.second)
     if newest is not None:
-        # Every line of the newest second is in this read (it reads from `floor` on, all of it).
-        node.edge = Counter(raw for raw in lines if raw.startswith(newest) and raw[19:20] in (".", "Z"))
-        node.second = newest
-    for sink in node.sinks:
-        if fresh:
-            sink.put(fresh)
+        node.read_up_to(newest, lines)
+    node.put_fresh([text + "\n" for _, _, text in fresh])
     if whole:
-        for sink in node.catching_up:
-            if everything:
-                sink.put(everything)
-        node.sinks.extend(node.catching_up)
-        node.catching_up = []
+        node.catch_up([_stamped(raw)[1] + "\n" for raw in lines])
     return bool(fresh)
 
 
@@ -519,25 +670,10 @@ def _deliver_streamed(node: _Node, lines: list[str], floor: Optional[str], skip:
     ``floor`` on, or the whole log) that they have not had; True if there were any. ``skip``
     counts the lines of ``floor`` delivered before the stream opened: the stream sends them first,
     and those copies are dropped (``_deliver`` explains the count)."""
-    fresh = []
-    for raw in lines:
-        second = raw[:19] if raw[19:20] in (".", "Z") else None
-        text = raw[raw.find(" ") + 1:] if second else raw
-        if second is not None and floor is not None:
-            if second < floor:
-                continue
-            if second == floor and skip[raw] > 0:
-                skip[raw] -= 1
-                continue
-        fresh.append(text + "\n")
-        if second is not None:
-            if node.second is None or second > node.second:
-                node.second, node.edge = second, Counter()
-            if second == node.second:
-                node.edge[raw] += 1
-    if fresh:
-        for sink in node.sinks:
-            sink.put(fresh)
+    fresh = _undelivered(lines, floor, skip)
+    for second, raw, _ in fresh:
+        node.count_delivered(second, raw)
+    node.put_fresh([text + "\n" for _, _, text in fresh])
     return bool(fresh)
 
 
@@ -566,27 +702,33 @@ def _followed(cluster: ClusterReader, namespace: str, trainjob: str, index: int,
     follower = _subscribe(cluster, namespace, trainjob, index, sink)
     try:
         last = time.monotonic()
-        while True:
-            try:
-                item = sink.get(timeout=stall_after) if stall_after else sink.get()
-            except queue.Empty:
-                pod = follower.running_pod(index)
-                if pod:
-                    yield (f"--- warning: node {index} (pod {pod}) has printed nothing for "
-                           f"{time.monotonic() - last:.0f} s while running: a hung collective or a stuck data "
-                           "loader? ---\n")
+        while (item := _next_item(sink, stall_after)) is not _END:
+            if item is None:
+                yield from _stall_warning(follower, index, last)
                 continue
-            if item is _END:
-                return
             if isinstance(item, BaseException):
                 raise item
             last = time.monotonic()
-            if isinstance(item, list):
-                yield from item
-            else:
-                yield item
+            yield from item if isinstance(item, list) else [item]
     finally:
         follower.unsubscribe(index, sink)
+
+
+def _next_item(sink: queue.SimpleQueue, stall_after: Optional[float]) -> Any:
+    """The next item a follower put in ``sink``; None after ``stall_after`` seconds without one."""
+    try:
+        return sink.get(timeout=stall_after) if stall_after else sink.get()
+    except queue.Empty:
+        return None
+
+
+def _stall_warning(follower: JobLogFollower, index: int, since: float) -> list[str]:
+    """The warning line for node ``index``, silent since ``since`` (monotonic), if its pod is running."""
+    pod = follower.running_pod(index)
+    if not pod:
+        return []
+    return [f"--- warning: node {index} (pod {pod}) has printed nothing for {time.monotonic() - since:.0f} s "
+            "while running: a hung collective or a stuck data loader? ---\n"]
 
 
 log = logging.getLogger(__name__)
@@ -605,17 +747,22 @@ def save_node_logs(cluster: ClusterReader, namespace: str, pods: dict[int, dict]
             path = os.path.join(directory, f"node-{index}.log")
             if os.path.exists(path):
                 continue
-            try:
-                lines = list(cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE))
-            except ClusterError as e:
-                # e.g. 400 PodInitializing: a failed init container (preflight) kept `node` from starting.
-                lines = [f"(no log of node {index}: {e.server_message or e})"]
+            lines = _node_log_or_why(cluster, namespace, pod, index)
             with open(path, "w") as f:
                 f.writelines(line + "\n" for line in lines)
         return directory
     except OSError as e:
         log.warning("could not save the node logs to %s: %s", directory, e)
         return ""
+
+
+def _node_log_or_why(cluster: ClusterReader, namespace: str, pod: dict, index: int) -> list[str]:
+    """The lines of node ``index``'s ``pod``, or one saying why there are none."""
+    try:
+        return list(cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE))
+    except ClusterError as e:
+        # e.g. 400 PodInitializing: a failed init container (preflight) kept `node` from starting.
+        return [f"(no log of node {index}: {e.server_message or e})"]
 
 
 def tee_to_file(lines: Iterable[str], path: str) -> Iterator[str]:

@@ -20,6 +20,7 @@ import builtins
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -134,6 +135,23 @@ class Deadline:
         return self.end - time.monotonic()
 
 
+@dataclass
+class _Request:
+    """One request of ``KubernetesCluster._call`` across its tries: what it does to which object (for the
+    messages), the deadline it must meet, the wait before its next try, and its last try's error."""
+
+    verb: str
+    kind: str
+    name: Optional[str]
+    namespace: Optional[str]
+    deadline: Optional[Deadline]
+    delay: float
+    last_error: str = ""
+
+    def target(self) -> str:
+        return describe_target(self.kind, self.name, self.namespace)
+
+
 class ClusterReader(Protocol):
     """The reads: what observing a job needs (``observe/``, the scheduler's ``describe``). Typed with
     this, code that writes does not type-check."""
@@ -160,9 +178,15 @@ class Cluster(ClusterReader, Protocol):
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool: ...
 
 
-def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
+def _scope(kind: str, namespace: Optional[str]) -> Optional[str]:
+    """The namespace that a request on ``kind`` in ``namespace`` is about: none for a cluster-scoped kind."""
     spec = KINDS.get(kind)
-    where = f" in namespace {namespace!r}" if namespace and (spec is None or spec.namespaced) else ""
+    return namespace if namespace and (spec is None or spec.namespaced) else None
+
+
+def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
+    scoped = _scope(kind, namespace)
+    where = f" in namespace {scoped!r}" if scoped else ""
     return f"{kind} {name!r}{where}" if name else f"{kind} objects{where}"
 
 
@@ -170,8 +194,8 @@ def kubectl_delete(kind: str, name: str, namespace: Optional[str]) -> str:
     """The kubectl command that deletes one object, for messages that ask a user to clean up."""
     spec = KINDS.get(kind)
     resource = (f"{spec.plural}.{spec.group}" if spec.group else spec.plural) if spec else kind.lower()
-    scoped = f" -n {namespace}" if namespace and (spec is None or spec.namespaced) else ""
-    return f"kubectl delete {resource} {name}{scoped}"
+    scoped = _scope(kind, namespace)
+    return f"kubectl delete {resource} {name}" + (f" -n {scoped}" if scoped else "")
 
 
 def _status_of(body: Any) -> dict:
@@ -186,23 +210,30 @@ def _status_of(body: Any) -> dict:
     return {}
 
 
-def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[str], message: str) -> str:
+def _webhook_denial(status: int, message: str) -> bool:
+    """Whether a refusal is an admission webhook's: a 403 too, but nothing RBAC can fix (the object was refused)."""
+    return status == 403 and "admission webhook" in message
+
+
+def _forbidden_hint(kind: str, verb: str, namespace: Optional[str]) -> str:
+    """How to get the RBAC permission a request was refused (403)."""
     spec = KINDS.get(kind)
     plural = spec.plural if spec else kind.lower()
-    scoped = namespace if namespace and (spec is None or spec.namespaced) else None
+    scoped = _scope(kind, namespace)
+    hint = f"ask a cluster admin for RBAC permission to {verb} {plural}" + (f" in namespace {scoped!r}" if scoped else "")
+    if kind == CLUSTER_RUNTIME_KIND:
+        hint += ", or set runtime_kind='TrainingRuntime' to use a namespaced runtime instead"
+    return hint
+
+
+def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[str], message: str) -> str:
+    """How to fix the usual causes of a refused request; "" when there is nothing to say."""
     if status == 401:
         return "the credentials in the kubeconfig were refused; refresh them (e.g. log in again)"
-    if status == 403 and "admission webhook" in message:
-        # Webhook denials are 403s too, but nothing RBAC can fix: the object was refused.
+    if _webhook_denial(status, message):
         return "an admission webhook refused the object; fix what its message names"
     if status == 403:
-        hint = (
-            f"ask a cluster admin for RBAC permission to {verb} {plural}"
-            + (f" in namespace {scoped!r}" if scoped else "")
-        )
-        if kind == CLUSTER_RUNTIME_KIND:
-            hint += ", or set runtime_kind='TrainingRuntime' to use a namespaced runtime instead"
-        return hint
+        return _forbidden_hint(kind, verb, namespace)
     if status == 404 and "namespaces" in message and "not found" in message:
         return f"create the namespace ({namespace!r}) or set the executor's namespace to an existing one"
     if status == 404 and kind in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
@@ -215,21 +246,31 @@ def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[st
 def translate_api_exception(e: Exception, *, verb: str, kind: str, name: Optional[str],
                             namespace: Optional[str]) -> ClusterError:
     """An ``ApiException`` as one of our errors, with the server's message and a fix."""
-    status = int(getattr(e, "status", 0) or 0)
-    body = _status_of(getattr(e, "body", None))
-    reason = body.get("reason") or getattr(e, "reason", None) or ""
-    message = body.get("message") or str(reason) or "no message"
+    status, reason, message = _server_answer(e)
     target = describe_target(kind, name, namespace)
     hint = _hint(status, reason, kind, verb, namespace, message)
     text = f"cannot {verb} {target}: {message} (HTTP {status} {reason})".rstrip()
     if hint:
         text += f"; {hint}"
-    cls = {403: PermissionDeniedError, 404: NotFoundError}.get(status, ClusterError)
+    return _error_class(status, verb, message)(text, status=status, reason=reason, server_message=message)
+
+
+def _server_answer(e: Exception) -> tuple[int, str, str]:
+    """An ``ApiException``'s HTTP status, reason and message: the server's ``Status`` body's where it sent one."""
+    status = int(getattr(e, "status", 0) or 0)
+    body = _status_of(getattr(e, "body", None))
+    reason = body.get("reason") or getattr(e, "reason", None) or ""
+    message = body.get("message") or str(reason) or "no message"
+    return status, reason, message
+
+
+def _error_class(status: int, verb: str, message: str) -> type[ClusterError]:
+    """Which of our errors a refused request raises."""
     if status == 409 and verb == "create":  # on other verbs a 409 is a Conflict, not a name clash
-        cls = AlreadyExistsError
-    if status == 403 and "admission webhook" in message:
-        cls = AdmissionDeniedError
-    return cls(text, status=status, reason=reason, server_message=message)
+        return AlreadyExistsError
+    if _webhook_denial(status, message):
+        return AdmissionDeniedError
+    return {403: PermissionDeniedError, 404: NotFoundError}.get(status, ClusterError)
 
 
 class KubernetesCluster:
@@ -268,29 +309,33 @@ class KubernetesCluster:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
-        path = self.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-        default_path = os.path.expanduser("~/.kube/config")
+        path = self._kubeconfig_path()
+        if path is not None and not os.path.exists(path):
+            raise KubeconfigError(
+                f"kubeconfig {path!r} does not exist; set the executor's kubeconfig= or $KUBECONFIG "
+                "to your cluster's kubeconfig (a dry run needs none)"
+            )
         try:
-            if path is None and not os.path.exists(default_path) and os.environ.get("KUBERNETES_SERVICE_HOST"):
-                configuration = client.Configuration()
-                config.load_incluster_config(client_configuration=configuration)
-                return _api_client(configuration)
-            path = os.path.expanduser(path or default_path)
-            if not os.path.exists(path):
-                raise KubeconfigError(
-                    f"kubeconfig {path!r} does not exist; set the executor's kubeconfig= or $KUBECONFIG "
-                    "to your cluster's kubeconfig (a dry run needs none)"
-                )
             configuration = client.Configuration()
-            config.load_kube_config(config_file=path, context=self.context, client_configuration=configuration)
+            if path is None:
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(config_file=path, context=self.context, client_configuration=configuration)
             return _api_client(configuration)
-        except KubeconfigError:
-            raise
         except ConfigException as e:
             where = f" context {self.context!r} of" if self.context else ""
             raise KubeconfigError(f"cannot load{where} kubeconfig {path!r}: {e}") from None
         except (OSError, ValueError) as e:
             raise KubeconfigError(f"cannot read kubeconfig {path!r}: {e}") from None
+
+    def _kubeconfig_path(self) -> Optional[str]:
+        """The kubeconfig file to load: ``kubeconfig``, else $KUBECONFIG's first, else ~/.kube/config; None
+        for the in-cluster config (in a pod, with none of them set or there)."""
+        path = self.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        default_path = os.path.expanduser("~/.kube/config")
+        if path is None and not os.path.exists(default_path) and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return None
+        return os.path.expanduser(path or default_path)
 
     # --- the request loop ----------------------------------------------------
     def _call(self, method: str, path: str, *, verb: str, kind: str, name: Optional[str],
@@ -301,17 +346,10 @@ class KubernetesCluster:
         from urllib3.exceptions import HTTPError as Urllib3Error
 
         attempts = self.max_attempts if retry else 1
-        delay = self.backoff
-        deadline: Optional[Deadline] = None if stream else getattr(self._local, "deadline", None)
-        connect_timeout = min(10.0, self.request_timeout)
-        read_timeout = stream_timeout or self.request_timeout
-        last_error = ""
+        request = _Request(verb, kind, name, namespace, None if stream else getattr(self._local, "deadline", None),
+                           delay=self.backoff)
         for attempt in range(1, attempts + 1):
-            if deadline is not None:
-                left = deadline.left()
-                if left <= 0:
-                    raise self._past_deadline(deadline, verb, kind, name, namespace, attempt - 1, last_error)
-                connect_timeout, read_timeout = min(connect_timeout, left), min(read_timeout, left)
+            timeout = self._try_timeout(request, attempt - 1, stream, stream_timeout)
             try:
                 resp = self.api_client.call_api(
                     path, method,
@@ -321,43 +359,64 @@ class KubernetesCluster:
                     auth_settings=["BearerToken"],
                     _preload_content=False,
                     _return_http_data_only=True,
-                    # A (connect, read) tuple: the client silently ignores a float timeout.
-                    # A stream has no read timeout unless asked (a quiet follow stream waits for its next line).
-                    _request_timeout=(None if stream and stream_timeout is None else
-                                      (connect_timeout, read_timeout)),
+                    _request_timeout=timeout,
                 )
-                if stream:
-                    return resp
-                data = resp.data
-                return json.loads(data) if data else {}
+                return resp if stream else _json_body(resp)
             except ApiException as e:
-                status = int(e.status or 0)
-                if status in TRANSIENT_STATUS and attempt < attempts:
-                    wait = _retry_after(e) or delay
-                    last_error = f"HTTP {status} {e.reason or ''}".strip()
-                    if deadline is not None and deadline.left() <= min(wait, self.max_backoff * 2):
-                        raise self._past_deadline(deadline, verb, kind, name, namespace, attempt, last_error) from None
-                    log.info("%s %s: HTTP %s, retrying in %.1fs (%d/%d)", verb, path, status, wait, attempt, attempts)
-                    self._sleep(min(wait, self.max_backoff * 2))
-                    delay = min(delay * 2, self.max_backoff)
-                    continue
-                raise translate_api_exception(e, verb=verb, kind=kind, name=name, namespace=namespace) from None
+                if int(e.status or 0) not in TRANSIENT_STATUS or attempt == attempts:
+                    raise translate_api_exception(e, verb=verb, kind=kind, name=name, namespace=namespace) from None
+                self._wait_to_retry(request, e, path, attempt, attempts)
             except (Urllib3Error, OSError) as e:
-                last_error = _short(e)
-                if deadline is not None and deadline.left() <= delay:
-                    raise self._past_deadline(deadline, verb, kind, name, namespace, attempt, last_error) from None
-                if attempt < attempts:
-                    log.info("%s %s: %s, retrying in %.1fs (%d/%d)", verb, path, type(e).__name__, delay, attempt, attempts)
-                    self._sleep(delay * (1 + random.random() * 0.1))
-                    delay = min(delay * 2, self.max_backoff)
-                    continue
-                host = getattr(self.api_client.configuration, "host", "?")
-                raise ClusterUnreachableError(
-                    f"cannot {verb} {describe_target(kind, name, namespace)}: the API server at {host} "
-                    f"did not answer ({_short(e)}); check the kubeconfig's server "
-                    "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
-                ) from None
+                self._wait_to_reconnect(request, e, path, attempt, attempts)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _try_timeout(self, request: _Request, tries: int, stream: bool,
+                     stream_timeout: Optional[float]) -> Optional[tuple[float, float]]:
+        """The timeout of a request's next try (after ``tries``), within its deadline: past it,
+        ``DeadlineExceededError``. A (connect, read) tuple: the client silently ignores a float timeout.
+        A stream has no read timeout unless asked (a quiet follow stream waits for its next line)."""
+        left = math.inf
+        if request.deadline is not None:
+            left = request.deadline.left()
+            if left <= 0:
+                raise self._past_deadline(request.deadline, request, tries)
+        if stream and stream_timeout is None:
+            return None
+        return min(10.0, self.request_timeout, left), min(stream_timeout or self.request_timeout, left)
+
+    def _wait_to_retry(self, request: _Request, e: Exception, path: str, attempt: int, attempts: int) -> None:
+        """Wait to try again a request the server answered with a transient error (``TRANSIENT_STATUS``):
+        its Retry-After, else the backoff (at most twice ``max_backoff``)."""
+        status = int(getattr(e, "status", 0) or 0)
+        wait = _retry_after(e) or request.delay
+        request.last_error = f"HTTP {status} {getattr(e, 'reason', None) or ''}".strip()
+        self._fit_in_deadline(request, min(wait, self.max_backoff * 2), attempt)
+        log.info("%s %s: HTTP %s, retrying in %.1fs (%d/%d)", request.verb, path, status, wait, attempt, attempts)
+        self._sleep(min(wait, self.max_backoff * 2))
+        request.delay = min(request.delay * 2, self.max_backoff)
+
+    def _wait_to_reconnect(self, request: _Request, e: Exception, path: str, attempt: int, attempts: int) -> None:
+        """Wait to try again a request whose connection failed (refused, dropped, timed out), or, after the
+        last try, raise ``ClusterUnreachableError``."""
+        request.last_error = _short(e)
+        self._fit_in_deadline(request, request.delay, attempt)
+        if attempt == attempts:
+            host = getattr(self.api_client.configuration, "host", "?")
+            raise ClusterUnreachableError(
+                f"cannot {request.verb} {request.target()}: the API server at {host} "
+                f"did not answer ({_short(e)}); check the kubeconfig's server "
+                "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
+            ) from None
+        log.info("%s %s: %s, retrying in %.1fs (%d/%d)", request.verb, path, type(e).__name__, request.delay,
+                 attempt, attempts)
+        self._sleep(request.delay * (1 + random.random() * 0.1))
+        request.delay = min(request.delay * 2, self.max_backoff)
+
+    def _fit_in_deadline(self, request: _Request, wait: float, tries: int) -> None:
+        """``DeadlineExceededError`` (after ``tries``) unless the request's deadline, if any, leaves more than
+        ``wait`` seconds."""
+        if request.deadline is not None and request.deadline.left() <= wait:
+            raise self._past_deadline(request.deadline, request, tries) from None
 
     @contextmanager
     def deadline(self, seconds: float, setting: Optional[str] = None) -> Iterator[None]:
@@ -371,14 +430,14 @@ class KubernetesCluster:
         finally:
             self._local.deadline = outer
 
-    def _past_deadline(self, deadline: Deadline, verb: str, kind: str, name: Optional[str],
-                       namespace: Optional[str], tries: int, last_error: str) -> DeadlineExceededError:
+    def _past_deadline(self, deadline: Deadline, request: _Request, tries: int) -> DeadlineExceededError:
         host = getattr(self.api_client.configuration, "host", "?")
-        tried = f"{tries} tr{'y' if tries == 1 else 'ies'}, the last: {last_error}" if tries else "no time left to try"
+        tried = f"{tries} tr{'y' if tries == 1 else 'ies'}, the last: {request.last_error}" if tries else \
+            "no time left to try"
         raise_it = f", or raise {deadline.setting} if it is only slow" if deadline.setting else ""
         within = f"{deadline.seconds:g} s" + (f", {deadline.setting}" if deadline.setting else "")
         return DeadlineExceededError(
-            f"cannot {verb} {describe_target(kind, name, namespace)}: the API server at {host} stalled: no answer "
+            f"cannot {request.verb} {request.target()}: the API server at {host} stalled: no answer "
             f"within {within} ({tried}); check that it is healthy (kubectl get --raw /readyz) and try again{raise_it}",
             tries=tries,
         )
@@ -601,6 +660,12 @@ def _api_client(configuration):
     # to the read timeout, and a DELETE of a rollback with it.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def _json_body(resp) -> Any:
+    """The JSON a (non-streamed) response carries; ``{}`` for an empty body."""
+    data = resp.data
+    return json.loads(data) if data else {}
 
 
 def _iter_lines(resp) -> Iterator[str]:

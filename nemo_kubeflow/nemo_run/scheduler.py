@@ -293,20 +293,35 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
         state = observation.state
-        message = "; ".join(m for m in (message, *notes) if m)
+        message = _joined((message, *notes))
+        self._say_repairs(watch, app_id, lines)
+        self._report(watch, app_id, observation, message)
+        if is_terminal(state):
+            self._stop_keeping(watch)
+        interrupt.check_wait(app_id, is_terminal(state))
+        return self._response(app_id, state, message, observation.nodes, observation.role), lines
+
+    def _say_repairs(self, watch: AppWatch, app_id: str, lines: list[str]) -> None:
+        """Say the repairs a look made (the lines naming them), unless they are the ones said last."""
         if lines and watch.last_repair != "; ".join(lines):
             watch.last_repair = "; ".join(lines)
             self._say(app_id, "repaired", watch.last_repair)
+
+    @staticmethod
+    def _stop_keeping(watch: AppWatch) -> None:
+        """The job is over: stop keeping its node logs (``NodeLogKeeper``)."""
+        if watch.keeper is not None:
+            watch.keeper.stop()
+            watch.keeper = None
+
+    def _report(self, watch: AppWatch, app_id: str, observation: Observation, message: str) -> None:
+        """NeMo-Run's wait and `nemo experiment status` show only the state: say what a waiting or running job
+        waits for or how it goes, when that changes, and why a job ended, once."""
+        state = observation.state
         if observation.trainjob is not None and state in (AppState.PENDING, AppState.RUNNING):
-            # NeMo-Run's wait and `nemo experiment status` show only the state: say what changed.
             self._report_progress(watch, app_id, state, message)
         elif state == AppState.FAILED or (state == AppState.CANCELLED and observation.trainjob is None):
             self._report_end(watch, app_id, state, message)
-        if is_terminal(state) and watch.keeper is not None:
-            watch.keeper.stop()
-            watch.keeper = None
-        interrupt.check_wait(app_id, is_terminal(state))
-        return self._response(app_id, state, message, observation.nodes, observation.role), lines
 
     def _repair(self, cluster: Cluster, observation: Observation, record: Optional[records.AppRecord],
                 watch: AppWatch) -> tuple[str, list[str], list[str]]:
@@ -370,37 +385,49 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         ``keeps_logs`` (a look that repairs: the attached wait, ``nemo-kubeflow watch``), a running job's node
         logs are kept from its second look on; a status query (NeMo-Run's describes each job twice) does not
         start following them."""
-        from nemo_kubeflow.repair import node_avoidance
-
         namespace, name = records.parse_app_id(app_id)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
         finished_jobs.note_described(app_id, trainjob)
         nodes, role = nodes_of(trainjob, record), _role(trainjob, record, watch)
-        if trainjob is None and record is not None and record.outcome_state:
-            # A repair deleted it after a fatal error: keep reporting that error.
-            return Observation(app_id, AppState[record.outcome_state], record.outcome_message, nodes, role)
-        status = job_status(trainjob, name=f"{namespace}/{name}")
         if trainjob is None:
-            return Observation(app_id, status.state, self._gone_message(app_id, watch, status.message), nodes, role)
+            return self._gone(app_id, record, watch, nodes, role)
+        status = job_status(trainjob, name=f"{namespace}/{name}")
         look = _Look(namespace, name, status.state, status.message)
         self._diagnose(look, cluster, record, watch, trainjob, nodes, keeps_logs)
-        notes: tuple[str, ...] = ()
-        if not is_terminal(look.state):
-            line, action = node_avoidance.assess(cluster, namespace, name, trainjob, nodes,
-                                                 pods=look.view.pods if look.view else None,
-                                                 checked=watch.checked_attempts,
-                                                 jobset=look.view.jobset if look.view else None)
-            notes = (line,) if line else ()
-            look.actions += [action] if action else []
+        notes = self._assess_nodes(look, cluster, watch, trainjob, nodes) if not is_terminal(look.state) else ()
         return Observation(app_id, look.state, look.message, nodes, role, trainjob=trainjob,
                            actions=tuple(look.actions), notes=notes)
+
+    def _gone(self, app_id: str, record: Optional[records.AppRecord], watch: AppWatch, nodes: int,
+              role: str) -> Observation:
+        """A job whose TrainJob no longer exists: the fatal error a repair deleted it for, else why it is gone."""
+        if record is not None and record.outcome_state:
+            # A repair deleted it after a fatal error: keep reporting that error.
+            return Observation(app_id, AppState[record.outcome_state], record.outcome_message, nodes, role)
+        namespace, name = records.parse_app_id(app_id)
+        status = job_status(None, name=f"{namespace}/{name}")
+        return Observation(app_id, status.state, self._gone_message(app_id, watch, status.message), nodes, role)
+
+    @staticmethod
+    def _assess_nodes(look: _Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict,
+                      nodes: int) -> tuple[str, ...]:
+        """Whether a job not over keeps failing on the same nodes (``node_avoidance.assess``, with the pods the
+        look read, if any): the note to show, and the repair added to ``look``."""
+        from nemo_kubeflow.repair import node_avoidance
+
+        view = look.view
+        line, action = node_avoidance.assess(cluster, look.namespace, look.name, trainjob, nodes,
+                                             pods=view.pods if view else None, checked=watch.checked_attempts,
+                                             jobset=view.jobset if view else None)
+        look.actions += [action] if action else []
+        return (line,) if line else ()
 
     def _diagnose(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch,
                   trainjob: dict, nodes: int, keeps_logs: bool = True) -> None:
         """Say in ``look`` why the job is in its state, reading its pods (``look.view``) where that tells more."""
         waiting = look.state in (AppState.SUBMITTED, AppState.PENDING)
-        queue = queue_name(trainjob)
-        if waiting and queue and (trainjob.get("spec") or {}).get("suspend"):
+        queue = _held_by_queue(trainjob)
+        if waiting and queue:
             # Suspended until Kueue admits it: say why it waits, from its Workload.
             look.state, look.message = AppState.PENDING, self._why_queued(cluster, look.namespace, trainjob, queue)
         elif waiting and not look.message.startswith("suspended"):
@@ -427,7 +454,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         from nemo_kubeflow.observe.diagnosis import logs_to_keep, why_failed
 
         look.view = view = self._view(watch, cluster, trainjob)
-        job_dir = record.job_dir if record else ""
+        job_dir = _job_dir(record)
         look.message = why_failed(view, look.message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
         keep = logs_to_keep(view, job_dir, watch.keeper)
         if keep:
@@ -438,26 +465,35 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     def _diagnose_running(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
                           watch: AppWatch, trainjob: dict, nodes: int, keeps_logs: bool = True) -> None:
-        from nemo_kubeflow.observe.diagnosis import runs_ft_launcher
-
-        # Every pod only when what is shown needs the running ones: a stall check that is due, or
-        # ft_launcher's restarts without the kept logs; else the JobSet and the pods not running.
-        stall_after = record.stall_warning_seconds if record is not None else None
-        every_pod = bool(stall_after and self._stall_check_due(watch, trainjob, stall_after)) or \
-            (watch.keeper is None and runs_ft_launcher(trainjob))
-        look.view = view = self._view(watch, cluster, trainjob, every_pod=every_pod)
-        if keeps_logs and record is not None and record.job_dir:
-            self._keep_logs(watch, cluster, look.namespace, look.name, nodes, record.job_dir)
+        stall_after, job_dir = _stall_after(record), _job_dir(record)
+        look.view = view = self._view(watch, cluster, trainjob,
+                                      every_pod=self._needs_every_pod(watch, trainjob, stall_after))
+        if keeps_logs and job_dir:
+            self._keep_logs(watch, cluster, look.namespace, look.name, nodes, job_dir)
         restarts = self._restarts(watch, view).note(finished=False)
         reported = progress_view.read(cluster, view, watch.progress, watch.keeper)
-        now = datetime.now(timezone.utc)
         facts = [reported.text() if reported else "", restarts]
-        if record is not None and record.stall_warning_seconds:
-            # Progress says whether steps go on; without it (or with a step not known to be current), log
-            # silence is the sign.
-            facts.insert(0, progress_view.stall_message(reported, record.stall_warning_seconds, now)
-                         if reported and not reported.stale else self._stall_warning_throttled(watch, cluster, view, record.stall_warning_seconds))
-        look.message = "; ".join(f for f in facts if f) or look.message
+        if stall_after:
+            facts.insert(0, self._stall_fact(watch, cluster, view, reported, stall_after))
+        look.message = _joined(facts) or look.message
+
+    def _needs_every_pod(self, watch: AppWatch, trainjob: dict, stall_after: Optional[int]) -> bool:
+        """Whether a look at a running job reads every pod: only when what is shown needs the running ones (a
+        stall check that is due, or ft_launcher's restarts without the kept logs); else the JobSet and the
+        pods not running do."""
+        from nemo_kubeflow.observe.diagnosis import runs_ft_launcher
+
+        if stall_after and self._stall_check_due(watch, trainjob, stall_after):
+            return True
+        return watch.keeper is None and runs_ft_launcher(trainjob)
+
+    def _stall_fact(self, watch: AppWatch, cluster: ClusterReader, view: JobView,
+                    reported: Optional[progress_view.Progress], seconds: int) -> str:
+        """Whether the job stalls: progress says whether steps go on; without it (or with a step not known to be
+        current), log silence is the sign."""
+        if reported and not reported.stale:
+            return progress_view.stall_message(reported, seconds, datetime.now(timezone.utc))
+        return self._stall_warning_throttled(watch, cluster, view, seconds)
 
     @staticmethod
     def _gone_message(app_id: str, watch: AppWatch, message: str) -> str:
@@ -596,22 +632,29 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
-        from nemo_kubeflow.observe.logs import kept_node_log, node_log_lines, node_log_path, tee_to_file
+        from nemo_kubeflow.observe.logs import node_log_lines, node_log_path, tee_to_file
 
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
-        job_dir = record.job_dir if record is not None else ""
+        job_dir = _job_dir(record)
         lines: Iterable[str] = node_log_lines(cluster, namespace, name, k, follow=should_tail,
-                                              stall_after=record.stall_warning_seconds if record else None)
+                                              stall_after=_stall_after(record))
         if should_tail and job_dir:
             # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
             lines = tee_to_file(iter(lines), node_log_path(job_dir, k))
         elif not should_tail:
             # A finished job cleaned up (its TTL, gc, a failure that deleted the pods): what was kept.
-            lines = list(lines) or (kept_node_log(job_dir, k) if job_dir else []) or \
-                self._no_log(cluster, namespace, name, k, job_dir)
+            lines = list(lines) or self._kept_or_no_log(cluster, namespace, name, k, job_dir)
         return filter_regex(regex, lines) if regex else lines
+
+    @classmethod
+    def _kept_or_no_log(cls, cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
+        """Node ``k``'s log as kept next to the job, or why it has none (``_no_log``)."""
+        from nemo_kubeflow.observe.logs import kept_node_log
+
+        kept = kept_node_log(job_dir, k) if job_dir else []
+        return kept or cls._no_log(cluster, namespace, name, k, job_dir)
 
     @staticmethod
     def _no_log(cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
@@ -655,6 +698,27 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if record is None:
             return self._cluster(None, None)
         return self._cluster(record.kubeconfig, record.context)
+
+
+def _held_by_queue(trainjob: dict) -> Optional[str]:
+    """The Kueue queue of a job suspended until Kueue admits it; None for a job no queue holds."""
+    queue = queue_name(trainjob)
+    return queue if queue and (trainjob.get("spec") or {}).get("suspend") else None
+
+
+def _joined(parts: Iterable[str]) -> str:
+    """The parts of a message that say something, joined by "; "."""
+    return "; ".join(part for part in parts if part)
+
+
+def _job_dir(record: Optional[records.AppRecord]) -> str:
+    """The job's directory (its logs, its manifests); "" without a record."""
+    return record.job_dir if record is not None else ""
+
+
+def _stall_after(record: Optional[records.AppRecord]) -> Optional[int]:
+    """The job's ``stall_warning_seconds``; None without a record."""
+    return record.stall_warning_seconds if record is not None else None
 
 
 def role_of(trainjob: Optional[dict]) -> str:

@@ -99,13 +99,18 @@ def format_summary(req: KubeflowRequest) -> str:
         ns = obj["metadata"].get("namespace")
         where = f" (namespace {ns})" if ns else ""
         lines.append(f"    - {obj['kind']} {obj['metadata']['name']}{where}")
-    if req.manifests_dir and req.manifests_removed:
-        lines.append("  manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep "
-                     "them with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
-                     "--out DIR")
-    elif req.manifests_dir:
-        lines.append(f"  manifests written to {req.manifests_dir}")
+    if req.manifests_dir:
+        lines.append(_manifests_line(req.manifests_dir, req.manifests_removed))
     return "\n".join(lines)
+
+
+def _manifests_line(manifests_dir: str, removed: bool) -> str:
+    """The summary's line on where the dry run wrote the manifests."""
+    if removed:
+        return ("  manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep "
+                "them with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
+                "--out DIR")
+    return f"  manifests written to {manifests_dir}"
 
 
 def _removed_by_exp_dryrun(path: str) -> bool:
@@ -355,20 +360,25 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         try:
             observation = self.observe(app_id, cluster, record, watch, keeps_logs=keeps_logs)
         except ClusterUnreachableError as error:
-            if outage is None:
-                outage = self._outages[id(cluster)] = Outage(_short_error(error))
-            else:
-                outage.failed_again(_short_error(error))
-            if not outage.said:
-                outage.said = True
-                self._say(app_id, "unknown", outage.message(), always=True)
-            return self._unknown(app_id, record, watch, outage)
+            return self._unknown(app_id, record, watch, self._outage_seen(app_id, cluster, error))
         if outage is not None:
             del self._outages[id(cluster)]
             self._say(app_id, observation.state.name.lower(),
                       f"the API server answers again (unreachable from {outage.since_text()} for "
                       f"{time.time() - outage.since:.0f} s)", always=True)
         return observation
+
+    def _outage_seen(self, app_id: str, cluster: ClusterReader, error: ClusterUnreachableError) -> Outage:
+        """The API server of ``cluster`` did not answer: its outage (begun now, or going on), said once."""
+        outage = self._outages.get(id(cluster))
+        if outage is None:
+            outage = self._outages[id(cluster)] = Outage(_short_error(error))
+        else:
+            outage.failed_again(_short_error(error))
+        if not outage.said:
+            outage.said = True
+            self._say(app_id, "unknown", outage.message(), always=True)
+        return outage
 
     @staticmethod
     def _unknown(app_id: str, record: Optional[records.AppRecord], watch: AppWatch, outage: Outage) -> Observation:

@@ -40,6 +40,7 @@ VOLUME = "initializer"
 _JOBSET_NAME_FIELD = "metadata.labels['jobset.sigs.k8s.io/jobset-name']"
 #: Credentials the SDK types accept as literal values; they would end up in the TrainJob in clear.
 _CREDENTIAL_FIELDS = ("access_token", "access_key_id", "secret_access_key")
+#: The access modes a PersistentVolumeClaim can ask for.
 _ACCESS_MODES = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
 
 
@@ -264,9 +265,17 @@ def _claim_problems(executor, planned: list[Step], s: InitializerSettings) -> It
     if s.create_claim:
         if s.claim_size is None or parse_quantity(str(s.claim_size)) is None:
             yield "initializer_settings: create_claim=True needs claim_size, e.g. claim_size='200Gi'"
-        bad = set(s.access_modes) - _ACCESS_MODES
-        if bad or not s.access_modes:
-            yield f"initializer_settings.access_modes: invalid {sorted(bad) or s.access_modes}"
+        if (refused := refused_access_modes(s.access_modes)) is not None:
+            yield f"initializer_settings.access_modes: invalid {refused}"
+
+
+def refused_access_modes(modes: Sequence[str]) -> Optional[Sequence[str]]:
+    """The access modes to name when refusing a claim to create with ``modes``: the unknown ones, or the
+    empty ``modes``; ``None`` when they are fine."""
+    unknown = sorted(set(modes) - _ACCESS_MODES)
+    if unknown:
+        return unknown
+    return None if modes else modes
 
 
 def _source_problems(step: str, value, command: list[str]) -> Iterator[str]:

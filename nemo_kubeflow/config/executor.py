@@ -39,8 +39,8 @@ from nemo_kubeflow.build.fabrics import (
     fabric_problems,
     profile_settings,
 )
-from nemo_kubeflow.build.initializers import InitializerSettings, initializer_problems
-from nemo_kubeflow.config.landing import LANDINGS, REFUSED
+from nemo_kubeflow.build.initializers import InitializerSettings, initializer_problems, refused_access_modes
+from nemo_kubeflow.config.landing import LANDINGS, REFUSED, Landing
 from nemo_kubeflow.constants import (
     ANNOTATIONS_MAX_BYTES,
     CLUSTER_RUNTIME_KIND,
@@ -438,34 +438,48 @@ class KubeflowExecutor(Executor):
 
         Pure: touches neither the file system nor the cluster.
         """
-        problems, checked = _type_problems(self)
+        problems, checked, reset = _type_problems(self)
         # A field of the wrong type was checked at its default: its type is its one problem.
-        reset = tuple(f.name for f in dataclasses.fields(self) if getattr(checked, f.name) is not getattr(self, f.name))
-        problems += [p for p in checked._problems() if not re.match(rf"({'|'.join(reset) or '$^'})\b", p)]
+        problems += [p for p in checked._problems() if not _names_first(p, reset)]
         if problems:
             listing = "\n".join(f"  - {p}" for p in problems)
             raise ConfigError(f"KubeflowExecutor configuration is invalid:\n{listing}")
 
     def _problems(self):
+        """Every problem but the fields' types: ``validate()`` runs these on fields of the right types only,
+        which is why no check here looks at a field's type again."""
         yield from _declared_problems(self)
         for check in (
             self._process_problems, self._container_image_problems, self._namespace_problems,
             self._request_limit_problems, self._extra_resource_problems,
-            self._env_problems, self._volume_problems, self._image_problems, self._name_problems,
-            self._key_problems, self._toleration_problems, self._resource_problems,
+            self._env_name_problems, self._secret_source_problems, self._secret_reference_problems,
+            self._mount_path_problems, self._mounted_object_problems, self._image_problems, self._name_problems,
+            self._key_name_problems, self._reserved_key_problems, self._node_selector_value_problems,
+            self._annotation_size_problems, self._toleration_problems,
+            self._resource_name_problems, self._resource_count_problems,
             self._runtime_problems, self._launcher_problems, self._workspace_problems,
             self._label_value_problems, self._security_problems,
         ):
             yield from check()
         yield from fabric_problems(self)
         yield from initializer_problems(self)
-        yield from self._scheduling_problems()
-        yield from self._failure_policy_problems()
-        yield from self._preflight_problems()
+        for check in (
+            self._queue_problems, self._pod_group_problems, self._scheduler_name_problems,
+            self._failure_policy_problems, self._warm_start_problems, self._ft_launcher_setting_problems,
+            self._preflight_problems,
+        ):
+            yield from check()
+
+    def _value_problems(self, *fields: str) -> Iterator[str]:
+        """``fields`` set to a value their ``_VALUE_RULES`` row refuses (``None`` is unset, never refused)."""
+        for fname in fields:
+            is_valid, rule = _VALUE_RULES[fname]
+            value = getattr(self, fname)
+            if value is not None and not is_valid(value):
+                yield f"{fname}={value!r}: {rule}"
 
     def _process_problems(self):
-        nprocs = self.nprocs_per_node
-        if self.gpus_per_node > 0 and isinstance(nprocs, int) and nprocs > self.gpus_per_node:
+        if self.gpus_per_node > 0 and self.nprocs_per_node > self.gpus_per_node:
             yield (
                 f"nprocs_per_node={self.nprocs_per_node} exceeds gpus_per_node={self.gpus_per_node}: "
                 "each process needs its own GPU; lower nprocs_per_node or raise gpus_per_node"
@@ -507,8 +521,7 @@ class KubeflowExecutor(Executor):
     def _runtime_problems(self):
         if self.runtime_kind not in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
             yield f"runtime_kind={self.runtime_kind!r}: must be {CLUSTER_RUNTIME_KIND!r} or {RUNTIME_KIND!r}"
-        if self.runtime_name is not None and not naming.is_rfc1123_subdomain(self.runtime_name):
-            yield f"runtime_name={self.runtime_name!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
+        yield from self._value_problems("runtime_name")
         if self.runtime_name and self.runtime_template:
             yield "runtime_name and runtime_template are exclusive: use an existing runtime or render one"
 
@@ -532,53 +545,62 @@ class KubeflowExecutor(Executor):
             yield "run_as_user=0 with restricted_security: the restricted profile forbids running as root"
 
     def _preflight_problems(self):
+        # True, False or a string: the field's type says so.
         if isinstance(self.preflight, str) and not self.preflight.strip():
             yield "preflight='': give a bash command, or True for the packaged checks"
-        elif not isinstance(self.preflight, (bool, str)):
-            yield f"preflight={self.preflight!r}: must be True, False or a bash command"
 
     def _image_problems(self):
         """The other images the pods run (initializers, fabric daemons), by the same grammar."""
-        from nemo_kubeflow.build.initializers import settings
-
-        images = []
-        init = settings(self) if self.initializer is not None else None
-        if isinstance(init, InitializerSettings):
-            images += [(f"initializer_settings.{f}", getattr(init, f))
-                       for f in ("dataset_image", "model_image", "data_cache_image")]
-        profile = PROFILES.get(fabric_name(self))
-        if profile is not None and profile.images:
-            cfg = profile_settings(self, profile.name)
-            if isinstance(cfg, profile.settings):
-                images += [(f"{profile.field}.{f}", getattr(cfg, f)) for f in profile.images]
-        for where, image in images:
+        for where, image in [*self._initializer_images(), *self._fabric_images()]:
             # Empty or with whitespace: initializer_problems says so already.
             if image and not any(c.isspace() for c in image):
                 if problem := naming.image_reference_problem(image):
                     yield f"{where}={image!r}: {problem}; the kubelet would refuse to pull it"
 
+    def _initializer_images(self) -> list[tuple[str, str]]:
+        """``(field, image)`` of each initializer image, with an ``initializer`` (and settings of the right class)."""
+        from nemo_kubeflow.build.initializers import settings
+
+        if self.initializer is None or not isinstance(init := settings(self), InitializerSettings):
+            return []
+        return [(f"initializer_settings.{f}", getattr(init, f)) for f in ("dataset_image", "model_image",
+                                                                           "data_cache_image")]
+
+    def _fabric_images(self) -> list[tuple[str, str]]:
+        """``(field, image)`` of each image of the network fabric's daemons (with settings of the right class)."""
+        profile = PROFILES.get(fabric_name(self))
+        if profile is None or not isinstance(cfg := profile_settings(self, profile.name), profile.settings):
+            return []
+        return [(f"{profile.field}.{f}", getattr(cfg, f)) for f in profile.images]
+
     def _name_problems(self):
         """Names of other objects the pods refer to: a wrong one is not refused by the API server but
         leaves the pod Pending (an absent ServiceAccount, Secret or StorageClass can never be found)."""
-        subdomain = f"a Kubernetes object name ({_OBJECT_NAME_RULE})"
-        if self.service_account is not None and not naming.is_rfc1123_subdomain(self.service_account):
-            yield f"service_account={self.service_account!r}: must be {subdomain}"
+        yield from self._value_problems("service_account")
         for i, secret in enumerate(self.image_pull_secrets):
             if not naming.is_rfc1123_subdomain(secret):
-                yield f"image_pull_secrets[{i}]={secret!r}: must be {subdomain}, the name of a Secret"
-        yield from self._mount_name_problems(subdomain)
+                yield f"image_pull_secrets[{i}]={secret!r}: must be {_SUBDOMAIN}, the name of a Secret"
+        yield from self._claim_name_problems()
+        yield from self._secret_mount_name_problems()
+        yield from self._secret_key_problems()
+
+    def _secret_key_problems(self):
+        """The keys of well-formed ``secret_key_refs`` (``_secret_reference_problems`` reports the others)."""
         for name, ref in self.secret_key_refs.items():
             secret, _, key = str(ref).partition("/")
             if key and naming.is_rfc1123_subdomain(secret) and not naming.is_config_key(key):
                 yield f"secret_key_refs[{name!r}]={ref!r}: {key!r} is not a Secret key ([-._a-zA-Z0-9], at most 253)"
 
-    def _mount_name_problems(self, subdomain: str):
-        """The names inside ``pvc_mounts`` and ``secret_mounts``: storage classes, sub-paths, Secret keys, modes."""
+    def _claim_name_problems(self):
+        """The names inside ``pvc_mounts``: storage classes and sub-paths."""
         for m in self.pvc_mounts:
             if m.storage_class is not None and not naming.is_rfc1123_subdomain(m.storage_class):
-                yield f"pvc_mounts[{m.claim_name}]: storage_class={m.storage_class!r} must be {subdomain}"
+                yield f"pvc_mounts[{m.claim_name}]: storage_class={m.storage_class!r} must be {_SUBDOMAIN}"
             if m.sub_path is not None and (problem := naming.descending_path_problem(m.sub_path)):
                 yield f"pvc_mounts[{m.claim_name}]: sub_path={m.sub_path!r} {problem}"
+
+    def _secret_mount_name_problems(self):
+        """The names inside ``secret_mounts``: Secret keys, and file modes."""
         for secret_mount in self.secret_mounts:
             for key in secret_mount.keys:
                 if not naming.is_config_key(key):
@@ -588,24 +610,26 @@ class KubeflowExecutor(Executor):
                 yield (f"secret_mounts[{secret_mount.secret_name}]: default_mode={secret_mount.default_mode!r} "
                        "must be a file mode 0o000..0o777")
 
-    def _key_problems(self):
-        """Label and annotation keys and values, as the API server checks them."""
-        key_rule = ("keys are an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
-                    "'-', '_' and '.' starting and ending with a letter or digit, e.g. 'example.com/team'")
+    # Label and annotation keys and values, as the API server checks them.
+    def _key_name_problems(self):
         for fname in ("labels", "pod_labels", "annotations", "pod_annotations", "node_selector"):
             for key in getattr(self, fname):
                 if not naming.is_qualified_name(key):
-                    yield f"{fname}[{key!r}]: not a valid key: {key_rule}"
+                    yield f"{fname}[{key!r}]: not a valid key: {_KEY_RULE}"
+
+    def _reserved_key_problems(self):
         for fname in ("labels", "pod_labels", "annotations", "pod_annotations"):
-            reserved = [key for key in getattr(self, fname)
-                        if key in RESERVED_KEYS or str(key).startswith(RESERVED_KEY_PREFIX)]
-            if reserved:
+            if reserved := [key for key in getattr(self, fname) if _is_reserved_key(key)]:
                 yield (f"{fname}: {', '.join(map(repr, reserved))} {'is' if len(reserved) == 1 else 'are'} "
                        f"nemo_kubeflow's own (it finds, collects and describes its jobs by them): keys "
                        f"{', '.join(RESERVED_KEYS)} and {RESERVED_KEY_PREFIX}* are reserved; use a key of your own")
+
+    def _node_selector_value_problems(self):
         for key, value in self.node_selector.items():
             if not naming.is_label_value(value):
                 yield f"node_selector[{key!r}]={value!r}: node label values are {naming.LABEL_VALUE_RULE}"
+
+    def _annotation_size_problems(self):
         for fname in ("annotations", "pod_annotations"):
             size = sum(len(k.encode()) + len(v.encode()) for k, v in getattr(self, fname).items())
             if size > ANNOTATIONS_MAX_BYTES:
@@ -618,14 +642,15 @@ class KubeflowExecutor(Executor):
         for i, tol in enumerate(self.tolerations):
             yield from _toleration_problems(f"tolerations[{i}]", tol)
 
-    def _resource_problems(self):
-        """Resource names and signs; the quantities' syntax is checked in ``_problems``."""
+    # Resource names and signs; the quantities' syntax is checked by _extra_resource_problems.
+    def _resource_name_problems(self):
         for res in [self.gpu_resource_name, *self.extra_resources]:
             where = "gpu_resource_name" if res is self.gpu_resource_name else f"extra_resources[{res!r}]"
-            if not naming.is_qualified_name(res) or ("/" not in res and res not in STANDARD_RESOURCES
-                                                          and not res.startswith("hugepages-")):
+            if not _is_resource_name(res):
                 yield (f"{where}: {res!r} is not a resource name: extended resources are fully qualified, "
                        "e.g. 'nvidia.com/gpu' or 'vpc.amazonaws.com/efa'")
+
+    def _resource_count_problems(self):
         for res, value in self.extra_resources.items():
             quantity = parse_quantity(value)
             if quantity is not None and (quantity < 0 or quantity != int(quantity)):
@@ -633,57 +658,46 @@ class KubeflowExecutor(Executor):
 
     def _warm_start_problems(self):
         preload, poll = self.worker_preload, self.rendezvous_poll_seconds
-        if not isinstance(preload, (list, tuple)) or not all(
-                isinstance(m, str) and _MODULE_NAME.fullmatch(m) for m in preload):
+        if not all(_MODULE_NAME.fullmatch(m) for m in preload):
             yield (f"worker_preload={preload!r}: must be a list of module names to import, e.g. ['torch'] "
                    "(dotted Python names, no spaces); [] starts every worker as a new Python")
-        if poll is not None and (isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.05 <= poll <= 1):
+        if poll is not None and not 0.05 <= poll <= 1:
             yield (f"rendezvous_poll_seconds={poll!r}: must be a number of seconds from 0.05 to 1, e.g. 0.1; "
                    "None keeps ft_launcher's 1 s")
-        from nemo_run.core.execution.launcher import FaultTolerance
 
-        launcher = self.launcher
-        used = [name for name, value in (("worker_preload", preload), ("rendezvous_poll_seconds", poll))
-                if value not in (None, [], ())]
-        if used and not (launcher == "ft" or isinstance(launcher, FaultTolerance)):
+    def _ft_launcher_setting_problems(self):
+        """``worker_preload`` and ``rendezvous_poll_seconds`` set with a launcher other than ft_launcher."""
+        used = [name for name in ("worker_preload", "rendezvous_poll_seconds")
+                if getattr(self, name) not in (None, [], ())]
+        if used and not self._runs_ft_launcher():
             verb, them = ("tune", "them") if len(used) > 1 else ("tunes", "it")
             yield (f"{' and '.join(used)} {verb} how ft_launcher starts and restarts ranks, but launcher="
-                   f"{launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
+                   f"{self.launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
                    f"{them} unset")
+
+    def _runs_ft_launcher(self) -> bool:
+        from nemo_run.core.execution.launcher import FaultTolerance
+
+        return self.launcher == "ft" or isinstance(self.launcher, FaultTolerance)
 
     def _failure_policy_problems(self):
         codes = self.fail_fast_exit_codes
-        if not isinstance(codes, (list, tuple)) or any(
-                not isinstance(c, int) or isinstance(c, bool) or not 1 <= c <= 255 for c in codes):
+        if any(not 1 <= c <= 255 for c in codes):
             yield (f"fail_fast_exit_codes={codes!r}: must be a list of exit codes from 1 to 255 (0 is success; "
                    "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
         elif len(set(codes)) != len(codes):
             yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
-        if not isinstance(self.avoid_failed_nodes, bool):
-            yield f"avoid_failed_nodes={self.avoid_failed_nodes!r}: must be True or False"
-        if not isinstance(self.restart_on_oom_kill, bool):
-            yield f"restart_on_oom_kill={self.restart_on_oom_kill!r}: must be True or False"
-        elif self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in (codes if isinstance(codes, (list, tuple)) else ()):
+        if self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in codes:
             yield (f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
                    f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
                    "fail_fast_exit_codes, or leave restart_on_oom_kill False")
-        yield from self._warm_start_problems()
-
-    def _scheduling_problems(self):
-        yield from self._queue_problems()
-        yield from self._pod_group_problems()
-        yield from self._scheduler_name_problems()
 
     def _queue_problems(self):
         """Kueue's queue and priority class: fields that also land as labels."""
         for fname, label in (("queue_name", QUEUE_LABEL), ("workload_priority_class", PRIORITY_CLASS_LABEL)):
+            yield from self._value_problems(fname)
             value = getattr(self, fname)
-            if value is None:
-                continue
-            if not isinstance(value, str) or not naming.is_rfc1123_subdomain(value) or len(value) > 63:
-                yield (f"{fname}={value!r}: must be a Kubernetes object name of at most 63 characters "
-                       "(lowercase letters, digits, '-' and '.')")
-            if label in self.labels and self.labels[label] != value:
+            if value is not None and self.labels.get(label, value) != value:
                 yield f"{fname}={value!r} and labels[{label!r}]={self.labels[label]!r} disagree; set {fname} only"
         if self.workload_priority_class is not None and self.queue_name is None and QUEUE_LABEL not in self.labels:
             yield "workload_priority_class needs queue_name: Kueue orders only the jobs of its queues"
@@ -691,9 +705,8 @@ class KubeflowExecutor(Executor):
     def _pod_group_problems(self):
         if self.pod_group_policy not in POD_GROUP_POLICIES:
             yield f"pod_group_policy={self.pod_group_policy!r}: must be one of {', '.join(POD_GROUP_POLICIES)}"
-        if self.schedule_timeout_seconds is not None:
-            if self.pod_group_policy != "coscheduling":
-                yield "schedule_timeout_seconds applies to pod_group_policy='coscheduling' only"
+        if self.schedule_timeout_seconds is not None and self.pod_group_policy != "coscheduling":
+            yield "schedule_timeout_seconds applies to pod_group_policy='coscheduling' only"
         if self.pod_group_policy != "none" and self.initializer is not None:
             yield (
                 f"pod_group_policy={self.pod_group_policy!r} with an initializer: Trainer counts the initializer "
@@ -702,26 +715,17 @@ class KubeflowExecutor(Executor):
             )
 
     def _scheduler_name_problems(self):
-        for fname in ("priority_class_name", "scheduler_name"):
-            value = getattr(self, fname)
-            if value is not None and (not isinstance(value, str) or not naming.is_rfc1123_subdomain(value)):
-                yield f"{fname}={value!r}: not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
-        if self.topology_key is not None and not naming.is_qualified_name(self.topology_key):
-            yield (f"topology_key={self.topology_key!r}: must be a node label key, "
-                   "e.g. 'cloud.google.com/gce-topology-block'")
+        yield from self._value_problems("priority_class_name", "scheduler_name", "topology_key")
 
-    def _env_problems(self):
-        env_names = [(fname, name) for fname in ("env_vars", "secret_env_vars", "secret_key_refs")
-                     for name in getattr(self, fname)]
+    def _env_name_problems(self):
+        """The names of the task's environment variables, each set once."""
         seen: set[str] = set()
-        for fname, name in env_names:
-            if reserved := naming.trainer_env_problem(name):
-                yield f"{fname}: environment variable {reserved}; remove it"
-            elif not naming.is_env_var_name(name):
-                yield f"{fname}: environment variable {name!r}: names are {naming.ENV_VAR_NAME_RULE}"
-            if name in seen:
-                yield f"environment variable {name} is set twice (env_vars, secret_env_vars, secret_key_refs)"
-            seen.add(name)
+        for fname in ("env_vars", "secret_env_vars", "secret_key_refs"):
+            for name in getattr(self, fname):
+                yield from _env_name_problems(fname, name, seen)
+                seen.add(name)
+
+    def _secret_source_problems(self):
         for name, source in self.secret_env_vars.items():
             kind, _, ref = str(source).partition(":")
             if kind not in ("env", "file") or not ref:
@@ -729,6 +733,9 @@ class KubeflowExecutor(Executor):
                     f"secret_env_vars[{name!r}]: give where to read the value, 'env:LOCAL_VAR' or "
                     "'file:/path' (literal values are refused because NeMo-Run writes the executor to disk)"
                 )
+
+    def _secret_reference_problems(self):
+        """``secret_key_refs`` of the form ``secret-name/key``, and the Secrets of ``secret_env_from``."""
         for name, ref in self.secret_key_refs.items():
             secret, _, key = str(ref).partition("/")
             if not naming.is_rfc1123_subdomain(secret) or not key:
@@ -737,24 +744,55 @@ class KubeflowExecutor(Executor):
             if not naming.is_rfc1123_subdomain(secret):
                 yield f"secret_env_from: {secret!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
 
-    def _volume_problems(self):
+    def _volume_mounts(self) -> list[tuple[str, str]]:
+        """``(entry, mount_path)`` of each entry of ``pvc_mounts`` and ``secret_mounts``."""
+        return ([(f"pvc_mounts[{m.claim_name}]", m.mount_path) for m in self.pvc_mounts]
+                + [(f"secret_mounts[{m.secret_name}]", m.mount_path) for m in self.secret_mounts])
+
+    def _mount_path_problems(self):
+        """Mount paths: absolute, and one mount per path."""
         paths: dict[str, str] = {self.workspace_mount_path: "workspace_mount_path"}
         if self.shm_size is not None:
             paths["/dev/shm"] = "shm_size"
-        mounts = [(f"pvc_mounts[{m.claim_name}]", m.mount_path) for m in self.pvc_mounts] + [
-            (f"secret_mounts[{m.secret_name}]", m.mount_path) for m in self.secret_mounts
-        ]
-        for what, path in mounts:
+        for what, path in self._volume_mounts():
             if not str(path).startswith("/"):
                 yield f"{what}: mount_path {path!r} must be an absolute path"
             elif path in paths:
                 yield f"{what}: mount_path {path!r} is already used by {paths[path]}"
             paths[path] = what
+
+    def _mounted_object_problems(self):
+        """The claims and Secrets the mounts name."""
         for m in self.pvc_mounts:
             yield from _claim_problems(m)
         for secret_mount in self.secret_mounts:
             if not naming.is_rfc1123_subdomain(secret_mount.secret_name):
                 yield f"secret_mounts: {secret_mount.secret_name!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
+
+
+def _env_name_problems(fname: str, name: str, seen: set[str]) -> Iterator[str]:
+    """Problems of environment variable ``name`` of field ``fname``, the names ``seen`` before it set already."""
+    if reserved := naming.trainer_env_problem(name):
+        yield f"{fname}: environment variable {reserved}; remove it"
+    elif not naming.is_env_var_name(name):
+        yield f"{fname}: environment variable {name!r}: names are {naming.ENV_VAR_NAME_RULE}"
+    if name in seen:
+        yield f"environment variable {name} is set twice (env_vars, secret_env_vars, secret_key_refs)"
+
+
+def _is_reserved_key(key: str) -> bool:
+    """Whether label or annotation ``key`` is one nemo_kubeflow finds its own objects by."""
+    return key in RESERVED_KEYS or str(key).startswith(RESERVED_KEY_PREFIX)
+
+
+def _is_resource_name(res: str) -> bool:
+    """Whether ``res`` names a resource: a standard one (``cpu``, ``hugepages-*``...) or a fully qualified one."""
+    return naming.is_qualified_name(res) and ("/" in res or res in STANDARD_RESOURCES or res.startswith("hugepages-"))
+
+
+def _is_queue_object_name(value: str) -> bool:
+    """Whether ``value`` can name a Kueue object that a label also carries (a label value has at most 63 characters)."""
+    return naming.is_rfc1123_subdomain(value) and len(value) <= 63
 
 
 def _toleration_problems(where: str, tol: dict) -> Iterator[str]:
@@ -814,15 +852,36 @@ def _claim_problems(m: PVCMount) -> Iterator[str]:
         return
     if m.size is None or parse_quantity(str(m.size)) is None:
         yield f"pvc_mounts[{m.claim_name}]: create=True needs size, e.g. size='100Gi'"
-    bad = set(m.access_modes) - {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
-    if bad or not m.access_modes:
-        yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {sorted(bad) or m.access_modes}"
+    if (refused := refused_access_modes(m.access_modes)) is not None:
+        yield f"pvc_mounts[{m.claim_name}]: invalid access_modes {refused}"
 
 
 # A module worker_preload imports: a dotted Python name.
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 #: The rule of a DNS-1123 subdomain, the name of most objects, in words for messages.
 _OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+#: What the name of an object the pods refer to must be, for messages.
+_SUBDOMAIN = f"a Kubernetes object name ({_OBJECT_NAME_RULE})"
+#: The rule of label and annotation keys, in words for messages.
+_KEY_RULE = ("keys are an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
+             "'-', '_' and '.' starting and ending with a letter or digit, e.g. 'example.com/team'")
+_NOT_AN_OBJECT_NAME = f"not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
+_NOT_A_QUEUE_OBJECT_NAME = ("must be a Kubernetes object name of at most 63 characters "
+                            "(lowercase letters, digits, '-' and '.')")
+#: The optional fields that name something, as ``_value_problems`` checks them when set:
+#: field -> (whether a value is valid, what the message says of an invalid one).
+_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    # Objects Trainer or the pods refer to: a wrong name is refused, or leaves the pods Pending.
+    "runtime_name": (naming.is_rfc1123_subdomain, _NOT_AN_OBJECT_NAME),
+    "service_account": (naming.is_rfc1123_subdomain, f"must be {_SUBDOMAIN}"),
+    "priority_class_name": (naming.is_rfc1123_subdomain, _NOT_AN_OBJECT_NAME),
+    "scheduler_name": (naming.is_rfc1123_subdomain, _NOT_AN_OBJECT_NAME),
+    # A node label key, which the pod affinity's topologyKey is.
+    "topology_key": (naming.is_qualified_name, "must be a node label key, e.g. 'cloud.google.com/gce-topology-block'"),
+    # Kueue's objects, named in labels too (at most 63 characters there).
+    "queue_name": (_is_queue_object_name, _NOT_A_QUEUE_OBJECT_NAME),
+    "workload_priority_class": (_is_queue_object_name, _NOT_A_QUEUE_OBJECT_NAME),
+}
 
 
 # --- types of the fields ------------------------------------------------------------------
@@ -853,37 +912,54 @@ def launcher_problem(launcher: object) -> Optional[str]:
             f"{', '.join(map(repr, sorted(LAUNCHER_MAP)))}, a run.Torchrun(...)/run.FaultTolerance(...), or None")
 
 
-def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowExecutor"]:
-    """The fields whose values have the wrong type, and the executor to run the other checks on:
-    ``executor`` itself, or a copy with those fields back at their defaults (so that every other
-    problem is still listed, and no check trips over a value of the wrong type)."""
+def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowExecutor", tuple[str, ...]]:
+    """The fields whose values have the wrong type, the executor to run the other checks on, and the
+    fields set back: ``executor`` itself, or a copy with those fields back at their defaults (so that every
+    other problem is still listed, and no check trips over a value of the wrong type)."""
     problems, bad = [], []
     executor_class: type = type(executor)  # (a class is hashable, even when its instances are not)
     hints = _field_types(executor_class)
     for f in dataclasses.fields(executor):
-        if not f.init or f.name not in hints:
-            continue
-        value = getattr(executor, f.name)
-        classes = tuple(a for a in typing.get_args(hints[f.name]) if isinstance(a, type))
-        if f.name in _SETTINGS_CHECKED_ELSEWHERE and value is not None and not isinstance(value, classes):
-            continue
-        problem = type_problem(value, hints[f.name], f.name,
-                                f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
-        if problem:
+        if problem := _field_type_problem(executor, f, hints):
             problems.append(problem)
             bad.append(f)
-    if not bad:
-        return problems, executor
-    checked = copy.copy(executor)
+    checked = copy.copy(executor) if bad else executor
+    reset = []
     for f in bad:
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:  # a required field: it was given, so a value of the wrong type stays
-            continue
-        object.__setattr__(checked, f.name, default)
-    return problems, checked
+        default = _field_default(f)
+        # A required field was given: a value of the wrong type stays.
+        if default is not dataclasses.MISSING:
+            object.__setattr__(checked, f.name, default)
+            reset.append(f.name)
+    return problems, checked, tuple(reset)
+
+
+def _field_type_problem(executor: "KubeflowExecutor", f: dataclasses.Field, hints: dict) -> Optional[str]:
+    """Why field ``f`` of ``executor`` has the wrong type, or None (also for a field without a resolved
+    annotation, and for a settings object whose own checks refuse its class)."""
+    if not f.init or f.name not in hints:
+        return None
+    value = getattr(executor, f.name)
+    classes = tuple(a for a in typing.get_args(hints[f.name]) if isinstance(a, type))
+    if f.name in _SETTINGS_CHECKED_ELSEWHERE and value is not None and not isinstance(value, classes):
+        return None
+    return type_problem(value, hints[f.name], f.name, f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    """The default value of field ``f`` (a fresh one from its factory), or ``dataclasses.MISSING``."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _names_first(problem: str, fields: tuple[str, ...]) -> bool:
+    """Whether ``problem`` starts with the name of one of ``fields`` (is about it)."""
+    if not fields:
+        return False
+    return re.match(rf"({'|'.join(fields)})\b", problem) is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -910,25 +986,36 @@ def _annotation_parts(tp) -> tuple:
     return typing.get_origin(tp), typing.get_args(tp)
 
 
+def _origin_and_args(tp) -> tuple:
+    """``(typing.get_origin(tp), typing.get_args(tp))``, cached unless ``tp`` is unhashable."""
+    try:
+        return _annotation_parts(tp)
+    except TypeError:  # an unhashable annotation
+        return typing.get_origin(tp), typing.get_args(tp)
+
+
 def type_problem(value, tp, where: str, numbers_ok: bool = False) -> Optional[str]:
     """Why ``value`` does not fit annotation ``tp`` (naming ``where`` and the type expected), or None."""
     if tp is typing.Any or isinstance(tp, (str, typing.ForwardRef)):
         return None
-    try:
-        origin, args = _annotation_parts(tp)
-    except TypeError:  # an unhashable annotation
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp in _PLAIN_TYPES and value is not None and type(value) is tp:
+    origin, args = _origin_and_args(tp)
+    if tp in _PLAIN_TYPES and type(value) is tp:
         return None  # the common case, a value of exactly the annotated class
     if origin in _GENERIC_CHECKS:
         return _GENERIC_CHECKS[origin](value, tp, args, where, numbers_ok)
     if tp in _SCALAR_CHECKS:
         return None if _SCALAR_CHECKS[tp](value, numbers_ok) else _mismatch(where, value, tp, numbers_ok)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+    return _class_problem(value, tp, where)
+
+
+def _class_problem(value, tp, where: str) -> Optional[str]:
+    """Why ``value`` is no instance of class ``tp`` (or of a dataclass, has fields of the wrong type), or None;
+    an annotation that is no class is not checked."""
+    if not isinstance(tp, type):
+        return None
+    if dataclasses.is_dataclass(tp):
         return _dataclass_problem(value, tp, where)
-    if isinstance(tp, type) and not isinstance(value, tp):
-        return _mismatch(where, value, tp)
-    return None
+    return None if isinstance(value, tp) else _mismatch(where, value, tp)
 
 
 def _union_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optional[str]:
@@ -1004,22 +1091,39 @@ _PLAIN_TYPES = frozenset({str, int, float, bool})
 
 
 def _describe(tp, numbers_ok: bool = False, plural: bool = False) -> str:
+    """Annotation ``tp`` in words (``plural``: of several values), as a message says what a value must be."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Union:
-        words = ["True, False" if a is bool else _describe(a, numbers_ok, plural) for a in args if a is not type(None)]
-        words += ["None"] if type(None) in args else []
-        return ", ".join(words[:-1]) + " or " + words[-1]
-    if origin in (list, dict):
-        word = _TYPE_NAMES[origin][plural]
-        if origin is list and args:
-            return f"{word} of {_describe(args[0], numbers_ok, True)}"
-        if origin is dict and args:
-            return f"{word} of {_describe(args[0], plural=True)} to {_describe(args[1], numbers_ok, True)}"
-        return word
+        return _describe_union(args, numbers_ok, plural)
+    if origin is list:
+        return _describe_container(origin, args[:1], numbers_ok, plural)
+    if origin is dict:
+        return _describe_container(origin, args, numbers_ok, plural)
     if tp is str and numbers_ok:
         return "quantities (strings or numbers)" if plural else "a quantity (a string such as '8Gi', or a number)"
     if tp in _TYPE_NAMES:
         return _TYPE_NAMES[tp][plural]
+    return _describe_class(tp, plural)
+
+
+def _describe_union(args: tuple, numbers_ok: bool, plural: bool) -> str:
+    """A Union of ``args`` in words: its alternatives (a bool as its two values), None last."""
+    words = ["True, False" if a is bool else _describe(a, numbers_ok, plural) for a in args if a is not type(None)]
+    words += ["None"] if type(None) in args else []
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _describe_container(origin: type, args: tuple, numbers_ok: bool, plural: bool) -> str:
+    """A list (``args``: its item type) or a dict (``args``: its key and value types) in words."""
+    word = _TYPE_NAMES[origin][plural]
+    if not args:
+        return word
+    items = " to ".join([_describe(a, plural=True) for a in args[:-1]] + [_describe(args[-1], numbers_ok, True)])
+    return f"{word} of {items}"
+
+
+def _describe_class(tp, plural: bool) -> str:
+    """Any other class in words, by its name (with its article)."""
     name = getattr(tp, "__name__", str(tp))
     return f"{name} objects" if plural else f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
 
@@ -1057,28 +1161,37 @@ def _declared_problems(executor: "KubeflowExecutor") -> Iterator[str]:
     """The checks derived from each field's ``Landing`` (config/landing.py): integer ranges, quantities,
     and with ``runtime_name`` every field set that only a rendered runtime could carry."""
     for f in dataclasses.fields(executor):
-        lands = LANDINGS.get(f.name)
-        if lands is None:
-            continue
-        value = getattr(executor, f.name)
-        if problem := lands.range_problem(f.name, value):
-            yield problem
-        if lands.quantity and value is not None and not isinstance(value, dict):
-            quantity = parse_quantity(str(value))
-            if quantity is None:
-                yield f"{f.name}={value!r}: not a Kubernetes quantity (e.g. {lands.example!r}, '500m', '64Gi')"
-            elif quantity < 0:
-                yield f"{f.name}={value!r}: must not be negative"
-        if executor.runtime_name is not None and lands.existing == REFUSED and not _has_default_value(executor, f):
-            yield lands.refusal(f.name, executor.runtime_name)
+        if (lands := LANDINGS.get(f.name)) is not None:
+            yield from _landing_problems(executor, f, lands)
+
+
+def _landing_problems(executor: "KubeflowExecutor", f: dataclasses.Field, lands: Landing) -> Iterator[str]:
+    """Field ``f``'s problems by its ``Landing``: its range, its quantity, its refusal with ``runtime_name``."""
+    value = getattr(executor, f.name)
+    if problem := lands.range_problem(f.name, value):
+        yield problem
+    if lands.quantity and (problem := _quantity_problem(f.name, value, lands.example)):
+        yield problem
+    if executor.runtime_name is not None and lands.existing == REFUSED and not _has_default_value(executor, f):
+        yield lands.refusal(f.name, executor.runtime_name)
+
+
+def _quantity_problem(name: str, value: object, example: object) -> Optional[str]:
+    """Why ``value`` of the quantity field ``name`` is no quantity of a resource, or None (also when unset;
+    a dict of quantities, ``extra_resources``, is checked entry by entry elsewhere)."""
+    if value is None or isinstance(value, dict):
+        return None
+    quantity = parse_quantity(str(value))
+    if quantity is None:
+        return f"{name}={value!r}: not a Kubernetes quantity (e.g. {example!r}, '500m', '64Gi')"
+    if quantity < 0:
+        return f"{name}={value!r}: must not be negative"
+    return None
 
 
 def _has_default_value(obj, f: dataclasses.Field) -> bool:
-    if f.default is not dataclasses.MISSING:
-        default = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        default = f.default_factory()
-    else:
+    default = _field_default(f)
+    if default is dataclasses.MISSING:
         return False
     value = getattr(obj, f.name)
     try:

@@ -12,7 +12,7 @@ annotations at run time.
 """
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from nemo_kubeflow.build import naming
 from nemo_kubeflow.build.command import literal_env
@@ -161,16 +161,23 @@ def trainjob_initializer(init: Optional["Initializer"],
     from kubeflow.trainer.backends.kubernetes.utils import get_dataset_initializer, get_model_initializer
     from kubeflow_trainer_api import models as m
 
-    dataset = get_dataset_initializer(init.dataset) if init.dataset is not None else None
-    model = get_model_initializer(init.model) if init.model is not None else None
-    for converted in (dataset, model):
-        if converted is not None and not converted.env:
-            converted.env = None  # the converters give [] when there is nothing to pass
-    if dataset is not None and s.dataset_secret:
-        dataset.secret_ref = m.IoK8sApiCoreV1LocalObjectReference(name=s.dataset_secret)
-    if model is not None and s.model_secret:
-        model.secret_ref = m.IoK8sApiCoreV1LocalObjectReference(name=s.model_secret)
-    return m.TrainerV1alpha1Initializer(dataset=dataset, model=model)
+    return m.TrainerV1alpha1Initializer(dataset=_converted_step(init.dataset, get_dataset_initializer, s.dataset_secret),
+                                        model=_converted_step(init.model, get_model_initializer, s.model_secret))
+
+
+def _converted_step(value: object, convert: Callable[[Any], Any], secret: Optional[str]) -> Any:
+    """One step of ``spec.initializer``: the SDK's ``convert``-ion of ``value`` with the step's ``secret``
+    as its ``secretRef`` (``None`` when the step is unset)."""
+    if value is None:
+        return None
+    from kubeflow_trainer_api import models as m
+
+    converted = convert(value)
+    if not converted.env:
+        converted.env = None  # the converters give [] when there is nothing to pass
+    if secret:
+        converted.secret_ref = m.IoK8sApiCoreV1LocalObjectReference(name=secret)
+    return converted
 
 
 # --- validation -----------------------------------------------------------------------------------------
@@ -201,7 +208,14 @@ def initializer_problems(executor) -> Iterator[str]:
     ):
         if value is not None:
             yield from _step_problems(step, value, command, secret)
-    yield from _claim_problems(executor, steps(init, s), s)
+    planned = steps(init, s)
+    yield from _download_path_problems(executor, planned)
+    yield from _claim_problems(planned, s)
+    yield from _image_problems(s)
+
+
+def _image_problems(s: InitializerSettings) -> Iterator[str]:
+    """The initializer images: set, without whitespace (the executor checks their grammar)."""
     for what in ("dataset_image", "model_image", "data_cache_image"):
         image = getattr(s, what)
         if not image or any(c.isspace() for c in image):
@@ -235,6 +249,23 @@ def _step_problems(step: str, value: object, command: list[str], secret: Optiona
         yield f"initializer.{step}: {type(value).__name__} is not a {step} initializer ({names})"
         return
     yield from _source_problems(step, value, command)
+    yield from _credential_problems(step, value)
+    if secret is not None and not naming.is_rfc1123_subdomain(secret):
+        yield f"initializer_settings.{step}_secret={secret!r}: not a valid Secret name"
+
+
+def _download_path_problems(executor, planned: list[Step]) -> Iterator[str]:
+    """The executor's mounts at a path where the training pods mount a download."""
+    taken = {executor.workspace_mount_path: "workspace_mount_path"}
+    taken.update({m.mount_path: f"pvc_mounts[{m.claim_name}]" for m in executor.pvc_mounts})
+    taken.update({m.mount_path: f"secret_mounts[{m.secret_name}]" for m in executor.secret_mounts})
+    for st in planned:
+        if st.feeds_training and st.mount_path in taken:
+            yield f"{taken[st.mount_path]}: {st.mount_path} is where {st.name} puts its download; mount elsewhere"
+
+
+def _credential_problems(step: str, value: object) -> Iterator[str]:
+    """The literal credentials of the ``step`` initializer ``value``: refused, a Secret holds them."""
     for cred in _CREDENTIAL_FIELDS:
         if getattr(value, cred, None):
             yield (
@@ -242,18 +273,10 @@ def _step_problems(step: str, value: object, command: list[str], secret: Optiona
                 f"to disk and the TrainJob would carry them in clear); put {cred.upper()} in a Secret and "
                 f"set initializer_settings.{step}_secret"
             )
-    if secret is not None and not naming.is_rfc1123_subdomain(secret):
-        yield f"initializer_settings.{step}_secret={secret!r}: not a valid Secret name"
 
 
-def _claim_problems(executor, planned: list[Step], s: InitializerSettings) -> Iterator[str]:
-    """Problems of the claim the initializers download into, and of where the training pods mount it."""
-    taken = {executor.workspace_mount_path: "workspace_mount_path"}
-    taken.update({m.mount_path: f"pvc_mounts[{m.claim_name}]" for m in executor.pvc_mounts})
-    taken.update({m.mount_path: f"secret_mounts[{m.secret_name}]" for m in executor.secret_mounts})
-    for st in planned:
-        if st.feeds_training and st.mount_path in taken:
-            yield f"{taken[st.mount_path]}: {st.mount_path} is where {st.name} puts its download; mount elsewhere"
+def _claim_problems(planned: list[Step], s: InitializerSettings) -> Iterator[str]:
+    """Problems of the claim the initializers download into."""
     needs_claim = [st.name for st in planned if st.feeds_training]
     if needs_claim and not s.claim_name:
         yield (
@@ -263,10 +286,15 @@ def _claim_problems(executor, planned: list[Step], s: InitializerSettings) -> It
     if s.claim_name and not naming.is_rfc1123_subdomain(s.claim_name):
         yield f"initializer_settings.claim_name={s.claim_name!r}: not a valid Kubernetes name"
     if s.create_claim:
-        if s.claim_size is None or parse_quantity(str(s.claim_size)) is None:
-            yield "initializer_settings: create_claim=True needs claim_size, e.g. claim_size='200Gi'"
-        if (refused := refused_access_modes(s.access_modes)) is not None:
-            yield f"initializer_settings.access_modes: invalid {refused}"
+        yield from _new_claim_problems(s)
+
+
+def _new_claim_problems(s: InitializerSettings) -> Iterator[str]:
+    """With ``create_claim``: what the claim to create needs, a size and valid access modes."""
+    if s.claim_size is None or parse_quantity(str(s.claim_size)) is None:
+        yield "initializer_settings: create_claim=True needs claim_size, e.g. claim_size='200Gi'"
+    if (refused := refused_access_modes(s.access_modes)) is not None:
+        yield f"initializer_settings.access_modes: invalid {refused}"
 
 
 def refused_access_modes(modes: Sequence[str]) -> Optional[Sequence[str]]:

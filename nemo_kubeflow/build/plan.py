@@ -41,6 +41,8 @@ from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
 from nemo_kubeflow.errors import ConfigError, PackagingError
 
 if TYPE_CHECKING:
+    from nemo_run.core.execution.base import ExecutorMacros
+
     from nemo_kubeflow.config.executor import KubeflowExecutor
 
 # NeMo-Run's torchrun component shell-quotes its arguments itself; its other roles don't.
@@ -135,12 +137,7 @@ def build_submission(
     facts = resolve(executor)
     ns = executor.namespace
     experiment_id = experiment_id or executor.experiment_id or "experiment"
-    runtime = None
-    if executor.runtime_name:
-        runtime_name = executor.runtime_name
-    else:
-        runtime = render_runtime(runtime_context(facts), executor.runtime_template)
-        runtime_name = runtime["metadata"]["name"]
+    runtime, runtime_name = _runtime(facts)
     name = naming.trainjob_name(experiment_id, task_name, _name_budget(facts, runtime))
     labels = mf.common_labels(experiment_id, task_name, name)
     code = _code_package(executor, files, name, labels)
@@ -148,9 +145,6 @@ def build_submission(
 
     secret_name = naming.derived_name(name, "env") if executor.secret_env_vars else None
     plain_env = _plain_env(executor, role)
-    env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
-    if role.entrypoint == "ft_launcher":
-        env.append(mf.restart_attempt_env())
     trainjob = mf.build_trainjob(
         name=name,
         namespace=ns,
@@ -160,7 +154,7 @@ def build_submission(
         launch=launch,
         nodes=executor.nodes,
         nprocs_per_node=executor.nprocs_per_node,
-        env=env,
+        env=_trainer_env(executor, role, plain_env, secret_name),
         resources=facts.resources,
         labels={**labels, **executor.labels, **mf.queue_labels(executor.queue_name, executor.workload_priority_class)},
         annotations={**dict(executor.annotations), **mf.node_avoidance_annotations(executor),
@@ -169,23 +163,44 @@ def build_submission(
         active_deadline_seconds=executor.active_deadline_seconds,
         initializer=initializers.trainjob_initializer(executor.initializer, facts.initializer_settings),
     )
-    secret = None
-    if secret_name:
-        secret = mf.masked_secret(
-            mf.secret_manifest(secret_name, ns, {k: mf.MASK for k in executor.secret_env_vars}, labels)
-        )
     return Submission(
         namespace=ns,
         trainjob=trainjob,
         runtime=runtime,
         configmaps=list(code.configmaps) if code else [],
-        secret=secret,
+        secret=_masked_secret(executor, secret_name, labels),
         secret_sources=dict(executor.secret_env_vars),
         pvcs=_claims_to_create(facts),
         launch=launch,
         summary=_summary(facts, trainjob, f"{executor.runtime_kind}/{runtime_name}" + ("" if runtime else " (existing)"),
                          code, launch),
     )
+
+
+def _runtime(facts: ExecutorFacts) -> tuple[Optional[dict], str]:
+    """The runtime rendered for the task (``None`` with an existing one, ``runtime_name``), and its name."""
+    executor = facts.executor
+    if executor.runtime_name:
+        return None, executor.runtime_name
+    runtime = render_runtime(runtime_context(facts), executor.runtime_template)
+    return runtime, runtime["metadata"]["name"]
+
+
+def _trainer_env(executor: KubeflowExecutor, role: Role, plain_env: dict[str, str],
+                 secret_name: Optional[str]) -> list[dict]:
+    """``spec.trainer.env``: the task's literal variables, the Secret references, ft_launcher's restart attempt."""
+    env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
+    if role.entrypoint == "ft_launcher":
+        env.append(mf.restart_attempt_env())
+    return env
+
+
+def _masked_secret(executor: KubeflowExecutor, secret_name: Optional[str], labels: dict) -> Optional[dict]:
+    """The Secret of ``secret_env_vars``, its values masked (``None`` without secret variables)."""
+    if not secret_name:
+        return None
+    values = {k: mf.MASK for k in executor.secret_env_vars}
+    return mf.masked_secret(mf.secret_manifest(secret_name, executor.namespace, values, labels))
 
 
 def _code_package(executor: KubeflowExecutor, files: Sequence[BundleFile], name: str,
@@ -255,21 +270,31 @@ def _plain_env(executor: KubeflowExecutor, role: Role) -> dict[str, str]:
 def _runtime_patch(facts: ExecutorFacts, code: Optional[CodePackage], name: str, plain_env: dict[str, str],
                    *, existing_runtime: bool) -> Optional[dict]:
     """The TrainJob's ``runtimePatches`` entry: the code volumes, the placement, the preflight's variables."""
-    executor = facts.executor
-    preflight_env = [literal_env(k, v) for k, v in plain_env.items()
-                     if k.startswith(_PREFLIGHT_ENV_PREFIXES)] if executor.preflight else []
-    several = executor.nodes > 1
     return mf.runtime_patch(
         code.volumes if code else [],
         code.volume_mounts if code else [],
-        mf.merge_affinity(
-            mf.one_pod_per_node_affinity(name) if executor.spreads_pods() and several else None,
-            mf.same_domain_affinity(name, executor.topology_key) if executor.topology_key and several else None,
-        ),
-        preflight_env,
+        _placement_affinity(facts.executor, name),
+        _preflight_env(facts.executor, plain_env),
         # An admin's runtime: the pod settings go into the patch (config/landing.py says which).
         **(existing_runtime_pod(facts) if existing_runtime else {}),
     )
+
+
+def _placement_affinity(executor: KubeflowExecutor, name: str) -> Optional[dict]:
+    """The affinity of the job's node pods, when it has several: one pod per node, one topology domain."""
+    if executor.nodes <= 1:
+        return None
+    return mf.merge_affinity(
+        mf.one_pod_per_node_affinity(name) if executor.spreads_pods() else None,
+        mf.same_domain_affinity(name, executor.topology_key) if executor.topology_key else None,
+    )
+
+
+def _preflight_env(executor: KubeflowExecutor, plain_env: dict[str, str]) -> list[dict]:
+    """The task's variables the preflight checks read (none without preflight)."""
+    if not executor.preflight:
+        return []
+    return [literal_env(k, v) for k, v in plain_env.items() if k.startswith(_PREFLIGHT_ENV_PREFIXES)]
 
 
 def _summary(facts: ExecutorFacts, trainjob: dict, runtime: str, code: Optional[CodePackage],
@@ -286,7 +311,14 @@ def _summary(facts: ExecutorFacts, trainjob: dict, runtime: str, code: Optional[
         "package": describe_package(code) if code else "nothing to ship",
         "command": launch.command_line,
     }
-    optional = {
+    summary.update({key: line for key, line in _optional_summary(facts, trainjob).items() if line is not None})
+    return summary
+
+
+def _optional_summary(facts: ExecutorFacts, trainjob: dict) -> dict[str, Optional[str]]:
+    """The summary's lines of the settings that may be off (``None`` when off)."""
+    executor = facts.executor
+    return {
         "network_fabric": facts.fabric.name if facts.fabric.name != "none" else None,
         "initializers": (", ".join(st.name for st in facts.initializer_steps)
                          if executor.initializer is not None else None),
@@ -295,8 +327,6 @@ def _summary(facts: ExecutorFacts, trainjob: dict, runtime: str, code: Optional[
         "placement": f"all nodes in one {executor.topology_key} domain" if executor.topology_key else None,
         "preflight": _preflight_summary(executor.preflight),
     }
-    summary.update({key: line for key, line in optional.items() if line is not None})
-    return summary
 
 
 def _queue_summary(executor: KubeflowExecutor, queue: Optional[str]) -> Optional[str]:
@@ -356,23 +386,28 @@ def _claims_to_create(facts: ExecutorFacts) -> list[dict]:
 
 def _script_arg(role: Role) -> Optional[tuple[int, str]]:
     """(index in role.args, path) of the script file a ``Script(path=...)`` task runs, if any."""
-    args = list(role.args)
-    i = 0
     if role.entrypoint in _QUOTING_ENTRYPOINTS:
-        kept, rest = split_torchrun_args(args)
-        if "-m" in kept or "--module" in kept or not rest:
-            return None
-        i = args.index(rest[0]) if rest[0] in args else -1
-        token = shlex.split(rest[0])[0] if rest[0] else ""
-    elif role.entrypoint in ("python", "python3", "bash", "sh"):
-        if not args or args[0].startswith("-"):
-            return None
-        token = args[0]
-    else:
+        return _launched_script_arg(list(role.args))
+    if role.entrypoint in ("python", "python3", "bash", "sh"):
+        return _interpreted_script_arg(list(role.args))
+    return None
+
+
+def _launched_script_arg(args: list[str]) -> Optional[tuple[int, str]]:
+    """(index, path) of the script torchrun or ft_launcher runs (quoted with its arguments), if any (not a module)."""
+    kept, rest = split_torchrun_args(args)
+    if "-m" in kept or "--module" in kept or not rest:
         return None
-    if i < 0 or not token:
+    token = shlex.split(rest[0])[0] if rest[0] else ""
+    # rest is the tail of args, so its first item is in args.
+    return (args.index(rest[0]), token) if token else None
+
+
+def _interpreted_script_arg(args: list[str]) -> Optional[tuple[int, str]]:
+    """(0, path) of the script python or bash runs, if its first argument is one (not an option)."""
+    if not args or not args[0] or args[0].startswith("-"):
         return None
-    return i, token
+    return 0, args[0]
 
 
 def _script_file(role: Role) -> Optional[tuple[int, str]]:
@@ -388,27 +423,30 @@ def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_i
                   local_script: bool = True) -> list[str]:
     """What is wrong with the task itself (its name, its script), found before anything is sent.
     ``local_script``: a relative script path must name a file here (NeMo-Run's ``Script(path=...)``)."""
-    problems = []
     names = {"task name": role.name or app.name, "experiment id": experiment_id}
-    for what, name in names.items():
-        if name and "/" in name:
-            problems.append(
-                f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
-                f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
-            )
+    problems = [
+        f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
+        f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
+        for what, name in names.items() if name and "/" in name
+    ]
     if problem := type_problem(dict(role.env), dict[str, str], "the task's env"):
         problems.append(problem)
-    found = _script_arg(role) if local_script else None
-    if found is not None:
-        path = found[1]
-        shipped = any(f.path == f"code/{path}" for f in files)
-        if not os.path.isabs(path) and not shipped and not os.path.isfile(path):
-            problems.append(
-                f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
-                "this machine. Fix the path (it is relative to the current directory), or give the absolute "
-                "path of a file that is only in the image"
-            )
+    if local_script and (problem := _missing_script_problem(role, files)):
+        problems.append(problem)
     return problems
+
+
+def _missing_script_problem(role: Role, files: list[BundleFile]) -> Optional[str]:
+    """Why the relative script path of a ``Script(path=...)`` task names no file here (and none shipped), or None."""
+    found = _script_arg(role)
+    if found is None:
+        return None
+    path = found[1]
+    if os.path.isabs(path) or any(f.path == f"code/{path}" for f in files) or os.path.isfile(path):
+        return None
+    return (f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
+            "this machine. Fix the path (it is relative to the current directory), or give the absolute "
+            "path of a file that is only in the image")
 
 
 def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
@@ -420,17 +458,22 @@ def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:
     rel = os.path.relpath(os.path.abspath(local))
     pod_rel = os.path.basename(local) if rel.startswith("..") else rel.replace(os.sep, "/")
     if not any(f.path == f"code/{pod_rel}" for f in files):
-        try:
-            with open(local, "rb") as fh:
-                data = fh.read()
-        except OSError as e:
-            raise PackagingError(f"cannot read the task's script {local!r}: {e.strerror}") from None
-        files.append(BundleFile(path=f"code/{pod_rel}", data=data, mode=0o755 if os.access(local, os.X_OK) else 0o644))
+        files.append(_script_bundle_file(local, f"code/{pod_rel}"))
     args = list(role.args)
     pod_path = f"{workspace.rstrip('/')}/code/{pod_rel}"
     args[index] = shlex.quote(pod_path) if role.entrypoint in _QUOTING_ENTRYPOINTS else pod_path
     role.args = args
     return role
+
+
+def _script_bundle_file(local: str, path: str) -> BundleFile:
+    """The local script ``local`` as the bundle's file ``path``, executable when it is here."""
+    try:
+        with open(local, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise PackagingError(f"cannot read the task's script {local!r}: {e.strerror}") from None
+    return BundleFile(path=path, data=data, mode=0o755 if os.access(local, os.X_OK) else 0o644)
 
 
 def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool = True) -> Submission:
@@ -446,14 +489,19 @@ def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool
         problems.append(problem)
     if problems:
         raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
-    macros = executor.macro_values()
-    if macros:
-        # Only NeMo-Run's named placeholders: the task's text, `$$` included, stays as written.
-        values = {k: v for k, v in dataclasses.asdict(macros).items() if isinstance(v, str)}
-        role = copy.deepcopy(role)
-        role.args = [substitute_macros(arg, values) for arg in role.args]
-        role.env = {key: substitute_macros(value, values) for key, value in role.env.items()}
-    role = ship_script(role, files, executor.workspace_mount_path)
+    role = ship_script(_with_macros(role, executor.macro_values()), files, executor.workspace_mount_path)
     submission = build_submission(executor, role, files, task_name=role.name or app.name)
     check_manifests(submission.manifests())
     return submission
+
+
+def _with_macros(role: Role, macros: Optional[ExecutorMacros]) -> Role:
+    """A copy of ``role`` with NeMo-Run's named placeholders (``macros``) replaced; the task's text, `$$`
+    included, stays as written (``role`` itself without macros)."""
+    if not macros:
+        return role
+    values = {k: v for k, v in dataclasses.asdict(macros).items() if isinstance(v, str)}
+    role = copy.deepcopy(role)
+    role.args = [substitute_macros(arg, values) for arg in role.args]
+    role.env = {key: substitute_macros(value, values) for key, value in role.env.items()}
+    return role

@@ -24,10 +24,15 @@ def parse_quantity(text: Union[str, int, float, None]) -> Optional[Decimal]:
     match = _QUANTITY.match(str(text).strip()) if text is not None else None
     if not match:
         return None
-    number, suffix = match.group(1), match.group(2) or ""
     try:
-        if suffix[:1] in ("e", "E") and suffix not in _SUFFIX:
-            return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
-        return Decimal(number) * _SUFFIX[suffix]
+        return Decimal(match.group(1)) * _multiplier(match.group(2) or "")
     except (InvalidOperation, KeyError):
         return None
+
+
+def _multiplier(suffix: str) -> Decimal:
+    """What a quantity's ``suffix`` multiplies its number by: a decimal exponent (``e3``; ``E`` alone is exa)
+    or a unit (``Ki``, ``m``...)."""
+    if suffix[:1] in ("e", "E") and suffix not in _SUFFIX:
+        return Decimal(10) ** int(suffix[1:])
+    return _SUFFIX[suffix]

@@ -255,6 +255,38 @@ def _setup_lines(prologue: str, exports: Mapping[str, str] | None, pythonpath: S
     return lines
 
 
+def _needs_torchrun(entrypoint: str, distributed: bool) -> bool:
+    """Whether a Python task without a launcher needs torchrun: when distributed, every process does,
+    otherwise each node would run a single, non-distributed process."""
+    return entrypoint in ("python", "python3") and distributed
+
+
+def _command_line(entrypoint: str, quoted: list[str], distributed: bool, rendezvous_id: str) -> str:
+    """The command the script ``exec``s (but ft_launcher through warm_start.py): torchrun and ft_launcher
+    with Trainer's PET values, a distributed Python task under torchrun, any other as it is."""
+    if entrypoint == "torchrun":
+        kept, rest = split_torchrun_args(quoted)
+        return " ".join(["torchrun", pet_flags(), *kept, *rest])
+    if entrypoint == "ft_launcher":
+        kept, rest = split_torchrun_args(quoted)
+        return " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
+    if _needs_torchrun(entrypoint, distributed):
+        return " ".join(["torchrun", pet_flags(), *quoted])
+    return " ".join([shlex.quote(entrypoint), *quoted])
+
+
+def _launcher_lines(uses_torchrun: bool, warm: bool) -> list[str]:
+    """The script's lines that prepare the launchers: the rank prefix of their output, the ``torchrun``
+    function for a task not started under torchrun (a bash script, say), warm_start.py."""
+    # Every shape: a script or a Python task may start torchrun itself (the function below).
+    lines = [RANK_PREFIX_EXPORT]
+    if not uses_torchrun:
+        lines.append(_TORCHRUN_FUNCTION)
+    if warm:
+        lines.extend(_warm_start_lines())
+    return lines
+
+
 def build_launch(
     entrypoint: str,
     args: Sequence[str],
@@ -293,29 +325,14 @@ def build_launch(
     args = [rewrite_workspace(a, workspace) for a in args]
     quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
     warm = entrypoint == "ft_launcher" and (bool(worker_preload) or rendezvous_poll_seconds is not None)
-    if entrypoint == "torchrun":
-        kept, rest = split_torchrun_args(quoted)
-        line = " ".join(["torchrun", pet_flags(), *kept, *rest])
-    elif warm:
-        line = _warm_start_line(quoted, rendezvous_id, worker_preload, rendezvous_poll_seconds)
-    elif entrypoint == "ft_launcher":
-        kept, rest = split_torchrun_args(quoted)
-        line = " ".join(["ft_launcher", ft_rendezvous_flags(rendezvous_id), *kept, *rest])
-    elif entrypoint in ("python", "python3") and distributed:
-        # A distributed Python task without a launcher: every process needs torchrun,
-        # otherwise each node would run a single, non-distributed process.
-        line = " ".join(["torchrun", pet_flags(), *quoted])
-    else:
-        line = " ".join([shlex.quote(entrypoint), *quoted])
-    uses_torchrun = entrypoint in ("torchrun", "ft_launcher") or (entrypoint in ("python", "python3") and distributed)
-
-    lines = ["set -eo pipefail", *_setup_lines(prologue, exports, pythonpath, workdir)]
-    # Every shape: a script or a Python task may start torchrun itself (the function below).
-    lines.append(RANK_PREFIX_EXPORT)
-    if entrypoint in ("bash", "sh", "/bin/bash", "/usr/bin/bash") or not uses_torchrun:
-        lines.append(_TORCHRUN_FUNCTION)
     if warm:
-        lines.extend(_warm_start_lines())
+        line = _warm_start_line(quoted, rendezvous_id, worker_preload, rendezvous_poll_seconds)
+    else:
+        line = _command_line(entrypoint, quoted, distributed, rendezvous_id)
+    uses_torchrun = entrypoint in ("torchrun", "ft_launcher") or _needs_torchrun(entrypoint, distributed)
+
+    lines = ["set -eo pipefail", *_setup_lines(prologue, exports, pythonpath, workdir),
+             *_launcher_lines(uses_torchrun, warm)]
     # exec: the training process becomes the shell's replacement, so signals from the
     # kubelet (SIGTERM on cancel) reach it directly.
     lines.append(f"exec {line}")

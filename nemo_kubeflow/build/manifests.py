@@ -62,26 +62,23 @@ def common_labels(experiment_id: str, task_name: str, trainjob: str) -> dict[str
 
 def resources_per_node(executor, fabric: Fabric) -> Optional[dict[str, dict[str, str]]]:
     """The TrainJob's ``resourcesPerNode``: CPU, memory, GPUs, the fabric's devices, ``extra_resources``."""
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    if executor.cpu_request is not None:
-        requests["cpu"] = str(executor.cpu_request)
-    if executor.cpu_limit is not None:
-        limits["cpu"] = str(executor.cpu_limit)
-    if executor.memory_request is not None:
-        requests["memory"] = str(executor.memory_request)
-    if executor.memory_limit is not None:
-        limits["memory"] = str(executor.memory_limit)
-    if executor.gpus_per_node > 0:
-        # Extended resources must be requested and limited alike.
-        requests[executor.gpu_resource_name] = limits[executor.gpu_resource_name] = str(executor.gpus_per_node)
-    # The fabric's devices (EFA, RDMA) follow the TrainJob like GPUs: a runtime whose node limits
-    # name no cpu or gpu makes the Kubeflow SDK refuse it.
-    for res, value in {**fabric.resources, **executor.extra_resources}.items():
-        requests[res] = limits[res] = str(value)
-    if not requests and not limits:
-        return None
-    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    sections: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    for fname, (section, resource) in _CPU_MEMORY_FIELDS.items():
+        if (value := getattr(executor, fname)) is not None:
+            sections[section][resource] = str(value)
+    gpus = {executor.gpu_resource_name: executor.gpus_per_node} if executor.gpus_per_node > 0 else {}
+    # Extended resources must be requested and limited alike. The fabric's devices (EFA, RDMA) follow
+    # the TrainJob like GPUs: a runtime whose node limits name no cpu or gpu makes the Kubeflow SDK refuse it.
+    for res, value in {**gpus, **fabric.resources, **executor.extra_resources}.items():
+        sections["requests"][res] = sections["limits"][res] = str(value)
+    return {k: v for k, v in sections.items() if v} or None
+
+
+#: The executor's CPU and memory fields: field -> (section of ``resourcesPerNode``, resource).
+_CPU_MEMORY_FIELDS = {
+    "cpu_request": ("requests", "cpu"), "cpu_limit": ("limits", "cpu"),
+    "memory_request": ("requests", "memory"), "memory_limit": ("limits", "memory"),
+}
 
 
 def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys: Sequence[str],
@@ -115,26 +112,43 @@ def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Opt
     pod = dict(pod or {})
     if not (volumes or mounts or affinity or preflight_env or pod or metadata or node_security):
         return None
+    template: dict[str, Any] = {"spec": _patched_pod_spec(pod, volumes, mounts, affinity, preflight_env, node_security)}
+    if metadata:
+        template = {"metadata": dict(metadata), **template}
+    return _node_template_patch(template)
+
+
+def _patched_pod_spec(pod: dict[str, Any], volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict],
+                      preflight_env: Sequence[dict], node_security: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """The pod spec of ``runtime_patch``: ``pod``'s fields, its volumes and mounts first."""
     pod_spec: dict[str, Any] = {}
     if volumes or pod.get("volumes"):
         pod_spec["volumes"] = [*pod.pop("volumes", []), *volumes]
     if preflight_env:
         # Trainer's webhook forbids env on `node` in patches, not on other init containers.
         pod_spec["initContainers"] = [{"name": PREFLIGHT_CONTAINER, "env": list(preflight_env)}]
-    mounts = [*pod.pop("volumeMounts", []), *mounts]
-    if mounts or node_security:
-        node: dict[str, Any] = {"name": TRAINER_NODE}
-        if node_security:
-            node["securityContext"] = dict(node_security)
-        if mounts:
-            node["volumeMounts"] = mounts
+    if node := _patched_node_container([*pod.pop("volumeMounts", []), *mounts], node_security):
         pod_spec["containers"] = [node]
     if affinity:
         pod_spec["affinity"] = affinity
     pod_spec.update(pod)
-    template: dict[str, Any] = {"spec": pod_spec}
-    if metadata:
-        template = {"metadata": dict(metadata), **template}
+    return pod_spec
+
+
+def _patched_node_container(mounts: list[dict], node_security: Optional[Mapping[str, Any]]) -> Optional[dict]:
+    """The ``node`` container of a runtime patch: its securityContext and mounts (``None``: nothing to patch)."""
+    if not (mounts or node_security):
+        return None
+    node: dict[str, Any] = {"name": TRAINER_NODE}
+    if node_security:
+        node["securityContext"] = dict(node_security)
+    if mounts:
+        node["volumeMounts"] = mounts
+    return node
+
+
+def _node_template_patch(template: dict[str, Any]) -> dict:
+    """The ``runtimePatches`` entry that patches the pod ``template`` of the runtime's ``node`` job."""
     return {
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {
@@ -251,10 +265,6 @@ def build_trainjob(
     """The TrainJob, as a plain dict in the CRD's field order (the SDK models' order). Offline validation checks
     it against the Trainer CRD (validation.py); building it without the models spares a fresh process
     importing them (~0.5 s). ``initializer``: the SDK's own model (initializers.trainjob_initializer)."""
-    resources_per_node = None
-    if resources:
-        resources_per_node = {section: dict(resources[section]) for section in ("limits", "requests")
-                              if resources.get(section)} or None
     trainer = {
         "args": list(launch.args),
         "command": list(launch.command),
@@ -262,7 +272,7 @@ def build_trainjob(
         "image": image,
         "numNodes": nodes,
         "numProcPerNode": nprocs_per_node,
-        "resourcesPerNode": resources_per_node,
+        "resourcesPerNode": _trainer_resources(resources),
     }
     spec = {
         "activeDeadlineSeconds": active_deadline_seconds,
@@ -272,17 +282,29 @@ def build_trainjob(
         # Created suspended: the task's ConfigMaps and Secret are created next, owned by
         # the TrainJob, and only then is it resumed (or admitted by a queue).
         "suspend": suspend,
-        "trainer": {k: v for k, v in trainer.items() if v is not None},
+        "trainer": _set_fields(trainer),
     }
     metadata = {"annotations": dict(annotations) or None, "labels": dict(labels) or None,
                 "name": name, "namespace": namespace}
     job = {
         "apiVersion": TRAINER_API_VERSION,
         "kind": TRAINJOB_KIND,
-        "metadata": {k: v for k, v in metadata.items() if v is not None},
-        "spec": {k: v for k, v in spec.items() if v is not None},
+        "metadata": _set_fields(metadata),
+        "spec": _set_fields(spec),
     }
     return schemas.in_schema_order(job, schemas.root(TRAINJOB_KIND))
+
+
+def _set_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` without those that are unset (``None``): the API server drops null fields."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _trainer_resources(resources: Optional[dict]) -> Optional[dict]:
+    """``spec.trainer.resourcesPerNode`` from ``resources_per_node``'s dict (``None``: nothing requested)."""
+    if not resources:
+        return None
+    return {section: dict(resources[section]) for section in ("limits", "requests") if resources.get(section)} or None
 
 
 class SecretValues(Mapping[str, str]):

@@ -191,25 +191,25 @@ def existing_runtime_pod(facts: ExecutorFacts) -> dict[str, Any]:
     keyword arguments for the ``node`` pod (what a runtime patch can carry; config/landing.py declares the
     rest refused). Only what the executor sets: the admin's runtime keeps everything else."""
     executor = facts.executor
-    pod: dict[str, Any] = {}
-    if facts.volumes:
-        pod["volumes"] = list(facts.volumes)
-        pod["volumeMounts"] = list(facts.mounts)
-    if executor.tolerations:
-        pod["tolerations"] = [dict(t) for t in executor.tolerations]
-    if executor.node_selector:
-        pod["nodeSelector"] = dict(sorted(executor.node_selector.items()))
-    if executor.service_account:
-        pod["serviceAccountName"] = executor.service_account
-    if executor.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": s} for s in executor.image_pull_secrets]
-    if security := pod_security_context(executor):
-        pod["securityContext"] = security
+    pod: dict[str, Any] = {"volumes": list(facts.volumes), "volumeMounts": list(facts.mounts)} if facts.volumes else {}
+    settings = {
+        "tolerations": [dict(t) for t in executor.tolerations],
+        "nodeSelector": dict(sorted(executor.node_selector.items())),
+        "serviceAccountName": executor.service_account,
+        "imagePullSecrets": [{"name": s} for s in executor.image_pull_secrets],
+        "securityContext": pod_security_context(executor),
+    }
+    # Empty is unset for these (a grace period of 0 is not).
+    pod.update({key: value for key, value in settings.items() if value})
     if executor.termination_grace_period_seconds is not None:
         pod["terminationGracePeriodSeconds"] = executor.termination_grace_period_seconds
-    metadata = {k: dict(sorted(v.items())) for k, v in (("labels", executor.pod_labels),
-                                                         ("annotations", executor.pod_annotations)) if v}
-    return {"pod": pod, "metadata": metadata, "node_security": container_security_context(executor)}
+    return {"pod": pod, "metadata": _pod_metadata(executor), "node_security": container_security_context(executor)}
+
+
+def _pod_metadata(executor) -> dict[str, dict[str, str]]:
+    """The pod template's labels and annotations that the executor sets (``pod_labels``, ``pod_annotations``)."""
+    return {k: dict(sorted(v.items())) for k, v in (("labels", executor.pod_labels),
+                                                    ("annotations", executor.pod_annotations)) if v}
 
 
 def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
@@ -348,14 +348,18 @@ def render_runtime(context: Mapping[str, Any], template_path: str | None = None)
     return copy.deepcopy(runtime)  # the caller's own, as a fresh render's
 
 
+def _template_location(template_path: str | None) -> tuple[str, str]:
+    """(directory, file name) of the runtime template: ``template_path``, or the packaged one."""
+    if not template_path:
+        return str(templates_dir()), DEFAULT_TEMPLATE
+    path = Path(template_path).expanduser()
+    if not path.is_file():
+        raise TemplateError(f"runtime_template {template_path!r} does not exist")
+    return str(path.resolve().parent), path.name
+
+
 def _render(context: Mapping[str, Any], template_path: str | None) -> dict[str, Any]:
-    if template_path:
-        path = Path(template_path).expanduser()
-        if not path.is_file():
-            raise TemplateError(f"runtime_template {template_path!r} does not exist")
-        directory, name = str(path.resolve().parent), path.name
-    else:
-        directory, name = str(templates_dir()), DEFAULT_TEMPLATE
+    directory, name = _template_location(template_path)
     try:
         text = _environment(directory).get_template(name).render(**context)
     except jinja2.TemplateSyntaxError as e:
@@ -365,6 +369,16 @@ def _render(context: Mapping[str, Any], template_path: str | None) -> dict[str, 
             f"{name}: {e.message}; the template uses a variable the executor does not provide "
             "(see docs/templates.md for the variables)"
         ) from None
+    obj = _parsed_runtime(text, name)
+    digest = runtime_hash(obj)
+    metadata = obj.setdefault("metadata", {})
+    metadata["name"] = RUNTIME_NAME_PREFIX + digest
+    metadata.setdefault("labels", {})[RUNTIME_HASH_LABEL] = digest
+    return obj
+
+
+def _parsed_runtime(text: str, name: str) -> dict[str, Any]:
+    """The runtime that template ``name`` rendered as ``text``, parsed (a copy of its own)."""
     try:
         obj = yamlio.load(text)  # libyaml's loader when PyYAML has it
     except yaml.YAMLError as e:
@@ -376,9 +390,4 @@ def _render(context: Mapping[str, Any], template_path: str | None) -> dict[str, 
             f"{name} must render one ClusterTrainingRuntime or TrainingRuntime, got "
             f"{type(obj).__name__ if not isinstance(obj, dict) else obj.get('kind')!r}"
         )
-    obj = copy.deepcopy(obj)
-    digest = runtime_hash(obj)
-    metadata = obj.setdefault("metadata", {})
-    metadata["name"] = RUNTIME_NAME_PREFIX + digest
-    metadata.setdefault("labels", {})[RUNTIME_HASH_LABEL] = digest
-    return obj
+    return copy.deepcopy(obj)

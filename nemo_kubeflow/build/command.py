@@ -186,8 +186,7 @@ def split_torchrun_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
         flag = token.split("=", 1)[0]
         if not token.startswith("-"):
             break
-        # Every ft_launcher `--ft-*` option takes a value (nvidia-resiliency-ext 0.4).
-        takes_value = token in _VALUE_FLAGS or (token.startswith("--ft-") and "=" not in token)
+        takes_value = _takes_value(token)
         if flag in _DROPPED_FT_FLAGS:
             i += 1
             continue
@@ -200,6 +199,12 @@ def split_torchrun_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
             i += 1
         i += 1
     return kept, list(args[i:])
+
+
+def _takes_value(token: str) -> bool:
+    """Whether launcher option ``token`` takes the next argument as its value."""
+    # Every ft_launcher `--ft-*` option takes a value (nvidia-resiliency-ext 0.4).
+    return token in _VALUE_FLAGS or (token.startswith("--ft-") and "=" not in token)
 
 
 def ft_rendezvous_flags(rendezvous_id: str) -> str:
@@ -230,16 +235,22 @@ def _warm_start_line(quoted: list[str], rendezvous_id: str, worker_preload: Sequ
                      rendezvous_poll_seconds: float | None) -> str:
     """ft_launcher through warm_start.py: workers forked from a template that preloaded modules."""
     kept, rest = split_torchrun_args(quoted)
-    options = []
-    if worker_preload:
-        options += ["--preload", shlex.quote(",".join(worker_preload))]
-    if rendezvous_poll_seconds is not None:
-        options += ["--poll", repr(float(rendezvous_poll_seconds))]
+    options = _warm_start_options(worker_preload, rendezvous_poll_seconds)
     if any(flag in _MODULE_FLAGS for flag in kept):
         options.append("--module")
         kept = [flag for flag in kept if flag not in _MODULE_FLAGS]
     return " ".join(["python3", WARM_START_FILE, "launch", *options, ft_rendezvous_flags(rendezvous_id),
                      *kept, "--", *rest])
+
+
+def _warm_start_options(worker_preload: Sequence[str], rendezvous_poll_seconds: float | None) -> list[str]:
+    """warm_start.py's options: the modules to preload, the rendezvous poll interval."""
+    options = []
+    if worker_preload:
+        options += ["--preload", shlex.quote(",".join(worker_preload))]
+    if rendezvous_poll_seconds is not None:
+        options += ["--poll", repr(float(rendezvous_poll_seconds))]
+    return options
 
 
 def _setup_lines(prologue: str, exports: Mapping[str, str] | None, pythonpath: Sequence[str],

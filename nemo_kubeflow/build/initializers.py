@@ -306,13 +306,18 @@ def refused_access_modes(modes: Sequence[str]) -> Optional[Sequence[str]]:
     return None if modes else modes
 
 
+def _scheme_hint(kind: str, uri: str) -> str:
+    """How to fix ``uri`` that has no scheme, for the SDK type ``kind`` (Hugging Face's: prefix ``hf://``)."""
+    return f"; write 'hf://{uri}'" if _SCHEMES[kind] == "hf" and uri else ""
+
+
 def _source_problems(step: str, value, command: list[str]) -> Iterator[str]:
     uri = value.storage_uri or ""
     kind = type(value).__name__
     scheme, sep, rest = uri.partition("://")
     if not sep or not rest or not scheme[:1].isalpha():
-        hint = f"; write 'hf://{uri}'" if _SCHEMES[kind] == "hf" and uri else ""
-        yield f"initializer.{step}.storage_uri={uri!r}: Trainer takes a URI of the form scheme://...{hint}"
+        yield (f"initializer.{step}.storage_uri={uri!r}: Trainer takes a URI of the form scheme://..."
+               f"{_scheme_hint(kind, uri)}")
     elif not command and scheme != _SCHEMES[kind]:
         # Only a command of your own (dataset_command/model_command) can read other schemes.
         yield (

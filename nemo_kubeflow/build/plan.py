@@ -484,15 +484,22 @@ def build_for_app(app: AppDef, executor: KubeflowExecutor, *, local_script: bool
     executor.validate()
     role = app.roles[0]
     files = list(executor.packager.collect(job_dir=executor.job_dir)) if executor.job_dir else []
+    _check_task(app, executor, files, local_script)
+    role = ship_script(_with_macros(role, executor.macro_values()), files, executor.workspace_mount_path)
+    submission = build_submission(executor, role, files, task_name=role.name or app.name)
+    check_manifests(submission.manifests())
+    return submission
+
+
+def _check_task(app: AppDef, executor: KubeflowExecutor, files: list[BundleFile], local_script: bool) -> None:
+    """Raise ``ConfigError`` listing what is wrong with the task itself: ``task_problems``, and a task whose
+    workers ``worker_preload`` cannot start."""
+    role = app.roles[0]
     problems = task_problems(app, role, files, executor.experiment_id, local_script)
     if executor.worker_preload and (problem := warm_start_problem(role.entrypoint, role.args)):
         problems.append(problem)
     if problems:
         raise ConfigError("the task cannot run:\n" + "\n".join(f"  - {p}" for p in problems))
-    role = ship_script(_with_macros(role, executor.macro_values()), files, executor.workspace_mount_path)
-    submission = build_submission(executor, role, files, task_name=role.name or app.name)
-    check_manifests(submission.manifests())
-    return submission
 
 
 def _with_macros(role: Role, macros: Optional[ExecutorMacros]) -> Role:

@@ -464,7 +464,7 @@ class KubeflowExecutor(Executor):
         yield from fabric_problems(self)
         yield from initializer_problems(self)
         for check in (
-            self._queue_problems, self._pod_group_problems, self._scheduler_name_problems,
+            self._queue_problems, self._queueless_priority_problems, self._pod_group_problems, self._scheduler_name_problems,
             self._failure_policy_problems, self._warm_start_problems, self._ft_launcher_setting_problems,
             self._preflight_problems,
         ):
@@ -699,6 +699,8 @@ class KubeflowExecutor(Executor):
             value = getattr(self, fname)
             if value is not None and self.labels.get(label, value) != value:
                 yield f"{fname}={value!r} and labels[{label!r}]={self.labels[label]!r} disagree; set {fname} only"
+
+    def _queueless_priority_problems(self):
         if self.workload_priority_class is not None and self.queue_name is None and QUEUE_LABEL not in self.labels:
             yield "workload_priority_class needs queue_name: Kueue orders only the jobs of its queues"
 
@@ -803,14 +805,23 @@ def _toleration_problems(where: str, tol: dict) -> Iterator[str]:
     if not all(isinstance(v, str) for v in (key, operator, value, effect)):
         yield f"{where}={tol!r}: key, operator, value and effect are strings"
         return
+    for problem in (_toleration_key_problem(key), _toleration_operator_problem(key, operator, value),
+                    _toleration_effect_problem(effect),
+                    _toleration_seconds_problem(tol.get("tolerationSeconds"), effect)):
+        if problem:
+            yield f"{where}: {problem}"
+
+
+def _toleration_key_problem(key: str) -> Optional[str]:
     if key and not naming.is_qualified_name(key):
-        yield f"{where}: key={key!r} is not a taint key (a label key such as 'nvidia.com/gpu')"
-    if problem := _toleration_operator_problem(key, operator, value):
-        yield f"{where}: {problem}"
+        return f"key={key!r} is not a taint key (a label key such as 'nvidia.com/gpu')"
+    return None
+
+
+def _toleration_effect_problem(effect: str) -> Optional[str]:
     if effect and effect not in TAINT_EFFECTS:
-        yield f"{where}: effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
-    if problem := _toleration_seconds_problem(tol.get("tolerationSeconds"), effect):
-        yield f"{where}: {problem}"
+        return f"effect={effect!r} must be one of {', '.join(TAINT_EFFECTS)} (or unset: any effect)"
+    return None
 
 
 def _unknown_toleration_fields(where: str, tol: dict) -> Iterator[str]:
@@ -940,10 +951,17 @@ def _field_type_problem(executor: "KubeflowExecutor", f: dataclasses.Field, hint
     if not f.init or f.name not in hints:
         return None
     value = getattr(executor, f.name)
-    classes = tuple(a for a in typing.get_args(hints[f.name]) if isinstance(a, type))
-    if f.name in _SETTINGS_CHECKED_ELSEWHERE and value is not None and not isinstance(value, classes):
+    if _checked_elsewhere(f.name, value, hints[f.name]):
         return None
     return type_problem(value, hints[f.name], f.name, f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
+
+
+def _checked_elsewhere(name: str, value: object, annotation: object) -> bool:
+    """Whether field ``name`` holds a settings object of another class than its ``annotation``'s, which the
+    settings' own checks refuse (``_SETTINGS_CHECKED_ELSEWHERE``)."""
+    if name not in _SETTINGS_CHECKED_ELSEWHERE or value is None:
+        return False
+    return not isinstance(value, tuple(a for a in typing.get_args(annotation) if isinstance(a, type)))
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -1021,15 +1039,24 @@ def _class_problem(value, tp, where: str) -> Optional[str]:
 def _union_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optional[str]:
     if any(isinstance(a, typing.ForwardRef) or type_problem(value, a, where, numbers_ok) is None for a in args):
         return None
-    # The one alternative of the value's own kind (X of Optional[X], list[str] of Union[str, list[str]]):
-    # say what is wrong inside it.
+    # The one alternative the value was meant for: say what is wrong inside it.
+    alternative = _meant_alternative(value, args)
+    if alternative is None:
+        return _mismatch(where, value, tp, numbers_ok)
+    return type_problem(value, alternative, where, numbers_ok)
+
+
+def _meant_alternative(value, args: tuple) -> Any:
+    """The alternative of a Union (of ``args``) that ``value`` was meant for: the one of its own kind (X of
+    Optional[X], list[str] of Union[str, list[str]]), else (a value given) the one other than None; ``None``
+    when that is not one alternative."""
     kinds = [a for a in args if _of_kind(value, a)]
-    others = [a for a in args if a is not type(None)]
     if len(kinds) == 1:
-        return type_problem(value, kinds[0], where, numbers_ok)
+        return kinds[0]
+    others = [a for a in args if a is not type(None)]
     if value is not None and len(others) == 1:
-        return type_problem(value, others[0], where, numbers_ok)
-    return _mismatch(where, value, tp, numbers_ok)
+        return others[0]
+    return None
 
 
 def _of_kind(value, alternative) -> bool:

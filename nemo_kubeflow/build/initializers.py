@@ -277,16 +277,21 @@ def _credential_problems(step: str, value: object) -> Iterator[str]:
 
 def _claim_problems(planned: list[Step], s: InitializerSettings) -> Iterator[str]:
     """Problems of the claim the initializers download into."""
+    yield from _missing_claim_problems(planned, s)
+    if s.claim_name and not naming.is_rfc1123_subdomain(s.claim_name):
+        yield f"initializer_settings.claim_name={s.claim_name!r}: not a valid Kubernetes name"
+    if s.create_claim:
+        yield from _new_claim_problems(s)
+
+
+def _missing_claim_problems(planned: list[Step], s: InitializerSettings) -> Iterator[str]:
+    """No claim named, though a step downloads for training (only a data cache needs none)."""
     needs_claim = [st.name for st in planned if st.feeds_training]
     if needs_claim and not s.claim_name:
         yield (
             f"initializer_settings.claim_name is not set: {' and '.join(needs_claim)} download into a "
             "PersistentVolumeClaim that the training pods mount; name one (create_claim=True creates it)"
         )
-    if s.claim_name and not naming.is_rfc1123_subdomain(s.claim_name):
-        yield f"initializer_settings.claim_name={s.claim_name!r}: not a valid Kubernetes name"
-    if s.create_claim:
-        yield from _new_claim_problems(s)
 
 
 def _new_claim_problems(s: InitializerSettings) -> Iterator[str]:

@@ -423,17 +423,22 @@ def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_i
                   local_script: bool = True) -> list[str]:
     """What is wrong with the task itself (its name, its script), found before anything is sent.
     ``local_script``: a relative script path must name a file here (NeMo-Run's ``Script(path=...)``)."""
-    names = {"task name": role.name or app.name, "experiment id": experiment_id}
-    problems = [
-        f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
-        f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
-        for what, name in names.items() if name and "/" in name
-    ]
+    problems = _task_name_problems(role.name or app.name, experiment_id)
     if problem := type_problem(dict(role.env), dict[str, str], "the task's env"):
         problems.append(problem)
     if local_script and (problem := _missing_script_problem(role, files)):
         problems.append(problem)
     return problems
+
+
+def _task_name_problems(task_name: Optional[str], experiment_id: Optional[str]) -> list[str]:
+    """The task's name and the experiment's id with a '/', which NeMo-Run cannot make a directory of."""
+    names = {"task name": task_name, "experiment id": experiment_id}
+    return [
+        f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
+        f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
+        for what, name in names.items() if name and "/" in name
+    ]
 
 
 def _missing_script_problem(role: Role, files: list[BundleFile]) -> Optional[str]:

@@ -453,6 +453,7 @@ class KubeflowExecutor(Executor):
             self._process_problems, self._container_image_problems, self._namespace_problems,
             self._request_limit_problems, self._extra_resource_problems,
             self._env_name_problems, self._secret_source_problems, self._secret_reference_problems,
+            self._secret_env_from_problems,
             self._mount_path_problems, self._mounted_object_problems, self._image_problems, self._name_problems,
             self._key_name_problems, self._reserved_key_problems, self._node_selector_value_problems,
             self._annotation_size_problems, self._toleration_problems,
@@ -464,9 +465,10 @@ class KubeflowExecutor(Executor):
         yield from fabric_problems(self)
         yield from initializer_problems(self)
         for check in (
-            self._queue_problems, self._queueless_priority_problems, self._pod_group_problems, self._scheduler_name_problems,
-            self._failure_policy_problems, self._warm_start_problems, self._ft_launcher_setting_problems,
-            self._preflight_problems,
+            self._queue_problems, self._queueless_priority_problems, self._pod_group_problems,
+            self._gang_initializer_problems, self._scheduler_name_problems,
+            self._failure_policy_problems, self._oom_kill_problems,
+            self._warm_start_problems, self._ft_launcher_setting_problems, self._preflight_problems,
         ):
             yield from check()
 
@@ -667,13 +669,17 @@ class KubeflowExecutor(Executor):
 
     def _ft_launcher_setting_problems(self):
         """``worker_preload`` and ``rendezvous_poll_seconds`` set with a launcher other than ft_launcher."""
-        used = [name for name in ("worker_preload", "rendezvous_poll_seconds")
-                if getattr(self, name) not in (None, [], ())]
+        used = self._ft_launcher_settings_used()
         if used and not self._runs_ft_launcher():
             verb, them = ("tune", "them") if len(used) > 1 else ("tunes", "it")
             yield (f"{' and '.join(used)} {verb} how ft_launcher starts and restarts ranks, but launcher="
                    f"{self.launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
                    f"{them} unset")
+
+    def _ft_launcher_settings_used(self) -> list[str]:
+        """The settings of ft_launcher that are set: ``worker_preload``, ``rendezvous_poll_seconds``."""
+        return [name for name in ("worker_preload", "rendezvous_poll_seconds")
+                if getattr(self, name) not in (None, [], ())]
 
     def _runs_ft_launcher(self) -> bool:
         from nemo_run.core.execution.launcher import FaultTolerance
@@ -687,6 +693,9 @@ class KubeflowExecutor(Executor):
                    "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
         elif len(set(codes)) != len(codes):
             yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
+
+    def _oom_kill_problems(self):
+        codes = self.fail_fast_exit_codes
         if self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in codes:
             yield (f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
                    f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
@@ -709,6 +718,8 @@ class KubeflowExecutor(Executor):
             yield f"pod_group_policy={self.pod_group_policy!r}: must be one of {', '.join(POD_GROUP_POLICIES)}"
         if self.schedule_timeout_seconds is not None and self.pod_group_policy != "coscheduling":
             yield "schedule_timeout_seconds applies to pod_group_policy='coscheduling' only"
+
+    def _gang_initializer_problems(self):
         if self.pod_group_policy != "none" and self.initializer is not None:
             yield (
                 f"pod_group_policy={self.pod_group_policy!r} with an initializer: Trainer counts the initializer "
@@ -737,11 +748,13 @@ class KubeflowExecutor(Executor):
                 )
 
     def _secret_reference_problems(self):
-        """``secret_key_refs`` of the form ``secret-name/key``, and the Secrets of ``secret_env_from``."""
+        """``secret_key_refs`` of the form ``secret-name/key``."""
         for name, ref in self.secret_key_refs.items():
             secret, _, key = str(ref).partition("/")
             if not naming.is_rfc1123_subdomain(secret) or not key:
                 yield f"secret_key_refs[{name!r}]={ref!r}: expected 'secret-name/key'"
+
+    def _secret_env_from_problems(self):
         for secret in self.secret_env_from:
             if not naming.is_rfc1123_subdomain(secret):
                 yield f"secret_env_from: {secret!r} is not a valid Secret name ({_OBJECT_NAME_RULE})"
@@ -827,10 +840,15 @@ def _toleration_effect_problem(effect: str) -> Optional[str]:
 def _unknown_toleration_fields(where: str, tol: dict) -> Iterator[str]:
     unknown = sorted(set(tol) - set(TOLERATION_FIELDS))
     if unknown:
-        close = {u: difflib.get_close_matches(u, TOLERATION_FIELDS, n=1) for u in unknown}
-        hints = "; ".join(f"did you mean {c[0]!r} for {u!r}" for u, c in close.items() if c)
         yield (f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
-               f"{', '.join(TOLERATION_FIELDS)}" + (f" ({hints})" if hints else ""))
+               f"{', '.join(TOLERATION_FIELDS)}{_toleration_field_hints(unknown)}")
+
+
+def _toleration_field_hints(unknown: list[str]) -> str:
+    """`` (did you mean ...)`` for the ``unknown`` toleration fields close to a real one ('' for none)."""
+    close = {u: difflib.get_close_matches(u, TOLERATION_FIELDS, n=1) for u in unknown}
+    hints = "; ".join(f"did you mean {c[0]!r} for {u!r}" for u, c in close.items() if c)
+    return f" ({hints})" if hints else ""
 
 
 def _toleration_operator_problem(key: str, operator: str, value: str) -> Optional[str]:
@@ -934,15 +952,21 @@ def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowEx
         if problem := _field_type_problem(executor, f, hints):
             problems.append(problem)
             bad.append(f)
-    checked = copy.copy(executor) if bad else executor
+    return (problems, *_with_defaults(executor, bad))
+
+
+def _with_defaults(executor: "KubeflowExecutor", fields: list[dataclasses.Field]) -> tuple["KubeflowExecutor", tuple[str, ...]]:
+    """``executor`` with ``fields`` set back to their defaults (a copy, when there are any), and the names of
+    the fields set back."""
+    checked = copy.copy(executor) if fields else executor
     reset = []
-    for f in bad:
+    for f in fields:
         default = _field_default(f)
         # A required field was given: a value of the wrong type stays.
         if default is not dataclasses.MISSING:
             object.__setattr__(checked, f.name, default)
             reset.append(f.name)
-    return problems, checked, tuple(reset)
+    return checked, tuple(reset)
 
 
 def _field_type_problem(executor: "KubeflowExecutor", f: dataclasses.Field, hints: dict) -> Optional[str]:
@@ -1199,8 +1223,15 @@ def _landing_problems(executor: "KubeflowExecutor", f: dataclasses.Field, lands:
         yield problem
     if lands.quantity and (problem := _quantity_problem(f.name, value, lands.example)):
         yield problem
-    if executor.runtime_name is not None and lands.existing == REFUSED and not _has_default_value(executor, f):
-        yield lands.refusal(f.name, executor.runtime_name)
+    if refusal := _runtime_name_refusal(executor, f, lands):
+        yield refusal
+
+
+def _runtime_name_refusal(executor: "KubeflowExecutor", f: dataclasses.Field, lands: Landing) -> Optional[str]:
+    """The refusal of field ``f`` set with ``runtime_name`` though only a rendered runtime could carry it, or None."""
+    if executor.runtime_name is None or lands.existing != REFUSED or _has_default_value(executor, f):
+        return None
+    return lands.refusal(f.name, executor.runtime_name)
 
 
 def _quantity_problem(name: str, value: object, example: object) -> Optional[str]:

@@ -266,6 +266,11 @@ def _setup_lines(prologue: str, exports: Mapping[str, str] | None, pythonpath: S
     return lines
 
 
+def _runs_warm_start(entrypoint: str, worker_preload: Sequence[str], rendezvous_poll_seconds: float | None) -> bool:
+    """Whether ft_launcher runs inside warm_start.py: with modules to preload or a rendezvous poll interval."""
+    return entrypoint == "ft_launcher" and (bool(worker_preload) or rendezvous_poll_seconds is not None)
+
+
 def _needs_torchrun(entrypoint: str, distributed: bool) -> bool:
     """Whether a Python task without a launcher needs torchrun: when distributed, every process does,
     otherwise each node would run a single, non-distributed process."""
@@ -335,7 +340,7 @@ def build_launch(
     """
     args = [rewrite_workspace(a, workspace) for a in args]
     quoted = list(args) if args_are_quoted else [shlex.quote(a) for a in args]
-    warm = entrypoint == "ft_launcher" and (bool(worker_preload) or rendezvous_poll_seconds is not None)
+    warm = _runs_warm_start(entrypoint, worker_preload, rendezvous_poll_seconds)
     if warm:
         line = _warm_start_line(quoted, rendezvous_id, worker_preload, rendezvous_poll_seconds)
     else:

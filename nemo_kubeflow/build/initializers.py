@@ -202,12 +202,7 @@ def initializer_problems(executor) -> Iterator[str]:
     if problem:
         yield problem
         return
-    for step, value, command, secret in (
-        ("dataset", init.dataset, s.dataset_command, s.dataset_secret),
-        ("model", init.model, s.model_command, s.model_secret),
-    ):
-        if value is not None:
-            yield from _step_problems(step, value, command, secret)
+    yield from _dataset_and_model_problems(init, s)
     planned = steps(init, s)
     yield from _download_path_problems(executor, planned)
     yield from _claim_problems(planned, s)
@@ -220,6 +215,16 @@ def _image_problems(s: InitializerSettings) -> Iterator[str]:
         image = getattr(s, what)
         if not image or any(c.isspace() for c in image):
             yield f"initializer_settings.{what}={image!r}: give an image reference without whitespace"
+
+
+def _dataset_and_model_problems(init: "Initializer", s: InitializerSettings) -> Iterator[str]:
+    """The problems of the dataset and the model initializer that are set, with their settings."""
+    for step, value, command, secret in (
+        ("dataset", init.dataset, s.dataset_command, s.dataset_secret),
+        ("model", init.model, s.model_command, s.model_secret),
+    ):
+        if value is not None:
+            yield from _step_problems(step, value, command, secret)
 
 
 def _shape_problem(init: object, s: object) -> Optional[str]:

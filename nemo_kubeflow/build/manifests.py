@@ -66,12 +66,18 @@ def resources_per_node(executor, fabric: Fabric) -> Optional[dict[str, dict[str,
     for fname, (section, resource) in _CPU_MEMORY_FIELDS.items():
         if (value := getattr(executor, fname)) is not None:
             sections[section][resource] = str(value)
-    gpus = {executor.gpu_resource_name: executor.gpus_per_node} if executor.gpus_per_node > 0 else {}
-    # Extended resources must be requested and limited alike. The fabric's devices (EFA, RDMA) follow
-    # the TrainJob like GPUs: a runtime whose node limits name no cpu or gpu makes the Kubeflow SDK refuse it.
-    for res, value in {**gpus, **fabric.resources, **executor.extra_resources}.items():
+    # Extended resources must be requested and limited alike.
+    for res, value in _extended_resources(executor, fabric).items():
         sections["requests"][res] = sections["limits"][res] = str(value)
     return {k: v for k, v in sections.items() if v} or None
+
+
+def _extended_resources(executor, fabric: Fabric) -> dict[str, object]:
+    """The extended resources per node: GPUs, the fabric's devices, ``extra_resources``."""
+    # The fabric's devices (EFA, RDMA) follow the TrainJob like GPUs: a runtime whose node limits
+    # name no cpu or gpu makes the Kubeflow SDK refuse it.
+    gpus = {executor.gpu_resource_name: executor.gpus_per_node} if executor.gpus_per_node > 0 else {}
+    return {**gpus, **fabric.resources, **executor.extra_resources}
 
 
 #: The executor's CPU and memory fields: field -> (section of ``resourcesPerNode``, resource).

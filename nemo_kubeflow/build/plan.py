@@ -373,12 +373,18 @@ def _claims_to_create(facts: ExecutorFacts) -> list[dict]:
     labels = {mf.MANAGED_BY_LABEL: mf.MANAGED_BY_VALUE}
     pvcs = [mf.pvc_manifest(p.claim_name, executor.namespace, labels, size=p.size, access_modes=p.access_modes,
                             storage_class=p.storage_class) for p in executor.pvc_mounts if p.create]
-    s = facts.initializer_settings
-    created = {p["metadata"]["name"] for p in pvcs}
-    if executor.initializer is not None and s.create_claim and s.claim_name not in created:
-        pvcs.append(mf.pvc_manifest(s.claim_name, executor.namespace, labels, size=s.claim_size,
-                                    access_modes=s.access_modes, storage_class=s.storage_class))
+    if claim := _initializer_claim(facts, labels, created={p["metadata"]["name"] for p in pvcs}):
+        pvcs.append(claim)
     return pvcs
+
+
+def _initializer_claim(facts: ExecutorFacts, labels: dict, created: set[str]) -> Optional[dict]:
+    """The initializers' claim to create (``create_claim``), unless a ``pvc_mounts`` entry creates it (``created``)."""
+    s = facts.initializer_settings
+    if facts.executor.initializer is None or not s.create_claim or s.claim_name in created:
+        return None
+    return mf.pvc_manifest(s.claim_name, facts.executor.namespace, labels, size=s.claim_size,
+                           access_modes=s.access_modes, storage_class=s.storage_class)
 
 
 # --- the task -------------------------------------------------------------------------------

@@ -129,13 +129,9 @@ def runtime_volumes(executor, fabric: Fabric, steps: Sequence[initializers.Step]
     volumes_pvc, mounts_pvc = _pvc_volumes(executor)
     volumes += volumes_pvc
     mounts += mounts_pvc
-    for i, sm in enumerate(executor.secret_mounts):
-        name = f"secret-{i}"
-        secret: dict[str, Any] = {"secretName": sm.secret_name, "defaultMode": sm.default_mode}
-        if sm.keys:
-            secret["items"] = [{"key": k, "path": k} for k in sm.keys]
-        volumes.append({"name": name, "secret": secret})
-        mounts.append({"name": name, "mountPath": sm.mount_path, "readOnly": True})
+    volumes_secret, mounts_secret = _secret_volumes(executor)
+    volumes += volumes_secret
+    mounts += mounts_secret
     if initializers.node_mounts(steps):
         volumes.append(initializers.volume(init_settings))
         mounts += initializers.node_mounts(steps)
@@ -157,6 +153,20 @@ def _pvc_volumes(executor) -> tuple[list[dict], list[dict]]:
         if pvc.sub_path:
             mount["subPath"] = pvc.sub_path
         mounts.append(mount)
+    return volumes, mounts
+
+
+def _secret_volumes(executor) -> tuple[list[dict], list[dict]]:
+    """The volumes of ``secret_mounts`` and their read-only mounts."""
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    for i, sm in enumerate(executor.secret_mounts):
+        name = f"secret-{i}"
+        secret: dict[str, Any] = {"secretName": sm.secret_name, "defaultMode": sm.default_mode}
+        if sm.keys:
+            secret["items"] = [{"key": k, "path": k} for k in sm.keys]
+        volumes.append({"name": name, "secret": secret})
+        mounts.append({"name": name, "mountPath": sm.mount_path, "readOnly": True})
     return volumes, mounts
 
 
@@ -220,21 +230,31 @@ def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
     """
     if not executor.preflight:
         return None
-    writable = [p.mount_path for p in executor.pvc_mounts if not p.read_only]
-    env = [
-        literal_env("PREFLIGHT_EXPECTED_GPUS", executor.gpus_per_node),
-        literal_env("PREFLIGHT_WRITABLE_PATHS", " ".join(writable)),
-    ] + [literal_env(k, v) for k, v in sorted(fabric.env.items())]
-    devices = dict(fabric.resources)
-    if executor.gpus_per_node > 0:
-        devices = {executor.gpu_resource_name: str(executor.gpus_per_node), **devices}
+    devices = _preflight_devices(executor, fabric)
     _, pvc_mounts = _pvc_volumes(executor)
     return {
         "command": executor.preflight if isinstance(executor.preflight, str) else None,
-        "env": env,
+        "env": _preflight_env(executor, fabric),
         "resources": {"requests": devices, "limits": dict(devices)} if devices else {},
         "volume_mounts": pvc_mounts + list(fabric.mounts),
     }
+
+
+def _preflight_env(executor, fabric: Fabric) -> list[dict]:
+    """The preflight checks' settings (the GPUs to find, the claims to write) and the fabric's variables."""
+    writable = [p.mount_path for p in executor.pvc_mounts if not p.read_only]
+    return [
+        literal_env("PREFLIGHT_EXPECTED_GPUS", executor.gpus_per_node),
+        literal_env("PREFLIGHT_WRITABLE_PATHS", " ".join(writable)),
+    ] + [literal_env(k, v) for k, v in sorted(fabric.env.items())]
+
+
+def _preflight_devices(executor, fabric: Fabric) -> dict[str, str]:
+    """The devices the preflight container requests: the GPUs, then the fabric's."""
+    devices = dict(fabric.resources)
+    if executor.gpus_per_node > 0:
+        devices = {executor.gpu_resource_name: str(executor.gpus_per_node), **devices}
+    return devices
 
 
 def pod_group_policy(executor) -> Optional[dict[str, Any]]:

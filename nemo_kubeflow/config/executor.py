@@ -947,9 +947,8 @@ def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowEx
     other problem is still listed, and no check trips over a value of the wrong type)."""
     problems, bad = [], []
     executor_class: type = type(executor)  # (a class is hashable, even when its instances are not)
-    hints = _field_types(executor_class)
-    for f in dataclasses.fields(executor):
-        if problem := _field_type_problem(executor, f, hints):
+    for f, annotation in _typed_fields(executor_class):
+        if problem := _field_type_problem(executor, f, annotation):
             problems.append(problem)
             bad.append(f)
     return (problems, *_with_defaults(executor, bad))
@@ -969,15 +968,13 @@ def _with_defaults(executor: "KubeflowExecutor", fields: list[dataclasses.Field]
     return checked, tuple(reset)
 
 
-def _field_type_problem(executor: "KubeflowExecutor", f: dataclasses.Field, hints: dict) -> Optional[str]:
-    """Why field ``f`` of ``executor`` has the wrong type, or None (also for a field without a resolved
-    annotation, and for a settings object whose own checks refuse its class)."""
-    if not f.init or f.name not in hints:
-        return None
+def _field_type_problem(executor: "KubeflowExecutor", f: dataclasses.Field, annotation: object) -> Optional[str]:
+    """Why field ``f`` of ``executor`` does not fit its ``annotation``, or None (also for a settings object
+    whose own checks refuse its class)."""
     value = getattr(executor, f.name)
-    if _checked_elsewhere(f.name, value, hints[f.name]):
+    if _checked_elsewhere(f.name, value, annotation):
         return None
-    return type_problem(value, hints[f.name], f.name, f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
+    return type_problem(value, annotation, f.name, f"{type(executor).__name__}.{f.name}" in _QUANTITY_FIELDS)
 
 
 def _checked_elsewhere(name: str, value: object, annotation: object) -> bool:
@@ -1002,6 +999,14 @@ def _names_first(problem: str, fields: tuple[str, ...]) -> bool:
     if not fields:
         return False
     return re.match(rf"({'|'.join(fields)})\b", problem) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _typed_fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+    """``(field, its resolved annotation)`` of each field of dataclass ``cls`` that its constructor takes (see
+    ``_field_types`` for the fields left out)."""
+    hints = _field_types(cls)
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls) if f.init and f.name in hints)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1131,9 +1136,8 @@ def _dataclass_problem(value, tp: type, where: str) -> Optional[str]:
     cls: typing.Any = type(value)  # a dataclass, by the check above
     if not cls.__module__.startswith("nemo_kubeflow."):
         return None  # NeMo-Run's own settings (Packager, launchers) are not annotated strictly enough
-    hints = _field_types(cls)
-    return next((p for f in dataclasses.fields(cls) if f.init and f.name in hints
-                 if (p := type_problem(getattr(value, f.name), hints[f.name], f"{where}.{f.name}",
+    return next((p for f, annotation in _typed_fields(cls)
+                 if (p := type_problem(getattr(value, f.name), annotation, f"{where}.{f.name}",
                                         f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
 
 
@@ -1151,10 +1155,15 @@ def _describe(tp, numbers_ok: bool = False, plural: bool = False) -> str:
     if origin is dict:
         return _describe_container(origin, args, numbers_ok, plural)
     if tp is str and numbers_ok:
-        return "quantities (strings or numbers)" if plural else "a quantity (a string such as '8Gi', or a number)"
+        return _describe_quantity(plural)
     if tp in _TYPE_NAMES:
         return _TYPE_NAMES[tp][plural]
     return _describe_class(tp, plural)
+
+
+def _describe_quantity(plural: bool) -> str:
+    """A Kubernetes quantity in words: a string field that takes numbers too."""
+    return "quantities (strings or numbers)" if plural else "a quantity (a string such as '8Gi', or a number)"
 
 
 def _describe_union(args: tuple, numbers_ok: bool, plural: bool) -> str:

@@ -253,14 +253,20 @@ def _warm_start_options(worker_preload: Sequence[str], rendezvous_poll_seconds: 
     return options
 
 
+def _pythonpath_export(pythonpath: Sequence[str]) -> list[str]:
+    """The line that puts ``pythonpath`` before the image's ``PYTHONPATH`` (none when it is empty)."""
+    if not pythonpath:
+        return []
+    joined = ":".join(shlex.quote(p) for p in pythonpath)
+    return [f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"']
+
+
 def _setup_lines(prologue: str, exports: Mapping[str, str] | None, pythonpath: Sequence[str],
                  workdir: str | None) -> list[str]:
     """The script's lines before the command: the prologue, the exports, PYTHONPATH, the directory."""
     lines = [prologue.rstrip()] if prologue.strip() else []
     lines += [f"export {name}={value}" for name, value in (exports or {}).items()]
-    if pythonpath:
-        joined = ":".join(shlex.quote(p) for p in pythonpath)
-        lines.append(f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    lines += _pythonpath_export(pythonpath)
     if workdir:
         lines.append(f"cd {shlex.quote(workdir)}")
     return lines

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, Overflow
 from typing import Optional, Union
 
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
@@ -26,7 +26,7 @@ def parse_quantity(text: Union[str, int, float, None]) -> Optional[Decimal]:
         return None
     try:
         return Decimal(match.group(1)) * _multiplier(match.group(2) or "")
-    except (InvalidOperation, KeyError):
+    except (InvalidOperation, Overflow, KeyError):  # an exponent past Decimal's range: Go's parser refuses it too
         return None
 
 

@@ -20,6 +20,7 @@ def ok(**kw):
     (dict(gpus_per_node=4, nprocs_per_node=8), "exceeds gpus_per_node=4"),
     (dict(namespace="Team_A"), "namespace='Team_A': must be a DNS-1123 label"),
     (dict(cpu_request="eight"), "cpu_request='eight': not a Kubernetes quantity"),
+    (dict(cpu_request="1e99999999999"), "cpu_request='1e99999999999': not a Kubernetes quantity"),
     (dict(memory_request="8Gi", memory_limit="4Gi"), "memory_request='8Gi' is larger than memory_limit='4Gi'"),
     (dict(env_vars={"PET_NODE_RANK": "0"}),
      "environment variable PET_NODE_RANK is set by Kubeflow Trainer's torch plugin"),

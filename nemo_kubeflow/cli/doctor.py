@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from nemo_kubeflow.cli.main import value_at
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.versions import (
     format_version,
@@ -114,11 +115,22 @@ class Report:
 
     def warn(self, text: str, fix: str = "") -> None:
         self.warned += 1
-        self._out(f"warn  {text}" + (f"; fix: {fix}" if fix else ""))
+        self._say("warn  ", text, fix)
 
     def fail(self, text: str, fix: str = "") -> None:
         self.failed += 1
-        self._out(f"FAIL  {text}" + (f"; fix: {fix}" if fix else ""))
+        self._say("FAIL  ", text, fix)
+
+    def _say(self, tag: str, text: str, fix: str) -> None:
+        self._out(f"{tag}{text}" + (f"; fix: {fix}" if fix else ""))
+
+    def conclude(self) -> int:
+        """Print the verdict and the count of warnings; the exit code (1 when a check failed)."""
+        if self.failed:
+            self._out(f"{self.failed} check(s) failed: a job cannot run as configured; {self.warned} warning(s)")
+            return 1
+        self._out(f"a job can run; {self.warned} warning(s)")
+        return 0
 
 
 def _read(what: str, report: Report, look: Callable[[], Any]) -> tuple[bool, Any]:
@@ -134,30 +146,42 @@ def check_apis(cluster: KubernetesCluster, report: Report) -> dict[str, tuple[st
     served: dict[str, tuple[str, ...]] = {}
     for group, wanted, what in ((TRAINER_GROUP, TRAINER_VERSION, "Kubeflow Trainer"),
                                 (JOBSET_GROUP, JOBSET_VERSION, "JobSet")):
-        looked, versions = _read(f"{what} API ({group})", report, functools.partial(cluster.served_versions, group))
-        if not looked:
-            continue
-        served[group] = versions
-        if wanted in versions:
-            report.ok(f"{what} API served: {group}/{wanted}")
-        else:
-            report.fail(f"{what} API {group}/{wanted} is not served (served: {', '.join(versions) or 'none'})",
-                        f"install {what} (Trainer v2.3 installs JobSet with it)")
+        _check_api(cluster, report, served, group, wanted, what)
     looked, versions = _read(f"Kueue API ({KUEUE_GROUP})", report, lambda: cluster.served_versions(KUEUE_GROUP))
     if looked:
         served[KUEUE_GROUP] = versions
-        used = next((v for v in KUEUE_VERSIONS if v in versions), None)
-        if not versions:
-            report.ok("Kueue is not installed (queue_name unavailable)")
-        elif used is None:
-            report.warn(f"Kueue serves {', '.join(versions)}, none of which nemo_kubeflow reads "
-                        f"({', '.join(KUEUE_VERSIONS)})", f"upgrade Kueue to {KUEUE_V1BETA2_SINCE} or later")
-        elif "v1beta1" not in versions:
-            report.ok(f"Kueue serves {', '.join(versions)} (v1beta1 unserved, as Kueue "
-                      f"{KUEUE_V1BETA1_UNSERVED_SINCE}+ ships): read in {used}")
-        else:
-            report.ok(f"Kueue serves {', '.join(versions)}: read in {used}")
+        _report_kueue_versions(report, versions)
     return served
+
+
+def _check_api(cluster: KubernetesCluster, report: Report, served: dict[str, tuple[str, ...]], group: str,
+               wanted: str, what: str) -> None:
+    """Whether ``group`` serves the version ``wanted`` (``what``: the project that installs it); the versions
+    it serves go into ``served`` when they could be read."""
+    looked, versions = _read(f"{what} API ({group})", report, functools.partial(cluster.served_versions, group))
+    if not looked:
+        return
+    served[group] = versions
+    if wanted in versions:
+        report.ok(f"{what} API served: {group}/{wanted}")
+    else:
+        report.fail(f"{what} API {group}/{wanted} is not served (served: {', '.join(versions) or 'none'})",
+                    f"install {what} (Trainer v2.3 installs JobSet with it)")
+
+
+def _report_kueue_versions(report: Report, versions: tuple[str, ...]) -> None:
+    """Whether Kueue is installed, and in which of its served versions nemo_kubeflow reads it."""
+    used = next((v for v in KUEUE_VERSIONS if v in versions), None)
+    if not versions:
+        report.ok("Kueue is not installed (queue_name unavailable)")
+    elif used is None:
+        report.warn(f"Kueue serves {', '.join(versions)}, none of which nemo_kubeflow reads "
+                    f"({', '.join(KUEUE_VERSIONS)})", f"upgrade Kueue to {KUEUE_V1BETA2_SINCE} or later")
+    elif "v1beta1" not in versions:
+        report.ok(f"Kueue serves {', '.join(versions)} (v1beta1 unserved, as Kueue "
+                  f"{KUEUE_V1BETA1_UNSERVED_SINCE}+ ships): read in {used}")
+    else:
+        report.ok(f"Kueue serves {', '.join(versions)}: read in {used}")
 
 
 def check_trainer(cluster: KubernetesCluster, report: Report, served: dict[str, tuple[str, ...]]) -> Optional[tuple]:
@@ -186,21 +210,25 @@ def check_crd_fields(cluster: KubernetesCluster, report: Report, version: Option
     looked, crd = _read("TrainJob CRD", report, lambda: cluster.get(
         "CustomResourceDefinition", f"{TRAINJOB_PLURAL}.{TRAINER_GROUP}"))
     if looked and crd is not None:
-        versions = {v.get("name"): v for v in (crd.get("spec") or {}).get("versions") or []}
-        schema = ((versions.get(TRAINER_VERSION) or {}).get("schema") or {}).get("openAPIV3Schema") or {}
-        spec = ((schema.get("properties") or {}).get("spec") or {}).get("properties") or {}
-        if "runtimePatches" in spec:
+        if _has_runtime_patches(crd):
             report.ok("TrainJob CRD has spec.runtimePatches")
         else:
             report.fail("the TrainJob CRD has no spec.runtimePatches (Trainer before v2.2)", "upgrade Trainer")
-    elif version is not None and version < TRAINER_FOR_KUEUE_017:
-        report.fail(f"Trainer {format_version(version)} has no TrainJob runtimePatches", "upgrade Trainer")
-    elif version is not None:
-        report.ok(f"TrainJob spec.runtimePatches: served by Trainer {format_version(version)} (the CRD itself "
-                  "could not be read)")
-    else:
+    elif version is None:
         report.warn("whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
                     "the Trainer version is unknown); the dry run below tries a TrainJob")
+    elif version < TRAINER_FOR_KUEUE_017:
+        report.fail(f"Trainer {format_version(version)} has no TrainJob runtimePatches", "upgrade Trainer")
+    else:
+        report.ok(f"TrainJob spec.runtimePatches: served by Trainer {format_version(version)} (the CRD itself "
+                  "could not be read)")
+
+
+def _has_runtime_patches(crd: dict) -> bool:
+    """Whether the TrainJob CRD's schema of the version we send has ``spec.runtimePatches``."""
+    versions = {v.get("name"): v for v in value_at(crd, "spec", "versions") or []}
+    spec = value_at(versions.get(TRAINER_VERSION), "schema", "openAPIV3Schema", "properties", "spec", "properties")
+    return "runtimePatches" in (spec or {})
 
 
 def check_rights(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
@@ -208,16 +236,19 @@ def check_rights(cluster: KubernetesCluster, report: Report, executor: Any, name
         looked, allowed = _read(f"may {right}", report, functools.partial(
             cluster.may, right.verb, right.resource, group=right.group, subresource=right.subresource,
             namespace=None if right.cluster_scoped else namespace))
-        if not looked:
-            continue
-        where = "" if right.cluster_scoped else f" in {namespace}"
-        if allowed:
-            report.ok(f"may {right}{where}")
-        elif right.required:
-            report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}")
-        else:
-            report.warn(f"may not {right}{where}: unavailable: {right.disables}",
-                        f"ask an admin for RBAC: {right}{where}, if you need it")
+        if looked:
+            _report_right(report, right, allowed, "" if right.cluster_scoped else f" in {namespace}")
+
+
+def _report_right(report: Report, right: Right, allowed: bool, where: str) -> None:
+    """ok when ``allowed``; else FAIL for a right every job needs, warn (what is unavailable) for another."""
+    if allowed:
+        report.ok(f"may {right}{where}")
+    elif right.required:
+        report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}")
+    else:
+        report.warn(f"may not {right}{where}: unavailable: {right.disables}",
+                    f"ask an admin for RBAC: {right}{where}, if you need it")
 
 
 def needed_pod_security(executor: Any) -> tuple[str, str]:
@@ -241,13 +272,21 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
     if ns is None:
         report.fail(f"namespace {namespace} does not exist", "create it, or set the executor's namespace")
         return
-    enforced = ((ns.get("metadata") or {}).get("labels") or {}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
-    if enforced not in POD_SECURITY_LEVELS or POD_SECURITY_LEVELS.index(enforced) >= POD_SECURITY_LEVELS.index(level):
+    enforced = (value_at(ns, "metadata", "labels") or {}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
+    if _admits(enforced, level):
         report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
     else:
         report.fail(f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
                     f"a namespace labelled {POD_SECURITY_ENFORCE_LABEL}={level} (or laxer)"
                     + ("" if level == "privileged" else ", or restricted_security=True for 'restricted'"))
+
+
+def _admits(enforced: str, level: str) -> bool:
+    """Whether a namespace enforcing Pod Security level ``enforced`` admits pods that need ``level`` (a level
+    Kubernetes does not know enforces nothing we can tell: admitted)."""
+    if enforced not in POD_SECURITY_LEVELS:
+        return True
+    return POD_SECURITY_LEVELS.index(enforced) >= POD_SECURITY_LEVELS.index(level)
 
 
 def check_queue(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str,
@@ -258,18 +297,13 @@ def check_queue(cluster: KubernetesCluster, report: Report, executor: Any, names
     if not served.get(KUEUE_GROUP):
         report.fail(f"queue_name={queue!r} but Kueue is not installed", "install Kueue, or leave queue_name unset")
         return
-    looked, local_queue = _read(f"LocalQueue {queue}", report, lambda: cluster.get(LOCALQUEUE_KIND, queue, namespace))
-    if not looked:
-        return
-    if local_queue is None:
-        report.fail(f"no LocalQueue {queue!r} in namespace {namespace}",
-                    "ask an admin for the LocalQueue, or fix queue_name")
-        return
-    spec = local_queue.get("spec") or {}
-    if spec.get("stopPolicy", "None") != "None":
-        report.fail(f"LocalQueue {queue} is stopped (stopPolicy {spec['stopPolicy']}): jobs wait",
-                    "ask an admin to set its stopPolicy to None")
-    cluster_queue = spec.get("clusterQueue", "")
+    cluster_queue = _check_local_queue(cluster, report, queue, namespace)
+    if cluster_queue is not None:
+        _check_cluster_queue(cluster, report, queue, cluster_queue)
+
+
+def _check_cluster_queue(cluster: KubernetesCluster, report: Report, queue: str, cluster_queue: str) -> None:
+    """The ClusterQueue the LocalQueue ``queue`` sends jobs to exists and is active."""
     looked, found = _read(f"ClusterQueue {cluster_queue}", report,
                           lambda: cluster.get(CLUSTERQUEUE_KIND, cluster_queue))
     if not looked:
@@ -278,12 +312,33 @@ def check_queue(cluster: KubernetesCluster, report: Report, executor: Any, names
         report.fail(f"LocalQueue {queue} sends jobs to ClusterQueue {cluster_queue!r}, which does not exist",
                     "ask an admin to create it")
         return
-    active = next((c for c in (found.get("status") or {}).get("conditions") or [] if c.get("type") == "Active"), None)
-    if active is not None and active.get("status") == "True":
+    active = _active_condition(found)
+    if value_at(active, "status") == "True":
         report.ok(f"LocalQueue {queue} -> ClusterQueue {cluster_queue} (active)")
     else:
         why = f"{active.get('reason')}: {active.get('message')}" if active else "no Active condition"
         report.fail(f"ClusterQueue {cluster_queue} is not active ({why})", "ask an admin to fix the ClusterQueue")
+
+
+def _active_condition(cluster_queue: dict) -> Optional[dict]:
+    return next((c for c in value_at(cluster_queue, "status", "conditions") or [] if c.get("type") == "Active"), None)
+
+
+def _check_local_queue(cluster: KubernetesCluster, report: Report, queue: str, namespace: str) -> Optional[str]:
+    """Check the LocalQueue ``queue``: it exists and is not stopped. Its ClusterQueue's name; ``None`` when the
+    LocalQueue could not be read or does not exist (said)."""
+    looked, local_queue = _read(f"LocalQueue {queue}", report, lambda: cluster.get(LOCALQUEUE_KIND, queue, namespace))
+    if not looked:
+        return None
+    if local_queue is None:
+        report.fail(f"no LocalQueue {queue!r} in namespace {namespace}",
+                    "ask an admin for the LocalQueue, or fix queue_name")
+        return None
+    spec = local_queue.get("spec") or {}
+    if spec.get("stopPolicy", "None") != "None":
+        report.fail(f"LocalQueue {queue} is stopped (stopPolicy {spec['stopPolicy']}): jobs wait",
+                    "ask an admin to set its stopPolicy to None")
+    return spec.get("clusterQueue", "")
 
 
 def check_runtime(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str,
@@ -300,12 +355,19 @@ def check_runtime(cluster: KubernetesCluster, report: Report, executor: Any, nam
     if runtime is None:
         report.fail(f"runtime_name={name!r}: no {kind} of that name", "fix runtime_name, or leave it unset")
         return
+    _report_runtime_ttl(report, f"{kind} {name}", runtime, version, why_unknown)
+
+
+def _report_runtime_ttl(report: Report, what: str, runtime: dict, version: Optional[tuple],
+                        why_unknown: str) -> None:
+    """The named runtime (``what``: kind and name) exists: FAIL when its JobSet TTL makes a failed job run
+    again forever on this Trainer."""
     problem = ttl_loop_problem(runtime, version, why_unknown)
     if problem:
         report.fail(problem)
-    else:
-        ttl = jobset_ttl(runtime)
-        report.ok(f"runtime {kind} {name} exists" + (f" (JobSet TTL {ttl}, safe on this Trainer)" if ttl else ""))
+        return
+    ttl = jobset_ttl(runtime)
+    report.ok(f"runtime {what} exists" + (f" (JobSet TTL {ttl}, safe on this Trainer)" if ttl else ""))
 
 
 def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> None:
@@ -313,16 +375,8 @@ def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> No
     if not looked:
         return
     gpus, resource, selector = executor.gpus_per_node, executor.gpu_resource_name, dict(executor.node_selector)
-
-    def fits(node: dict) -> bool:
-        labels = node["metadata"].get("labels") or {}
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        offered = allocatable.get(resource, "0")
-        return all(labels.get(k) == v for k, v in selector.items()) and (
-            gpus == 0 or (str(offered).isdigit() and int(offered) >= gpus))
-
-    fitting = [n["metadata"]["name"] for n in nodes if fits(n)]
-    what = (f"{gpus} {resource}" if gpus else "room for a CPU pod") + (f", labels {selector}" if selector else "")
+    fitting = [n["metadata"]["name"] for n in nodes if _fits(n, gpus, resource, selector)]
+    what = _node_offer(gpus, resource, selector)
     needed = executor.nodes if gpus else 1  # CPU pods may share a node
     if not nodes:
         report.warn("the cluster lists no nodes (a local cluster without node agents?): the GPU and node "
@@ -332,6 +386,20 @@ def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> No
     else:
         report.fail(f"{len(fitting)} node(s) offer {what}; the job needs {needed}",
                     "fix gpus_per_node, gpu_resource_name or node_selector, or add nodes")
+
+
+def _node_offer(gpus: int, resource: str, selector: dict[str, str]) -> str:
+    """What a node must offer the job's pod, in words."""
+    return (f"{gpus} {resource}" if gpus else "room for a CPU pod") + (f", labels {selector}" if selector else "")
+
+
+def _fits(node: dict, gpus: int, resource: str, selector: dict[str, str]) -> bool:
+    """Whether ``node`` has the ``selector`` labels and offers ``gpus`` of ``resource`` (any node, without GPUs)."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    offered = str((value_at(node, "status", "allocatable") or {}).get(resource, "0"))
+    return gpus == 0 or (offered.isdigit() and int(offered) >= gpus)
 
 
 def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
@@ -346,22 +414,29 @@ def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, nam
         try:
             cluster.create(obj, dry_run=True)
         except ClusterError as e:
-            if e.status == 409:
-                report.ok(f"dry run of {what}: exists already")
-                continue
-            text = e.server_message or str(e)
-            if "failed calling webhook" in text or (e.status or 0) >= 500:
-                report.fail(f"dry run of {what}: a webhook did not answer ({text})",
-                            "check the Trainer/JobSet controller pods and their webhook Services")
-            elif obj is sub.trainjob and sub.runtime is not None and "not found" in text.lower():
-                report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at "
-                          "submission)")
-            elif e.status == 403 and "admission webhook" not in text:
-                report.warn(f"dry run of {what}: not allowed ({text})")
-            else:
-                report.fail(f"dry run of {what} refused: {text}", "fix what the message names")
+            # A TrainJob whose rendered runtime is not there yet: the runtime is created at submission.
+            _report_refused_dry_run(report, what, e, runtime_pending=obj is sub.trainjob and sub.runtime is not None)
             continue
         report.ok(f"dry run of {what}: accepted (schema and webhooks)")
+
+
+def _report_refused_dry_run(report: Report, what: str, error: ClusterError, runtime_pending: bool) -> None:
+    """What a dry run the server refused says: exists already, a webhook down, the rendered runtime not yet
+    created (``runtime_pending``), not allowed, or a refusal to fix."""
+    if error.status == 409:
+        report.ok(f"dry run of {what}: exists already")
+        return
+    text = error.server_message or str(error)
+    if "failed calling webhook" in text or (error.status or 0) >= 500:
+        report.fail(f"dry run of {what}: a webhook did not answer ({text})",
+                    "check the Trainer/JobSet controller pods and their webhook Services")
+    elif runtime_pending and "not found" in text.lower():
+        report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at "
+                  "submission)")
+    elif error.status == 403 and "admission webhook" not in text:
+        report.warn(f"dry run of {what}: not allowed ({text})")
+    else:
+        report.fail(f"dry run of {what} refused: {text}", "fix what the message names")
 
 
 def run_doctor(executor: Any, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,
@@ -380,10 +455,7 @@ def run_doctor(executor: Any, *, namespace: Optional[str] = None, kubeconfig: Op
     check_runtime(cluster, report, executor, namespace, version, why_unknown)
     check_nodes(cluster, report, executor)
     check_dry_run(cluster, report, executor, namespace)
-    verdict = ("a job can run" if not report.failed else f"{report.failed} check(s) failed: a job cannot run as "
-               "configured")
-    out(f"{verdict}; {report.warned} warning(s)")
-    return 1 if report.failed else 0
+    return report.conclude()
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -27,6 +28,7 @@ import re
 import shlex
 import sys
 import tempfile
+import threading
 import time
 import typing
 from datetime import datetime, timezone
@@ -108,20 +110,14 @@ def load_executor(
     dotted path) or of ``FILE.py:NAME``, with ``FIELD=VALUE`` overrides in nemo_run's CLI syntax
     (the same as ``run.executor.FIELD=VALUE``)."""
     _import_nemo_run(defer=True)
-    import fiddle as fdl
-
     from nemo_kubeflow.config.executor import KubeflowExecutor
 
-    obj = _from_file(executor_file) if executor_file else _from_factory(factory or DEFAULT_FACTORY)
-    config = _as_config(obj, executor_file or factory or DEFAULT_FACTORY)
+    source = executor_file or factory or DEFAULT_FACTORY
+    obj = _from_file(executor_file) if executor_file else _from_factory(source)
+    config = _as_config(obj, source)
     for override in overrides:
         _apply_override(config, override)
-    try:
-        executor = fdl.build(config)
-    except NemoKubeflowError:
-        raise
-    except Exception as e:  # a value that the settings class itself trips over (TypeError, ValueError...)
-        raise ConfigError(_build_failure(e, overrides, executor_file or factory or DEFAULT_FACTORY)) from None
+    executor = _build(config, overrides, source)
     if not isinstance(executor, KubeflowExecutor):
         raise ConfigError(
             f"{executor_file or factory} gives a {type(executor).__name__}, not a KubeflowExecutor"
@@ -129,22 +125,47 @@ def load_executor(
     return executor
 
 
+def _build(config: fdl.Buildable, overrides: Sequence[str], source: str) -> Any:
+    """``fdl.build(config)``; a value the settings class itself trips over (TypeError, ValueError...) is a
+    ``ConfigError`` naming the field and its ``--set``."""
+    import fiddle as fdl
+
+    try:
+        return fdl.build(config)
+    except NemoKubeflowError:
+        raise
+    except Exception as e:
+        raise ConfigError(_build_failure(e, overrides, source)) from None
+
+
 def _build_failure(error: Exception, overrides: Sequence[str], source: str) -> str:
     """Why building the executor failed, naming the field (fiddle's ``<root>.FIELD`` note) and the
     ``--set`` that gave it its value."""
-    context = " ".join([str(error), *(getattr(error, "__notes__", None) or [])])
-    found = re.search(r"<root>((?:\.\w+)*)", context)
-    field = found.group(1).lstrip(".") if found else ""
-    given = [o for o in overrides if field and (o.partition("=")[0] == field or o.startswith(field + "."))]
+    field = _failed_field(error)
+    given = _override_of(field, overrides)
     what = f"{field}: " if field else ""
-    where = f"--set {given[0]}" if given else source
+    where = f"--set {given}" if given else source
+    first_line = str(error).splitlines()[0] if str(error) else "no message"
     return (f"{where}: {what}cannot build the executor with this value ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else 'no message'}); give {field or 'the field'} a value "
+            f"{first_line}); give {field or 'the field'} a value "
             "of the type it documents (nemo-kubeflow render --help, docs/executor.md)")
 
 
+def _failed_field(error: Exception) -> str:
+    """The dotted field fiddle names in the error or its notes (``<root>.FIELD``), "" when none."""
+    context = " ".join([str(error), *getattr(error, "__notes__", ())])
+    found = re.search(r"<root>((?:\.\w+)*)", context)
+    return found.group(1).lstrip(".") if found else ""
+
+
+def _override_of(field: str, overrides: Sequence[str]) -> str:
+    """The first ``--set`` of ``field`` or of a field inside it, "" when none (or no field) was given."""
+    if not field:
+        return ""
+    return next((o for o in overrides if o.partition("=")[0] == field or o.startswith(field + ".")), "")
+
+
 def _apply_override(config: fdl.Buildable, override: str) -> None:
-    import fiddle as fdl
     from nemo_run.cli.cli_parser import CLIException, parse_cli_args
 
     key, sep, value = override.partition("=")
@@ -153,39 +174,59 @@ def _apply_override(config: fdl.Buildable, override: str) -> None:
     *parents, leaf = key.split(".")
     target = config
     for part in parents:
-        parent = target
-        try:
-            target = getattr(parent, part)
-        except (AttributeError, ValueError):  # fiddle raises ValueError for default_factory fields
-            target = None
-        settings_class = _optional_settings_class(parent, part) if target is None else None
-        if settings_class is not None:
-            # A settings object left at None (its defaults), e.g. gke_rdma: start from the defaults.
-            target = fdl.Config(settings_class)
-            setattr(parent, part, target)
-        if not isinstance(target, fdl.Buildable):
-            raise ConfigError(
-                f"--set {override}: {part} is not a run.Config in this configuration, so its fields cannot "
-                "be set one by one; use a factory that sets it (kubeflow_tcpxo sets tcpxo) or --executor-file"
-            )
-    fields = list(inspect.signature(target.__fn_or_cls__).parameters)
-    if leaf not in fields:
-        close = difflib.get_close_matches(leaf, fields, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise ConfigError(f"--set {override}: {target.__fn_or_cls__.__name__} has no field {leaf!r}{hint}")
+        target = _settings_of(target, part, override)
+    _check_field(target, leaf, override)
     try:
         parse_cli_args(config, [override])  # sets the value on config in place
         return
     except CLIException as e:
         error = e
     # nemo_run's parser cannot read lists of dicts (tolerations, say); JSON can.
-    try:
-        parsed = json.loads(value) if value.lstrip()[:1] in ("[", "{") else None
-    except ValueError:
-        parsed = None
+    parsed = _json_value(value)
     if parsed is None:
         raise ConfigError(f"--set {override}: {_parse_reason(error)}") from None
     setattr(target, leaf, parsed)
+
+
+def _settings_of(parent: fdl.Buildable, part: str, override: str) -> fdl.Buildable:
+    """The ``run.Config`` at field ``part`` of ``parent``, so that ``--set`` can set its fields one by one; a
+    settings object left at None (its defaults, e.g. gke_rdma) starts from the defaults."""
+    import fiddle as fdl
+
+    try:
+        target = getattr(parent, part)
+    except (AttributeError, ValueError):  # fiddle raises ValueError for default_factory fields
+        target = None
+    settings_class = _optional_settings_class(parent, part) if target is None else None
+    if settings_class is not None:
+        target = fdl.Config(settings_class)
+        setattr(parent, part, target)
+    if not isinstance(target, fdl.Buildable):
+        raise ConfigError(
+            f"--set {override}: {part} is not a run.Config in this configuration, so its fields cannot "
+            "be set one by one; use a factory that sets it (kubeflow_tcpxo sets tcpxo) or --executor-file"
+        )
+    return target
+
+
+def _check_field(target: fdl.Buildable, leaf: str, override: str) -> None:
+    """Refuse a ``--set`` of a field the settings class does not have, with the closest name."""
+    fields = list(inspect.signature(target.__fn_or_cls__).parameters)
+    if leaf in fields:
+        return
+    close = difflib.get_close_matches(leaf, fields, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ConfigError(f"--set {override}: {target.__fn_or_cls__.__name__} has no field {leaf!r}{hint}")
+
+
+def _json_value(value: str) -> Any:
+    """``value`` read as a JSON list or object; ``None`` when it is neither."""
+    if value.lstrip()[:1] not in ("[", "{"):
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
 
 
 def _optional_settings_class(config: fdl.Buildable, name: str) -> Optional[type]:
@@ -193,10 +234,15 @@ def _optional_settings_class(config: fdl.Buildable, name: str) -> Optional[type]
     cls = getattr(config, "__fn_or_cls__", None)
     if not dataclasses.is_dataclass(cls):
         return None
-    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
-    if field is None or typing.get_origin(field.type) is not typing.Union:
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    return _optional_dataclass(types.get(name))
+
+
+def _optional_dataclass(hint: Any) -> Optional[type]:
+    """``X`` when the type ``hint`` is ``Optional[X]`` with ``X`` a dataclass, else ``None``."""
+    if typing.get_origin(hint) is not typing.Union:
         return None
-    members = [t for t in typing.get_args(field.type) if t is not type(None)]
+    members = [t for t in typing.get_args(hint) if t is not type(None)]
     if len(members) == 1 and isinstance(members[0], type) and dataclasses.is_dataclass(members[0]):
         return members[0]
     return None
@@ -219,11 +265,7 @@ def _parse_reason(e: CLIException) -> str:
 def _from_factory(name: str) -> Any:
     run = _import_nemo_run()
     if "." in name:
-        module_name, _, attr = name.rpartition(".")
-        try:
-            return getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"--factory {name}: cannot import it ({e})") from None
+        return _import_dotted(name)
     try:
         # nemo_run's registry: our factories and those of any other installed plugin.
         return run.cli.resolve_factory(run.Executor, name)
@@ -234,20 +276,35 @@ def _from_factory(name: str) -> Any:
         ) from None
 
 
+def _import_dotted(name: str) -> Any:
+    """The object a dotted path ``module.attr`` names (``--factory``)."""
+    module_name, _, attr = name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"--factory {name}: cannot import it ({e})") from None
+
+
 def _from_file(spec: str) -> Any:
     path, sep, attr = spec.rpartition(":")
     if not sep or not path or not attr:
         raise ConfigError(f"--executor-file {spec}: expected FILE.py:NAME, e.g. my_executors.py:gpu")
     if not os.path.isfile(path):
         raise ConfigError(f"--executor-file {spec}: {path} does not exist")
+    module = _run_file(spec, path)
+    if not hasattr(module, attr):
+        raise ConfigError(f"--executor-file {spec}: {path} defines no {attr!r}")
+    return getattr(module, attr)
+
+
+def _run_file(spec: str, path: str) -> Any:
+    """The module that running the Python file ``path`` defines (``--executor-file spec``)."""
     module_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     if module_spec is None or module_spec.loader is None:
         raise ConfigError(f"--executor-file {spec}: {path} is not a Python file")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    if not hasattr(module, attr):
-        raise ConfigError(f"--executor-file {spec}: {path} defines no {attr!r}")
-    return getattr(module, attr)
+    return module
 
 
 def _as_config(obj: Any, source: str) -> fdl.Buildable:
@@ -338,43 +395,76 @@ def _ident(obj: Any) -> str:
 def _documents(source: str) -> tuple[list[Any], list[str]]:
     """The YAML documents of a file (``-``: stdin), or the reasons it cannot be read."""
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        text = _read_source(source)
     except (OSError, UnicodeDecodeError) as e:
         return [], [f"cannot read: {getattr(e, 'strerror', None) or e}"]
     try:
         return [d for d in yaml.safe_load_all(text) if d is not None], []
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        return [], [f"invalid YAML{where}: {getattr(e, 'problem', None) or e}"]
+        return [], [_yaml_problem(e)]
+
+
+def _read_source(source: str) -> str:
+    """The text of a file, or of stdin for ``-``."""
+    return sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """Why a text is not YAML, with the line where it is known."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark else ""
+    return f"invalid YAML{where}: {getattr(error, 'problem', None) or error}"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from nemo_kubeflow.schema.validation import validate_manifests
-
     if not args.files and not args.template:
         raise ConfigError("give manifest files to validate (- for stdin), or --template")
+    inputs, problems = _file_inputs(args.files)
+    if args.template:
+        problems += _add_template(args, inputs)
+    found, checked = _problems_in(inputs)
+    return _report_validation(problems + found, checked)
+
+
+def _problems_in(inputs: Sequence[tuple[str, list[Any]]]) -> tuple[list[str], int]:
+    """Each problem of the documents of ``inputs`` ((source, documents)), as ``source: kind/name: problem``,
+    and how many documents there are."""
+    from nemo_kubeflow.schema.validation import validate_manifests
+
+    # Together: a TrainJob's pod names are checked against its runtime when both are given.
+    sourced = [(source, doc) for source, docs in inputs for doc in docs]
     problems: list[str] = []
-    checked = 0
+    for (source, doc), found in zip(sourced, validate_manifests([doc for _, doc in sourced])):
+        problems += [f"{source}: {_ident(doc)}: {p}" for p in found]
+    return problems, len(sourced)
+
+
+def _file_inputs(files: Sequence[str]) -> tuple[list[tuple[str, list[Any]]], list[str]]:
+    """(source name, its documents) of each file, and why a file could not be read."""
     inputs: list[tuple[str, list[Any]]] = []
-    for source in args.files:
+    problems: list[str] = []
+    for source in files:
         docs, errors = _documents(source)
         problems += [f"{source}: {e}" for e in errors]
         inputs.append(("<stdin>" if source == "-" else source, docs))
-    if args.template:
-        from nemo_kubeflow.build.plan import resolve
-        from nemo_kubeflow.build.render import render_runtime, runtime_context
+    return inputs, problems
 
-        executor = load_executor(args.factory, args.executor_file, args.set)
-        try:
-            inputs.append((args.template, [render_runtime(runtime_context(resolve(executor)), args.template)]))
-        except TemplateError as e:
-            problems.append(f"{args.template}: {e}")
-    # Together: a TrainJob's pod names are checked against its runtime when both are given.
-    sourced = [(source, doc) for source, docs in inputs for doc in docs]
-    for (source, doc), found in zip(sourced, validate_manifests([doc for _, doc in sourced])):
-        checked += 1
-        problems += [f"{source}: {_ident(doc)}: {p}" for p in found]
+
+def _add_template(args: argparse.Namespace, inputs: list[tuple[str, list[Any]]]) -> list[str]:
+    """Render ``--template`` with the executor configuration into ``inputs``; why it could not be rendered."""
+    from nemo_kubeflow.build.plan import resolve
+    from nemo_kubeflow.build.render import render_runtime, runtime_context
+
+    executor = load_executor(args.factory, args.executor_file, args.set)
+    try:
+        inputs.append((args.template, [render_runtime(runtime_context(resolve(executor)), args.template)]))
+    except TemplateError as e:
+        return [f"{args.template}: {e}"]
+    return []
+
+
+def _report_validation(problems: Sequence[str], checked: int) -> int:
+    """Print each problem and the count; the exit code (1 when there are problems)."""
     for line in problems:
         print(line)
     if problems:
@@ -430,10 +520,24 @@ def _age_s(obj: dict, now: datetime) -> float:
 
 def _finished_age_s(trainjob: dict, now: datetime) -> float:
     """Seconds since the TrainJob's Complete or Failed condition turned true (else since its creation)."""
-    for cond in (trainjob.get("status") or {}).get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            return _since(cond.get("lastTransitionTime") or trainjob["metadata"].get("creationTimestamp"), now)
-    return _age_s(trainjob, now)
+    finished = _finished_condition(trainjob)
+    if finished is None:
+        return _age_s(trainjob, now)
+    return _since(finished.get("lastTransitionTime") or trainjob["metadata"].get("creationTimestamp"), now)
+
+
+def _finished_condition(trainjob: dict) -> Optional[dict]:
+    """The TrainJob's Complete or Failed condition, when one is true."""
+    return next((cond for cond in value_at(trainjob, "status", "conditions") or []
+                 if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True"), None)
+
+
+def value_at(obj: Any, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...`` of an object read from the API server, where a missing or null step
+    reads as nothing (``None``)."""
+    for key in path:
+        obj = (obj or {}).get(key)
+    return obj
 
 
 def experiment_labels(experiment: str) -> Callable[[str], bool]:
@@ -444,15 +548,7 @@ def experiment_labels(experiment: str) -> Callable[[str], bool]:
     hash of the whole id: the ids of the title's experiments run from this machine
     (``$NEMORUN_HOME/experiments/<title>/``) are recognised too.
     """
-    wanted = {naming.label_value(experiment)}
-    try:
-        from nemo_run.config import get_nemorun_home
-
-        title_dir = Path(get_nemorun_home()) / "experiments" / experiment
-        if experiment and "/" not in experiment and title_dir.is_dir():
-            wanted |= {naming.label_value(d.name) for d in title_dir.iterdir() if d.is_dir()}
-    except OSError:
-        pass
+    wanted = {naming.label_value(experiment)} | _local_experiment_labels(experiment)
 
     def matches(label: str) -> bool:
         if label in wanted:
@@ -461,6 +557,19 @@ def experiment_labels(experiment: str) -> Callable[[str], bool]:
         return stamped is not None and naming.label_value(f"{experiment}_{stamped.group(1)}") == label
 
     return matches
+
+
+def _local_experiment_labels(title: str) -> set[str]:
+    """The label values of the experiments titled ``title`` that this machine ran (NeMo-Run's home)."""
+    try:
+        from nemo_run.config import get_nemorun_home
+
+        title_dir = Path(get_nemorun_home()) / "experiments" / title
+        if title and "/" not in title and title_dir.is_dir():
+            return {naming.label_value(d.name) for d in title_dir.iterdir() if d.is_dir()}
+    except OSError:
+        pass
+    return set()
 
 
 @dataclasses.dataclass
@@ -479,7 +588,7 @@ class FinishedJobs:
 
 def job_ttl(trainjob: dict) -> Optional[int]:
     """The job's ``ttl_seconds_after_finished`` (its annotation), ``None`` without one."""
-    value = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(TTL_ANNOTATION)
+    value = value_at(trainjob, "metadata", "annotations", TTL_ANNOTATION)
     try:
         return int(value) if value is not None else None
     except ValueError:
@@ -493,34 +602,50 @@ def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
     pairs) that belong to one of ``experiments`` (all when empty) and finished at least
     ``older_than`` seconds ago; with ``expired``, only those whose own ``ttl_seconds_after_finished``
     has passed. Talks to no cluster."""
+    matchers = [experiment_labels(e) for e in experiments]
+    result = FinishedJobs()
+    for namespace, job in jobs:
+        if _gc_may_consider(job, matchers):
+            _sort_in(result, namespace, job, now, older_than, expired)
+    return result
+
+
+def _sort_in(result: FinishedJobs, namespace: str, job: dict, now: datetime, older_than: Optional[float],
+             expired: bool) -> None:
+    """Count ``job`` where it belongs in ``result``: unfinished, without a TTL (with ``expired``), recent, or
+    selected."""
     from torchx.specs import AppState
 
     from nemo_kubeflow.observe.status import job_status
 
-    matchers = [experiment_labels(e) for e in experiments]
-    result = FinishedJobs()
-    for namespace, job in jobs:
-        labels = job.get("metadata", {}).get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
-            continue  # not ours: never touched
-        if matchers and not any(m(labels.get(EXPERIMENT_LABEL, "")) for m in matchers):
-            continue
-        if job["metadata"].get("deletionTimestamp"):
-            continue  # already going
-        state = job_status(job).state
-        if state not in (AppState.SUCCEEDED, AppState.FAILED):
-            result.unfinished += 1
-            continue
-        age = _finished_age_s(job, now)
-        ttl = job_ttl(job)
-        if expired and ttl is None:
-            result.without_ttl += 1
-            continue
-        if (older_than is not None and age < older_than) or (expired and ttl is not None and age < ttl):
-            result.recent += 1
-            continue
+    state = job_status(job).state
+    if state not in (AppState.SUCCEEDED, AppState.FAILED):
+        result.unfinished += 1
+        return
+    age = _finished_age_s(job, now)
+    ttl = job_ttl(job)
+    if expired and ttl is None:
+        result.without_ttl += 1
+    elif _finished_within(age, older_than) or (expired and _finished_within(age, ttl)):
+        result.recent += 1
+    else:
         result.selected.append((namespace, job, state.name, age))
-    return result
+
+
+def _gc_may_consider(job: dict, matchers: Sequence[Callable[[str], bool]]) -> bool:
+    """Whether ``job`` is ours (never touch another's), of a wanted experiment (any without ``matchers``)
+    and not already being deleted."""
+    labels = job.get("metadata", {}).get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+        return False
+    if matchers and not any(m(labels.get(EXPERIMENT_LABEL, "")) for m in matchers):
+        return False
+    return not job["metadata"].get("deletionTimestamp")
+
+
+def _finished_within(age: float, limit: Optional[float]) -> bool:
+    """Whether a job that finished ``age`` seconds ago did so less than ``limit`` ago (no limit: no)."""
+    return limit is not None and age < limit
 
 
 def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
@@ -529,21 +654,17 @@ def _describe(kind: str, name: str, namespace: Optional[str]) -> str:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     cluster = KubernetesCluster(kubeconfig=args.kubeconfig, context=args.context)
-    if args.all_namespaces:
-        # One list per namespace: cluster.Kind.path has no cluster-wide form for namespaced kinds.
-        namespaces = [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
-    else:
-        namespaces = args.namespace or ["default"]
+    namespaces = _gc_namespaces(cluster, args)
     # Candidates are listed before the TrainJobs, so that a TrainJob created in between is seen.
     candidates = _gc_runtime_candidates(cluster, namespaces, args.all_namespaces)
-    jobs = [(ns, job) for ns in namespaces for job in cluster.list(TRAINJOB_KIND, ns)]
+    jobs = _list_trainjobs(cluster, namespaces)
     now = datetime.now(timezone.utc)
     finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than,
                                     expired=args.expired)
     verb = "would delete" if args.dry_run else "deleted"
 
     leaving: set[tuple[str, Optional[str]]] = set()
-    if args.finished or args.experiment or args.older_than is not None or args.expired:
+    if _gc_deletes_finished(args):
         leaving = _gc_finished_jobs(cluster, finished, args, verb)
     elif finished.selected:
         print(
@@ -551,9 +672,26 @@ def cmd_gc(args: argparse.Namespace) -> int:
             "pass --finished, --experiment, --older-than or --expired to delete them",
             file=sys.stderr,
         )
-    referenced = _runtimes_in_use([(ns, job) for ns, job in jobs if (ns, job["metadata"].get("uid")) not in leaving])
-    _gc_runtimes(cluster, candidates, referenced, now, args, verb)
+    _gc_runtimes(cluster, candidates, _runtimes_in_use(jobs, leaving), now, args, verb)
     return 0
+
+
+def _list_trainjobs(cluster: KubernetesCluster, namespaces: Sequence[str]) -> list[tuple[str, dict]]:
+    """(namespace, TrainJob) of every TrainJob of ``namespaces``."""
+    return [(ns, job) for ns in namespaces for job in cluster.list(TRAINJOB_KIND, ns)]
+
+
+def _gc_namespaces(cluster: KubernetesCluster, args: argparse.Namespace) -> list[str]:
+    """The namespaces ``gc`` collects: every one with ``--all-namespaces``, else those given (``default``)."""
+    if args.all_namespaces:
+        # One list per namespace: cluster.Kind.path has no cluster-wide form for namespaced kinds.
+        return [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
+    return args.namespace or ["default"]
+
+
+def _gc_deletes_finished(args: argparse.Namespace) -> bool:
+    """Whether the command line selects finished TrainJobs to delete (else gc only reports them)."""
+    return bool(args.finished or args.experiment or args.older_than is not None or args.expired)
 
 
 def _gc_runtime_candidates(cluster: KubernetesCluster, namespaces: Sequence[str],
@@ -581,36 +719,50 @@ def _gc_finished_jobs(cluster: KubernetesCluster, finished: FinishedJobs, args: 
     leaving = set()
     deleted_jobs = 0
     for ns, job, state, age in finished.selected:
-        name = job["metadata"]["name"]
-        # Deleting the TrainJob lets the garbage collector remove what it owns: the JobSet and
-        # its pods, the ConfigMaps, the Secret.
-        try:
-            # The uid: a TrainJob recreated under this name since the list is not the one that finished.
-            gone = args.dry_run or cluster.delete(TRAINJOB_KIND, name, ns, uid=job["metadata"].get("uid"))
-        except ClusterError as e:
-            if e.status != 409:
-                raise
-            print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed",
-                  file=sys.stderr)
+        gone = _delete_finished_job(cluster, ns, job, args.dry_run)
+        if gone is None:
             continue
         if gone:
-            print(f"{verb} {_describe(TRAINJOB_KIND, name, ns)}: {state}, finished {format_age(age)} ago")
+            print(f"{verb} {_describe(TRAINJOB_KIND, job['metadata']['name'], ns)}: {state}, "
+                  f"finished {format_age(age)} ago")
             deleted_jobs += 1
             if not args.dry_run:
                 _remember_how_it_ended(ns, job, state, age)
         leaving.add((ns, job["metadata"].get("uid")))
+    print(
+        f"TrainJobs: {verb} {deleted_jobs} finished (their JobSets, pods, ConfigMaps and Secrets go with "
+        f"them); kept {finished.unfinished} not finished{_finished_kept(finished, args)}",
+        file=sys.stderr,
+    )
+    return leaving
+
+
+def _delete_finished_job(cluster: KubernetesCluster, ns: str, job: dict, dry_run: bool) -> Optional[bool]:
+    """Delete a finished TrainJob as listed: whether it is gone (with ``dry_run``: ``True``, nothing deleted),
+    ``None`` when a new TrainJob has replaced it since (kept, and said so)."""
+    name = job["metadata"]["name"]
+    # Deleting the TrainJob lets the garbage collector remove what it owns: the JobSet and
+    # its pods, the ConfigMaps, the Secret.
+    try:
+        # The uid: a TrainJob recreated under this name since the list is not the one that finished.
+        return dry_run or cluster.delete(TRAINJOB_KIND, name, ns, uid=job["metadata"].get("uid"))
+    except ClusterError as e:
+        if e.status != 409:
+            raise
+    print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed",
+          file=sys.stderr)
+    return None
+
+
+def _finished_kept(finished: FinishedJobs, args: argparse.Namespace) -> str:
+    """The finished TrainJobs gc kept, for its summary line: too recent, or without a TTL (``--expired``)."""
     recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
               if args.older_than is not None else "")
     if args.expired:
         if args.older_than is None:
             recent += f", {finished.recent} within their ttl_seconds_after_finished"
         recent += f", {finished.without_ttl} without ttl_seconds_after_finished"
-    print(
-        f"TrainJobs: {verb} {deleted_jobs} finished (their JobSets, pods, ConfigMaps and Secrets go with "
-        f"them); kept {finished.unfinished} not finished{recent}",
-        file=sys.stderr,
-    )
-    return leaving
+    return recent
 
 
 def _remember_how_it_ended(namespace: str, trainjob: dict, state: str, age: float) -> None:
@@ -624,10 +776,14 @@ def _remember_how_it_ended(namespace: str, trainjob: dict, state: str, age: floa
                            f"{reason} ({deleted})" if reason else deleted)
 
 
-def _runtimes_in_use(jobs: Sequence[tuple[str, dict]]) -> set[tuple[str, Optional[str], str]]:
-    """The (kind, namespace or None, name) of the runtime each of ``jobs`` refers to."""
+def _runtimes_in_use(jobs: Sequence[tuple[str, dict]],
+                     leaving: set[tuple[str, Optional[str]]]) -> set[tuple[str, Optional[str], str]]:
+    """The (kind, namespace or None, name) of the runtime each of ``jobs`` refers to, but for the jobs
+    ``leaving`` ((namespace, uid): being deleted)."""
     referenced: set[tuple[str, Optional[str], str]] = set()
     for ns, job in jobs:
+        if (ns, job["metadata"].get("uid")) in leaving:
+            continue
         ref = job.get("spec", {}).get("runtimeRef", {})
         kind = ref.get("kind") or CLUSTER_RUNTIME_KIND  # Trainer's default
         referenced.add((kind, None if kind == CLUSTER_RUNTIME_KIND else ns, ref.get("name", "")))
@@ -641,16 +797,11 @@ def _gc_runtimes(cluster: KubernetesCluster, candidates: Sequence[tuple[str, Opt
     removed = kept = young = 0
     for kind, ns, obj in candidates:
         name = obj["metadata"]["name"]
-        what = _describe(kind, name, ns)
         if (kind, ns, name) in referenced:
             kept += 1
         elif _age_s(obj, now) < args.min_age:
             young += 1
-        elif args.dry_run:
-            print(f"would delete {what}")
-            removed += 1
-        elif cluster.delete(kind, name, ns):
-            print(f"deleted {what}")
+        elif _delete_runtime(cluster, kind, name, ns, args.dry_run):
             removed += 1
     print(
         f"{verb} {removed}, kept {kept} in use, {young} younger than {args.min_age:g}s",
@@ -658,13 +809,34 @@ def _gc_runtimes(cluster: KubernetesCluster, candidates: Sequence[tuple[str, Opt
     )
 
 
+def _delete_runtime(cluster: KubernetesCluster, kind: str, name: str, ns: Optional[str], dry_run: bool) -> bool:
+    """Delete a runtime (with ``dry_run``, say that it would go), printing it; whether it went (or would)."""
+    what = _describe(kind, name, ns)
+    if dry_run:
+        print(f"would delete {what}")
+        return True
+    if cluster.delete(kind, name, ns):
+        print(f"deleted {what}")
+        return True
+    return False
+
+
 def _experiment_tasks(experiment_id: str, session: str):
     """The experiment, a scheduler, and each task as (index, job, app id or None, why not ours)."""
+    exp = _load_experiment(experiment_id)  # imports NeMo-Run first, without torch
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+
+    scheduler = create_scheduler(session)
+    # (index, job, app id or None, why not)
+    tasks: list[tuple[int, Any, Optional[str], str]] = [
+        (index, job, *_app_id_of(job, scheduler.backend)) for index, job in enumerate(exp.jobs)]
+    return exp, scheduler, tasks
+
+
+def _load_experiment(experiment_id: str):  # -> nemo_run.Experiment
+    """The NeMo-Run experiment of that id, or a ``ConfigError`` saying where it was looked for."""
     run = _import_nemo_run()
     from nemo_run.run.experiment import Experiment
-    from torchx.specs import parse_app_handle
-
-    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     try:
         exp = Experiment.from_id(experiment_id)
@@ -673,25 +845,32 @@ def _experiment_tasks(experiment_id: str, session: str):
     if exp is None:
         raise ConfigError(f"no experiment {experiment_id!r} under {run.config.get_nemorun_home()}/experiments: "
                           "give the id NeMo-Run printed (<title>_<number>), e.g. from `nemo experiment list <title>`")
-    scheduler = create_scheduler(session)
-    tasks: list[tuple[int, Any, Optional[str], str]] = []  # (index, job, app id or None, why not)
-    for index, job in enumerate(exp.jobs):
-        handle = getattr(job, "handle", "") or ""
-        scheduler_name, _, app_id = parse_app_handle(handle) if handle else ("", "", "")
-        if not handle:
-            tasks.append((index, job, None, "not launched"))
-        elif scheduler_name != scheduler.backend:
-            tasks.append((index, job, None, f"run by {scheduler_name}, not by Kubeflow Trainer"))
-        else:
-            tasks.append((index, job, app_id, ""))
-    return exp, scheduler, tasks
+    return exp
+
+
+def _app_id_of(job: Any, backend: str) -> tuple[Optional[str], str]:
+    """(the app id of a task launched on Kubeflow Trainer, "") or (None, why it has none)."""
+    from torchx.specs import parse_app_handle
+
+    handle = getattr(job, "handle", "") or ""
+    if not handle:
+        return None, "not launched"
+    scheduler_name, _, app_id = parse_app_handle(handle)
+    if scheduler_name != backend:
+        return None, f"run by {scheduler_name}, not by Kubeflow Trainer"
+    return app_id, ""
+
+
+def _exit_code(states: Sequence[Any]) -> int:
+    """1 when a task failed, else 0 (``status``, ``watch``)."""
+    return 1 if any(state.name == "FAILED" for state in states) else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Each task of an experiment: its TrainJob, state and why (the reason NeMo-Run's status omits)."""
     exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-status")
     print(f"Experiment {exp._id}")
-    failed = False
+    states = []
     for index, job, app_id, why_not in tasks:
         if app_id is None:
             print(f"Task {index}: {job.id}: {why_not}")
@@ -702,8 +881,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  state: {desc.state.name}")
         if desc.msg:
             print("  why:   " + desc.msg.replace("\n", "\n         "))
-        failed = failed or desc.state.name == "FAILED"
-    return 1 if failed else 0
+        states.append(desc.state)
+    return _exit_code(states)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -714,49 +893,76 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from torchx.specs import is_terminal
 
     exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-watch")
-    ours = [(index, job, app_id) for index, job, app_id, _ in tasks if app_id is not None]
+    ours = _launched(tasks)
     if not ours:
         raise ConfigError(f"experiment {exp._id} has no task launched on Kubeflow Trainer: nothing to watch")
     print(f"Watching experiment {exp._id} (every {args.interval:g}s; Ctrl-C stops watching, not the jobs)", flush=True)
     shown: dict[int, str] = {}
     while True:
-        states = []
-        for index, job, app_id in ours:
-            desc, repaired = scheduler.look_after(app_id)
-            states.append(desc.state)
-            for what in repaired:
-                print(f"{time.strftime('%H:%M:%S')} Task {index}: {job.id}: repaired: {what}", flush=True)
-            line = desc.state.name + (f": {desc.msg}" if desc.msg else "")
-            if shown.get(index) != line:
-                shown[index] = line
-                print(f"{time.strftime('%H:%M:%S')} Task {index}: {job.id}: {line}", flush=True)
+        states = [_look_after_task(scheduler, index, job, app_id, shown) for index, job, app_id in ours]
         if all(is_terminal(state) for state in states):
-            return 1 if any(state.name == "FAILED" for state in states) else 0
+            return _exit_code(states)
         time.sleep(args.interval)
+
+
+def _launched(tasks: list) -> list[tuple[int, Any, str]]:
+    """(index, job, app id) of the tasks launched on Kubeflow Trainer."""
+    return [(index, job, app_id) for index, job, app_id, _ in tasks if app_id is not None]
+
+
+def _look_after_task(scheduler: Any, index: int, job: Any, app_id: str, shown: dict[int, str]) -> Any:
+    """One look at a task (``watch``): print the repairs it made and its state line when that changed
+    (``shown``: the last line printed per task); its state."""
+    desc, repaired = scheduler.look_after(app_id)
+    for what in repaired:
+        print(f"{time.strftime('%H:%M:%S')} Task {index}: {job.id}: repaired: {what}", flush=True)
+    line = desc.state.name + (f": {desc.msg}" if desc.msg else "")
+    if shown.get(index) != line:
+        shown[index] = line
+        print(f"{time.strftime('%H:%M:%S')} Task {index}: {job.id}: {line}", flush=True)
+    return desc.state
 
 
 def _select_tasks(tasks: list, wanted: Optional[Sequence[str]]) -> list:
     """The tasks ``--task`` names (by index or by name), in the experiment's order; all without it."""
     if not wanted:
         return tasks
-    names = {str(index): index for index, *_ in tasks} | {job.id: index for index, job, *_ in tasks}
-    unknown = [w for w in wanted if w not in names]
-    if unknown:
-        choices = ", ".join(f"{index} ({job.id})" for index, job, *_ in tasks)
-        raise ConfigError(f"--task {unknown[0]}: the experiment has no such task; its tasks: {choices}")
+    names = _task_names(tasks)
+    for name in wanted:
+        if name not in names:
+            choices = ", ".join(f"{index} ({job.id})" for index, job, *_ in tasks)
+            raise ConfigError(f"--task {name}: the experiment has no such task; its tasks: {choices}")
     chosen = {names[w] for w in wanted}
     return [task for task in tasks if task[0] in chosen]
+
+
+def _task_names(tasks: list) -> dict[str, int]:
+    """The index of each task by the names ``--task`` takes: its index, and its name (which wins)."""
+    return {str(index): index for index, *_ in tasks} | {job.id: index for index, job, *_ in tasks}
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """Print, or follow, the logs of an experiment's tasks: each line after ``<task>/<node>``, as
     ``nemo experiment logs`` prints it, from a process that leaves torch out (``_import_nemo_run``):
     about 470 MiB less than NeMo-Run's own command holds while it follows (benchmarks, `logs`)."""
-    import threading
-
     exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-logs")
+    streams = _log_streams(scheduler, _select_tasks(tasks, args.task))
+    if not streams:
+        raise ConfigError(f"experiment {exp._id}: no task of it has a TrainJob to read logs from")
+    show = functools.partial(_print_log, scheduler, args.follow, threading.Lock())
+    if not args.follow:
+        for stream in streams:
+            show(*stream)
+        return 0
+    _follow_logs(streams, show)
+    return 0
+
+
+def _log_streams(scheduler: Any, tasks: list) -> list[tuple[str, str, int]]:
+    """(app id, role, node index) of each node of each task that has a TrainJob; why a task has none
+    goes to stderr."""
     streams = []
-    for index, job, app_id, why_not in _select_tasks(tasks, args.task):
+    for index, job, app_id, why_not in tasks:
         if app_id is None:
             print(f"Task {index}: {job.id}: {why_not}", file=sys.stderr)
             continue
@@ -766,23 +972,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
             continue
         # named after the task, as its TrainJob's role is (which a TrainJob cleaned up no longer tells)
         streams += [(app_id, job.id, k) for k in range(desc.roles[0].num_replicas)]
-    if not streams:
-        raise ConfigError(f"experiment {exp._id}: no task of it has a TrainJob to read logs from")
-    printing = threading.Lock()
+    return streams
 
-    def show(app_id: str, role: str, k: int) -> None:
-        prefix = f"{role[-10:]}/{k} "  # NeMo-Run's prefix: the role cut to its last 10 characters
-        for line in scheduler.log_iter(app_id, role, k, should_tail=args.follow):
-            with printing:
-                sys.stdout.write(prefix + line)
-                sys.stdout.flush()
 
-    if not args.follow:
-        for stream in streams:
-            show(*stream)
-        return 0
-    # A thread per node, as NeMo-Run follows them; the scheduler's log follower reads them all with a
-    # fixed number of connections (logs.LOG_READERS).
+def _print_log(scheduler: Any, follow: bool, printing: threading.Lock, app_id: str, role: str, k: int) -> None:
+    """Print the log of node ``k``, each line after NeMo-Run's prefix (the role cut to its last 10 characters);
+    ``printing`` keeps the lines of different nodes whole."""
+    prefix = f"{role[-10:]}/{k} "
+    for line in scheduler.log_iter(app_id, role, k, should_tail=follow):
+        with printing:
+            sys.stdout.write(prefix + line)
+            sys.stdout.flush()
+
+
+def _follow_logs(streams: Sequence[tuple[str, str, int]], show: Callable[[str, str, int], None]) -> None:
+    """``show`` each stream in a thread of its own until all end, as NeMo-Run follows them; the scheduler's
+    log follower reads them all with a fixed number of connections (logs.LOG_READERS)."""
     threads = [threading.Thread(target=show, args=stream, daemon=True, name=f"follow-{stream[2]}")
                for stream in streams]
     for thread in threads:
@@ -790,7 +995,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
     for thread in threads:
         while thread.is_alive():
             thread.join(0.5)  # wakes for Ctrl-C
-    return 0
 
 
 # --- command line --------------------------------------------------------------------------
@@ -927,12 +1131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # Everything after `--` is the task's command, options included.
-    command: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, command = argv[:split], argv[split + 1:]
+    argv, command = _split_command(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     if command and args.subcommand != "render":
         build_parser().error(f"{args.subcommand} takes no command after --: {shlex.join(command)}")
@@ -946,6 +1145,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the options, the task's command): everything after ``--`` is the command, options included."""
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1:]
 
 
 if __name__ == "__main__":

@@ -84,39 +84,54 @@ def read_secret_values(sources: dict[str, str]) -> mf.SecretValues:
     values = mf.SecretValues()
     for key, source in sources.items():
         kind, _, ref = source.partition(":")
-        if kind == "env":
-            if ref not in os.environ:
-                raise ConfigError(
-                    f"secret_env_vars[{key!r}] reads ${ref}, which is not set in this environment; "
-                    f"export {ref} before submitting"
-                )
-            values.set(key, os.environ[ref])
-            if not values[key].strip():
-                raise ConfigError(
-                    f"secret_env_vars[{key!r}] reads ${ref}, which is empty in this environment; "
-                    f"export {ref} with the secret's value before submitting"
-                )
-        elif kind == "file":
-            path = os.path.expanduser(ref)
-            try:
-                text = _read_text(path)
-            except OSError as e:
-                raise ConfigError(f"secret_env_vars[{key!r}]: cannot read {path!r}: {e.strerror}") from None
-            if text is None:
-                raise ConfigError(
-                    f"secret_env_vars[{key!r}]: {path!r} is not UTF-8 text; an env value must be text: "
-                    "store the secret as text (base64-encode binary data) and decode it in the task"
-                )
-            values.set(key, text.rstrip("\n"))
-            del text
-            if not values[key].strip():
-                raise ConfigError(
-                    f"secret_env_vars[{key!r}]: {path!r} is empty; write the secret's value into it, "
-                    "or point the source at the file that holds it"
-                )
-        else:
+        reader = _SECRET_READERS.get(kind)
+        if reader is None:
             raise ConfigError(f"secret_env_vars[{key!r}]: unknown source {kind!r}; use env: or file:")
+        reader(values, key, ref)
     return values
+
+
+def _set_from_env(values: mf.SecretValues, key: str, ref: str) -> None:
+    """``values[key]`` from the environment variable ``ref`` (``env:NAME``), which must be set and not empty."""
+    if ref not in os.environ:
+        raise ConfigError(
+            f"secret_env_vars[{key!r}] reads ${ref}, which is not set in this environment; "
+            f"export {ref} before submitting"
+        )
+    values.set(key, os.environ[ref])
+    if not values[key].strip():
+        raise ConfigError(
+            f"secret_env_vars[{key!r}] reads ${ref}, which is empty in this environment; "
+            f"export {ref} with the secret's value before submitting"
+        )
+
+
+def _set_from_file(values: mf.SecretValues, key: str, ref: str) -> None:
+    """``values[key]`` from the file ``ref`` (``file:PATH``), which must be readable, UTF-8 and not empty."""
+    path = os.path.expanduser(ref)
+    try:
+        text = _read_text(path)
+    except OSError as e:
+        raise ConfigError(f"secret_env_vars[{key!r}]: cannot read {path!r}: {e.strerror}") from None
+    if text is None:
+        raise ConfigError(
+            f"secret_env_vars[{key!r}]: {path!r} is not UTF-8 text; an env value must be text: "
+            "store the secret as text (base64-encode binary data) and decode it in the task"
+        )
+    values.set(key, text.rstrip("\n"))
+    del text
+    if not values[key].strip():
+        raise ConfigError(
+            f"secret_env_vars[{key!r}]: {path!r} is empty; write the secret's value into it, "
+            "or point the source at the file that holds it"
+        )
+
+
+#: How each kind of ``secret_env_vars`` source (``KIND:REF``) is read into the values.
+_SECRET_READERS: dict[str, Callable[[mf.SecretValues, str, str], None]] = {
+    "env": _set_from_env,
+    "file": _set_from_file,
+}
 
 
 def _read_text(path: str) -> Optional[str]:
@@ -159,74 +174,115 @@ def submit(
     submission may take (``submit_timeout_seconds``). ``stop``: asked before each write up to the
     resume; ``True`` removes what was created and raises ``SubmissionStopped``.
     """
-    ns = sub.namespace
-    created_pvcs: list[str] = []
+    secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else mf.SecretValues()
+    applying = _Applying(cluster, sub, stop, known_runtimes if known_runtimes is not None else set())
+    with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
+        queue = _check_before_writing(cluster, sub)
+        try:
+            applying.create_pvcs()
+            applying.send_runtime()
+            trainjob = applying.create_trainjob(runtime_wait, sleep)
+            applying.create_owned(trainjob, secret_values)
+            applying.check_stop()
+            if resume and not queue:  # with a queue, Kueue unsuspends the job when it admits it
+                trainjob = cluster.patch(TRAINJOB_KIND, sub.name, sub.namespace, {"spec": {"suspend": False}})
+                applying.actions.append(("patch", TRAINJOB_KIND, sub.name))
+            applying.remember_runtime()
+            return SubmitResult(trainjob=trainjob, actions=applying.actions)
+        except BaseException as e:
+            applying.roll_back(e)
+            raise
+
+
+def _check_before_writing(cluster: Cluster, sub: Submission) -> str:
+    """The checks that need the cluster, before anything is written: the runtime's JobSet TTL (and, with
+    ``runtime_name``, that runtime), the LocalQueue. The job's queue name ("" without Kueue)."""
+    # With runtime_name the admin's runtime is read once, for the checks only: never sent back.
+    checked = sub.runtime if sub.runtime is not None else check_existing_runtime(cluster, sub)
+    check_runtime_ttl(cluster, checked)
+    queue = queue_name(sub.trainjob)
+    if queue:
+        check_queue(cluster, sub.namespace, queue)
+    return queue
+
+
+@dataclass
+class _Applying:
+    """One submission under way: its steps, what they have created so far (what a rollback removes),
+    and the log of its writes."""
+
+    cluster: Cluster
+    sub: Submission
+    stop: Optional[Callable[[], bool]]
+    #: ``submit``'s ``known_runtimes``, updated in place.
+    known: set
+    actions: list[tuple[str, str, str]] = field(default_factory=list)
+    created_pvcs: list[str] = field(default_factory=list)
     created_runtime: Optional[dict] = None
     trainjob: Optional[dict] = None
-    trainjob_sent = False  # a create whose answer was lost may still be applied by the server
-    actions: list[tuple[str, str, str]] = []
-    secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else mf.SecretValues()
-    # Tells our own TrainJob apart from someone else's when a create whose answer was lost
-    # (timeout, dropped connection) is retried and answered 409.
-    submission_id = uuid.uuid4().hex
-    known = known_runtimes if known_runtimes is not None else set()
+    #: A create whose answer was lost may still be applied by the server.
+    trainjob_sent: bool = False
+    #: Tells our own TrainJob apart from someone else's when a create whose answer was lost
+    #: (timeout, dropped connection) is retried and answered 409.
+    submission_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
-    def check_stop() -> None:
-        if stop is not None and stop():
-            raise SubmissionStopped(f"the submission of TrainJob {ns}/{sub.name} was stopped before the job started")
+    def check_stop(self) -> None:
+        if self.stop is not None and self.stop():
+            raise SubmissionStopped(
+                f"the submission of TrainJob {self.sub.namespace}/{self.sub.name} was stopped before the job started")
 
-    runtime = sub.runtime  # the rendered runtime this submission creates; None with runtime_name
+    def create_pvcs(self) -> None:
+        for pvc in self.sub.pvcs:
+            self.check_stop()
+            if _create_or_reuse(self.cluster, pvc, self.actions):
+                self.created_pvcs.append(pvc["metadata"]["name"])
 
-    def create_runtime() -> None:
-        nonlocal created_runtime
-        check_stop()
-        if runtime is not None and _create_or_reuse(cluster, runtime, actions):
-            created_runtime = runtime
+    def send_runtime(self) -> None:
+        """Create the rendered runtime (``None`` with runtime_name), unless an earlier submission did."""
+        runtime = self.sub.runtime
+        if runtime is not None and runtime_key(runtime) in self.known:
+            self.actions.append(("reuse", runtime["kind"], runtime["metadata"]["name"]))
+        elif runtime is not None:
+            self.create_runtime()
 
-    with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
-        # With runtime_name the admin's runtime is read once, for the checks only: never sent back.
-        checked = runtime if runtime is not None else check_existing_runtime(cluster, sub)
-        check_runtime_ttl(cluster, checked)
-        queue = queue_name(sub.trainjob)
-        if queue:
-            check_queue(cluster, ns, queue)
-        try:
-            for pvc in sub.pvcs:
-                check_stop()
-                if _create_or_reuse(cluster, pvc, actions):
-                    created_pvcs.append(pvc["metadata"]["name"])
-            if runtime is not None and runtime_key(runtime) in known:
-                actions.append(("reuse", runtime["kind"], runtime["metadata"]["name"]))
-            elif runtime is not None:
-                create_runtime()
-            # A runtime this submission did not create (known, or answered 409) may be deleted before the
-            # TrainJob arrives (`nemo-kubeflow gc`): then the TrainJob is refused, and the runtime created again.
-            recreate = create_runtime if sub.runtime is not None and created_runtime is None else None
-            check_stop()
-            trainjob_sent = True
-            trainjob = _create_trainjob(cluster, sub, submission_id, actions, runtime_wait=runtime_wait, sleep=sleep,
-                                        ensure_runtime=recreate)
-            owner = mf.owner_reference(trainjob)
-            for obj in _owned_objects(sub, owner, secret_values):
-                check_stop()
-                _create_owned(cluster, obj, owner["uid"])
-                actions.append(("create", obj["kind"], obj["metadata"]["name"]))
-            check_stop()
-            if resume and not queue:  # with a queue, Kueue unsuspends the job when it admits it
-                trainjob = cluster.patch(TRAINJOB_KIND, sub.name, ns, {"spec": {"suspend": False}})
-                actions.append(("patch", TRAINJOB_KIND, sub.name))
-            if sub.runtime is not None:
-                known.add(runtime_key(sub.runtime))
-            return SubmitResult(trainjob=trainjob, actions=actions)
-        except BaseException as e:
-            with cluster.deadline(ROLLBACK_TIMEOUT_S):
-                if trainjob is None and trainjob_sent:
-                    trainjob = _late_trainjob(cluster, sub, submission_id)
-                left = _rollback(cluster, ns, trainjob, created_runtime, created_pvcs)
-            if created_runtime is not None:
-                known.discard(runtime_key(created_runtime))
-            _say_what_was_left(e, sub.name, left)
-            raise
+    def create_runtime(self) -> None:
+        self.check_stop()
+        runtime = self.sub.runtime
+        if runtime is not None and _create_or_reuse(self.cluster, runtime, self.actions):
+            self.created_runtime = runtime
+
+    def create_trainjob(self, runtime_wait: float, sleep: Callable[[float], None]) -> dict:
+        # A runtime this submission did not create (known, or answered 409) may be deleted before the
+        # TrainJob arrives (`nemo-kubeflow gc`): then the TrainJob is refused, and the runtime created again.
+        recreate = self.create_runtime if self.sub.runtime is not None and self.created_runtime is None else None
+        self.check_stop()
+        self.trainjob_sent = True
+        self.trainjob = _create_trainjob(self.cluster, self.sub, self.submission_id, self.actions,
+                                         runtime_wait=runtime_wait, sleep=sleep, ensure_runtime=recreate)
+        return self.trainjob
+
+    def create_owned(self, trainjob: dict, secret_values: mf.SecretValues) -> None:
+        """The ConfigMaps and the Secret, each owned by ``trainjob``."""
+        owner = mf.owner_reference(trainjob)
+        for obj in _owned_objects(self.sub, owner, secret_values):
+            self.check_stop()
+            _create_owned(self.cluster, obj, owner["uid"])
+            self.actions.append(("create", obj["kind"], obj["metadata"]["name"]))
+
+    def remember_runtime(self) -> None:
+        if self.sub.runtime is not None:
+            self.known.add(runtime_key(self.sub.runtime))
+
+    def roll_back(self, error: BaseException) -> None:
+        """Remove what this submission created (with a deadline of its own) and say what is left, if anything:
+        a ``SubmissionError`` for a cluster ``error``, a note on any other."""
+        with self.cluster.deadline(ROLLBACK_TIMEOUT_S):
+            if self.trainjob is None and self.trainjob_sent:
+                self.trainjob = _late_trainjob(self.cluster, self.sub, self.submission_id)
+            left = _rollback(self.cluster, self.sub.namespace, self.trainjob, self.created_runtime, self.created_pvcs)
+        if self.created_runtime is not None:
+            self.known.discard(runtime_key(self.created_runtime))
+        _say_what_was_left(error, self.sub.name, left)
 
 
 def _owned_objects(sub: Submission, owner: dict, secret_values: mf.SecretValues) -> list[dict]:
@@ -278,21 +334,26 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> Optional[dict]:
                     "mounts, service account, security context, pod labels) replaces none of the runtime's own "
                     "settings; ask an admin for 'get' on %ss to have them checked", kind, name, e.reason, kind)
         return None
-    if runtime is not None:
-        # The name was planned without this runtime (plan.planned_jobs): its own replicated jobs decide;
-        # the runtime patch may add to the admin's runtime, never replace (runtime_patch_conflicts).
-        problems = pod_name_problems(sub.trainjob, runtime) + runtime_patch_conflicts(sub.trainjob, runtime)
-        if problems:
-            raise ManifestValidationError(TRAINJOB_KIND, sub.name, [
-                f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems])
-        return runtime
+    if runtime is None:
+        raise _missing_runtime(cluster, kind, name, namespace)
+    # The name was planned without this runtime (plan.planned_jobs): its own replicated jobs decide;
+    # the runtime patch may add to the admin's runtime, never replace (runtime_patch_conflicts).
+    problems = pod_name_problems(sub.trainjob, runtime) + runtime_patch_conflicts(sub.trainjob, runtime)
+    if problems:
+        raise ManifestValidationError(TRAINJOB_KIND, sub.name, [
+            f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems])
+    return runtime
+
+
+def _missing_runtime(cluster: Cluster, kind: str, name: str, namespace: Optional[str]) -> NotFoundError:
+    """The error for a ``runtime_name`` the cluster does not have, listing the runtimes it has."""
     try:
         available = sorted(o["metadata"]["name"] for o in cluster.list(kind, namespace))
     except ClusterError:
         available = []
     where = f" in namespace {namespace!r}" if namespace else ""
     listing = ", ".join(available) if available else "none"
-    raise NotFoundError(
+    return NotFoundError(
         f"runtime_name={name!r}: no {kind} of that name{where} (available: {listing}); "
         "fix runtime_name, or leave it unset to let nemo_kubeflow render a runtime",
         status=404, reason="NotFound",
@@ -309,20 +370,25 @@ def check_queue(cluster: Cluster, namespace: str, queue: str) -> None:
     except ClusterError as e:
         log.debug("cannot check Kueue LocalQueue %s/%s, submitting anyway: %s", namespace, queue, e)
         return
-    try:
-        available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(LOCALQUEUE_KIND, namespace)))
-        listing = f"queues in this namespace: {available or 'none'}"
-    except NotFoundError:
-        listing = (f"this cluster serves none of Kueue's LocalQueue APIs ({KUEUE_GROUP} "
-                   f"{' or '.join(KUEUE_VERSIONS)}): is Kueue installed?")
-    except ClusterError:
-        listing = "the existing queues could not be listed"
     raise NotFoundError(
-        f"queue_name={queue!r}: there is no Kueue LocalQueue {queue!r} in namespace {namespace!r} ({listing}); "
+        f"queue_name={queue!r}: there is no Kueue LocalQueue {queue!r} in namespace {namespace!r} "
+        f"({_queue_listing(cluster, namespace)}); "
         "the TrainJob would wait in it forever. Fix queue_name, ask an admin for the LocalQueue, "
         "or leave queue_name unset",
         status=404, reason="NotFound",
     )
+
+
+def _queue_listing(cluster: Cluster, namespace: str) -> str:
+    """The LocalQueues of ``namespace``, or why they cannot be listed."""
+    try:
+        available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(LOCALQUEUE_KIND, namespace)))
+    except NotFoundError:
+        return (f"this cluster serves none of Kueue's LocalQueue APIs ({KUEUE_GROUP} "
+                f"{' or '.join(KUEUE_VERSIONS)}): is Kueue installed?")
+    except ClusterError:
+        return "the existing queues could not be listed"
+    return f"queues in this namespace: {available or 'none'}"
 
 
 def _create_or_reuse(cluster: Cluster, obj: dict, actions: list) -> bool:
@@ -367,32 +433,43 @@ def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, acti
             actions.append(("create", TRAINJOB_KIND, sub.name))
             return created
         except AlreadyExistsError as e:
-            existing = cluster.get(TRAINJOB_KIND, sub.name, sub.namespace)
-            annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
-            if existing is not None and annotations.get(SUBMISSION_ANNOTATION) == submission_id:
-                actions.append(("create", TRAINJOB_KIND, sub.name))
-                return existing
-            # Never delete-and-recreate: the existing job may be someone's running work.
-            raise AlreadyExistsError(
-                f"a TrainJob named {sub.name!r} already exists in namespace {sub.namespace!r} "
-                "(an earlier run of the same experiment?); it was left untouched. Start a new "
-                "experiment, or delete the old job first if it is yours",
-                status=e.status, reason=e.reason, server_message=e.server_message,
-            ) from None
+            existing = _our_trainjob(cluster, sub, submission_id, e)
+            actions.append(("create", TRAINJOB_KIND, sub.name))
+            return existing
         except ClusterError as e:
             # Trainer's webhook reads runtimes through a cache: a runtime created a moment
             # ago can still be "not found" for the TrainJob admission. Retry briefly.
-            message = (e.server_message or "").lower()
-            if "must be created before" in message and ensure_runtime is not None:
+            if "must be created before" not in (e.server_message or "").lower():
+                raise
+            if ensure_runtime is not None:
                 ensure_runtime()  # a 409 here means it exists after all: the webhook's cache lags, wait below
                 ensure_runtime = None
                 deadline = time.monotonic() + runtime_wait
                 continue
-            if "must be created before" in message and time.monotonic() < deadline:
-                sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            raise
+            if time.monotonic() >= deadline:
+                raise
+            sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _our_trainjob(cluster: Cluster, sub: Submission, submission_id: str, error: AlreadyExistsError) -> dict:
+    """The TrainJob of this name that a create answered 409 for, when it is ours (a create whose answer was
+    lost, retried); another's is refused, and left untouched."""
+    existing = cluster.get(TRAINJOB_KIND, sub.name, sub.namespace)
+    if existing is not None and _submission_of(existing) == submission_id:
+        return existing
+    # Never delete-and-recreate: the existing job may be someone's running work.
+    raise AlreadyExistsError(
+        f"a TrainJob named {sub.name!r} already exists in namespace {sub.namespace!r} "
+        "(an earlier run of the same experiment?); it was left untouched. Start a new "
+        "experiment, or delete the old job first if it is yours",
+        status=error.status, reason=error.reason, server_message=error.server_message,
+    ) from None
+
+
+def _submission_of(trainjob: Optional[dict]) -> Optional[str]:
+    """The submission id a TrainJob was created with (``None``: no TrainJob, or not one of ours)."""
+    return ((trainjob or {}).get("metadata", {}).get("annotations") or {}).get(SUBMISSION_ANNOTATION)
 
 
 def _late_trainjob(cluster: Cluster, sub: Submission, submission_id: str) -> Optional[dict]:
@@ -402,8 +479,7 @@ def _late_trainjob(cluster: Cluster, sub: Submission, submission_id: str) -> Opt
     except ClusterError as e:
         log.warning("rollback: cannot look for TrainJob %s/%s: %s", sub.namespace, sub.name, e)
         return None
-    annotations = (existing or {}).get("metadata", {}).get("annotations") or {}
-    return existing if annotations.get(SUBMISSION_ANNOTATION) == submission_id else None
+    return existing if _submission_of(existing) == submission_id else None
 
 
 def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Optional[dict],
@@ -411,21 +487,27 @@ def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Opti
     """Best-effort removal of what this submission created; never masks the first error.
 
     Returns what could not be deleted: (kind, name, namespace, why)."""
-    steps: list[tuple[str, str, Optional[str]]] = []
-    if trainjob is not None:
-        steps.append((TRAINJOB_KIND, trainjob["metadata"]["name"], ns))
-    if runtime is not None:
-        kind = runtime["kind"]
-        steps.append((kind, runtime["metadata"]["name"], None if kind == CLUSTER_RUNTIME_KIND else ns))
-    steps += [("PersistentVolumeClaim", name, ns) for name in pvcs]
     left: list[tuple[str, str, Optional[str], Exception]] = []
-    for kind, name, namespace in steps:
+    for kind, name, namespace in _rollback_steps(ns, trainjob, runtime, pvcs):
         try:
             cluster.delete(kind, name, namespace)
         except ClusterError as e:
             log.warning("rollback: %s; delete it with: %s", e, kubectl_delete(kind, name, namespace))
             left.append((kind, name, namespace, e))
     return left
+
+
+def _rollback_steps(ns: str, trainjob: Optional[dict], runtime: Optional[dict],
+                    pvcs: list[str]) -> list[tuple[str, str, Optional[str]]]:
+    """The (kind, name, namespace) a rollback deletes, in order: the TrainJob (which takes what it owns),
+    the runtime, the claims."""
+    steps: list[tuple[str, str, Optional[str]]] = []
+    if trainjob is not None:
+        steps.append((TRAINJOB_KIND, trainjob["metadata"]["name"], ns))
+    if runtime is not None:
+        kind = runtime["kind"]
+        steps.append((kind, runtime["metadata"]["name"], None if kind == CLUSTER_RUNTIME_KIND else ns))
+    return steps + [("PersistentVolumeClaim", name, ns) for name in pvcs]
 
 
 def _describe_leftovers(left: list[tuple[str, str, Optional[str], Exception]]) -> str:

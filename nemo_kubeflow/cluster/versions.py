@@ -50,7 +50,9 @@ def trainer_version(cluster: Cluster) -> tuple[Optional[Version], str]:
         return None, f"{where} does not exist (Trainer installed without its manifests' public ConfigMap)"
     text = (found.get("data") or {}).get(TRAINER_VERSION_KEY)
     version = parse_version(text)
-    return (version, "") if version else (None, f"{where} has no version in {TRAINER_VERSION_KEY} ({text!r})")
+    if version is None:
+        return None, f"{where} has no version in {TRAINER_VERSION_KEY} ({text!r})"
+    return version, ""
 
 
 def keeps_failed_jobs_failed(version: Optional[Version]) -> bool:
@@ -60,18 +62,20 @@ def keeps_failed_jobs_failed(version: Optional[Version]) -> bool:
 
 def jobset_ttl(runtime: Optional[dict]) -> Optional[int]:
     """The ``ttlSecondsAfterFinished`` of a runtime's JobSet template, ``None`` when it sets none."""
-    spec = (((runtime or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    ttl = spec.get("ttlSecondsAfterFinished")
+    spec: Any = runtime
+    for key in ("spec", "template", "spec"):
+        spec = (spec or {}).get(key)
+    ttl = (spec or {}).get("ttlSecondsAfterFinished")
     return ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
 
 
 def ttl_loop_problem(runtime: Optional[dict], version: Optional[Version], unknown_why: str = "") -> str:
     """Why a job on ``runtime`` would run again forever after failing ("" when it would not)."""
+    runtime = runtime or {}
     ttl = jobset_ttl(runtime)
     if ttl is None or keeps_failed_jobs_failed(version):
         return ""
-    meta = (runtime or {}).get("metadata") or {}
-    which = f"{(runtime or {}).get('kind', 'runtime')} {meta.get('name', '?')!r}"
+    which = f"{runtime.get('kind', 'runtime')} {(runtime.get('metadata') or {}).get('name', '?')!r}"
     trainer = (f"this cluster's Trainer is {format_version(version)}" if version else
                f"this cluster's Trainer version is unknown: {unknown_why}")
     return (f"{which} sets a JobSet ttlSecondsAfterFinished ({ttl}) and {trainer}: Trainer v2.3.0 and older "

@@ -44,13 +44,23 @@ _handler: Optional[logging.Handler] = None
 
 def note_described(app_id: str, trainjob: Optional[dict]) -> None:
     """What ``describe`` just read for ``app_id`` (``None``: the TrainJob does not exist)."""
-    state = job_status(trainjob).state if trainjob is not None else None
+    finished = _finished_as(trainjob)
     with _lock:
-        if trainjob is not None and state in (AppState.SUCCEEDED, AppState.FAILED):
-            labels = (trainjob.get("metadata") or {}).get("labels") or {}
-            _finished[app_id] = (state.name, labels.get(EXPERIMENT_LABEL, ""))
-        else:
+        if finished is None:
             _finished.pop(app_id, None)
+        else:
+            _finished[app_id] = finished
+
+
+def _finished_as(trainjob: Optional[dict]) -> Optional[tuple[str, str]]:
+    """(state name, experiment label) of a finished TrainJob; ``None`` for one not finished, or none."""
+    if trainjob is None:
+        return None
+    state = job_status(trainjob).state
+    if state not in (AppState.SUCCEEDED, AppState.FAILED):
+        return None
+    labels = (trainjob.get("metadata") or {}).get("labels") or {}
+    return state.name, labels.get(EXPERIMENT_LABEL, "")
 
 
 def note_cancelled(app_id: str) -> None:
@@ -61,14 +71,7 @@ def note_cancelled(app_id: str) -> None:
 def finished_cancel_message(app_id: str, state: str, experiment: str) -> str:
     """What to tell a user who cancelled a finished job."""
     namespace, name = records.parse_app_id(app_id)
-    record = records.load(namespace, name)
-    argv = ["nemo-kubeflow", "gc", "--namespace", namespace]
-    argv += ["--experiment", experiment] if experiment else ["--finished"]
-    if record is not None and record.kubeconfig:
-        argv += ["--kubeconfig", record.kubeconfig]
-    if record is not None and record.context:
-        argv += ["--context", record.context]
-    gc = shlex.join(argv)
+    gc = shlex.join(_gc_argv(namespace, experiment, records.load(namespace, name)))
     scope = "the finished jobs of this experiment" if experiment else "every finished job of the namespace"
     return (
         f"TrainJob {namespace}/{name} already finished ({state}), so cancel deleted nothing: the TrainJob, its "
@@ -79,26 +82,45 @@ def finished_cancel_message(app_id: str, state: str, experiment: str) -> str:
     )
 
 
+def _gc_argv(namespace: str, experiment: str, record: Optional[records.AppRecord]) -> list[str]:
+    """The ``nemo-kubeflow gc`` that removes the finished jobs of ``experiment`` (every one without it), on
+    the cluster the job's app ``record`` names."""
+    argv = ["nemo-kubeflow", "gc", "--namespace", namespace]
+    argv += ["--experiment", experiment] if experiment else ["--finished"]
+    if record is None:
+        return argv
+    for flag, value in (("--kubeconfig", record.kubeconfig), ("--context", record.context)):
+        if value:
+            argv += [flag, value]
+    return argv
+
+
 class _CancelEvents(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            from torchx.runner.events.api import TorchxEvent
-
-            event = TorchxEvent.deserialize(record.getMessage())
-            if event.api != "cancel" or event.scheduler != SCHEDULER_NAME or not event.app_id or event.raw_exception:
-                return
-            with _lock:
-                cancelled = event.app_id in _cancelled
-                _cancelled.discard(event.app_id)
-                finished = _finished.pop(event.app_id, None)
-            if cancelled or finished is None:
-                return
-            from nemo_run.core.frontend.console.api import CONSOLE
-            from rich.markup import escape
-
-            CONSOLE.log(escape(finished_cancel_message(event.app_id, *finished)), highlight=False)
+            _on_event(record.getMessage())
         except Exception:  # noqa: BLE001 - a message must never break a cancel
             self.handleError(record)
+
+
+def _on_event(message: str) -> None:
+    """A torchx event: after a cancel of one of our apps that found the job finished (so cancelled nothing),
+    say so, and how to remove what it left."""
+    from torchx.runner.events.api import TorchxEvent
+
+    event = TorchxEvent.deserialize(message)
+    if event.api != "cancel" or event.scheduler != SCHEDULER_NAME or not event.app_id or event.raw_exception:
+        return
+    with _lock:
+        cancelled = event.app_id in _cancelled
+        _cancelled.discard(event.app_id)
+        finished = _finished.pop(event.app_id, None)
+    if cancelled or finished is None:
+        return
+    from nemo_run.core.frontend.console.api import CONSOLE
+    from rich.markup import escape
+
+    CONSOLE.log(escape(finished_cancel_message(event.app_id, *finished)), highlight=False)
 
 
 def watch_cancels() -> None:

@@ -81,20 +81,13 @@ def _on_sigint(signum: int, frame: object) -> None:
     global _stop_submissions, _presses
     with _lock:
         now = time.monotonic()
-        waited = sorted(app for app, seen in _watched.items() if now - seen < WATCH_WINDOW_S)
+        waited = _waited(now)
         submitting = sorted(_submitting.values())
         if not (submitting or waited or _stop_submissions or _presses):
             raise KeyboardInterrupt
         _presses += 1
         if _presses >= 2:
-            where = (" The submission of " + ", ".join(submitting) + " was cut short: a TrainJob left suspended "
-                     "never runs; delete it with kubectl delete trainjob <name>.") if submitting else \
-                " The jobs keep running on the cluster."
-            _say(f"\nSecond Ctrl-C: exiting now.{where}")
-            try:
-                sys.stdout.flush()
-            finally:
-                os._exit(EXIT_CODE)
+            _exit_now(submitting)
         if submitting:
             _stop_submissions = True
             _say("\nCtrl-C: stopping the submission of " + ", ".join(submitting) + " (a request under way is "
@@ -107,6 +100,23 @@ def _on_sigint(signum: int, frame: object) -> None:
     for app in waited:
         _tell(app)
     raise KeyboardInterrupt
+
+
+def _waited(now: float) -> list[str]:
+    """The apps whose status a worker thread polled within ``WATCH_WINDOW_S``: those being waited for."""
+    return sorted(app for app, seen in _watched.items() if now - seen < WATCH_WINDOW_S)
+
+
+def _exit_now(submitting: list[str]) -> None:
+    """The second Ctrl-C: exit at once, saying what a submission cut short leaves (or that the jobs run on)."""
+    where = (" The submission of " + ", ".join(submitting) + " was cut short: a TrainJob left suspended "
+             "never runs; delete it with kubectl delete trainjob <name>.") if submitting else \
+        " The jobs keep running on the cluster."
+    _say(f"\nSecond Ctrl-C: exiting now.{where}")
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(EXIT_CODE)
 
 
 @contextmanager
@@ -146,17 +156,24 @@ def submitted(app_id: str, handle: str, job_dir: str) -> None:
         _stop[app_id] = time.monotonic() + STOP_WINDOW_S  # and a wait for it stops
     namespace, name = records.parse_app_id(app_id)
     exp = _experiment()
-    recorded = _record_launch(exp, handle, job_dir)
-    exp_id = getattr(exp, "_id", None)
-    index, _ = _task_of(exp, app_id) if recorded else (None, "")
     lines = [f"Ctrl-C came after TrainJob {namespace}/{name} had started: the job runs on the cluster."]
-    if recorded and exp_id and index is not None:
-        lines += [f"  cancel it:        nemo experiment cancel {exp_id} {index}",
-                  f"  follow its logs:  nemo experiment logs {exp_id} {index}"]
+    if _record_launch(exp, handle, job_dir):
+        lines += _nemo_commands(exp, app_id)
     lines.append(f"  or delete it:     {kubectl_delete(TRAINJOB_KIND, name, namespace)}   "
                  "(its ConfigMaps and Secret go with it)")
     _say("\n".join(lines))
     raise KeyboardInterrupt(f"TrainJob {namespace}/{name} was submitted; Ctrl-C stopped the program")
+
+
+def _nemo_commands(exp, app_id: str) -> list[str]:
+    """How to cancel and follow the experiment's task of ``app_id`` with NeMo-Run's commands (none when the
+    experiment has no id or no such task)."""
+    exp_id = getattr(exp, "_id", None)
+    index, _ = _task_of(exp, app_id)
+    if not exp_id or index is None:
+        return []
+    return [f"  cancel it:        nemo experiment cancel {exp_id} {index}",
+            f"  follow its logs:  nemo experiment logs {exp_id} {index}"]
 
 
 def _record_launch(exp, handle: str, job_dir: str) -> bool:
@@ -221,13 +238,17 @@ def _save_experiment() -> None:
 
 def _task_of(exp, app_id: str) -> tuple[Optional[int], str]:
     for index, job in enumerate(getattr(exp, "jobs", None) or []):
-        handle = getattr(job, "handle", "") or ""
-        try:
-            if handle and parse_app_handle(handle)[2] == app_id:
-                return index, job.id
-        except Exception:  # noqa: BLE001 - a handle of another scheduler
-            continue
+        if _app_id_of(getattr(job, "handle", "") or "") == app_id:
+            return index, job.id
     return None, ""
+
+
+def _app_id_of(handle: str) -> Optional[str]:
+    """The app id of a task's handle; ``None`` for no handle, or one of another scheduler's form."""
+    try:
+        return parse_app_handle(handle)[2] if handle else None
+    except Exception:  # noqa: BLE001 - a handle of another scheduler
+        return None
 
 
 def follow_up(app_id: str) -> str:

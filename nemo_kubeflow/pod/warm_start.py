@@ -51,17 +51,32 @@ def _send(sock, message, fds=()):
         sock.sendall(payload)
 
 
+def _send_if_open(sock, message):
+    """``_send``, for a peer that may be gone already (then there is no one to tell)."""
+    try:
+        _send(sock, message)
+    except OSError:
+        pass
+
+
 def _recv_exact(sock, size, fds):
     data = b""
     while len(data) < size:
         chunk, ancillary, _, _ = sock.recvmsg(size - len(data), socket.CMSG_SPACE(16 * 4))
-        for level, kind, raw in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(struct.unpack(f"{len(raw) // 4}i", raw[: len(raw) - len(raw) % 4]))
+        fds.extend(_passed_fds(ancillary))
         if not chunk:
             return None
         data += chunk
     return data
+
+
+def _passed_fds(ancillary):
+    """The file descriptors passed in a message's ancillary data (``SCM_RIGHTS``)."""
+    fds: list[int] = []
+    for level, kind, raw in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(struct.unpack(f"{len(raw) // 4}i", raw[: len(raw) - len(raw) % 4]))
+    return fds
 
 
 def _recv(sock):
@@ -109,14 +124,8 @@ def client(argv):
               file=sys.stderr, flush=True)
         os.execv(sys.executable, [sys.executable, "-u", *argv])
 
-    def forward(signum, _frame):
-        try:
-            _send(sock, {"signal": signum})
-        except OSError:
-            pass
-
     for sig in FORWARDED_SIGNALS:
-        signal.signal(sig, forward)
+        signal.signal(sig, lambda signum, _frame: _send_if_open(sock, {"signal": signum}))
     status, _ = _recv(sock)
     # No status: the template died while the worker ran, and the worker has ended since (the socket's
     # last other end went with it); how it ended is lost.
@@ -172,15 +181,16 @@ def _reap(workers):
         if not pid:
             return
         conn = workers.pop(pid, None)
-        if conn is None:
-            continue
-        ended = ({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status)
-                 else {"exit": os.waitstatus_to_exitcode(status)})
-        try:
-            _send(conn, ended)
-        except OSError:
-            pass
-        conn.close()
+        if conn is not None:
+            _send_if_open(conn, _how_it_ended(status))
+            conn.close()
+
+
+def _how_it_ended(status):
+    """A wait status as the client's message: ``{"signal": N}`` or ``{"exit": code}``."""
+    if os.WIFSIGNALED(status):
+        return {"signal": os.WTERMSIG(status)}
+    return {"exit": os.waitstatus_to_exitcode(status)}
 
 
 def _serve(listener, workers, wake_fds):
@@ -191,8 +201,7 @@ def _serve(listener, workers, wake_fds):
     except (OSError, ValueError):  # a client that died mid-request: serve the next one
         request, fds = None, []
     if not request:
-        for fd in fds:
-            os.close(fd)
+        _close_fds(fds)
         conn.close()
         return
     sys.stdout.flush()
@@ -200,19 +209,19 @@ def _serve(listener, workers, wake_fds):
     pid = os.fork()
     if pid == 0:
         signal.set_wakeup_fd(-1)
-        for fd in wake_fds:
-            os.close(fd)
+        _close_fds(wake_fds)
         listener.close()
         for other in workers.values():
             other.close()
         _worker(conn, request, fds)  # never returns
+    _close_fds(fds)
+    workers[pid] = conn
+    _send_if_open(conn, {"pid": pid})
+
+
+def _close_fds(fds):
     for fd in fds:
         os.close(fd)
-    workers[pid] = conn
-    try:
-        _send(conn, {"pid": pid})
-    except OSError:
-        pass
 
 
 def _watch_client(conn):
@@ -230,57 +239,13 @@ def _watch_client(conn):
 def _worker(conn, request, fds):
     """Become the worker: the client's stdio, environment, directory and argv, then run it."""
     import atexit
-    import runpy
     import threading
 
     code = 1
     try:
-        os.setsid()
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for target, fd in enumerate(fds[:3]):
-            os.dup2(fd, target)
-        for fd in fds:
-            if fd > 2:
-                os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        atexit._clear()  # the launcher's exit hooks are not the worker's
-        # python -u: unbuffered stdout and stderr, as torchrun and ft_launcher start their workers.
-        for name, fd in (("stdout", 1), ("stderr", 2)):
-            old = getattr(sys, name)
-            setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
-                                                encoding=old.encoding, errors=old.errors))
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.stdin.encoding)
-        for name in ("stdout", "stderr", "stdin"):  # the originals too, as in a fresh interpreter
-            setattr(sys, f"__{name}__", getattr(sys, name))
+        _take_over_client(request, fds)
         threading.Thread(target=_watch_client, args=(conn,), name="nemo-kubeflow-client-watch", daemon=True).start()
-        argv = request["argv"]
-        try:
-            if argv[0] == "-m":
-                sys.argv = [argv[1], *argv[2:]]
-                sys.path[0] = os.getcwd()
-                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-            else:
-                sys.argv = list(argv)
-                sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-                runpy.run_path(argv[0], run_name="__main__")
-            code = 0
-        except SystemExit as exit_:
-            if exit_.code is None:
-                code = 0
-            elif isinstance(exit_.code, int):
-                code = exit_.code
-            else:
-                print(exit_.code, file=sys.stderr)
-                code = 1
-        except KeyboardInterrupt:
-            code = -signal.SIGINT
-        except BaseException:
-            sys.excepthook(*sys.exc_info())
-            code = 1
+        code = _run_program(request["argv"])
         threading._shutdown()  # type: ignore[attr-defined]  # private (joins non-daemon threads), not in typeshed
         atexit._run_exitfuncs()
     except BaseException:  # setting the worker up failed: say why, as a Python that cannot start would
@@ -296,6 +261,75 @@ def _worker(conn, request, fds):
                 signal.signal(-code, signal.SIG_DFL)
                 os.kill(os.getpid(), -code)
             os._exit(code & 0xFF)
+
+
+def _take_over_client(request, fds):
+    """In the worker: a session of its own, default signal handling, and the client's stdio (``fds``),
+    directory and environment."""
+    import atexit
+
+    os.setsid()
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    _close_fds(fd for fd in fds if fd > 2)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    atexit._clear()  # the launcher's exit hooks are not the worker's
+    _unbuffered_stdio()
+
+
+def _unbuffered_stdio():
+    """``python -u``: unbuffered stdout and stderr, as torchrun and ft_launcher start their workers, on the
+    client's descriptors; the originals too, as in a fresh interpreter."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
+                                            encoding=old.encoding, errors=old.errors))
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.stdin.encoding)
+    for name in ("stdout", "stderr", "stdin"):
+        setattr(sys, f"__{name}__", getattr(sys, name))
+
+
+def _run_program(argv):
+    """Run ``argv`` (a script, or ``-m`` and a module) as ``__main__``; its exit code (negative: the signal
+    it should end with)."""
+    try:
+        _run_main(argv)
+        return 0
+    except SystemExit as exit_:
+        return _exit_status(exit_.code)
+    except KeyboardInterrupt:
+        return -signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        return 1
+
+
+def _run_main(argv):
+    import runpy
+
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def _exit_status(code):
+    """The exit status of ``SystemExit(code)``, as Python gives it: None is 0, a message is printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,14 +481,18 @@ def _known_release(preload, poll):
     version = nvrx_version()
     release = nvrx_release(version)
     if release is None and (preload or poll is not None):
-        # Its internals are unknown: the rendezvous could not be patched, and how it starts workers may have
-        # changed. Run ft_launcher plainly, and say so once.
-        settings = " and ".join(name for name, given in (("worker_preload", preload),
-                                                         ("rendezvous_poll_seconds", poll is not None)) if given)
-        print(f"{NOT_APPLIED} {settings} (nvidia-resiliency-ext {version} is not a "
-              f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
-              "one of those, or a nemo-kubeflow that knows this release)", file=sys.stderr, flush=True)
+        _say_unknown_release(version, preload, poll)
     return version, release
+
+
+def _say_unknown_release(version, preload, poll):
+    """Its internals are unknown: the rendezvous could not be patched, and how it starts workers may have
+    changed. ft_launcher runs plainly; say so once, naming the settings given."""
+    settings = " and ".join(name for name, given in (("worker_preload", preload),
+                                                     ("rendezvous_poll_seconds", poll is not None)) if given)
+    print(f"{NOT_APPLIED} {settings} (nvidia-resiliency-ext {version} is not a "
+          f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
+          "one of those, or a nemo-kubeflow that knows this release)", file=sys.stderr, flush=True)
 
 
 def _start_template(preload, module):
@@ -506,16 +544,13 @@ def launch(args):
     version, release = _known_release(preload, poll)
     if release is None:
         preload, poll = [], None
-    leftovers = [os.path.abspath(__file__)] if os.path.basename(__file__).startswith(POD_FILE_PREFIX) else []
+    leftovers = _pod_copy()
     if preload:
         flags, paths = _start_template(preload, module)
         ft_flags, leftovers = [*ft_flags, *flags], [*leftovers, *paths]
     elif module:
         ft_flags = [*ft_flags, "-m"]
-    missing = _faster_rendezvous(poll, release) if poll is not None else ""
-    if missing:
-        print(f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
-              "rendezvous polls every second)", file=sys.stderr, flush=True)
+    _poll_faster(poll, release, version)
     sys.argv = ["ft_launcher", *ft_flags, *program]
     from nvidia_resiliency_ext.fault_tolerance.launcher import main
 
@@ -523,6 +558,20 @@ def launch(args):
         sys.exit(main())
     finally:  # the workers are gone: this copy of the file and the socket are no longer needed
         _remove(leftovers)
+
+
+def _pod_copy():
+    """This file, when it is the pod script's copy (removed at the end); else nothing."""
+    return [os.path.abspath(__file__)] if os.path.basename(__file__).startswith(POD_FILE_PREFIX) else []
+
+
+def _poll_faster(poll, release, version):
+    """With a ``poll`` (rendezvous_poll_seconds), patch the rendezvous to look every ``poll`` seconds; say
+    when it could not."""
+    missing = _faster_rendezvous(poll, release) if poll is not None else ""
+    if missing:
+        print(f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
+              "rendezvous polls every second)", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

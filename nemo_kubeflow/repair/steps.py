@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Optional
 from nemo_kubeflow.cluster import records
 from nemo_kubeflow.constants import TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError
-from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, KEEP_NODE_LOGS, MOVE_OFF_NODES, Observation
+from nemo_kubeflow.observe.observation import (
+    DELETE_UNSTARTABLE,
+    KEEP_NODE_LOGS,
+    MOVE_OFF_NODES,
+    Observation,
+    RepairAction,
+)
 from nemo_kubeflow.observe.status import newest_pods_by_node
 from nemo_kubeflow.repair import node_avoidance
 
@@ -41,17 +47,27 @@ class Repaired:
 def apply(cluster: Cluster, observation: Observation, record: Optional[records.AppRecord],
           keeper: Optional[NodeLogKeeper] = None) -> list[Repaired]:
     """Apply each recommended action, in order; what each did."""
-    namespace, name = records.parse_app_id(observation.app_id)
+    app = records.parse_app_id(observation.app_id)
     done = []
     for action in observation.actions:
-        if action.kind == DELETE_UNSTARTABLE:
-            done.append(Repaired(action.kind, delete_unstartable(cluster, namespace, name, record, action.why)))
-        elif action.kind == MOVE_OFF_NODES and observation.trainjob is not None:
-            done.append(Repaired(action.kind, node_avoidance.move(cluster, namespace, name, observation.trainjob,
-                                                                  observation.nodes)))
-        elif action.kind == KEEP_NODE_LOGS and record is not None and record.job_dir:
-            done.append(Repaired(action.kind, keep_node_logs(cluster, namespace, name, record.job_dir, keeper)))
+        line = _carry_out(cluster, app, observation, action, record, keeper)
+        if line is not None:
+            done.append(Repaired(action.kind, line))
     return done
+
+
+def _carry_out(cluster: Cluster, app: tuple[str, str], observation: Observation, action: RepairAction,
+               record: Optional[records.AppRecord], keeper: Optional[NodeLogKeeper]) -> Optional[str]:
+    """Apply one action to the job ``app`` (namespace, name): the line that names what it did; ``None`` when
+    what it needs is missing (the TrainJob to move, the job directory to keep logs in)."""
+    namespace, name = app
+    if action.kind == DELETE_UNSTARTABLE:
+        return delete_unstartable(cluster, namespace, name, record, action.why)
+    if action.kind == MOVE_OFF_NODES and observation.trainjob is not None:
+        return node_avoidance.move(cluster, namespace, name, observation.trainjob, observation.nodes)
+    if action.kind == KEEP_NODE_LOGS and record is not None and record.job_dir:
+        return keep_node_logs(cluster, namespace, name, record.job_dir, keeper)
+    return None
 
 
 def delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Optional[records.AppRecord],
@@ -68,15 +84,21 @@ def delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Opti
 def keep_node_logs(cluster: Cluster, namespace: str, name: str, job_dir: str,
                    keeper: Optional[NodeLogKeeper]) -> str:
     """Save each node's log that has no file yet: from its pod, else the last lines kept while waiting."""
-    from nemo_kubeflow.observe.logs import node_selector, save_node_logs
+    from nemo_kubeflow.observe.logs import save_node_logs
 
     directory = os.path.join(job_dir, "logs")
-    try:
-        pods = newest_pods_by_node(cluster.list("Pod", namespace, node_selector(name)))
-    except ClusterError:
-        pods = {}
+    pods = _pods_by_node(cluster, namespace, name)
     saved = save_node_logs(cluster, namespace, pods, directory) if pods else ""
     if keeper is not None and keeper.save():
         saved = directory
     return f"node logs saved in {saved}" if saved else ""
 
+
+def _pods_by_node(cluster: Cluster, namespace: str, name: str) -> dict[int, dict]:
+    """The newest pod of the job on each node; none when they cannot be listed (the kept lines serve then)."""
+    from nemo_kubeflow.observe.logs import node_selector
+
+    try:
+        return newest_pods_by_node(cluster.list("Pod", namespace, node_selector(name)))
+    except ClusterError:
+        return {}

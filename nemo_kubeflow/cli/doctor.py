@@ -191,6 +191,12 @@ def check_trainer(cluster: KubernetesCluster, report: Report, served: dict[str, 
                     "install Trainer with its manifests or Helm chart (they publish the version), or ask an admin")
         return None
     report.ok(f"Trainer {format_version(version)}")
+    _report_known_bad(report, version, served)
+    return version
+
+
+def _report_known_bad(report: Report, version: tuple, served: dict[str, tuple[str, ...]]) -> None:
+    """What this Trainer version is known to get wrong: its upgrade path, with Kueue, with a JobSet TTL."""
     if version < TRAINER_UPGRADE_THROUGH:
         report.warn(f"Trainer {format_version(version)} predates v2.3: clusters on v2.0 to v2.2 must upgrade "
                     "through v2.3 before any later version", "upgrade Trainer to v2.3 first")
@@ -201,7 +207,6 @@ def check_trainer(cluster: KubernetesCluster, report: Report, served: dict[str, 
     if not keeps_failed_jobs_failed(version):
         report.ok(f"Trainer {format_version(version)} reruns a failed job whose JobSet is deleted (trainer#3779): "
                   "nemo_kubeflow sends no JobSet TTL; ttl_seconds_after_finished works with gc --expired")
-    return version
 
 
 def check_crd_fields(cluster: KubernetesCluster, report: Report, version: Optional[tuple]) -> None:
@@ -209,12 +214,17 @@ def check_crd_fields(cluster: KubernetesCluster, report: Report, version: Option
     from the version)."""
     looked, crd = _read("TrainJob CRD", report, lambda: cluster.get(
         "CustomResourceDefinition", f"{TRAINJOB_PLURAL}.{TRAINER_GROUP}"))
-    if looked and crd is not None:
-        if _has_runtime_patches(crd):
-            report.ok("TrainJob CRD has spec.runtimePatches")
-        else:
-            report.fail("the TrainJob CRD has no spec.runtimePatches (Trainer before v2.2)", "upgrade Trainer")
-    elif version is None:
+    if not looked or crd is None:
+        _report_patches_by_version(report, version)
+    elif _has_runtime_patches(crd):
+        report.ok("TrainJob CRD has spec.runtimePatches")
+    else:
+        report.fail("the TrainJob CRD has no spec.runtimePatches (Trainer before v2.2)", "upgrade Trainer")
+
+
+def _report_patches_by_version(report: Report, version: Optional[tuple]) -> None:
+    """The CRD could not be read: whether the Trainer version has TrainJob runtimePatches."""
+    if version is None:
         report.warn("whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
                     "the Trainer version is unknown); the dry run below tries a TrainJob")
     elif version < TRAINER_FOR_KUEUE_017:
@@ -277,8 +287,13 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
         report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
     else:
         report.fail(f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
-                    f"a namespace labelled {POD_SECURITY_ENFORCE_LABEL}={level} (or laxer)"
-                    + ("" if level == "privileged" else ", or restricted_security=True for 'restricted'"))
+                    _pod_security_fix(level))
+
+
+def _pod_security_fix(level: str) -> str:
+    """How to admit pods that need Pod Security ``level``."""
+    also = "" if level == "privileged" else ", or restricted_security=True for 'restricted'"
+    return f"a namespace labelled {POD_SECURITY_ENFORCE_LABEL}={level} (or laxer){also}"
 
 
 def _admits(enforced: str, level: str) -> bool:
@@ -395,11 +410,15 @@ def _node_offer(gpus: int, resource: str, selector: dict[str, str]) -> str:
 
 def _fits(node: dict, gpus: int, resource: str, selector: dict[str, str]) -> bool:
     """Whether ``node`` has the ``selector`` labels and offers ``gpus`` of ``resource`` (any node, without GPUs)."""
-    labels = node["metadata"].get("labels") or {}
-    if any(labels.get(k) != v for k, v in selector.items()):
+    if not _has_labels(node, selector):
         return False
     offered = str((value_at(node, "status", "allocatable") or {}).get(resource, "0"))
     return gpus == 0 or (offered.isdigit() and int(offered) >= gpus)
+
+
+def _has_labels(node: dict, selector: dict[str, str]) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
@@ -427,7 +446,7 @@ def _report_refused_dry_run(report: Report, what: str, error: ClusterError, runt
         report.ok(f"dry run of {what}: exists already")
         return
     text = error.server_message or str(error)
-    if "failed calling webhook" in text or (error.status or 0) >= 500:
+    if _webhook_unanswered(error, text):
         report.fail(f"dry run of {what}: a webhook did not answer ({text})",
                     "check the Trainer/JobSet controller pods and their webhook Services")
     elif runtime_pending and "not found" in text.lower():
@@ -437,6 +456,12 @@ def _report_refused_dry_run(report: Report, what: str, error: ClusterError, runt
         report.warn(f"dry run of {what}: not allowed ({text})")
     else:
         report.fail(f"dry run of {what} refused: {text}", "fix what the message names")
+
+
+def _webhook_unanswered(error: ClusterError, text: str) -> bool:
+    """Whether a refusal (``text``: the server's message) says that a webhook could not be called, or the
+    server failed (5xx)."""
+    return "failed calling webhook" in text or (error.status or 0) >= 500
 
 
 def run_doctor(executor: Any, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,

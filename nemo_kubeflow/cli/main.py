@@ -114,15 +114,19 @@ def load_executor(
 
     source = executor_file or factory or DEFAULT_FACTORY
     obj = _from_file(executor_file) if executor_file else _from_factory(source)
-    config = _as_config(obj, source)
-    for override in overrides:
-        _apply_override(config, override)
-    executor = _build(config, overrides, source)
+    executor = _build(_with_overrides(_as_config(obj, source), overrides), overrides, source)
     if not isinstance(executor, KubeflowExecutor):
         raise ConfigError(
             f"{executor_file or factory} gives a {type(executor).__name__}, not a KubeflowExecutor"
         )
     return executor
+
+
+def _with_overrides(config: fdl.Buildable, overrides: Sequence[str]) -> fdl.Buildable:
+    """``config`` with each ``--set FIELD=VALUE`` applied, in order."""
+    for override in overrides:
+        _apply_override(config, override)
+    return config
 
 
 def _build(config: fdl.Buildable, overrides: Sequence[str], source: str) -> Any:
@@ -491,21 +495,30 @@ def parse_duration(text: str) -> float:
     return float(sum(int(n) * DURATION_UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", value)))
 
 
+#: The units of ``format_age``, largest first.
+AGE_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
 def format_age(seconds: float) -> str:
     """``3d4h``, ``5h12m``, ``1m1s``, ``42s``: the largest unit and the next one, as kubectl shows ages."""
     if seconds == float("inf"):
         return "?"
     left = max(0, int(seconds))
-    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
-    for i, (unit, size) in enumerate(units):
+    for i, (unit, size) in enumerate(AGE_UNITS):
         if left >= size or unit == "s":
-            text = f"{left // size}{unit}"
-            if i + 1 < len(units):
-                next_unit, next_size = units[i + 1]
-                if (left % size) // next_size:
-                    text += f"{(left % size) // next_size}{next_unit}"
-            return text
+            return _in_units(left, i)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _in_units(seconds: int, i: int) -> str:
+    """``seconds`` in unit ``i`` of ``AGE_UNITS``, and the rest in the next unit when it is not zero."""
+    unit, size = AGE_UNITS[i]
+    text = f"{seconds // size}{unit}"
+    if i + 1 < len(AGE_UNITS):
+        next_unit, next_size = AGE_UNITS[i + 1]
+        if (seconds % size) // next_size:
+            text += f"{(seconds % size) // next_size}{next_unit}"
+    return text
 
 
 def _since(stamp: Optional[str], now: datetime) -> float:
@@ -562,14 +575,23 @@ def experiment_labels(experiment: str) -> Callable[[str], bool]:
 def _local_experiment_labels(title: str) -> set[str]:
     """The label values of the experiments titled ``title`` that this machine ran (NeMo-Run's home)."""
     try:
-        from nemo_run.config import get_nemorun_home
-
-        title_dir = Path(get_nemorun_home()) / "experiments" / title
-        if title and "/" not in title and title_dir.is_dir():
+        title_dir = _title_dir(title)
+        if title_dir is not None:
             return {naming.label_value(d.name) for d in title_dir.iterdir() if d.is_dir()}
     except OSError:
         pass
     return set()
+
+
+def _title_dir(title: str) -> Optional[Path]:
+    """NeMo-Run's directory of the experiments titled ``title`` on this machine; ``None`` when there is none,
+    or ``title`` cannot be a title."""
+    from nemo_run.config import get_nemorun_home
+
+    title_dir = Path(get_nemorun_home()) / "experiments" / title
+    if not title or "/" in title or not title_dir.is_dir():
+        return None
+    return title_dir
 
 
 @dataclasses.dataclass
@@ -614,12 +636,8 @@ def _sort_in(result: FinishedJobs, namespace: str, job: dict, now: datetime, old
              expired: bool) -> None:
     """Count ``job`` where it belongs in ``result``: unfinished, without a TTL (with ``expired``), recent, or
     selected."""
-    from torchx.specs import AppState
-
-    from nemo_kubeflow.observe.status import job_status
-
-    state = job_status(job).state
-    if state not in (AppState.SUCCEEDED, AppState.FAILED):
+    state = _finished_state(job)
+    if state is None:
         result.unfinished += 1
         return
     age = _finished_age_s(job, now)
@@ -629,7 +647,17 @@ def _sort_in(result: FinishedJobs, namespace: str, job: dict, now: datetime, old
     elif _finished_within(age, older_than) or (expired and _finished_within(age, ttl)):
         result.recent += 1
     else:
-        result.selected.append((namespace, job, state.name, age))
+        result.selected.append((namespace, job, state, age))
+
+
+def _finished_state(job: dict) -> Optional[str]:
+    """``SUCCEEDED`` or ``FAILED``; ``None`` while the job has not finished (pending, suspended, running)."""
+    from torchx.specs import AppState
+
+    from nemo_kubeflow.observe.status import job_status
+
+    state = job_status(job).state
+    return state.name if state in (AppState.SUCCEEDED, AppState.FAILED) else None
 
 
 def _gc_may_consider(job: dict, matchers: Sequence[Callable[[str], bool]]) -> bool:
@@ -638,9 +666,14 @@ def _gc_may_consider(job: dict, matchers: Sequence[Callable[[str], bool]]) -> bo
     labels = job.get("metadata", {}).get("labels") or {}
     if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
         return False
-    if matchers and not any(m(labels.get(EXPERIMENT_LABEL, "")) for m in matchers):
+    if not _of_experiments(labels, matchers):
         return False
     return not job["metadata"].get("deletionTimestamp")
+
+
+def _of_experiments(labels: dict, matchers: Sequence[Callable[[str], bool]]) -> bool:
+    """Whether a job's experiment label matches one of ``matchers`` (every job, without them)."""
+    return not matchers or any(m(labels.get(EXPERIMENT_LABEL, "")) for m in matchers)
 
 
 def _finished_within(age: float, limit: Optional[float]) -> bool:
@@ -928,12 +961,17 @@ def _select_tasks(tasks: list, wanted: Optional[Sequence[str]]) -> list:
     if not wanted:
         return tasks
     names = _task_names(tasks)
+    _check_task_names(wanted, names, tasks)
+    chosen = {names[w] for w in wanted}
+    return [task for task in tasks if task[0] in chosen]
+
+
+def _check_task_names(wanted: Sequence[str], names: dict[str, int], tasks: list) -> None:
+    """Refuse a ``--task`` that names no task, listing the tasks."""
     for name in wanted:
         if name not in names:
             choices = ", ".join(f"{index} ({job.id})" for index, job, *_ in tasks)
             raise ConfigError(f"--task {name}: the experiment has no such task; its tasks: {choices}")
-    chosen = {names[w] for w in wanted}
-    return [task for task in tasks if task[0] in chosen]
 
 
 def _task_names(tasks: list) -> dict[str, int]:
@@ -963,16 +1001,22 @@ def _log_streams(scheduler: Any, tasks: list) -> list[tuple[str, str, int]]:
     goes to stderr."""
     streams = []
     for index, job, app_id, why_not in tasks:
-        if app_id is None:
-            print(f"Task {index}: {job.id}: {why_not}", file=sys.stderr)
-            continue
-        desc = scheduler.describe(app_id)
-        if desc is None or not desc.roles:
-            print(f"Task {index}: {job.id}: TrainJob {app_id.replace(':', '/')} not found", file=sys.stderr)
-            continue
-        # named after the task, as its TrainJob's role is (which a TrainJob cleaned up no longer tells)
-        streams += [(app_id, job.id, k) for k in range(desc.roles[0].num_replicas)]
+        streams += _task_streams(scheduler, index, job, app_id, why_not)
     return streams
+
+
+def _task_streams(scheduler: Any, index: int, job: Any, app_id: Optional[str],
+                  why_not: str) -> list[tuple[str, str, int]]:
+    """The log streams of one task's nodes, or none, saying why on stderr (not ours, or no TrainJob)."""
+    if app_id is None:
+        print(f"Task {index}: {job.id}: {why_not}", file=sys.stderr)
+        return []
+    desc = scheduler.describe(app_id)
+    if desc is None or not desc.roles:
+        print(f"Task {index}: {job.id}: TrainJob {app_id.replace(':', '/')} not found", file=sys.stderr)
+        return []
+    # named after the task, as its TrainJob's role is (which a TrainJob cleaned up no longer tells)
+    return [(app_id, job.id, k) for k in range(desc.roles[0].num_replicas)]
 
 
 def _print_log(scheduler: Any, follow: bool, printing: threading.Lock, app_id: str, role: str, k: int) -> None:

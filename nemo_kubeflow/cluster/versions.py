@@ -48,7 +48,12 @@ def trainer_version(cluster: Cluster) -> tuple[Optional[Version], str]:
         return None, f"{where} could not be read ({e.status or e})"
     if found is None:
         return None, f"{where} does not exist (Trainer installed without its manifests' public ConfigMap)"
-    text = (found.get("data") or {}).get(TRAINER_VERSION_KEY)
+    return _version_in(found, where)
+
+
+def _version_in(configmap: dict, where: str) -> tuple[Optional[Version], str]:
+    """The version Trainer's public ConfigMap (``where``) publishes, or ``None`` and what it holds instead."""
+    text = (configmap.get("data") or {}).get(TRAINER_VERSION_KEY)
     version = parse_version(text)
     if version is None:
         return None, f"{where} has no version in {TRAINER_VERSION_KEY} ({text!r})"
@@ -62,10 +67,9 @@ def keeps_failed_jobs_failed(version: Optional[Version]) -> bool:
 
 def jobset_ttl(runtime: Optional[dict]) -> Optional[int]:
     """The ``ttlSecondsAfterFinished`` of a runtime's JobSet template, ``None`` when it sets none."""
-    spec: Any = runtime
-    for key in ("spec", "template", "spec"):
-        spec = (spec or {}).get(key)
-    ttl = (spec or {}).get("ttlSecondsAfterFinished")
+    ttl: Any = runtime
+    for key in ("spec", "template", "spec", "ttlSecondsAfterFinished"):
+        ttl = (ttl or {}).get(key)
     return ttl if isinstance(ttl, int) and not isinstance(ttl, bool) else None
 
 
@@ -76,13 +80,19 @@ def ttl_loop_problem(runtime: Optional[dict], version: Optional[Version], unknow
     if ttl is None or keeps_failed_jobs_failed(version):
         return ""
     which = f"{runtime.get('kind', 'runtime')} {(runtime.get('metadata') or {}).get('name', '?')!r}"
-    trainer = (f"this cluster's Trainer is {format_version(version)}" if version else
-               f"this cluster's Trainer version is unknown: {unknown_why}")
-    return (f"{which} sets a JobSet ttlSecondsAfterFinished ({ttl}) and {trainer}: Trainer v2.3.0 and older "
+    return (f"{which} sets a JobSet ttlSecondsAfterFinished ({ttl}) and {_this_trainer(version, unknown_why)}: "
+            "Trainer v2.3.0 and older "
             "build a failed job's JobSet again once the TTL deletes it and run the job again, forever "
             "(trainer#3779, fixed in v2.4.0). Remove ttlSecondsAfterFinished from that runtime, and use the "
             "executor's ttl_seconds_after_finished with `nemo-kubeflow gc --expired` on a schedule instead "
             "(docs/reliability.md#finished-jobs)")
+
+
+def _this_trainer(version: Optional[Version], unknown_why: str) -> str:
+    """This cluster's Trainer as a message names it: its version, or why that is unknown."""
+    if version:
+        return f"this cluster's Trainer is {format_version(version)}"
+    return f"this cluster's Trainer version is unknown: {unknown_why}"
 
 
 def check_runtime_ttl(cluster: Cluster, runtime: Optional[dict]) -> None:

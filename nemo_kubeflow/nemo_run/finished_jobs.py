@@ -111,16 +111,22 @@ def _on_event(message: str) -> None:
     event = TorchxEvent.deserialize(message)
     if event.api != "cancel" or event.scheduler != SCHEDULER_NAME or not event.app_id or event.raw_exception:
         return
-    with _lock:
-        cancelled = event.app_id in _cancelled
-        _cancelled.discard(event.app_id)
-        finished = _finished.pop(event.app_id, None)
+    cancelled, finished = _take_notes(event.app_id)
     if cancelled or finished is None:
         return
     from nemo_run.core.frontend.console.api import CONSOLE
     from rich.markup import escape
 
     CONSOLE.log(escape(finished_cancel_message(event.app_id, *finished)), highlight=False)
+
+
+def _take_notes(app_id: str) -> tuple[bool, Optional[tuple[str, str]]]:
+    """What was noted about ``app_id`` since its last cancel event, cleared: whether this process cancelled
+    it, and how it finished (``note_described``)."""
+    with _lock:
+        cancelled = app_id in _cancelled
+        _cancelled.discard(app_id)
+        return cancelled, _finished.pop(app_id, None)
 
 
 def watch_cancels() -> None:

@@ -78,7 +78,7 @@ def _say(text: str) -> None:
 
 
 def _on_sigint(signum: int, frame: object) -> None:
-    global _stop_submissions, _presses
+    global _presses
     with _lock:
         now = time.monotonic()
         waited = _waited(now)
@@ -89,10 +89,7 @@ def _on_sigint(signum: int, frame: object) -> None:
         if _presses >= 2:
             _exit_now(submitting)
         if submitting:
-            _stop_submissions = True
-            _say("\nCtrl-C: stopping the submission of " + ", ".join(submitting) + " (a request under way is "
-                 "answered first): what it created is deleted, unless its job has started already. Press Ctrl-C "
-                 "again to exit at once.")
+            _stop_the_submissions(submitting)
             return
         for app in waited:
             _stop[app] = now + STOP_WINDOW_S
@@ -100,6 +97,15 @@ def _on_sigint(signum: int, frame: object) -> None:
     for app in waited:
         _tell(app)
     raise KeyboardInterrupt
+
+
+def _stop_the_submissions(submitting: list[str]) -> None:
+    """The first Ctrl-C during submissions: they stop before their next write (``stop_requested``)."""
+    global _stop_submissions
+    _stop_submissions = True
+    _say("\nCtrl-C: stopping the submission of " + ", ".join(submitting) + " (a request under way is "
+         "answered first): what it created is deleted, unless its job has started already. Press Ctrl-C "
+         "again to exit at once.")
 
 
 def _waited(now: float) -> list[str]:

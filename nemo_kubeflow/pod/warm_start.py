@@ -149,12 +149,8 @@ def _die_with_parent():
 def template(listener, parent):
     """Serve fork requests on ``listener`` until the launcher (``parent``) is gone."""
     _die_with_parent()
-    if os.getppid() != parent:
-        os._exit(0)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    _exit_if_orphaned(parent)
+    wake_r, wake_w = _wake_on_sigchld()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C on the launcher's group is the launcher's
     workers: dict[int, socket.socket] = {}  # pid -> the client's connection
     while True:
@@ -162,13 +158,28 @@ def template(listener, parent):
             ready, _, _ = select.select([listener, wake_r], [], [], 1.0)
         except InterruptedError:
             continue
-        if os.getppid() != parent:
-            os._exit(0)
+        _exit_if_orphaned(parent)
         if wake_r in ready:
             os.read(wake_r, 4096)
         _reap(workers)
         if listener in ready:
             _serve(listener, workers, (wake_r, wake_w))
+
+
+def _exit_if_orphaned(parent):
+    """The template ends when its launcher (``parent``) is gone."""
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _wake_on_sigchld():
+    """A pipe that a SIGCHLD writes to (``signal.set_wakeup_fd``), so that the template's ``select`` wakes
+    when a worker ends; its (read, write) ends."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return wake_r, wake_w
 
 
 def _reap(workers):

@@ -14,7 +14,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from nemo_kubeflow.cli.main import value_at
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.versions import (
     format_version,
@@ -236,9 +235,12 @@ def _report_patches_by_version(report: Report, version: Optional[tuple]) -> None
 
 def _has_runtime_patches(crd: dict) -> bool:
     """Whether the TrainJob CRD's schema of the version we send has ``spec.runtimePatches``."""
-    versions = {v.get("name"): v for v in value_at(crd, "spec", "versions") or []}
-    spec = value_at(versions.get(TRAINER_VERSION), "schema", "openAPIV3Schema", "properties", "spec", "properties")
-    return "runtimePatches" in (spec or {})
+    from nemo_kubeflow.observe.status import nested
+
+    versions = {v.get("name"): v for v in nested(crd, "spec", "versions", default=[])}
+    spec = nested(versions.get(TRAINER_VERSION), "schema", "openAPIV3Schema", "properties", "spec", "properties",
+                  default={})
+    return "runtimePatches" in spec
 
 
 def check_rights(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
@@ -274,6 +276,8 @@ def needed_pod_security(executor: Any) -> tuple[str, str]:
 
 
 def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
+    from nemo_kubeflow.observe.status import nested
+
     level, why = needed_pod_security(executor)
     looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
     if not looked:
@@ -282,7 +286,7 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
     if ns is None:
         report.fail(f"namespace {namespace} does not exist", "create it, or set the executor's namespace")
         return
-    enforced = (value_at(ns, "metadata", "labels") or {}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
+    enforced = nested(ns, "metadata", "labels", default={}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
     if _admits(enforced, level):
         report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
     else:
@@ -319,6 +323,8 @@ def check_queue(cluster: KubernetesCluster, report: Report, executor: Any, names
 
 def _check_cluster_queue(cluster: KubernetesCluster, report: Report, queue: str, cluster_queue: str) -> None:
     """The ClusterQueue the LocalQueue ``queue`` sends jobs to exists and is active."""
+    from nemo_kubeflow.observe.status import nested
+
     looked, found = _read(f"ClusterQueue {cluster_queue}", report,
                           lambda: cluster.get(CLUSTERQUEUE_KIND, cluster_queue))
     if not looked:
@@ -328,7 +334,7 @@ def _check_cluster_queue(cluster: KubernetesCluster, report: Report, queue: str,
                     "ask an admin to create it")
         return
     active = _active_condition(found)
-    if value_at(active, "status") == "True":
+    if nested(active, "status") == "True":
         report.ok(f"LocalQueue {queue} -> ClusterQueue {cluster_queue} (active)")
     else:
         why = f"{active.get('reason')}: {active.get('message')}" if active else "no Active condition"
@@ -336,7 +342,10 @@ def _check_cluster_queue(cluster: KubernetesCluster, report: Report, queue: str,
 
 
 def _active_condition(cluster_queue: dict) -> Optional[dict]:
-    return next((c for c in value_at(cluster_queue, "status", "conditions") or [] if c.get("type") == "Active"), None)
+    from nemo_kubeflow.observe.status import nested
+
+    return next((c for c in nested(cluster_queue, "status", "conditions", default=[]) if c.get("type") == "Active"),
+                None)
 
 
 def _check_local_queue(cluster: KubernetesCluster, report: Report, queue: str, namespace: str) -> Optional[str]:
@@ -410,9 +419,11 @@ def _node_offer(gpus: int, resource: str, selector: dict[str, str]) -> str:
 
 def _fits(node: dict, gpus: int, resource: str, selector: dict[str, str]) -> bool:
     """Whether ``node`` has the ``selector`` labels and offers ``gpus`` of ``resource`` (any node, without GPUs)."""
+    from nemo_kubeflow.observe.status import nested
+
     if not _has_labels(node, selector):
         return False
-    offered = str((value_at(node, "status", "allocatable") or {}).get(resource, "0"))
+    offered = str(nested(node, "status", "allocatable", default={}).get(resource, "0"))
     return gpus == 0 or (offered.isdigit() and int(offered) >= gpus)
 
 

@@ -541,16 +541,10 @@ def _finished_age_s(trainjob: dict, now: datetime) -> float:
 
 def _finished_condition(trainjob: dict) -> Optional[dict]:
     """The TrainJob's Complete or Failed condition, when one is true."""
-    return next((cond for cond in value_at(trainjob, "status", "conditions") or []
+    from nemo_kubeflow.observe.status import nested
+
+    return next((cond for cond in nested(trainjob, "status", "conditions", default=[])
                  if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True"), None)
-
-
-def value_at(obj: Any, *path: str) -> Any:
-    """``obj[path[0]][path[1]]...`` of an object read from the API server, where a missing or null step
-    reads as nothing (``None``)."""
-    for key in path:
-        obj = (obj or {}).get(key)
-    return obj
 
 
 def experiment_labels(experiment: str) -> Callable[[str], bool]:
@@ -610,7 +604,9 @@ class FinishedJobs:
 
 def job_ttl(trainjob: dict) -> Optional[int]:
     """The job's ``ttl_seconds_after_finished`` (its annotation), ``None`` without one."""
-    value = value_at(trainjob, "metadata", "annotations", TTL_ANNOTATION)
+    from nemo_kubeflow.observe.status import nested
+
+    value = nested(trainjob, "metadata", "annotations", TTL_ANNOTATION)
     try:
         return int(value) if value is not None else None
     except ValueError:

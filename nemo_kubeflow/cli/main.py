@@ -336,9 +336,14 @@ def script_for(command: Sequence[str]) -> run.Script:
         raise ConfigError("give the command to run after --, e.g. -- python train.py --lr 0.1")
     if len(command) == 1:
         return run.Script(inline=command[0])
-    if command[0].startswith("python") and command[1] == "-m" and len(command) > 2:
+    if _runs_module(command):
         return run.Script(path=command[2], args=list(command[3:]), entrypoint=command[0], m=True)
     return run.Script(path=command[1], args=list(command[2:]), entrypoint=command[0])
+
+
+def _runs_module(command: Sequence[str]) -> bool:
+    """Whether ``command`` is ``python -m MODULE ...``."""
+    return command[0].startswith("python") and command[1] == "-m" and len(command) > 2
 
 
 def render_submission(
@@ -640,10 +645,16 @@ def _sort_in(result: FinishedJobs, namespace: str, job: dict, now: datetime, old
     ttl = job_ttl(job)
     if expired and ttl is None:
         result.without_ttl += 1
-    elif _finished_within(age, older_than) or (expired and _finished_within(age, ttl)):
+    elif _too_recent(age, older_than, ttl if expired else None):
         result.recent += 1
     else:
         result.selected.append((namespace, job, state, age))
+
+
+def _too_recent(age: float, older_than: Optional[float], ttl: Optional[int]) -> bool:
+    """Whether a job that finished ``age`` seconds ago did so less than ``older_than`` ago, or within its
+    ``ttl`` (``--expired``); ``None``: no such limit."""
+    return _finished_within(age, older_than) or _finished_within(age, ttl)
 
 
 def _finished_state(job: dict) -> Optional[str]:

@@ -158,7 +158,7 @@ class ClusterReader(Protocol):
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]: ...
     def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-             field_selector: Optional[str] = None) -> list[dict]: ...
+             field_selector: Optional[str] = None, limit: Optional[int] = None) -> list[dict]: ...
     def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
                       field_selector: Optional[str] = None) -> builtins.list[dict]: ...
     def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
@@ -507,8 +507,10 @@ class KubernetesCluster:
             return None
 
     def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-             field_selector: Optional[str] = None) -> list[dict]:
-        return self._list(kind, namespace, label_selector, field_selector, "application/json")
+             field_selector: Optional[str] = None, limit: Optional[int] = None) -> list[dict]:
+        """The matching objects; with ``limit``, only the first ``limit`` of them in the server's key order (the
+        first chunk: a sample, for a look that does not need them all)."""
+        return self._list(kind, namespace, label_selector, field_selector, "application/json", limit)
 
     def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
                       field_selector: Optional[str] = None) -> builtins.list[dict]:
@@ -517,13 +519,15 @@ class KubernetesCluster:
         return self._list(kind, namespace, label_selector, field_selector, METADATA_LIST_ACCEPT)
 
     def _list(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
-              field_selector: Optional[str], accept: str) -> builtins.list[dict]:
+              field_selector: Optional[str], accept: str, limit: Optional[int] = None) -> builtins.list[dict]:
         spec = self._kind(kind)
         query = []
         if label_selector:
             query.append(("labelSelector", label_selector))
         if field_selector:
             query.append(("fieldSelector", field_selector))
+        if limit:
+            query.append(("limit", str(limit)))
         result = self._call("GET", spec.path(namespace), verb="list", kind=kind, name=None, namespace=namespace,
                             query=query, accept=accept)
         return result.get("items", [])

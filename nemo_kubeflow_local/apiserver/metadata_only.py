@@ -58,6 +58,7 @@ def transform(body: dict, wanted: str, group_version: str, is_list: bool) -> dic
         raise ApiError(406, f"you requested {OBJECT}, but the requested object is a list")
     if not is_list:
         return _partial(body, group_version)
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("resourceVersion", "continue")}
+    kept = ("resourceVersion", "continue", "remainingItemCount")
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in kept}
     return {"kind": LIST, "apiVersion": group_version, "metadata": meta,
             "items": [_partial(item, group_version) for item in body.get("items") or []]}

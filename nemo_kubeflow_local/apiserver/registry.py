@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from nemo_kubeflow_local.apiserver import admission
+from nemo_kubeflow_local.apiserver import admission, chunking
 from nemo_kubeflow_local.apiserver import core_validation as validation
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request, conflict, invalid, not_found
@@ -166,7 +166,10 @@ class Registry:
         labels = label_matcher(query.get("labelSelector"))
         fields = field_matcher(query.get("fieldSelector"), rt.plural)
         source = R.EVENTS if rt is R.EVENTS_V1 else rt
-        items, rv = self.store.list(source, namespace, lambda o: labels(o) and fields(o))
+        stored, rv = self.store.stored_list(source, namespace, lambda o: labels(o) and fields(o))
+        page, more = chunking.chunk(stored, query, rv, cluster_wide=namespace is None,
+                                    selected=bool(query.get("labelSelector") or query.get("fieldSelector")))
+        items = [copy.deepcopy(obj) for obj in page]
         if rt is R.EVENTS_V1:
             items = [event_v1(e) for e in items]
         if not rt.is_custom:  # typed lists carry kind/apiVersion on the list only
@@ -174,7 +177,7 @@ class Registry:
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
         return Result(200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                            "metadata": {"resourceVersion": rv}, "items": items})
+                            "metadata": {"resourceVersion": rv, **more}, "items": items})
 
     # writes
 

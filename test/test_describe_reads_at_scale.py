@@ -1,15 +1,18 @@
 """What one describe of a running job reads, counted at the HTTP level on a local cluster of status-only pods
 (``LocalCluster(status_only_pods=True)``: the Job emulation makes the pods, no process runs them): the
 TrainJob, its JobSet and the pods that are not running, never every running pod; and what it shows when a
-pod fails (the gang restart and its cause) does not get poorer for it."""
+pod fails (the gang restart and its cause) does not get poorer for it. Of a failed job: its JobSet, the metadata
+of the pods still running (the Job controller deletes them) and the other pods in full."""
 
 import pytest
 from polling import wait_for
 from test_diagnosis import submit
 from torchx.specs import AppState
 
-from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.diagnosis import NOT_RUNNING, RUNNING, JobView, why_failed
 
 NODES = 12
 
@@ -93,3 +96,29 @@ def test_describe_of_a_running_job_reads_no_running_pod(local):
     assert [q.get("fieldSelector") for verb, resource, q in requests if resource == "pods" and "fieldSelector" in q] == \
         ["status.phase!=Running"]  # no list of every pod
     local.end_pods(f"{JOBSET_NAME_LABEL}={name}", 0)
+
+
+def test_describe_of_a_failed_job_reads_no_running_pod_in_full(local):
+    _, app_id = submit(local, "fail-reads", script="sleep 600", nodes=NODES, retries=0)
+    name = app_id.split(":")[-1]
+    wait_for(lambda: _running(local, name, NODES), "every pod running", timeout=120)
+    local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=2", 3)
+    wait_for(lambda: create_scheduler("t").describe(app_id).state == AppState.FAILED, "failed", timeout=120)
+
+    local.clear_requests()
+    desc = create_scheduler("count").describe(app_id)
+    requests = [(r.verb, r.resource, r.query) for r in local.requests
+                if name in (r.name or "") + r.query.get("labelSelector", "")]
+    assert desc.state == AppState.FAILED and "node 2" in desc.msg and "exited with code 3" in desc.msg, desc.msg
+    assert sorted((verb, resource) for verb, resource, _ in requests) == \
+        [("get", "jobsets"), ("get", "pods/log"), ("get", "trainjobs"), ("list", "pods"), ("list", "pods")]
+    assert sorted(q["fieldSelector"] for _, resource, q in requests if resource == "pods") == \
+        sorted([RUNNING, NOT_RUNNING])
+
+    # What it says is what every pod says (the pods still there: none runs any more, or some do).
+    cluster = KubernetesCluster(str(local.kubeconfig_path))
+    trainjob = cluster.get(TRAINJOB_KIND, name, "default")
+    condition = next(c["message"] for c in trainjob["status"]["conditions"] if c["type"] == "Failed")
+    wait_for(lambda: why_failed(JobView.read_failed(cluster, trainjob), condition) ==
+             why_failed(JobView.read(cluster, trainjob), condition), "the same message", timeout=30)
+    create_scheduler("t").cancel(app_id)

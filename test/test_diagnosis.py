@@ -287,15 +287,19 @@ def test_what_a_describe_costs_in_each_state(local):
     _, pending = submit(local, "costpend", gpus_per_node=1)
     wait_for_message(pending, "cannot be scheduled")
     desc, requests = describe_cost(local, pending)
-    assert desc.state == AppState.PENDING and requests == ["get trainjobs", "list events", "list pods"], requests
+    # Its JobSet, the pods that started or ended, the first chunk of those not placed and of those starting
+    # (``JobView.read_waiting``), the Warning events but the scheduler's.
+    assert desc.state == AppState.PENDING and requests == ["get jobsets", "get trainjobs", "list events", "list pods",
+                                                           "list pods", "list pods"], requests
     create_scheduler("t").cancel(pending)
 
     _, failed = submit(local, "costfail", script="exit 3")
     wait_for_message(failed, "exited with code 3", timeout=60)  # the first describe saves each node's log
     desc, requests = describe_cost(local, failed)
     assert desc.state == AppState.FAILED and "no gang restart" in desc.msg, desc.msg
-    # The TrainJob once (not again for its node count), the pods once, the failed node's last lines.
-    assert requests == ["get pods/log", "get trainjobs", "list pods"], requests
+    # The TrainJob once (not again for its node count), its JobSet, the running pods' metadata and the others
+    # in full (``JobView.read_failed``), the failed node's last lines.
+    assert requests == ["get jobsets", "get pods/log", "get trainjobs", "list pods", "list pods"], requests
 
 
 def test_following_many_nodes_uses_a_fixed_pool_and_delivers_each_line_once_in_order(local):

@@ -451,7 +451,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _diagnose_waiting(look: _Look, cluster: ClusterReader, trainjob: dict, nodes: int) -> None:
         from nemo_kubeflow.observe.diagnosis import JobView, why_waiting
 
-        look.view = JobView.read(cluster, trainjob)
+        look.view = JobView.read_waiting(cluster, trainjob)
         verdict = why_waiting(look.view, nodes, look.state)
         look.state, look.message = verdict.state, verdict.message
         if verdict.fatal:
@@ -463,7 +463,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                          watch: AppWatch, trainjob: dict) -> None:
         from nemo_kubeflow.observe.diagnosis import logs_to_keep, why_failed
 
-        look.view = view = self._view(watch, cluster, trainjob)
+        look.view = view = self._view(watch, cluster, trainjob, failed=True)
         job_dir = _job_dir(record)
         look.message = why_failed(view, look.message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
         keep = logs_to_keep(view, job_dir, watch.keeper)
@@ -515,12 +515,17 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     "process (kubectl delete, nemo-kubeflow gc, or a cancel from another process)")
         return message
 
-    def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict, *, every_pod: bool = True) -> JobView:
+    def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict, *, every_pod: bool = True,
+              failed: bool = False) -> JobView:
         """The job's pods (one read; without ``every_pod``, of a running job, its JobSet and the pods not
-        running: ``JobView.read_running``), noting how each gang attempt's failed pod ended while it is at hand."""
+        running: ``JobView.read_running``; of a ``failed`` one, ``JobView.read_failed``), noting how each gang
+        attempt's failed pod ended while it is at hand."""
         from nemo_kubeflow.observe.diagnosis import JobView
 
-        view = JobView.read(cluster, trainjob) if every_pod else JobView.read_running(cluster, trainjob)
+        if failed:
+            view = JobView.read_failed(cluster, trainjob)
+        else:
+            view = JobView.read(cluster, trainjob) if every_pod else JobView.read_running(cluster, trainjob)
         for attempt, how in view.failures_by_attempt().items():
             watch.failures_seen.setdefault(attempt, how)
         return view

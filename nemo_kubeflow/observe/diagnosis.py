@@ -905,7 +905,8 @@ class JobView:
 
     ``read`` lists every pod of the job. ``read_running`` (a running job, the look a wait repeats) reads
     its JobSet and only the pods that are not running (``NOT_RUNNING``): what a restart, a failed rank or
-    a node fault leaves behind; a thousand running pods are not read again on each poll."""
+    a node fault leaves behind; a thousand running pods are not read again on each poll. ``read_waiting``
+    (a job not started) reads a sample of the pods that wait; ``read_failed`` the running pods' metadata only."""
 
     cluster: "ClusterReader"
     trainjob: dict
@@ -916,6 +917,8 @@ class JobView:
     #: The JobSet, read by ``read_running`` (None: ``pods`` are all the job's pods).
     jobset: Optional[dict] = None
     _current_jobs: Optional[frozenset[str]] = field(default=None, repr=False)
+    #: The field selector of the Warning events read (``read_waiting`` leaves out the scheduler's).
+    events_selector: str = field(default="type=Warning", repr=False)
 
     @classmethod
     def read(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
@@ -936,6 +939,38 @@ class JobView:
                             field_selector=NOT_RUNNING)
         return cls(cluster, trainjob, pods, jobset=jobset)
 
+    @classmethod
+    def read_waiting(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
+        """A waiting job's JobSet, its pods that started or ended (``NOT_PENDING``), and a sample of its pods
+        that wait (``WAITING_SAMPLE`` of those not placed, as many of those placed and starting): not a thousand
+        pods that wait for the same reason. Every pod (``read``) when the JobSet is not there yet."""
+        meta = trainjob["metadata"]
+        jobset = cluster.get(JOBSET_KIND, meta["name"], meta["namespace"])
+        if jobset is None:
+            return cls.read(cluster, trainjob)
+        selector = f"{JOBSET_NAME_LABEL}={meta['name']}"
+        pods = cluster.list("Pod", meta["namespace"], selector, field_selector=NOT_PENDING)
+        for waiting in (UNSCHEDULED, STARTING):
+            pods += cluster.list("Pod", meta["namespace"], selector, field_selector=waiting, limit=WAITING_SAMPLE)
+        return cls(cluster, trainjob, pods, jobset=jobset, events_selector=WAITING_EVENTS)
+
+    @classmethod
+    def read_failed(cls, cluster: "ClusterReader", trainjob: dict) -> "JobView":
+        """A failed job's JobSet, the metadata of its pods still running (the Job controller deletes a failed
+        Job's running pods: their names say which nodes still have a log to read) and its other pods in full
+        (those that failed tell how). Every pod (``read``) when the JobSet is not there or its node pods restart
+        containers in place (their restart counts are on the running pods)."""
+        meta = trainjob["metadata"]
+        jobset = cluster.get(JOBSET_KIND, meta["name"], meta["namespace"])
+        if jobset is None or restarts_in_place(jobset):
+            return cls.read(cluster, trainjob)
+        selector = f"{JOBSET_NAME_LABEL}={meta['name']}"
+        # The running ones first: a pod that ends between the two reads is in both, and the full one, later in
+        # the list, is the one ``newest_pods_by_node`` keeps.
+        pods = cluster.list_metadata("Pod", meta["namespace"], selector, field_selector=RUNNING)
+        pods += cluster.list("Pod", meta["namespace"], selector, field_selector=NOT_RUNNING)
+        return cls(cluster, trainjob, pods, jobset=jobset)
+
     @property
     def name(self) -> str:
         return self.trainjob["metadata"]["name"]
@@ -951,7 +986,7 @@ class JobView:
     @property
     def events(self) -> list[dict]:
         if self._events is None:
-            self._events = self.cluster.list("Event", self.namespace, field_selector="type=Warning")
+            self._events = self.cluster.list("Event", self.namespace, field_selector=self.events_selector)
         return self._events
 
     @property
@@ -1059,6 +1094,23 @@ def _node_pod_end(pod: dict) -> Optional[tuple[str, str]]:
 
 #: The pods a running job's look reads (``JobView.read_running``): a field selector every API server serves.
 NOT_RUNNING = "status.phase!=Running"
+#: The pods a failed job's look reads by their metadata only (``JobView.read_failed``).
+RUNNING = "status.phase=Running"
+#: The pods a waiting job's look reads in full (``JobView.read_waiting``): those that started or ended, and a
+#: sample of the pending ones, apart those kube-scheduler has not placed (``spec.nodeName`` empty: why is their
+#: ``PodScheduled`` condition) and those placed and starting (why is in their container statuses and events).
+NOT_PENDING = "status.phase!=Pending"
+UNSCHEDULED = "status.phase=Pending,spec.nodeName="
+STARTING = "status.phase=Pending,spec.nodeName!="
+#: Pending pods of each kind read (the first chunk of a list, ``limit``). A sample says why the job waits: its
+#: ``node`` pods share one template (image, volumes, resources, node selector), so what keeps one from being
+#: placed or from starting keeps the others too, and the first in the server's key order is node 0's. What a
+#: sample cannot tell, the count of nodes running, comes from the pods that are not pending, read in full.
+WAITING_SAMPLE = 8
+#: The Warning events a waiting job's look reads: kube-scheduler records a FailedScheduling event for each pod
+#: it cannot place (a thousand at 1,024 nodes) and says the same in the pod's ``PodScheduled`` condition, read
+#: from the pods; the kubelet's (image pulls, mounts) and Trainer's are kept.
+WAITING_EVENTS = "type=Warning,reason!=FailedScheduling"
 
 
 def runs_ft_launcher(trainjob: dict) -> bool:

@@ -9,12 +9,12 @@ row that matches wins.
 |-----------------------------------|-----------|--------------------------------------------|----------------------------------------------|
 | not found (404)                   | CANCELLED | deleted: cancelled, or removed by someone  | nothing                                      |
 | condition Complete=True           | SUCCEEDED | every node finished with exit code 0       | nothing                                      |
-| condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | pods, the failed node's last lines (up to 3 failed nodes' when a launcher agent failed without naming the failed rank), each node's log once (with a job dir); Warning events after a gang restart |
+| condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | the JobSet, the running pods' metadata and the other pods (``JobView.read_failed``; every pod with in-place restarts), the failed node's last lines (up to 3 failed nodes' when a launcher agent failed without naming the failed rank), each node's log once (with a job dir); Warning events after a gang restart |
 | being deleted (deletionTimestamp) | CANCELLED | cancel in progress                         | nothing                                      |
 | condition Suspended=True          | PENDING   | waiting for resume or a queue's admission  | nothing; Kueue's Workloads in a queue        |
 | ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | the JobSet and the pods not running (``JobView.read_running``; every pod when a stall check is due, for ft_launcher's restarts, or with in-place restarts); without ``trainerStatus``, node 0's last 500 lines for rank 0's progress line, at most 16 KiB a read and two reads (``progress_view``); Warning events and the current Job's metadata after a gang restart; an ft_launcher job whose logs this process does not keep: every node's last 2000 lines (one log read per node); past ``stall_warning_seconds``, one short log read per node (throttled) |
-| ``node`` job active, not ready    | PENDING   | pods starting                              | pods, Warning events                         |
-| anything else                     | SUBMITTED | created, pods not there yet                | pods, Warning events                         |
+| ``node`` job active, not ready    | PENDING   | pods starting                              | the JobSet, the pods not pending, the first 8 of those not placed and of those starting (``JobView.read_waiting``; every pod before the JobSet), Warning events but kube-scheduler's |
+| anything else                     | SUBMITTED | created, pods not there yet                | the same                                     |
 
 ``job_status`` needs only the TrainJob (one GET). ``jobsStatus`` mirrors JobSet's
 ``replicatedJobsStatus``, which counts child *Jobs*, not pods: our runtime has one Job of

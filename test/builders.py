@@ -1,6 +1,7 @@
 """The tests' builders of submissions: an executor, a role and files through ``build_submission``, and
 the parts of the result the tests look at. Each test module binds its own defaults around these."""
 
+import signal
 from typing import Any, Mapping, Optional, Sequence
 
 from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
@@ -44,3 +45,11 @@ def replicated_jobs(sub: Submission) -> dict[str, dict]:
 def node_pod_template(sub: Submission) -> dict[str, Any]:
     """The pod template (metadata and spec) of the runtime's ``node`` job."""
     return replicated_jobs(sub)["node"]["template"]["spec"]["template"]
+
+
+def sigint_as_in_a_terminal() -> None:
+    """``preexec_fn`` of a script the tests press Ctrl-C on: SIGINT at its default, as in a terminal. A test
+    process that ignores SIGINT (started with ``cmd &`` by a non-interactive shell, as some CI runners do, with
+    a fixture putting that disposition back) passes it on to its children: Python then installs no
+    KeyboardInterrupt handler, nor do we, and the Ctrl-C the test sends does nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import nemo_run as run
+from builders import sigint_as_in_a_terminal
 from polling import wait_for
 from torchx.specs import parse_app_handle
 
@@ -37,7 +38,7 @@ class Script:
         self.title = title
         self.proc = subprocess.Popen([sys.executable, str(tmp_path / "exp.py"), str(local.kubeconfig_path), title],
                                      stdout=self.out, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                     env={**os.environ, "COLUMNS": "300"})
+                                     env={**os.environ, "COLUMNS": "300"}, preexec_fn=sigint_as_in_a_terminal)
 
     def output(self) -> str:
         return self.out_path.read_text()

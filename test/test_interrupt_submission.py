@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import nemo_run as run
+from builders import sigint_as_in_a_terminal
 from polling import wait_for
 from torchx.specs import parse_app_handle
 
@@ -38,7 +39,7 @@ def start(local, tmp_path, title):
     (tmp_path / "exp.py").write_text(SCRIPT)
     out = open(tmp_path / "out.txt", "w")
     proc = subprocess.Popen([sys.executable, str(tmp_path / "exp.py"), str(local.kubeconfig_path), title],
-                            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"})
+                            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"}, preexec_fn=sigint_as_in_a_terminal)
     return proc, out
 
 

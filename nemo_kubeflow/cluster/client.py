@@ -530,7 +530,7 @@ class KubernetesCluster:
             query.append(("limit", str(limit)))
         result = self._call("GET", spec.path(namespace), verb="list", kind=kind, name=None, namespace=namespace,
                             query=query, accept=accept)
-        return result.get("items", [])
+        return result.get("items") or []  # kube-apiserver sends an empty metadata-only list's items as null
 
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:
         spec = self._kind(kind)

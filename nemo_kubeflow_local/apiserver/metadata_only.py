@@ -60,5 +60,6 @@ def transform(body: dict, wanted: str, group_version: str, is_list: bool) -> dic
         return _partial(body, group_version)
     kept = ("resourceVersion", "continue", "remainingItemCount")
     meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in kept}
-    return {"kind": LIST, "apiVersion": group_version, "metadata": meta,
-            "items": [_partial(item, group_version) for item in body.get("items") or []]}
+    # An empty list's items are null, as kube-apiserver sends them (a nil Go slice), not [].
+    items = [_partial(item, group_version) for item in body.get("items") or []]
+    return {"kind": LIST, "apiVersion": group_version, "metadata": meta, "items": items or None}

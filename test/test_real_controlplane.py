@@ -6,6 +6,7 @@ TrainJob submitted through NeMo-Run and that cancelling lets the garbage collect
 """
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -135,3 +136,35 @@ def test_killing_the_test_process_leaves_no_component_running(real_control_plane
     assert set(pids) == set(real_control_plane.pids())
     real_control_plane.wait_for(lambda: not [pid for pid in pids.values() if _running(pid)],
                                 "the components of the killed process to die", timeout=30)
+
+
+def test_a_port_taken_before_its_component_binds_it_makes_the_control_plane_start_again(
+        real_control_plane, tmp_path, monkeypatch):
+    """The ports are chosen free, then bound by the components a moment later: another process may take one
+    meanwhile (CI's did). Here the first choice of etcd's port is a port this test listens on: etcd exits
+    with "address already in use", and the control plane starts again on new ports, the first attempt's
+    logs kept beside."""
+    from controlplane import cluster
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    chosen = []
+
+    def etcd_port_taken_the_first_time(count):
+        ports = choose_free(count)
+        if not chosen:
+            ports[0] = taken.getsockname()[1]  # "etcd" is the first port start() asks for
+        chosen.append(ports)
+        return ports
+
+    choose_free = cluster.free_ports
+    monkeypatch.setattr(cluster, "free_ports", etcd_port_taken_the_first_time)
+    try:
+        with cluster.RealControlPlane(real_control_plane.build_info, tmp_path) as cp:
+            assert cp.request("GET", "/version")["gitVersion"] == versions.selected_kubernetes()
+            assert cp.ports["etcd"] != taken.getsockname()[1]
+    finally:
+        taken.close()
+    assert len(chosen) == 2
+    assert "address already in use" in (tmp_path / "logs-attempt-1" / "etcd.log").read_text()

@@ -22,6 +22,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
@@ -82,10 +83,20 @@ class ControlPlaneError(RuntimeError):
     """A component did not start or did not become ready; the message names it and its log."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports that are free now. Each probe socket stays bound until all are chosen: the kernel
+    may hand a closed probe's port out again, and two components given one port fail to start. Another
+    process can still take a port before its component binds it; `RealControlPlane` starts again then."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+
+
+def _port_taken(error: BaseException) -> bool:
+    """Whether a start failed only because a component's port was taken meanwhile (its log says so)."""
+    return isinstance(error, ControlPlaneError) and "address already in use" in str(error)
 
 
 def _die_with_parent() -> None:
@@ -187,14 +198,36 @@ class RealControlPlane:
         self._stopped = False
 
     # ------------------------------------------------------------------ lifecycle
+    #: Starts tried when a port chosen free was taken by another process before its component bound it.
+    START_ATTEMPTS = 3
+
     def __enter__(self) -> "RealControlPlane":
         atexit.register(self.stop)
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            try:
+                self.start()
+                return self
+            except BaseException as error:
+                if attempt < self.START_ATTEMPTS and _port_taken(error):
+                    self._discard_start(attempt)
+                    continue
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _discard_start(self, attempt: int) -> None:
+        """Undo a start that lost a port: stop what it started and keep its logs (renamed by attempt); the
+        next start chooses new ports and a new etcd data directory."""
+        for _, proc in list(self.processes.items())[::-1]:
+            self._stop_process(proc)
+        self.processes.clear()
+        for log in getattr(self, "_logs", []):
+            log.close()
+        self._logs = []
+        logs = self.workdir / "logs"
+        if logs.exists():
+            logs.rename(self.workdir / f"logs-attempt-{attempt}")
+        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -202,10 +235,10 @@ class RealControlPlane:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.certs = Certificates(self.workdir / "pki")
-        for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler",
-                     "trainer-webhook", "trainer-health", "trainer-status", "jobset-webhook", "jobset-health",
-                     "kueue-webhook", "kueue-health"):
-            self.ports[name] = free_port()
+        names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler",
+                 "trainer-webhook", "trainer-health", "trainer-status", "jobset-webhook", "jobset-health",
+                 "kueue-webhook", "kueue-health")
+        self.ports = dict(zip(names, free_ports(len(names))))
         self._start_etcd()
         self._start_apiserver()
         self._write_kubeconfig()

@@ -118,6 +118,10 @@ _SERVED_VERSIONS_LOCK = threading.Lock()
 #: labels, owners; no spec, no status), as metadata informers do; served by every supported API server.
 METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
+#: A watch that sends nothing this long past its own timeout is taken as broken (a server or network gone
+#: silent): what it kept is not trusted from then on.
+WATCH_SILENCE_S = 15
+
 #: HTTP codes worth retrying: the request may succeed later unchanged.
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 
@@ -443,6 +447,16 @@ class KubernetesCluster:
         )
 
     # --- API discovery ------------------------------------------------------------
+    def answers(self) -> bool:
+        """Whether the API server answers now: one GET of ``/version`` (a few hundred bytes, readable by any
+        user), one try. For a reader that answers from watches (``watched.py``): a watch broken without a
+        sign does not say so."""
+        try:
+            self._call("GET", "/version", verb="get", kind="version", name=None, namespace=None, retry=False)
+            return True
+        except (ClusterError, OSError):
+            return False
+
     def served_versions(self, group: str) -> tuple[str, ...]:
         """The versions of an API group the server serves (its discovery document, ``/apis/<group>``),
         ``()`` when it serves none. Asked once per process and server; a failure to ask raises (and
@@ -520,17 +534,41 @@ class KubernetesCluster:
 
     def _list(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
               field_selector: Optional[str], accept: str, limit: Optional[int] = None) -> builtins.list[dict]:
+        return self._list_answer(kind, namespace, label_selector, field_selector, accept, limit)[0]
+
+    def _list_answer(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
+                     field_selector: Optional[str], accept: str = "application/json",
+                     limit: Optional[int] = None) -> tuple[builtins.list[dict], str]:
+        """The items of a list and the resourceVersion it was read at."""
         spec = self._kind(kind)
-        query = []
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
+        query = _selector_query(label_selector, field_selector)
         if limit:
             query.append(("limit", str(limit)))
         result = self._call("GET", spec.path(namespace), verb="list", kind=kind, name=None, namespace=namespace,
                             query=query, accept=accept)
-        return result.get("items") or []  # kube-apiserver sends an empty metadata-only list's items as null
+        # kube-apiserver sends an empty metadata-only list's items as null
+        return result.get("items") or [], (result.get("metadata") or {}).get("resourceVersion", "")
+
+    def list_to_watch(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
+                      field_selector: Optional[str] = None) -> tuple[builtins.list[dict], str]:
+        """The matching objects, and the resourceVersion to ``watch`` them from."""
+        return self._list_answer(kind, namespace, label_selector, field_selector)
+
+    def watch(self, kind: str, namespace: Optional[str], resource_version: str, *,
+              label_selector: Optional[str] = None, field_selector: Optional[str] = None,
+              timeout_seconds: int = 240) -> "LogStream":
+        """The changes of the matching objects after ``resource_version``, as a stream of lines, each an event
+        ``{"type": ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, "object": ...}`` in JSON, until the server ends the
+        watch (after about ``timeout_seconds``) or ``close``. One try: a watch that cannot be opened raises
+        ``ClusterError``; one that breaks, urllib3's ``HTTPError`` or ``OSError``, also when nothing (not even
+        its end) came for ``WATCH_SILENCE_S`` past its timeout."""
+        spec = self._kind(kind)
+        query = _selector_query(label_selector, field_selector) + [
+            ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds))]
+        resp = self._call("GET", spec.path(namespace), verb="watch", kind=kind, name=None, namespace=namespace,
+                          query=query, stream=True, retry=False, stream_timeout=timeout_seconds + WATCH_SILENCE_S)
+        return LogStream(resp)
 
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:
         spec = self._kind(kind)
@@ -597,7 +635,7 @@ class KubernetesCluster:
 
 
 class LogStream:
-    """An open ``follow`` stream of a pod's log. Iterating gives the complete lines (without newlines)
+    """An open ``follow`` stream of a pod's log (or a ``watch``'s events). Iterating gives the complete lines (without newlines)
     of each chunk the server sends, one list per chunk; a line the stream ends in the middle of is
     left out (a read from its second gets it whole). A stream that breaks raises urllib3's
     ``HTTPError`` (or ``OSError``). ``close`` may be called from any thread: it ends an iteration
@@ -664,6 +702,15 @@ def _api_client(configuration):
     # to the read timeout, and a DELETE of a rollback with it.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def _selector_query(label_selector: Optional[str], field_selector: Optional[str]) -> builtins.list:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
 
 
 def _json_body(resp) -> Any:

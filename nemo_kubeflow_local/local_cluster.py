@@ -300,7 +300,8 @@ class LocalCluster:
         `name`) narrow the requests counted; `nth` (1-based, counting matching requests from now)
         picks which fails first; `times` how many fail. A failure answers a Status with `status`
         (500 unless the fault is only a `delay`), `reason`, `message` and a `Retry-After` header,
-        waits `delay` seconds first, or closes the connection without an answer."""
+        waits `delay` seconds first, or closes the connection without an answer (`drop_connection`: open
+        watches that match break too, as when the API server goes away)."""
         return self._hooks.add_fault(Fault(verb, resource, name, nth, status, reason, message, retry_after, delay,
                                            drop_connection, times))
 

@@ -169,6 +169,13 @@ class Hooks:
                     return fault
             return None
 
+    def drops_connections(self, verb: str, resource: str) -> bool:
+        """Whether a fault that drops the connections of requests like this one is in force (not counted as
+        fired): an open watch then breaks, as when the API server goes away."""
+        with self._lock:
+            return any(f.drop_connection and f.fired < f.times and (not f.verb or f.verb == verb) and
+                       (not f.resource or f.resource == resource) and not f.name for f in self._faults)
+
     def open_log_stream(self, namespace: str, pod: str) -> LogStreamHandle:
         handle = LogStreamHandle(namespace, pod)
         with self._lock:

@@ -574,14 +574,18 @@ class _Handler(BaseHTTPRequestHandler):
             if first and first[0][0] == "ERROR":
                 return
             while not api.stopping.is_set() and time.monotonic() < deadline:
+                if api.hooks.drops_connections(*self._counted_as):
+                    cut.cut.set()  # an API server gone away: its open watches break too
+                    return
                 try:
                     event, obj = events.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     continue
                 yield encode(event, obj)
 
+        cut = LogStreamHandle(namespace or "", rt.plural)
         try:
-            return self._send_chunks("application/json", chunks())
+            return self._send_chunks("application/json", chunks(), cut)
         finally:
             api.store.remove_listener(listener)
 

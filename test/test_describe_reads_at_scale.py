@@ -17,13 +17,18 @@ from nemo_kubeflow.observe.diagnosis import NOT_RUNNING, RUNNING, JobView, why_f
 NODES = 12
 
 
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
+def status_only_cluster(tmp_path_factory, nodes=NODES):
+    """A local cluster of its own whose pods are status-only, on ``nodes`` virtual nodes."""
     from nemo_kubeflow_local import LocalCluster
 
     with LocalCluster(workdir=tmp_path_factory.mktemp("status-only"), status_only_pods=True) as started:
-        started.add_virtual_nodes(*(f"vnode-{i:02d}" for i in range(NODES)))
+        started.add_virtual_nodes(*(f"vnode-{i:02d}" for i in range(nodes)))
         yield started
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    yield from status_only_cluster(tmp_path_factory)
 
 
 def _pods(local, name):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 from nemo_kubeflow.observe.progress_view import ProgressSeen
 
 if TYPE_CHECKING:
+    from nemo_kubeflow.cluster.watched import WatchedJob
     from nemo_kubeflow.observe.diagnosis import InJobRestarts
     from nemo_kubeflow.observe.logs import NodeLogKeeper
 
@@ -49,6 +50,8 @@ class AppWatch:
     role: str = ""
     #: This process cancelled the job (a TrainJob gone otherwise was deleted outside NeMo-Run).
     cancelled_here: bool = False
+    #: The job's TrainJob, JobSet and pods from watches, for the looks that repeat (``cluster/watched.py``).
+    job_cache: Optional[WatchedJob] = None
 
 
 #: After a look finds the API server unreachable, the next look waits this long, doubling up to the most.

@@ -35,6 +35,7 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_t
 from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.cluster import records
 from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster, kubectl_delete
+from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND, queue_name
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
@@ -293,10 +294,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
-        observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair)
+        observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair,
+                                               reader=self._watched(watch, cluster, namespace, name) if repair else None)
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
+            if watch.job_cache is not None:
+                watch.job_cache.wrote()
         state = observation.state
         message = _joined((message, *notes))
         self._say_repairs(watch, app_id, lines)
@@ -313,11 +317,22 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             self._say(app_id, "repaired", watch.last_repair)
 
     @staticmethod
+    def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> WatchedJob:
+        """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): the job's TrainJob,
+        JobSet and pods from watches (``cluster/watched.py``), not read again on each look."""
+        if watch.job_cache is None:
+            watch.job_cache = WatchedJob(cluster, namespace, name)
+        return watch.job_cache
+
+    @staticmethod
     def _stop_keeping(watch: AppWatch) -> None:
-        """The job is over: stop keeping its node logs (``NodeLogKeeper``)."""
+        """The job is over: stop keeping its node logs (``NodeLogKeeper``) and watching it."""
         if watch.keeper is not None:
             watch.keeper.stop()
             watch.keeper = None
+        if watch.job_cache is not None:
+            watch.job_cache.stop()
+            watch.job_cache = None
 
     def _report(self, watch: AppWatch, app_id: str, observation: Observation, message: str) -> None:
         """NeMo-Run's wait and `nemo experiment status` show only the state: say what a waiting or running job
@@ -351,14 +366,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return message, notes, lines
 
     def _observe_or_unknown(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
-                            watch: AppWatch, *, keeps_logs: bool = True) -> Observation:
-        """``observe``; while the API server does not answer, UNKNOWN with why (never a state it could not
-        read), said once per outage, and looked at again only with backoff."""
+                            watch: AppWatch, *, keeps_logs: bool = True,
+                            reader: Optional[ClusterReader] = None) -> Observation:
+        """``observe`` (through ``reader``, if given: the cluster's reads from watches); while the API server
+        does not answer, UNKNOWN with why (never a state it could not read), said once per outage, and looked
+        at again only with backoff."""
         outage = self._outages.get(id(cluster))
         if outage is not None and not outage.due():
             return self._unknown(app_id, record, watch, outage)
         try:
-            observation = self.observe(app_id, cluster, record, watch, keeps_logs=keeps_logs)
+            observation = self.observe(app_id, reader or cluster, record, watch, keeps_logs=keeps_logs)
         except ClusterUnreachableError as error:
             return self._unknown(app_id, record, watch, self._outage_seen(app_id, cluster, error))
         if outage is not None:
@@ -688,9 +705,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = records.parse_app_id(app_id)
         finished_jobs.note_cancelled(app_id)
-        self._watches.setdefault(app_id, AppWatch()).cancelled_here = True
+        watch = self._watches.setdefault(app_id, AppWatch())
+        watch.cancelled_here = True
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
+        if watch.job_cache is not None:
+            watch.job_cache.wrote()
 
     def list(self) -> list:
         return []

@@ -1,0 +1,335 @@
+"""A job's TrainJob, JobSet and pods kept current by watches: the reads of a look that repeats (an attached
+wait, ``nemo-kubeflow watch``) answered without a request.
+
+A look every 2 s that GETs the TrainJob and the JobSet and lists the pods not running costs the API server
+three requests, and their bytes, per look, whether anything changed or not. ``WatchedJob`` lists each of them
+once, then watches their changes (one request per ``WATCH_SECONDS`` each, carrying only what changed) and
+answers ``get`` and ``list`` from what it holds while that collection's watch is current. Otherwise the read
+goes to the API server as before, and its errors are the look's: not listed yet, a watch broken, silent past
+its timeout or refused (no ``watch`` right), the API server not heard from lately (``ANSWERED_WITHIN_S``), or
+a write by this process a moment ago. What it holds is never
+shown as a state it could not read. Other reads (events, logs, other kinds) always go to the API server.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import copy
+import json
+import logging
+import re
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional
+
+from nemo_kubeflow.cluster.client import ClusterReader, LogStream
+from nemo_kubeflow.constants import JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, NotFoundError, PermissionDeniedError
+
+log = logging.getLogger(__name__)
+
+#: How long each watch request lasts before the server ends it and it is opened again from where it was.
+WATCH_SECONDS = 60
+#: Nothing read from it for this long: stop watching (the next read starts again, with a list).
+IDLE_STOP_S = 120.0
+#: Reads are answered from the watches only if the API server answered within this long (a watch event, a
+#: log read through this reader, else one GET of /version): a network gone silent breaks no connection.
+ANSWERED_WITHIN_S = 10.0
+#: After a write of this process, reads go to the API server this long (the watch may not have its echo yet).
+DIRECT_AFTER_WRITE_S = 5.0
+#: Wait before listing again after a failure, doubling up to the most.
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
+
+#: The pod fields a selector of ours names, and how to read each: evaluated here as the API server does (a
+#: field not set reads as "").
+_POD_FIELDS: dict[str, Callable[[dict], str]] = {
+    "status.phase": lambda p: (p.get("status") or {}).get("phase") or "",
+    "spec.nodeName": lambda p: (p.get("spec") or {}).get("nodeName") or "",
+    "metadata.name": lambda p: p["metadata"].get("name") or "",
+    "metadata.namespace": lambda p: p["metadata"].get("namespace") or "",
+}
+
+
+class _Expired(Exception):
+    """The watch's resourceVersion is no longer served (410): list again."""
+
+
+class _Collection:
+    """One kind's matching objects (by name), listed then watched by a thread of its own."""
+
+    def __init__(self, cluster: Any, kind: str, namespace: str, answered: Callable[[], None], *,
+                 label_selector: Optional[str] = None, field_selector: Optional[str] = None) -> None:
+        self.cluster, self.kind, self.namespace, self.answered = cluster, kind, namespace, answered
+        self.label_selector, self.field_selector = label_selector, field_selector
+        self.objects: dict[str, dict] = {}
+        #: Listed, and every change since is in ``objects`` (the watch has not broken since).
+        self.current = False
+        #: The server refused to list or watch it (403, 404): reads go to the server from now on.
+        self.refused = False
+        self.lock = threading.Lock()
+        self._stream: Optional[LogStream] = None
+
+    def run(self, stopped: threading.Event) -> None:
+        backoff = FIRST_BACKOFF_S
+        while not stopped.is_set() and not self.refused:
+            try:
+                self._list_and_watch(stopped)
+                backoff = FIRST_BACKOFF_S
+            except _Expired:
+                self._not_current()
+            except (PermissionDeniedError, NotFoundError) as error:  # no right to list or watch; not served
+                self._not_current()
+                self.refused = True
+                log.info("not watching %s (its reads go to the API server): %s", self.kind, error)
+            except (ClusterError, OSError, ValueError, KeyError) as error:
+                self._not_current()
+                log.debug("watch of %s broke: %s; listing again in %.0f s", self.kind, error, backoff)
+                stopped.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            except Exception as error:  # noqa: BLE001 - urllib3's HTTPError: the connection broke
+                self._not_current()
+                log.debug("watch of %s broke: %s", self.kind, error)
+                stopped.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        self._not_current()
+
+    def stop(self) -> None:
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def _list_and_watch(self, stopped: threading.Event) -> None:
+        items, version = self.cluster.list_to_watch(self.kind, self.namespace, self.label_selector,
+                                                     self.field_selector)
+        with self.lock:
+            self.objects = {o["metadata"]["name"]: o for o in items}
+            self.current = True
+        self.answered()
+        while not stopped.is_set():
+            self._stream = stream = self.cluster.watch(
+                self.kind, self.namespace, version, label_selector=self.label_selector,
+                field_selector=self.field_selector, timeout_seconds=WATCH_SECONDS)
+            self.answered()
+            if stopped.is_set():
+                stream.close()
+            for lines in stream:
+                self.answered()
+                for line in lines:
+                    if line.strip():
+                        version = self._apply(json.loads(line)) or version
+            if stream.interrupted:
+                return
+            # The server ended it (its timeout): nothing was missed, watch again from ``version``.
+
+    def _apply(self, event: dict) -> str:
+        """Apply one watch event; the resourceVersion it brings."""
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Expired()
+            raise ValueError(f"watch error: {obj.get('message') or obj}")
+        meta = obj["metadata"]
+        with self.lock:
+            if kind in ("ADDED", "MODIFIED"):
+                self.objects[meta["name"]] = obj
+            elif kind == "DELETED":
+                self.objects.pop(meta["name"], None)
+        return meta.get("resourceVersion", "")
+
+    def _not_current(self) -> None:
+        with self.lock:
+            self.current = False
+            self.objects = {}
+
+
+class WatchedJob:
+    """A ``ClusterReader`` for one job's repeated looks: its TrainJob, JobSet and pods from watches while
+    they are current, everything else (and those too, while not) from ``cluster``. ``stop`` when done."""
+
+    def __init__(self, cluster: ClusterReader, namespace: str, name: str) -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+        self._pod_label = f"{JOBSET_NAME_LABEL}={name}"
+        self._collections = self._new_collections()
+        #: Kinds the server refused to let us watch: not tried again.
+        self._refused: set[str] = set()
+        self._lock = threading.Lock()
+        self._stopped: Optional[threading.Event] = None
+        self._closed = False
+        self._last_read = time.monotonic()
+        self._direct_until = 0.0
+        #: When the API server last answered this reader (a watch event or opened, a log read, /version).
+        self.answered_at = float("-inf")
+
+    # --- the reads --------------------------------------------------------------------------------
+    def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+        held = self._held(kind, namespace) if name == self.name else None
+        if held is not None:
+            with held.lock:
+                if held.current:
+                    return copy.deepcopy(held.objects.get(name))
+        with self._answering():
+            return self.cluster.get(kind, name, namespace)
+
+    def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
+             field_selector: Optional[str] = None, limit: Optional[int] = None) -> builtins.list[dict]:
+        found = self._pods(kind, namespace, label_selector, field_selector)
+        if found is None:
+            with self._answering():
+                return self.cluster.list(kind, namespace, label_selector, field_selector, limit)
+        return [copy.deepcopy(p) for p in found[:limit]]
+
+    def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
+                      field_selector: Optional[str] = None) -> builtins.list[dict]:
+        found = self._pods(kind, namespace, label_selector, field_selector)
+        if found is None:
+            with self._answering():
+                return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
+        return [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                 "metadata": copy.deepcopy(p["metadata"])} for p in found]
+
+    def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
+        with self._answering():
+            return self.cluster.pod_log(name, namespace, **options)
+
+    def pod_log_stream(self, name: str, namespace: str, **options: Any) -> LogStream:
+        with self._answering():
+            return self.cluster.pod_log_stream(name, namespace, **options)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.cluster, attribute)  # what else a reader of ours asks (served versions, access)
+
+    # --- what it holds --------------------------------------------------------------------------
+    def wrote(self) -> None:
+        """This process just wrote to the job (a repair, a cancel): read from the API server for a moment."""
+        self._direct_until = time.monotonic() + DIRECT_AFTER_WRITE_S
+
+    def stop(self) -> None:
+        """Stop watching: reads go to the API server from now on."""
+        self._closed = True
+        self._pause()
+
+    def _pause(self) -> None:
+        """Stop watching until the next read (nobody reads: ``IDLE_STOP_S``)."""
+        with self._lock:
+            stopped, self._stopped = self._stopped, None
+        if stopped is not None:
+            stopped.set()
+            for collection in self._collections.values():
+                collection.stop()
+
+    def current(self) -> dict[str, bool]:
+        """Kind -> whether its reads are answered from the watch now (for tests and ``--verbose``)."""
+        return {kind: c.current and not self._closed for kind, c in self._collections.items()}
+
+    def _held(self, kind: str, namespace: Optional[str]) -> Optional[_Collection]:
+        """The collection that may answer a read of ``kind`` in ``namespace`` (watching it, if not yet)."""
+        if kind not in self._collections or namespace != self.namespace or kind in self._refused or self._closed:
+            return None
+        self._last_read = time.monotonic()
+        self._ensure_watching()
+        collection = self._collections[kind]
+        if collection.refused or not collection.current or time.monotonic() < self._direct_until:
+            return None
+        return collection if self._server_answers() else None
+
+    def _answered(self) -> None:
+        self.answered_at = time.monotonic()
+
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        """A request through this reader: an answer, refusals included, says the API server answers."""
+        try:
+            yield
+        except ClusterUnreachableError:
+            raise
+        except ClusterError:
+            self._answered()
+            raise
+        self._answered()
+
+    def _server_answers(self) -> bool:
+        """Whether the API server answered lately, asking it if not (``ANSWERED_WITHIN_S``)."""
+        if time.monotonic() - self.answered_at < ANSWERED_WITHIN_S:
+            return True
+        answers = getattr(self.cluster, "answers", None)
+        if answers is None or not answers():
+            return False
+        self._answered()
+        return True
+
+    def _pods(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
+              field_selector: Optional[str]) -> Optional[builtins.list[dict]]:
+        """The held pods a list selects, in the API server's order (by name); None where it must ask."""
+        if kind != "Pod":
+            return None
+        match = _pod_matcher(self._pod_label, label_selector, field_selector)
+        held = self._held(kind, namespace) if match is not None else None
+        if held is None or match is None:
+            return None
+        with held.lock:
+            if not held.current:
+                return None
+            return [held.objects[n] for n in sorted(held.objects) if match(held.objects[n])]
+
+    def _new_collections(self) -> dict[str, _Collection]:
+        """What one start watches (each start its own: a stopped one's thread may still be ending)."""
+        name, namespace = self.name, self.namespace
+        return {
+            TRAINJOB_KIND: _Collection(self.cluster, TRAINJOB_KIND, namespace, self._answered,
+                                       field_selector=f"metadata.name={name}"),
+            JOBSET_KIND: _Collection(self.cluster, JOBSET_KIND, namespace, self._answered,
+                                     field_selector=f"metadata.name={name}"),
+            "Pod": _Collection(self.cluster, "Pod", namespace, self._answered, label_selector=self._pod_label),
+        }
+
+    def _ensure_watching(self) -> None:
+        with self._lock:
+            if self._stopped is not None:
+                return
+            self._refused |= {kind for kind, c in self._collections.items() if c.refused}
+            self._collections = collections = self._new_collections()
+            self._stopped = stopped = threading.Event()
+        for kind, collection in collections.items():
+            if kind not in self._refused:
+                threading.Thread(target=collection.run, args=(stopped,), daemon=True,
+                                 name=f"watch-{kind.lower()}-{self.name}").start()
+        threading.Thread(target=self._stop_when_idle, args=(stopped,), daemon=True,
+                         name=f"watch-idle-{self.name}").start()
+
+    def _stop_when_idle(self, stopped: threading.Event) -> None:
+        while not stopped.wait(min(IDLE_STOP_S, 10.0)):
+            if time.monotonic() - self._last_read > IDLE_STOP_S:
+                self._pause()
+
+
+def _pod_matcher(job_label: str, label_selector: Optional[str],
+                 field_selector: Optional[str]) -> Optional[Callable[[dict], bool]]:
+    """A test of a held pod for a list of the job's pods with these selectors; None for a selector not of the
+    job's pods (no ``job_label`` term) or with a form not evaluated here (set-based terms, other fields)."""
+    labels = _equality_terms(label_selector)
+    fields = _equality_terms(field_selector)
+    if labels is None or fields is None or (job_label.split("=", 1)[0], True, job_label.split("=", 1)[1]) \
+            not in labels or any(path not in _POD_FIELDS for path, _, _ in fields):
+        return None
+
+    def matches(pod: dict) -> bool:
+        pod_labels = pod["metadata"].get("labels") or {}
+        return all((pod_labels.get(key) == value) == equal for key, equal, value in labels) and \
+            all((_POD_FIELDS[path](pod) == value) == equal for path, equal, value in fields)
+
+    return matches
+
+
+def _equality_terms(selector: Optional[str]) -> Optional[list[tuple[str, bool, str]]]:
+    """``a=b,c!=d`` as (key, equal, value) terms; None for any other form (``in``, ``notin``, existence)."""
+    terms = []
+    for part in filter(None, (p.strip() for p in (selector or "").split(","))):
+        term = _EQUALITY_TERM.match(part)
+        if term is None:
+            return None
+        terms.append((term["key"], term["operator"] != "!=", term["value"]))
+    return terms
+
+
+_EQUALITY_TERM = re.compile(r"^(?P<key>[A-Za-z0-9./_-]+)\s*(?P<operator>==|!=|=)\s*(?P<value>[A-Za-z0-9._-]*)$")

@@ -1,0 +1,168 @@
+"""The looks that repeat (an attached wait, ``nemo-kubeflow watch``: ``look_after``) read a job's TrainJob, JobSet
+and pods from watches (``cluster/watched.py``), counted at the HTTP level on a local cluster of status-only pods:
+no GET or LIST of them per look once the watches are current, the same answers as a look that reads them, a
+change seen by the next look, and the reads going to the API server where a watch cannot answer (no right to
+watch, a selector it does not evaluate). The outage case is test_outages_and_gone_jobs.py's."""
+
+import time
+
+import pytest
+from polling import wait_for
+from test_describe_reads_at_scale import status_only_cluster
+from test_diagnosis import submit
+from torchx.specs import AppState
+
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.cluster.watched import WatchedJob
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.diagnosis import NOT_PENDING, NOT_RUNNING, RUNNING, STARTING, UNSCHEDULED
+from nemo_kubeflow.observe.logs import node_selector
+
+NODES = 4
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    yield from status_only_cluster(tmp_path_factory, NODES * 2)
+
+
+def _running_job(local, title, **kw):
+    _, app_id = submit(local, title, script="sleep 600", nodes=NODES, **kw)
+    name = app_id.split(":")[-1]
+    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in local.objects("pods", "default")
+                         if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name) == NODES,
+             "every pod running", timeout=120)
+    return app_id, name
+
+
+def _job_requests(local, name):
+    return sorted((r.verb, r.resource) for r in local.requests
+                  if name in (r.name or "") + r.query.get("labelSelector", "") + r.query.get("fieldSelector", ""))
+
+
+def _current(scheduler, app_id):
+    cache = scheduler._watches[app_id].job_cache
+    return cache is not None and all(cache.current().values())
+
+
+def test_repeated_looks_read_the_job_from_watches_and_answer_as_a_read_does(local):
+    app_id, name = _running_job(local, "wj-looks")
+    scheduler = create_scheduler("wj")
+    scheduler.look_after(app_id)
+    wait_for(lambda: _current(scheduler, app_id), "the watches current", timeout=30)
+    local.clear_requests()
+    looks = [scheduler.look_after(app_id)[0] for _ in range(5)]
+    requests = _job_requests(local, name)
+    assert not [r for r in requests if r in {("get", "trainjobs"), ("get", "jobsets"), ("list", "pods")}], requests
+    direct = create_scheduler("direct").describe(app_id)
+    assert {(d.state, d.msg) for d in looks} == {(direct.state, direct.msg)}
+    assert direct.state == AppState.RUNNING
+
+    # A change reaches the next look: a node fails, the job (no retries) fails.
+    local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=1", 3)
+    failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
+                      "the look to see the failure", timeout=60)
+    assert "exited with code 3" in failed.msg, failed.msg
+    assert scheduler._watches[app_id].job_cache is None  # over: no longer watched
+
+
+def test_the_held_pods_are_what_a_list_with_each_selector_of_ours_returns(local):
+    app_id, name = _running_job(local, "wj-select")
+    local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=2", 0)
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    watched = WatchedJob(cluster, "default", name)
+    try:
+        job = f"{JOBSET_NAME_LABEL}={name}"
+        wait_for(lambda: watched.list("Pod", "default", job) and all(watched.current().values()),
+                 "the watches current", timeout=30)
+        for labels in (job, node_selector(name), node_selector(name, 0), node_selector(name, 2)):
+            for fields in (None, NOT_RUNNING, RUNNING, NOT_PENDING, UNSCHEDULED, STARTING):
+                for limit in (None, 1, 8):
+                    assert [p["metadata"]["name"] for p in watched.list("Pod", "default", labels, fields, limit)] \
+                        == [p["metadata"]["name"] for p in cluster.list("Pod", "default", labels, fields, limit)], \
+                        (labels, fields, limit)
+                assert watched.list_metadata("Pod", "default", labels, fields) == \
+                    cluster.list_metadata("Pod", "default", labels, fields), (labels, fields)
+        assert watched.get(TRAINJOB_KIND, name, "default") == cluster.get(TRAINJOB_KIND, name, "default")
+        assert watched.get(JOBSET_KIND, name, "default")["metadata"]["uid"] == \
+            cluster.get(JOBSET_KIND, name, "default")["metadata"]["uid"]
+        local.clear_requests()
+        watched.list("Pod", "default", job, NOT_RUNNING)
+        watched.get(TRAINJOB_KIND, name, "default")
+        assert _job_requests(local, name) == []
+        # A selector not evaluated here (set-based) and another job's pods go to the API server.
+        watched.list("Pod", "default", f"{JOBSET_NAME_LABEL} in ({name})")
+        watched.list("Pod", "default", f"{JOBSET_NAME_LABEL}=someone-else")
+        watched.get(TRAINJOB_KIND, "someone-else", "default")
+        assert len([r for r in local.requests if r.verb in ("list", "get") and r.resource in ("pods", "trainjobs")]) == 3
+    finally:
+        watched.stop()
+
+
+def test_without_the_right_to_watch_pods_their_reads_go_to_the_api_server(local):
+    app_id, name = _running_job(local, "wj-denied")
+    local.deny("watch", "pods")
+    try:
+        scheduler = create_scheduler("wj-denied")
+        scheduler.look_after(app_id)
+        cache = scheduler._watches[app_id].job_cache
+        wait_for(lambda: cache.current()[TRAINJOB_KIND] and cache.current()[JOBSET_KIND] and
+                 "Pod" in cache._refused | {k for k, c in cache._collections.items() if c.refused},
+                 "the TrainJob and JobSet watched, the pods refused", timeout=30)
+        local.clear_requests()
+        look = scheduler.look_after(app_id)[0]
+        requests = _job_requests(local, name)
+        assert ("list", "pods") in requests and ("get", "trainjobs") not in requests, requests
+        direct = create_scheduler("direct").describe(app_id)
+        assert (look.state, look.msg) == (direct.state, direct.msg) and look.state == AppState.RUNNING
+    finally:
+        local.allow_all()
+
+
+def test_a_look_after_a_write_of_this_process_reads_the_api_server(local):
+    app_id, name = _running_job(local, "wj-wrote")
+    scheduler = create_scheduler("wj-wrote")
+    scheduler.look_after(app_id)
+    wait_for(lambda: _current(scheduler, app_id), "the watches current", timeout=30)
+    scheduler.cancel(app_id)
+    started = time.monotonic()
+    local.clear_requests()
+    look = scheduler.look_after(app_id)[0]
+    assert time.monotonic() - started < 5
+    assert ("get", "trainjobs") in _job_requests(local, name)  # not the watch's copy, which may predate the delete
+    assert look.state == AppState.CANCELLED, look.msg
+
+
+def test_watching_pauses_when_nobody_reads_and_starts_again_on_the_next_read(local, monkeypatch):
+    from nemo_kubeflow.cluster import watched as watched_module
+
+    app_id, name = _running_job(local, "wj-idle")
+    monkeypatch.setattr(watched_module, "IDLE_STOP_S", 0.5)
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    watched = WatchedJob(cluster, "default", name)
+    try:
+        watched.get(TRAINJOB_KIND, name, "default")
+        wait_for(lambda: not any(watched.current().values()) and watched._stopped is None,
+                 "watching paused", timeout=30)
+        local.clear_requests()
+        assert watched.get(TRAINJOB_KIND, name, "default")["metadata"]["name"] == name  # read through, restarts
+        assert ("get", "trainjobs") in _job_requests(local, name)
+        wait_for(lambda: watched.current()[TRAINJOB_KIND], "watching again", timeout=30)
+    finally:
+        watched.stop()
+    assert watched._closed and not any(watched.current().values())
+
+
+def test_a_watch_whose_version_expired_lists_again_and_an_error_event_breaks_it():
+    from nemo_kubeflow.cluster.watched import _Collection, _Expired
+
+    collection = _Collection(None, "Pod", "default", lambda: None)
+    assert collection._apply({"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "5"}}}) == "5"
+    assert collection._apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}) == "9"
+    assert collection._apply({"type": "DELETED", "object": {"metadata": {"name": "a", "resourceVersion": "10"}}})
+    assert collection.objects == {}
+    with pytest.raises(_Expired):
+        collection._apply({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}})
+    with pytest.raises(ValueError, match="watch error: internal"):
+        collection._apply({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "internal"}})

@@ -7,7 +7,8 @@ pod, so that 1,024 nodes fit on this machine. For each job size, ours and the ba
 built-in ``KubeflowExecutor``, a bare TrainJob of as many nodes) run one task that never ends by itself:
 
 - attached wait: torchx's ``Runner.wait`` (what ``exp.run()`` does, one look every 2 s), counted over a
-  window after its first looks (ours starts following the node logs from its second look: counted);
+  window after its first looks (ours starts following the node logs from its second look: counted; its
+  looks answer from watches from then on, ``cluster/watched.py``: a window of 60 s holds one renewal of each);
 - ``nemo-kubeflow watch --interval 2`` (ours only; NeMo-Run has no such command: the baseline column is
   its attached wait at the same cadence);
 - ``nemo experiment status`` (``Experiment.from_id(...).status()`` in a fresh process): per call;
@@ -84,7 +85,9 @@ class Window:
         self.seconds = time.monotonic() - self.started
         self.by = {(verb, resource): (n, size) for verb, resource, n, size in self.cluster.api_counters()}
         looks = [r for r in self.cluster.requests if not _keeping_logs(r)]
-        self.looks = (len(looks), sum(r.bytes or 0 for r in looks))
+        # A watch's bytes are counted as they stream (the counters), not in its request's record.
+        streamed = sum(size for (verb, _), (_, size) in self.by.items() if verb == "watch")
+        self.looks = (len(looks), sum(r.bytes or 0 for r in looks) + streamed)
         return self
 
     def looks_per_minute(self) -> tuple[float, float]:
@@ -218,7 +221,8 @@ def _other_states(cluster: ClusterProcess, nodes: int) -> dict:
 
 def run(ctx):
     sizes = (8, 128) if ctx.quick else (8, 128, 1024)
-    window_s = 10.0 if ctx.quick else 20.0
+    # A full window holds one renewal of each of ours' watches (cluster/watched.py WATCH_SECONDS).
+    window_s = 30.0 if ctx.quick else 60.0
     workdir = tempfile.mkdtemp(prefix="nk-apiload-", dir=ctx.workdir)
     cluster = ClusterProcess(os.path.join(workdir, "cluster"), status_only_pods=True)
     results: dict = {}

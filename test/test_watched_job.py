@@ -166,3 +166,25 @@ def test_a_watch_whose_version_expired_lists_again_and_an_error_event_breaks_it(
         collection._apply({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}})
     with pytest.raises(ValueError, match="watch error: internal"):
         collection._apply({"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "internal"}})
+
+
+def test_a_process_watches_at_most_so_many_jobs_and_reads_the_others(local, monkeypatch):
+    from nemo_kubeflow.cluster import watched as watched_module
+
+    # Two more than this process watches now (earlier tests' looks may still watch, until idle).
+    monkeypatch.setattr(watched_module, "MAX_WATCHED_JOBS", len(watched_module._watching) + 2)
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    jobs = [WatchedJob(cluster, "default", f"wj-cap-{i}") for i in range(3)]
+    try:
+        for job in jobs[:2]:
+            job.get(TRAINJOB_KIND, job.name, "default")
+            wait_for(lambda job=job: all(job.current().values()), "watched", timeout=30)
+        local.clear_requests()
+        assert jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default") is None
+        assert _job_requests(local, "wj-cap-2") == [("get", "trainjobs")] and not any(jobs[2].current().values())
+        jobs[0].stop()
+        jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default")
+        wait_for(lambda: all(jobs[2].current().values()), "the third watched once the first stopped", timeout=30)
+    finally:
+        for job in jobs:
+            job.stop()

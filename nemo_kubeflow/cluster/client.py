@@ -689,9 +689,10 @@ class LogStream:
 
 
 #: Connections one API client keeps open: the log follower's readers (``logs.LOG_READERS``, 8, each
-#: holding one stream or read) plus the describes and lists beside them. The kubernetes client's
-#: default is 5 per CPU: 5 on a 1-CPU machine, where urllib3 would drop and reopen connections.
-API_CONNECTIONS = 16
+#: holding one stream or read) plus the describes and lists beside them, plus the watches of the jobs
+#: watched at once (``watched.MAX_WATCHED_JOBS`` x 3). The kubernetes client's default is 5 per CPU: 5 on a
+#: 1-CPU machine, where urllib3 would drop and reopen connections.
+API_CONNECTIONS = 16 + 3 * 4
 
 
 def _api_client(configuration):

@@ -38,6 +38,12 @@ IDLE_STOP_S = 120.0
 ANSWERED_WITHIN_S = 10.0
 #: After a write of this process, reads go to the API server this long (the watch may not have its echo yet).
 DIRECT_AFTER_WRITE_S = 5.0
+#: Jobs one process watches at once (3 watches each); the looks of more jobs (``nemo-kubeflow watch`` of a
+#: large experiment) read the API server, as a status query does, until one of these ends.
+MAX_WATCHED_JOBS = 4
+_watching: set[int] = set()
+_watching_lock = threading.Lock()
+
 #: Wait before listing again after a failure, doubling up to the most.
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
 
@@ -213,6 +219,8 @@ class WatchedJob:
         """Stop watching until the next read (nobody reads: ``IDLE_STOP_S``)."""
         with self._lock:
             stopped, self._stopped = self._stopped, None
+            with _watching_lock:
+                _watching.discard(id(self))
         if stopped is not None:
             stopped.set()
             for collection in self._collections.values():
@@ -287,6 +295,10 @@ class WatchedJob:
         with self._lock:
             if self._stopped is not None:
                 return
+            with _watching_lock:
+                if len(_watching) >= MAX_WATCHED_JOBS:
+                    return  # reads go to the API server (``_held`` finds nothing current)
+                _watching.add(id(self))
             self._refused |= {kind for kind, c in self._collections.items() if c.refused}
             self._collections = collections = self._new_collections()
             self._stopped = stopped = threading.Event()

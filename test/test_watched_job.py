@@ -4,6 +4,7 @@ no GET or LIST of them per look once the watches are current, the same answers a
 change seen by the next look, and the reads going to the API server where a watch cannot answer (no right to
 watch, a selector it does not evaluate). The outage case is test_outages_and_gone_jobs.py's."""
 
+import queue
 import time
 
 import pytest
@@ -188,3 +189,24 @@ def test_a_process_watches_at_most_so_many_jobs_and_reads_the_others(local, monk
     finally:
         for job in jobs:
             job.stop()
+
+
+def test_the_node_log_keeper_of_a_watched_job_shares_the_follower_of_the_client_it_reads_through(local):
+    """A waiting process that keeps the node logs (through its watched reader) and follows them live (through
+    the client, `tail_logs`) reads each node's log once: one follower for both."""
+    from nemo_kubeflow.observe import logs
+
+    app_id, name = _running_job(local, "wj-keeper")
+    scheduler = create_scheduler("wj-keeper")
+    for _ in range(2):  # the node logs are kept from the second look
+        scheduler.look_after(app_id)
+    watch = scheduler._watches[app_id]
+    assert watch.keeper is not None and watch.job_cache is not None
+    [follower] = logs._followers[(id(watch.job_cache.cluster), "default", name)]
+    assert set(watch.keeper._followers.values()) == {follower}
+    sink = queue.SimpleQueue()
+    live = logs._subscribe(watch.job_cache.cluster, "default", name, 0, sink)  # as log_iter subscribes
+    live.unsubscribe(0, sink)
+    assert live is follower
+    scheduler.cancel(app_id)
+    scheduler.look_after(app_id)

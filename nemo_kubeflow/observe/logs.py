@@ -682,8 +682,11 @@ _followers: dict[tuple, list[JobLogFollower]] = {}
 
 
 def _subscribe(cluster: ClusterReader, namespace: str, trainjob: str, index: int, sink) -> JobLogFollower:
-    """The job's follower in this process that can take ``sink`` for node ``index`` (a new one if none can)."""
-    key = (id(cluster), namespace, trainjob)
+    """The job's follower in this process that can take ``sink`` for node ``index`` (a new one if none can). A
+    reader that answers from watches (``cluster/watched.py``: its ``cluster`` is the client it reads through)
+    shares the follower of that client: a waiting process keeping node logs and following them live reads
+    each log once."""
+    key = (id(getattr(cluster, "cluster", cluster)), namespace, trainjob)
     with _followers_lock:
         followers = _followers.setdefault(key, [])
         followers[:] = [f for f in followers if not f.stopped]

@@ -58,6 +58,7 @@ def test_held_objects_match_reads_and_looks_answer_from_them(backend):
     # the local server per job; the real one counts every client's requests together).
     scheduler = create_scheduler("looks")
     first = scheduler.look_after(app_id)[0]
+    scheduler.look_after(app_id)  # watched from the second look
     cache = scheduler._watches[app_id].job_cache
     wait_for(lambda: all(cache.current().values()), "the look's watches current")
     looks = [scheduler.look_after(app_id)[0] for _ in range(4)]

@@ -52,6 +52,8 @@ class AppWatch:
     cancelled_here: bool = False
     #: The job's TrainJob, JobSet and pods from watches, for the looks that repeat (``cluster/watched.py``).
     job_cache: Optional[WatchedJob] = None
+    #: Looks of an attached wait or ``nemo-kubeflow watch`` so far (``look_after`` with its repair step).
+    looks_after: int = 0
 
 
 #: After a look finds the API server unreachable, the next look waits this long, doubling up to the most.

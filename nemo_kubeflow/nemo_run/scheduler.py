@@ -296,6 +296,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         watch = self._watches.setdefault(app_id, AppWatch())
         observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair,
                                                reader=self._watched(watch, cluster, namespace, name) if repair else None)
+        if repair:
+            watch.looks_after += 1
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
@@ -317,10 +319,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             self._say(app_id, "repaired", watch.last_repair)
 
     @staticmethod
-    def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> WatchedJob:
-        """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): the job's TrainJob,
-        JobSet and pods from watches (``cluster/watched.py``), not read again on each look."""
-        if watch.job_cache is None:
+    def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> Optional[WatchedJob]:
+        """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): from its second look on
+        (a job the first finds over is not watched), the job's TrainJob, JobSet and pods from watches
+        (``cluster/watched.py``), not read again on each look."""
+        if watch.job_cache is None and watch.looks_after >= 1:
             watch.job_cache = WatchedJob(cluster, namespace, name)
         return watch.job_cache
 

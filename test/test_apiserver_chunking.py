@@ -4,6 +4,8 @@ selector; in full and metadata-only lists. Checked on the real control plane too
 
 import base64
 import json
+import socket
+import time
 import uuid
 
 import pytest
@@ -86,3 +88,26 @@ def test_chunked_lists_on_the_real_control_plane(real_control_plane, real_namesp
 
     api_client = config.new_client_from_config(config_file=str(real_control_plane.kubeconfig_path))
     _check_chunks(KubernetesCluster(str(real_control_plane.kubeconfig_path)), api_client, real_namespace)
+
+
+def test_a_client_that_goes_away_mid_answer_is_no_server_error(local, caplog):
+    """A log follower closing its connection while a large list is sent (the server's write then fails with a
+    TLS EOF, a broken pipe or a reset): the local server logs no internal error for it and serves on."""
+    namespace = f"gone-{uuid.uuid4().hex[:6]}"
+    local.create_namespace(namespace)
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    for i in range(60):
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"big-{i}", "namespace": namespace},
+                        "data": {"big": "x" * 200_000}})
+    caplog.set_level("ERROR")
+    for _ in range(3):
+        resp = cluster.api_client.call_api(f"/api/v1/namespaces/{namespace}/configmaps", "GET",
+                                           header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                                           _preload_content=False, _return_http_data_only=True)
+        resp.read(1024)
+        resp._connection.sock.shutdown(socket.SHUT_RDWR)  # gone, mid-answer
+        resp.close()
+    assert len(cluster.list("ConfigMap", namespace)) == 60
+    time.sleep(0.5)
+    assert not [r for r in caplog.records if "Internal error" in r.getMessage() or r.exc_info], \
+        [r.getMessage() for r in caplog.records]

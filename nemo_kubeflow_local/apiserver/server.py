@@ -33,6 +33,10 @@ from nemo_kubeflow_local.apiserver.tls import ServerCredentials
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT, list_from_storage, to_storage
 from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
 
+#: A client that went away while it was answered (a follower closing its connection mid-list): TLS reports it
+#: as an EOF, plain TCP as a broken pipe or a reset.
+CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError)
+
 logger = logging.getLogger(__name__)
 
 _MAJOR, _MINOR, _ = C.KUBERNETES_VERSION.split(".")
@@ -359,7 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._log_request = log_request
         try:
             code = self._serve(api, method, target, verb, query, raw)
-        except (BrokenPipeError, ConnectionResetError):
+        except CLIENT_GONE:
             self.close_connection = True
         finally:
             log_request(code)
@@ -392,6 +396,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._dispatch(api, method, target, verb, query, raw)
         except ApiError as error:
             return self._send(error)
+        except CLIENT_GONE:
+            raise  # nobody to answer: not the server's error
         except Exception as error:  # noqa: BLE001 - answer like the server does, keep the traceback
             logger.exception("%s %s", method, self.path)
             return self._send(ApiError(500, f"Internal error occurred: {error}"))

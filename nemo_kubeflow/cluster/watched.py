@@ -7,8 +7,8 @@ once, then watches their changes (one request per ``WATCH_SECONDS`` each, carryi
 answers ``get`` and ``list`` from what it holds while that collection's watch is current. Otherwise the read
 goes to the API server as before, and its errors are the look's: not listed yet, a watch broken, silent past
 its timeout or refused (no ``watch`` right), the API server not heard from lately (``ANSWERED_WITHIN_S``), or
-a write by this process a moment ago. What it holds is never
-shown as a state it could not read. Other reads (events, logs, other kinds) always go to the API server.
+a write by this process a moment ago. What it holds is never shown as a state it could not read. Other reads
+(events, logs, other kinds) always go to the API server.
 """
 
 from __future__ import annotations
@@ -88,14 +88,10 @@ class _Collection:
                 self._not_current()
                 self.refused = True
                 log.info("not watching %s (its reads go to the API server): %s", self.kind, error)
-            except (ClusterError, OSError, ValueError, KeyError) as error:
+            except Exception as error:  # noqa: BLE001 - a request refused, a connection broken (urllib3's
+                # HTTPError), an event not understood: nothing held is trusted until listed again.
                 self._not_current()
                 log.debug("watch of %s broke: %s; listing again in %.0f s", self.kind, error, backoff)
-                stopped.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
-            except Exception as error:  # noqa: BLE001 - urllib3's HTTPError: the connection broke
-                self._not_current()
-                log.debug("watch of %s broke: %s", self.kind, error)
                 stopped.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         self._not_current()

@@ -524,17 +524,13 @@ class KubernetesCluster:
              field_selector: Optional[str] = None, limit: Optional[int] = None) -> list[dict]:
         """The matching objects; with ``limit``, only the first ``limit`` of them in the server's key order (the
         first chunk: a sample, for a look that does not need them all)."""
-        return self._list(kind, namespace, label_selector, field_selector, "application/json", limit)
+        return self._list_answer(kind, namespace, label_selector, field_selector, "application/json", limit)[0]
 
     def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
                       field_selector: Optional[str] = None) -> builtins.list[dict]:
         """The objects' metadata only (``PartialObjectMetadata`` items: ``{"metadata": ...}``), a fraction of
         their size: for what names, labels and owners tell."""
-        return self._list(kind, namespace, label_selector, field_selector, METADATA_LIST_ACCEPT)
-
-    def _list(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
-              field_selector: Optional[str], accept: str, limit: Optional[int] = None) -> builtins.list[dict]:
-        return self._list_answer(kind, namespace, label_selector, field_selector, accept, limit)[0]
+        return self._list_answer(kind, namespace, label_selector, field_selector, METADATA_LIST_ACCEPT)[0]
 
     def _list_answer(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
                      field_selector: Optional[str], accept: str = "application/json",
@@ -688,11 +684,15 @@ class LogStream:
                     pass
 
 
+#: Jobs one process watches at once (``watched.py``: 3 watches each); the looks of more jobs (``nemo-kubeflow
+#: watch`` of a large experiment) read the API server, as a status query does, until one of these ends.
+MAX_WATCHED_JOBS = 4
+
 #: Connections one API client keeps open: the log follower's readers (``logs.LOG_READERS``, 8, each
 #: holding one stream or read) plus the describes and lists beside them, plus the watches of the jobs
-#: watched at once (``watched.MAX_WATCHED_JOBS`` x 3). The kubernetes client's default is 5 per CPU: 5 on a
-#: 1-CPU machine, where urllib3 would drop and reopen connections.
-API_CONNECTIONS = 16 + 3 * 4
+#: watched at once. The kubernetes client's default is 5 per CPU: 5 on a 1-CPU machine, where urllib3
+#: would drop and reopen connections.
+API_CONNECTIONS = 16 + 3 * MAX_WATCHED_JOBS
 
 
 def _api_client(configuration):

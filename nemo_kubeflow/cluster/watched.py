@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_kubeflow.cluster.client import ClusterReader, LogStream
+from nemo_kubeflow.cluster.client import MAX_WATCHED_JOBS, ClusterReader, LogStream
 from nemo_kubeflow.constants import JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, NotFoundError, PermissionDeniedError
 
@@ -38,9 +38,6 @@ IDLE_STOP_S = 120.0
 ANSWERED_WITHIN_S = 10.0
 #: After a write of this process, reads go to the API server this long (the watch may not have its echo yet).
 DIRECT_AFTER_WRITE_S = 5.0
-#: Jobs one process watches at once (3 watches each); the looks of more jobs (``nemo-kubeflow watch`` of a
-#: large experiment) read the API server, as a status query does, until one of these ends.
-MAX_WATCHED_JOBS = 4
 _watching: set[int] = set()
 _watching_lock = threading.Lock()
 

@@ -92,7 +92,7 @@ def run(ctx):
                     scheduler.look_after(app_id)  # a failed job's first repair step saves the node logs
                 # Counted: one describe by a new scheduler, as `nemo experiment status` makes it; the waiting
                 # one's log keeper (threads of its own, reading logs and the TrainJob) is stopped first.
-                for watch in scheduler._watches.values():
+                for watch in getattr(scheduler, "_watches", {}).values():  # NeMo-Run's own scheduler has none
                     if watch.keeper is not None:
                         watch.keeper.stop()
                 time.sleep(1.0)

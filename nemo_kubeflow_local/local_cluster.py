@@ -123,7 +123,7 @@ class LocalCluster:
         if self._persist:
             self._saver = persistence.Saver(store, self._workdir)
             self._saver.start()
-        events, logs = EventRecorder(store), LogStore()
+        events, logs = EventRecorder(store), LogStore(silent_running=self._status_only_pods)
         self._credentials = make_credentials()
         self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials,
                                  self._kueue_versions)

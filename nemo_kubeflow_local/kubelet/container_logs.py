@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from nemo_kubeflow_local.apiserver import resources as R
-from nemo_kubeflow_local.apiserver.apierrors import bad_request
+from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
 from nemo_kubeflow_local.apiserver.store import Store
 
 #: containerd splits lines longer than this into partial (P) records.
@@ -132,12 +132,52 @@ def render(data: bytes, timestamps: bool, since: Optional[dt.datetime] = None) -
     return out
 
 
-class LogStore:
-    """Every container run's log, by pod uid and container name."""
+class SilentLog:
+    """The log of a container that runs without a process (``status_only_pods``): what a kubelet serves for a
+    running container that prints nothing. A read gets no line; a follow stream stays open, silent, until the
+    container is no longer running (its pod ended, was deleted or replaced), as a real one does."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store, namespace: str, name: str, uid: str, container: str) -> None:
+        self._store, self._namespace, self._name, self._uid, self._container = store, namespace, name, uid, container
+
+    @property
+    def finished(self) -> bool:
+        try:
+            pod = self._store.snapshot(R.PODS, self._namespace, self._name)
+        except ApiError:
+            return True
+        if pod["metadata"].get("uid") != self._uid:
+            return True
+        return not _running_container(pod, self._container)
+
+    def read_from(self, offset: int) -> tuple[bytes, int]:
+        return b"", offset
+
+    def start_offset(self, since: Optional[str] = None, tail: Optional[int] = None) -> int:
+        return 0
+
+    def wait_beyond(self, offset: int, timeout: float) -> None:
+        threading.Event().wait(timeout)
+
+    def size(self) -> int:
+        return 0
+
+
+def _running_container(pod: dict, container: str) -> bool:
+    status = pod.get("status") or {}
+    return any(s.get("name") == container and (s.get("state") or {}).get("running") is not None
+               for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []))
+
+
+class LogStore:
+    """Every container run's log, by pod uid and container name. With ``silent_running`` (status-only pods: no
+    process, so no run), a running container without a run reads as one that printed nothing (``SilentLog``)."""
+
+    def __init__(self, silent_running: bool = False) -> None:
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str], list[ContainerLog]] = {}
+        self._silent_running = silent_running
+        self._store: Optional[Store] = None
 
     def start_run(self, pod_uid: str, container: str, path: Path) -> ContainerLog:
         log = ContainerLog(path)
@@ -155,11 +195,12 @@ class LogStore:
         for log in runs:
             log.finish()
 
-    def select(self, store: Store, namespace: str, name: str, query: dict) -> ContainerLog:
+    def select(self, store: Store, namespace: str, name: str, query: dict) -> "ContainerLog | SilentLog":
         """The run `pods/{name}/log` reads, with the API server's errors for the others."""
+        self._store = store
         return self.select_for(store.snapshot(R.PODS, namespace, name), query)
 
-    def select_for(self, pod: dict, query: dict) -> ContainerLog:
+    def select_for(self, pod: dict, query: dict) -> "ContainerLog | SilentLog":
         """The run of `pod` a log request (`container`, `previous`) reads; ApiError 400 for none."""
         name = pod["metadata"]["name"]
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -179,6 +220,9 @@ class LogStore:
             if len(runs) < 2:
                 raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
             return runs[-2]
+        if not runs and self._silent_running and self._store is not None and _running_container(pod, container):
+            meta = pod["metadata"]
+            return SilentLog(self._store, meta["namespace"], name, meta["uid"], container)
         if not runs:
             statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
             state = next((s.get("state", {}) for s in statuses if s.get("name") == container), {})
@@ -188,7 +232,7 @@ class LogStore:
         return runs[-1]
 
 
-def stream(log: ContainerLog, query: dict, stopping: threading.Event,
+def stream(log: "ContainerLog | SilentLog", query: dict, stopping: threading.Event,
            cut: Optional[threading.Event] = None) -> Iterator[bytes]:
     """The body of a log request: everything (or the tail), then new lines while `follow` is set,
     until the container run ends, the server stops, or `cut` is set (a test closing the stream)."""

@@ -170,7 +170,8 @@ class ClusterReader(Protocol):
                 since_seconds: Optional[int] = None, since_time: Optional[str] = None,
                 timestamps: bool = False, limit_bytes: Optional[int] = None) -> Iterator[str]: ...
     def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
-                       since_time: Optional[str] = None, idle_timeout: Optional[float] = None) -> "LogStream": ...
+                       since_time: Optional[str] = None, tail_lines: Optional[int] = None,
+                       idle_timeout: Optional[float] = None) -> "LogStream": ...
 
 
 class Cluster(ClusterReader, Protocol):
@@ -615,15 +616,18 @@ class KubernetesCluster:
         return _iter_lines(resp)
 
     def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
-                       since_time: Optional[str] = None, idle_timeout: Optional[float] = None) -> "LogStream":
-        """A ``follow`` read of a pod's log with ``timestamps`` (from ``since_time`` on, if given), as a
-        ``LogStream``: open until the container ends, the server closes it, or ``close``. With
-        ``idle_timeout``, a stream silent that long ends in ``ReadTimeoutError``."""
+                       since_time: Optional[str] = None, tail_lines: Optional[int] = None,
+                       idle_timeout: Optional[float] = None) -> "LogStream":
+        """A ``follow`` read of a pod's log with ``timestamps`` (from ``since_time`` on, if given; starting with
+        its last ``tail_lines`` lines, if given), as a ``LogStream``: open until the container ends, the server
+        closes it, or ``close``. With ``idle_timeout``, a stream silent that long ends in ``ReadTimeoutError``."""
         query: list = [("follow", "true"), ("timestamps", "true")]
         if container:
             query.append(("container", container))
         if since_time is not None:
             query.append(("sinceTime", since_time))
+        if tail_lines is not None:
+            query.append(("tailLines", str(tail_lines)))
         resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
                           name=name, namespace=namespace, query=query, stream=True, retry=False,
                           stream_timeout=idle_timeout)

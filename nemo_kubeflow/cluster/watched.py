@@ -62,9 +62,12 @@ class _Collection:
     """One kind's matching objects (by name), listed then watched by a thread of its own."""
 
     def __init__(self, cluster: Any, kind: str, namespace: str, answered: Callable[[], None], *,
-                 label_selector: Optional[str] = None, field_selector: Optional[str] = None) -> None:
+                 label_selector: Optional[str] = None, field_selector: Optional[str] = None,
+                 on_event: Optional[Callable[[str, dict], None]] = None) -> None:
         self.cluster, self.kind, self.namespace, self.answered = cluster, kind, namespace, answered
         self.label_selector, self.field_selector = label_selector, field_selector
+        #: Told of each object listed ("LISTED") and each watch event (its type), from the watching thread.
+        self.on_event = on_event
         self.objects: dict[str, dict] = {}
         #: Listed, and every change since is in ``objects`` (the watch has not broken since).
         self.current = False
@@ -105,6 +108,8 @@ class _Collection:
             self.objects = {o["metadata"]["name"]: o for o in items}
             self.current = True
         self.answered()
+        for item in items:
+            self._tell("LISTED", item)
         while not stopped.is_set():
             self._stream = stream = self.cluster.watch(
                 self.kind, self.namespace, version, label_selector=self.label_selector,
@@ -134,7 +139,17 @@ class _Collection:
                 self.objects[meta["name"]] = obj
             elif kind == "DELETED":
                 self.objects.pop(meta["name"], None)
+        self._tell(str(kind), obj)
         return meta.get("resourceVersion", "")
+
+    def _tell(self, kind: str, obj: dict) -> None:
+        """Hand one object to ``on_event``: what the listener does wrong is its own, never a broken watch."""
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(kind, obj)
+        except Exception:  # noqa: BLE001 - logged; the watch goes on
+            log.exception("a listener of the %s watch failed", self.kind)
 
     def _not_current(self) -> None:
         with self.lock:
@@ -159,6 +174,7 @@ class WatchedJob:
         self._direct_until = 0.0
         #: When the API server last answered this reader (a watch event or opened, a log read, /version).
         self.answered_at = float("-inf")
+        self._pod_listeners: builtins.list[Callable[[str, dict], None]] = []
 
     # --- the reads --------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
@@ -218,6 +234,27 @@ class WatchedJob:
             stopped.set()
             for collection in self._collections.values():
                 collection.stop()
+
+    def on_pod_event(self, listener: Callable[[str, dict], None]) -> None:
+        """Tell ``listener(type, pod)`` of each pod of the job the pod watch lists ("LISTED", each time it lists)
+        and each change it sees ("ADDED", "MODIFIED", "DELETED"), from the watching thread, as they come."""
+        self._pod_listeners.append(listener)
+
+    def off_pod_event(self, listener: Callable[[str, dict], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._pod_listeners.remove(listener)
+
+    def pod_events_flow(self) -> bool:
+        """Whether the pods' changes reach ``on_pod_event``'s listeners: the job is watched (not stopped, not
+        paused, not over the per-process cap) and the server lets us list and watch pods. While the watch is
+        broken it lists again on reconnecting, and each pod listed is told then."""
+        pods = self._collections.get("Pod")
+        return not self._closed and self._stopped is not None and "Pod" not in self._refused and \
+            pods is not None and not pods.refused
+
+    def _pod_event(self, kind: str, pod: dict) -> None:
+        for listener in builtins.list(self._pod_listeners):
+            listener(kind, pod)
 
     def current(self) -> dict[str, bool]:
         """Kind -> whether its reads are answered from the watch now (for tests and ``--verbose``)."""
@@ -281,7 +318,8 @@ class WatchedJob:
                                        field_selector=f"metadata.name={name}"),
             JOBSET_KIND: _Collection(self.cluster, JOBSET_KIND, namespace, self._answered,
                                      field_selector=f"metadata.name={name}"),
-            "Pod": _Collection(self.cluster, "Pod", namespace, self._answered, label_selector=self._pod_label),
+            "Pod": _Collection(self.cluster, "Pod", namespace, self._answered, label_selector=self._pod_label,
+                               on_event=self._pod_event),
         }
 
     def _ensure_watching(self) -> None:

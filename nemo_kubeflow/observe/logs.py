@@ -130,6 +130,9 @@ class _Node:
         #: Reads in a row that brought nothing new, and when (monotonic) the node is next read.
         self.quiet_reads = 0
         self.next_read = 0.0
+        #: Trouble told (``JobLogFollower.nudge``), and how much of it the node's reads have answered.
+        self.nudges = 0
+        self.nudges_read = 0
 
     def reset(self, pod: str) -> None:
         self.pod, self.second, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
@@ -139,6 +142,20 @@ class _Node:
 
     def subscribers(self) -> list:
         return self.sinks + self.catching_up
+
+    def keeps_only(self) -> bool:
+        """Whether every subscriber only keeps the last lines (``_KeptLines``): nobody reads them live."""
+        subscribers = self.subscribers()
+        return bool(subscribers) and all(getattr(sink, "keeps_only", False) for sink in subscribers)
+
+    def reads_on_trouble(self) -> bool:
+        """Whether every subscriber wants the lines only when the job is in trouble (``_KeptLines`` of a node
+        other than node 0): with the job's pod events at hand, the node is read then, not in every round."""
+        subscribers = self.subscribers()
+        return bool(subscribers) and all(getattr(sink, "on_trouble", False) for sink in subscribers)
+
+    def nudged(self) -> bool:
+        return self.nudges > self.nudges_read
 
     def followed(self) -> bool:
         return not self.done and bool(self.subscribers())
@@ -182,9 +199,10 @@ class _Node:
 
     def read_window(self) -> tuple[bool, Optional[str], Optional[int]]:
         """What the next read asks for: (whole, sinceTime, tailLines). The whole log for the first read and
-        for a late joiner; else from the second of the last line delivered, its tail only."""
+        for a late joiner (the last ``KEEP_LINES`` lines only where every subscriber keeps no more); else from
+        the second of the last line delivered, its tail only."""
         if self.second is None or self.catching_up:
-            return True, None, None
+            return True, None, KEEP_LINES if self.keeps_only() else None
         return False, self.second + "Z", self.tail
 
     def read_later(self, new: bool, poll: float) -> None:
@@ -366,8 +384,8 @@ class JobLogFollower:
                 node.put(error)
 
     def _unfinished(self) -> int:
-        """The nodes not done (under ``_lock``)."""
-        return sum(1 for n in self._nodes.values() if not n.done)
+        """The nodes not done, those that wait for trouble left out (under ``_lock``)."""
+        return sum(1 for n in self._nodes.values() if not n.done and not self._waits_for_trouble(n))
 
     def _pace(self) -> tuple[float, int, bool]:
         """(Under ``_lock``) the pace of the moment: (round period at least, log reads per second at most,
@@ -393,8 +411,48 @@ class JobLogFollower:
         return bool(sinks) and all(getattr(sink, "keeps_only", False) for sink in sinks)
 
     def _share(self, worker: int) -> list[_Node]:
-        """The followed nodes of reader ``worker`` (under ``_lock``)."""
-        return [n for i, n in sorted(self._nodes.items()) if i % self.readers == worker and n.followed()]
+        """The followed nodes of reader ``worker``, those that wait for trouble left out (under ``_lock``)."""
+        return [n for i, n in sorted(self._nodes.items())
+                if i % self.readers == worker and n.followed() and not self._waits_for_trouble(n)]
+
+    # -- reading on trouble --
+
+    def _on_trouble(self, node: _Node) -> bool:
+        """Whether ``node`` is read only when trouble is told (under ``_lock``): its subscribers want it so and
+        the job's pod events reach this process (``WatchedJob.pod_events_flow``: else it is read in rounds)."""
+        flow = getattr(self.cluster, "pod_events_flow", None)
+        return node.reads_on_trouble() and flow is not None and flow()
+
+    def _waits_for_trouble(self, node: _Node) -> bool:
+        """Whether ``node`` is read on trouble and none is told that its reads have not answered (under ``_lock``)."""
+        return not node.nudged() and self._on_trouble(node)
+
+    def nudge(self) -> None:
+        """Trouble in the job (a pod failed or is being deleted: ``NodeLogKeeper``): read each node that is read
+        on trouble once, now, while its pod is still there."""
+        with self._lock:
+            if self.stopped:
+                return
+            for node in self._nodes.values():
+                if node.followed() and node.reads_on_trouble():
+                    node.nudges += 1
+                    node.next_read = 0.0
+            for worker in {i % self.readers for i, n in self._nodes.items() if n.nudged()}:
+                open_stream = self._streams.get(worker)
+                if open_stream is not None and self._share(worker) != [self._nodes[open_stream[0]]]:
+                    open_stream[1].close()  # its reader reads its nodes in turn now
+                self._start_reader(worker)
+
+    def nudges_answered(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the reads of the trouble told so far; whether they are done."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self.stopped or not any(n.nudged() and n.followed() for n in self._nodes.values()):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def _refresh(self) -> None:
         """One round's look at the job, by whichever reader comes first: the TrainJob's state once
@@ -454,7 +512,7 @@ class JobLogFollower:
     def _trainjob_over(self) -> bool:
         """Whether the TrainJob has ended (one GET), asked only once every node is idle and until it is over."""
         with self._lock:
-            idle = all(n.idle() for n in self._nodes.values())
+            idle = all(n.idle() or self._waits_for_trouble(n) for n in self._nodes.values())
         if not idle or self._job_over:
             return False
         trainjob = self.cluster.get(TRAINJOB_KIND, self.trainjob, self.namespace)
@@ -464,11 +522,15 @@ class JobLogFollower:
         """One round's work for ``node``: its pod changed, new lines, its end. With ``stream_worker``
         (the reader has no other node), a running pod is followed with a stream until it ends."""
         with self._lock:
-            started, job_over = node.started_pod(), self._job_over
+            started, job_over, nudges = node.started_pod(), self._job_over, node.nudges
+            if self._on_trouble(node):
+                stream_worker = None  # read once for the trouble told, not followed
         if started is not None and started["metadata"]["name"] != node.pod:
             self._switch_pod(node, started)
         if node.pod is not None and not node.drained:
             self._catch_up(node, node.pod, stream_worker)
+        with self._lock:
+            node.nudges_read = max(node.nudges_read, nudges)  # one try for the trouble told: the next is told anew
         if job_over and node.idle():
             # Over, and every line of its newest pod delivered (a newer pod that started was switched to above).
             with self._lock:
@@ -527,8 +589,8 @@ class JobLogFollower:
         again without the limit when it returns that many (it may have cut some off)."""
         lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
                                           since_time=since, tail_lines=tail))
-        if tail is None or len(lines) < tail:
-            return lines
+        if tail is None or since is None or len(lines) < tail:
+            return lines  # without ``since``: a tail asked for (``read_window``), meant to cut
         return list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
                                          since_time=since))
 
@@ -553,8 +615,10 @@ class JobLogFollower:
         """A follow stream of ``pod`` from second ``floor`` on (the whole log: None); None if it cannot be
         opened now (the pod is gone: the next list says so; or the request failed): tried again later."""
         try:
+            with self._lock:
+                tail = KEEP_LINES if floor is None and node.keeps_only() else None
             stream = self.cluster.pod_log_stream(pod, self.namespace, container=TRAINER_NODE,
-                                                 since_time=floor + "Z" if floor else None,
+                                                 since_time=floor + "Z" if floor else None, tail_lines=tail,
                                                  idle_timeout=STREAM_IDLE_SECONDS)
             node.failures = 0
             return stream
@@ -811,31 +875,68 @@ KEEP_LINES = 2000
 MAX_KEPT_NODES = 64
 
 
+#: How long ``NodeLogKeeper.kept_lines`` and ``save`` wait for the reads that trouble asked for.
+TROUBLE_READS_WAIT_S = 5.0
+
+
 class NodeLogKeeper:
-    """While a job is waited for: follow each node's log (through the job's ``JobLogFollower``,
-    so no thread or connection of its own), keeping its last ``KEEP_LINES`` lines in memory, so
-    that a node whose pod is deleted when another node fails (the Job controller deletes a failed
-    Job's running pods, logs and all) still has its last lines to save. ``save`` writes them to
-    ``<directory>/node-<i>.log`` for the nodes that have no file there yet (log following with
-    ``tail_logs`` writes the whole log itself)."""
+    """While a job is waited for: keep each node's last ``KEEP_LINES`` lines in memory (through the job's
+    ``JobLogFollower``, so no thread or connection of its own), so that a node whose pod is deleted when
+    another node fails (the Job controller deletes a failed Job's running pods, logs and all) still has its
+    last lines to save. ``save`` writes them to ``<directory>/node-<i>.log`` for the nodes that have no file
+    there yet (log following with ``tail_logs`` writes the whole log itself).
+
+    Node 0 (progress lines, ft_launcher's restarts) is followed: one stream. The others are read when the
+    job is in trouble: where ``cluster`` tells the job's pod events (``WatchedJob.on_pod_event``), a pod
+    that fails, or is marked for deletion, has each of them read once at once (its last lines; a pod being
+    deleted serves its log until its containers have stopped), and nothing is read while all goes well.
+    Without those events (no ``watch`` right on pods, more jobs watched than ``MAX_WATCHED_JOBS``) they are
+    read in rounds, at the keeper's pace (``KEEP_READS_PER_SECOND``)."""
 
     def __init__(self, cluster: ClusterReader, namespace: str, trainjob: str, nodes: int, directory: str) -> None:
         self.directory = directory
-        self._lines = {i: _KeptLines() for i in range(min(nodes, MAX_KEPT_NODES))}
+        self._lines = {i: _KeptLines(on_trouble=i > 0) for i in range(min(nodes, MAX_KEPT_NODES))}
         self._followers = {i: _subscribe(cluster, namespace, trainjob, i, kept) for i, kept in self._lines.items()}
+        self._cluster = cluster
+        #: The pods whose trouble was told (each told once).
+        self._troubled: set[str] = set()
+        self._stopped = False
+        listen = getattr(cluster, "on_pod_event", None)
+        if listen is not None:
+            listen(self._pod_event)
 
     def stop(self) -> None:
         """Stop following."""
+        self._stopped = True
+        stop_listening = getattr(self._cluster, "off_pod_event", None)
+        if stop_listening is not None:
+            stop_listening(self._pod_event)
         for index, follower in self._followers.items():
             follower.unsubscribe(index, self._lines[index])
 
+    def _pod_event(self, kind: str, pod: dict) -> None:
+        """A pod of the job listed or changed: trouble (``pod_in_trouble``) has every node read once."""
+        name = (pod.get("metadata") or {}).get("name") or ""
+        if self._stopped or name in self._troubled or not pod_in_trouble(kind, pod):
+            return
+        self._troubled.add(name)
+        for follower in {id(f): f for f in self._followers.values()}.values():
+            follower.nudge()
+
+    def _trouble_read(self) -> None:
+        for follower in {id(f): f for f in self._followers.values()}.values():
+            follower.nudges_answered(TROUBLE_READS_WAIT_S)
+
     def kept_lines(self) -> dict[int, list[str]]:
-        """Node index -> the lines kept so far (for ``diagnosis``: ft_launcher's restarts while running)."""
+        """Node index -> the lines kept so far (for ``diagnosis``: ft_launcher's restarts while running), once
+        the reads that trouble asked for are done."""
+        self._trouble_read()
         return {i: lines.snapshot() for i, lines in self._lines.items()}
 
     def save(self) -> list[int]:
         """Write the kept lines of each node without a file yet; the nodes written."""
         written = []
+        self._trouble_read()
         try:
             os.makedirs(self.directory, exist_ok=True)
             kept = {i: lines.snapshot() for i, lines in self._lines.items()}
@@ -851,13 +952,29 @@ class NodeLogKeeper:
         return written
 
 
+def pod_in_trouble(kind: str, pod: dict) -> bool:
+    """Whether a pod event (``WatchedJob.on_pod_event``) says the job is in trouble, so that its nodes' logs
+    may soon be gone: the pod failed, a container of it ended in error or restarted, or the pod is being
+    deleted (a gang restart, a failed job's cleanup, a preemption) or is gone."""
+    status = pod.get("status") or {}
+    if kind == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") == "Failed":
+        return True
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        ended = (container.get("state") or {}).get("terminated") or {}
+        if ended.get("exitCode") or container.get("restartCount"):
+            return True
+    return False
+
+
 class _KeptLines:
-    """A subscriber that keeps a node's last ``KEEP_LINES`` lines."""
+    """A subscriber that keeps a node's last ``KEEP_LINES`` lines (``on_trouble``: wanted only when the job is in
+    trouble, see ``NodeLogKeeper``)."""
 
     #: Nobody reads these lines live: the follower may read this job at the keeper's pace.
     keeps_only = True
 
-    def __init__(self) -> None:
+    def __init__(self, on_trouble: bool = False) -> None:
+        self.on_trouble = on_trouble
         self._lines: deque = deque(maxlen=KEEP_LINES)
         self._lock = threading.Lock()
 

@@ -1,0 +1,79 @@
+"""The node log keeper of a waiting process (``observe/logs.py`` ``NodeLogKeeper``) on a local cluster whose pods
+run: node 0 followed with one stream, the other nodes read only when the job's pod watch tells of trouble (a pod
+failed, or is being deleted), counted at the HTTP level; their last lines still saved when a failure deletes
+their pods; and, without the right to watch pods, every node read in rounds as before."""
+
+import time
+from pathlib import Path
+
+import pytest
+from polling import wait_for
+from test_diagnosis import submit
+from torchx.specs import AppState
+
+from nemo_kubeflow.constants import JOBSET_NAME_LABEL
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+
+NODES = 3
+#: Every node prints its lines; node 2 fails once the test says so (a file appears); the others sleep on.
+SCRIPT = """for i in 1 2 3; do echo "node $PET_NODE_RANK line $i"; done
+while [ ! -e "{trigger}" ]; do sleep 0.2; done
+if [ "$PET_NODE_RANK" = 2 ]; then echo "node 2 fails"; exit 5; fi
+sleep 600
+"""
+
+
+def _node_pods(local, name):
+    return {p["metadata"]["name"]: p for p in local.objects("pods", "default")
+            if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name}
+
+
+def _log_reads(local, pods):
+    """The log requests since the last clear, by pod."""
+    return {pod: sum(1 for r in local.requests if r.resource == "pods/log" and r.name == pod) for pod in pods}
+
+
+@pytest.mark.parametrize("pod_watch", ["allowed", "denied"])
+def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_pods(local, tmp_path, pod_watch):
+    trigger = tmp_path / "fail-now"
+    exp, app_id = submit(local, f"keep-{pod_watch}", script=SCRIPT.format(trigger=trigger), nodes=NODES)
+    name = app_id.split(":")[-1]
+    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == NODES,
+             "every pod running", timeout=120)
+    if pod_watch == "denied":
+        local.deny("watch", "pods")
+    try:
+        scheduler = create_scheduler(f"keep-{pod_watch}")
+        for _ in range(2):  # the node logs are kept from the second look
+            scheduler.look_after(app_id)
+        watch = scheduler._watches[app_id]
+        assert watch.keeper is not None
+        wait_for(lambda: all(len(lines) >= 3 for i, lines in watch.keeper.kept_lines().items() if i == 0),
+                 "node 0's lines kept", timeout=30)
+        others = sorted(p for p in _node_pods(local, name) if "-node-0-0-" not in p)
+        time.sleep(1.0)
+        local.clear_requests()
+        for _ in range(3):
+            time.sleep(1.0)
+            assert scheduler.look_after(app_id)[0].state == AppState.RUNNING
+        reads = _log_reads(local, others)
+        if pod_watch == "allowed":
+            assert reads == dict.fromkeys(others, 0), reads  # all goes well: nothing read
+        else:
+            assert all(n >= 1 for n in reads.values()), reads  # no pod events: read in rounds, as before
+
+        trigger.touch()
+        failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
+                          "the look to see the failure", timeout=90)
+        assert "exited with code 5" in failed.msg, failed.msg
+        wait_for(lambda: not [p for p in _node_pods(local, name) if "-node-0-2-" not in p],
+                 "the pods that still ran deleted with the failed job", timeout=60,
+                 detail=lambda: str({n: (p["status"].get("phase"), p["metadata"].get("deletionTimestamp")) for n, p in _node_pods(local, name).items()}))
+        logs = Path(exp.jobs[0].executor.job_dir) / "logs"
+        for node in range(NODES):
+            kept = (logs / f"node-{node}.log").read_text()
+            assert f"node {node} line 3" in kept, (node, kept)
+        assert "node 2 fails" in (logs / "node-2.log").read_text()
+        assert "no log for node" not in failed.msg, failed.msg  # none lost with its pod
+    finally:
+        local.allow_all()

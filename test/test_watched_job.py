@@ -214,3 +214,26 @@ def test_the_node_log_keeper_of_a_watched_job_shares_the_follower_of_the_client_
     assert live is follower
     scheduler.cancel(app_id)
     scheduler.look_after(app_id)
+
+
+def test_a_status_only_pod_logs_as_a_running_container_that_prints_nothing(local):
+    """What the node log keeper's count at 1,024 nodes rests on (benchmarks/bench_apiload.py): a read gets no line
+    and a follow stream stays open until the container ends, as a kubelet serves a silent container."""
+    _, name = _running_job(local, "wj-silent")
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    [pod] = [p["metadata"]["name"] for p in cluster.list("Pod", "default", node_selector(name, 1))]
+    assert list(cluster.pod_log(pod, "default", container="node")) == []
+    stream = cluster.pod_log_stream(pod, "default", container="node")
+    got = queue.SimpleQueue()
+
+    def drain():
+        got.put(list(stream))
+
+    import threading
+
+    threading.Thread(target=drain, daemon=True).start()
+    time.sleep(1.5)
+    assert got.empty()  # open and silent while the container runs
+    local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=1", 0)
+    assert got.get(timeout=10) == []  # ended with the container
+    create_scheduler("t").cancel(f"default:{name}")

@@ -164,6 +164,10 @@ def test_threads_and_streams_stay_within_the_reader_bound(local, nodes):
     else:
         # Readers with two nodes read them in turn: those nodes are polled (tailLines) once both are followed.
         assert any("tailLines" in r.query for r in log_requests(local, name))
+        # A job followed in rounds is looked at through a watch of its pods, not a list of every pod each second.
+        of_job = [r for r in local.requests if r.resource == "pods" and name in r.query.get("labelSelector", "")]
+        assert len([r for r in of_job if r.verb == "list"]) <= 3 and any(r.verb == "watch" for r in of_job), \
+            sorted((r.verb, r.query.get("labelSelector")) for r in of_job)
     local.wait_for(lambda: no_reader_threads(name), timeout=10)
 
 

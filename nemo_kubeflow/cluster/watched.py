@@ -63,11 +63,14 @@ class _Collection:
 
     def __init__(self, cluster: Any, kind: str, namespace: str, answered: Callable[[], None], *,
                  label_selector: Optional[str] = None, field_selector: Optional[str] = None,
-                 on_event: Optional[Callable[[str, dict], None]] = None) -> None:
+                 on_event: Optional[Callable[[str, dict], None]] = None,
+                 shape: Optional[Callable[[dict], dict]] = None) -> None:
         self.cluster, self.kind, self.namespace, self.answered = cluster, kind, namespace, answered
         self.label_selector, self.field_selector = label_selector, field_selector
         #: Told of each object listed ("LISTED") and each watch event (its type), from the watching thread.
         self.on_event = on_event
+        #: What is kept of each object (None: all of it).
+        self.shape = shape or (lambda obj: obj)
         self.objects: dict[str, dict] = {}
         #: Listed, and every change since is in ``objects`` (the watch has not broken since).
         self.current = False
@@ -105,7 +108,7 @@ class _Collection:
         items, version = self.cluster.list_to_watch(self.kind, self.namespace, self.label_selector,
                                                      self.field_selector)
         with self.lock:
-            self.objects = {o["metadata"]["name"]: o for o in items}
+            self.objects = {o["metadata"]["name"]: self.shape(o) for o in items}
             self.current = True
         self.answered()
         for item in items:
@@ -136,7 +139,7 @@ class _Collection:
         meta = obj["metadata"]
         with self.lock:
             if kind in ("ADDED", "MODIFIED"):
-                self.objects[meta["name"]] = obj
+                self.objects[meta["name"]] = self.shape(obj)
             elif kind == "DELETED":
                 self.objects.pop(meta["name"], None)
         self._tell(str(kind), obj)
@@ -159,10 +162,15 @@ class _Collection:
 
 class WatchedJob:
     """A ``ClusterReader`` for one job's repeated looks: its TrainJob, JobSet and pods from watches while
-    they are current, everything else (and those too, while not) from ``cluster``. ``stop`` when done."""
+    they are current, everything else (and those too, while not) from ``cluster``. ``stop`` when done.
 
-    def __init__(self, cluster: ClusterReader, namespace: str, name: str) -> None:
+    With ``pod_shape``, only what it keeps of each pod is held and answered (``logs.JobLogFollower``'s
+    lists of a large job: names, labels and phases): a reader for the one who chose the shape, no other."""
+
+    def __init__(self, cluster: ClusterReader, namespace: str, name: str, *,
+                 pod_shape: Optional[Callable[[dict], dict]] = None) -> None:
         self.cluster, self.namespace, self.name = cluster, namespace, name
+        self._pod_shape = pod_shape
         self._pod_label = f"{JOBSET_NAME_LABEL}={name}"
         self._collections = self._new_collections()
         #: Kinds the server refused to let us watch: not tried again.
@@ -319,7 +327,7 @@ class WatchedJob:
             JOBSET_KIND: _Collection(self.cluster, JOBSET_KIND, namespace, self._answered,
                                      field_selector=f"metadata.name={name}"),
             "Pod": _Collection(self.cluster, "Pod", namespace, self._answered, label_selector=self._pod_label,
-                               on_event=self._pod_event),
+                               on_event=self._pod_event, shape=self._pod_shape),
         }
 
     def _ensure_watching(self) -> None:

@@ -20,6 +20,7 @@ from collections import Counter, deque
 from typing import Any, Iterable, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader, LogStream
+from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
     JOBSET_NAME_LABEL,
@@ -298,6 +299,8 @@ class JobLogFollower:
         self._list_failed: Optional[Exception] = None
         self._job_over = False
         self.stopped = False
+        #: The job's pods (and TrainJob) from watches of this follower's own (``_job_reader``), once made.
+        self._watched: Optional[WatchedJob] = None
 
     # -- subscribers --
 
@@ -333,6 +336,8 @@ class JobLogFollower:
                 node.unsubscribe(sink)
             if not any(n.subscribers() for n in self._nodes.values()):
                 self.stopped = True
+                if self._watched is not None:
+                    self._watched.stop()
             self._close_unfollowed_streams()
 
     def _close_unfollowed_streams(self) -> None:
@@ -475,29 +480,40 @@ class JobLogFollower:
             self._refreshed_at = time.monotonic()
             if followed > self.readers:
                 background = True
-                threading.Thread(target=self._look_in_background, daemon=True,
+                threading.Thread(target=self._look_in_background, args=(self._job_reader(),), daemon=True,
                                  name=f"loglist-{self.trainjob}").start()
                 return
-            self._look()
+            self._look(self.cluster)
         finally:
             if not background:
                 self._refreshing.release()
 
-    def _look_in_background(self) -> None:
+    def _job_reader(self) -> ClusterReader:
+        """What a job followed in rounds (more nodes than readers) is looked at through: watches of the
+        follower's own, holding each pod's name, labels and phase (``_listed_shape``), instead of a list of
+        every pod each look (1,024 nodes: 8 MB); a reader that answers from watches already (a waiting
+        process's ``WatchedJob``) as it is."""
+        if hasattr(self.cluster, "on_pod_event"):
+            return self.cluster
+        if self._watched is None:
+            self._watched = WatchedJob(self.cluster, self.namespace, self.trainjob, pod_shape=_listed_shape)
+        return self._watched
+
+    def _look_in_background(self, reader: ClusterReader) -> None:
         try:
-            self._look()
+            self._look(reader)
         except Exception as e:  # noqa: BLE001 - raised by the next reader, as an inline look's would be
             self._list_failed = e
         finally:
             self._refreshing.release()
 
-    def _look(self) -> None:
-        """Read the TrainJob (once every node is idle) and list the job's pods; raises a ClusterError
-        after ``LIST_FAILURES`` failures in a row (at once for 401/403)."""
+    def _look(self, reader: ClusterReader) -> None:
+        """Read the TrainJob (once every node is idle) and list the job's pods through ``reader``; raises a
+        ClusterError after ``LIST_FAILURES`` failures in a row (at once for 401/403)."""
         try:
-            over = self._trainjob_over()
+            over = self._trainjob_over(reader)
             pods = {index: _pod_summary(pod) for index, pod in newest_pods_by_node(
-                self.cluster.list("Pod", self.namespace, node_selector(self.trainjob))).items()}
+                reader.list("Pod", self.namespace, node_selector(self.trainjob))).items()}
             with self._lock:
                 for index, node in self._nodes.items():
                     node.listed(pods.get(index))
@@ -509,13 +525,13 @@ class JobLogFollower:
                 raise
             log.debug("listing the pods of %s: %s", self.trainjob, e)
 
-    def _trainjob_over(self) -> bool:
+    def _trainjob_over(self, reader: ClusterReader) -> bool:
         """Whether the TrainJob has ended (one GET), asked only once every node is idle and until it is over."""
         with self._lock:
             idle = all(n.idle() or self._waits_for_trouble(n) for n in self._nodes.values())
         if not idle or self._job_over:
             return False
-        trainjob = self.cluster.get(TRAINJOB_KIND, self.trainjob, self.namespace)
+        trainjob = reader.get(TRAINJOB_KIND, self.trainjob, self.namespace)
         return job_status(trainjob, name=self.trainjob).state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
 
     def _visit(self, node: _Node, stream_worker: Optional[int] = None) -> None:
@@ -671,6 +687,16 @@ def _pod_summary(pod: dict) -> dict:
     metadata = pod.get("metadata") or {}
     labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k == RESTART_ATTEMPT_LABEL}
     return {"metadata": {"name": metadata.get("name"), "labels": labels},
+            "status": {"phase": (pod.get("status") or {}).get("phase")}}
+
+
+def _listed_shape(pod: dict) -> dict:
+    """What a follower's own watch holds of a pod (``JobLogFollower._job_reader``): what its lists select on
+    and ``newest_pods_by_node`` and ``_pod_summary`` read."""
+    metadata = pod.get("metadata") or {}
+    return {"metadata": {key: metadata[key] for key in ("name", "namespace", "labels", "creationTimestamp",
+                                                         "deletionTimestamp", "resourceVersion") if key in metadata},
+            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
             "status": {"phase": (pod.get("status") or {}).get("phase")}}
 
 

@@ -1,6 +1,8 @@
 """`describe` only reads; the repair step (the attached wait, `nemo-kubeflow watch`) writes. Counted over HTTP
 on the local cluster: the verbs of the requests one describe sends, in each state a job can be in."""
 
+import time
+
 import pytest
 from kubernetes import client
 from polling import wait_for
@@ -9,7 +11,7 @@ from test_resilience import two_running_pods, waiting_nodes
 from torchx.specs import AppState
 
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import ANSWER_REUSE_S, create_scheduler
 
 READS = {"get", "list"}
 
@@ -58,6 +60,7 @@ def test_describe_sends_only_gets_and_lists_in_every_state(local, tmp_path):
                 desc, verbs = verbs_of_describe(local, app_id, scheduler)
                 seen[app_id] = desc
                 assert verbs and {v.split()[0] for v in verbs} <= READS, (app_id, verbs)
+                time.sleep(ANSWER_REUSE_S)  # the same status query again reads nothing: below
 
     count(running, pending, failed, unstartable)
     assert seen[running].state == AppState.RUNNING and seen[pending].state == AppState.PENDING
@@ -103,3 +106,30 @@ def test_describe_sends_only_gets_and_lists_in_every_state(local, tmp_path):
     assert moved and any(f"avoiding node {lost} after its pod" in line for line in lines), lines
     marker.write_text("")
     wait_for(lambda: repairer.look_after(lost_job)[0].state == AppState.SUCCEEDED, "the moved job to end", timeout=120)
+
+
+def test_the_same_status_query_twice_in_a_row_reads_once_and_a_cancel_is_never_hidden(local, nemorun_home):
+    """NeMo-Run's ``Experiment.status`` asks each task's state twice in a row: the second is answered without a
+    read; a cancel through the scheduler, or a moment later, the next query reads."""
+    from nemo_run.run.experiment import Experiment
+
+    exp, app_id = submit(local, "rd-twice", script="sleep 60")
+    wait_for(lambda: create_scheduler("t").describe(app_id).state == AppState.RUNNING, "running", timeout=60)
+    local.clear_requests()
+    [status] = Experiment.from_id(exp._id).status(return_dict=True).values()
+    assert status["status"] == AppState.RUNNING
+    name = app_id.split(":", 1)[1]
+    trainjob_reads = [r for r in local.requests if r.resource == "trainjobs" and r.name == name]
+    assert len(trainjob_reads) == 1, trainjob_reads
+
+    scheduler = create_scheduler("twice")
+    first, _ = verbs_of_describe(local, app_id, scheduler)
+    again, verbs = verbs_of_describe(local, app_id, scheduler)
+    assert verbs == [] and (again.state, again.msg) == (first.state, first.msg)
+    time.sleep(ANSWER_REUSE_S)
+    _, verbs = verbs_of_describe(local, app_id, scheduler)
+    assert "get trainjobs" in verbs
+    scheduler.describe(app_id)
+    scheduler.cancel(app_id)
+    after, verbs = verbs_of_describe(local, app_id, scheduler)
+    assert "get trainjobs" in verbs and after.state == AppState.CANCELLED, (after, verbs)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -212,6 +213,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._watches: dict[str, AppWatch] = {}
         #: id(cluster) -> its API server's outage, while it does not answer.
         self._outages: dict[int, Outage] = {}
+        #: app id -> (when, the answer) of its last status query (``describe`` outside an attached wait).
+        self._answered: dict[str, tuple[float, DescribeAppResponse]] = {}
         _quiet_urllib3_retries()
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
@@ -283,8 +286,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     # --- observe, then repair ------------------------------------------------------------
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """A look at the job: reads only. Called by NeMo-Run's attached wait (torchx's ``Runner.wait``), the
-        look is followed by the repair step (``look_after``); a status query never writes."""
-        return self.look_after(app_id, repair=_in_attached_wait())[0]
+        look is followed by the repair step (``look_after``); a status query never writes, and the same query
+        again within ``ANSWER_REUSE_S`` gets the same answer without a read."""
+        if _in_attached_wait():
+            return self.look_after(app_id)[0]
+        answered = self._answered.get(app_id)
+        if answered is not None and time.monotonic() - answered[0] < ANSWER_REUSE_S:
+            return copy.deepcopy(answered[1])
+        response = self.look_after(app_id, repair=False)[0]
+        self._answered[app_id] = (time.monotonic(), copy.deepcopy(response))
+        return response
 
     def look_after(self, app_id: str, *, repair: bool = True) -> tuple[DescribeAppResponse, list[str]]:
         """Look at the job (``observe``: reads only) and, with ``repair``, apply what the look recommends
@@ -294,6 +305,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
+        if repair:
+            self._answered.pop(app_id, None)  # a look that may write: no status answer from before it
         observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair,
                                                reader=self._watched(watch, cluster, namespace, name) if repair else None)
         if repair:
@@ -710,6 +723,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         finished_jobs.note_cancelled(app_id)
         watch = self._watches.setdefault(app_id, AppWatch())
         watch.cancelled_here = True
+        self._answered.pop(app_id, None)
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
         if watch.job_cache is not None:
@@ -772,6 +786,12 @@ def _role(trainjob: Optional[dict], record: Optional[records.AppRecord], watch: 
     if trainjob is not None:
         watch.role = role_of(trainjob)
     return watch.role or (record.task if record is not None else "") or TRAINER_NODE
+
+
+#: A status query answered this recently is answered again without a read: NeMo-Run's ``Experiment.status`` asks
+#: each task's state twice in a row (its table and its dict), and each look reads the TrainJob, its JobSet, pods
+#: and node 0's progress line.
+ANSWER_REUSE_S = 1.0
 
 
 def _in_attached_wait() -> bool:

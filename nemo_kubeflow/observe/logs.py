@@ -134,6 +134,7 @@ class _Node:
         #: Trouble told (``JobLogFollower.nudge``), and how much of it the node's reads have answered.
         self.nudges = 0
         self.nudges_read = 0
+        self._keeps_only = self._on_trouble = False
 
     def reset(self, pod: str) -> None:
         self.pod, self.second, self.edge, self.drained, self.failures = pod, None, Counter(), False, 0
@@ -146,14 +147,18 @@ class _Node:
 
     def keeps_only(self) -> bool:
         """Whether every subscriber only keeps the last lines (``_KeptLines``): nobody reads them live."""
-        subscribers = self.subscribers()
-        return bool(subscribers) and all(getattr(sink, "keeps_only", False) for sink in subscribers)
+        return self._keeps_only
 
     def reads_on_trouble(self) -> bool:
         """Whether every subscriber wants the lines only when the job is in trouble (``_KeptLines`` of a node
         other than node 0): with the job's pod events at hand, the node is read then, not in every round."""
+        return self._on_trouble
+
+    def _subscribers_changed(self) -> None:
+        """Note what the subscribers want (asked for every node in every round: not worked out each time)."""
         subscribers = self.subscribers()
-        return bool(subscribers) and all(getattr(sink, "on_trouble", False) for sink in subscribers)
+        self._keeps_only = bool(subscribers) and all(getattr(sink, "keeps_only", False) for sink in subscribers)
+        self._on_trouble = bool(subscribers) and all(getattr(sink, "on_trouble", False) for sink in subscribers)
 
     def nudged(self) -> bool:
         return self.nudges > self.nudges_read
@@ -164,11 +169,13 @@ class _Node:
     def subscribe(self, sink) -> None:
         """Add ``sink``: one that joins after lines were delivered gets the whole log first."""
         (self.catching_up if self.second is not None else self.sinks).append(sink)
+        self._subscribers_changed()
 
     def unsubscribe(self, sink) -> None:
         for bag in (self.sinks, self.catching_up):
             if sink in bag:
                 bag.remove(sink)
+        self._subscribers_changed()
 
     def idle(self) -> bool:
         """Whether no pod is being read: none started yet, or the one read ended and all its log was delivered."""
@@ -294,6 +301,8 @@ class JobLogFollower:
         self._nodes: dict[int, _Node] = {}
         self._threads: dict[int, threading.Thread] = {}
         self._refreshed_at = float("-inf")
+        #: How often the job is looked at, as worked out at the last look (``_refresh``).
+        self._refresh_period = 0.0
         self._refresh_failures = 0
         #: What the background look gave up on, for the next reader to raise.
         self._list_failed: Optional[Exception] = None
@@ -390,7 +399,8 @@ class JobLogFollower:
 
     def _unfinished(self) -> int:
         """The nodes not done, those that wait for trouble left out (under ``_lock``)."""
-        return sum(1 for n in self._nodes.values() if not n.done and not self._waits_for_trouble(n))
+        flow = self._events_flow()
+        return sum(1 for n in self._nodes.values() if not n.done and not self._waits_for_trouble(n, flow))
 
     def _pace(self) -> tuple[float, int, bool]:
         """(Under ``_lock``) the pace of the moment: (round period at least, log reads per second at most,
@@ -412,25 +422,31 @@ class JobLogFollower:
     def _only_kept(self) -> bool:
         """Whether the followed nodes' subscribers all only keep lines (under ``_lock``): nobody reads this
         job's logs live."""
-        sinks = [sink for n in self._nodes.values() if n.followed() for sink in n.subscribers()]
-        return bool(sinks) and all(getattr(sink, "keeps_only", False) for sink in sinks)
+        followed = [n for n in self._nodes.values() if n.followed()]
+        return bool(followed) and all(n.keeps_only() for n in followed)
 
     def _share(self, worker: int) -> list[_Node]:
         """The followed nodes of reader ``worker``, those that wait for trouble left out (under ``_lock``)."""
+        flow = self._events_flow()
         return [n for i, n in sorted(self._nodes.items())
-                if i % self.readers == worker and n.followed() and not self._waits_for_trouble(n)]
+                if i % self.readers == worker and n.followed() and not self._waits_for_trouble(n, flow)]
 
     # -- reading on trouble --
 
+    def _events_flow(self) -> bool:
+        """Whether the job's pod events reach this process (``WatchedJob.pod_events_flow``)."""
+        flow = getattr(self.cluster, "pod_events_flow", None)
+        return flow is not None and flow()
+
     def _on_trouble(self, node: _Node) -> bool:
         """Whether ``node`` is read only when trouble is told (under ``_lock``): its subscribers want it so and
-        the job's pod events reach this process (``WatchedJob.pod_events_flow``: else it is read in rounds)."""
-        flow = getattr(self.cluster, "pod_events_flow", None)
-        return node.reads_on_trouble() and flow is not None and flow()
+        the job's pod events reach this process (else it is read in rounds)."""
+        return node.reads_on_trouble() and self._events_flow()
 
-    def _waits_for_trouble(self, node: _Node) -> bool:
-        """Whether ``node`` is read on trouble and none is told that its reads have not answered (under ``_lock``)."""
-        return not node.nudged() and self._on_trouble(node)
+    def _waits_for_trouble(self, node: _Node, flow: bool) -> bool:
+        """Whether ``node`` is read on trouble and none is told that its reads have not answered, ``flow`` being
+        ``_events_flow()`` (under ``_lock``)."""
+        return flow and node.reads_on_trouble() and not node.nudged()
 
     def nudge(self) -> None:
         """Trouble in the job (a pod failed or is being deleted: ``NodeLogKeeper``): read each node that is read
@@ -472,10 +488,12 @@ class JobLogFollower:
             return
         background = False
         try:
+            if time.monotonic() - self._refreshed_at < self._refresh_period * 0.9:
+                return  # as most visits of a round do: no count of the nodes (a large job's thousand) each time
             with self._lock:
                 followed, (poll, _, _) = self._unfinished(), self._pace()
-            if time.monotonic() - self._refreshed_at < max(poll, LIST_SECONDS,
-                                                             followed / LISTED_PODS_PER_SECOND) * 0.9:
+            self._refresh_period = max(poll, LIST_SECONDS, followed / LISTED_PODS_PER_SECOND)
+            if time.monotonic() - self._refreshed_at < self._refresh_period * 0.9:
                 return
             self._refreshed_at = time.monotonic()
             if followed > self.readers:
@@ -528,7 +546,8 @@ class JobLogFollower:
     def _trainjob_over(self, reader: ClusterReader) -> bool:
         """Whether the TrainJob has ended (one GET), asked only once every node is idle and until it is over."""
         with self._lock:
-            idle = all(n.idle() or self._waits_for_trouble(n) for n in self._nodes.values())
+            flow = self._events_flow()
+            idle = all(n.idle() or self._waits_for_trouble(n, flow) for n in self._nodes.values())
         if not idle or self._job_over:
             return False
         trainjob = reader.get(TRAINJOB_KIND, self.trainjob, self.namespace)

@@ -77,3 +77,36 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
         assert "no log for node" not in failed.msg, failed.msg  # none lost with its pod
     finally:
         local.allow_all()
+
+
+#: ft_launcher's lines of one in-job restart (torchelastic's agent): node 1's worker killed, every agent restarting.
+IN_JOB = """echo "node $PET_NODE_RANK up"
+while [ ! -e "{trigger}" ]; do sleep 0.2; done
+if [ "$PET_NODE_RANK" = 1 ]; then
+  echo "E1127 06:23:08.497000 7 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -9) local_rank: 0 (pid: 812) of binary: python"
+fi
+echo "[default] Worker group FAILED. 2/2 attempts left; will restart worker group"
+sleep 600
+"""
+
+
+def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path):
+    """No pod event tells of an in-job restart: node 0's lines do (every agent logs each), and the failing node's
+    lines, read then, say which worker died."""
+    trigger = tmp_path / "restart-now"
+    _, app_id = submit(local, "keep-injob", script=IN_JOB.format(trigger=trigger), nodes=2)
+    name = app_id.split(":")[-1]
+    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == 2,
+             "every pod running", timeout=120)
+    scheduler = create_scheduler("keep-injob")
+    for _ in range(2):  # the node logs are kept from the second look
+        scheduler.look_after(app_id)
+    keeper = scheduler._watches[app_id].keeper
+    wait_for(lambda: keeper.kept_lines()[0], "node 0's lines kept", timeout=30)
+    assert not keeper.kept_lines()[1]  # all goes well: node 1 not read
+    trigger.touch()
+    look = wait_for(lambda: (d := scheduler.look_after(app_id)[0]) and "in-job restart" in d.msg and d,
+                    "the look to count the restart", timeout=60)
+    assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
+    assert "on node 1 killed by signal 9" in look.msg, look.msg
+    create_scheduler("t").cancel(app_id)

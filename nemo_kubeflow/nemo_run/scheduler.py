@@ -575,6 +575,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
             view.in_job_restarts_of_nodes() if view.runs_ft_launcher() else None
         best = watch.in_job_seen
+        if keeper is not None and in_job is not None and not in_job.why and \
+                in_job.count > (best.count if best is not None else 0):
+            # A restart in node 0's lines (every agent logs each one); its cause is in the failing node's, which
+            # the keeper reads on trouble only: read them now.
+            keeper.read_every_node()
+            in_job = keeper_in_job_restarts(keeper)
         if in_job is not None and (best is None or in_job.count >= best.count):
             watch.in_job_seen = best = in_job
         return view.restarts(seen=watch.failures_seen, in_job=best)

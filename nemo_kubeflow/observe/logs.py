@@ -965,11 +965,22 @@ class NodeLogKeeper:
         if self._stopped or name in self._troubled or not pod_in_trouble(kind, pod):
             return
         self._troubled.add(name)
-        for follower in {id(f): f for f in self._followers.values()}.values():
+        for follower in self._distinct_followers():
             follower.nudge()
 
+    def read_every_node(self) -> None:
+        """Read the nodes read on trouble once, now, and wait for it (``TROUBLE_READS_WAIT_S`` at most): trouble
+        no pod event tells, such as an in-job restart in node 0's lines, whose cause is in the failing node's."""
+        if not self._stopped:
+            for follower in self._distinct_followers():
+                follower.nudge()
+        self._trouble_read()
+
+    def _distinct_followers(self) -> list[JobLogFollower]:
+        return list({id(f): f for f in self._followers.values()}.values())
+
     def _trouble_read(self) -> None:
-        for follower in {id(f): f for f in self._followers.values()}.values():
+        for follower in self._distinct_followers():
             follower.nudges_answered(TROUBLE_READS_WAIT_S)
 
     def kept_lines(self) -> dict[int, list[str]]:

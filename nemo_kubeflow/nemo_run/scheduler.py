@@ -213,7 +213,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._watches: dict[str, AppWatch] = {}
         #: id(cluster) -> its API server's outage, while it does not answer.
         self._outages: dict[int, Outage] = {}
-        #: app id -> (when, ``_writes`` then, the answer) of its last status query (``describe`` outside an
+        #: app id -> (when, ``_looks`` then, the answer) of its last status query (``describe`` outside an
         #: attached wait).
         self._answered: dict[str, tuple[float, int, DescribeAppResponse]] = {}
         _quiet_urllib3_retries()
@@ -292,11 +292,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if _in_attached_wait():
             return self.look_after(app_id)[0]
         answered = self._answered.get(app_id)
-        if answered is not None and time.monotonic() - answered[0] < ANSWER_REUSE_S and answered[1] == _writes[0]:
+        if answered is not None and time.monotonic() - answered[0] < ANSWER_REUSE_S and answered[1] == _looks[0]:
             return copy.deepcopy(answered[2])
-        writes = _writes[0]
         response = self.look_after(app_id, repair=False)[0]
-        self._answered[app_id] = (time.monotonic(), writes, copy.deepcopy(response))
+        self._answered[app_id] = (time.monotonic(), _looks[0], copy.deepcopy(response))
         return response
 
     def look_after(self, app_id: str, *, repair: bool = True) -> tuple[DescribeAppResponse, list[str]]:
@@ -307,6 +306,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
+        _looked_or_wrote()
         observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair,
                                                reader=self._watched(watch, cluster, namespace, name) if repair else None)
         if repair:
@@ -314,7 +314,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
-            _wrote()
+            _looked_or_wrote()
             if watch.job_cache is not None:
                 watch.job_cache.wrote()
         state = observation.state
@@ -730,7 +730,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         finished_jobs.note_cancelled(app_id)
         watch = self._watches.setdefault(app_id, AppWatch())
         watch.cancelled_here = True
-        _wrote()
+        _looked_or_wrote()
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
         if watch.job_cache is not None:
@@ -799,13 +799,14 @@ def _role(trainjob: Optional[dict], record: Optional[records.AppRecord], watch: 
 #: each task's state twice in a row (its table and its dict), and each look reads the TrainJob, its JobSet, pods
 #: and node 0's progress line.
 ANSWER_REUSE_S = 1.0
-#: Writes to any job by any scheduler of this process (a cancel, a repairing look): a status answer from before
-#: one is not given again, whichever scheduler wrote (NeMo-Run cancels through another runner's scheduler).
-_writes = [0]
+#: Looks at any job (an attached wait's, a status query's) and writes to one (a cancel, a repair) by any
+#: scheduler of this process: a status answer is given again only if none came after it (NeMo-Run cancels
+#: through another runner's scheduler, and waits through a third).
+_looks = [0]
 
 
-def _wrote() -> None:
-    _writes[0] += 1
+def _looked_or_wrote() -> None:
+    _looks[0] += 1
 
 
 def _in_attached_wait() -> bool:

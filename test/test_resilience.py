@@ -19,7 +19,7 @@ from torchx.specs import AppState
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import ANSWER_REUSE_S, create_scheduler
 from nemo_kubeflow.observe.diagnosis import IN_JOB_TAIL
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,6 +193,7 @@ def test_status_says_how_often_and_why_the_gang_restarted_while_it_runs(cluster,
     # Warning events and the current attempt's Jobs (metadata only), never the running pods.
     watcher = create_scheduler("t")
     watcher.describe(app_id)
+    time.sleep(ANSWER_REUSE_S)  # not the same status query again (answered without a read: test_describe_reads.py)
     cluster.clear_requests()
     watcher.describe(app_id)
     mine = sorted(f"{r.verb} {r.resource}" for r in cluster.requests if (r.name or "").startswith(name)

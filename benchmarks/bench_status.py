@@ -89,7 +89,8 @@ def run(ctx):
                     _wait_for(lambda: "cannot be scheduled" in (scheduler.describe(app_id).msg or ""))
                 else:
                     cluster.wait_finished()
-                    scheduler.look_after(app_id)  # a failed job's first repair step saves the node logs
+                    if hasattr(scheduler, "look_after"):  # ours: a failed job's first repair step saves the node logs
+                        scheduler.look_after(app_id)
                 # Counted: one describe by a new scheduler, as `nemo experiment status` makes it; the waiting
                 # one's log keeper (threads of its own, reading logs and the TrainJob) is stopped first.
                 for watch in getattr(scheduler, "_watches", {}).values():  # NeMo-Run's own scheduler has none

@@ -35,8 +35,8 @@ WATCH_SECONDS = 60
 IDLE_STOP_S = 120.0
 #: Reads are answered from the watches only if the API server answered within this long (a watch event, a
 #: log read through this reader, else one GET of /version): a network gone silent breaks no connection. Within
-#: the client's read timeout (30 s), which a read sent to a server gone silent waits out before it fails; a
-#: ping every 20 s is 3 of an attached wait's 6 requests a minute once nothing changes.
+#: the client's read timeout (30 s), which a read sent to a server gone silent waits out before it fails; the
+#: pings are 2 of an attached wait's 5 requests a minute once nothing changes (benchmarks: apiload).
 ANSWERED_WITHIN_S = 20.0
 #: After a write of this process, reads go to the API server this long (the watch may not have its echo yet).
 DIRECT_AFTER_WRITE_S = 5.0

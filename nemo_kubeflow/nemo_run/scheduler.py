@@ -314,7 +314,6 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
-            _looked_or_wrote()
             if watch.job_cache is not None:
                 watch.job_cache.wrote()
         state = observation.state

@@ -464,6 +464,16 @@ class JobLogFollower:
                     open_stream[1].close()  # its reader reads its nodes in turn now
                 self._start_reader(worker)
 
+    def ensure_readers(self) -> None:
+        """Start the reader of each worker that has nodes to read and no thread: one that ended while its nodes
+        waited for trouble, which pod events no longer tell (the pod watch refused, paused or over the cap)."""
+        with self._lock:
+            if self.stopped:
+                return
+            for worker in {i % self.readers for i in self._nodes}:
+                if self._share(worker):
+                    self._start_reader(worker)
+
     def nudges_answered(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the reads of the trouble told so far; whether they are done."""
         deadline = time.monotonic() + timeout
@@ -981,6 +991,7 @@ class NodeLogKeeper:
 
     def _trouble_read(self) -> None:
         for follower in self._distinct_followers():
+            follower.ensure_readers()  # each look: the nodes are read in rounds again once pod events stop
             follower.nudges_answered(TROUBLE_READS_WAIT_S)
 
     def kept_lines(self) -> dict[int, list[str]]:

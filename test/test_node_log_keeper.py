@@ -43,6 +43,7 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
     if pod_watch == "denied":
         local.deny("watch", "pods")
     try:
+        local.clear_requests()
         scheduler = create_scheduler(f"keep-{pod_watch}")
         for _ in range(2):  # the node logs are kept from the second look
             scheduler.look_after(app_id)
@@ -52,7 +53,8 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
                  "node 0's lines kept", timeout=30)
         others = sorted(p for p in _node_pods(local, name) if "-node-0-0-" not in p)
         time.sleep(1.0)
-        local.clear_requests()
+        if pod_watch == "allowed":
+            local.clear_requests()  # denied: counted from the keeper's start (a node alone on its reader is streamed)
         for _ in range(6):  # a keeper's round in turn reads a quiet node every 4 s at most
             time.sleep(1.0)
             assert scheduler.look_after(app_id)[0].state == AppState.RUNNING
@@ -60,7 +62,7 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
         if pod_watch == "allowed":
             assert reads == dict.fromkeys(others, 0), reads  # all goes well: nothing read
         else:
-            assert all(n >= 1 for n in reads.values()), reads  # no pod events: read in rounds, as before
+            assert all(n >= 1 for n in reads.values()), reads  # no pod events: read or followed, as before
 
         trigger.touch()
         failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,

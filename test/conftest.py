@@ -20,6 +20,45 @@ def pytest_runtest_setup(item):
         pytest.skip(NO_TORCH)
 
 
+#: How long a test may run past its pytest-timeout, and the interpreter take to end after the summary, before
+#: the run is ended, failed, with every thread's stack (each takes seconds when nothing hangs).
+EXIT_GRACE_S = 120
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """pytest-timeout fails a test that runs too long by raising once in the main thread; a test that then
+    hangs again (leaving `with run.Experiment(...)` waits for its job in NeMo-Run's ThreadPoolExecutor, and
+    the pool's exit joins that thread, which waits out a job that will not end) would run until CI's own
+    timeout, its output unprinted. EXIT_GRACE_S past the timeout, faulthandler writes every thread's stack to
+    stderr and exits 1."""
+    import faulthandler
+
+    marker = item.get_closest_marker("timeout")
+    timeout = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+    if timeout > 0:
+        faulthandler.dump_traceback_later(timeout + EXIT_GRACE_S, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        if timeout > 0:
+            faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """A run ends after its summary. A thread that the interpreter joins at exit (not a daemon: a
+    ThreadPoolExecutor's worker, such as NeMo-Run's wait on a job that a timed-out test left running through
+    an API server since stopped, which it waits out as an outage) would keep the process alive with no output,
+    and CI would end on its own timeout, unexplained. If the process still runs EXIT_GRACE_S from now,
+    faulthandler writes every thread's stack to stderr and exits 1."""
+    import faulthandler
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True, file=sys.__stderr__)
+
+
 @pytest.fixture(autouse=True)
 def nemorun_home(tmp_path, monkeypatch):
     """Experiments, app records and job dirs go to a per-test directory, also for subprocesses."""

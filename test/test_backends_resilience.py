@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 
 import nemo_run as run
+import polling
 import pytest
 import workloads
 from backends import app_id_of, trainjob_of, wait_for
@@ -120,18 +121,30 @@ def test_a_node_fault_restarts_the_gang_and_the_next_attempt_avoids_the_node(bac
         job = exp.jobs[0]
         name = trainjob_of(job)
 
+        last = {}
+
         def moved():  # what a waiting run does every few seconds: a look, then the repair step (moves the job)
-            message = scheduler.look_after(app_id_of(job))[0].msg
-            pods = running_pods(backend, name)
+            last["message"] = message = scheduler.look_after(app_id_of(job))[0].msg
+            last["pods"] = pods = running_pods(backend, name)
             return "avoiding node" in message and "suspended" not in message and pods and \
                 all(p["spec"]["nodeName"] != lost for p in pods) and (message, pods)
 
+        def seen():
+            return f"the last look said {last.get('message')!r}; running pods on " + \
+                str([p["spec"].get("nodeName") for p in last.get("pods") or ()])
+
         try:
-            first = wait_for(lambda: running_pods(backend, name), "both pods to run", timeout=120)
+            first = wait_for(lambda: running_pods(backend, name), "both pods to run", timeout=100)
             lost = next(p["spec"]["nodeName"] for p in first
                         if p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL] == "0")
             backend.fail_node(lost)
-            message, pods = wait_for(moved, "the job to be moved off the failed node", timeout=180)
+            # Both waits end within the test's timeout (300 s), so that a miss reads as itself.
+            message, pods = polling.wait_for(moved, "the job to be moved off the failed node", timeout=150,
+                                             interval=0.3, detail=seen)
+        except BaseException:
+            # The experiment's exit waits for the job: one left suspended or mid-move would keep it waiting.
+            scheduler.cancel(app_id_of(job))
+            raise
         finally:
             marker.write_text("")  # the job ends, whatever happened
     assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED

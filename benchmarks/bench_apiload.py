@@ -296,3 +296,146 @@ def _rows(results: dict, sizes: tuple[int, ...], window_s: float):
             if key in found:
                 lines.append(f"- {variant}, {nodes} nodes, {key}: {found[key].breakdown()}")
     yield Detail("API requests by verb and resource (apiload)", lines)
+
+
+# --- the attached wait counted by the real kube-apiserver beside the local one (not a family of run.py: it needs
+# --- the build; docs/benchmarks.md, "The API load on the real kube-apiserver")
+
+#: The requests of ours that the comparison counts: what an attached wait's looks, watches and log keeper send.
+#: Other clients' requests on the real server (controllers' and the node agent's informers, leases, pod status
+#: writes) are cluster-scoped or writes, but for the node agent's GET of each of its Nodes every 10 s: nodes are
+#: left out (an attached wait reads none). Its GETs of ``/version`` are not in kube-apiserver's request metrics
+#: at all (non-resource paths other than health checks are not counted): the local server's count is shown apart.
+_REAL_VERBS = {"GET": "get", "LIST": "list", "WATCH": "watch", "CONNECT": "get"}  # pods/log is CONNECT there
+_REAL_RESOURCES = {"trainjobs", "jobsets", "pods", "pods/log", "jobs", "events", "workloads"}
+
+
+def _real_started(control_plane) -> dict[tuple[str, str], int]:
+    """(verb, resource) -> requests of one object or one namespace that the real kube-apiserver has seen start:
+    ``apiserver_request_total`` counts a request when it ends, ``apiserver_longrunning_requests`` holds those
+    under way (watches, log streams); their sum counts each from its start, as the local server does (a request
+    that began before and ended after a first reading adds one to the first and takes one from the second)."""
+    import re
+
+    sample = re.compile(r"^(apiserver_request_total|apiserver_longrunning_requests)\{(?P<labels>[^}]*)\} (?P<v>\S+)$")
+    found: dict[tuple[str, str], int] = {}
+    for line in control_plane.request("GET", "/metrics").splitlines():
+        m = sample.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        verb = _REAL_VERBS.get(labels.get("verb", ""))
+        resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        if verb is None or labels.get("scope") not in ("resource", "namespace") or resource not in _REAL_RESOURCES:
+            continue
+        found[verb, resource] = found.get((verb, resource), 0) + int(float(m["v"]))
+    return found
+
+
+def _local_started(cluster: ClusterProcess) -> dict[tuple[str, str], int]:
+    """As ``_real_started``, from the local server's counts; and its GETs of ``/version`` as ("get", "/version")."""
+    counts = {(verb, resource): n for verb, resource, n, _ in cluster.api_counters() if resource in _REAL_RESOURCES}
+    counts["get", "/version"] = sum(n for verb, resource, n, _ in cluster.api_counters() if resource == "")
+    return counts
+
+
+def _attached_window(kubeconfig: str, namespace: str, running, started, window_s: float) -> tuple[dict, float, str]:
+    """A 2-node task that sleeps; once both pods run, torchx's ``Runner.wait`` (an attached ``exp.run()``) in a
+    thread, and the requests begun in a window of ``window_s`` once its watches hold the job, per (verb,
+    resource); the window's seconds and the load average at its end."""
+    from torchx.schedulers import get_scheduler_factories
+
+    with nemorun_home():
+        _, exp = launch(ours(kubeconfig, nodes=2, namespace=namespace), 1, "apiload-real", task=_sleeper)
+        runner, handle = exp._runner, exp.jobs[0].handle
+        _, backend, app_id = runner._scheduler_app_id(handle, check_session=False)
+        _wait(lambda: running() >= 2, 300, "2 pods running")
+        waiting = threading.Thread(target=lambda: runner.wait(handle, wait_interval=POLL_S), daemon=True)
+        waiting.start()
+        # Its first looks read the server until its watches have listed (seconds on a cold real server), and
+        # the node logs are followed from the second look on: the window starts after both.
+        time.sleep(15)
+        before, began = started(), time.monotonic()
+        time.sleep(window_s)
+        after, seconds = started(), time.monotonic() - began
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        get_scheduler_factories()[backend]("apiload").cancel(app_id)
+        waiting.join(120)
+    return {key: after.get(key, 0) - before.get(key, 0) for key in set(after) | set(before)
+            if after.get(key, 0) != before.get(key, 0)}, seconds, load
+
+
+def real(window_s: float, repeat: int) -> list[str]:
+    """The attached wait's requests, counted by the local API server and by the real kube-apiserver (the node
+    agent running the pods) for the same 2-node job; a markdown table. On a shared machine run it under
+    ``flock /tmp/nkf-real.lock`` (one real control plane at a time)."""
+    from pathlib import Path
+
+    from harness import REPO
+
+    sys.path.insert(0, str(REPO / "test"))
+    from controlplane import RealControlPlane, ensure_built
+
+    from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
+
+    runs: dict[str, list[tuple[dict, float, str]]] = {"local": [], "real + node agent": []}
+    with tempfile.TemporaryDirectory(prefix="nk-bench-apiload-real-") as workdir:
+        cluster = ClusterProcess(str(Path(workdir) / "local"))
+        try:
+            use_kubeconfig(cluster.kubeconfig_path)
+            for _ in range(repeat):
+                runs["local"].append(_attached_window(
+                    cluster.kubeconfig_path, NAMESPACE, lambda: cluster.pod_phases(NAMESPACE).get("Running", 0),
+                    lambda: _local_started(cluster), window_s))
+                cluster.delete_trainjobs(timeout=120)
+        finally:
+            cluster.stop()
+        with RealControlPlane(ensure_built(out=sys.stderr), Path(workdir) / "real") as cp:
+            namespace = cp.create_namespace("bench")
+            serving = cp.certs.issue("node-agent", "nemo-kubeflow-node-agent")
+            agents = [NodeSpec(f"agent-{i}", cpu="8", memory="32Gi") for i in range(2)]
+            with NodeAgent(cp.kubeconfig_path, agents, Path(workdir) / "agent", serving_cert=serving):
+                use_kubeconfig(str(cp.kubeconfig_path))
+
+                def running() -> int:
+                    pods = cp.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+                    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+                for _ in range(repeat):
+                    runs["real + node agent"].append(_attached_window(
+                        str(cp.kubeconfig_path), namespace, running, lambda: _real_started(cp), window_s))
+                    _wait(lambda: running() == 0, 300, "the cancelled job's pods gone")
+    version = ("get", "/version")
+    keys = sorted({key for samples in runs.values() for counts, _, _ in samples for key in counts} - {version})
+    rows = ["| API server | window | requests/min (counted by both) | " + " | ".join(f"{v} {r}" for v, r in keys)
+            + " | GET /version (local only) | load at its end |", "|---|---|---|" + "---|" * len(keys) + "---|---|"]
+    totals: dict[str, list[float]] = {}
+    for where, samples in runs.items():
+        for counts, seconds, load in samples:
+            counted = sum(n for key, n in counts.items() if key != version)
+            totals.setdefault(where, []).append(counted * 60 / seconds)
+            rows.append(f"| {where} | {seconds:.0f} s | {counted * 60 / seconds:.1f} | "
+                        + " | ".join(str(counts.get(key, 0)) for key in keys)
+                        + f" | {counts.get(version, 0) if where == 'local' else 'not counted'} | {load} |")
+    local, remote = (sum(totals[w]) / len(totals[w]) for w in ("local", "real + node agent"))
+    rows.append("")
+    rows.append(f"Mean requests/min counted by both: local {local:.2f}, real {remote:.2f}: the real server counts "
+                f"{abs(remote - local) / max(local, remote, 1e-9):.0%} {'more' if remote > local else 'fewer'} "
+                f"(target: within 20 %).")
+    return rows
+
+
+if __name__ == "__main__":
+    import argparse
+    import warnings
+
+    parser = argparse.ArgumentParser(description="The API load of an attached wait, counted by the local API "
+                                                 "server and by the real kube-apiserver (2 nodes).")
+    parser.add_argument("--window", type=float, default=120.0, help="seconds counted per run (default 120)")
+    parser.add_argument("--repeat", type=int, default=2)
+    options = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    from harness import silence_nemo_run
+
+    silence_nemo_run()
+    print("\n".join(real(options.window, options.repeat)))

@@ -1,6 +1,7 @@
 """The API load of describing a running job, counted by the real kube-apiserver (its ``apiserver_request_total``
 metric) and by the local cluster (``api_counters``), for the same scenario: the counts agree within 20 %
-(benchmarks/bench_apiload.py measures the load at 1,024 nodes on the local cluster only)."""
+(benchmarks/bench_apiload.py measures the load at 1,024 nodes on the local cluster, and with ``real()`` an attached
+wait's requests on both servers: a window of minutes, its timers' requests, a measurement rather than a test)."""
 
 import re
 import uuid

@@ -156,14 +156,25 @@ def interleaved(repeat: int, **variants: Callable[[], float]) -> dict[str, list[
     return samples
 
 
+#: A busy loop that looks every million turns (a few hundredths of a second) whether its parent still runs.
+_BUSY_LOOP = """
+import os
+parent = os.getppid()
+while os.getppid() == parent:
+    for _ in range(1_000_000):
+        pass
+"""
+
+
 @contextlib.contextmanager
 def cpu_hog(processes: Optional[int] = None) -> Iterator[int]:
     """A busy loop per core (``processes``, default ``os.cpu_count()``) beside what runs inside the
     block, as on a shared or busy machine: a user's own training, a build, other sessions. Normal
     priority, so the scheduler shares the cores fairly between them and the benchmark. Yields how many
-    were started; stops exactly those (by process id) when the block ends."""
+    were started; stops exactly those (by process id) when the block ends. Each also ends by itself once its
+    parent is gone (a run killed mid-block), so a killed run leaves no busy loop under the next."""
     count = processes or os.cpu_count() or 1
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+    hogs = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
     try:
         time.sleep(0.2)  # running, not starting up, when the block begins

@@ -118,6 +118,7 @@ def test_without_the_right_to_watch_pods_their_reads_go_to_the_api_server(local)
         look = scheduler.look_after(app_id)[0]
         requests = _job_requests(local, name)
         assert ("list", "pods") in requests and ("get", "trainjobs") not in requests, requests
+        assert cache.sent_to_server["its watch was refused"] >= 1, cache.sent_to_server  # why, for --verbose
         direct = create_scheduler("direct").describe(app_id)
         assert (look.state, look.msg) == (direct.state, direct.msg) and look.state == AppState.RUNNING
     finally:
@@ -130,6 +131,7 @@ def test_a_look_after_a_write_of_this_process_reads_the_api_server(local):
     for _ in range(2):  # watched from the second look
         scheduler.look_after(app_id)
     wait_for(lambda: _current(scheduler, app_id), "the watches current", timeout=30)
+    cache = scheduler._watches[app_id].job_cache  # the look that sees the job over stops watching it
     scheduler.cancel(app_id)
     started = time.monotonic()
     local.clear_requests()
@@ -137,6 +139,7 @@ def test_a_look_after_a_write_of_this_process_reads_the_api_server(local):
     assert time.monotonic() - started < 5
     assert ("get", "trainjobs") in _job_requests(local, name)  # not the watch's copy, which may predate the delete
     assert look.state == AppState.CANCELLED, look.msg
+    assert cache.sent_to_server["this process wrote to the job within 5 s"] >= 1, cache.sent_to_server
 
 
 def test_watching_pauses_when_nobody_reads_and_starts_again_on_the_next_read(local, monkeypatch):
@@ -187,6 +190,8 @@ def test_a_process_watches_at_most_so_many_jobs_and_reads_the_others(local, monk
         local.clear_requests()
         assert jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default") is None
         assert _job_requests(local, "wj-cap-2") == [("get", "trainjobs")] and not any(jobs[2].current().values())
+        assert list(jobs[2].sent_to_server) == [f"not watched ({watched_module.MAX_WATCHED_JOBS} other jobs are, in "
+                                                "this process)"], jobs[2].sent_to_server
         jobs[0].stop()
         jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default")
         wait_for(lambda: all(jobs[2].current().values()), "the third watched once the first stopped", timeout=30)

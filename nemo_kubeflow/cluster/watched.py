@@ -14,6 +14,7 @@ a write by this process a moment ago. What it holds is never shown as a state it
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import copy
 import json
@@ -185,6 +186,8 @@ class WatchedJob:
         #: When the API server last answered this reader (a watch event or opened, a log read, /version).
         self.answered_at = float("-inf")
         self._pod_listeners: builtins.list[Callable[[str, dict], None]] = []
+        #: Why reads of a watched kind went to the API server, and how many (for ``--verbose``, benchmarks).
+        self.sent_to_server: collections.Counter[str] = collections.Counter()
 
     # --- the reads --------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
@@ -272,14 +275,31 @@ class WatchedJob:
 
     def _held(self, kind: str, namespace: Optional[str]) -> Optional[_Collection]:
         """The collection that may answer a read of ``kind`` in ``namespace`` (watching it, if not yet)."""
-        if kind not in self._collections or namespace != self.namespace or kind in self._refused or self._closed:
+        if kind not in self._collections or namespace != self.namespace or self._closed:
             return None
         self._last_read = time.monotonic()
         self._ensure_watching()
         collection = self._collections[kind]
-        if collection.refused or not collection.current or time.monotonic() < self._direct_until:
+        why = "its watch was refused" if kind in self._refused else self._why_not_held(collection)
+        if why is not None:
+            self.sent_to_server[why] += 1
+            log.debug("%s of %s/%s read from the API server: %s", kind, self.namespace, self.name, why)
             return None
-        return collection if self._server_answers() else None
+        return collection
+
+    def _why_not_held(self, collection: _Collection) -> Optional[str]:
+        """Why a read of ``collection`` cannot be answered from what it holds now; None when it can."""
+        if self._stopped is None:
+            return f"not watched ({MAX_WATCHED_JOBS} other jobs are, in this process)"
+        if collection.refused:
+            return "its watch was refused"
+        if not collection.current:
+            return "not listed yet, or its watch broke"
+        if time.monotonic() < self._direct_until:
+            return f"this process wrote to the job within {DIRECT_AFTER_WRITE_S:g} s"
+        if not self._server_answers():
+            return f"the API server did not answer within {ANSWERED_WITHIN_S:g} s"
+        return None
 
     def _answered(self) -> None:
         self.answered_at = time.monotonic()
@@ -341,9 +361,9 @@ class WatchedJob:
                     return  # reads go to the API server (``_held`` finds nothing current)
                 _watching.add(id(self))
             self._refused |= {kind for kind, c in self._collections.items() if c.refused}
-            self._collections = collections = self._new_collections()
+            self._collections = fresh = self._new_collections()
             self._stopped = stopped = threading.Event()
-        for kind, collection in collections.items():
+        for kind, collection in fresh.items():
             if kind not in self._refused:
                 threading.Thread(target=collection.run, args=(stopped,), daemon=True,
                                  name=f"watch-{kind.lower()}-{self.name}").start()

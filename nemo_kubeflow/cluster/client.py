@@ -699,6 +699,18 @@ MAX_WATCHED_JOBS = 4
 API_CONNECTIONS = 16 + 3 * MAX_WATCHED_JOBS
 
 
+def user_agent() -> str:
+    """What every request of ours says it comes from (``User-Agent``), as kubectl says ``kubectl/v1.x``: an
+    API server's audit log and request logs tell our load from other clients'."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("nemo-kubeflow")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        version = "unknown"
+    return f"nemo-kubeflow/{version}"
+
+
 def _api_client(configuration):
     from kubernetes import client
 
@@ -706,7 +718,9 @@ def _api_client(configuration):
     # One retry layer, ours (``_call``): urllib3 would retry each of our tries up to 3 times more, each up
     # to the read timeout, and a DELETE of a rollback with it.
     configuration.retries = False
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    api.user_agent = user_agent()
+    return api
 
 
 def _selector_query(label_selector: Optional[str], field_selector: Optional[str]) -> builtins.list:

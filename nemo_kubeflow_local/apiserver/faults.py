@@ -33,6 +33,8 @@ class RequestRecord:
     time: float
     #: The response body's size; None for a stream (a watch, a followed log: see ``Hooks.counters``).
     bytes: Optional[int] = None
+    #: The client's ``User-Agent`` header ("" without one).
+    user_agent: str = ""
 
 
 @dataclass(frozen=True)

@@ -358,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not logged:
                 logged = True
                 api.hooks.record(RequestRecord(method, url.path, query, target.resource, target.namespace,
-                                               target.name, verb, status, started, size))
+                                               target.name, verb, status, started, size,
+                                               self.headers.get("User-Agent") or ""))
 
         self._log_request = log_request
         try:

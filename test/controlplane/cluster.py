@@ -184,8 +184,11 @@ class RealControlPlane:
     #: seconds a component gets to exit after SIGTERM
     STOP_GRACE = 5.0
 
-    def __init__(self, build_info: dict, workdir: Path, kueue_v1beta1_served: bool | None = None):
+    def __init__(self, build_info: dict, workdir: Path, kueue_v1beta1_served: bool | None = None, *,
+                 audit: bool = False):
         self.build_info = build_info
+        #: Whether kube-apiserver writes an audit log of the reads a client of a job makes (``audit_events``).
+        self.audit = audit
         #: Whether Kueue's CRDs serve v1beta1 (default: yes, unless $NEMO_KUBEFLOW_REAL_KUEUE_V1BETA1=unserved).
         self.kueue_v1beta1_served = (os.environ.get(KUEUE_V1BETA1_ENV, "") != "unserved"
                                      if kueue_v1beta1_served is None else kueue_v1beta1_served)
@@ -432,7 +435,42 @@ class RealControlPlane:
             f"--kubelet-certificate-authority={c.ca_crt}",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--cert-dir={self.workdir / 'pki' / 'apiserver'}", "--profiling=false",
+            *self._audit_flags(),
         ])
+
+    #: The audit policy of ``audit=True``: one event per request as it is received (so a watch or a log stream
+    #: counts from its start, as the local server counts), with who sent it, for the reads a client of a job
+    #: makes and ``/version``; nothing else.
+    AUDIT_POLICY = {
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+        "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
+        "rules": [
+            {"level": "Metadata", "verbs": ["get", "list", "watch"], "resources": [
+                {"group": "", "resources": ["pods", "pods/log", "events"]},
+                {"group": "trainer.kubeflow.org", "resources": ["trainjobs"]},
+                {"group": "jobset.x-k8s.io", "resources": ["jobsets"]},
+                {"group": "batch", "resources": ["jobs"]},
+                {"group": "kueue.x-k8s.io", "resources": ["workloads"]}]},
+            {"level": "Metadata", "nonResourceURLs": ["/version"]},
+            {"level": "None"},
+        ],
+    }
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.workdir / "audit-policy.json"  # JSON is YAML
+        policy.write_text(json.dumps(self.AUDIT_POLICY))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.workdir / 'audit.log'}",
+                "--audit-log-format=json"]
+
+    def audit_events(self) -> list[dict]:
+        """The audit log's events so far (``audit=True``): one per request received, with its ``verb``,
+        ``objectRef`` or ``requestURI``, ``userAgent`` and ``requestReceivedTimestamp``."""
+        path = self.workdir / "audit.log"
+        if not self.audit:
+            raise RuntimeError("this control plane was started without audit=True")
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
     def _component_flags(self, port_name: str) -> list:
         kubeconfig = str(self.kubeconfig_path)

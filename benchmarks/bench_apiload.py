@@ -302,48 +302,57 @@ def _rows(results: dict, sizes: tuple[int, ...], window_s: float):
 # --- the attached wait counted by the real kube-apiserver beside the local one (not a family of run.py: it needs
 # --- the build; docs/benchmarks.md, "The API load on the real kube-apiserver")
 
-#: The requests of ours that the comparison counts: what an attached wait's looks, watches and log keeper send.
-#: Other clients' requests on the real server (controllers' and the node agent's informers, leases, pod status
-#: writes) are cluster-scoped or writes, but for the node agent's GET of each of its Nodes every 10 s: nodes are
-#: left out (an attached wait reads none). Its GETs of ``/version`` are not in kube-apiserver's request metrics
-#: at all (non-resource paths other than health checks are not counted): the local server's count is shown apart.
-_REAL_VERBS = {"GET": "get", "LIST": "list", "WATCH": "watch", "CONNECT": "get"}  # pods/log is CONNECT there
-_REAL_RESOURCES = {"trainjobs", "jobsets", "pods", "pods/log", "jobs", "events", "workloads"}
+#: A request of another client than ours is counted under its resource followed by this and the client's name
+#: (the real server's audit log tells who sent each).
+_OTHERS = " by "
+
+
+def _client(agent: str) -> str:
+    """A short name of the client whose ``User-Agent`` is ``agent``: its program, and the controller of
+    kube-controller-manager that sent it (``kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/
+    generic-garbage-collector`` -> ``kube-controller-manager/generic-garbage-collector``)."""
+    words = agent.split(" ")
+    tail = words[-1].split("/")[-1] if len(words) > 1 and words[-1].count("/") >= 2 else ""
+    return words[0].split("/")[0] + (f"/{tail}" if tail else "")
 
 
 def _real_started(control_plane) -> dict[tuple[str, str], int]:
-    """(verb, resource) -> requests of one object or one namespace that the real kube-apiserver has seen start:
-    ``apiserver_request_total`` counts a request when it ends, ``apiserver_longrunning_requests`` holds those
-    under way (watches, log streams); their sum counts each from its start, as the local server does (a request
-    that began before and ended after a first reading adds one to the first and takes one from the second)."""
-    import re
+    """(verb, resource) -> requests the real kube-apiserver has received so far, from its audit log (one event
+    per request as it is received, with its client's ``User-Agent``; ``RealControlPlane(audit=True)``): ours
+    (``nemo-kubeflow/...``) as they are, other clients' (the node agent, the controllers) with ``_OTHERS`` after
+    the resource and the client's name. Reads of a job's objects and ``/version``, as the local server counts
+    them."""
+    from nemo_kubeflow.cluster.client import user_agent
 
-    sample = re.compile(r"^(apiserver_request_total|apiserver_longrunning_requests)\{(?P<labels>[^}]*)\} (?P<v>\S+)$")
+    ours = user_agent()
     found: dict[tuple[str, str], int] = {}
-    for line in control_plane.request("GET", "/metrics").splitlines():
-        m = sample.match(line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
-        verb = _REAL_VERBS.get(labels.get("verb", ""))
-        resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-        if verb is None or labels.get("scope") not in ("resource", "namespace") or resource not in _REAL_RESOURCES:
-            continue
-        found[verb, resource] = found.get((verb, resource), 0) + int(float(m["v"]))
+    for event in control_plane.audit_events():
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        if not ref:
+            resource = event.get("requestURI", "").split("?")[0]  # /version
+        agent = event.get("userAgent", "")
+        key = (event.get("verb", ""), resource + ("" if agent == ours else _OTHERS + _client(agent)))
+        found[key] = found.get(key, 0) + 1
     return found
 
 
 def _local_started(cluster: ClusterProcess) -> dict[tuple[str, str], int]:
     """As ``_real_started``, from the local server's counts; and its GETs of ``/version`` as ("get", "/version")."""
-    counts = {(verb, resource): n for verb, resource, n, _ in cluster.api_counters() if resource in _REAL_RESOURCES}
+    counts = {(verb, resource): n for verb, resource, n, _ in cluster.api_counters() if resource in _JOB_RESOURCES}
     counts["get", "/version"] = sum(n for verb, resource, n, _ in cluster.api_counters() if resource == "")
     return counts
 
 
-def _attached_window(kubeconfig: str, namespace: str, running, started, window_s: float) -> tuple[dict, float, str]:
+#: What a client of a job reads (``RealControlPlane.AUDIT_POLICY`` logs the same on the real server).
+_JOB_RESOURCES = {"trainjobs", "jobsets", "pods", "pods/log", "jobs", "events", "workloads"}
+
+
+def _attached_window(kubeconfig: str, namespace: str, running, started,
+                     window_s: float) -> tuple[dict, float, str, str]:
     """A 2-node task that sleeps; once both pods run, torchx's ``Runner.wait`` (an attached ``exp.run()``) in a
     thread, and the requests begun in a window of ``window_s`` once its watches hold the job, per (verb,
-    resource); the window's seconds and the load average at its end."""
+    resource); the window's seconds, the load average at its end, and why held reads went to the server."""
     from torchx.schedulers import get_scheduler_factories
 
     with nemorun_home():
@@ -376,8 +385,9 @@ def _attached_window(kubeconfig: str, namespace: str, running, started, window_s
 
 
 def real(window_s: float, repeat: int) -> list[str]:
-    """The attached wait's requests, counted by the local API server and by the real kube-apiserver (the node
-    agent running the pods) for the same 2-node job; a markdown table. On a shared machine run it under
+    """The attached wait's requests, counted by the local API server and by the real kube-apiserver (its audit
+    log, which tells ours from other clients'; the node agent running the pods) for the same 2-node job; a
+    markdown table. On a shared machine run it under
     ``flock /tmp/nkf-real.lock`` (one real control plane at a time)."""
     from pathlib import Path
 
@@ -400,7 +410,7 @@ def real(window_s: float, repeat: int) -> list[str]:
                 cluster.delete_trainjobs(timeout=120)
         finally:
             cluster.stop()
-        with RealControlPlane(ensure_built(out=sys.stderr), Path(workdir) / "real") as cp:
+        with RealControlPlane(ensure_built(out=sys.stderr), Path(workdir) / "real", audit=True) as cp:
             namespace = cp.create_namespace("bench")
             serving = cp.certs.issue("node-agent", "nemo-kubeflow-node-agent")
             agents = [NodeSpec(f"agent-{i}", cpu="8", memory="32Gi") for i in range(2)]
@@ -415,23 +425,22 @@ def real(window_s: float, repeat: int) -> list[str]:
                     runs["real + node agent"].append(_attached_window(
                         str(cp.kubeconfig_path), namespace, running, lambda: _real_started(cp), window_s))
                     _wait(lambda: running() == 0, 300, "the cancelled job's pods gone")
-    version = ("get", "/version")
-    keys = sorted({key for samples in runs.values() for counts, *_ in samples for key in counts} - {version})
-    rows = ["| API server | window | requests/min (counted by both) | " + " | ".join(f"{v} {r}" for v, r in keys)
-            + " | GET /version (local only) | held reads sent to the server, why | load at its end |",
-            "|---|---|---|" + "---|" * len(keys) + "---|---|---|"]
+    keys = sorted({key for samples in runs.values() for counts, *_ in samples for key in counts},
+                  key=lambda key: (_OTHERS in key[1], key[1], key[0]))
+    rows = ["| API server | window | our requests/min | " + " | ".join(f"{v} {r}" for v, r in keys)
+            + " | held reads sent to the server, why | load at its end |",
+            "|---|---|---|" + "---|" * len(keys) + "---|---|"]
     totals: dict[str, list[float]] = {}
     for where, samples in runs.items():
         for counts, seconds, load, why in samples:
-            counted = sum(n for key, n in counts.items() if key != version)
-            totals.setdefault(where, []).append(counted * 60 / seconds)
-            rows.append(f"| {where} | {seconds:.0f} s | {counted * 60 / seconds:.1f} | "
-                        + " | ".join(str(counts.get(key, 0)) for key in keys)
-                        + f" | {counts.get(version, 0) if where == 'local' else 'not counted'} | {why} | {load} |")
+            ours = sum(n for key, n in counts.items() if _OTHERS not in key[1])
+            totals.setdefault(where, []).append(ours * 60 / seconds)
+            rows.append(f"| {where} | {seconds:.0f} s | {ours * 60 / seconds:.1f} | "
+                        + " | ".join(str(counts.get(key, 0)) for key in keys) + f" | {why} | {load} |")
     local, remote = (sum(totals[w]) / len(totals[w]) for w in ("local", "real + node agent"))
     rows.append("")
     # The issue's measure: the real server's count within 20 % of the emulator's (the local server's).
-    rows.append(f"Mean requests/min counted by both: local {local:.2f}, real {remote:.2f}: the real server counts "
+    rows.append(f"Mean requests/min of ours: local {local:.2f}, real {remote:.2f}: the real server counts "
                 f"{(remote - local) / max(local, 1e-9):+.0%} of the local server's count (target: within 20 %).")
     return rows
 

@@ -14,6 +14,8 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any, Optional
 
+__version__ = "0.1.0"
+
 _EXPORTS = {
     "KubeflowExecutor": "nemo_kubeflow.config.executor",
     "PVCMount": "nemo_kubeflow.config.executor",

@@ -702,13 +702,9 @@ API_CONNECTIONS = 16 + 3 * MAX_WATCHED_JOBS
 def user_agent() -> str:
     """What every request of ours says it comes from (``User-Agent``), as kubectl says ``kubectl/v1.x``: an
     API server's audit log and request logs tell our load from other clients'."""
-    from importlib import metadata
+    from nemo_kubeflow import __version__
 
-    try:
-        version = metadata.version("nemo-kubeflow")
-    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
-        version = "unknown"
-    return f"nemo-kubeflow/{version}"
+    return f"nemo-kubeflow/{__version__}"
 
 
 def _api_client(configuration):

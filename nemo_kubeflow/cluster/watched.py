@@ -280,19 +280,19 @@ class WatchedJob:
         self._last_read = time.monotonic()
         self._ensure_watching()
         collection = self._collections[kind]
-        why = "its watch was refused" if kind in self._refused else self._why_not_held(collection)
+        why = self._why_not_held(kind, collection)
         if why is not None:
             self.sent_to_server[why] += 1
             log.debug("%s of %s/%s read from the API server: %s", kind, self.namespace, self.name, why)
             return None
         return collection
 
-    def _why_not_held(self, collection: _Collection) -> Optional[str]:
-        """Why a read of ``collection`` cannot be answered from what it holds now; None when it can."""
+    def _why_not_held(self, kind: str, collection: _Collection) -> Optional[str]:
+        """Why a read of ``kind`` cannot be answered from what it holds now; None when it can."""
+        if kind in self._refused or collection.refused:  # refused by an earlier start, or by this one
+            return "its watch was refused"
         if self._stopped is None:
             return f"not watched ({MAX_WATCHED_JOBS} other jobs are, in this process)"
-        if collection.refused:
-            return "its watch was refused"
         if not collection.current:
             return "not listed yet, or its watch broke"
         if time.monotonic() < self._direct_until:

@@ -103,6 +103,25 @@ def test_the_held_pods_are_what_a_list_with_each_selector_of_ours_returns(local)
         watched.stop()
 
 
+def test_why_a_job_ended_is_read_from_the_api_server_not_from_watches_that_lag(local, monkeypatch):
+    from nemo_kubeflow.cluster.watched import _Collection
+
+    app_id, name = _running_job(local, "wj-ended")
+    scheduler = create_scheduler("wj-ended")
+    for _ in range(2):  # watched from the second look
+        scheduler.look_after(app_id)
+    wait_for(lambda: _current(scheduler, app_id), "the watches current", timeout=30)
+    # The pod watch falls behind (each watch is a stream of its own): its held pods still run when the
+    # TrainJob's watch brings the verdict.
+    apply = _Collection._apply
+    monkeypatch.setattr(_Collection, "_apply",
+                        lambda self, event: "" if self.kind == "Pod" else apply(self, event))
+    local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=1", 3)
+    failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
+                      "the look to see the failure", timeout=60)
+    assert "exited with code 3" in failed.msg, failed.msg
+
+
 def test_without_the_right_to_watch_pods_their_reads_go_to_the_api_server(local):
     app_id, name = _running_job(local, "wj-denied")
     local.deny("watch", "pods")

@@ -224,6 +224,11 @@ class WatchedJob:
         with self._answering():
             return self.cluster.pod_log_stream(name, namespace, **options)
 
+    @property
+    def server_reader(self) -> ClusterReader:
+        """The reader of the API server itself, for reads that must not come from held copies."""
+        return self.cluster
+
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.cluster, attribute)  # what else a reader of ours asks (served versions, access)
 

@@ -436,6 +436,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             return self._gone(app_id, record, watch, nodes, role)
         status = job_status(trainjob, name=f"{namespace}/{name}")
         look = _Look(namespace, name, status.state, status.message)
+        if is_terminal(status.state):
+            # Why it ended is read from the API server, once: each watch is a stream of its own, so the pods' last
+            # changes may not have reached the held copies when the TrainJob's verdict did.
+            cluster = getattr(cluster, "server_reader", cluster)
         self._diagnose(look, cluster, record, watch, trainjob, nodes, keeps_logs)
         notes = self._assess_nodes(look, cluster, watch, trainjob, nodes) if not is_terminal(look.state) else ()
         return Observation(app_id, look.state, look.message, nodes, role, trainjob=trainjob,

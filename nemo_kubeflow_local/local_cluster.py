@@ -346,6 +346,13 @@ class LocalCluster:
         self._require_processes("lose_node")
         return lose_node(self._store, self._kubelet.events, self._kubelet, name)
 
+    def rebuild_from_older_copy(self, name: str, namespace: str = "default") -> None:
+        """The next time Trainer builds TrainJob ``name``'s JobSet again after a delete, it builds it from the
+        TrainJob as it was before its last spec change, once: as the real Trainer does when its informer
+        cache has the JobSet's delete before that change."""
+        self._require_started()
+        self._controller.older_copy_next(namespace, name)  # type: ignore[union-attr] - started: it is there
+
     def oom_kill(self, pod: str, container: str = "node", namespace: str = "default") -> None:
         """Kill a running container as the kernel's OOM killer does (exit 137, reason OOMKilled)."""
         self._require_processes("oom_kill")

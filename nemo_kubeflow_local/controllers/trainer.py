@@ -30,7 +30,7 @@ import yaml
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import admission
 from nemo_kubeflow_local.apiserver import resources as R
-from nemo_kubeflow_local.apiserver.apierrors import ApiError, aggregate, invalid
+from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, invalid
 from nemo_kubeflow_local.apiserver.core_validation import pod_spec_errors
 from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
 from nemo_kubeflow_local.apiserver.resources import ResourceType
@@ -227,6 +227,37 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: What JobSet's webhook lets change in the pod templates of a suspended JobSet (for Kueue): (part, key).
+_MUTABLE_WHILE_SUSPENDED = (("metadata", "labels"), ("metadata", "annotations"), ("spec", "nodeSelector"),
+                            ("spec", "tolerations"), ("spec", "schedulingGates"))
+
+
+def _immutable_part(new: list, old: list) -> list:
+    """``new`` replicatedJobs with what the webhook lets change taken from ``old`` (matched by name), empty
+    values left out (Go compares structs: an empty map is no map); compare it with ``_pruned(old)``."""
+    olds = {r.get("name"): r for r in old}
+    munged = copy.deepcopy(new)
+    for rjob in munged:
+        before = olds.get(rjob.get("name"))
+        if before is None:
+            continue
+        template = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+        old_template = ((before.get("template") or {}).get("spec") or {}).get("template") or {}
+        for part, key in _MUTABLE_WHILE_SUSPENDED:
+            template.setdefault(part, {})[key] = copy.deepcopy((old_template.get(part) or {}).get(key))
+    return _pruned(munged)
+
+
+def _pruned(value):
+    """``value`` without None, empty maps and empty lists, at any depth."""
+    if isinstance(value, dict):
+        kept = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
 class TrainerController:
     def __init__(self, store: Store, events: EventRecorder, status_server: Optional[StatusServer] = None):
         self.store, self.events = store, events
@@ -236,6 +267,10 @@ class TrainerController:
         self._timers: list[tuple[float, tuple[str, str]]] = []
         self._states: dict[tuple[str, str], JobSetState] = {}
         self._waiting_for_runtime: set[tuple[str, str]] = set()
+        #: Per TrainJob: (the copy the last reconcile saw, the one of the spec change before it).
+        self._copies: dict[tuple[str, str], tuple[dict, Optional[dict]]] = {}
+        #: TrainJobs whose JobSet, built again, is built from the older copy (``older_copy_next``).
+        self._older_copy_next: set[tuple[str, str]] = set()
         self._thread = threading.Thread(target=self._loop, name="trainer-controller", daemon=True)
         self._stopped = threading.Event()
         store.add_listener(self._on_change)
@@ -294,6 +329,7 @@ class TrainerController:
         tj = self.store.find(R.TRAINJOBS, namespace, name)
         if tj is None or tj["metadata"].get("deletionTimestamp"):
             self._states.pop(key, None)
+            self._copies.pop(key, None)
             self._waiting_for_runtime.discard(key)
             return
         if tj["spec"].get("managedBy", C.TRAINJOB_CONTROLLER) != C.TRAINJOB_CONTROLLER:
@@ -313,16 +349,24 @@ class TrainerController:
         elif is_true(tj, "Complete") or is_true(tj, "Failed"):
             self._expire_after_ttl(tj, state)
             return
+        source = self._seen(key, tj)
         if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
             # Deleted by someone else (node_avoidance.py does so): Trainer builds it again, from the
-            # TrainJob as it is now (its runtimePatches included); the new JobSet's restarts start at 0.
+            # TrainJob as its cache has it (runtimePatches included; see older_copy_next); the new JobSet's
+            # restarts start at 0.
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
+            if key in self._older_copy_next:
+                self._older_copy_next.discard(key)
+                source = self._copies[key][1] or tj
         suspended = bool(tj["spec"].get("suspend"))
         # Trainer builds the JobSet once, and re-applies it only while it is suspended.
         if state.spec is None or (suspended and not any(job.created for job in state.jobs)):
-            if not self._build(tj, state):
+            if not self._build(source, state):
                 self._write_status(tj, state)
                 return
+        elif not suspended and not self._resume_applies(tj, state):
+            self._write_status(tj, state)
+            return
         self._suspend_jobset(tj, state, suspended)
         self._check_deadline(tj, state)
         if state.terminal is None and suspended:
@@ -339,32 +383,77 @@ class TrainerController:
             self._sync(tj, state)
         self._write_status(tj, state)
 
+    def _seen(self, key: tuple[str, str], tj: dict) -> dict:
+        """Note ``tj`` as this reconcile sees it, keeping the copy of the spec change before (for
+        ``older_copy_next``); returns ``tj``."""
+        current, _ = self._copies.get(key, (None, None))
+        if current is None or current["metadata"].get("generation") != tj["metadata"].get("generation"):
+            self._copies[key] = (copy.deepcopy(tj), current)
+        return tj
+
+    def older_copy_next(self, namespace: str, name: str) -> None:
+        """The next time the JobSet of TrainJob ``namespace/name`` is built again after a delete, build it
+        from the TrainJob as it was before its last spec change, once: what Trainer does when its informer
+        cache has the delete of the JobSet before that change (each resource is watched on a stream of its
+        own)."""
+        self._older_copy_next.add((namespace, name))
+        self._queue.put((namespace, name))
+
+    def _resume_applies(self, tj: dict, state: JobSetState) -> bool:
+        """Trainer re-applies the whole JobSet while the JobSet is still suspended, ``suspend: false`` with
+        it: whether JobSet's webhook lets that through (refused, the JobSet stays suspended)."""
+        jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
+        if jobset is None or jobset["metadata"]["uid"] != state.jobset_uid or not jobset["spec"].get("suspend"):
+            return True
+        spec = self._jobset_spec(tj, state)
+        return spec is not None and not self._refused_update(tj, jobset, spec)
+
     def _jobset_exists(self, tj: dict, state: JobSetState) -> bool:
         jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
         return jobset is not None and jobset["metadata"]["uid"] == state.jobset_uid
 
-    def _build(self, tj: dict, state: JobSetState) -> bool:
+    def _jobset_spec(self, tj: dict, state: JobSetState) -> Optional[dict]:
+        """The JobSet spec Trainer builds from ``tj``; None (the event recorded) when it cannot."""
         runtime = self._runtime_snapshot(tj)
         if runtime is None:
-            return False
+            return None
         try:
             spec = default_jobset(build_jobset(tj, runtime, POD_IP, state.master_port))
         except (KeyError, TypeError, AttributeError, ApiError) as error:
             self._creation_failed(tj, f"building the JobSet: {error}")
-            return False
+            return None
         errors = jobset_pod_name_errors(tj["metadata"]["name"], spec)
         if errors:  # the JobSet webhook refuses it: the TrainJob stays, and never starts
-            denial = invalid(R.JOBSETS, tj["metadata"]["name"], errors).message
-            self._creation_failed(tj, f'admission webhook "{JOBSET_WEBHOOK}" denied the request: {denial}')
-            return False
+            self._jobset_denied(tj, errors)
+            return None
         if self.status_server is not None:
             try:
                 self.status_server.enforce(tj, spec, [r["name"] for r in spec["replicatedJobs"]
                                                       if _ancestor(r) == C.ANCESTOR_TRAINER])
             except ApiError as error:  # the namespace is going
                 self._creation_failed(tj, f"building the TrainJobStatus components: {error}")
-                return False
-        if not self._apply_jobset(tj, state, spec):
+                return None
+        return spec
+
+    def _jobset_denied(self, tj: dict, errors: list[FieldError]) -> None:
+        denial = invalid(R.JOBSETS, tj["metadata"]["name"], errors).message
+        self._creation_failed(tj, f'admission webhook "{JOBSET_WEBHOOK}" denied the request: {denial}')
+
+    def _refused_update(self, tj: dict, existing: dict, spec: dict) -> bool:
+        """JobSet's webhook on Trainer's apply to an existing JobSet (suspended, or being suspended): its
+        replicatedJobs are immutable but for the pod template's labels, annotations, nodeSelector,
+        tolerations and schedulingGates. True (the denial recorded as Trainer's event) when ``spec`` changes
+        more: the apply fails whole, its ``suspend`` too."""
+        old = (existing.get("spec") or {}).get("replicatedJobs") or []
+        if _immutable_part(spec.get("replicatedJobs") or [], old) == _pruned(old):
+            return False
+        self._jobset_denied(tj, [FieldError.invalid("spec.replicatedJobs", spec.get("replicatedJobs"),
+                                                    "field is immutable")])
+        return True
+
+    def _build(self, tj: dict, state: JobSetState) -> bool:
+        spec = self._jobset_spec(tj, state)
+        if spec is None or not self._apply_jobset(tj, state, spec):
             return False
         for rjob in spec["replicatedJobs"]:
             job_name = f"{tj['metadata']['name']}-{rjob['name']}-0"
@@ -439,6 +528,8 @@ class TrainerController:
                 self._creation_failed(tj, f"creating the JobSet: {error}")
                 return False
         else:
+            if self._refused_update(tj, existing, spec):
+                return False
             self.store.mutate(R.JOBSETS, namespace, name, lambda js: {**js, "spec": spec})
         state.jobset_uid = existing["metadata"]["uid"]
         if (spec.get("network") or {}).get("enableDNSHostnames"):

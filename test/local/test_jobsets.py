@@ -180,3 +180,47 @@ def test_api_server_pod_defaults(core, ns):
     assert spec["volumes"][1]["downwardAPI"]["defaultMode"] == 420
     assert spec["volumes"][1]["downwardAPI"]["items"][0]["fieldRef"]["apiVersion"] == "v1"
     core.delete_namespaced_pod("defaults", ns, grace_period_seconds=0)
+
+
+def _node_patch(pod_spec: dict) -> dict:
+    return {"manager": "example.com/tests", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}]}}}}
+
+
+def _node_pod_spec(jobset: dict) -> dict:
+    return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def test_a_suspended_jobset_takes_a_new_node_selector_but_not_a_new_affinity(cluster, core, custom, ns,
+                                                                               echo_runtime):
+    """Trainer re-applies the JobSet of a suspended TrainJob; JobSet's webhook lets only the pod template's
+    labels, annotations, nodeSelector, tolerations and scheduling gates change. A refused apply is refused
+    whole: resumed, the JobSet stays suspended."""
+    name = unique("immutable")
+    create_trainjob(custom, ns, trainjob(name, echo_runtime, ["true"], num_nodes=1, suspend=True))
+    cluster.wait_for(lambda: _jobset(custom, ns, name))
+    selector = {"nodeSelector": {"pool": "a"}}
+    custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name,
+                                          {"spec": {"runtimePatches": [_node_patch(selector)]}})
+    cluster.wait_for(lambda: _node_pod_spec(_jobset(custom, ns, name)).get("nodeSelector") == {"pool": "a"})
+
+    affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
+                                                     "values": ["n1"]}]}]}}}}
+    custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name,
+                                          {"spec": {"runtimePatches": [_node_patch({**selector, **affinity})]}})
+
+    def refused():
+        return [e for e in core.list_namespaced_event(ns).items if e.reason == "TrainJobResourcesCreationFailed"
+                and e.involved_object.name == name]
+    event = cluster.wait_for(refused)[0]  # the whole denial is longer than an event keeps
+    assert event.message.startswith(f'TrainJob resources reconciliation failed: admission webhook "vjobset.kb.io" '
+                                    f'denied the request: JobSet.jobset.x-k8s.io "{name}" is invalid: '
+                                    'spec.replicatedJobs: Invalid value: '), event.message
+    custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name,
+                                          {"spec": {"suspend": False}})
+    # Trainer's status says resumed (it follows the TrainJob's spec), after the resume's apply was refused.
+    cluster.wait_for(lambda: (condition(get_trainjob(custom, ns, name), "Suspended") or {}).get("status") == "False")
+    jobset = _jobset(custom, ns, name)
+    assert jobset["spec"]["suspend"] is True and "affinity" not in _node_pod_spec(jobset)
+    assert pods_of(core, ns, name) == []

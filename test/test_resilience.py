@@ -375,7 +375,7 @@ def three_nodes(tmp_path):
         yield started
 
 
-def lose_node_of_rank_0(cluster, tmp_path, name: str, check, **settings):
+def lose_node_of_rank_0(cluster, tmp_path, name: str, check, before_loss=None, **settings):
     """Run 2 nodes that wait for a marker while torchx's `Runner.wait` (NeMo-Run's attached wait, whose looks
     repair) waits for them in a thread; lose the node of rank 0, then look at the job as `nemo experiment
     status` does (reads only) until `check(message, pods)` holds; write the marker. Returns the outcome, the
@@ -402,6 +402,8 @@ def lose_node_of_rank_0(cluster, tmp_path, name: str, check, **settings):
         first = wait_for(running_pods, "two running pods", timeout=120)
         waiter.start()
         lost = next(p.spec.node_name for p in first if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
+        if before_loss is not None:
+            before_loss(namespace, trainjob_name)
         assert cluster.lose_node(lost)
         seen = wait_for(lambda: check(scheduler.describe(app_id_of(job.handle)).msg, running_pods(), lost),
                         "the job to be moved off the lost node", timeout=180)
@@ -436,6 +438,29 @@ def test_a_node_lost_mid_run_is_avoided_by_the_next_attempt(three_nodes, tmp_pat
     managers = [p["manager"] for p in trainjob["spec"]["runtimePatches"]]
     assert managers[-1] == "nemo-kubeflow.nvidia.com/node-avoidance" and len(set(managers)) == len(managers)
     assert reasons.count("RestartJobSetFailurePolicyAction") == 1, reasons
+
+
+def test_a_jobset_built_again_from_an_older_copy_is_replaced_before_the_job_resumes(three_nodes, tmp_path):
+    """Trainer builds the deleted JobSet from the TrainJob as its cache had it before the runtime patch (seen on
+    the real control plane under load): no apply can add the term to that JobSet (JobSet's webhook), so resuming
+    it would leave the job suspended for good (the local Trainer refuses that apply as JobSet's webhook does). The
+    move deletes it again, and resumes the one with the term."""
+    def moved(message, pods, lost):
+        away = pods and all(p.spec.node_name != lost for p in pods)
+        return moved_off(message) and away and (message, pods)
+
+    def stale_next_build(namespace, name):
+        three_nodes.rebuild_from_older_copy(name, namespace)
+
+    (state, trainjob, _, _), lost, (message, pods), _ = lose_node_of_rank_0(
+        three_nodes, tmp_path, "stale-copy", moved, before_loss=stale_next_build)
+    assert state == AppState.SUCCEEDED, trainjob["status"]
+    assert "1 gang restart before the move" in message, message
+    terms = pods[0].spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert [(e.key, e.operator, e.values) for e in terms[0].match_expressions] == [
+        ("kubernetes.io/hostname", "NotIn", [lost])]
+    annotation = json.loads(trainjob["metadata"]["annotations"]["nemo-kubeflow.nvidia.com/node-avoidance"])
+    assert annotation["moving"] == [] and "replacing" not in annotation, annotation
 
 
 def test_a_lost_node_is_not_avoided_when_the_job_would_no_longer_fit(tmp_path):

@@ -10,11 +10,18 @@ Neither Trainer v2.3 nor JobSet v0.12 does this, and what they allow shapes how 
   affinity. A node affinity patched in therefore never reaches an existing JobSet.
 - Trainer creates a missing JobSet again from the TrainJob, with its patches.
 
-So the repair step (``move``; ``assess`` only reads and recommends it) suspends the TrainJob, waits for its pods to stop, adds a runtime patch with a
-``NotIn`` node affinity term on the bad nodes, deletes the JobSet (Trainer creates it again, with
-the term), and resumes. Each step is recorded in an annotation on the TrainJob, so whichever client
-repairs next (a waiting ``nemo experiment run``, ``nemo-kubeflow watch``) finishes a move that another one
-started; ``nemo experiment status`` only reports it.
+- Trainer builds a JobSet from its informer cache of the TrainJob: a JobSet deleted just after the
+  runtime patch may be built again from the copy before it, without the term, and then no later
+  apply can add it (the JobSet webhook again); resuming such a JobSet leaves the TrainJob suspended
+  for good, each apply refused (seen on the real control plane under load).
+
+So the repair step (``move``; ``assess`` only reads and recommends it) suspends the TrainJob, waits for
+its pods to stop, adds a runtime patch with a ``NotIn`` node affinity term on the bad nodes, deletes the
+JobSet, waits for Trainer to build it again, deletes it again while it lacks the term, and resumes once
+it has it. Each step is recorded in an annotation on the TrainJob, so whichever client repairs next (a
+waiting ``nemo experiment run``, ``nemo-kubeflow watch``) finishes a move that another one started; each
+step reads the TrainJob from the API server first (a held copy may not have the step before yet);
+``nemo experiment status`` only reports it.
 """
 
 from __future__ import annotations
@@ -99,6 +106,9 @@ class Avoidance:
     restarts_before: int = 0
     #: Faulty nodes not avoided, and why ("only 2 schedulable nodes would be left for 2 pods").
     capped: str = ""
+    #: Set once the move has patched the TrainJob and deleted its JobSet: waiting for Trainer to build
+    #: the JobSet again with the term (the replaced JobSet's restarts are in ``restarts_before`` by then).
+    replacing: bool = False
 
     @classmethod
     def of(cls, trainjob: Optional[dict]) -> "Avoidance":
@@ -108,24 +118,36 @@ class Avoidance:
         try:
             data = json.loads(text)
             return cls(NodeFault.listed(data.get("avoided", [])), NodeFault.listed(data.get("moving", [])),
-                       int(data.get("restarts_before", 0)), str(data.get("capped", "")))
+                       int(data.get("restarts_before", 0)), str(data.get("capped", "")),
+                       bool(data.get("replacing", False)))
         except (ValueError, TypeError, AttributeError):
             return cls()  # not ours to repair: start from nothing
 
     def to_json(self) -> str:
-        return json.dumps({"avoided": [asdict(f) for f in self.avoided], "moving": [asdict(f) for f in self.moving],
-                           "restarts_before": self.restarts_before, "capped": self.capped}, sort_keys=True)
+        data = {"avoided": [asdict(f) for f in self.avoided], "moving": [asdict(f) for f in self.moving],
+                "restarts_before": self.restarts_before, "capped": self.capped}
+        if self.replacing:  # only while it is so: annotations written before it had no such key
+            data["replacing"] = True
+        return json.dumps(data, sort_keys=True)
 
     def nodes(self) -> list[str]:
         return [f.node for f in self.avoided]
 
     def settled(self, capped: str) -> "Avoidance":
         """No move under way, with ``capped`` saying which faulty nodes are not avoided and why."""
-        return replace(self, moving=(), capped=capped)
+        return replace(self, moving=(), capped=capped, replacing=False)
 
-    def moved(self, restarts: int) -> "Avoidance":
-        """The move done: its nodes avoided, and the ``restarts`` of the JobSet it replaced counted."""
-        return Avoidance(self.avoided + self.moving, (), self.restarts_before + restarts, self.capped)
+    def replaced(self, restarts: int) -> "Avoidance":
+        """The JobSet deleted, with its ``restarts`` counted; the move waits for the one Trainer builds."""
+        return replace(self, restarts_before=self.restarts_before + restarts, replacing=True)
+
+    def moved(self) -> "Avoidance":
+        """The move done: its nodes avoided."""
+        return Avoidance(self.avoided + self.moving, (), self.restarts_before, self.capped)
+
+    def all_nodes(self) -> list[str]:
+        """The nodes the job is to keep off once the move is done."""
+        return [f.node for f in self.avoided + self.moving]
 
 
 def _is_off(trainjob: dict) -> bool:
@@ -262,9 +284,18 @@ def avoidance_affinity(pod_spec: dict, nodes: Sequence[str], previous: Sequence[
     the term this module added before (``NotIn previous``) taken out."""
     ours_before, ours = _hostname_not_in(list(previous)), _hostname_not_in(sorted(nodes))
     terms = _required_terms(pod_spec)
-    for term in terms:
-        term["matchExpressions"] = [e for e in term.get("matchExpressions") or [] if e != ours_before] + [ours]
+    for term in terms:  # ours too: built from a pod spec that has it already, the term is not doubled
+        kept = [e for e in term.get("matchExpressions") or [] if e not in (ours_before, ours)]
+        term["matchExpressions"] = kept + [ours]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def keeps_off(pod_spec: dict, nodes: Sequence[str]) -> bool:
+    """Whether every required node selector term of the pod spec has ``hostname NotIn nodes``."""
+    terms = nested(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                   "nodeSelectorTerms") or []
+    ours = _hostname_not_in(sorted(nodes))
+    return bool(terms) and all(ours in (t.get("matchExpressions") or []) for t in terms)
 
 
 def _hostname_not_in(nodes: list[str]) -> dict:
@@ -389,6 +420,8 @@ def move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_want
     if _is_off(trainjob):
         return ""
     try:
+        # Each step goes on from the last one's writes, which a held copy (a watch's) may not have yet.
+        trainjob = cluster.get(TRAINJOB_KIND, name, namespace) or trainjob
         return _move(cluster, namespace, name, trainjob, nodes_wanted)
     except ClusterError as error:  # e.g. Trainer's webhook still sees an active Job: the next look goes on
         return f"moving the job off a failed node: {error}; trying again at the next look"
@@ -426,21 +459,39 @@ def _record_capped(cluster: Cluster, namespace: str, name: str, avoidance: Avoid
 def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, avoidance: Avoidance) -> str:
     if not nested(trainjob, "spec", "suspend"):  # suspended by the step before (or by hand)
         cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"suspend": True}})
+    if avoidance.replacing:
+        return _await_rebuilt_jobset(cluster, namespace, name, avoidance)
     if not _stopped(_pods(cluster, namespace, name)):
         return f"{_avoiding(avoidance.moving)}: suspended, waiting for its pods to stop"
     jobset = cluster.get(JOBSET_KIND, name, namespace)
-    nodes = [f.node for f in avoidance.avoided + avoidance.moving]
-    patches = runtime_patches(trainjob, avoidance_affinity(_node_pod_spec(jobset), nodes, avoidance.nodes()))
+    patches = runtime_patches(trainjob, avoidance_affinity(_node_pod_spec(jobset), avoidance.all_nodes(),
+                                                           avoidance.nodes()))
     refused = patch_problems(trainjob, patches)
     if refused:  # what Trainer's webhook would refuse is not sent: give up the move, resume as it was
         moving = ", ".join(f.node for f in avoidance.moving)
         return _resume(cluster, namespace, name, avoidance.settled(f"not avoiding node {moving}: {refused[0]}"))
-    cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"runtimePatches": patches}})
+    replacing = avoidance.replaced(_restarts(jobset))
+    cluster.patch(TRAINJOB_KIND, name, namespace, {
+        "metadata": {"annotations": {ANNOTATION: replacing.to_json()}}, "spec": {"runtimePatches": patches}})
     if jobset is not None:
-        # Trainer creates it again from the TrainJob, now with the node affinity (JobSet refuses
-        # the affinity on the existing one).
+        # Trainer builds it again from the TrainJob, now with the node affinity (JobSet refuses the
+        # affinity on the existing one).
         cluster.delete(JOBSET_KIND, name, namespace, uid=jobset["metadata"]["uid"])
-    return _resume(cluster, namespace, name, avoidance.moved(_restarts(jobset)))
+    return _await_rebuilt_jobset(cluster, namespace, name, replacing)
+
+
+def _await_rebuilt_jobset(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance) -> str:
+    """Resume once Trainer has built the JobSet again with the term; delete one built without it."""
+    jobset = cluster.get(JOBSET_KIND, name, namespace)
+    if jobset is None:
+        return f"{_avoiding(avoidance.moving)}: suspended, waiting for Trainer to build the JobSet again"
+    if not keeps_off(_node_pod_spec(jobset), avoidance.all_nodes()):
+        # Built from a copy of the TrainJob older than the runtime patch (or the delete did not happen):
+        # no apply can add the term to it, so it goes again.
+        cluster.delete(JOBSET_KIND, name, namespace, uid=jobset["metadata"]["uid"])
+        return (f"{_avoiding(avoidance.moving)}: suspended; the JobSet was built again without the node affinity "
+                "(from an older copy of the TrainJob), deleted it, waiting for Trainer to build it again")
+    return _resume(cluster, namespace, name, avoidance.moved())
 
 
 def _stopped(pods: Sequence[dict]) -> bool:

@@ -74,3 +74,34 @@ def test_a_move_the_trainer_webhook_would_refuse_is_not_sent():
         patch_problems(trainjob, patches)
     trainjob["spec"]["runtimePatches"] = trainjob["spec"]["runtimePatches"][:1]
     assert patch_problems(trainjob, runtime_patches(trainjob, avoidance_affinity({}, ["n1"], previous=[]))) == []
+
+
+def test_the_term_built_again_from_a_pod_spec_that_has_it_is_not_doubled_and_keeps_off_says_so():
+    from nemo_kubeflow.repair.node_avoidance import avoidance_affinity, keeps_off
+
+    gpu = {"key": "gpu", "operator": "In", "values": ["h100"]}
+    once = avoidance_affinity({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [gpu]}]}}}}, ["a"], previous=[])
+    again = avoidance_affinity({"affinity": once}, ["a"], previous=[])  # a step repeated on the rebuilt JobSet
+    assert again == once
+    assert keeps_off({"affinity": once}, ["a"]) and not keeps_off({"affinity": once}, ["a", "b"])
+    assert not keeps_off({}, ["a"])  # a JobSet built from the TrainJob before the runtime patch
+    half = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        once["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0],
+        {"matchExpressions": [gpu]}]}}}
+    assert not keeps_off({"affinity": half}, ["a"])  # every term (ORed) must keep off the node
+
+
+def test_the_annotation_says_replacing_only_while_the_move_waits_for_the_rebuilt_jobset():
+    import json
+
+    from nemo_kubeflow.repair.node_avoidance import ANNOTATION, Avoidance, NodeFault
+
+    moving = Avoidance((), (NodeFault("n1", "p1", "Evicted (m)"),), restarts_before=1)
+    replacing = moving.replaced(restarts=2)
+    assert replacing.replacing and replacing.restarts_before == 3
+    assert json.loads(replacing.to_json())["replacing"] is True
+    assert Avoidance.of({"metadata": {"annotations": {ANNOTATION: replacing.to_json()}}}) == replacing
+    done = replacing.moved()
+    assert done.avoided == moving.moving and not done.moving and not done.replacing and done.restarts_before == 3
+    assert "replacing" not in json.loads(done.to_json())  # as annotations written before the key existed

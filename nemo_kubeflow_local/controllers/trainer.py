@@ -349,7 +349,8 @@ class TrainerController:
         elif is_true(tj, "Complete") or is_true(tj, "Failed"):
             self._expire_after_ttl(tj, state)
             return
-        source = self._seen(key, tj)
+        self._note_copy(key, tj)
+        source = tj
         if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
             # Deleted by someone else (node_avoidance.py does so): Trainer builds it again, from the
             # TrainJob as its cache has it (runtimePatches included; see older_copy_next); the new JobSet's
@@ -383,13 +384,12 @@ class TrainerController:
             self._sync(tj, state)
         self._write_status(tj, state)
 
-    def _seen(self, key: tuple[str, str], tj: dict) -> dict:
+    def _note_copy(self, key: tuple[str, str], tj: dict) -> None:
         """Note ``tj`` as this reconcile sees it, keeping the copy of the spec change before (for
-        ``older_copy_next``); returns ``tj``."""
+        ``older_copy_next``)."""
         current, _ = self._copies.get(key, (None, None))
         if current is None or current["metadata"].get("generation") != tj["metadata"].get("generation"):
             self._copies[key] = (copy.deepcopy(tj), current)
-        return tj
 
     def older_copy_next(self, namespace: str, name: str) -> None:
         """The next time the JobSet of TrainJob ``namespace/name`` is built again after a delete, build it

@@ -338,9 +338,13 @@ def oom_kill_node_0(cluster, tmp_path, name: str, **settings):
                                       timeout=120)
                    if p.metadata.labels[C.COMPLETION_INDEX_LABEL] == "0")
         cluster.oom_kill(pod.metadata.name, namespace=namespace)
-        wait_for(lambda: core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Failed"
-                 if core.list_namespaced_pod(namespace, field_selector=f"metadata.name={pod.metadata.name}").items
-                 else True, "the OOM-killed pod to fail", timeout=60)
+
+        def failed_or_gone():
+            # One list (not a list, then a read: the gang restart may delete the pod in between).
+            found = core.list_namespaced_pod(namespace, field_selector=f"metadata.name={pod.metadata.name}").items
+            return not found or found[0].status.phase == "Failed"
+
+        wait_for(failed_or_gone, "the OOM-killed pod to fail", timeout=60)
         marker.write_text("")
     return outcome(cluster, exp, job)
 

@@ -277,8 +277,8 @@ class JobLogFollower:
     ``readers`` nodes) follows its running pod with one ``follow`` stream (``timestamps``, and
     ``sinceTime`` when it resumes): lines arrive as the kubelet sends them, and a quiet node costs
     no request. A reader with more nodes reads each in turn every round (``POLL_SECONDS``, slower
-    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``) with
-    one short request (``timestamps``, ``sinceTime`` and ``tailLines``). Either way the lines go
+    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``), each
+    in a slot of its own spread over the round, with one short request (``timestamps``, ``sinceTime`` and ``tailLines``). Either way the lines go
     to the node's subscribers, and the timestamps make reads and streams join without gaps or
     duplicates: a stream the server closes (or that ends with its container run) is resumed from
     the second of the last line delivered, and the lines of that second already delivered are
@@ -370,11 +370,32 @@ class JobLogFollower:
             if not mine:
                 return
             stream_worker = worker if len(mine) == 1 else None
-            for node in mine:
+            period, keeping = self._round_period()
+            # A live round gives each node a slot of its own (``_slot``); a keeper's reads go at once, as
+            # trouble's must while the pods are still there.
+            slot = 0.0 if keeping else period / len(mine)
+            for place, node in enumerate(mine):
+                if place and slot and not self._slot(started + place * slot):
+                    break
                 self._visit_or_fail(node, stream_worker)
-            with self._lock:
-                followed, (poll, reads_per_second, keeping) = self._unfinished(), self._pace()
-            self._pause(started + max(poll, followed / reads_per_second), keeping)
+            period, keeping = self._round_period()
+            self._pause(started + period, keeping)
+
+    def _round_period(self) -> tuple[float, bool]:
+        """(How often a reader's round starts at most, whether only keepers follow) for the nodes followed now."""
+        with self._lock:
+            followed, (poll, reads_per_second, keeping) = self._unfinished(), self._pace()
+        return max(poll, followed / reads_per_second), keeping
+
+    def _slot(self, at: float) -> bool:
+        """Wait for a node's slot in a live round (its place among the reader's nodes times the period over
+        their number): reads spread over the round instead of in a burst at its start, so that the time
+        between two reads of a node stays one period when reads slow down for a while (a burst shifts the
+        last node of a round by the slowdown of every read before it), and the API server gets an even rate.
+        False if the follower stopped meanwhile (the rest of the round is not read)."""
+        if (left := at - time.monotonic()) > 0:
+            time.sleep(left)
+        return not (self.stopped or _exiting.is_set())
 
     def _round_of(self, worker: int) -> list[_Node]:
         """Reader ``worker``'s nodes for its next round; none once it ends (no followed node left, the

@@ -113,6 +113,10 @@ ACCESS_REVIEW_GROUP = "authorization.k8s.io"
 #: The versions each API group serves, by (server, group): API discovery, asked once per process.
 _SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {}
 _SERVED_VERSIONS_LOCK = threading.Lock()
+#: Kubeconfigs are loaded one at a time in a process: the kubernetes client writes a kubeconfig's inline
+#: certificates to temp files shared process-wide by content and hands out a file's name before writing it, so
+#: a second load of the same kubeconfig at that moment got an empty CA file (``NO_CERTIFICATE_OR_CRL_FOUND``).
+_KUBECONFIG_LOADING = threading.Lock()
 
 #: The Accept header that asks for a list of objects' metadata only (``PartialObjectMetadataList``: names,
 #: labels, owners; no spec, no status), as metadata informers do; served by every supported API server.
@@ -307,7 +311,9 @@ class KubernetesCluster:
     @property
     def api_client(self):
         if self._api_client is None:
-            self._api_client = self._load()
+            with _KUBECONFIG_LOADING:
+                if self._api_client is None:
+                    self._api_client = self._load()
         return self._api_client
 
     def _load(self):

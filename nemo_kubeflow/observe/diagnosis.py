@@ -488,11 +488,27 @@ class NodeFailure:
         return f"node {self.index} (pod {self.pod}) {self.how()}"
 
 
+def _ended_by_deletion(pod: dict, term: dict) -> bool:
+    """Whether a container ended once its pod was being deleted: the Job controller deletes a failed Job's
+    running pods, JobSet a restarted gang's, so such an end follows another node's failure rather than causes
+    it. ``finishedAt`` is to the second, and the pods that a failure has deleted often end in its second."""
+    deleted = nested(pod, "metadata", "deletionTimestamp", default="")
+    return bool(deleted) and (term.get("finishedAt") or deleted) >= deleted
+
+
+def _end_order(pod: dict, term: dict) -> tuple[str, bool]:
+    """A sort key for the ends of containers, the first to end first: when (``finishedAt``, else the pod's
+    ``deletionTimestamp``), then, in the same second, one that ended on its own before one its pod's deletion
+    ended."""
+    return term.get("finishedAt") or nested(pod, "metadata", "deletionTimestamp", default="") or "~", \
+        _ended_by_deletion(pod, term)
+
+
 def failed_nodes(pods: Sequence[dict]) -> list[NodeFailure]:
-    """The ``node`` containers that ended with a non-zero exit code, the first to end first."""
-    failures = [NodeFailure.of(pod, term) for pod in pods for cs, term in failed_containers(pod)
-                if cs.get("name") == TRAINER_NODE]
-    return sorted(failures, key=lambda f: f.finished)
+    """The ``node`` containers that ended with a non-zero exit code, the first to end first (``_end_order``)."""
+    failures = [(_end_order(pod, term), NodeFailure.of(pod, term)) for pod in pods
+                for cs, term in failed_containers(pod) if cs.get("name") == TRAINER_NODE]
+    return [failure for _, failure in sorted(failures, key=lambda ended: ended[0])]
 
 
 def first_failed_node(pods: Sequence[dict]) -> Optional[NodeFailure]:
@@ -1040,12 +1056,12 @@ class JobView:
 
     def failures_by_attempt(self) -> dict[int, str]:
         """Attempt -> how its first ``node`` pod ended, for the pods at hand that failed or were disrupted."""
-        ends: dict[int, list[tuple[str, str]]] = {}
+        ends: dict[int, list[tuple[tuple[str, bool], str]]] = {}
         for pod in self.node_pods:
             attempt, end = restart_attempt(pod), _node_pod_end(pod)
             if attempt is not None and end is not None:
                 ends.setdefault(attempt, []).append(end)
-        # min keeps the first of pods that ended at the same time.
+        # min keeps the first of pods that ended at the same time (``_end_order``).
         return {attempt: min(found, key=lambda end: end[0])[1] for attempt, found in ends.items()}
 
     def in_place_restarts(self) -> int:
@@ -1082,14 +1098,13 @@ def _of_current_attempt(job: dict, jobset: dict) -> bool:
         labels.get(JOBSET_UID_LABEL) == jobset["metadata"].get("uid")
 
 
-def _node_pod_end(pod: dict) -> Optional[tuple[str, str]]:
-    """(when, how) a ``node`` pod ended: "node 1 (pod p) exited with code 3" (None while it runs)."""
+def _node_pod_end(pod: dict) -> Optional[tuple[tuple[str, bool], str]]:
+    """(``_end_order``, how) a ``node`` pod ended: "node 1 (pod p) exited with code 3" (None while it runs)."""
     how = pod_end(pod)
     if not how:
         return None
     term = next((t for _, t in failed_containers(pod)), {})
-    when = term.get("finishedAt") or pod["metadata"].get("deletionTimestamp") or "~"
-    return when, f"node {_node_index(pod)} (pod {_name(pod)}) {how}"
+    return _end_order(pod, term), f"node {_node_index(pod)} (pod {_name(pod)}) {how}"
 
 
 #: The pods a running job's look reads (``JobView.read_running``): a field selector every API server serves.

@@ -57,6 +57,22 @@ def test_failure_detail_names_the_first_failed_node():
     assert failure_detail([pod(0, "ok", 0)]) == ""
 
 
+def test_of_nodes_that_ended_in_the_same_second_the_one_whose_pod_was_not_being_deleted_failed_first():
+    # Node 2 exits 5; the Job fails and its controller deletes the running pods, whose SIGTERM ends node 0 in
+    # the same second (finishedAt is to the second) before node 2 in the list.
+    from nemo_kubeflow.observe.diagnosis import failure_detail
+
+    second = "2026-01-01T00:00:07Z"
+    deleted = pod(0, "j-node-0-0-a", 143, second)
+    deleted["metadata"]["deletionTimestamp"] = second
+    cause = pod(2, "j-node-0-2-c", 5, second)
+    assert failure_detail([deleted, cause]) == "node 2 (pod j-node-0-2-c) exited with code 5"
+    # Ended a second before its pod was deleted: its own end, the first.
+    early = pod(0, "j-node-0-0-a", 143, "2026-01-01T00:00:06Z")
+    early["metadata"]["deletionTimestamp"] = second
+    assert failure_detail([cause, early]) == "node 0 (pod j-node-0-0-a) was killed by signal 15"
+
+
 def test_initializer_progress():
     from nemo_kubeflow.observe.diagnosis import initializer_progress
 

@@ -11,15 +11,22 @@ from polling import wait_for
 from test_diagnosis import submit
 from torchx.specs import AppState
 
+from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.repair.steps import keep_node_logs
 
 NODES = 3
-#: Every node prints its lines; node 2 fails once the test says so (a file appears); the others sleep on.
-SCRIPT = """for i in 1 2 3; do echo "node $PET_NODE_RANK line $i"; done
+#: Every node prints its lines; node 2 fails once the test says so (a file appears); the others sleep on, and
+#: take 2 s to stop when their pod is deleted, as a training process does (torchrun's agent passes SIGTERM to
+#: its workers and waits for them). A pod being deleted serves its log until its containers have stopped: a
+#: process that stops within milliseconds of the Job controller's delete can be gone before the keeper's read
+#: (the failure then says "no log for node(s) ...", test_diagnosis.py).
+SCRIPT = """trap 'echo "node $PET_NODE_RANK stopping"; sleep 2; exit 143' TERM
+for i in 1 2 3; do echo "node $PET_NODE_RANK line $i"; done
 while [ ! -e "{trigger}" ]; do sleep 0.2; done
 if [ "$PET_NODE_RANK" = 2 ]; then echo "node 2 fails"; exit 5; fi
-sleep 600
+sleep 600 & wait $!
 """
 
 
@@ -79,6 +86,34 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
         assert "no log for node" not in failed.msg, failed.msg  # none lost with its pod
     finally:
         local.allow_all()
+
+
+def test_a_pod_gone_between_its_list_and_its_read_has_its_kept_lines_saved(local, tmp_path):
+    """The repair step saves each node's whole log from its pod; a pod that the Job controller deletes between the
+    step's list and its read answers 404: the node's last lines kept while waiting are saved instead of a line
+    saying the pod was not found."""
+    exp, app_id = submit(local, "keep-gone", script=SCRIPT.format(trigger=tmp_path / "never"), nodes=2)
+    name = app_id.split(":")[-1]
+    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == 2,
+             "every pod running", timeout=120)
+    scheduler = create_scheduler("keep-gone")
+    for _ in range(2):
+        scheduler.look_after(app_id)
+    keeper = scheduler._watches[app_id].keeper
+    wait_for(lambda: len(keeper.kept_lines()[0]) >= 3, "node 0's lines kept", timeout=30)
+    keeper.stop()
+    pods = _node_pods(local, name)
+    node_0 = next(p for p in pods if "-node-0-0-" in p)
+    local.inject_fault(verb="get", resource="pods/log", name=node_0, status=404, reason="NotFound",
+                       message=f'pods "{node_0}" not found')
+    job_dir = exp.jobs[0].executor.job_dir
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    assert keep_node_logs(cluster, "default", name, job_dir, keeper) == f"node logs saved in {job_dir}/logs"
+    logs = Path(job_dir) / "logs"
+    assert (logs / "node-0.log").read_text() == "".join(keeper.kept_lines()[0])
+    assert "node 0 line 3" in (logs / "node-0.log").read_text()
+    assert "node 1 line 3" in (logs / "node-1.log").read_text()  # read from its pod
+    create_scheduler("t").cancel(app_id)
 
 
 #: ft_launcher's lines of one in-job restart (torchelastic's agent): node 1's worker killed, every agent restarting.

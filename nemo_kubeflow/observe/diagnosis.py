@@ -1279,7 +1279,7 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
 
 def _kept_nodes(keeper: Optional["NodeLogKeeper"]) -> set[int]:
     """The nodes whose last lines a ``NodeLogKeeper`` holds."""
-    return {i for i, lines in keeper.kept_lines().items() if lines} if keeper is not None else set()
+    return keeper.kept_nodes() if keeper is not None else set()
 
 
 def nodes_without_log(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:

@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Collection, Iterable, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader, LogStream
 from nemo_kubeflow.cluster.watched import WatchedJob
@@ -881,31 +881,32 @@ def node_log_path(job_dir: str, index: int) -> str:
     return os.path.join(job_dir, "logs", f"node-{index}.log")
 
 
-def save_node_logs(cluster: ClusterReader, namespace: str, pods: dict[int, dict], directory: str) -> str:
+def save_node_logs(cluster: ClusterReader, namespace: str, pods: dict[int, dict], directory: str,
+                   kept: Collection[int] = ()) -> str:
     """Write the log of each node that has no file yet (following logs writes them as it
-    goes) to ``directory/node-<i>.log``; the directory, or "" if it cannot be written."""
+    goes) to ``directory/node-<i>.log``; the directory, or "" if it cannot be written. A node whose
+    pod cannot be read (gone since it was listed, a failed preflight that kept ``node`` from starting)
+    gets a line saying why, unless it is one of the nodes whose last lines are ``kept`` by this process
+    (``NodeLogKeeper.save`` writes those)."""
     try:
         os.makedirs(directory, exist_ok=True)
         for index, pod in sorted(pods.items()):
             path = os.path.join(directory, f"node-{index}.log")
             if os.path.exists(path):
                 continue
-            lines = _node_log_or_why(cluster, namespace, pod, index)
+            try:
+                lines = list(cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE))
+            except ClusterError as e:
+                if index in kept:
+                    continue
+                # e.g. 400 PodInitializing: a failed init container (preflight) kept `node` from starting.
+                lines = [f"(no log of node {index}: {e.server_message or e})"]
             with open(path, "w") as f:
                 f.writelines(line + "\n" for line in lines)
         return directory
     except OSError as e:
         log.warning("could not save the node logs to %s: %s", directory, e)
         return ""
-
-
-def _node_log_or_why(cluster: ClusterReader, namespace: str, pod: dict, index: int) -> list[str]:
-    """The lines of node ``index``'s ``pod``, or one saying why there are none."""
-    try:
-        return list(cluster.pod_log(pod["metadata"]["name"], namespace, container=TRAINER_NODE))
-    except ClusterError as e:
-        # e.g. 400 PodInitializing: a failed init container (preflight) kept `node` from starting.
-        return [f"(no log of node {index}: {e.server_message or e})"]
 
 
 def tee_to_file(lines: Iterable[str], path: str) -> Iterator[str]:
@@ -1020,6 +1021,10 @@ class NodeLogKeeper:
         the reads that trouble asked for are done."""
         self._trouble_read()
         return {i: lines.snapshot() for i, lines in self._lines.items()}
+
+    def kept_nodes(self) -> set[int]:
+        """The nodes whose last lines are kept (``kept_lines``: once the reads trouble asked for are done)."""
+        return {i for i, lines in self.kept_lines().items() if lines}
 
     def save(self) -> list[int]:
         """Write the kept lines of each node without a file yet; the nodes written."""

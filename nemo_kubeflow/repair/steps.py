@@ -83,12 +83,14 @@ def delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Opti
 
 def keep_node_logs(cluster: Cluster, namespace: str, name: str, job_dir: str,
                    keeper: Optional[NodeLogKeeper]) -> str:
-    """Save each node's log that has no file yet: from its pod, else the last lines kept while waiting."""
+    """Save each node's log that has no file yet: from its pod, else the last lines kept while waiting (also
+    for a pod gone between its list and its read: the Job controller deletes a failed Job's running pods)."""
     from nemo_kubeflow.observe.logs import save_node_logs
 
     directory = os.path.join(job_dir, "logs")
     pods = _pods_by_node(cluster, namespace, name)
-    saved = save_node_logs(cluster, namespace, pods, directory) if pods else ""
+    kept = keeper.kept_nodes() if keeper is not None else set()
+    saved = save_node_logs(cluster, namespace, pods, directory, kept) if pods else ""
     if keeper is not None and keeper.save():
         saved = directory
     return f"node logs saved in {saved}" if saved else ""

@@ -117,33 +117,71 @@ def test_a_pod_gone_between_its_list_and_its_read_has_its_kept_lines_saved(local
 
 
 #: ft_launcher's lines of one in-job restart (torchelastic's agent): node 1's worker killed, every agent restarting.
+#: Node 1 logs its worker's end when ``{cause}`` appears, then ``{logged}`` appears; node 0 logs its restart once
+#: ``{restart}`` appears (as a real peer's agent, after the failing node's line, when it is ``{logged}``).
 IN_JOB = """echo "node $PET_NODE_RANK up"
-while [ ! -e "{trigger}" ]; do sleep 0.2; done
 if [ "$PET_NODE_RANK" = 1 ]; then
+  while [ ! -e "{cause}" ]; do sleep 0.2; done
   echo "E1127 06:23:08.497000 7 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -9) local_rank: 0 (pid: 812) of binary: python"
+  touch "{logged}"
+else
+  while [ ! -e "{restart}" ]; do sleep 0.2; done
 fi
 echo "[default] Worker group FAILED. 2/2 attempts left; will restart worker group"
 sleep 600
 """
 
 
-def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path):
-    """No pod event tells of an in-job restart: node 0's lines do (every agent logs each), and the failing node's
-    lines, read then, say which worker died."""
-    trigger = tmp_path / "restart-now"
-    _, app_id = submit(local, "keep-injob", script=IN_JOB.format(trigger=trigger), nodes=2)
-    name = app_id.split(":")[-1]
-    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == 2,
+def _in_job_job(local, tmp_path, name, restart):
+    """A 2-node job of ``IN_JOB`` (node 0 restarts on the file ``restart`` names), running, looked at twice
+    (the node logs are kept from the second look) and node 0's lines kept: (app_id, scheduler, its pods)."""
+    paths = {k: tmp_path / k for k in ("cause", "logged")}
+    script = IN_JOB.format(restart=paths[restart] if restart in paths else tmp_path / restart, **paths)
+    _, app_id = submit(local, name, script=script, nodes=2)
+    trainjob = app_id.split(":")[-1]
+    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, trainjob).values()) == 2,
              "every pod running", timeout=120)
-    scheduler = create_scheduler("keep-injob")
-    for _ in range(2):  # the node logs are kept from the second look
+    scheduler = create_scheduler(name)
+    for _ in range(2):
         scheduler.look_after(app_id)
     keeper = scheduler._watches[app_id].keeper
     wait_for(lambda: keeper.kept_lines()[0], "node 0's lines kept", timeout=30)
     assert not keeper.kept_lines()[1]  # all goes well: node 1 not read
-    trigger.touch()
-    look = wait_for(lambda: (d := scheduler.look_after(app_id)[0]) and "in-job restart" in d.msg and d,
+    return app_id, scheduler, sorted(_node_pods(local, trainjob))
+
+
+def _restart_counted(scheduler, app_id):
+    return wait_for(lambda: (d := scheduler.look_after(app_id)[0]) and "in-job restart" in d.msg and d,
                     "the look to count the restart", timeout=60)
+
+
+def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path):
+    """No pod event tells of an in-job restart: node 0's lines do (every agent logs each), and the failing node's
+    lines, read then, say which worker died."""
+    app_id, scheduler, _ = _in_job_job(local, tmp_path, "keep-injob", restart="logged")
+    (tmp_path / "cause").touch()
+    look = _restart_counted(scheduler, app_id)
     assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
     assert "on node 1 killed by signal 9" in look.msg, look.msg
+    create_scheduler("t").cancel(app_id)
+
+
+def test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look(local, tmp_path):
+    """The failing node's line may not be in its log yet when node 0's restart is counted (or its read slow): the
+    next look reads the nodes again, and once the cause is known no look reads them for it."""
+    app_id, scheduler, pods = _in_job_job(local, tmp_path, "keep-late", restart="restart-now")
+    node_1 = next(p for p in pods if "-node-0-1-" in p)
+    local.clear_requests()
+    (tmp_path / "restart-now").touch()
+    look = _restart_counted(scheduler, app_id)
+    assert "1 in-job restart" in look.msg and "killed by signal" not in look.msg, look.msg
+    assert _log_reads(local, [node_1])[node_1] >= 1  # read for the cause: not there yet
+    (tmp_path / "cause").touch()
+    wait_for(lambda: (tmp_path / "logged").exists(), "node 1 to log its worker's end", timeout=30)
+    look = scheduler.look_after(app_id)[0]
+    assert "1 in-job restart" in look.msg and "on node 1 killed by signal 9" in look.msg, look.msg
+    reads = _log_reads(local, [node_1])[node_1]
+    for _ in range(2):
+        assert "on node 1 killed by signal 9" in scheduler.look_after(app_id)[0].msg
+    assert _log_reads(local, [node_1])[node_1] == reads  # the cause known: node 1 not read again
     create_scheduler("t").cancel(app_id)

@@ -578,12 +578,15 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
             view.in_job_restarts_of_nodes() if view.runs_ft_launcher() else None
         best = watch.in_job_seen
-        if keeper is not None and in_job is not None and not in_job.why and \
-                in_job.count > (best.count if best is not None else 0):
+        if keeper is not None and in_job is not None and not in_job.why and in_job.count:
             # A restart in node 0's lines (every agent logs each one); its cause is in the failing node's, which
-            # the keeper reads on trouble only: read them now.
-            keeper.read_every_node()
-            in_job = keeper_in_job_restarts(keeper)
+            # the keeper reads on trouble only: read them now, and at the next look if the cause was not there yet.
+            counted, reads = watch.in_job_cause_reads
+            reads = reads + 1 if in_job.count == counted else 1
+            if reads <= IN_JOB_CAUSE_READS:
+                watch.in_job_cause_reads = (in_job.count, reads)
+                keeper.read_every_node()
+                in_job = keeper_in_job_restarts(keeper)
         if in_job is not None and (best is None or in_job.count >= best.count):
             watch.in_job_seen = best = in_job
         return view.restarts(seen=watch.failures_seen, in_job=best)
@@ -798,6 +801,9 @@ def _role(trainjob: Optional[dict], record: Optional[records.AppRecord], watch: 
     return watch.role or (record.task if record is not None else "") or TRAINER_NODE
 
 
+#: Reads of every node's last lines for the cause of an ft_launcher restart counted in node 0's lines: at the
+#: look that counts it and, if the cause was not there yet, at the next (each read is a log read per node).
+IN_JOB_CAUSE_READS = 2
 #: A status query answered this recently is answered again without a read: NeMo-Run's ``Experiment.status`` asks
 #: each task's state twice in a row (its table and its dict), and each look reads the TrainJob, its JobSet, pods
 #: and node 0's progress line.

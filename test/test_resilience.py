@@ -171,6 +171,15 @@ def test_other_failures_restart_the_gang_up_to_retries(cluster):
                      r"code 3\)", message), message
 
 
+def _ready_pods(cluster, trainjob, attempt):
+    """The job's pods of gang attempt ``attempt`` that are ready."""
+    return sum(1 for p in cluster.objects("pods", "default")
+               if p["metadata"]["labels"].get(C.JOBSET_NAME_LABEL) == trainjob
+               and p["metadata"]["labels"].get(C.RESTART_ATTEMPT_LABEL) == attempt
+               and not p["metadata"].get("deletionTimestamp")
+               and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or []))
+
+
 def test_status_says_how_often_and_why_the_gang_restarted_while_it_runs(cluster, tmp_path, console_script):
     """Node 1 fails the first attempt (exit 3: not a user error), the gang restarts and runs: a running
     job's status counts the restart and says why, from one pod list and one event list."""
@@ -191,8 +200,11 @@ def test_status_says_how_often_and_why_the_gang_restarted_while_it_runs(cluster,
     # A process that keeps looking (an AppWatch per app and scheduler) checks the attempt's node faults once:
     # from its second look on, a describe costs the TrainJob, its JobSet, the pods that are not running, the
     # Warning events and the current attempt's Jobs (metadata only), never the running pods.
+    # The restarted gang's pods ready, and the watcher's first look finds the job running: the TrainJob mirrors
+    # JobSet's status of the new attempt's Job, which can still say "0/2 nodes running" for a look or two.
+    wait_for(lambda: _ready_pods(cluster, name, attempt="1") == 2, "the restarted gang's pods ready", timeout=60)
     watcher = create_scheduler("t")
-    watcher.describe(app_id)
+    wait_for(lambda: watcher.describe(app_id).state == AppState.RUNNING, "the watcher to see it running", timeout=30)
     time.sleep(ANSWER_REUSE_S)  # not the same status query again (answered without a read: test_describe_reads.py)
     cluster.clear_requests()
     watcher.describe(app_id)

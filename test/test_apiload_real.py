@@ -44,8 +44,16 @@ def _real_counts(control_plane) -> dict:
     return found
 
 
-def _looks(kubeconfig: str, namespace: str, counts) -> dict:
-    """Submit a 2-node job that runs, then count the requests of LOOKS describes of it."""
+def _no_namespace_emptied(control_plane) -> bool:
+    """Whether no namespace is being deleted: the namespace controller empties one with namespace-scoped LISTs of
+    every resource (jobs, events, workloads...), which the metric, without a namespace label, counts with ours
+    (an earlier test's namespace, deleted at its end, is emptied after it)."""
+    return not [ns for ns in control_plane.request("GET", "/api/v1/namespaces")["items"]
+                if ns.get("status", {}).get("phase") == "Terminating"]
+
+
+def _looks(kubeconfig: str, namespace: str, counts, settled=lambda: True) -> dict:
+    """Submit a 2-node job that runs, then (once ``settled``) count the requests of LOOKS describes of it."""
     executor = KubeflowExecutor(container_image="python:3.11", nodes=2, shm_size=None, namespace=namespace,
                                 kubeconfig=kubeconfig)
     with run.Experiment("apiload-real", executor=executor, log_level="WARN") as exp:
@@ -53,6 +61,7 @@ def _looks(kubeconfig: str, namespace: str, counts) -> dict:
         exp.run(detach=True)
     app_id = parse_app_handle(exp.jobs[0].handle)[2]
     wait_for(lambda: create_scheduler("t").describe(app_id).state == AppState.RUNNING, "running", timeout=180)
+    wait_for(settled, "no other client's requests in the counts", timeout=180)
     before = counts()
     for _ in range(LOOKS):
         assert create_scheduler("status").describe(app_id).state == AppState.RUNNING
@@ -75,7 +84,8 @@ def test_the_real_api_server_counts_what_the_local_one_counts(real_control_plane
             return {(c.verb, c.resource): c.requests for c in local.api_counters() if (c.verb, c.resource) in COUNTED}
 
         emulated = _looks(str(local.kubeconfig_path), namespace, local_counts)
-    real = _looks(str(real_control_plane.kubeconfig_path), real_namespace, lambda: _real_counts(real_control_plane))
+    real = _looks(str(real_control_plane.kubeconfig_path), real_namespace, lambda: _real_counts(real_control_plane),
+                  settled=lambda: _no_namespace_emptied(real_control_plane))
     assert emulated and sum(emulated.values()) >= LOOKS  # at least the TrainJob once per look
     for key in set(emulated) | set(real):
         mine, theirs = emulated.get(key, 0), real.get(key, 0)

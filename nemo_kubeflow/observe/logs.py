@@ -270,21 +270,19 @@ class JobLogFollower:
     """Follows the log of every node of one TrainJob that someone reads, with at most
     ``LOG_READERS`` threads and connections whatever the number of nodes.
 
-    At most every ``LIST_SECONDS`` (and at once after a stream ended), one pod list for the whole
-    job (and, once every node's pod has ended, one GET of the TrainJob) says which pod each node
-    runs. Reader ``w`` follows the nodes ``k``
-    with ``k % readers == w``. A reader with one node (every reader of a job of at most
-    ``readers`` nodes) follows its running pod with one ``follow`` stream (``timestamps``, and
-    ``sinceTime`` when it resumes): lines arrive as the kubelet sends them, and a quiet node costs
-    no request. A reader with more nodes reads each in turn every round (``POLL_SECONDS``, slower
-    above ``MAX_READS_PER_SECOND``; a quiet node less often, up to ``IDLE_POLL_MAX_SECONDS``), each
-    in a slot of its own spread over the round, with one short request (``timestamps``, ``sinceTime``
-    and ``tailLines``). Either way the lines go to the node's subscribers, and the timestamps make
-    reads and streams join without gaps or duplicates: a stream the server closes (or that ends
-    with its container run) is resumed from the second of the last line delivered, and the lines
-    of that second already delivered are dropped. A node whose newest pod changes (a gang restart) gets its old pod's last lines, a
-    marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in newline
-    (one per read or chunk) and marker lines, then ``_END`` (or an exception).
+    At most every ``LIST_SECONDS`` (and at once after a stream ended), one pod list for the whole job (and, once
+    every node's pod has ended, one GET of the TrainJob) says which pod each node runs. Reader ``w`` follows the
+    nodes ``k`` with ``k % readers == w``. A reader with one node (every reader of a job of at most ``readers``
+    nodes) follows its running pod with one ``follow`` stream (``timestamps``, and ``sinceTime`` when it
+    resumes): lines arrive as the kubelet sends them, and a quiet node costs no request. A reader with more nodes
+    reads each in turn every round (``POLL_SECONDS``, slower above ``MAX_READS_PER_SECOND``; a quiet node less
+    often, up to ``IDLE_POLL_MAX_SECONDS``), each in a slot of its own spread over the round, with one short
+    request (``timestamps``, ``sinceTime`` and ``tailLines``). Either way the lines go to the node's subscribers,
+    and the timestamps make reads and streams join without gaps or duplicates: a stream the server closes (or
+    that ends with its container run) is resumed from the second of the last line delivered, and the lines of
+    that second already delivered are dropped. A node whose newest pod changes (a gang restart) gets its old
+    pod's last lines, a marker, and the new pod's log. A subscriber's ``put`` gets lists of lines ending in
+    newline (one per read or chunk) and marker lines, then ``_END`` (or an exception).
 
     A stream is closed here (``LogStream.close``, from the thread that asks) when the follower
     stops, when its reader gets a second node (it reads them in turn then), and when a subscriber

@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated NEMORUN_HOME for every test, a local cluster per module, the console
 scripts of this Python's environment; and the `needs_torch` marker."""
 
+import gc
 import importlib.util
 import sys
 from pathlib import Path
@@ -69,6 +70,16 @@ def nemorun_home(tmp_path, monkeypatch):
     monkeypatch.setenv("NEMORUN_HOME", str(home))
     yield home
     set_nemorun_home(previous)
+
+
+@pytest.fixture(autouse=True)
+def earlier_experiments_collected(request):
+    """A test that reads its log records (`caplog`) starts with every unreachable object collected. NeMo-Run's
+    `Experiment.__del__` removes the root logger's first handler (its `deconfigure_logging`): an earlier test's
+    Experiment, left in a reference cycle and collected in the middle of this test, removed caplog's handler
+    and the test saw no record (test_progress_reporter after test/unit/cli's experiments, in one run order)."""
+    if "caplog" in request.fixturenames:
+        gc.collect()
 
 
 @pytest.fixture(scope="module")

@@ -1040,6 +1040,15 @@ class JobView:
         from_pods = max((a for p in self.node_pods if (a := restart_attempt(p)) is not None), default=0)
         return max(from_pods, jobset_restarts(self.jobset)) if self.jobset is not None else from_pods
 
+    def nodes_starting(self) -> int:
+        """The current gang attempt's ``node`` pods still pending (not being deleted). The TrainJob's ``node`` Job
+        counts are mirrored from the JobSet, a reconcile or two behind it: just after a gang restart they still
+        say the previous attempt's Job is ready while the new attempt's pods start."""
+        attempt = self.gang_restarts()
+        return sum(1 for p in self.node_pods if restart_attempt(p) == attempt and
+                   nested(p, "status", "phase", default="Pending") == "Pending" and
+                   not p["metadata"].get("deletionTimestamp"))
+
     def current_jobs(self) -> frozenset[str]:
         """The uids of the Jobs that own the newest ``node`` pods (the current attempt's); without the
         running pods at hand, those of the JobSet's Jobs of its current attempt (one metadata-only list)."""

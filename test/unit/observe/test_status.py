@@ -192,6 +192,22 @@ def test_how_a_node_pod_ended_names_disruptions_before_exit_codes():
     assert pod_end(node_pod(1, 0)) == ""
 
 
+def with_phase(pod, phase, deleting=False):
+    pod["status"]["phase"] = phase
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:01Z"
+    return pod
+
+
+def test_the_nodes_of_the_newest_gang_attempt_still_pending_are_counted_as_starting():
+    # Just after a gang restart the TrainJob still mirrors the previous attempt's ready Job; the pods tell.
+    pods = [with_phase(node_pod(0, 0, code=3), "Failed"), with_phase(node_pod(1, 0), "Pending", deleting=True),
+            with_phase(node_pod(0, 1), "Pending"), with_phase(node_pod(1, 1), "Running"),
+            with_phase(node_pod(2, 1), "Pending", deleting=True)]
+    assert view(pods).gang_restarts() == 1 and view(pods).nodes_starting() == 1
+    assert view(pods[:2] + [with_phase(node_pod(0, 1), "Running")]).nodes_starting() == 0
+
+
 def test_gang_restarts_while_running_say_why_each_happened():
     # Attempt 0 ended on an exit code this process saw; attempt 1's pods went before anyone looked:
     # the events still say a pod was evicted, and the Job failed (the last failed Job is attempt 1's).

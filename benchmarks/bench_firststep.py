@@ -233,6 +233,22 @@ def _median_times(samples: list[dict]) -> dict[str, float]:
     return {key: median(s[key] for s in samples) for key in samples[0]}
 
 
+#: Runs of each variant in a full run (not ``--quick``), at least. On 2 cores a job's start varies by a second
+#: or more between runs (torchrun's import of torch; at 128 nodes, the emulated controllers' and kubelet's share
+#: of the cores): medians of 2 at 128 nodes moved from +0.16 s to +2.06 s between two full runs, against a 1 s
+#: target; of 5, they came within 0.3 s of each other.
+SAMPLES = 5
+
+
+def _samples(ctx) -> int:
+    return ctx.repeat if ctx.quick else max(ctx.repeat, SAMPLES)
+
+
+def _spread(runs: list[dict]) -> str:
+    totals = [r["total"] for r in runs]
+    return f"{min(totals):.2f}-{max(totals):.2f}"
+
+
 def run(ctx):
     sizes = ((4, "torchrun", True), (32, "python3", False)) if ctx.quick else \
         ((8, "torchrun", True), (128, "python3", False))
@@ -241,7 +257,7 @@ def run(ctx):
     with nemorun_home():
         _warm_up(target)
         for nodes, launcher, extras in sizes:
-            repeat = ctx.repeats(heavy=nodes > 8)
+            repeat = _samples(ctx)
             for loaded in (False, True):
                 load_before = _load()
                 if loaded:
@@ -256,8 +272,9 @@ def run(ctx):
                 extra = mine - bare
                 yield Metric(f"time to first step, {nodes} nodes ({launcher}), {where}: ours - bare", extra, None, "s",
                              at_most=1.0,
-                             note=f"ours {mine:.2f} s, bare {bare:.2f} s (ratio {mine / bare:.2f}x), medians of "
-                                  f"{repeat}; load {load_before}")
+                             note=f"ours {mine:.2f} s ({_spread(samples['ours'])}), bare {bare:.2f} s "
+                                  f"({_spread(samples['bare'])}), ratio {mine / bare:.2f}x, medians of {repeat} "
+                                  f"(range); load {load_before}")
                 shell = {name: median(r["total"] - r["launch"] for r in runs) for name, runs in samples.items()}
                 yield Metric(f"  of which before the launcher (submission -> every user shell), {where}: ours - bare",
                              shell["ours"] - shell["bare"], None, "s",

@@ -518,7 +518,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if keeps_logs and job_dir:
             self._keep_logs(watch, cluster, look.namespace, look.name, nodes, job_dir)
         restarts = self._restarts(watch, view).note(finished=False)
-        if view.gang_restarts() and (starting := view.nodes_starting()):
+        if starting := view.nodes_starting():
             # The TrainJob's counts still speak of the attempt before the restart: its pods say it starts.
             look.state = AppState.PENDING
             look.message = _joined([f"restarting: {starting} of {nodes} nodes of the new attempt starting",

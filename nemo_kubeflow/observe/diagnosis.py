@@ -1041,10 +1041,12 @@ class JobView:
         return max(from_pods, jobset_restarts(self.jobset)) if self.jobset is not None else from_pods
 
     def nodes_starting(self) -> int:
-        """The current gang attempt's ``node`` pods still pending (not being deleted). The TrainJob's ``node`` Job
-        counts are mirrored from the JobSet, a reconcile or two behind it: just after a gang restart they still
-        say the previous attempt's Job is ready while the new attempt's pods start."""
+        """After a gang restart, the new attempt's ``node`` pods still pending (not being deleted); 0 before any.
+        The TrainJob's ``node`` Job counts are mirrored from the JobSet, a reconcile or two behind it: just after
+        a gang restart they still say the previous attempt's Job is ready while the new attempt's pods start."""
         attempt = self.gang_restarts()
+        if not attempt:
+            return 0
         return sum(1 for p in self.node_pods if restart_attempt(p) == attempt and
                    nested(p, "status", "phase", default="Pending") == "Pending" and
                    not p["metadata"].get("deletionTimestamp"))

@@ -73,6 +73,8 @@ PET_ENV_VALUES = {
 PET_ENV_NAMES = tuple(PET_ENV_VALUES)
 #: JobSet's pod label counting gang restarts (``jobset.sigs.k8s.io/restart-attempt``, JobSet v0.12).
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+#: JobSet's condition (v0.12 on) that is True from a gang restart until every Job of the new attempt is ready.
+JOBSET_RESTARTING_CONDITION = "RestartingJobSet"
 #: JobSet's pod label with the UID of the JobSet that made the pod (a JobSet built again has a new one).
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 #: Set from ``RESTART_ATTEMPT_LABEL`` through the downward API when the task runs ``ft_launcher``:

@@ -518,10 +518,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if keeps_logs and job_dir:
             self._keep_logs(watch, cluster, look.namespace, look.name, nodes, job_dir)
         restarts = self._restarts(watch, view).note(finished=False)
-        if starting := view.nodes_starting():
-            # The TrainJob's counts still speak of the attempt before the restart: its pods say it starts.
+        if view.restarting():
+            # The TrainJob's counts still speak of the attempt before the restart: the JobSet, or the new
+            # attempt's pending pods, say it starts again.
+            starting = view.nodes_starting()
             look.state = AppState.PENDING
-            look.message = _joined([f"restarting: {starting} of {nodes} nodes of the new attempt starting",
+            look.message = _joined([f"restarting: {starting} of {nodes} nodes of the new attempt starting"
+                                    if starting else "restarting: the new attempt's nodes are not all ready yet",
                                     restarts])
             return
         reported = progress_view.read(cluster, view, watch.progress, watch.keeper)

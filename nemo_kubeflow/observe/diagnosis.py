@@ -40,6 +40,7 @@ from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
     JOBSET_KIND,
     JOBSET_NAME_LABEL,
+    JOBSET_RESTARTING_CONDITION,
     JOBSET_UID_LABEL,
     REPLICATED_JOB_LABEL,
     RESTART_ATTEMPT_ENV,
@@ -1051,6 +1052,12 @@ class JobView:
                    nested(p, "status", "phase", default="Pending") == "Pending" and
                    not p["metadata"].get("deletionTimestamp"))
 
+    def restarting(self) -> bool:
+        """Whether a gang restart is under way: JobSet's ``RestartingJobSet`` condition when the JobSet was read
+        (v0.12 on: True from the restart until every Job of the new attempt is ready, also before the new pods
+        exist), else the new attempt's pods still pending (``nodes_starting``)."""
+        return jobset_restarting(self.jobset) or self.nodes_starting() > 0
+
     def current_jobs(self) -> frozenset[str]:
         """The uids of the Jobs that own the newest ``node`` pods (the current attempt's); without the
         running pods at hand, those of the JobSet's Jobs of its current attempt (one metadata-only list)."""
@@ -1149,6 +1156,12 @@ def runs_ft_launcher(trainjob: dict) -> bool:
 def jobset_restarts(jobset: dict) -> int:
     """JobSet's gang restarts so far (``status.restarts``: the restart-attempt label of its newest pods)."""
     return int(nested(jobset, "status", "restarts", default=0))
+
+
+def jobset_restarting(jobset: Optional[dict]) -> bool:
+    """Whether the JobSet says its gang restarts (``JOBSET_RESTARTING_CONDITION`` True; False on a JobSet
+    older than v0.12, which does not set it)."""
+    return true_condition(jobset, JOBSET_RESTARTING_CONDITION) is not None
 
 
 def restarts_in_place(jobset: dict) -> bool:

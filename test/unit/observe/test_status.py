@@ -208,6 +208,29 @@ def test_the_nodes_of_the_newest_gang_attempt_still_pending_are_counted_as_start
     assert view(pods[:2] + [with_phase(node_pod(0, 1), "Running")]).nodes_starting() == 0
 
 
+def test_a_jobset_that_says_it_restarts_is_restarting_before_the_new_attempts_pods_exist():
+    # JobSet v0.12 sets RestartingJobSet True at the restart, before it creates the new attempt's Jobs: the
+    # pods not running are the previous attempt's, being deleted, and none of the new one is there to count.
+    from nemo_kubeflow.observe.diagnosis import JobView
+
+    def with_jobset(pods, restarting, restarts=1):
+        condition = {"type": "RestartingJobSet", "status": restarting, "reason": "DefaultFailurePolicy"}
+        jobset = {"metadata": {"name": "j"}, "status": {"restarts": restarts, "conditions": [condition]}}
+        return JobView(cluster=None, trainjob={"metadata": {"name": "j", "namespace": "ns"}}, pods=list(pods),
+                       jobset=jobset)
+
+    old_attempt = [with_phase(node_pod(0, 0, code=3), "Failed"), with_phase(node_pod(1, 0), "Running", deleting=True)]
+    restarting = with_jobset(old_attempt, "True")
+    assert restarting.restarting() and restarting.nodes_starting() == 0 and restarting.gang_restarts() == 1
+    # Every Job of the new attempt ready: JobSet sets it False (reason JobsReady), and the running look stands.
+    assert not with_jobset([], "False").restarting()
+    # A JobSet older than v0.12 sets no such condition: the new attempt's pending pods still tell.
+    older = JobView(cluster=None, trainjob={"metadata": {"name": "j", "namespace": "ns"}},
+                    pods=[with_phase(node_pod(0, 1), "Pending")], jobset={"status": {"restarts": 1}})
+    assert older.restarting() and older.nodes_starting() == 1
+    assert not view([with_phase(node_pod(0, 0), "Running")]).restarting()
+
+
 def test_gang_restarts_while_running_say_why_each_happened():
     # Attempt 0 ended on an exit code this process saw; attempt 1's pods went before anyone looked:
     # the events still say a pod was evicted, and the Job failed (the last failed Job is attempt 1's).

@@ -50,8 +50,14 @@ class JobState:
     suspended_pods: set = field(default_factory=set)
     succeeded: set = field(default_factory=set)
     retry_at: float = 0.0
-    failure: Optional[tuple[str, str]] = None  # (reason, message) once the Job failed
-    failed_at: float = 0.0
+    #: (reason, message) once the Job met a failure criterion (condition FailureTarget): the Job controller
+    #: deletes its running pods, and adds the terminal Failed condition (``failure``) only once none of its
+    #: pods is terminating (Kubernetes 1.31 on, "Terminal Job conditions"); JobSet waits for that one.
+    failure_target: Optional[tuple[str, str]] = None
+    failure: Optional[tuple[str, str]] = None  # (reason, message) once the Job failed (condition Failed)
+    failed_at: float = 0.0  # when it met the failure criterion
+    #: its pods being deleted that have not ended yet (``status.terminating``)
+    terminating: int = 0
     complete: bool = False
     ready: bool = False
     active: int = 0
@@ -67,6 +73,11 @@ class JobState:
     @property
     def finished(self) -> bool:
         return self.complete or self.failure is not None
+
+    @property
+    def stopping(self) -> bool:
+        """Failing, its pods not all ended yet: no new pod, no terminal condition."""
+        return self.failure_target is not None and self.failure is None
 
 
 def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, str]]:

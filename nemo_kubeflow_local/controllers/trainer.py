@@ -643,7 +643,7 @@ class TrainerController:
         for job in state.jobs:
             job_pods = [p for p in pods if p["metadata"]["labels"].get(JOB_NAME_LABEL) == job.name]
             self._observe(tj, state, job, job_pods)
-            if job.finished or not self._may_start(state, job):
+            if job.finished or job.stopping or not self._may_start(state, job):
                 continue
             if job.obj is None and not self._create_job(tj, state, job):
                 return
@@ -683,19 +683,22 @@ class TrainerController:
                                 (status.get("initContainerStatuses") or []))
         active = [p for p in pods if not gone_or_going(p)]
         job.active = len(active)
+        job.terminating = sum(1 for p in pods if p["metadata"].get("deletionTimestamp") and not terminal(p))
         job.ready_pods = len([p for p in active if pod_ready(p)])
         job.ready = job.ready_pods + len(job.succeeded) >= job.completions
         if failed_by_policy:
             self._stop_failed_job(job, active)
-        if job.finished:
+        if job.stopping and not job.terminating:
+            job.failure = job.failure_target  # every pod ended: the terminal condition
+        if job.finished or job.stopping:
             return
         on_failure = bool(pods) and pods[0]["spec"].get("restartPolicy") == "OnFailure"
         past_on_failure = on_failure and (restarts > 0 if job.backoff_limit == 0 else restarts >= job.backoff_limit)
         if len(job.failed_pods) > job.backoff_limit or past_on_failure:
-            job.failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            job.failure_target = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             job.failed_at = time.monotonic()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "BackoffLimitExceeded",
-                               job.failure[1], "job-controller")
+                               job.failure_target[1], "job-controller")
             self._stop_failed_job(job, active)
         elif len(job.succeeded) >= job.completions:
             job.complete = True
@@ -704,23 +707,28 @@ class TrainerController:
                                "job-controller")
 
     def _stop_failed_job(self, job: JobState, active: list[dict]) -> None:
-        """A failed Job's running pods are deleted; the real Job controller counts them as failed too."""
+        """A failing Job's running pods are deleted (the real Job controller counts them as failed too); it
+        fails (``failure``) once none is left terminating: at once when there was none."""
         job.failed_on_finish = len(active)
+        job.terminating += len(active)
+        job.active, job.ready_pods, job.ready = 0, 0, False
         for pod in active:
             self._delete_pod(pod)
+        if not job.terminating:
+            job.failure = job.failure_target
 
     def _apply_pod_failure_policy(self, tj: dict, state: JobSetState, job: JobState, pod: dict) -> bool:
         """The Job's ``podFailurePolicy`` for one newly failed pod: FailJob fails the Job at once
         (reason ``PodFailurePolicy``; True), Ignore does not count the failure, Count (or no match) counts it."""
         rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
         matched = pod_failure_policy_match(rjob["template"]["spec"], pod)
-        if matched is None or job.failure is not None:
+        if matched is None or job.failure_target is not None:
             return False
         action, message = matched
         if action == "Ignore":
             job.failed_pods.discard(pod["metadata"]["uid"])
         elif action in ("FailJob", "FailIndex"):
-            job.failure = ("PodFailurePolicy", message)
+            job.failure_target = ("PodFailurePolicy", message)
             job.failed_at = time.monotonic()
             self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "PodFailurePolicy", message,
                                "job-controller")
@@ -914,9 +922,9 @@ class TrainerController:
                     set_job_condition(conditions, type_, "True", "CompletionsReached",
                                        "Reached expected number of succeeded pods")
                 status["completionTime"] = job.completion_time
-            elif job.failure is not None:
-                for type_ in ("FailureTarget", "Failed"):
-                    set_job_condition(conditions, type_, "True", *job.failure)
+            elif job.failure_target is not None:
+                for type_ in ("FailureTarget", "Failed")[:2 if job.failure is not None else 1]:
+                    set_job_condition(conditions, type_, "True", *job.failure_target)
             if job.start_time and not obj["spec"].get("suspend"):
                 status["startTime"] = job.start_time
             counts = {"active": 0 if job.finished else job.active, "succeeded": len(job.succeeded),
@@ -926,7 +934,7 @@ class TrainerController:
                     status[key] = value
                 else:
                     status.pop(key, None)
-            status["terminating"] = 0
+            status["terminating"] = job.terminating
             status["ready"] = 0 if job.finished else job.ready_pods
             if job.succeeded:
                 status["completedIndexes"] = completed_indexes(job.succeeded)

@@ -6,6 +6,7 @@ gives in backends.py; test_backends_resilience.py runs the resilience scenarios 
 run showed that the emulation does not is listed in docs/local-cluster.md ("What the real control plane showed")."""
 
 import json
+import re
 
 import nemo_run as run
 import workloads
@@ -65,6 +66,39 @@ def test_a_failing_rank_fails_the_job_with_its_rank_node_and_exit_code(backend, 
     desc = create_scheduler("t").describe(app_id_of(job))
     assert desc.state == AppState.FAILED
     assert desc.msg.startswith("rank 1 on node 1: exited with code 3;"), desc.msg
+
+
+# ---------------------------------------------------------------- (2b) the other nodes stopping after a failure
+
+#: Node 1 fails; node 0 takes a few seconds to stop once its pod is deleted (a checkpoint on SIGTERM).
+SLOW_TO_STOP = ('if [ "$PET_NODE_RANK" = 1 ]; then sleep 2; exit 3; fi; '
+                "trap 'sleep 6; exit 0' TERM; while true; do sleep 0.2; done")
+
+
+def test_a_failure_reads_failing_while_the_other_nodes_stop_and_failed_once_they_did(backend):
+    # The Job controller adds FailureTarget at once and deletes node 0's pod, but its Failed condition (and so
+    # JobSet's and Trainer's verdict) waits until that pod has ended (Kubernetes 1.31 on); meanwhile the
+    # TrainJob counts no node active or ready, as before its pods start.
+    with run.Experiment("be-stopping", executor=backend.executor(retries=0), log_level="WARN") as exp:
+        exp.add(run.Script(inline=SLOW_TO_STOP), name="t")
+        exp.run(detach=True)
+        job = exp.jobs[0]
+    name, scheduler = app_id_of(job).split(":", 1)[1], create_scheduler("t")
+    failing = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).msg.startswith("failing: ") and d,
+                       "status to say the job is failing", timeout=120)
+    assert failing.state == AppState.RUNNING, failing.msg
+    assert re.fullmatch(rf"failing: node 1 \(pod {name}-node-0-1-\w{{5}}\) exited with code 3; the Job controller "
+                        r"stops its other nodes \(1 of 2 still stopping\), then JobSet restarts the gang or fails the "
+                        r"job", failing.msg), failing.msg
+    node_job, = backend.objects("jobs", name)
+    conditions = {c["type"]: c["status"] for c in node_job["status"].get("conditions", [])}
+    assert conditions.get("FailureTarget") == "True" and "Failed" not in conditions, node_job["status"]
+    assert node_job["status"].get("terminating") == 1, node_job["status"]
+    failed = wait_for(lambda: (d := scheduler.describe(app_id_of(job))).state == AppState.FAILED and d,
+                      "the job to fail once node 0 stopped", timeout=60)
+    assert "node 1 (pod" in failed.msg and "exited with code 3" in failed.msg, failed.msg
+    node_job, = backend.objects("jobs", name)
+    assert {c["type"] for c in node_job["status"]["conditions"] if c["status"] == "True"} >= {"FailureTarget", "Failed"}
 
 
 # ---------------------------------------------------------------- (3) detach, reconnect, cancel

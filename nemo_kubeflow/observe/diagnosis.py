@@ -1052,6 +1052,27 @@ class JobView:
                    nested(p, "status", "phase", default="Pending") == "Pending" and
                    not p["metadata"].get("deletionTimestamp"))
 
+    def _of_newest_attempt(self) -> list[dict]:
+        attempt = self.gang_restarts()
+        return [p for p in self.node_pods if (restart_attempt(p) or 0) == attempt]
+
+    def failing(self) -> Optional[NodeFailure]:
+        """The node whose failure fails the newest attempt's Job while the Job controller stops its other pods
+        (None when that is not what the pods show). The Job's Failed condition, and so JobSet's restart or
+        verdict, waits until every pod of the Job has ended (Kubernetes 1.31 on, "terminal Job conditions"),
+        and meanwhile the TrainJob counts no node active or ready. Shown by a node pod of the attempt that
+        failed on its own beside one whose pod is being deleted: a Job that replaces a failed pod instead (an
+        admin runtime's ``backoffLimit``) deletes none."""
+        pods = self._of_newest_attempt()
+        if not any(p["metadata"].get("deletionTimestamp") for p in pods):
+            return None
+        return first_failed_node([p for p in pods if not p["metadata"].get("deletionTimestamp")])
+
+    def nodes_stopping(self) -> int:
+        """The newest attempt's node pods being deleted that have not ended yet."""
+        return sum(1 for p in self._of_newest_attempt() if p["metadata"].get("deletionTimestamp") and
+                   nested(p, "status", "phase") not in ("Succeeded", "Failed"))
+
     def restarting(self) -> bool:
         """Whether a gang restart is under way: JobSet's ``RestartingJobSet`` condition when the JobSet was read
         (v0.12 on: True from the restart until every Job of the new attempt is ready, also before the new pods
@@ -1188,15 +1209,24 @@ def _before_pods(view: JobView) -> str:
 
 
 def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
-    """What a job that has not started waits for: its initializers, Trainer's Warning about the
-    TrainJob (a JobSet it cannot build), then its pods (``pending_reason``)."""
+    """What a job whose TrainJob counts no node running waits for: a failure whose Job still stops its other
+    nodes (``JobView.failing``: running, failing), its initializers, Trainer's Warning about the TrainJob (a
+    JobSet it cannot build), then its pods (``pending_reason``)."""
+    if (failed := view.failing()) is not None:
+        stopping = view.nodes_stopping()
+        stops = (f"the Job controller stops its other nodes ({stopping} of {nodes} still stopping)" if stopping
+                 else "its other nodes stopped")
+        return Verdict(AppState.RUNNING, f"failing: {failed.detail()}; {stops}, then JobSet restarts the gang or "
+                                         "fails the job")
     pods = view.node_pods
     if not pods and (waits_for := _before_pods(view)):
         return Verdict(AppState.PENDING, waits_for)
     reason = pending_reason(pods, view.events, nodes)
     if reason.fatal:
         return Verdict(AppState.FAILED, reason.message, fatal=True)
-    return Verdict(AppState.PENDING if pods else state, reason.message)
+    # JobSet recreates the gang: its new pods wait, the message says why they do.
+    restarting = "restarting: " if jobset_restarting(view.jobset) else ""
+    return Verdict(AppState.PENDING if pods or restarting else state, restarting + reason.message)
 
 
 #: Lines of each node's log read to count ft_launcher's restarts of a running job that this process does

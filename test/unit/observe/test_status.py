@@ -365,3 +365,25 @@ def test_ft_launchers_failed_rank_is_read_past_its_nvml_check():
     assert why.headline(1) == "rank 1 on node 1: RuntimeError: bad config"
     # A peer's log, with only the health check's traceback: nothing to say, rather than the NVML error.
     assert read_rank_failure(FT_FAILED_LOG[:5], 1).headline(0) == ""
+
+
+def test_a_node_failed_beside_nodes_being_stopped_reads_as_failing_until_the_job_controller_fails_the_job():
+    # The Job's Failed condition waits until every pod ended (Kubernetes 1.31 on); meanwhile the TrainJob counts
+    # no node active or ready, and the pods tell: node 1 failed on its own, node 0's pod is being deleted.
+    from nemo_kubeflow.observe.diagnosis import why_waiting
+
+    failed, stopping = with_phase(node_pod(1, 0, code=3), "Failed"), with_phase(node_pod(0, 0), "Running", deleting=True)
+    failing = view([failed, stopping])
+    assert failing.failing().detail() == "node 1 (pod j-node-0-1-0x) exited with code 3" and failing.nodes_stopping() == 1
+    verdict = why_waiting(failing, 2, AppState.SUBMITTED)
+    assert (verdict.state, verdict.message) == (AppState.RUNNING, (
+        "failing: node 1 (pod j-node-0-1-0x) exited with code 3; the Job controller stops its other nodes (1 of 2 "
+        "still stopping), then JobSet restarts the gang or fails the job"))
+    # Stopped, not gone yet: still failing, until the Job controller adds Failed.
+    ended = with_phase(node_pod(0, 0, code=143), "Failed", deleting=True)
+    assert why_waiting(view([failed, ended]), 2, AppState.SUBMITTED).message.startswith(
+        "failing: node 1 (pod j-node-0-1-0x) exited with code 3; its other nodes stopped, then")
+    # A failed pod that the Job replaces (an admin runtime's backoffLimit) deletes no other: not failing.
+    assert view([failed, with_phase(node_pod(0, 0), "Running")]).failing() is None
+    # The previous attempt's pods, deleted by a gang restart, are not this attempt's failure.
+    assert view([failed, stopping, with_phase(node_pod(0, 1), "Pending")]).failing() is None

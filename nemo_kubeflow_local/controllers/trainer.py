@@ -923,7 +923,8 @@ class TrainerController:
                                        "Reached expected number of succeeded pods")
                 status["completionTime"] = job.completion_time
             elif job.failure_target is not None:
-                for type_ in ("FailureTarget", "Failed")[:2 if job.failure is not None else 1]:
+                # Failed only once none of its pods is terminating (``_observe``): FailureTarget alone until then.
+                for type_ in ("FailureTarget", "Failed") if job.failure is not None else ("FailureTarget",):
                     set_job_condition(conditions, type_, "True", *job.failure_target)
             if job.start_time and not obj["spec"].get("suspend"):
                 status["startTime"] = job.start_time

@@ -67,8 +67,9 @@ def _keeping_logs(record) -> bool:
     """A request of the node log keeper (``logs.NodeLogKeeper`` through the job's log follower, threads of their
     own in an attached wait or a watch): its log reads and its lists of every pod (the looks' pod lists carry
     a field selector)."""
-    return record.resource == "pods/log" or (record.resource == "pods" and record.verb == "list"
-                                             and not record.query.get("fieldSelector"))
+    return record.resource == "pods/log" or (
+        record.resource == "pods" and record.verb == "list" and not record.query.get("fieldSelector")
+    )
 
 
 class Window:
@@ -108,8 +109,10 @@ class Window:
         return self.requests * 60 / self.seconds, self.bytes * 60 / self.seconds / 1024
 
     def breakdown(self) -> str:
-        return ", ".join(f"{n} {verb} {resource or 'discovery'} ({size / 1024:.1f} KiB)"
-                         for (verb, resource), (n, size) in sorted(self.by.items()))
+        return ", ".join(
+            f"{n} {verb} {resource or 'discovery'} ({size / 1024:.1f} KiB)"
+            for (verb, resource), (n, size) in sorted(self.by.items())
+        )
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -175,8 +178,13 @@ def _one_job(ctx, cluster: ClusterProcess, variant: str, nodes: int, window_s: f
             watcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
             try:
                 # Its imports (long on a busy machine), then its first looks.
-                _wait(lambda: any(verb == "get" and resource == "trainjobs" for verb, resource, _, _ in
-                                  cluster.api_counters()), 180, "the watch's first look")
+                _wait(
+                    lambda: any(
+                        verb == "get" and resource == "trainjobs" for verb, resource, _, _ in cluster.api_counters()
+                    ),
+                    180,
+                    "the watch's first look",
+                )
                 time.sleep(2 * POLL_S + 1)
                 window = Window(cluster)
                 time.sleep(window_s)
@@ -255,29 +263,60 @@ def _rows(results: dict, sizes: tuple[int, ...], window_s: float):
             (req, kib), (their_req, their_kib) = mine[key].per_minute(), theirs["attached"].per_minute()
             (looks_req, looks_kib) = mine[key].looks_per_minute()
             note = "baseline: its attached wait (no watch command); " if key == "watch" else ""
-            note += (f"its looks {looks_req:,.0f} req/min, {looks_kib:,.1f} KiB/min, the rest the node log keeper "
-                     "(node 0's log stream carries what node 0 prints: nothing here, status-only pods)")
-            yield Metric(f"API requests/min, {what}, {nodes} nodes (looks and log keeper)", req, their_req, "req",
-                         ratio_at_most=1 / 3, note=note)
-            yield Metric(f"API KiB/min, {what}, {nodes} nodes (looks and log keeper)", kib, their_kib, "KiB",
-                         ratio_at_most=1 / 3, note=note)
+            note += (
+                f"its looks {looks_req:,.0f} req/min, {looks_kib:,.1f} KiB/min, the rest the node log keeper "
+                "(node 0's log stream carries what node 0 prints: nothing here, status-only pods)"
+            )
+            yield Metric(
+                f"API requests/min, {what}, {nodes} nodes (looks and log keeper)",
+                req,
+                their_req,
+                "req",
+                ratio_at_most=1 / 3,
+                note=note,
+            )
+            yield Metric(
+                f"API KiB/min, {what}, {nodes} nodes (looks and log keeper)",
+                kib,
+                their_kib,
+                "KiB",
+                ratio_at_most=1 / 3,
+                note=note,
+            )
         status, their_status = mine["status"], theirs["status"]
-        yield Metric(f"API requests per `nemo experiment status`, {nodes} nodes", status.requests,
-                     their_status.requests, "req", ratio_at_most=1 / 3)
-        yield Metric(f"API KiB per `nemo experiment status`, {nodes} nodes", status.bytes / 1024,
-                     their_status.bytes / 1024, "KiB", ratio_at_most=1 / 3)
+        yield Metric(
+            f"API requests per `nemo experiment status`, {nodes} nodes",
+            status.requests,
+            their_status.requests,
+            "req",
+            ratio_at_most=1 / 3,
+        )
+        yield Metric(
+            f"API KiB per `nemo experiment status`, {nodes} nodes",
+            status.bytes / 1024,
+            their_status.bytes / 1024,
+            "KiB",
+            ratio_at_most=1 / 3,
+        )
     for key, what in (("attached", "attached wait"), ("watch", "watch")):
         small, large = results["ours", smallest][key], results["ours", largest][key]
         for index, unit in ((0, "requests"), (1, "bytes")):
             growth = large.per_minute()[index] / max(small.per_minute()[index], 1e-9)
             looks = large.looks_per_minute()[index] / max(small.looks_per_minute()[index], 1e-9)
-            yield Metric(f"{what} load (looks and log keeper), {largest} vs {smallest} nodes ({unit})", growth, None,
-                         "x", at_most=1.2, note=f"its looks: {looks:.2f}x")
+            yield Metric(
+                f"{what} load (looks and log keeper), {largest} vs {smallest} nodes ({unit})",
+                growth,
+                None,
+                "x",
+                at_most=1.2,
+                note=f"its looks: {looks:.2f}x",
+            )
     for index, unit in ((0, "requests"), (1, "bytes")):
         small, large = results["ours", smallest]["status"], results["ours", largest]["status"]
         value = (large.requests / max(small.requests, 1)) if index == 0 else (large.bytes / max(small.bytes, 1))
-        yield Metric(f"`nemo experiment status` load, {largest} vs {smallest} nodes ({unit})", value, None, "x",
-                     at_most=1.2)
+        yield Metric(
+            f"`nemo experiment status` load, {largest} vs {smallest} nodes ({unit})", value, None, "x", at_most=1.2
+        )
     for nodes in sizes:
         for state in ("running", "finished", "pending", "failed"):
             mine = results["ours", nodes].get(f"describe {state}")
@@ -285,13 +324,26 @@ def _rows(results: dict, sizes: tuple[int, ...], window_s: float):
                 continue
             theirs = results["baseline", nodes].get(f"describe {state}")
             target = dict(at_most=50) if state == "running" and nodes == largest else {}
-            yield Metric(f"describe of a {state} job of {nodes} nodes: client CPU", mine[0],
-                         theirs[0] if theirs else None, "ms", note=f"state {mine[2]}", **target)
+            yield Metric(
+                f"describe of a {state} job of {nodes} nodes: client CPU",
+                mine[0],
+                theirs[0] if theirs else None,
+                "ms",
+                note=f"state {mine[2]}",
+                **target,
+            )
             target = dict(at_most=64) if state == "running" and nodes == largest else {}
-            yield Metric(f"describe of a {state} job of {nodes} nodes: read", mine[1] / 1024,
-                         theirs[1] / 1024 if theirs else None, "KiB", **target)
-    lines = [f"Window {window_s:g} s per client, one look every {POLL_S:g} s; load average "
-             f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end."]
+            yield Metric(
+                f"describe of a {state} job of {nodes} nodes: read",
+                mine[1] / 1024,
+                theirs[1] / 1024 if theirs else None,
+                "KiB",
+                **target,
+            )
+    lines = [
+        f"Window {window_s:g} s per client, one look every {POLL_S:g} s; load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end."
+    ]
     for (variant, nodes), found in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         for key in ("attached", "watch", "status"):
             if key in found:
@@ -348,8 +400,9 @@ def _local_started(cluster: ClusterProcess) -> dict[tuple[str, str], int]:
 _JOB_RESOURCES = {"trainjobs", "jobsets", "pods", "pods/log", "jobs", "events", "workloads"}
 
 
-def _attached_window(kubeconfig: str, namespace: str, running, started,
-                     window_s: float) -> tuple[dict, float, str, str]:
+def _attached_window(
+    kubeconfig: str, namespace: str, running, started, window_s: float
+) -> tuple[dict, float, str, str]:
     """A 2-node task that sleeps; once both pods run, torchx's ``Runner.wait`` (an attached ``exp.run()``) in a
     thread, and the requests begun in a window of ``window_s`` once its watches hold the job, per (verb,
     resource); the window's seconds, the load average at its end, and why held reads went to the server."""
@@ -362,6 +415,7 @@ def _attached_window(kubeconfig: str, namespace: str, running, started,
         _wait(lambda: running() >= 2, 300, "2 pods running")
         waiting = threading.Thread(target=lambda: runner.wait(handle, wait_interval=POLL_S), daemon=True)
         waiting.start()
+
         # Its first looks read the server until its watches have listed (seconds, more on a cold real server):
         # the window starts once the waiting scheduler's watches hold all three kinds, and a look later.
         def held() -> bool:
@@ -380,8 +434,16 @@ def _attached_window(kubeconfig: str, namespace: str, running, started,
         get_scheduler_factories()[backend]("apiload").cancel(app_id)
         waiting.join(120)
     why = "; ".join(f"{n} {reason}" for reason, n in sent.most_common()) or "none"
-    return {key: after.get(key, 0) - before.get(key, 0) for key in set(after) | set(before)
-            if after.get(key, 0) != before.get(key, 0)}, seconds, load, why
+    return (
+        {
+            key: after.get(key, 0) - before.get(key, 0)
+            for key in set(after) | set(before)
+            if after.get(key, 0) != before.get(key, 0)
+        },
+        seconds,
+        load,
+        why,
+    )
 
 
 def real(window_s: float, repeat: int) -> list[str]:
@@ -404,9 +466,15 @@ def real(window_s: float, repeat: int) -> list[str]:
         try:
             use_kubeconfig(cluster.kubeconfig_path)
             for _ in range(repeat):
-                runs["local"].append(_attached_window(
-                    cluster.kubeconfig_path, NAMESPACE, lambda: cluster.pod_phases(NAMESPACE).get("Running", 0),
-                    lambda: _local_started(cluster), window_s))
+                runs["local"].append(
+                    _attached_window(
+                        cluster.kubeconfig_path,
+                        NAMESPACE,
+                        lambda: cluster.pod_phases(NAMESPACE).get("Running", 0),
+                        lambda: _local_started(cluster),
+                        window_s,
+                    )
+                )
                 cluster.delete_trainjobs(timeout=120)
         finally:
             cluster.stop()
@@ -422,26 +490,39 @@ def real(window_s: float, repeat: int) -> list[str]:
                     return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
 
                 for _ in range(repeat):
-                    runs["real + node agent"].append(_attached_window(
-                        str(cp.kubeconfig_path), namespace, running, lambda: _real_started(cp), window_s))
+                    runs["real + node agent"].append(
+                        _attached_window(
+                            str(cp.kubeconfig_path), namespace, running, lambda: _real_started(cp), window_s
+                        )
+                    )
                     _wait(lambda: running() == 0, 300, "the cancelled job's pods gone")
-    keys = sorted({key for samples in runs.values() for counts, *_ in samples for key in counts},
-                  key=lambda key: (_OTHERS in key[1], key[1], key[0]))
-    rows = ["| API server | window | our requests/min | " + " | ".join(f"{v} {r}" for v, r in keys)
-            + " | held reads sent to the server, why | load at its end |",
-            "|---|---|---|" + "---|" * len(keys) + "---|---|"]
+    keys = sorted(
+        {key for samples in runs.values() for counts, *_ in samples for key in counts},
+        key=lambda key: (_OTHERS in key[1], key[1], key[0]),
+    )
+    rows = [
+        "| API server | window | our requests/min | "
+        + " | ".join(f"{v} {r}" for v, r in keys)
+        + " | held reads sent to the server, why | load at its end |",
+        "|---|---|---|" + "---|" * len(keys) + "---|---|",
+    ]
     totals: dict[str, list[float]] = {}
     for where, samples in runs.items():
         for counts, seconds, load, why in samples:
             ours = sum(n for key, n in counts.items() if _OTHERS not in key[1])
             totals.setdefault(where, []).append(ours * 60 / seconds)
-            rows.append(f"| {where} | {seconds:.0f} s | {ours * 60 / seconds:.1f} | "
-                        + " | ".join(str(counts.get(key, 0)) for key in keys) + f" | {why} | {load} |")
+            rows.append(
+                f"| {where} | {seconds:.0f} s | {ours * 60 / seconds:.1f} | "
+                + " | ".join(str(counts.get(key, 0)) for key in keys)
+                + f" | {why} | {load} |"
+            )
     local, remote = (sum(totals[w]) / len(totals[w]) for w in ("local", "real + node agent"))
     rows.append("")
     # The issue's measure: the real server's count within 20 % of the emulator's (the local server's).
-    rows.append(f"Mean requests/min of ours: local {local:.2f}, real {remote:.2f}: the real server counts "
-                f"{(remote - local) / max(local, 1e-9):+.0%} of the local server's count (target: within 20 %).")
+    rows.append(
+        f"Mean requests/min of ours: local {local:.2f}, real {remote:.2f}: the real server counts "
+        f"{(remote - local) / max(local, 1e-9):+.0%} of the local server's count (target: within 20 %)."
+    )
     return rows
 
 
@@ -449,8 +530,10 @@ if __name__ == "__main__":
     import argparse
     import warnings
 
-    parser = argparse.ArgumentParser(description="The API load of an attached wait, counted by the local API "
-                                                 "server and by the real kube-apiserver (2 nodes).")
+    parser = argparse.ArgumentParser(
+        description="The API load of an attached wait, counted by the local API "
+        "server and by the real kube-apiserver (2 nodes)."
+    )
     parser.add_argument("--window", type=float, default=120.0, help="seconds counted per run (default 120)")
     parser.add_argument("--repeat", type=int, default=2)
     options = parser.parse_args()

@@ -40,8 +40,14 @@ def _command(*args: str) -> list[str]:
 
 def _timed(argv: list[str], cwd: str) -> float:
     with stopwatch() as elapsed:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd,
-                             env={**os.environ, "PYTHONWARNINGS": "ignore", "NEMORUN_HOME": cwd})
+        out = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=cwd,
+            env={**os.environ, "PYTHONWARNINGS": "ignore", "NEMORUN_HOME": cwd},
+        )
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[3:]) or argv[-1]} failed: {out.stderr[-2000:]}")
     return elapsed[0] * 1000
@@ -53,9 +59,16 @@ def run(ctx):
         Path(workdir, "train.py").write_text("print('training')\n")
         render = _command("render", "--factory", "kubeflow_cpu", "--", "python", "train.py", "--lr", "0.1")
         manifests = Path(workdir, "manifests.yaml")
-        manifests.write_text(subprocess.run(render, capture_output=True, text=True, check=True, cwd=workdir,
-                                            env={**os.environ, "PYTHONWARNINGS": "ignore",
-                                                 "NEMORUN_HOME": workdir}).stdout)
+        manifests.write_text(
+            subprocess.run(
+                render,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=workdir,
+                env={**os.environ, "PYTHONWARNINGS": "ignore", "NEMORUN_HOME": workdir},
+            ).stdout
+        )
         variants = dict(
             python=lambda: _timed([sys.executable, "-c", "pass"], workdir),
             nemo_run=lambda: _timed([sys.executable, "-c", _NEMO_RUN], workdir),
@@ -71,12 +84,28 @@ def run(ctx):
         python, nemo_run = median(samples["python"]), median(samples["nemo_run"])
         where = f", beside {hogs} busy loops (loaded)" if hogs else ""
         note = f"median of {runs} fresh processes"
-        yield Metric(f"`nemo-kubeflow --help`{where}", median(samples["help"]), python, "ms", at_most=TARGET_MS,
-                     note=f"baseline: `python -c pass`; {note}")
-        yield Metric(f"`nemo-kubeflow validate` of one file (ClusterTrainingRuntime + TrainJob){where}",
-                     median(samples["validate"]), python, "ms", at_most=TARGET_MS,
-                     note=f"baseline: `python -c pass`; loads the Trainer models and core schemas; {note}")
-        yield Metric(f"`nemo-kubeflow render` of one task{where}", median(samples["render"]), nemo_run, "ms",
-                     at_most=RENDER_TARGET_MS,
-                     note=f"baseline: all of `import nemo_run` without torch; render defers what only "
-                          f"NeMo-Run's other executors use; {note}")
+        yield Metric(
+            f"`nemo-kubeflow --help`{where}",
+            median(samples["help"]),
+            python,
+            "ms",
+            at_most=TARGET_MS,
+            note=f"baseline: `python -c pass`; {note}",
+        )
+        yield Metric(
+            f"`nemo-kubeflow validate` of one file (ClusterTrainingRuntime + TrainJob){where}",
+            median(samples["validate"]),
+            python,
+            "ms",
+            at_most=TARGET_MS,
+            note=f"baseline: `python -c pass`; loads the Trainer models and core schemas; {note}",
+        )
+        yield Metric(
+            f"`nemo-kubeflow render` of one task{where}",
+            median(samples["render"]),
+            nemo_run,
+            "ms",
+            at_most=RENDER_TARGET_MS,
+            note=f"baseline: all of `import nemo_run` without torch; render defers what only "
+            f"NeMo-Run's other executors use; {note}",
+        )

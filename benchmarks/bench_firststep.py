@@ -43,9 +43,13 @@ NAME = "firststep"
 WORKLOAD = "first_step.py"
 #: What the user's shell prints first, in both: our prologue ends where it starts.
 MARK = 'echo "SHELL ${PET_NODE_RANK:-0} $EPOCHREALTIME"'
-STAGES = (("api", "API (submission -> TrainJob POST)"), ("schedule", "controllers + scheduling"),
-          ("start", "container start (volumes, init containers)"), ("prologue", "prologue (our launch script)"),
-          ("launch", "launcher + rendezvous"))
+STAGES = (
+    ("api", "API (submission -> TrainJob POST)"),
+    ("schedule", "controllers + scheduling"),
+    ("start", "container start (volumes, init containers)"),
+    ("prologue", "prologue (our launch script)"),
+    ("launch", "launcher + rendezvous"),
+)
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
@@ -63,8 +67,10 @@ class Target:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "trainjobs", name)
-            if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-                   for c in (job.get("status") or {}).get("conditions") or []):
+            if any(
+                c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                for c in (job.get("status") or {}).get("conditions") or []
+            ):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"TrainJob {name} did not finish within {timeout:.0f} s")
@@ -74,7 +80,8 @@ class Target:
         from kubernetes import client
 
         client.CustomObjectsApi(self.api).delete_collection_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "trainjobs", propagation_policy="Background")
+            GROUP, VERSION, self.namespace, "trainjobs", propagation_policy="Background"
+        )
         core = client.CoreV1Api(self.api)
         deadline = time.monotonic() + timeout
         while core.list_namespaced_pod(self.namespace).items and time.monotonic() < deadline:
@@ -105,8 +112,13 @@ class Watches:
         listed = self._core.list_namespaced_pod(self.namespace)
         self._ready.wait(30)
         # Plain JSON (no models): a 128-node job's events are read as they come, not behind a parse.
-        for event in self._watches[0].stream(self._core.list_namespaced_pod, self.namespace, deserialize=False,
-                                             resource_version=listed.metadata.resource_version, timeout_seconds=900):
+        for event in self._watches[0].stream(
+            self._core.list_namespaced_pod,
+            self.namespace,
+            deserialize=False,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=900,
+        ):
             now = time.time()
             pod = event["object"]
             name = pod["metadata"]["name"]
@@ -130,9 +142,13 @@ class Watches:
         args = (GROUP, VERSION, self.namespace, "trainjobs")
         listed = self._custom.list_namespaced_custom_object(*args)
         self._ready.wait(30)
-        for event in self._watches[1].stream(self._custom.list_namespaced_custom_object, *args,
-                                             resource_version=listed["metadata"]["resourceVersion"],
-                                             timeout_seconds=900, deserialize=False):
+        for event in self._watches[1].stream(
+            self._custom.list_namespaced_custom_object,
+            *args,
+            resource_version=listed["metadata"]["resourceVersion"],
+            timeout_seconds=900,
+            deserialize=False,
+        ):
             self.created.setdefault(event["object"]["metadata"]["name"], time.time())
 
     def stop(self) -> None:
@@ -146,13 +162,22 @@ def _bare(target: Target, nodes: int, launcher: str) -> str:
 
     name = f"bare-{uuid.uuid4().hex[:8]}"
     body = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "metadata": {"name": name},
-        "spec": {"runtimeRef": {"name": target.runtime}, "trainer": {
-            "numNodes": nodes, "numProcPerNode": 1, "image": "python:3.11",
-            "command": ["bash", "-c", f"{MARK}\n{launcher} {BENCH_DIR / WORKLOAD}"]}},
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": target.runtime},
+            "trainer": {
+                "numNodes": nodes,
+                "numProcPerNode": 1,
+                "image": "python:3.11",
+                "command": ["bash", "-c", f"{MARK}\n{launcher} {BENCH_DIR / WORKLOAD}"],
+            },
+        },
     }
-    client.CustomObjectsApi(target.api).create_namespaced_custom_object(GROUP, VERSION, target.namespace,
-                                                                        "trainjobs", body)
+    client.CustomObjectsApi(target.api).create_namespaced_custom_object(
+        GROUP, VERSION, target.namespace, "trainjobs", body
+    )
     return name
 
 
@@ -161,10 +186,12 @@ def _ours(target: Target, nodes: int, launcher: str, **settings) -> str:
 
     from nemo_kubeflow import ConfigMapPackager
 
-    packager = ConfigMapPackager(relative_path=str(BENCH_DIR), include_pattern=WORKLOAD,
-                                 mode=settings.pop("mode", "auto"))
-    executor = ours(target.kubeconfig, nodes=nodes, nprocs_per_node=1, packager=packager,
-                    namespace=target.namespace, **settings)
+    packager = ConfigMapPackager(
+        relative_path=str(BENCH_DIR), include_pattern=WORKLOAD, mode=settings.pop("mode", "auto")
+    )
+    executor = ours(
+        target.kubeconfig, nodes=nodes, nprocs_per_node=1, packager=packager, namespace=target.namespace, **settings
+    )
     _, exp = launch(executor, 1, "bench-first", task=lambda: run.Script(inline=f"{MARK}\n{launcher} {WORKLOAD}"))
     _, _, app_id = exp._runner._scheduler_app_id(exp.jobs[0].handle, check_session=False)
     return app_id.split(":", 1)[1]
@@ -193,10 +220,16 @@ def _one(target: Target, nodes: int, submit) -> dict[str, float]:
                 elif len(parts) == 4 and parts[0] == "FIRST":
                     firsts.append(float(parts[3]))
         if len(pods) != nodes or len(firsts) != nodes or len(shells) != nodes:
-            raise RuntimeError(f"{trainjob}: {len(pods)} pods, {len(shells)} shells, {len(firsts)} ranks "
-                               f"started, {nodes} expected")
-        marks = {"api": watch.created[trainjob], "schedule": max(watch.bound[p] for p in pods),
-                 "start": max(watch.running[p] for p in pods), "prologue": max(shells), "launch": max(firsts)}
+            raise RuntimeError(
+                f"{trainjob}: {len(pods)} pods, {len(shells)} shells, {len(firsts)} ranks started, {nodes} expected"
+            )
+        marks = {
+            "api": watch.created[trainjob],
+            "schedule": max(watch.bound[p] for p in pods),
+            "start": max(watch.running[p] for p in pods),
+            "prologue": max(shells),
+            "launch": max(firsts),
+        }
     finally:
         target.delete_all()
     times, before = {"total": marks["launch"] - started}, started
@@ -215,10 +248,12 @@ def _variants(target: Target, nodes: int, launcher: str, extras: bool) -> dict:
         "ours": lambda: _one(target, nodes, lambda: _ours(target, nodes, launcher)),
     }
     if extras:
-        variants["ours, sharded code"] = lambda: _one(target, nodes, lambda: _ours(target, nodes, launcher,
-                                                                                   mode="sharded"))
-        variants["ours, preflight"] = lambda: _one(target, nodes, lambda: _ours(target, nodes, launcher,
-                                                                                preflight=True))
+        variants["ours, sharded code"] = lambda: _one(
+            target, nodes, lambda: _ours(target, nodes, launcher, mode="sharded")
+        )
+        variants["ours, preflight"] = lambda: _one(
+            target, nodes, lambda: _ours(target, nodes, launcher, preflight=True)
+        )
     return variants
 
 
@@ -250,8 +285,11 @@ def _spread(runs: list[dict]) -> str:
 
 
 def run(ctx):
-    sizes = ((4, "torchrun", True), (32, "python3", False)) if ctx.quick else \
-        ((8, "torchrun", True), (128, "python3", False))
+    sizes = (
+        ((4, "torchrun", True), (32, "python3", False))
+        if ctx.quick
+        else ((8, "torchrun", True), (128, "python3", False))
+    )
     rows: list[str] = []
     target = Target(ctx.cluster.api, ctx.cluster.kubeconfig_path)
     with nemorun_home():
@@ -270,25 +308,42 @@ def run(ctx):
                 medians = {name: _median_times(s) for name, s in samples.items()}
                 bare, mine = medians["bare"]["total"], medians["ours"]["total"]
                 extra = mine - bare
-                yield Metric(f"time to first step, {nodes} nodes ({launcher}), {where}: ours - bare", extra, None, "s",
-                             at_most=1.0,
-                             note=f"ours {mine:.2f} s ({_spread(samples['ours'])}), bare {bare:.2f} s "
-                                  f"({_spread(samples['bare'])}), ratio {mine / bare:.2f}x, medians of {repeat} "
-                                  f"(range); load {load_before}")
+                yield Metric(
+                    f"time to first step, {nodes} nodes ({launcher}), {where}: ours - bare",
+                    extra,
+                    None,
+                    "s",
+                    at_most=1.0,
+                    note=f"ours {mine:.2f} s ({_spread(samples['ours'])}), bare {bare:.2f} s "
+                    f"({_spread(samples['bare'])}), ratio {mine / bare:.2f}x, medians of {repeat} "
+                    f"(range); load {load_before}",
+                )
                 shell = {name: median(r["total"] - r["launch"] for r in runs) for name, runs in samples.items()}
-                yield Metric(f"  of which before the launcher (submission -> every user shell), {where}: ours - bare",
-                             shell["ours"] - shell["bare"], None, "s",
-                             note=f"ours {shell['ours']:.2f} s, bare {shell['bare']:.2f} s: what ours adds, without "
-                                  "the launcher's own start (the same command in both; torch's import in torchrun "
-                                  "varies by seconds on a busy machine)")
+                yield Metric(
+                    f"  of which before the launcher (submission -> every user shell), {where}: ours - bare",
+                    shell["ours"] - shell["bare"],
+                    None,
+                    "s",
+                    note=f"ours {shell['ours']:.2f} s, bare {shell['bare']:.2f} s: what ours adds, without "
+                    "the launcher's own start (the same command in both; torch's import in torchrun "
+                    "varies by seconds on a busy machine)",
+                )
                 for name, times in medians.items():
-                    rows.append(f"| {nodes} | {launcher} | {where} | {name} | {times['total']:.2f} | "
-                                + " | ".join(f"{times[s]:.2f}" for s, _ in STAGES)
-                                + f" | {load_before} |")
-    yield Detail("Time to first step: where it goes (seconds, medians; each milestone is the job's slowest pod)", [
-        "| nodes | launcher | machine | variant | total | " + " | ".join(label for _, label in STAGES)
-        + " | load (1/5/15 min) |",
-        "|---|---|---|---|---|" + "---|" * len(STAGES) + "---|"] + rows)
+                    rows.append(
+                        f"| {nodes} | {launcher} | {where} | {name} | {times['total']:.2f} | "
+                        + " | ".join(f"{times[s]:.2f}" for s, _ in STAGES)
+                        + f" | {load_before} |"
+                    )
+    yield Detail(
+        "Time to first step: where it goes (seconds, medians; each milestone is the job's slowest pod)",
+        [
+            "| nodes | launcher | machine | variant | total | "
+            + " | ".join(label for _, label in STAGES)
+            + " | load (1/5/15 min) |",
+            "|---|---|---|---|---|" + "---|" * len(STAGES) + "---|",
+        ]
+        + rows,
+    )
 
 
 # --- the real control plane beside the local cluster (not a family of run.py: it needs the build) ---
@@ -298,8 +353,11 @@ def _table(where: str, nodes: int, samples: dict[str, list[dict]]) -> list[str]:
     rows = []
     for name, runs in samples.items():
         times = _median_times(runs)
-        rows.append(f"| {where} | {nodes} | {name} | {times['total']:.2f} | "
-                    + " | ".join(f"{times[s]:.2f}" for s, _ in STAGES) + f" | {_load()} |")
+        rows.append(
+            f"| {where} | {nodes} | {name} | {times['total']:.2f} | "
+            + " | ".join(f"{times[s]:.2f}" for s, _ in STAGES)
+            + f" | {_load()} |"
+        )
     return rows
 
 
@@ -320,8 +378,10 @@ def real(sizes: tuple[int, ...], repeat: int) -> list[str]:
 
     from nemo_kubeflow_local.kubelet.nodeagent import NodeAgent, NodeSpec
 
-    rows = ["| cluster | nodes | variant | total | " + " | ".join(label for _, label in STAGES) + " | load |",
-            "|---|---|---|---|" + "---|" * len(STAGES) + "---|"]
+    rows = [
+        "| cluster | nodes | variant | total | " + " | ".join(label for _, label in STAGES) + " | load |",
+        "|---|---|---|---|" + "---|" * len(STAGES) + "---|",
+    ]
     with tempfile.TemporaryDirectory(prefix="nk-bench-first-") as workdir, nemorun_home():
         cluster = ClusterProcess(str(Path(workdir) / "local"))
         try:
@@ -344,8 +404,9 @@ def real(sizes: tuple[int, ...], repeat: int) -> list[str]:
                 target = Target(api, str(cp.kubeconfig_path), namespace, "torch-distributed")
                 _warm_up(target)
                 for nodes in sizes:
-                    rows += _table("real + node agent", nodes,
-                                   interleaved(repeat, **_variants(target, nodes, "torchrun", False)))
+                    rows += _table(
+                        "real + node agent", nodes, interleaved(repeat, **_variants(target, nodes, "torchrun", False))
+                    )
     return rows
 
 
@@ -353,8 +414,10 @@ if __name__ == "__main__":
     import argparse
     import warnings
 
-    parser = argparse.ArgumentParser(description="Time to first step on the local cluster and on the real "
-                                                 "control plane with the node agent (torchrun).")
+    parser = argparse.ArgumentParser(
+        description="Time to first step on the local cluster and on the real "
+        "control plane with the node agent (torchrun)."
+    )
     parser.add_argument("--sizes", default="2,4", help="node counts (default 2,4: what the node agent holds)")
     parser.add_argument("--repeat", type=int, default=3)
     options = parser.parse_args()

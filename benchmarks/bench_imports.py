@@ -30,14 +30,16 @@ STATEMENTS = (
     ("import nemo_kubeflow", "import nemo_kubeflow"),
     ("+ from nemo_kubeflow import KubeflowExecutor", "from nemo_kubeflow import KubeflowExecutor"),
     ("+ import nemo_kubeflow.nemo_run.scheduler", "import nemo_kubeflow.nemo_run.scheduler"),
-    ("+ the submission path (manifests, plan, validation, submit)",
-     "import nemo_kubeflow.build.manifests, nemo_kubeflow.build.plan, nemo_kubeflow.schema.validation, nemo_kubeflow.cluster.submit"),
+    (
+        "+ the submission path (manifests, plan, validation, submit)",
+        "import nemo_kubeflow.build.manifests, nemo_kubeflow.build.plan, nemo_kubeflow.schema.validation, nemo_kubeflow.cluster.submit",
+    ),
 )
 
 NOTES = {
     2: "torchx loads it for every submission, status, logs and cancel; ",
     3: "loaded by the first dry run or submission only (validation reads schemas.json on first use, not the "
-       "SDK's ~400 pydantic models); ",
+    "SDK's ~400 pydantic models); ",
 }
 
 _TIMED = """
@@ -50,8 +52,14 @@ for statement in {statements!r}:
 
 
 def _python(args: list[str]) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"}, cwd=os.path.expanduser("~"))
+    out = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        cwd=os.path.expanduser("~"),
+    )
     if out.returncode != 0:
         raise RuntimeError(f"python {' '.join(args)} failed: {out.stderr[-2000:]}")
     return out
@@ -59,7 +67,7 @@ def _python(args: list[str]) -> subprocess.CompletedProcess:
 
 def _cumulative_ms() -> list[float]:
     code = _TIMED.format(statements=[statement for _, statement in STATEMENTS])
-    return [float(x) * 1000 for x in _python(["-c", code]).stdout.split()[-len(STATEMENTS):]]
+    return [float(x) * 1000 for x in _python(["-c", code]).stdout.split()[-len(STATEMENTS) :]]
 
 
 def importtime(statement: str) -> list[tuple[int, str]]:
@@ -80,8 +88,10 @@ def _top(entries: list[tuple[int, str]], key, top: int) -> list[list[str]]:
     groups: dict[str, int] = {}
     for us, module in entries:
         groups[key(module)] = groups.get(key(module), 0) + us
-    return [[name, f"{us / 1000:.1f}", f"{us / total:.0%}"]
-            for name, us in sorted(groups.items(), key=lambda kv: -kv[1])[:top]]
+    return [
+        [name, f"{us / 1000:.1f}", f"{us / total:.0%}"]
+        for name, us in sorted(groups.items(), key=lambda kv: -kv[1])[:top]
+    ]
 
 
 def run(ctx):
@@ -94,13 +104,21 @@ def run(ctx):
             samples = [_cumulative_ms() for _ in range(runs)]
         where = f", beside {hogs} busy loops (loaded)" if hogs else ""
         for i, (name, _statement) in enumerate(STATEMENTS):
-            yield Metric(f"{name}, after import nemo_run{where}", median(s[i] for s in samples), 0, "ms",
-                         at_most=TARGET_MS if i < 3 else SUBMISSION_TARGET_MS,
-                         note=NOTES.get(i, "") + f"cumulative; median of {runs} fresh processes; baseline ships in nemo_run")
+            yield Metric(
+                f"{name}, after import nemo_run{where}",
+                median(s[i] for s in samples),
+                0,
+                "ms",
+                at_most=TARGET_MS if i < 3 else SUBMISSION_TARGET_MS,
+                note=NOTES.get(i, "") + f"cumulative; median of {runs} fresh processes; baseline ships in nemo_run",
+            )
     for _, statement in STATEMENTS[2:] if ctx.quick else STATEMENTS[1:]:
         entries = importtime(statement)
         total = sum(us for us, _ in entries) / 1000
-        yield Detail(f"`python -X importtime`: what `{statement}` loads after nemo_run ({total:.0f} ms own time)",
-                     ["By top-level package:", ""]
-                     + table(["package", "ms", "share"], _top(entries, lambda m: m.split(".")[0], 6))
-                     + ["", "By module (own time):", ""] + table(["module", "ms", "share"], _top(entries, lambda m: m, 8)))
+        yield Detail(
+            f"`python -X importtime`: what `{statement}` loads after nemo_run ({total:.0f} ms own time)",
+            ["By top-level package:", ""]
+            + table(["package", "ms", "share"], _top(entries, lambda m: m.split(".")[0], 6))
+            + ["", "By module (own time):", ""]
+            + table(["module", "ms", "share"], _top(entries, lambda m: m, 8)),
+        )

@@ -45,9 +45,9 @@ def _task(lines: int):
     import nemo_run as run
 
     procs = " ".join(str(p) for p in range(PROCS_PER_NODE))
-    return run.Script(inline=(
-        f'for p in {procs}; do python3 {WORKLOAD_FILE} "$PET_NODE_RANK" "$p" {lines} {RATE} & done; wait'
-    ))
+    return run.Script(
+        inline=(f'for p in {procs}; do python3 {WORKLOAD_FILE} "$PET_NODE_RANK" "$p" {lines} {RATE} & done; wait')
+    )
 
 
 def _submit(ctx, nodes: int, lines: int):
@@ -60,6 +60,7 @@ def _submit(ctx, nodes: int, lines: int):
 
 def _ours(scheduler, app_id: str, nodes: int, received: list) -> list:
     """One follower per node: ``scheduler.log_iter(..., should_tail=True)``."""
+
     def follow(k):
         for line in scheduler.log_iter(app_id, "t0", k, should_tail=True):
             received.append((time.time(), line))
@@ -78,15 +79,19 @@ def _raw(ctx, trainjob: str, nodes: int, received: list) -> list:
         selector = f"jobset.sigs.k8s.io/jobset-name={trainjob},batch.kubernetes.io/job-completion-index={k}"
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
-            pods = [p for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
-                    if p.status.phase != "Pending"]
+            pods = [
+                p
+                for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+                if p.status.phase != "Pending"
+            ]
             if pods:
                 break
             time.sleep(0.2)
         else:
             return
-        resp = core.read_namespaced_pod_log(pods[0].metadata.name, NAMESPACE, container="node", follow=True,
-                                            _preload_content=False)
+        resp = core.read_namespaced_pod_log(
+            pods[0].metadata.name, NAMESPACE, container="node", follow=True, _preload_content=False
+        )
         pending = b""
         for chunk in resp.stream(64 * 1024):
             now = time.time()
@@ -115,7 +120,7 @@ def _score(received: list[tuple[float, str]]) -> tuple[int, int, list[float]]:
         parts = line.split()
         try:
             i = parts.index("LOG")
-            key, printed = tuple(parts[i + 1:i + 4]), float(parts[i + 4])
+            key, printed = tuple(parts[i + 1 : i + 4]), float(parts[i + 4])
         except (ValueError, IndexError):
             continue
         if key in seen:
@@ -223,9 +228,14 @@ def _follow_scale(ctx, nodes: int, seconds: int, rate: float = SCALE_RATE, emula
     docs/local-cluster.md), printing the same lines; the job, its pods and the log endpoint are as usual."""
     lines = max(1, round(rate * seconds))
     timeout = TIMEOUT + (nodes / 8 if emulated else 4 * nodes)
-    follower = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _FOLLOWER, str(nodes), str(lines),
-                                 str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**os.environ, "PYTHONPATH": str(BENCH_DIR)})
+    follower = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-c", _FOLLOWER, str(nodes), str(lines), str(timeout)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(BENCH_DIR)},
+    )
     try:
         if follower.stdout.readline().strip() != "ready":
             raise RuntimeError(f"follower failed: {follower.communicate(timeout=30)[1][-2000:]}")
@@ -257,9 +267,15 @@ print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(
 
 def _torch_import_mib() -> float:
     """What importing NeMo-Run as NeMo-Run's own commands do (torch included) adds to a follower."""
+
     def rss(how: str) -> float:
-        out = subprocess.run([sys.executable, "-W", "ignore", "-c", _RSS_AFTER_IMPORT, how], capture_output=True,
-                             text=True, timeout=300, check=True)
+        out = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", _RSS_AFTER_IMPORT, how],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
         return float(out.stdout.strip().splitlines()[-1])
 
     return rss("with") - rss("without")
@@ -277,11 +293,21 @@ def scale(ctx):
     from nemo_kubeflow.observe.logs import LOG_READERS
 
     # (nodes, seconds, lines/s per node, emulated pods, beside busy loops)
-    cases = [(8, 6, SCALE_RATE, False, False), (32, 6, SCALE_RATE, False, False)] if ctx.quick else \
-        [(8, 12, SCALE_RATE, False, False), (32, 12, SCALE_RATE, False, False), (128, 12, SCALE_RATE, False, False)]
+    cases = (
+        [(8, 6, SCALE_RATE, False, False), (32, 6, SCALE_RATE, False, False)]
+        if ctx.quick
+        else [
+            (8, 12, SCALE_RATE, False, False),
+            (32, 12, SCALE_RATE, False, False),
+            (128, 12, SCALE_RATE, False, False),
+        ]
+    )
     large = 256 if ctx.quick else LARGE_NODES
-    cases += [(large, 30, LARGE_RATE / large, True, False)] if ctx.quick else \
-        [(large, 60, LARGE_RATE / large, True, False), (large, 60, LARGE_RATE / large, True, True)]
+    cases += (
+        [(large, 30, LARGE_RATE / large, True, False)]
+        if ctx.quick
+        else [(large, 60, LARGE_RATE / large, True, False), (large, 60, LARGE_RATE / large, True, True)]
+    )
     torch_mib = _torch_import_mib()
     rows = []
     with nemorun_home():
@@ -295,39 +321,74 @@ def scale(ctx):
                 r = _follow_scale(ctx, nodes, seconds, rate, emulated)
                 where = ""
             growth_rss = r["peak"]["rss"] - r["before"]["rss"]
-            what = (f"{nodes} emulated emitters, {LARGE_RATE} lines/s in all" if emulated else
-                    f"{nodes} nodes x {fmt(rate)} lines/s") + f" x {seconds} s{where}"
+            what = (
+                f"{nodes} emulated emitters, {LARGE_RATE} lines/s in all"
+                if emulated
+                else f"{nodes} nodes x {fmt(rate)} lines/s"
+            ) + f" x {seconds} s{where}"
             label = f"scale {nodes} nodes{where}"
-            yield Metric(f"{label}: log lines received, % of printed ({what})",
-                         100 * r["received"] / r["printed"], None, "%", at_least=100,
-                         note=f"{r['duplicates']} duplicates (target 0); {r['unfinished']} followers unfinished; "
-                              f"load {load}")
-            yield Metric(f"{label}: log lag p99 (printed -> received, once attached)", r["p99"] * 1000,
-                         None, "ms", at_most=5000 if emulated else 2000,
-                         note=f"p50 {r['p50'] * 1000:,.0f} ms, max {r['max'] * 1000:,.0f} ms")
+            yield Metric(
+                f"{label}: log lines received, % of printed ({what})",
+                100 * r["received"] / r["printed"],
+                None,
+                "%",
+                at_least=100,
+                note=f"{r['duplicates']} duplicates (target 0); {r['unfinished']} followers unfinished; load {load}",
+            )
+            yield Metric(
+                f"{label}: log lag p99 (printed -> received, once attached)",
+                r["p99"] * 1000,
+                None,
+                "ms",
+                at_most=5000 if emulated else 2000,
+                note=f"p50 {r['p50'] * 1000:,.0f} ms, max {r['max'] * 1000:,.0f} ms",
+            )
             if emulated:
-                yield Metric(f"{label}: follower memory, RSS growth while following", growth_rss, None, "MiB",
-                             at_most=100, note=f"peak {r['peak']['rss']:,.0f} MiB, {r['before']['rss']:,.0f} MiB "
-                                               f"before; CPU {r['cpu']:,.1f} s in {r['seconds']:,.0f} s")
+                yield Metric(
+                    f"{label}: follower memory, RSS growth while following",
+                    growth_rss,
+                    None,
+                    "MiB",
+                    at_most=100,
+                    note=f"peak {r['peak']['rss']:,.0f} MiB, {r['before']['rss']:,.0f} MiB "
+                    f"before; CPU {r['cpu']:,.1f} s in {r['seconds']:,.0f} s",
+                )
             else:
-                yield Metric(f"{label}: follower memory, peak RSS", r["peak"]["rss"], None, "MiB", at_most=300,
-                             note=f"{growth_rss:,.0f} MiB while following, {r['before']['rss']:,.0f} MiB before "
-                                  f"(NeMo-Run imported as `nemo-kubeflow logs` does, without torch; with torch, as "
-                                  f"`nemo experiment logs` does, {torch_mib:,.0f} MiB more)")
-            yield Metric(f"{label}: log reader threads (and connections) of ours", r["peak"]["readers"],
-                         None, "", at_most=LOG_READERS,
-                         note=f"sockets {r['peak']['sockets']} peak ({r['before']['sockets']} before); threads "
-                              f"{r['peak']['threads']} in all (NeMo-Run's one per node included)")
-            rows.append(f"| {nodes}{' (emulated)' if emulated else ''} | {fmt(rate)} | {where.lstrip(', ') or 'quiet'} | "
-                        f"{100 * r['received'] / r['printed']:.2f}% | {r['duplicates']} | "
-                        f"{r['p50'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {growth_rss:,.0f} | {r['peak']['rss']:,.0f} | "
-                        f"{r['peak']['readers']} | {r['peak']['sockets']} | {r['peak']['threads']} | {r['cpu']:,.1f} | "
-                        f"{load} |")
-    yield Detail("Log following by job size (log_emitter.py pods; the largest: emulated emitters; one follower "
-                 "process)", [
-        "| nodes | lines/s per node | machine | received | duplicates | p50 lag ms | p99 lag ms | RSS growth MiB "
-        "| peak RSS MiB | reader threads | sockets | threads in all | follower CPU s | load (1/5/15 min) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"] + rows)
+                yield Metric(
+                    f"{label}: follower memory, peak RSS",
+                    r["peak"]["rss"],
+                    None,
+                    "MiB",
+                    at_most=300,
+                    note=f"{growth_rss:,.0f} MiB while following, {r['before']['rss']:,.0f} MiB before "
+                    f"(NeMo-Run imported as `nemo-kubeflow logs` does, without torch; with torch, as "
+                    f"`nemo experiment logs` does, {torch_mib:,.0f} MiB more)",
+                )
+            yield Metric(
+                f"{label}: log reader threads (and connections) of ours",
+                r["peak"]["readers"],
+                None,
+                "",
+                at_most=LOG_READERS,
+                note=f"sockets {r['peak']['sockets']} peak ({r['before']['sockets']} before); threads "
+                f"{r['peak']['threads']} in all (NeMo-Run's one per node included)",
+            )
+            rows.append(
+                f"| {nodes}{' (emulated)' if emulated else ''} | {fmt(rate)} | {where.lstrip(', ') or 'quiet'} | "
+                f"{100 * r['received'] / r['printed']:.2f}% | {r['duplicates']} | "
+                f"{r['p50'] * 1000:,.0f} | {r['p99'] * 1000:,.0f} | {growth_rss:,.0f} | {r['peak']['rss']:,.0f} | "
+                f"{r['peak']['readers']} | {r['peak']['sockets']} | {r['peak']['threads']} | {r['cpu']:,.1f} | "
+                f"{load} |"
+            )
+    yield Detail(
+        "Log following by job size (log_emitter.py pods; the largest: emulated emitters; one follower process)",
+        [
+            "| nodes | lines/s per node | machine | received | duplicates | p50 lag ms | p99 lag ms | RSS growth MiB "
+            "| peak RSS MiB | reader threads | sockets | threads in all | follower CPU s | load (1/5/15 min) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        + rows,
+    )
 
 
 def run(ctx):
@@ -341,8 +402,9 @@ def run(ctx):
             # Both follow the same job at the same time: same pods, same server load.
             _, scheduler, app_id, trainjob = _submit(ctx, nodes, lines)
             received = {"ours": [], "baseline": []}
-            _run_all(_ours(scheduler, app_id, nodes, received["ours"])
-                     + _raw(ctx, trainjob, nodes, received["baseline"]))
+            _run_all(
+                _ours(scheduler, app_id, nodes, received["ours"]) + _raw(ctx, trainjob, nodes, received["baseline"])
+            )
             for name in scores:
                 scores[name].append(_score(list(received[name])))
             ctx.cluster.delete_trainjobs()
@@ -351,12 +413,22 @@ def run(ctx):
         return median(fn(score) for score in scores[name])
 
     what = f"{nodes} nodes x {PROCS_PER_NODE} procs x {RATE} lines/s x {seconds} s"
-    yield Metric(f"log lines received, % of printed ({what})", 100 * min(s[0] for s in scores["ours"]) / printed,
-                 100 * min(s[0] for s in scores["baseline"]) / printed, "%", at_least=100,
-                 note=f"worst of {len(scores['ours'])} run(s); {printed:,} printed per run; duplicates "
-                      f"{sum(s[1] for s in scores['ours'])} ours, {sum(s[1] for s in scores['baseline'])} baseline")
+    yield Metric(
+        f"log lines received, % of printed ({what})",
+        100 * min(s[0] for s in scores["ours"]) / printed,
+        100 * min(s[0] for s in scores["baseline"]) / printed,
+        "%",
+        at_least=100,
+        note=f"worst of {len(scores['ours'])} run(s); {printed:,} printed per run; duplicates "
+        f"{sum(s[1] for s in scores['ours'])} ours, {sum(s[1] for s in scores['baseline'])} baseline",
+    )
     for q in (50, 99):
-        yield Metric(f"log lag p{q} (printed -> received, once attached)", med("ours", lambda s: percentile(s[2], q)),
-                     med("baseline", lambda s: percentile(s[2], q)), "ms",
-                     note="both follow the same job at once; baseline: raw kubernetes client" if q == 50 else
-                     f"max {max(max(s[2], default=0) for s in scores['ours']):,.0f} ms ours")
+        yield Metric(
+            f"log lag p{q} (printed -> received, once attached)",
+            med("ours", lambda s: percentile(s[2], q)),
+            med("baseline", lambda s: percentile(s[2], q)),
+            "ms",
+            note="both follow the same job at once; baseline: raw kubernetes client"
+            if q == 50
+            else f"max {max(max(s[2], default=0) for s in scores['ours']):,.0f} ms ours",
+        )

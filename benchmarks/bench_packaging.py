@@ -28,19 +28,132 @@ MiB = 1024 * 1024
 # A deterministic synthetic Python tree
 # --------------------------------------------------------------------------------------------
 
-_WORDS = ("batch", "size", "config", "model", "data", "step", "path", "file", "name", "index", "value", "state",
-          "layer", "hidden", "output", "input", "mask", "weight", "bias", "grad", "loss", "optimizer", "scheduler",
-          "rank", "world", "device", "dtype", "shape", "token", "vocab", "seq", "len", "num", "max", "min", "dim",
-          "head", "attention", "cache", "key", "query", "checkpoint", "save", "load", "init", "build", "get", "set",
-          "update", "apply", "forward", "backward", "reset", "train", "eval", "log", "metric", "result", "args",
-          "kwargs", "params", "options", "handler", "callback", "buffer", "stream", "queue", "worker", "task",
-          "job", "node", "group", "local", "global", "prefix", "suffix", "count", "total", "offset", "start", "end")
-_ENGLISH = ("the", "a", "of", "to", "and", "is", "in", "for", "this", "that", "with", "returns", "if", "given",
-            "when", "list", "each", "from", "not", "be", "are", "or", "by", "on", "as", "used", "otherwise",
-            "raises", "error", "new", "first", "last", "all", "only", "must", "should", "default") + _WORDS
+_WORDS = (
+    "batch",
+    "size",
+    "config",
+    "model",
+    "data",
+    "step",
+    "path",
+    "file",
+    "name",
+    "index",
+    "value",
+    "state",
+    "layer",
+    "hidden",
+    "output",
+    "input",
+    "mask",
+    "weight",
+    "bias",
+    "grad",
+    "loss",
+    "optimizer",
+    "scheduler",
+    "rank",
+    "world",
+    "device",
+    "dtype",
+    "shape",
+    "token",
+    "vocab",
+    "seq",
+    "len",
+    "num",
+    "max",
+    "min",
+    "dim",
+    "head",
+    "attention",
+    "cache",
+    "key",
+    "query",
+    "checkpoint",
+    "save",
+    "load",
+    "init",
+    "build",
+    "get",
+    "set",
+    "update",
+    "apply",
+    "forward",
+    "backward",
+    "reset",
+    "train",
+    "eval",
+    "log",
+    "metric",
+    "result",
+    "args",
+    "kwargs",
+    "params",
+    "options",
+    "handler",
+    "callback",
+    "buffer",
+    "stream",
+    "queue",
+    "worker",
+    "task",
+    "job",
+    "node",
+    "group",
+    "local",
+    "global",
+    "prefix",
+    "suffix",
+    "count",
+    "total",
+    "offset",
+    "start",
+    "end",
+)
+_ENGLISH = (
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "is",
+    "in",
+    "for",
+    "this",
+    "that",
+    "with",
+    "returns",
+    "if",
+    "given",
+    "when",
+    "list",
+    "each",
+    "from",
+    "not",
+    "be",
+    "are",
+    "or",
+    "by",
+    "on",
+    "as",
+    "used",
+    "otherwise",
+    "raises",
+    "error",
+    "new",
+    "first",
+    "last",
+    "all",
+    "only",
+    "must",
+    "should",
+    "default",
+) + _WORDS
 _vocabulary_rng = random.Random(20250101)
-VOCABULARY = sorted({"_".join(_vocabulary_rng.choice(_WORDS) for _ in range(_vocabulary_rng.randint(1, 3)))
-                     for _ in range(3000)})
+VOCABULARY = sorted(
+    {"_".join(_vocabulary_rng.choice(_WORDS) for _ in range(_vocabulary_rng.randint(1, 3))) for _ in range(3000)}
+)
 
 
 def _sentence(rng: random.Random, low: int, high: int) -> str:
@@ -50,28 +163,46 @@ def _sentence(rng: random.Random, low: int, high: int) -> str:
 
 def _expression(rng: random.Random, names: list[str]) -> str:
     a, b = rng.choice(names), rng.choice(names)
-    return rng.choice((f"{a} + {b}", f"self.{a}({b})", f"{a}[{rng.randint(0, 9)}]", f"len({a}) * {rng.randint(1, 64)}",
-                       f"{a}.{b}({rng.choice(names)}, {b}=True)", f'"{rng.choice(VOCABULARY)}"',
-                       f"{a} if {b} else None", f"[x for x in {b}]", f"{{'{a}': {b}}}", str(rng.choice((0, 1, 2, 8, 64)))))
+    return rng.choice(
+        (
+            f"{a} + {b}",
+            f"self.{a}({b})",
+            f"{a}[{rng.randint(0, 9)}]",
+            f"len({a}) * {rng.randint(1, 64)}",
+            f"{a}.{b}({rng.choice(names)}, {b}=True)",
+            f'"{rng.choice(VOCABULARY)}"',
+            f"{a} if {b} else None",
+            f"[x for x in {b}]",
+            f"{{'{a}': {b}}}",
+            str(rng.choice((0, 1, 2, 8, 64))),
+        )
+    )
 
 
 def _function(rng: random.Random, names: list[str], indent: str, method: bool) -> list[str]:
     args = rng.sample(names, rng.randint(0, 4))
-    signature = ", ".join((["self"] if method else []) + [f"{a}={rng.randint(0, 9)}" if rng.random() < 0.3 else a
-                                                          for a in args])
-    lines = [f"{indent}def {rng.choice(names)}_{rng.choice(VOCABULARY)}({signature}):",
-             f'{indent}    """{_sentence(rng, 4, 14)}"""']
+    signature = ", ".join(
+        (["self"] if method else []) + [f"{a}={rng.randint(0, 9)}" if rng.random() < 0.3 else a for a in args]
+    )
+    lines = [
+        f"{indent}def {rng.choice(names)}_{rng.choice(VOCABULARY)}({signature}):",
+        f'{indent}    """{_sentence(rng, 4, 14)}"""',
+    ]
     for _ in range(rng.randint(2, 14)):
         kind = rng.random()
         target = rng.choice(names)
         if kind < 0.15:
             lines.append(f"{indent}    # {_sentence(rng, 3, 12)}")
         elif kind < 0.3:
-            lines += [f"{indent}    if {target} > {rng.randint(0, 100)}:",
-                      f"{indent}        {target} = {_expression(rng, names)}"]
+            lines += [
+                f"{indent}    if {target} > {rng.randint(0, 100)}:",
+                f"{indent}        {target} = {_expression(rng, names)}",
+            ]
         elif kind < 0.4:
-            lines += [f"{indent}    for {target} in range({rng.randint(1, 32)}):",
-                      f"{indent}        {rng.choice(names)}.append({_expression(rng, names)})"]
+            lines += [
+                f"{indent}    for {target} in range({rng.randint(1, 32)}):",
+                f"{indent}        {rng.choice(names)}.append({_expression(rng, names)})",
+            ]
         else:
             lines.append(f"{indent}    {target} = {_expression(rng, names)}")
     lines.append(f"{indent}    return {rng.choice(names)}")
@@ -83,14 +214,26 @@ def synthetic_file(i: int) -> tuple[str, bytes]:
     rng = random.Random(i * 7919 + 17)
     size = min(60_000, max(300, int(rng.lognormvariate(7.72, 0.9))))
     names = rng.sample(VOCABULARY, 24)
-    lines = [f'"""{_sentence(rng, 6, 20)}', "", _sentence(rng, 10, 30), '"""', "", "import os",
-             f"from .{rng.choice(names)} import {rng.choice(names).capitalize()}, {rng.choice(names)}", "",
-             f"{rng.choice(names).upper()} = {rng.randint(0, 10_000)}", ""]
+    lines = [
+        f'"""{_sentence(rng, 6, 20)}',
+        "",
+        _sentence(rng, 10, 30),
+        '"""',
+        "",
+        "import os",
+        f"from .{rng.choice(names)} import {rng.choice(names).capitalize()}, {rng.choice(names)}",
+        "",
+        f"{rng.choice(names).upper()} = {rng.randint(0, 10_000)}",
+        "",
+    ]
     text_len = sum(len(x) + 1 for x in lines)
     while text_len < size:
         if rng.random() < 0.4:
-            block = [f"class {rng.choice(names).capitalize()}{rng.choice(names).capitalize()}(object):",
-                     f'    """{_sentence(rng, 5, 18)}"""', ""]
+            block = [
+                f"class {rng.choice(names).capitalize()}{rng.choice(names).capitalize()}(object):",
+                f'    """{_sentence(rng, 5, 18)}"""',
+                "",
+            ]
             for _ in range(rng.randint(1, 4)):
                 block += _function(rng, names, "    ", method=True) + [""]
         else:
@@ -153,8 +296,9 @@ def _bundle(pairs, prefix: str = "code/"):
 def _build(files, mode: str = "auto", max_shards: int = 16, mount_path: str = "/nemo_run"):
     from nemo_kubeflow.build.packaging import build_code_package
 
-    return build_code_package(files, name="bench-code", namespace="default", mode=mode, max_shards=max_shards,
-                              mount_path=mount_path)
+    return build_code_package(
+        files, name="bench-code", namespace="default", mode=mode, max_shards=max_shards, mount_path=mount_path
+    )
 
 
 def _compressed_bytes(package) -> int:
@@ -264,26 +408,46 @@ def run(ctx):
         package, files = built["package"], built["files"]
         what = f"{len(files):,} files, {total / MiB:.1f} MiB"
         seconds = median(samples["ours"])
-        yield Metric(f"package a tree ({what}): collect + build_code_package", seconds * 1000,
-                     median(samples["tar"]) * 1000, "ms",
-                     note=f"collect {median(built['collect']) * 1000:.0f} ms + build {median(built['build']) * 1000:.0f} "
-                          f"ms; baseline tar -czf; {package.mode}, {len(package.configmaps)} ConfigMaps")
-        yield Metric("packaging throughput (collect + build)", total / MiB / seconds, None, "MiB/s",
-                     note=f"{len(files) / seconds:,.0f} files/s")
+        yield Metric(
+            f"package a tree ({what}): collect + build_code_package",
+            seconds * 1000,
+            median(samples["tar"]) * 1000,
+            "ms",
+            note=f"collect {median(built['collect']) * 1000:.0f} ms + build {median(built['build']) * 1000:.0f} "
+            f"ms; baseline tar -czf; {package.mode}, {len(package.configmaps)} ConfigMaps",
+        )
+        yield Metric(
+            "packaging throughput (collect + build)",
+            total / MiB / seconds,
+            None,
+            "MiB/s",
+            note=f"{len(files) / seconds:,.0f} files/s",
+        )
 
         compressed = _compressed_bytes(package)
         tar_ratio = total / (tmp / "baseline.tar.gz").stat().st_size
         stdlib_ratio = _gzip_ratio(_stdlib_sample(4 * MiB if ctx.quick else 20 * MiB))
-        yield Metric("compression ratio, sharded mode (source / compressed)", total / compressed, tar_ratio, "x",
-                     note=f"calibration: CPython stdlib gzips {stdlib_ratio:.2f}x, this tree {_gzip_ratio([d for _, d in tree.first(count)]):.2f}x")
+        yield Metric(
+            "compression ratio, sharded mode (source / compressed)",
+            total / compressed,
+            tar_ratio,
+            "x",
+            note=f"calibration: CPython stdlib gzips {stdlib_ratio:.2f}x, this tree {_gzip_ratio([d for _, d in tree.first(count)]):.2f}x",
+        )
 
         # --- the largest tree that fits --------------------------------------------------------
         capacity = 16 * (packaging.CONFIGMAP_MAX_BYTES - packaging.CONFIGMAP_MARGIN_BYTES)
         estimate = int(capacity * (total / compressed) / (total / count))
         with stopwatch() as t_search:
             n, size, tries = _largest_fitting(tree, estimate, 0.1 if ctx.quick else 0.01)
-        yield Metric("largest Python tree that fits in default max_shards (16)", size / MiB, None, "MiB", at_least=8,
-                     note=f"{n:,} files; binary search, {tries} builds in {t_search[0]:.0f} s")
+        yield Metric(
+            "largest Python tree that fits in default max_shards (16)",
+            size / MiB,
+            None,
+            "MiB",
+            at_least=8,
+            note=f"{n:,} files; binary search, {tries} builds in {t_search[0]:.0f} s",
+        )
 
         # --- unpacking in the pod ------------------------------------------------------------------
         packaging.BUNDLE_MOUNT_ROOT, saved = str(tmp / "bundle"), packaging.BUNDLE_MOUNT_ROOT
@@ -294,6 +458,10 @@ def run(ctx):
             unpack = _unpack_times(sharded, files, workdir, ctx.repeat)
         finally:
             packaging.BUNDLE_MOUNT_ROOT = saved
-        yield Metric(f"unpack in the pod ({len(sharded.configmaps)} shards): sharded prologue",
-                     median(unpack["prologue"]) * 1000, median(unpack["tar"]) * 1000, "ms",
-                     note="baseline: cat shards | tar -xzf (no checksum, no checks)")
+        yield Metric(
+            f"unpack in the pod ({len(sharded.configmaps)} shards): sharded prologue",
+            median(unpack["prologue"]) * 1000,
+            median(unpack["tar"]) * 1000,
+            "ms",
+            note="baseline: cat shards | tar -xzf (no checksum, no checks)",
+        )

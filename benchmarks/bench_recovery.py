@@ -67,9 +67,12 @@ def _trainjob_name(exp) -> str:
 
 def _pods(ctx, trainjob: str, deleting: bool = False) -> dict[str, str]:
     """The TrainJob's pods, name -> uid; those being deleted only with ``deleting``."""
-    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in ctx.cluster.objects("pods", NAMESPACE)
-            if p["metadata"].get("labels", {}).get(JOBSET_NAME_LABEL) == trainjob
-            and (deleting or not p["metadata"].get("deletionTimestamp"))}
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"]
+        for p in ctx.cluster.objects("pods", NAMESPACE)
+        if p["metadata"].get("labels", {}).get(JOBSET_NAME_LABEL) == trainjob
+        and (deleting or not p["metadata"].get("deletionTimestamp"))
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,25 +108,34 @@ def _kill_one_rank(ctx, variant: str) -> dict:
     from nemo_kubeflow import ConfigMapPackager
 
     out = Path(tempfile.mkdtemp(prefix=f"recovery-{variant}-", dir=ctx.workdir))
-    settings = (dict(launcher=run.FaultTolerance(max_restarts=2, initial_rank_heartbeat_timeout=600,
-                                                 rank_heartbeat_timeout=600))
-                if variant in ("ft", "warm") else dict(retries=1, fail_fast_exit_codes=[]))
+    settings = (
+        dict(
+            launcher=run.FaultTolerance(max_restarts=2, initial_rank_heartbeat_timeout=600, rank_heartbeat_timeout=600)
+        )
+        if variant in ("ft", "warm")
+        else dict(retries=1, fail_fast_exit_codes=[])
+    )
     if variant == "warm":
         settings.update(WARM_SETTINGS)
     if variant in ("ft", "warm") and os.environ.get(NVRX_PATH_ENV):
         settings["env_vars"] = {"PYTHONPATH": os.environ[NVRX_PATH_ENV], "NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE": "1"}
-    executor = ours(ctx.cluster.kubeconfig_path, nodes=NODES, nprocs_per_node=1,
-                    packager=ConfigMapPackager(relative_path=str(BENCH_DIR), include_pattern=WORKLOAD), **settings)
+    executor = ours(
+        ctx.cluster.kubeconfig_path,
+        nodes=NODES,
+        nprocs_per_node=1,
+        packager=ConfigMapPackager(relative_path=str(BENCH_DIR), include_pattern=WORKLOAD),
+        **settings,
+    )
     # A plain script, not a run.Partial: NeMo-Run's runner would add its own start (import nemo_run, about
     # 3 s unloaded) to every restarted process, in both variants alike.
-    task = run.Script(path=str(BENCH_DIR / WORKLOAD), args=["100000", str(out), str(STEP_SECONDS)],
-                      entrypoint="python")
+    task = run.Script(path=str(BENCH_DIR / WORKLOAD), args=["100000", str(out), str(STEP_SECONDS)], entrypoint="python")
     result: dict = {"variant": variant, "recovery": None}
     with nemorun_home():
         submitted = time.time()
         _, exp = launch(executor, 1, f"rec-{variant}", task=lambda: task)
         trainjob = _trainjob_name(exp)
         try:
+
             def warm():
                 lines = _step_lines(out)
                 return all(sum(1 for r, *_ in lines if r == rank) >= WARM_STEPS for rank in range(NODES)) and lines
@@ -161,7 +173,9 @@ def _kill_one_rank(ctx, variant: str) -> dict:
                 result["phases"] = [b - a for a, b in zip(last, last[1:] + [max(first.values())])]
                 result["ranks"] = "; ".join(
                     f"rank {r} +{m['created'] - killed:.1f}/+{m['entered'] - killed:.1f}/+{m['ready'] - killed:.1f}"
-                    f"/+{first[r] - killed:.1f}" for r, m in sorted(marks.items()))
+                    f"/+{first[r] - killed:.1f}"
+                    for r, m in sorted(marks.items())
+                )
             done_before = max(s for r, s, t, _ in _step_lines(out) if r == 0 and t <= killed)
             resumed_at = min(s for r, s, _, _ in new if r == 0)
             result["redone"] = max(0, done_before - resumed_at + 1)
@@ -199,12 +213,20 @@ def _preempt_once(ctx, grace: int) -> dict:
 
     out = Path(tempfile.mkdtemp(prefix=f"preempt-{grace}-", dir=ctx.workdir))
     events_file = out / "events.jsonl"
-    executor = ours(ctx.cluster.kubeconfig_path, nodes=NODES, nprocs_per_node=1,
-                    termination_grace_period_seconds=grace,
-                    packager=ConfigMapPackager(relative_path=str(EXAMPLE_DIR),
-                                               include_pattern="preemptible_training.py"))
-    task = run.Partial(preemptible_training.train, steps=PREEMPT_STEPS, step_seconds=0.1,
-                       checkpoint_every=CHECKPOINT_EVERY, checkpoint_dir=str(out))
+    executor = ours(
+        ctx.cluster.kubeconfig_path,
+        nodes=NODES,
+        nprocs_per_node=1,
+        termination_grace_period_seconds=grace,
+        packager=ConfigMapPackager(relative_path=str(EXAMPLE_DIR), include_pattern="preemptible_training.py"),
+    )
+    task = run.Partial(
+        preemptible_training.train,
+        steps=PREEMPT_STEPS,
+        step_seconds=0.1,
+        checkpoint_every=CHECKPOINT_EVERY,
+        checkpoint_dir=str(out),
+    )
     custom = client.CustomObjectsApi(ctx.cluster.api)
     result: dict = {"grace": grace, "recovery": None}
 
@@ -216,8 +238,10 @@ def _preempt_once(ctx, grace: int) -> dict:
         trainjob = _trainjob_name(exp)
 
         def suspend(value: bool) -> None:
-            custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", NAMESPACE, "trainjobs",
-                                                  trainjob, {"spec": {"suspend": value}})
+            custom.patch_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", NAMESPACE, "trainjobs", trainjob, {"spec": {"suspend": value}}
+            )
+
         try:
             if not _wait(lambda: len(steps()) >= PREEMPT_AT):
                 result["note"] = "never started"
@@ -245,8 +269,9 @@ def _preempt_once(ctx, grace: int) -> dict:
             result["recovery"] = time.monotonic() - suspended
             second_run = steps()[done_first:]
             result["redone"] = max(first_run) - second_run[0] + 1
-            result["checkpoint"] = next((e["checkpoint"] for e in _events(events_file)
-                                         if e.get("why") == "SIGTERM"), None)
+            result["checkpoint"] = next(
+                (e["checkpoint"] for e in _events(events_file) if e.get("why") == "SIGTERM"), None
+            )
             result["finished"] = bool(_wait(lambda: any(e.get("why") == "done" for e in _events(events_file))))
             return result
         finally:
@@ -271,8 +296,12 @@ def run(ctx):
     silence_nemo_run()
     load_before = os.getloadavg()
     repeat = ctx.repeats(heavy=True)  # quick: 1; full: 3
-    kills = interleaved(repeat, warm=lambda: _kill_one_rank(ctx, "warm"), ft=lambda: _kill_one_rank(ctx, "ft"),
-                        gang=lambda: _kill_one_rank(ctx, "gang"))
+    kills = interleaved(
+        repeat,
+        warm=lambda: _kill_one_rank(ctx, "warm"),
+        ft=lambda: _kill_one_rank(ctx, "ft"),
+        gang=lambda: _kill_one_rank(ctx, "gang"),
+    )
     load_between = os.getloadavg()
     with cpu_hog() as hogs:
         busy = interleaved(repeat, warm=lambda: _kill_one_rank(ctx, "warm"), gang=lambda: _kill_one_rank(ctx, "gang"))
@@ -281,71 +310,134 @@ def run(ctx):
     for sample in busy["warm"] + busy["gang"]:
         sample["busy"] = True
     in_job, restart = _median_of(warm, "recovery"), _median_of(gang, "recovery")
-    failed = [f"{s['variant']}{' (busy)' if s.get('busy') else ''}: {s['note']}"
-              for s in warm + ft + gang + busy["warm"] + busy["gang"] if s.get("note")]
-    yield Metric("SIGKILL of 1 rank -> every rank training again (2 nodes x 1 proc, gloo)", in_job, restart, "s",
-                 at_most=30, note=f"ours: in-job restart (ft_launcher) with worker_preload=['torch'], "
-                 f"rendezvous_poll_seconds=0.1, runs {_samples(warm, 'recovery', ' s')}; "
-                 f"baseline: gang restart (torchrun, retries=1), runs {_samples(gang, 'recovery', ' s')}"
-                 + (f"; {'; '.join(failed)}" if failed else ""))
-    yield Metric("  gang restart / in-job restart (how many times faster in-job is)",
-                 restart / in_job if in_job and restart else None, None, "x", at_least=3,
-                 note="target: in-job at least 3x faster")
+    failed = [
+        f"{s['variant']}{' (busy)' if s.get('busy') else ''}: {s['note']}"
+        for s in warm + ft + gang + busy["warm"] + busy["gang"]
+        if s.get("note")
+    ]
+    yield Metric(
+        "SIGKILL of 1 rank -> every rank training again (2 nodes x 1 proc, gloo)",
+        in_job,
+        restart,
+        "s",
+        at_most=30,
+        note=f"ours: in-job restart (ft_launcher) with worker_preload=['torch'], "
+        f"rendezvous_poll_seconds=0.1, runs {_samples(warm, 'recovery', ' s')}; "
+        f"baseline: gang restart (torchrun, retries=1), runs {_samples(gang, 'recovery', ' s')}"
+        + (f"; {'; '.join(failed)}" if failed else ""),
+    )
+    yield Metric(
+        "  gang restart / in-job restart (how many times faster in-job is)",
+        restart / in_job if in_job and restart else None,
+        None,
+        "x",
+        at_least=3,
+        note="target: in-job at least 3x faster",
+    )
     cold = _median_of(ft, "recovery")
-    yield Metric("  in-job restart without worker_preload and rendezvous_poll_seconds (plain launcher='ft')",
-                 cold, restart, "s", note=f"runs {_samples(ft, 'recovery', ' s')}: every restarted worker is a "
-                 "new Python that imports torch; the agents look at their rendezvous once a second")
+    yield Metric(
+        "  in-job restart without worker_preload and rendezvous_poll_seconds (plain launcher='ft')",
+        cold,
+        restart,
+        "s",
+        note=f"runs {_samples(ft, 'recovery', ' s')}: every restarted worker is a "
+        "new Python that imports torch; the agents look at their rendezvous once a second",
+    )
     busy_in_job, busy_restart = _median_of(busy["warm"], "recovery"), _median_of(busy["gang"], "recovery")
-    yield Metric(f"  the same beside a busy loop per core ({hogs} cpu_hog processes)", busy_in_job, busy_restart,
-                 "s", note=f"ours {_samples(busy['warm'], 'recovery', ' s')}, baseline "
-                 f"{_samples(busy['gang'], 'recovery', ' s')}")
-    yield Metric("    busy: gang restart / in-job restart",
-                 busy_restart / busy_in_job if busy_in_job and busy_restart else None, None, "x", at_least=3)
+    yield Metric(
+        f"  the same beside a busy loop per core ({hogs} cpu_hog processes)",
+        busy_in_job,
+        busy_restart,
+        "s",
+        note=f"ours {_samples(busy['warm'], 'recovery', ' s')}, baseline {_samples(busy['gang'], 'recovery', ' s')}",
+    )
+    yield Metric(
+        "    busy: gang restart / in-job restart",
+        busy_restart / busy_in_job if busy_in_job and busy_restart else None,
+        None,
+        "x",
+        at_least=3,
+    )
     spawn_ft = _median_of([{"x": s["phases"][0]} for s in warm if s.get("phases")], "x")
     spawn_gang = _median_of([{"x": s["phases"][0]} for s in gang if s.get("phases")], "x")
-    yield Metric("  kill -> every rank's new process exists (the restart itself, before the script starts)",
-                 spawn_ft, spawn_gang, "s", note="the rest is the new process's own start: Python, torch, gloo "
-                 "(see 'Recovery runs' below)")
-    yield Metric("  steps redone after the kill (checkpoint every step)", _median_of(warm, "redone"),
-                 _median_of(gang, "redone"), "steps",
-                 note=f"pods recreated: {_samples(warm, 'pods_recreated')} in-job, {_samples(gang, 'pods_recreated')} gang")
+    yield Metric(
+        "  kill -> every rank's new process exists (the restart itself, before the script starts)",
+        spawn_ft,
+        spawn_gang,
+        "s",
+        note="the rest is the new process's own start: Python, torch, gloo (see 'Recovery runs' below)",
+    )
+    yield Metric(
+        "  steps redone after the kill (checkpoint every step)",
+        _median_of(warm, "redone"),
+        _median_of(gang, "redone"),
+        "steps",
+        note=f"pods recreated: {_samples(warm, 'pods_recreated')} in-job, {_samples(gang, 'pods_recreated')} gang",
+    )
 
     preempts = interleaved(repeat, sigterm=lambda: _preempt_once(ctx, GRACE), none=lambda: _preempt_once(ctx, 0))
     sigterm, none = preempts["sigterm"], preempts["none"]
     failed = [f"grace {s['grace']}: {s['note']}" for s in sigterm + none if s.get("note")]
-    yield Metric(f"preemption (suspend, pods gone, resume) after {PREEMPT_AT} steps: steps run twice",
-                 _median_of(sigterm, "redone"), _median_of(none, "redone"), "steps", at_most=0,
-                 note=f"ours: checkpoint on SIGTERM (grace {GRACE} s), runs {_samples(sigterm, 'redone')}, "
-                 f"checkpoints at step {_samples(sigterm, 'checkpoint')}; baseline: grace 0 (periodic checkpoint "
-                 f"every {CHECKPOINT_EVERY} steps only), runs {_samples(none, 'redone')}"
-                 + (f"; {'; '.join(failed)}" if failed else ""))
-    yield Metric("  preemption -> training again (re-admitted as soon as the pods are gone)",
-                 _median_of(sigterm, "recovery"), _median_of(none, "recovery"), "s",
-                 note=f"ours {_samples(sigterm, 'recovery', ' s')}, baseline {_samples(none, 'recovery', ' s')}")
-    yield Metric("    of which: suspend -> pods gone (checkpoint written)", _median_of(sigterm, "stop"),
-                 _median_of(none, "stop"), "s")
-    yield Metric("    of which: resume -> training again (new pods, imports, process group)",
-                 _median_of(sigterm, "restart"), _median_of(none, "restart"), "s",
-                 note=f"final step reached after the resume: {_samples(sigterm + none, 'finished')}")
-    yield Detail("Recovery runs", [
-        "A kill's recovery splits into: the kill -> every rank's new process exists (failure noticed, peers "
-        "stopped, rendezvous or new pods, spawn), -> every one runs the script (Python start), -> every one "
-        "has its process group (torch import, gloo), -> every one has stepped. Per rank, the same four "
-        "moments after the kill: created/script/process group/first step.",
-        "",
-    ] + [
-        f"- {s['variant']}{' (busy)' if s.get('busy') else ''}: started {fmt(s.get('start'))} s after submission, "
-        f"recovery {fmt(s.get('recovery'))} s"
-        + (" = " + " + ".join(f"{x:.1f}" for x in s["phases"]) if s.get("phases") else "")
-        + (f" ({s['ranks']})" if s.get("ranks") else "")
-        + f", steps redone {s.get('redone', 'n/a')}, pods recreated {s.get('pods_recreated', 'n/a')}"
-        + (f" ({s['note']})" if s.get("note") else "") for s in warm + ft + gang + busy["warm"] + busy["gang"]
-    ] + [
-        f"- preemption, grace {s['grace']} s: stop {fmt(s.get('stop'))} s (SIGTERM checkpoint written after "
-        f"{fmt(s.get('checkpointed'))} s), restart {fmt(s.get('restart'))} s, "
-        f"steps run twice {s.get('redone', 'n/a')}, SIGTERM checkpoint at {s.get('checkpoint')}, "
-        f"finished {s.get('finished')}" + (f" ({s['note']})" if s.get("note") else "") for s in sigterm + none
-    ] + [f"- load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in load_before)} before, "
-         f"{' '.join(f'{x:.2f}' for x in load_between)} after the quiet kills, "
-         f"{' '.join(f'{x:.2f}' for x in load_busy)} after the busy ones, "
-         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end (cores shared with other sessions)"])
+    yield Metric(
+        f"preemption (suspend, pods gone, resume) after {PREEMPT_AT} steps: steps run twice",
+        _median_of(sigterm, "redone"),
+        _median_of(none, "redone"),
+        "steps",
+        at_most=0,
+        note=f"ours: checkpoint on SIGTERM (grace {GRACE} s), runs {_samples(sigterm, 'redone')}, "
+        f"checkpoints at step {_samples(sigterm, 'checkpoint')}; baseline: grace 0 (periodic checkpoint "
+        f"every {CHECKPOINT_EVERY} steps only), runs {_samples(none, 'redone')}"
+        + (f"; {'; '.join(failed)}" if failed else ""),
+    )
+    yield Metric(
+        "  preemption -> training again (re-admitted as soon as the pods are gone)",
+        _median_of(sigterm, "recovery"),
+        _median_of(none, "recovery"),
+        "s",
+        note=f"ours {_samples(sigterm, 'recovery', ' s')}, baseline {_samples(none, 'recovery', ' s')}",
+    )
+    yield Metric(
+        "    of which: suspend -> pods gone (checkpoint written)",
+        _median_of(sigterm, "stop"),
+        _median_of(none, "stop"),
+        "s",
+    )
+    yield Metric(
+        "    of which: resume -> training again (new pods, imports, process group)",
+        _median_of(sigterm, "restart"),
+        _median_of(none, "restart"),
+        "s",
+        note=f"final step reached after the resume: {_samples(sigterm + none, 'finished')}",
+    )
+    yield Detail(
+        "Recovery runs",
+        [
+            "A kill's recovery splits into: the kill -> every rank's new process exists (failure noticed, peers "
+            "stopped, rendezvous or new pods, spawn), -> every one runs the script (Python start), -> every one "
+            "has its process group (torch import, gloo), -> every one has stepped. Per rank, the same four "
+            "moments after the kill: created/script/process group/first step.",
+            "",
+        ]
+        + [
+            f"- {s['variant']}{' (busy)' if s.get('busy') else ''}: started {fmt(s.get('start'))} s after submission, "
+            f"recovery {fmt(s.get('recovery'))} s"
+            + (" = " + " + ".join(f"{x:.1f}" for x in s["phases"]) if s.get("phases") else "")
+            + (f" ({s['ranks']})" if s.get("ranks") else "")
+            + f", steps redone {s.get('redone', 'n/a')}, pods recreated {s.get('pods_recreated', 'n/a')}"
+            + (f" ({s['note']})" if s.get("note") else "")
+            for s in warm + ft + gang + busy["warm"] + busy["gang"]
+        ]
+        + [
+            f"- preemption, grace {s['grace']} s: stop {fmt(s.get('stop'))} s (SIGTERM checkpoint written after "
+            f"{fmt(s.get('checkpointed'))} s), restart {fmt(s.get('restart'))} s, "
+            f"steps run twice {s.get('redone', 'n/a')}, SIGTERM checkpoint at {s.get('checkpoint')}, "
+            f"finished {s.get('finished')}" + (f" ({s['note']})" if s.get("note") else "")
+            for s in sigterm + none
+        ]
+        + [
+            f"- load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in load_before)} before, "
+            f"{' '.join(f'{x:.2f}' for x in load_between)} after the quiet kills, "
+            f"{' '.join(f'{x:.2f}' for x in load_busy)} after the busy ones, "
+            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end (cores shared with other sessions)"
+        ],
+    )

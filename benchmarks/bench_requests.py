@@ -51,18 +51,39 @@ def run(ctx):
     [first] = _requests_per_task(ctx, ours(cluster.kubeconfig_path))
     again, known = _requests_per_task(ctx, ours(cluster.kubeconfig_path), tasks=2)
     [base] = _requests_per_task(ctx, upstream())
-    yield Metric("requests per task, ships code (first: creates runtime)", len(first), len(base), "req", at_most=4,
-                 note="baseline ships no code")
-    yield Metric("requests per task, ships code (runtime exists: 409)", len(again), len(base), "req", at_most=4,
-                 note="first task of another process")
-    yield Metric("requests per task, ships code (next task of the experiment)", len(known), len(base), "req",
-                 at_most=4, note="the runtime this process created or reused is not sent again")
-    yield Detail("Requests of one task", [
-        f"- ours, first task: {_describe(first)}",
-        f"- ours, runtime exists: {_describe(again)}",
-        f"- ours, next task of the same process: {_describe(known)}",
-        f"- baseline: {_describe(base)}",
-    ])
+    yield Metric(
+        "requests per task, ships code (first: creates runtime)",
+        len(first),
+        len(base),
+        "req",
+        at_most=4,
+        note="baseline ships no code",
+    )
+    yield Metric(
+        "requests per task, ships code (runtime exists: 409)",
+        len(again),
+        len(base),
+        "req",
+        at_most=4,
+        note="first task of another process",
+    )
+    yield Metric(
+        "requests per task, ships code (next task of the experiment)",
+        len(known),
+        len(base),
+        "req",
+        at_most=4,
+        note="the runtime this process created or reused is not sent again",
+    )
+    yield Detail(
+        "Requests of one task",
+        [
+            f"- ours, first task: {_describe(first)}",
+            f"- ours, runtime exists: {_describe(again)}",
+            f"- ours, next task of the same process: {_describe(known)}",
+            f"- baseline: {_describe(base)}",
+        ],
+    )
     cluster.delete_trainjobs()
 
     # 2. Job size: one task of N nodes sends what one of 2 nodes sends (the TrainJob says numNodes).
@@ -72,9 +93,14 @@ def run(ctx):
         [by_size[nodes]] = _requests_per_task(ctx, ours(cluster.kubeconfig_path, nodes=nodes))
         cluster.delete_trainjobs(timeout=120)
     for nodes in sizes[1:]:
-        yield Metric(f"requests to submit one task of {nodes} nodes (first task of a process)", len(by_size[nodes]),
-                     None, "req", at_most=len(by_size[2]),
-                     note=f"{len(by_size[2])} for 2 nodes; " + _describe(by_size[nodes]))
+        yield Metric(
+            f"requests to submit one task of {nodes} nodes (first task of a process)",
+            len(by_size[nodes]),
+            None,
+            "req",
+            at_most=len(by_size[2]),
+            note=f"{len(by_size[2])} for 2 nodes; " + _describe(by_size[nodes]),
+        )
 
     # 3. Runtime reuse: N identical tasks in one parallel experiment (NeMo-Run's thread pool).
     tasks = 20 if ctx.quick else 100
@@ -86,11 +112,18 @@ def run(ctx):
     runtimes = [r for r in cluster.objects(RUNTIMES) if r["metadata"]["name"] != UPSTREAM_RUNTIME]
     answers = Counter(r.status_code for r in requests if r.resource == RUNTIMES and r.verb == "create")
     trainjobs = sum(1 for r in requests if r.resource == "trainjobs" and r.verb == "create" and r.status_code == 201)
-    yield Metric(f"runtimes created by {tasks} identical tasks", len(runtimes), None, "", at_most=1,
-                 note=f"runtime POSTs: {answers.get(201, 0)}x 201, {answers.get(409, 0)}x 409; "
-                      f"{trainjobs}/{tasks} TrainJobs created")
+    yield Metric(
+        f"runtimes created by {tasks} identical tasks",
+        len(runtimes),
+        None,
+        "",
+        at_most=1,
+        note=f"runtime POSTs: {answers.get(201, 0)}x 201, {answers.get(409, 0)}x 409; "
+        f"{trainjobs}/{tasks} TrainJobs created",
+    )
     per_task = Counter((r.verb, r.resource) for r in requests)
-    yield Detail(f"Requests of {tasks} identical tasks (one experiment, run in parallel)", [
-        f"- {count / tasks:g} per task: {verb} {resource}" for (verb, resource), count in sorted(per_task.items())
-    ])
+    yield Detail(
+        f"Requests of {tasks} identical tasks (one experiment, run in parallel)",
+        [f"- {count / tasks:g} per task: {verb} {resource}" for (verb, resource), count in sorted(per_task.items())],
+    )
     cluster.delete_trainjobs(NAMESPACE)

@@ -31,8 +31,7 @@ def _log_keeping(request) -> bool:
     watches: its streams and its timestamped log reads, of this job or of the one before), not of the describe
     being counted: the keeper runs in threads of its own. (A list of one node's pod is the describe's own: node 0's,
     for its progress line.)"""
-    return request.verb == "watch" or request.query.get("follow") == "true" \
-        or request.query.get("timestamps") == "true"
+    return request.verb == "watch" or request.query.get("follow") == "true" or request.query.get("timestamps") == "true"
 
 
 def _failing():
@@ -73,8 +72,12 @@ def run(ctx):
     # What each reads is the last column of status.py's table: the TrainJob always; its JobSet and the pods not
     # running when running; the pods once when waiting or failed; Warning events when waiting (or after a gang restart); the failed node's
     # last lines when failed (the first describe of a failed job also saves each node's log: not counted).
-    states = (("running", _sleeper, {}), ("pending", quick_task, {"gpus_per_node": 1}),
-              ("failed", _failing, {}), ("finished", quick_task, {}))
+    states = (
+        ("running", _sleeper, {}),
+        ("pending", quick_task, {"gpus_per_node": 1}),
+        ("failed", _failing, {}),
+        ("finished", quick_task, {}),
+    )
     requests, kinds, shown, fresh = {}, {}, {}, {}
     with nemorun_home():
         for name, make in variants.items():
@@ -104,18 +107,33 @@ def run(ctx):
                 kinds[name, when] = ", ".join(sorted(f"{r.verb} {r.resource}" for r in requests[name, when]))
                 shown[name, when] = response.state.name if response else "None"
                 if when == "finished":
-                    fresh[name] = [in_fresh_process(_FRESH_DESCRIBE, backend=backend, app_id=app_id)["seconds"] * 1000
-                                   for _ in range(1 if ctx.quick else ctx.repeats(heavy=True))]
+                    fresh[name] = [
+                        in_fresh_process(_FRESH_DESCRIBE, backend=backend, app_id=app_id)["seconds"] * 1000
+                        for _ in range(1 if ctx.quick else ctx.repeats(heavy=True))
+                    ]
                 cluster.delete_trainjobs()
     for when, most in (("running", 3), ("pending", 3), ("failed", 3), ("finished", 1)):
         theirs = requests.get(("baseline", when))
-        yield Metric(f"requests per describe of one {when} job", len(requests["ours", when]),
-                     len(theirs) if theirs is not None else None, "req", at_most=most,
-                     note=f"state {shown['ours', when]}: {kinds['ours', when]}"
-                          + (f"; baseline {shown['baseline', when]}: {kinds['baseline', when]}" if theirs is not None
-                             else "; baseline: not run (GPU request)"))
-    yield Metric("first describe in a fresh process (after import nemo_run)", median(fresh["ours"]),
-                 median(fresh["baseline"]), "ms", note="what `nemo experiment status` pays per process")
+        yield Metric(
+            f"requests per describe of one {when} job",
+            len(requests["ours", when]),
+            len(theirs) if theirs is not None else None,
+            "req",
+            at_most=most,
+            note=f"state {shown['ours', when]}: {kinds['ours', when]}"
+            + (
+                f"; baseline {shown['baseline', when]}: {kinds['baseline', when]}"
+                if theirs is not None
+                else "; baseline: not run (GPU request)"
+            ),
+        )
+    yield Metric(
+        "first describe in a fresh process (after import nemo_run)",
+        median(fresh["ours"]),
+        median(fresh["baseline"]),
+        "ms",
+        note="what `nemo experiment status` pays per process",
+    )
 
     # --- one describe of a job of N nodes: the same requests whatever N -----------------------------
     sizes = (8, 32) if ctx.quick else (8, 32, 128)
@@ -127,8 +145,13 @@ def run(ctx):
             cluster.clear_requests()
             with stopwatch() as t:
                 response = scheduler.describe(app_id)
-            yield Metric(f"describe of one finished job of {nodes} nodes", t[0] * 1000, None, "ms",
-                         note=f"{_gets(cluster.requests)} GET(s); state {response.state.name}")
+            yield Metric(
+                f"describe of one finished job of {nodes} nodes",
+                t[0] * 1000,
+                None,
+                "ms",
+                note=f"{_gets(cluster.requests)} GET(s); state {response.state.name}",
+            )
             cluster.delete_trainjobs(timeout=120)
 
     # --- exp.status() of many jobs --------------------------------------------------------
@@ -164,21 +187,41 @@ def run(ctx):
                 exp.status(return_dict=True)
             results["ours", MANY] = (t[0], _gets(cluster.requests))
         cluster.delete_trainjobs(timeout=300)
-        yield Metric(f"exp.status() of {MANY} finished jobs", t[0] * 1000, None, "ms",
-                     note=f"GETs per job: {results['ours', MANY][1] / MANY:g}; baseline not run at this size")
-        yield Metric(f"status time per job, {MANY} jobs vs {small} (1 = linear)",
-                     (t[0] / MANY) / (results["ours", small][0] / small), None, "x", at_most=1.5)
+        yield Metric(
+            f"exp.status() of {MANY} finished jobs",
+            t[0] * 1000,
+            None,
+            "ms",
+            note=f"GETs per job: {results['ours', MANY][1] / MANY:g}; baseline not run at this size",
+        )
+        yield Metric(
+            f"status time per job, {MANY} jobs vs {small} (1 = linear)",
+            (t[0] / MANY) / (results["ours", small][0] / small),
+            None,
+            "x",
+            at_most=1.5,
+        )
 
     for tasks in (small, large):
         (mine, my_gets), (theirs, their_gets) = results["ours", tasks], results["baseline", tasks]
-        yield Metric(f"exp.status() of {tasks} finished jobs", mine * 1000, theirs * 1000, "ms",
-                     note=f"GETs per job: {my_gets / tasks:g} ours (NeMo-Run describes each job twice), "
-                          f"{their_gets / tasks:g} baseline (its state file kept {kept['baseline', tasks]}/{tasks} "
-                          "jobs: concurrent saves lose entries)")
+        yield Metric(
+            f"exp.status() of {tasks} finished jobs",
+            mine * 1000,
+            theirs * 1000,
+            "ms",
+            note=f"GETs per job: {my_gets / tasks:g} ours (NeMo-Run describes each job twice), "
+            f"{their_gets / tasks:g} baseline (its state file kept {kept['baseline', tasks]}/{tasks} "
+            "jobs: concurrent saves lose entries)",
+        )
 
     def growth(name):
         return (results[name, large][0] / large) / (results[name, small][0] / small)
 
-    yield Metric(f"status time per job, {large} jobs vs {small} (1 = linear)", growth("ours"), growth("baseline"),
-                 "x", at_most=1.5,
-                 note="baseline rebuilds every stored executor (and reloads the kubeconfig) for each describe")
+    yield Metric(
+        f"status time per job, {large} jobs vs {small} (1 = linear)",
+        growth("ours"),
+        growth("baseline"),
+        "x",
+        at_most=1.5,
+        note="baseline rebuilds every stored executor (and reloads the kubeconfig) for each describe",
+    )

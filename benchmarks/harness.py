@@ -174,8 +174,15 @@ def cpu_hog(processes: Optional[int] = None) -> Iterator[int]:
     were started; stops exactly those (by process id) when the block ends. Each also ends by itself once its
     parent is gone (a run killed mid-block), so a killed run leaves no busy loop under the next."""
     count = processes or os.cpu_count() or 1
-    hogs = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    hogs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BUSY_LOOP],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
     try:
         time.sleep(0.2)  # running, not starting up, when the block begins
         yield count
@@ -190,8 +197,17 @@ def cpu_hog(processes: Optional[int] = None) -> Iterator[int]:
 # The machine
 # --------------------------------------------------------------------------------------------
 
-PACKAGES = ("nemo-kubeflow", "nemo_run", "torchx", "kubeflow", "kubeflow-trainer-api", "kubernetes",
-            "kubernetes-validate", "fiddle", "torch")
+PACKAGES = (
+    "nemo-kubeflow",
+    "nemo_run",
+    "torchx",
+    "kubeflow",
+    "kubeflow-trainer-api",
+    "kubernetes",
+    "kubernetes-validate",
+    "fiddle",
+    "torch",
+)
 
 
 def machine() -> dict[str, str]:
@@ -271,8 +287,9 @@ class _ClusterService:
     def pod_phases(self, namespace: Optional[str] = None) -> dict[str, int]:
         from collections import Counter
 
-        return dict(Counter((p.get("status") or {}).get("phase") or "" for p in self._cluster.objects("pods",
-                                                                                                    namespace)))
+        return dict(
+            Counter((p.get("status") or {}).get("phase") or "" for p in self._cluster.objects("pods", namespace))
+        )
 
     def stop(self) -> None:
         if self._cluster is not None:
@@ -370,20 +387,36 @@ class ClusterProcess:
             "metadata": {"name": UPSTREAM_RUNTIME, "labels": {"trainer.kubeflow.org/framework": "torch"}},
             "spec": {
                 "mlPolicy": {"numNodes": 1, "torch": {}},
-                "template": {"spec": {"replicatedJobs": [{
-                    "name": "node",
-                    "template": {
-                        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                        "spec": {"template": {"spec": {"containers": [
-                            {"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"}
-                        ]}}},
-                    },
-                }]}},
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                                    "spec": {
+                                        "template": {
+                                            "spec": {
+                                                "containers": [
+                                                    {
+                                                        "name": "node",
+                                                        "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+                                                    }
+                                                ]
+                                            }
+                                        }
+                                    },
+                                },
+                            }
+                        ]
+                    }
+                },
             },
         }
         with contextlib.suppress(ApiException):
             client.CustomObjectsApi(self.api).create_cluster_custom_object(
-                "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", runtime)
+                "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", runtime
+            )
 
     def delete_trainjobs(self, namespace: str = NAMESPACE, timeout: float = 30.0) -> None:
         """Delete every TrainJob (their pods, ConfigMaps and Secrets go with them) and wait
@@ -395,7 +428,8 @@ class ClusterProcess:
         from kubernetes import client
 
         client.CustomObjectsApi(self.api).delete_collection_namespaced_custom_object(
-            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs")
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
+        )
         core = client.CoreV1Api(self.api)
         deadline = time.monotonic() + timeout
         gone = None  # when the last TrainJob went
@@ -417,9 +451,12 @@ class ClusterProcess:
 
     def wait_finished(self, namespace: str = NAMESPACE, timeout: float = 120.0) -> int:
         """Wait until every TrainJob has a Complete or Failed condition; returns how many did."""
+
         def finished(job):
-            return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-                       for c in (job.get("status") or {}).get("conditions") or [])
+            return any(
+                c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                for c in (job.get("status") or {}).get("conditions") or []
+            )
 
         deadline = time.monotonic() + timeout
         while True:
@@ -566,8 +603,13 @@ def in_fresh_process(body: str, **values) -> dict:
     importable and ``values`` bound as variables; ``body`` prints one JSON object, returned here."""
     lines = ["import json, sys, time", f"sys.path.insert(0, {str(BENCH_DIR)!r})", "import nemo_run", "import harness"]
     lines += [f"{name} = {value!r}" for name, value in values.items()]
-    out = subprocess.run([sys.executable, "-c", "\n".join(lines) + "\n" + body], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    out = subprocess.run(
+        [sys.executable, "-c", "\n".join(lines) + "\n" + body],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     if out.returncode != 0:
         raise RuntimeError(f"fresh process failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

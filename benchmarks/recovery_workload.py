@@ -36,8 +36,9 @@ def train(steps: int, out_dir: str, step_seconds: float = 0.2, checkpoint_every:
     rank, pid = dist.get_rank(), os.getpid()
     directory = Path(out_dir)
     (directory / "pids").mkdir(parents=True, exist_ok=True)
-    (directory / "pids" / f"rank{rank}-{pid}").write_text(json.dumps(
-        {"pid": pid, "created": _created(), "entered": entered, "ready": time.time()}))
+    (directory / "pids" / f"rank{rank}-{pid}").write_text(
+        json.dumps({"pid": pid, "created": _created(), "entered": entered, "ready": time.time()})
+    )
     checkpoint = directory / "checkpoint.pt"
     start = torch.load(checkpoint)["step"] if checkpoint.exists() else 0
     log = open(directory / f"steps-rank{rank}.log", "a", buffering=1)

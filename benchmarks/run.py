@@ -27,19 +27,35 @@ import harness  # noqa: E402
 from harness import Detail, Metric, fmt, table  # noqa: E402
 
 #: Benchmark families, in the order they run (cheapest and cluster-free first).
-FAMILIES = ("imports", "cli", "packaging", "requests", "latency", "status", "logs", "firststep", "recovery", "progress",
-            "apiload")
+FAMILIES = (
+    "imports",
+    "cli",
+    "packaging",
+    "requests",
+    "latency",
+    "status",
+    "logs",
+    "firststep",
+    "recovery",
+    "progress",
+    "apiload",
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (about 2 minutes)")
     parser.add_argument("--repeat", type=int, help="runs per measurement, medians reported (default 5, quick 2)")
     parser.add_argument("--only", help=f"comma-separated families: {', '.join(FAMILIES)}")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent / "results" / "latest.md",
-                        help="markdown results file (default: benchmarks/results/latest.md)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "latest.md",
+        help="markdown results file (default: benchmarks/results/latest.md)",
+    )
     args = parser.parse_args(argv)
     args.families = FAMILIES if not args.only else tuple(f.strip() for f in args.only.split(",") if f.strip())
     unknown = [f for f in args.families if f not in FAMILIES]
@@ -52,9 +68,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def render(args, info: dict, metrics: list[Metric], details: list[Detail], failures: list[str], seconds: float) -> str:
-    rows = [[m.name, _value(m.ours, m.unit), _value(m.baseline, m.unit),
-             "" if m.ratio is None else f"{m.ratio:.2f}x", m.target,
-             {True: "yes", False: "**NO**", None: ""}[m.met], m.note] for m in metrics]
+    rows = [
+        [
+            m.name,
+            _value(m.ours, m.unit),
+            _value(m.baseline, m.unit),
+            "" if m.ratio is None else f"{m.ratio:.2f}x",
+            m.target,
+            {True: "yes", False: "**NO**", None: ""}[m.met],
+            m.note,
+        ]
+        for m in metrics
+    ]
     mode = "quick" if args.quick else "full"
     lines = [
         "# nemo_kubeflow benchmarks",
@@ -97,18 +122,27 @@ def main(argv=None) -> int:
                     for item in module.run(ctx):
                         (details if isinstance(item, Detail) else metrics).append(item)
                         if isinstance(item, Metric):
-                            print(f"        {item.name}: {_value(item.ours, item.unit)} "
-                                  f"(baseline {_value(item.baseline, item.unit)})", file=sys.stderr, flush=True)
+                            print(
+                                f"        {item.name}: {_value(item.ours, item.unit)} "
+                                f"(baseline {_value(item.baseline, item.unit)})",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                 except Exception:
                     failures.append(f"{family}: {traceback.format_exc().strip().splitlines()[-1]}")
                     traceback.print_exc()
         finally:
             if ctx._cluster is not None:
                 try:
-                    details.append(Detail("Local-cluster health in this run", [
-                        f"- pods left after their TrainJob was deleted, removed by the harness: "
-                        f"{ctx._cluster.orphan_pods} (0 expected)",
-                    ]))
+                    details.append(
+                        Detail(
+                            "Local-cluster health in this run",
+                            [
+                                f"- pods left after their TrainJob was deleted, removed by the harness: "
+                                f"{ctx._cluster.orphan_pods} (0 expected)",
+                            ],
+                        )
+                    )
                 except Exception:  # the cluster process is gone: nothing to report
                     pass
             ctx.close()

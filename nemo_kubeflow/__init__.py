@@ -64,7 +64,9 @@ _MOVED = {
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Imports a module's old name as the module itself (one object under two names)."""
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:

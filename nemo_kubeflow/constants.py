@@ -161,6 +161,7 @@ def queue_name(trainjob: Optional[dict]) -> str:
     """The Kueue LocalQueue a TrainJob waits in ("" for none)."""
     return (((trainjob or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL, "")
 
+
 #: The WorkloadPriorityClass of a job.
 PRIORITY_CLASS_LABEL = f"{KUEUE_GROUP}/priority-class"
 

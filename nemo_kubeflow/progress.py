@@ -125,8 +125,14 @@ def _rfc3339(epoch: float) -> str:
 class Report:
     """One progress report: the step reached, when, and what it implies."""
 
-    def __init__(self, step: int, total_steps: Optional[int], metrics: Mapping[str, Any], at: float,
-                 steps_per_second: Optional[float]):
+    def __init__(
+        self,
+        step: int,
+        total_steps: Optional[int],
+        metrics: Mapping[str, Any],
+        at: float,
+        steps_per_second: Optional[float],
+    ):
         self.step, self.total_steps, self.at, self.steps_per_second = step, total_steps, at, steps_per_second
         self.metrics = {str(k)[:MAX_METRIC_CHARS]: metric_text(v) for k, v in metrics.items() if str(k)}
 
@@ -163,16 +169,21 @@ class Report:
 
     def as_line(self) -> str:
         """The marked log line: ``LINE_MARKER`` then one JSON object of ``LINE_FIELDS``."""
-        fields = dict(zip(LINE_FIELDS, (self.step, self.total_steps, self.steps_per_second, self.eta_seconds,
-                                        self.metrics, _rfc3339(self.at))))
+        fields = dict(
+            zip(
+                LINE_FIELDS,
+                (self.step, self.total_steps, self.steps_per_second, self.eta_seconds, self.metrics, _rfc3339(self.at)),
+            )
+        )
         return LINE_MARKER + json.dumps(fields, separators=(",", ":"))
 
 
 class StatusServer:
     """Trainer's status server, written from one background thread with the newest pending report."""
 
-    def __init__(self, url: str, ca_file: Optional[str], token_file: Optional[str],
-                 on_failure: Callable[[Report, str], None]):
+    def __init__(
+        self, url: str, ca_file: Optional[str], token_file: Optional[str], on_failure: Callable[[Report, str], None]
+    ):
         self.url, self.ca_file, self.token_file, self._on_failure = url, ca_file, token_file, on_failure
         self._pending: Optional[Report] = None
         self._wake = threading.Condition()
@@ -232,10 +243,15 @@ class StatusServer:
 
     def _post(self, body: bytes, token: str) -> None:
         # The CA file is read at each send too: Trainer's certificate can be renewed (the ConfigMap follows).
-        context = ssl.create_default_context(cafile=self.ca_file if self.ca_file and os.path.exists(self.ca_file)
-                                             else None)
-        request = urllib.request.Request(self.url, data=body, method="POST", headers={
-            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        context = ssl.create_default_context(
+            cafile=self.ca_file if self.ca_file and os.path.exists(self.ca_file) else None
+        )
+        request = urllib.request.Request(
+            self.url,
+            data=body,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=context) as response:
             response.read()
 
@@ -256,9 +272,16 @@ def describe_error(error: BaseException) -> str:
 class Reporter:
     """Progress of one training run. ``report`` is safe to call every step, from rank 0 or any rank."""
 
-    def __init__(self, total_steps: Optional[int] = None, *, interval: float = DEFAULT_INTERVAL_S,
-                 env: Optional[Mapping[str, str]] = None, stream: Optional[IO[str]] = None,
-                 clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        total_steps: Optional[int] = None,
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        env: Optional[Mapping[str, str]] = None,
+        stream: Optional[IO[str]] = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ):
         env = os.environ if env is None else env
         self.total_steps, self.interval = total_steps, max(0.0, float(interval))
         self._stream, self._clock, self._wall = stream, clock, wall_clock
@@ -278,8 +301,9 @@ class Reporter:
         """Trainer's status server, where the pod is offered one and ``MODE_ENV`` does not force the log line."""
         if not self.enabled or mode == "log" or not env.get(SERVER_URL_ENV):
             return None
-        return StatusServer(env[SERVER_URL_ENV], env.get(SERVER_CA_CERT_ENV), env.get(SERVER_TOKEN_ENV),
-                            self._server_failed)
+        return StatusServer(
+            env[SERVER_URL_ENV], env.get(SERVER_CA_CERT_ENV), env.get(SERVER_TOKEN_ENV), self._server_failed
+        )
 
     @property
     def transport(self) -> str:
@@ -353,8 +377,10 @@ class Reporter:
         """From the sender thread: say it once, back off, and put this report on the log instead."""
         self._backoff = min(MAX_BACKOFF_S, max(self.interval, 1.0) if not self._backoff else self._backoff * 2)
         self._server_back_at = self._clock() + self._backoff
-        self._say_once(f"cannot write progress to Trainer's status server ({why}); writing it to this log "
-                       f"instead, and trying the server again after a backoff")
+        self._say_once(
+            f"cannot write progress to Trainer's status server ({why}); writing it to this log "
+            f"instead, and trying the server again after a backoff"
+        )
         try:
             self._line(report)
         except Exception:  # noqa: BLE001
@@ -402,6 +428,7 @@ def reporting(total_steps: Optional[int] = None, *, interval: float = DEFAULT_IN
 
 
 # --- adapters for the loops users already have --------------------------------------------------------------
+
 
 def _scalar_metrics(values: Mapping[str, Any]) -> dict[str, Any]:
     """The metrics that are one number (a tensor of one element, a float, an int)."""

@@ -29,14 +29,20 @@ class EventRecorder:
         self._lock = threading.Lock()
         self._names: dict[tuple, str] = {}  # (namespace, uid, type, reason, message) -> event name
 
-    def record(self, involved: dict, type_: str, reason: str, message: str, component: str,
-               field_path: Optional[str] = None) -> None:
+    def record(
+        self, involved: dict, type_: str, reason: str, message: str, component: str, field_path: Optional[str] = None
+    ) -> None:
         """Record an event about `involved` (a stored object or an object reference)."""
         meta = involved.get("metadata", involved)
         namespace = meta.get("namespace") or "default"
-        ref = {"kind": involved.get("kind"), "namespace": meta.get("namespace"), "name": meta.get("name"),
-               "uid": meta.get("uid"), "apiVersion": involved.get("apiVersion"),
-               "resourceVersion": meta.get("resourceVersion")}
+        ref = {
+            "kind": involved.get("kind"),
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "apiVersion": involved.get("apiVersion"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
         if field_path:
             ref["fieldPath"] = field_path
         ref = {k: v for k, v in ref.items() if v}
@@ -46,8 +52,10 @@ class EventRecorder:
         with self._lock:
             name = self._names.get(key)
         # The store is called without our lock held: store listeners may record events too.
-        if name is not None and self._store.mutate(R.EVENTS, namespace, name,
-                                                   lambda e: _repeat(e, stamp, new_api)) is not None:
+        if (
+            name is not None
+            and self._store.mutate(R.EVENTS, namespace, name, lambda e: _repeat(e, stamp, new_api)) is not None
+        ):
             return
         name = f"{meta.get('name')}.{time.time_ns():x}"
         with self._lock:
@@ -55,16 +63,26 @@ class EventRecorder:
                 self._names.clear()
             self._names[key] = name
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": ref, "reason": reason, "message": message, "type": type_,
-            "reportingComponent": component, "reportingInstance": NODE_NAME,
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "reportingComponent": component,
+            "reportingInstance": NODE_NAME,
         }
         if new_api:
             event.update(source={}, firstTimestamp=None, lastTimestamp=None, eventTime=stamp, action=reason)
         else:
-            event.update(source={"component": component, "host": NODE_NAME}, firstTimestamp=stamp,
-                         lastTimestamp=stamp, count=1, eventTime=None)
+            event.update(
+                source={"component": component, "host": NODE_NAME},
+                firstTimestamp=stamp,
+                lastTimestamp=stamp,
+                count=1,
+                eventTime=None,
+            )
         try:
             self._store.create(R.EVENTS, event)
         except ApiError:

@@ -65,17 +65,25 @@ class LocalCluster:
             ends them. Replaces the local kubelet (not with `run_kubelet=False`).
     """
 
-    def __init__(self, workdir: Union[str, Path, None] = None, *, run_kubelet: bool = True, persist: bool = False,
-                 kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT, feature_gates: tuple[str, ...] = (),
-                 status_only_pods: bool = False):
+    def __init__(
+        self,
+        workdir: Union[str, Path, None] = None,
+        *,
+        run_kubelet: bool = True,
+        persist: bool = False,
+        kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT,
+        feature_gates: tuple[str, ...] = (),
+        status_only_pods: bool = False,
+    ):
         if persist and workdir is None:
             raise ValueError("persist=True needs a workdir: a temporary one is removed when the cluster stops")
         if status_only_pods and not run_kubelet:
             raise ValueError("status_only_pods=True replaces the local kubelet: it needs run_kubelet=True")
         unknown = sorted(set(feature_gates) - {trainjob_status.FEATURE_GATE})
         if unknown:
-            raise ValueError(f"feature_gates: {', '.join(unknown)}: the local cluster emulates only "
-                             f"{trainjob_status.FEATURE_GATE}")
+            raise ValueError(
+                f"feature_gates: {', '.join(unknown)}: the local cluster emulates only {trainjob_status.FEATURE_GATE}"
+            )
         self._feature_gates = tuple(feature_gates)
         #: Trainer's status server, with the TrainJobStatus gate on (started with the cluster).
         self.status_server: Optional[trainjob_status.StatusServer] = None
@@ -117,16 +125,20 @@ class LocalCluster:
             if not store.namespace_exists(namespace):
                 registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
         if store.find(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, TRAINER_PUBLIC_CONFIGMAP) is None:
-            registry.create(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, {
-                "metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}},
-                {})
+            registry.create(
+                R.CONFIGMAPS,
+                TRAINER_SYSTEM_NAMESPACE,
+                {"metadata": {"name": TRAINER_PUBLIC_CONFIGMAP}, "data": {"kubeflow_trainer_version": TRAINER_VERSION}},
+                {},
+            )
         if self._persist:
             self._saver = persistence.Saver(store, self._workdir)
             self._saver.start()
         events, logs = EventRecorder(store), LogStore(silent_running=self._status_only_pods)
         self._credentials = make_credentials()
-        self._server = ApiServer(store, registry, self._hooks, logs, self._token, self._credentials,
-                                 self._kueue_versions)
+        self._server = ApiServer(
+            store, registry, self._hooks, logs, self._token, self._credentials, self._kueue_versions
+        )
         self._server.start()
         if self._status_only_pods:
             self._status_only = StatusOnlyKubelet(store, events)
@@ -212,9 +224,18 @@ class LocalCluster:
 
     def _write_kubeconfig(self) -> None:
         config = {
-            "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": CONTEXT, "cluster": {
-                "server": self.url, "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
+            "clusters": [
+                {
+                    "name": CONTEXT,
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": base64.b64encode(self.ca_pem).decode(),
+                    },
+                }
+            ],
             "users": [{"name": USER, "user": {"token": self._token}}],
             "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": USER, "namespace": "default"}}],
             "current-context": CONTEXT,
@@ -234,8 +255,9 @@ class LocalCluster:
         from kubernetes import client, config
 
         configuration = client.Configuration()
-        config.load_kube_config(config_file=str(self.kubeconfig_path), context=CONTEXT,
-                                client_configuration=configuration)
+        config.load_kube_config(
+            config_file=str(self.kubeconfig_path), context=CONTEXT, client_configuration=configuration
+        )
         return configuration
 
     def api_client(self):
@@ -292,18 +314,30 @@ class LocalCluster:
 
     # -- test hooks --
 
-    def inject_fault(self, *, verb: Optional[str] = None, resource: Optional[str] = None, name: Optional[str] = None,
-                     nth: Optional[int] = None, status: Optional[int] = None, reason: Optional[str] = None,
-                     message: Optional[str] = None, retry_after: Optional[int] = None, delay: float = 0.0,
-                     drop_connection: bool = False, times: int = 1) -> FaultHandle:
+    def inject_fault(
+        self,
+        *,
+        verb: Optional[str] = None,
+        resource: Optional[str] = None,
+        name: Optional[str] = None,
+        nth: Optional[int] = None,
+        status: Optional[int] = None,
+        reason: Optional[str] = None,
+        message: Optional[str] = None,
+        retry_after: Optional[int] = None,
+        delay: float = 0.0,
+        drop_connection: bool = False,
+        times: int = 1,
+    ) -> FaultHandle:
         """Make matching requests fail. Filters (`verb`, `resource` like "trainjobs" or "pods/log",
         `name`) narrow the requests counted; `nth` (1-based, counting matching requests from now)
         picks which fails first; `times` how many fail. A failure answers a Status with `status`
         (500 unless the fault is only a `delay`), `reason`, `message` and a `Retry-After` header,
         waits `delay` seconds first, or closes the connection without an answer (`drop_connection`: open
         watches that match break too, as when the API server goes away)."""
-        return self._hooks.add_fault(Fault(verb, resource, name, nth, status, reason, message, retry_after, delay,
-                                           drop_connection, times))
+        return self._hooks.add_fault(
+            Fault(verb, resource, name, nth, status, reason, message, retry_after, delay, drop_connection, times)
+        )
 
     def log_streams(self) -> list[str]:
         """The pods (``namespace/name``) of the ``follow`` streams of their logs open now, one entry per
@@ -365,8 +399,9 @@ class LocalCluster:
     def _require_processes(self, hook: str) -> None:
         self._require_started()
         if self._kubelet is None:
-            raise RuntimeError(f"{hook} needs pods that run as processes: not with status_only_pods=True or "
-                               "run_kubelet=False")
+            raise RuntimeError(
+                f"{hook} needs pods that run as processes: not with status_only_pods=True or run_kubelet=False"
+            )
 
     def _require_started(self) -> None:
         if self._server is None:

@@ -68,14 +68,26 @@ def dns1123_label_errors(value: str) -> list[str]:
         if _DNS1123_SUBDOMAIN.fullmatch(value):
             errors.append("must not contain dots")  # a subdomain of the right length: only the dots are wrong
         else:
-            errors.append(regex_error(
-                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                "start and end with an alphanumeric character", DNS1123_LABEL_FORMAT, "my-name", "123-abc"))
+            errors.append(
+                regex_error(
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                    "start and end with an alphanumeric character",
+                    DNS1123_LABEL_FORMAT,
+                    "my-name",
+                    "123-abc",
+                )
+            )
     return errors
 
 
-def _length_and_format(value: str, limit: int, pattern: re.Pattern, rule: str, *examples: str,
-                       too_long: Callable[[int], str] = max_length_error) -> list[str]:
+def _length_and_format(
+    value: str,
+    limit: int,
+    pattern: re.Pattern,
+    rule: str,
+    *examples: str,
+    too_long: Callable[[int], str] = max_length_error,
+) -> list[str]:
     """The two checks most apimachinery rules make, in their order: the length, then the format."""
     errors = [too_long(limit)] if _size(value) > limit else []
     if not pattern.fullmatch(value):
@@ -85,27 +97,42 @@ def _length_and_format(value: str, limit: int, pattern: re.Pattern, rule: str, *
 
 def dns1123_subdomain_errors(value: str, too_long: Callable[[int], str] = max_length_error) -> list[str]:
     return _length_and_format(
-        value, DNS_SUBDOMAIN_MAX, _DNS1123_SUBDOMAIN,
+        value,
+        DNS_SUBDOMAIN_MAX,
+        _DNS1123_SUBDOMAIN,
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-        "start and end with an alphanumeric character", "example.com", too_long=too_long)
+        "start and end with an alphanumeric character",
+        "example.com",
+        too_long=too_long,
+    )
 
 
 def dns1035_label_errors(value: str) -> list[str]:
     return _length_and_format(
-        value, DNS_LABEL_MAX, _DNS1035_LABEL,
+        value,
+        DNS_LABEL_MAX,
+        _DNS1035_LABEL,
         "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
-        "character, and end with an alphanumeric character", "my-name", "abc-123")
+        "character, and end with an alphanumeric character",
+        "my-name",
+        "abc-123",
+    )
 
 
 def qualified_name_errors(value: str) -> list[str]:
     """A label or annotation key (IsQualifiedName): an optional DNS-1123 subdomain prefix and '/',
     then the name part."""
-    rule = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric " \
-           "character"
+    rule = (
+        "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+        "character"
+    )
     parts = value.split("/")
     if len(parts) > 2:
-        return ["a valid label key " + regex_error(rule, QUALIFIED_NAME_FORMAT, "MyName", "my.name", "123-abc")
-                + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+        return [
+            "a valid label key "
+            + regex_error(rule, QUALIFIED_NAME_FORMAT, "MyName", "my.name", "123-abc")
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
     errors = []
     name = parts[-1]
     if len(parts) == 2:
@@ -125,9 +152,16 @@ def qualified_name_errors(value: str) -> list[str]:
 
 def label_value_errors(value: str) -> list[str]:
     return _length_and_format(
-        value, DNS_LABEL_MAX, _LABEL_VALUE,
+        value,
+        DNS_LABEL_MAX,
+        _LABEL_VALUE,
         "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
-        "start and end with an alphanumeric character", "MyValue", "my_value", "12345", too_long=max_bytes_error)
+        "start and end with an alphanumeric character",
+        "MyValue",
+        "my_value",
+        "12345",
+        too_long=max_bytes_error,
+    )
 
 
 def config_key_errors(value: str) -> list[str]:
@@ -136,8 +170,15 @@ def config_key_errors(value: str) -> list[str]:
     if _size(value) > DNS_SUBDOMAIN_MAX:
         errors.append(max_length_error(DNS_SUBDOMAIN_MAX))
     if not _CONFIG_KEY.fullmatch(value):
-        errors.append(regex_error("a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
-                                  CONFIG_KEY_FORMAT, "key.name", "KEY_NAME", "key-name"))
+        errors.append(
+            regex_error(
+                "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+                CONFIG_KEY_FORMAT,
+                "key.name",
+                "KEY_NAME",
+                "key-name",
+            )
+        )
     if value in (".", ".."):
         errors.append(f"must not be '{value}'")
     elif value.startswith(".."):
@@ -193,16 +234,18 @@ def jobset_name_errors(jobset: str, spec: dict) -> list[NameRefusal]:
         path = f"spec.replicatedJobs[{i}].name"
         replicas = _int(rjob.get("replicas"), 1)
         longest_job = job_name(jobset, rjob.get("name", ""), replicas - 1)
-        errors.extend(NameRefusal(path, longest_job, _reworded(m, JOB_NAME_TOO_LONG))
-                      for m in dns1035_label_errors(longest_job))
+        errors.extend(
+            NameRefusal(path, longest_job, _reworded(m, JOB_NAME_TOO_LONG)) for m in dns1035_label_errors(longest_job)
+        )
         job_spec = (rjob.get("template") or {}).get("spec") or {}
         completions = job_spec.get("completions")
         if job_spec.get("completionMode") != "Indexed" or completions is None:
             continue
         longest_pod = pod_name_prefix(jobset, rjob.get("name", ""), replicas - 1, _int(completions, 0) - 1)
         longest_pod += POD_NAME_SAMPLE_SUFFIX
-        errors.extend(NameRefusal(path, longest_job, _reworded(m, POD_NAME_TOO_LONG))
-                      for m in dns1035_label_errors(longest_pod))
+        errors.extend(
+            NameRefusal(path, longest_job, _reworded(m, POD_NAME_TOO_LONG)) for m in dns1035_label_errors(longest_pod)
+        )
     return errors
 
 

@@ -28,7 +28,7 @@ def parse_quantity(text: Union[str, int, float, None]) -> Optional[Decimal]:
         return None
     # As in Go, the digits may all be missing ("+", ".", "Ki" read as 0): only the suffix can be wrong.
     sign, whole, fraction = number.group(1), number.group(2), number.group(3)
-    suffix = text[number.end():]
+    suffix = text[number.end() :]
     try:
         value = Decimal(f"{sign}{whole or 0}.{fraction or 0}")
     except InvalidOperation:

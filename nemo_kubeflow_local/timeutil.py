@@ -24,8 +24,14 @@ def parse(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def set_condition(conditions: list[dict], type_: str, status: str, reason: str, message: str,
-                  observed_generation: Optional[int] = None) -> None:
+def set_condition(
+    conditions: list[dict],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    observed_generation: Optional[int] = None,
+) -> None:
     """Kubernetes' meta.SetStatusCondition: update in place, moving lastTransitionTime only on a status change."""
     for condition in conditions:
         if condition["type"] == type_:
@@ -33,8 +39,13 @@ def set_condition(conditions: list[dict], type_: str, status: str, reason: str, 
                 condition["lastTransitionTime"] = now_rfc3339()
             condition.update(status=status, reason=reason, message=message)
             return
-    condition = {"type": type_, "status": status, "reason": reason, "message": message,
-                 "lastTransitionTime": now_rfc3339()}
+    condition = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now_rfc3339(),
+    }
     if observed_generation is not None:
         condition["observedGeneration"] = observed_generation
     conditions.append(condition)

@@ -17,9 +17,15 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 # Where each kind of object lives on an API server (the real one has no `objects()` back door).
 API_PATHS = {
-    "pods": "/api/v1", "configmaps": "/api/v1", "secrets": "/api/v1", "persistentvolumeclaims": "/api/v1",
-    "events": "/api/v1", "jobs": "/apis/batch/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
-    "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1", "workloads": "/apis/kueue.x-k8s.io/v1beta2",
+    "pods": "/api/v1",
+    "configmaps": "/api/v1",
+    "secrets": "/api/v1",
+    "persistentvolumeclaims": "/api/v1",
+    "events": "/api/v1",
+    "jobs": "/apis/batch/v1",
+    "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
+    "trainjobs": "/apis/trainer.kubeflow.org/v1alpha1",
+    "workloads": "/apis/kueue.x-k8s.io/v1beta2",
 }
 KUEUE = "kueue.x-k8s.io"
 
@@ -27,6 +33,7 @@ KUEUE = "kueue.x-k8s.io"
 @dataclass
 class Backend:
     """One back end, as the scenarios see it: a kubeconfig, a fresh namespace and a way to list objects."""
+
     name: str
     kubeconfig: str
     namespace: str
@@ -50,28 +57,67 @@ class Backend:
         LowerPriority`. Deleted after the test. Returns its name."""
         custom = self.custom_objects()
         try:
-            custom.create_cluster_custom_object(KUEUE, self.kueue_version(), "resourceflavors", {
-                "apiVersion": f"{KUEUE}/{self.kueue_version()}", "kind": "ResourceFlavor", "metadata": {"name": "be-flavor"}})
+            custom.create_cluster_custom_object(
+                KUEUE,
+                self.kueue_version(),
+                "resourceflavors",
+                {
+                    "apiVersion": f"{KUEUE}/{self.kueue_version()}",
+                    "kind": "ResourceFlavor",
+                    "metadata": {"name": "be-flavor"},
+                },
+            )
         except client.ApiException as error:
             if error.status != 409:
                 raise
-        spec = {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-            {"name": "be-flavor", "resources": [{"name": "cpu", "nominalQuota": cpu},
-                                                {"name": "memory", "nominalQuota": memory}]}]}]}
+        spec = {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": "be-flavor",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": cpu},
+                                {"name": "memory", "nominalQuota": memory},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
         if preempt_lower_priority:
             spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
         name = f"{self.namespace}-cq"
-        custom.create_cluster_custom_object(KUEUE, self.kueue_version(), "clusterqueues", {
-            "apiVersion": f"{KUEUE}/{self.kueue_version()}", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
+        custom.create_cluster_custom_object(
+            KUEUE,
+            self.kueue_version(),
+            "clusterqueues",
+            {
+                "apiVersion": f"{KUEUE}/{self.kueue_version()}",
+                "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
         self.made.append(("clusterqueues", name))
         return name
 
     def provide_priority_class(self, name: str, value: int) -> str:
         """A Kueue WorkloadPriorityClass named after the namespace and `name`, deleted after the test."""
         name = f"{self.namespace}-{name}"
-        self.custom_objects().create_cluster_custom_object(KUEUE, self.kueue_version(), "workloadpriorityclasses", {
-            "apiVersion": f"{KUEUE}/{self.kueue_version()}", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
-            "value": value})
+        self.custom_objects().create_cluster_custom_object(
+            KUEUE,
+            self.kueue_version(),
+            "workloadpriorityclasses",
+            {
+                "apiVersion": f"{KUEUE}/{self.kueue_version()}",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
         self.made.append(("workloadpriorityclasses", name))
         return name
 
@@ -98,13 +144,23 @@ class Backend:
         """`container`'s log of each pod of a step, by completion index, through the API server's pods/log."""
         core = self.core()
         pods = core.list_namespaced_pod(self.namespace, label_selector=step_selector(trainjob, step)).items
-        return {int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]):
-                core.read_namespaced_pod_log(p.metadata.name, self.namespace, container=container) for p in pods}
+        return {
+            int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]): core.read_namespaced_pod_log(
+                p.metadata.name, self.namespace, container=container
+            )
+            for p in pods
+        }
 
     def executor(self, **overrides) -> KubeflowExecutor:
-        fields = dict(container_image="python:3.11",  # ignored by both back ends: the host's Python runs
-                      nodes=2, nprocs_per_node=1, namespace=self.namespace, kubeconfig=self.kubeconfig,
-                      shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"))
+        fields = dict(
+            container_image="python:3.11",  # ignored by both back ends: the host's Python runs
+            nodes=2,
+            nprocs_per_node=1,
+            namespace=self.namespace,
+            kubeconfig=self.kubeconfig,
+            shm_size=None,
+            packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
+        )
         return KubeflowExecutor(**{**fields, **overrides})
 
 

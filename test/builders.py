@@ -18,16 +18,28 @@ def bash_role(command: str = "python train.py", name: str = "train") -> Role:
     return Role(name=name, image="", entrypoint="bash", args=["-c", command])
 
 
-def torchrun_role(nodes: int, nprocs: int, env: Optional[Mapping[str, str]] = None, *,
-                  args: Sequence[str] = ("train.py",), image: str = "nvcr.io/nvidia/nemo:25.02") -> Role:
+def torchrun_role(
+    nodes: int,
+    nprocs: int,
+    env: Optional[Mapping[str, str]] = None,
+    *,
+    args: Sequence[str] = ("train.py",),
+    image: str = "nvcr.io/nvidia/nemo:25.02",
+) -> Role:
     """NeMo-Run's torchrun component for ``train.py`` on ``nodes`` x ``nprocs``, its macros applied as an
     executor of ``image`` applies them."""
     role = nr_torchrun.torchrun(*args, script="train.py", j=f"{nodes}x{nprocs}", env=dict(env or {})).roles[0]
     return KubeflowExecutor(container_image=image).macro_values().apply(role)
 
 
-def submission(executor: KubeflowExecutor, *, role: Optional[Role] = None, files: Sequence[BundleFile] = (),
-               task: str = "train", check: bool = False) -> Submission:
+def submission(
+    executor: KubeflowExecutor,
+    *,
+    role: Optional[Role] = None,
+    files: Sequence[BundleFile] = (),
+    task: str = "train",
+    check: bool = False,
+) -> Submission:
     """``executor`` validated, then built for ``role`` (default: ``bash_role()``) and ``files``; with
     ``check``, its manifests pass offline validation."""
     executor.validate()

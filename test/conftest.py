@@ -110,8 +110,10 @@ def console_script():
     def path(name: str) -> str:
         script = Path(sys.executable).parent / name
         if not script.is_file():
-            pytest.fail(f"console script {name!r} not found next to {sys.executable}: install the project into "
-                        f"this environment (pip install -e .)")
+            pytest.fail(
+                f"console script {name!r} not found next to {sys.executable}: install the project into "
+                f"this environment (pip install -e .)"
+            )
         return str(script)
 
     return path
@@ -157,8 +159,11 @@ def pytest_runtest_makereport(item, call):
     """Report the skips of an unavailable control plane at one place, so `-ra` folds them into one line."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].startswith(
-            f"Skipped: {UNAVAILABLE}"):
+    if (
+        report.skipped
+        and isinstance(report.longrepr, tuple)
+        and report.longrepr[2].startswith(f"Skipped: {UNAVAILABLE}")
+    ):
         report.longrepr = (__file__, _UNAVAILABLE_LINE, report.longrepr[2])
 
 
@@ -202,8 +207,13 @@ def node_agent(real_control_plane, tmp_path_factory):
 
     serving = real_control_plane.certs.issue("node-agent", "nemo-kubeflow-node-agent")
     nodes = [NodeSpec(name, cpu="8", memory="32Gi") for name in AGENT_NODES]
-    with NodeAgent(real_control_plane.kubeconfig_path, nodes, tmp_path_factory.mktemp("agent"),
-                   serving_cert=serving, service_hosts=(TRAINER_SERVICE_HOST,)) as running:
+    with NodeAgent(
+        real_control_plane.kubeconfig_path,
+        nodes,
+        tmp_path_factory.mktemp("agent"),
+        serving_cert=serving,
+        service_hosts=(TRAINER_SERVICE_HOST,),
+    ) as running:
         yield running
 
 
@@ -218,15 +228,22 @@ def backend(request, tmp_path_factory):
     wanted = request.node.get_closest_marker("backend_nodes")
     gates = request.node.get_closest_marker("backend_gates")
     if request.param == "local":
+
         def local(cluster, namespace, **more):
             cluster.create_namespace(namespace)
-            return Backend("local", str(cluster.kubeconfig_path), namespace,
-                           lambda resource: cluster.objects(resource, namespace), **more)
+            return Backend(
+                "local",
+                str(cluster.kubeconfig_path),
+                namespace,
+                lambda resource: cluster.objects(resource, namespace),
+                **more,
+            )
 
         if wanted or gates:
             names = tuple(f"node-{chr(ord('a') + i)}" for i in range(wanted.args[0] if wanted else 0))
-            with LocalCluster(workdir=tmp_path_factory.mktemp("local-cluster"),
-                              feature_gates=tuple(gates.args) if gates else ()) as cluster:
+            with LocalCluster(
+                workdir=tmp_path_factory.mktemp("local-cluster"), feature_gates=tuple(gates.args) if gates else ()
+            ) as cluster:
                 if names:
                     cluster.add_virtual_nodes(*names)
                 yield local(cluster, "local-0", fail_node=cluster.lose_node if names else None)
@@ -247,10 +264,20 @@ def backend(request, tmp_path_factory):
 
     def provide_volume(claim, size):
         volumes.append(f"{namespace}-{claim}")
-        cp.request("POST", "/api/v1/persistentvolumes", {"metadata": {"name": volumes[-1]}, "spec": {
-            "capacity": {"storage": size}, "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
-            "hostPath": {"path": f"/tmp/{volumes[-1]}"},  # never read: the node agent keeps its own directory
-            "claimRef": {"namespace": namespace, "name": claim}, "persistentVolumeReclaimPolicy": "Retain"}})
+        cp.request(
+            "POST",
+            "/api/v1/persistentvolumes",
+            {
+                "metadata": {"name": volumes[-1]},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+                    "hostPath": {"path": f"/tmp/{volumes[-1]}"},  # never read: the node agent keeps its own directory
+                    "claimRef": {"namespace": namespace, "name": claim},
+                    "persistentVolumeReclaimPolicy": "Retain",
+                },
+            },
+        )
 
     def fail_node(node):
         def pods_on_node():
@@ -259,8 +286,12 @@ def backend(request, tmp_path_factory):
         patch = "application/merge-patch+json"
         cp.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": [NODE_FAULT_TAINT]}}, content_type=patch)
         try:
-            cp.wait_for(lambda: not pods_on_node(), f"the taint-eviction controller to delete the pods on {node}",
-                        timeout=120, component="kube-controller-manager")
+            cp.wait_for(
+                lambda: not pods_on_node(),
+                f"the taint-eviction controller to delete the pods on {node}",
+                timeout=120,
+                component="kube-controller-manager",
+            )
         finally:  # the node comes back
             cp.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": None}}, content_type=patch)
 

@@ -9,8 +9,15 @@ from typing import Callable, Optional, TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], what: str, *, timeout: float = 60.0, interval: float = 0.2,
-             still_worth_it: Optional[Callable[[], None]] = None, detail: Optional[Callable[[], str]] = None) -> T:
+def wait_for(
+    predicate: Callable[[], T],
+    what: str,
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.2,
+    still_worth_it: Optional[Callable[[], None]] = None,
+    detail: Optional[Callable[[], str]] = None,
+) -> T:
     """Call ``predicate`` every ``interval`` seconds until it returns something truthy, and return that.
 
     After ``timeout`` seconds: AssertionError "timed out after <timeout>s waiting for <what>", followed by
@@ -39,5 +46,6 @@ def wait_for_status(scheduler, app_id: str, predicate: Callable, what: str, *, t
         last[:] = [scheduler.describe(app_id)]
         return last[0] if predicate(last[0]) else None
 
-    return wait_for(accepted, what, timeout=timeout,
-                    detail=lambda: f"last status: {last[0].state} {last[0].msg!r}" if last else "")
+    return wait_for(
+        accepted, what, timeout=timeout, detail=lambda: f"last status: {last[0].state} {last[0].msg!r}" if last else ""
+    )

@@ -27,8 +27,9 @@ def train(steps: int, seconds_per_step: float, interval: float, hang_at: int = 0
     print(f"progress done: {reporter.writes} writes, {sent} to the status server", flush=True)
 
 
-def chatty_train(steps: int, seconds_per_step: float, interval: float, lines_per_step: int, line_bytes: int,
-                 flood_from: int = 0) -> None:
+def chatty_train(
+    steps: int, seconds_per_step: float, interval: float, lines_per_step: int, line_bytes: int, flood_from: int = 0
+) -> None:
     """``train`` that prints ``lines_per_step`` lines of ``line_bytes`` after each step's report; from step
     ``flood_from`` on, no new step, and a flood of such lines (50 every 0.2 s) until killed."""
     from nemo_kubeflow import progress

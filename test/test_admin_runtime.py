@@ -24,20 +24,29 @@ def test_pod_settings_reach_the_pods_of_a_job_on_trainers_torch_distributed(back
     try:
         if backend.name == "real":  # the local API server serves no ServiceAccounts, nor requires them
             core.create_namespaced_service_account(backend.namespace, {"metadata": {"name": "trainer-sa"}})
-        core.create_namespaced_secret(backend.namespace, {"metadata": {"name": "creds"},
-                                                          "stringData": {"user": "someone"}})
+        core.create_namespaced_secret(
+            backend.namespace, {"metadata": {"name": "creds"}, "stringData": {"user": "someone"}}
+        )
         backend.provide_volume("admin-data", "1Gi")
         executor = backend.executor(
-            runtime_name=name, nodes=2,
+            runtime_name=name,
+            nodes=2,
             tolerations=[{"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"}],
             node_selector={"kubernetes.io/os": "linux"},
             pvc_mounts=[PVCMount(claim_name="admin-data", mount_path="/data", create=True, size="1Gi")],
             secret_mounts=[SecretMount(secret_name="creds", mount_path="/creds")],
-            shm_size="64Mi", service_account="trainer-sa", image_pull_secrets=["pull"],
-            pod_labels={"team": "a"}, pod_annotations={"example.com/note": "admin"},
-            run_as_user=None, fs_group=1000, termination_grace_period_seconds=45,
+            shm_size="64Mi",
+            service_account="trainer-sa",
+            image_pull_secrets=["pull"],
+            pod_labels={"team": "a"},
+            pod_annotations={"example.com/note": "admin"},
+            run_as_user=None,
+            fs_group=1000,
+            termination_grace_period_seconds=45,
         )
-        script = run.Script(inline='{ cat /creds/user; echo; } | sed "s/^/secret file: /"; test -d /data && echo "claim mounted"')
+        script = run.Script(
+            inline='{ cat /creds/user; echo; } | sed "s/^/secret file: /"; test -d /data && echo "claim mounted"'
+        )
         with run.Experiment("be-admin-runtime", executor=executor, log_level="WARN") as exp:
             exp.add(script, name="admin")
             exp.run(sequential=True)
@@ -52,7 +61,8 @@ def test_pod_settings_reach_the_pods_of_a_job_on_trainers_torch_distributed(back
             assert spec.node_selector == {"kubernetes.io/os": "linux"}
             assert {"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"} in [
                 {k: v for k, v in t.to_dict().items() if v is not None and k != "toleration_seconds"}
-                for t in spec.tolerations or []]
+                for t in spec.tolerations or []
+            ]
             assert [s.name for s in spec.image_pull_secrets or []] == ["pull"]
             assert pod.metadata.annotations.get("example.com/note") == "admin"
             assert spec.termination_grace_period_seconds == 45
@@ -61,7 +71,7 @@ def test_pod_settings_reach_the_pods_of_a_job_on_trainers_torch_distributed(back
             assert volumes["pvc-0"].persistent_volume_claim.claim_name == "admin-data"
             assert volumes["secret-0"].secret.secret_name == "creds"
             assert volumes["dshm"].empty_dir.medium == "Memory"
-            node, = [c for c in spec.containers if c.name == "node"]
+            (node,) = [c for c in spec.containers if c.name == "node"]
             assert {m.mount_path for m in node.volume_mounts} >= {"/data", "/creds", "/dev/shm"}
         for rank in (0, 1):
             assert f"[node-{rank}] secret file: someone\n" in lines and f"[node-{rank}] claim mounted\n" in lines, lines

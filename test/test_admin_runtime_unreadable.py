@@ -25,8 +25,9 @@ def cluster(local):
 def plan(task, **kw):
     executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, **kw)
     role = Role(name=task, image="", entrypoint="bash", args=["-c", "sleep 1"])
-    return build_submission(executor, role, [BundleFile("a.py", b"print(1)\n")], task_name=task,
-                            experiment_id="unreadable-runtime")
+    return build_submission(
+        executor, role, [BundleFile("a.py", b"print(1)\n")], task_name=task, experiment_id="unreadable-runtime"
+    )
 
 
 def test_a_runtime_the_user_may_not_read_is_submitted_to_saying_what_went_unchecked(local, cluster, caplog):
@@ -38,8 +39,10 @@ def test_a_runtime_the_user_may_not_read_is_submitted_to_saying_what_went_unchec
         local.deny("get", "clustertrainingruntimes")
         local.clear_requests()
         with caplog.at_level(logging.WARNING):
-            result = submit(cluster, plan("unreadable", runtime_name="admins-runtime",
-                                          tolerations=[{"key": "pool", "operator": "Exists"}]))
+            result = submit(
+                cluster,
+                plan("unreadable", runtime_name="admins-runtime", tolerations=[{"key": "pool", "operator": "Exists"}]),
+            )
         gets = [r.status_code for r in local.requests if (r.verb, r.resource) == ("get", "clustertrainingruntimes")]
         assert gets == [403]  # asked once, refused
         warning = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)

@@ -19,8 +19,16 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 LOOKS = 6
 #: What a describe of a running job may read; other requests on the real server are its controllers' and the
 #: node agent's (informers' lists and watches across the cluster, leases, pod status).
-COUNTED = {("get", "trainjobs"), ("get", "jobsets"), ("list", "pods"), ("list", "jobs"), ("list", "events"),
-           ("get", "pods/log"), ("list", "workloads"), ("list", "nodes")}
+COUNTED = {
+    ("get", "trainjobs"),
+    ("get", "jobsets"),
+    ("list", "pods"),
+    ("list", "jobs"),
+    ("list", "events"),
+    ("get", "pods/log"),
+    ("list", "workloads"),
+    ("list", "nodes"),
+}
 #: kube-apiserver's metric verbs -> the local server's. A pod log read is a GET on the wire, but kube-apiserver
 #: records every pods/log request as CONNECT (kubernetes#50123, #114774: they can stream for a long time).
 _VERBS = {"GET": "get", "LIST": "list", "CONNECT": "get"}
@@ -48,14 +56,18 @@ def _no_namespace_emptied(control_plane) -> bool:
     """Whether no namespace is being deleted: the namespace controller empties one with namespace-scoped LISTs of
     every resource (jobs, events, workloads...), which the metric, without a namespace label, counts with ours
     (an earlier test's namespace, deleted at its end, is emptied after it)."""
-    return not [ns for ns in control_plane.request("GET", "/api/v1/namespaces")["items"]
-                if ns.get("status", {}).get("phase") == "Terminating"]
+    return not [
+        ns
+        for ns in control_plane.request("GET", "/api/v1/namespaces")["items"]
+        if ns.get("status", {}).get("phase") == "Terminating"
+    ]
 
 
 def _looks(kubeconfig: str, namespace: str, counts, settled=lambda: True) -> dict:
     """Submit a 2-node job that runs, then (once ``settled``) count the requests of LOOKS describes of it."""
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, shm_size=None, namespace=namespace,
-                                kubeconfig=kubeconfig)
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=2, shm_size=None, namespace=namespace, kubeconfig=kubeconfig
+    )
     with run.Experiment("apiload-real", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline="sleep 300"), name="sleeper")
         exp.run(detach=True)
@@ -67,13 +79,15 @@ def _looks(kubeconfig: str, namespace: str, counts, settled=lambda: True) -> dic
         assert create_scheduler("status").describe(app_id).state == AppState.RUNNING
     after = counts()
     create_scheduler("t").cancel(app_id)
-    return {key: after.get(key, 0) - before.get(key, 0) for key in set(after) | set(before)
-            if after.get(key, 0) - before.get(key, 0)}
+    return {
+        key: after.get(key, 0) - before.get(key, 0)
+        for key in set(after) | set(before)
+        if after.get(key, 0) - before.get(key, 0)
+    }
 
 
 @pytest.mark.real
-def test_the_real_api_server_counts_what_the_local_one_counts(real_control_plane, node_agent, real_namespace,
-                                                              tmp_path):
+def test_the_real_api_server_counts_what_the_local_one_counts(real_control_plane, node_agent, real_namespace, tmp_path):
     from nemo_kubeflow_local import LocalCluster
 
     with LocalCluster(workdir=tmp_path / "local") as local:
@@ -84,8 +98,12 @@ def test_the_real_api_server_counts_what_the_local_one_counts(real_control_plane
             return {(c.verb, c.resource): c.requests for c in local.api_counters() if (c.verb, c.resource) in COUNTED}
 
         emulated = _looks(str(local.kubeconfig_path), namespace, local_counts)
-    real = _looks(str(real_control_plane.kubeconfig_path), real_namespace, lambda: _real_counts(real_control_plane),
-                  settled=lambda: _no_namespace_emptied(real_control_plane))
+    real = _looks(
+        str(real_control_plane.kubeconfig_path),
+        real_namespace,
+        lambda: _real_counts(real_control_plane),
+        settled=lambda: _no_namespace_emptied(real_control_plane),
+    )
     assert emulated and sum(emulated.values()) >= LOOKS  # at least the TrainJob once per look
     for key in set(emulated) | set(real):
         mine, theirs = emulated.get(key, 0), real.get(key, 0)

@@ -28,7 +28,9 @@ def _check_chunks(cluster, api_client, namespace):
     status, first = _raw(api_client, path, "application/json", [("limit", "2")])
     assert status == 200 and len(first["items"]) == 2
     assert first["metadata"]["continue"] and first["metadata"]["remainingItemCount"] == everything - 2
-    status, rest = _raw(api_client, path, "application/json", [("limit", "2"), ("continue", first["metadata"]["continue"])])
+    status, rest = _raw(
+        api_client, path, "application/json", [("limit", "2"), ("continue", first["metadata"]["continue"])]
+    )
     assert status == 200 and bool(rest["metadata"].get("continue")) == (everything > 4)
     if everything <= 4:
         assert _names(first) + _names(rest) == _names(_raw(api_client, path, "application/json")[1])
@@ -37,8 +39,12 @@ def _check_chunks(cluster, api_client, namespace):
     status, labelled = _raw(api_client, path, "application/json", [("labelSelector", "meta-test=yes"), ("limit", "1")])
     assert status == 200 and _names(labelled) == ["meta-0"]
     assert labelled["metadata"]["continue"] and "remainingItemCount" not in labelled["metadata"]
-    status, last = _raw(api_client, path, "application/json", [("labelSelector", "meta-test=yes"), ("limit", "1"),
-                                                               ("continue", labelled["metadata"]["continue"])])
+    status, last = _raw(
+        api_client,
+        path,
+        "application/json",
+        [("labelSelector", "meta-test=yes"), ("limit", "1"), ("continue", labelled["metadata"]["continue"])],
+    )
     assert status == 200 and _names(last) == ["meta-1"]
 
     # A limit the list does not reach: everything, no continue.
@@ -97,17 +103,29 @@ def test_a_client_that_goes_away_mid_answer_is_no_server_error(local, caplog):
     local.create_namespace(namespace)
     cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
     for i in range(60):
-        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"big-{i}", "namespace": namespace},
-                        "data": {"big": "x" * 200_000}})
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"big-{i}", "namespace": namespace},
+                "data": {"big": "x" * 200_000},
+            }
+        )
     caplog.set_level("ERROR")
     for _ in range(3):
-        resp = cluster.api_client.call_api(f"/api/v1/namespaces/{namespace}/configmaps", "GET",
-                                           header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                                           _preload_content=False, _return_http_data_only=True)
+        resp = cluster.api_client.call_api(
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            "GET",
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
         resp.read(1024)
         resp._connection.sock.shutdown(socket.SHUT_RDWR)  # gone, mid-answer
         resp.close()
     assert len(cluster.list("ConfigMap", namespace)) == 60
     time.sleep(0.5)
-    assert not [r for r in caplog.records if "Internal error" in r.getMessage() or r.exc_info], \
-        [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if "Internal error" in r.getMessage() or r.exc_info], [
+        r.getMessage() for r in caplog.records
+    ]

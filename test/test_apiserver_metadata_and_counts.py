@@ -16,8 +16,15 @@ def _raw(api_client, path, accept, query=()):
     from kubernetes.client.exceptions import ApiException
 
     try:
-        resp = api_client.call_api(path, "GET", query_params=list(query), header_params={"Accept": accept},
-                                   auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True)
+        resp = api_client.call_api(
+            path,
+            "GET",
+            query_params=list(query),
+            header_params={"Accept": accept},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
         return resp.status, json.loads(resp.data)
     except ApiException as error:
         return error.status, json.loads(error.body)
@@ -25,10 +32,18 @@ def _raw(api_client, path, accept, query=()):
 
 def _configmaps(cluster, namespace):
     for i in range(3):
-        cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": f"meta-{i}", "namespace": namespace,
-                                     "labels": {"meta-test": "yes" if i < 2 else "no"}},
-                        "data": {"big": "x" * 2000}})
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": f"meta-{i}",
+                    "namespace": namespace,
+                    "labels": {"meta-test": "yes" if i < 2 else "no"},
+                },
+                "data": {"big": "x" * 2000},
+            }
+        )
 
 
 def _check_metadata_answers(cluster, api_client, namespace):
@@ -77,15 +92,29 @@ def test_the_server_counts_requests_and_response_bytes_per_verb_and_resource(loc
     api_client = local.api_client()
     local.clear_api_counters()
     sizes = []
-    for accept, query in (("application/json", ()), ("application/json", [("labelSelector", "meta-test=yes")]),
-                          (METADATA_LIST_ACCEPT, ())):
-        resp = api_client.call_api(f"/api/v1/namespaces/{namespace}/configmaps", "GET", query_params=list(query),
-                                   header_params={"Accept": accept}, auth_settings=["BearerToken"],
-                                   _preload_content=False, _return_http_data_only=True)
+    for accept, query in (
+        ("application/json", ()),
+        ("application/json", [("labelSelector", "meta-test=yes")]),
+        (METADATA_LIST_ACCEPT, ()),
+    ):
+        resp = api_client.call_api(
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            "GET",
+            query_params=list(query),
+            header_params={"Accept": accept},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
         sizes.append(len(resp.data))
-    resp = api_client.call_api(f"/api/v1/namespaces/{namespace}/configmaps/meta-0", "GET",
-                               header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                               _preload_content=False, _return_http_data_only=True)
+    resp = api_client.call_api(
+        f"/api/v1/namespaces/{namespace}/configmaps/meta-0",
+        "GET",
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _return_http_data_only=True,
+    )
     assert cluster.get("ConfigMap", "no-such", namespace) is None  # a 404 is a request too
     counts = {(c.verb, c.resource): (c.requests, c.bytes) for c in local.api_counters()}
     assert counts[("list", "configmaps")] == (3, sum(sizes))

@@ -35,8 +35,13 @@ def local(tmp_path):
 
 def start(script: Path, local, nemorun_home) -> subprocess.Popen:
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home)}
-    return subprocess.Popen([sys.executable, str(script), str(local.kubeconfig_path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(local.kubeconfig_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_parallel_submissions_do_not_clash(local, tmp_path, nemorun_home):
@@ -82,5 +87,14 @@ def test_killed_mid_submission_leaves_an_inert_job_that_nothing_trips_over(local
     from nemo_kubeflow.cluster.client import KubernetesCluster
 
     KubernetesCluster(kubeconfig=str(local.kubeconfig_path)).delete("TrainJob", orphan["metadata"]["name"], "default")
-    local.wait_for(lambda: not [o for kind in ("configmaps", "secrets") for o in local.objects(kind, "default")
-                                if o["metadata"]["name"].startswith(orphan["metadata"]["name"])], timeout=15)
+    local.wait_for(
+        lambda: (
+            not [
+                o
+                for kind in ("configmaps", "secrets")
+                for o in local.objects(kind, "default")
+                if o["metadata"]["name"].startswith(orphan["metadata"]["name"])
+            ]
+        ),
+        timeout=15,
+    )

@@ -35,8 +35,7 @@ SHA1 = re.compile(r"\b[0-9a-f]{40}\b")
 #: The content hash the packager appends to each ConfigMap key (`train_configs_train_config.yaml.<hash>`).
 KEY_HASH = re.compile(r"(?<=[\w.])\.[0-9a-f]{8,64}(?=\")")
 #: Metadata the recording kept (the rest is per-run bookkeeping: resourceVersion, timestamps, ...).
-KEPT_METADATA = ("name", "generateName", "namespace", "labels", "annotations", "ownerReferences", "finalizers",
-                 "uid")
+KEPT_METADATA = ("name", "generateName", "namespace", "labels", "annotations", "ownerReferences", "finalizers", "uid")
 
 
 # --- the differences the local cluster keeps on purpose ------------------------------------------------------
@@ -61,6 +60,7 @@ def _mask_env(name: str) -> Callable[[str, str, dict], None]:
             for env in container.get("env") or []:
                 if env["name"] == name and "value" in env:
                     env["value"] = "<differs>"
+
     return mask
 
 
@@ -83,11 +83,13 @@ def _drop_node_name(side: str, kind: str, obj: dict) -> None:
 def _drop_service_account_volume(side: str, kind: str, obj: dict) -> None:
     if kind != "Pod":
         return
-    obj["spec"]["volumes"] = [v for v in obj["spec"].get("volumes") or []
-                              if not v["name"].startswith("kube-api-access-")]
+    obj["spec"]["volumes"] = [
+        v for v in obj["spec"].get("volumes") or [] if not v["name"].startswith("kube-api-access-")
+    ]
     for container in _containers(kind, obj):
-        container["volumeMounts"] = [m for m in container.get("volumeMounts") or []
-                                     if not m["name"].startswith("kube-api-access-")]
+        container["volumeMounts"] = [
+            m for m in container.get("volumeMounts") or [] if not m["name"].startswith("kube-api-access-")
+        ]
         if not container["volumeMounts"]:
             del container["volumeMounts"]
 
@@ -106,21 +108,38 @@ def _drop_tracking_finalizer(side: str, kind: str, obj: dict) -> None:
 #: id -> (what differs and why, how both sides are brought to one form). Mirrored in
 #: docs/local-cluster.md ("Compared with the recorded real controllers").
 INTENTIONAL_DIFFERENCES: dict[str, tuple[str, Callable[[str, str, dict], None]]] = {
-    "master-addr": ("PET_MASTER_ADDR is 127.0.0.1 (pods share the host network), not the rank-0 pod's DNS name "
-                    "`<trainjob>-node-0-0.<trainjob>`", _mask_env("PET_MASTER_ADDR")),
-    "master-port": ("PET_MASTER_PORT and the `node` containerPort are a free port per TrainJob, not 29500",
-                    _mask_master_port),
-    "node-name": ("pods get `spec.nodeName: nemo-kubeflow-local` at once (the recording had no scheduler, so its "
-                  "pods stayed unbound)", _drop_node_name),
-    "service-account-token": ("no `kube-api-access-<rand>` projected volume and mount (service account token, "
-                              "kube-root-ca.crt, namespace; the recording's API server also added "
-                              "`openshift-service-ca.crt`)", _drop_service_account_volume),
-    "finished-pod": ("a pod that already finished here (the recording's pods stayed Pending) has no "
-                     "`batch.kubernetes.io/job-tracking` finalizer: the Job controller removes it from finished pods, "
-                     "as for real", _drop_tracking_finalizer),
-    "initializer-command": ("scenario e only, a setting of this test: the initializer containers get a `command` "
-                            "(`true`), since the local cluster runs the host's programs and the initializer images' "
-                            "entrypoints do not exist here", _drop_initializer_command),
+    "master-addr": (
+        "PET_MASTER_ADDR is 127.0.0.1 (pods share the host network), not the rank-0 pod's DNS name "
+        "`<trainjob>-node-0-0.<trainjob>`",
+        _mask_env("PET_MASTER_ADDR"),
+    ),
+    "master-port": (
+        "PET_MASTER_PORT and the `node` containerPort are a free port per TrainJob, not 29500",
+        _mask_master_port,
+    ),
+    "node-name": (
+        "pods get `spec.nodeName: nemo-kubeflow-local` at once (the recording had no scheduler, so its "
+        "pods stayed unbound)",
+        _drop_node_name,
+    ),
+    "service-account-token": (
+        "no `kube-api-access-<rand>` projected volume and mount (service account token, "
+        "kube-root-ca.crt, namespace; the recording's API server also added "
+        "`openshift-service-ca.crt`)",
+        _drop_service_account_volume,
+    ),
+    "finished-pod": (
+        "a pod that already finished here (the recording's pods stayed Pending) has no "
+        "`batch.kubernetes.io/job-tracking` finalizer: the Job controller removes it from finished pods, "
+        "as for real",
+        _drop_tracking_finalizer,
+    ),
+    "initializer-command": (
+        "scenario e only, a setting of this test: the initializer containers get a `command` "
+        "(`true`), since the local cluster runs the host's programs and the initializer images' "
+        "entrypoints do not exist here",
+        _drop_initializer_command,
+    ),
 }
 
 
@@ -153,17 +172,26 @@ def normalise(obj: dict, trainjob: str, namespace: str) -> dict:
 
 def differences(local: object, real: object, path: str = "") -> list[str]:
     if isinstance(local, dict) and isinstance(real, dict):
-        return [d for key in sorted(set(local) | set(real), key=str)
-                for d in (differences(local.get(key, "<absent>"), real.get(key, "<absent>"), f"{path}.{key}")
-                          if key in local and key in real
-                          else [f"{path}.{key}: local {json.dumps(local.get(key, '<absent>'))[:200]} "
-                                f"real {json.dumps(real.get(key, '<absent>'))[:200]}"])]
+        return [
+            d
+            for key in sorted(set(local) | set(real), key=str)
+            for d in (
+                differences(local.get(key, "<absent>"), real.get(key, "<absent>"), f"{path}.{key}")
+                if key in local and key in real
+                else [
+                    f"{path}.{key}: local {json.dumps(local.get(key, '<absent>'))[:200]} "
+                    f"real {json.dumps(real.get(key, '<absent>'))[:200]}"
+                ]
+            )
+        ]
     if isinstance(local, list) and isinstance(real, list) and len(local) == len(real):
         return [d for i, (a, b) in enumerate(zip(local, real)) for d in differences(a, b, f"{path}[{i}]")]
     if isinstance(local, str) and isinstance(real, str) and local != real:
         start = next((i for i, (a, b) in enumerate(zip(local, real)) if a != b), min(len(local), len(real)))
-        return [f"{path}: from character {start}: local {json.dumps(local[start:start + 200])} "
-                f"real {json.dumps(real[start:start + 200])}"]
+        return [
+            f"{path}: from character {start}: local {json.dumps(local[start : start + 200])} "
+            f"real {json.dumps(real[start : start + 200])}"
+        ]
     if local != real:
         return [f"{path}: local {json.dumps(local)[:300]} real {json.dumps(real)[:300]}"]
     return []
@@ -203,42 +231,103 @@ def scenario_executor(scenario: str, cluster: LocalCluster, namespace: str, tmp_
     # The recordings predate the failure classes (fail_fast_exit_codes renders a FailJob rule and a JobSet
     # rule): [] (with OOM kills restarting too) renders the runtime the real controllers were given, but for
     # the podFailurePolicy every runtime has since (`without_pod_failure_policy`).
-    base = dict(container_image="nvcr.io/nvidia/nemo:25.02", namespace=namespace,
-                kubeconfig=str(cluster.kubeconfig_path), fail_fast_exit_codes=[], restart_on_oom_kill=True)
+    base = dict(
+        container_image="nvcr.io/nvidia/nemo:25.02",
+        namespace=namespace,
+        kubeconfig=str(cluster.kubeconfig_path),
+        fail_fast_exit_codes=[],
+        restart_on_oom_kill=True,
+    )
     if scenario == "a":
-        return KubeflowExecutor(**base, nodes=2, nprocs_per_node=8, gpus_per_node=8, launcher="torchrun",
-                                pvc_mounts=[PVCMount(claim_name="rc-ckpt", mount_path="/ckpt", create=True,
-                                                     size="1Gi")],
-                                secret_env_vars={"RC_SECRET_TOKEN": "env:RC_CONFORMANCE_TOKEN"},
-                                pod_labels={"realcheck/scenario": "a", "team": "rc"}), _greet(), "train", "rc-a"
+        return (
+            KubeflowExecutor(
+                **base,
+                nodes=2,
+                nprocs_per_node=8,
+                gpus_per_node=8,
+                launcher="torchrun",
+                pvc_mounts=[PVCMount(claim_name="rc-ckpt", mount_path="/ckpt", create=True, size="1Gi")],
+                secret_env_vars={"RC_SECRET_TOKEN": "env:RC_CONFORMANCE_TOKEN"},
+                pod_labels={"realcheck/scenario": "a", "team": "rc"},
+            ),
+            _greet(),
+            "train",
+            "rc-a",
+        )
     if scenario == "b":
         (tmp_path / "task_b.py").write_text("raise SystemExit(1)\n")
-        return (KubeflowExecutor(**base, nodes=1, nprocs_per_node=2, cpu_request="1", memory_request="1Gi",
-                                 packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="task_b.py")),
-                run.Script(path="/nemo_run/code/task_b.py", entrypoint="python"), "train", "rc-b")
+        return (
+            KubeflowExecutor(
+                **base,
+                nodes=1,
+                nprocs_per_node=2,
+                cpu_request="1",
+                memory_request="1Gi",
+                packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="task_b.py"),
+            ),
+            run.Script(path="/nemo_run/code/task_b.py", entrypoint="python"),
+            "train",
+            "rc-b",
+        )
     if scenario == "c":
-        return KubeflowExecutor(**base, nodes=2, nprocs_per_node=8, gpus_per_node=8, launcher="torchrun",
-                                network_fabric="gke-tcpxo",
-                                node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"},
-                                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]), \
-            _greet(), "train", "rc-c"
+        return (
+            KubeflowExecutor(
+                **base,
+                nodes=2,
+                nprocs_per_node=8,
+                gpus_per_node=8,
+                launcher="torchrun",
+                network_fabric="gke-tcpxo",
+                node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"},
+                tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            ),
+            _greet(),
+            "train",
+            "rc-c",
+        )
     if scenario == "d":
-        return KubeflowExecutor(**base, nodes=2, nprocs_per_node=2, launcher="torchrun", preflight=True,
-                                pvc_mounts=[PVCMount(claim_name="rc-scratch", mount_path="/scratch", create=True,
-                                                     size="1Gi")]), _greet(), "train", "rc-d"
+        return (
+            KubeflowExecutor(
+                **base,
+                nodes=2,
+                nprocs_per_node=2,
+                launcher="torchrun",
+                preflight=True,
+                pvc_mounts=[PVCMount(claim_name="rc-scratch", mount_path="/scratch", create=True, size="1Gi")],
+            ),
+            _greet(),
+            "train",
+            "rc-d",
+        )
     if scenario == "e":
         from kubeflow.trainer import HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
 
-        initializer = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca"),
-                                  model=HuggingFaceModelInitializer(storage_uri="hf://meta-llama/Llama-3.2-1B-Instruct"))
-        settings = inits.InitializerSettings(claim_name="rc-init-cache", create_claim=True, claim_size="1Gi",
-                                             dataset_command=["true"], model_command=["true"])
-        return (KubeflowExecutor(**base, nodes=1, nprocs_per_node=1, initializer=initializer,
-                                 initializer_settings=settings), _greet(), "t", "e")
+        initializer = Initializer(
+            dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca"),
+            model=HuggingFaceModelInitializer(storage_uri="hf://meta-llama/Llama-3.2-1B-Instruct"),
+        )
+        settings = inits.InitializerSettings(
+            claim_name="rc-init-cache",
+            create_claim=True,
+            claim_size="1Gi",
+            dataset_command=["true"],
+            model_command=["true"],
+        )
+        return (
+            KubeflowExecutor(
+                **base, nodes=1, nprocs_per_node=1, initializer=initializer, initializer_settings=settings
+            ),
+            _greet(),
+            "t",
+            "e",
+        )
     if scenario == "f":
-        return KubeflowExecutor(**base, nodes=2, nprocs_per_node=1, launcher="torchrun",
-                                runtime_kind="TrainingRuntime"), \
-            _greet(), "train", "rc-f"
+        return (
+            KubeflowExecutor(**base, nodes=2, nprocs_per_node=1, launcher="torchrun", runtime_kind="TrainingRuntime"),
+            _greet(),
+            "train",
+            "rc-f",
+        )
     raise KeyError(scenario)
 
 
@@ -267,6 +356,7 @@ def submit(scenario: str, cluster: LocalCluster, tmp_path: Path) -> tuple[str, s
 
 def local_objects(cluster: LocalCluster, namespace: str, expected_pods: int) -> dict:
     """The JobSet, Service, Jobs and one pod per Job (completion index 0, first attempt)."""
+
     def pods():
         found = {}
         for pod in cluster.objects("pods", namespace):
@@ -287,8 +377,14 @@ def without_loglevel(obj: Any) -> Any:
     were made, our pods default to WARNING since (build/plan.py DEFAULT_LOGLEVEL); the only change of the
     input the real controllers saw, and no controller reads it."""
     if isinstance(obj, dict):
-        return {k: ([e for e in v if not (isinstance(e, dict) and e.get("name") == "LOGLEVEL")] if k == "env"
-                    else without_loglevel(v)) for k, v in obj.items()}
+        return {
+            k: (
+                [e for e in v if not (isinstance(e, dict) and e.get("name") == "LOGLEVEL")]
+                if k == "env"
+                else without_loglevel(v)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [without_loglevel(v) for v in obj]
     return obj
@@ -300,8 +396,11 @@ def without_pod_failure_policy(obj: dict) -> dict:
     failure's exit code stays in the Job controller's event). The real controllers copy it as given:
     statuses.yaml's runs used it, and their Job's Failed condition is the FailJob rule's."""
     obj = copy.deepcopy(obj)
-    specs = [r["template"]["spec"] for r in obj["spec"]["replicatedJobs"]] if "replicatedJobs" in obj["spec"] \
+    specs = (
+        [r["template"]["spec"] for r in obj["spec"]["replicatedJobs"]]
+        if "replicatedJobs" in obj["spec"]
         else [obj["spec"]]
+    )
     for spec in specs:
         spec.pop("podFailurePolicy", None)
     return obj
@@ -332,7 +431,8 @@ def _cancel(cluster: LocalCluster, namespace: str, name: str) -> None:
     from kubernetes import client
 
     client.CustomObjectsApi(cluster.api_client()).delete_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name)
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", name
+    )
     wait_for(lambda: not cluster.objects("pods", namespace), "the pods to be deleted", timeout=30, interval=0.1)
 
 
@@ -359,8 +459,12 @@ def test_jobset_jobs_service_and_pods_match_the_real_controllers(scenario, clust
         if scenario in TRACE_STEP:
             [step] = [s for s in recorded(scenario)["trace"] if s["step"] == TRACE_STEP[scenario]]
             try:
-                wait_for(lambda: trainjob_status(cluster, namespace, name) == step["trainjob_status"],
-                         f"the TrainJob status of step {step['step']!r}", timeout=90, interval=0.1)
+                wait_for(
+                    lambda: trainjob_status(cluster, namespace, name) == step["trainjob_status"],
+                    f"the TrainJob status of step {step['step']!r}",
+                    timeout=90,
+                    interval=0.1,
+                )
             except AssertionError:  # show what differs
                 assert trainjob_status(cluster, namespace, name) == step["trainjob_status"]
     finally:
@@ -373,8 +477,9 @@ def test_the_differences_are_listed_in_the_docs():
     section = docs.split("### Compared with the recorded real controllers", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.M)
     assert rows == list(INTENTIONAL_DIFFERENCES)
-    assert {key for keys in SCENARIO_DIFFERENCES.values() for key in keys} | {"finished-pod"} == \
-        set(INTENTIONAL_DIFFERENCES)
+    assert {key for keys in SCENARIO_DIFFERENCES.values() for key in keys} | {"finished-pod"} == set(
+        INTENTIONAL_DIFFERENCES
+    )
 
 
 # --- the JobSet's and the Jobs' status, as the real JobSet and Job controllers write them ---------------------
@@ -384,8 +489,11 @@ def test_the_differences_are_listed_in_the_docs():
 #: and the Job's status for these three runs of a 2-node job (`retries`, the task's script), recorded with
 #: `status_facts` below; the local cluster must write the same.
 STATUS_SCENARIOS = {
-    "restarted-then-completed": (1, 'if [ "$PET_NODE_RANK" = 1 ] && [ ! -e {marker} ]; then touch {marker}; '
-                                    'echo failing; exit 3; fi; echo "attempt ok on $PET_NODE_RANK"'),
+    "restarted-then-completed": (
+        1,
+        'if [ "$PET_NODE_RANK" = 1 ] && [ ! -e {marker} ]; then touch {marker}; '
+        'echo failing; exit 3; fi; echo "attempt ok on $PET_NODE_RANK"',
+    ),
     "failed": (0, 'if [ "$PET_NODE_RANK" = 1 ]; then exit 3; fi; sleep 2'),
     "running": (0, "sleep 30"),
 }
@@ -394,6 +502,7 @@ _TIMES = ("lastTransitionTime", "lastProbeTime", "startTime", "completionTime")
 
 def status_facts(jobset: dict, jobs: list[dict], name: str) -> dict:
     """The JobSet's and Jobs' status with times reduced to `<time>` and the TrainJob's name to `<trainjob>`."""
+
     def times(value):
         if isinstance(value, dict):
             return {k: "<time>" if k in _TIMES and v else times(v) for k, v in value.items()}
@@ -401,9 +510,8 @@ def status_facts(jobset: dict, jobs: list[dict], name: str) -> dict:
             return [times(v) for v in value]
         return value
 
-    facts = {"jobset": jobset.get("status") or {},
-             "jobs": {j["metadata"]["name"]: j.get("status") or {} for j in jobs}}
-    text = json.dumps(times(facts)).replace(f'{jobset["metadata"]["namespace"]}/', "<namespace>/")
+    facts = {"jobset": jobset.get("status") or {}, "jobs": {j["metadata"]["name"]: j.get("status") or {} for j in jobs}}
+    text = json.dumps(times(facts)).replace(f"{jobset['metadata']['namespace']}/", "<namespace>/")
     # A FailJob rule's message names the failed pod, whose name ends in the Job controller's random suffix.
     text = re.sub(r"(?<=\b%s-node-0-)(\d+)-[a-z0-9]{5}\b" % re.escape(name), r"\1-<random>", text)
     return json.loads(text.replace(name, "<trainjob>"))
@@ -421,16 +529,26 @@ def test_jobset_and_job_status_match_the_real_controllers(scenario, cluster, tmp
     retries, script = STATUS_SCENARIOS[scenario]
     namespace = f"status-{scenario}"
     cluster.create_namespace(namespace)
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, namespace=namespace, shm_size=None,
-                                retries=retries, kubeconfig=str(cluster.kubeconfig_path))
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=2,
+        namespace=namespace,
+        shm_size=None,
+        retries=retries,
+        kubeconfig=str(cluster.kubeconfig_path),
+    )
     with run.Experiment(f"status-{scenario}", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline=script.format(marker=tmp_path / "failed-once")), name="t")
         exp.run(detach=True)
         name = parse_app_handle(exp.jobs[0].handle)[2].split(":", 1)[1]
     try:
         try:
-            wait_for(lambda: _local_status_facts(cluster, namespace, name) == want, "the recorded statuses",
-                     timeout=90, interval=0.1)
+            wait_for(
+                lambda: _local_status_facts(cluster, namespace, name) == want,
+                "the recorded statuses",
+                timeout=90,
+                interval=0.1,
+            )
         except AssertionError:  # show what differs
             assert _local_status_facts(cluster, namespace, name) == want
     finally:

@@ -19,10 +19,27 @@ from nemo_kubeflow.schema.validation import validate_manifest
 def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home, console_script):
     tolerations = '[{"key": "pool", "operator": "Equal", "value": "a3", "effect": "NoSchedule"}]'
     proc = subprocess.run(
-        [console_script("nemo-kubeflow"), "render", "--factory", "kubeflow_tcpxo", "--set", "nodes=4",
-         "--set", "namespace=x",
-         "--set", f"tolerations={tolerations}", "--", "python", "pretrain.py", "--steps", "10"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            console_script("nemo-kubeflow"),
+            "render",
+            "--factory",
+            "kubeflow_tcpxo",
+            "--set",
+            "nodes=4",
+            "--set",
+            "namespace=x",
+            "--set",
+            f"tolerations={tolerations}",
+            "--",
+            "python",
+            "pretrain.py",
+            "--steps",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env={**os.environ, "NEMORUN_HOME": str(nemorun_home)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,20 +69,27 @@ def test_render_defers_what_nemo_run_imports_for_other_executors_and_renders_the
     libcst, ...) as stand-ins (most of its import time): the manifests are the same as with everything
     imported."""
     (tmp_path / "train.py").write_text(TRAIN_PY)
-    argv = ["render", "--factory", "kubeflow_tcpxo", "--set", "nodes=2", "--",
-            *COMMAND]
+    argv = ["render", "--factory", "kubeflow_tcpxo", "--set", "nodes=2", "--", *COMMAND]
     outputs = {}
     for mode, extra_env in (("deferred", {}), ("full", {"NEMO_KUBEFLOW_FULL_IMPORT": "1"})):
         proc = subprocess.run(
-            [sys.executable, "-c", _RENDER_AND_REPORT_IMPORTS, *argv], capture_output=True, text=True,
-            timeout=120, cwd=tmp_path, env={**os.environ, "NEMORUN_HOME": str(nemorun_home), **extra_env})
+            [sys.executable, "-c", _RENDER_AND_REPORT_IMPORTS, *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "NEMORUN_HOME": str(nemorun_home), **extra_env},
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         outputs[mode] = (proc.stdout, json.loads(proc.stderr.strip().splitlines()[-1]))
     assert outputs["deferred"][1] == []
     assert outputs["full"][1] == sorted(console.NEMO_RUN_DEFERRED)
     assert outputs["deferred"][0] == outputs["full"][0]
-    assert [o["kind"] for o in yaml.safe_load_all(outputs["deferred"][0])] == ["ClusterTrainingRuntime", "TrainJob",
-                                                                              "ConfigMap"]
+    assert [o["kind"] for o in yaml.safe_load_all(outputs["deferred"][0])] == [
+        "ClusterTrainingRuntime",
+        "TrainJob",
+        "ConfigMap",
+    ]
 
 
 # --- gc, on the local cluster ---------------------------------------------------------------

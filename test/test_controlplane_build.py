@@ -21,5 +21,6 @@ def test_prune_other_builds_keeps_the_pinned_build_and_the_go_caches(tmp_path, m
 
     assert sorted(removed) == ["a13ef174cc95", "a13ef174cc95.lock"]
     assert sorted(p.name for p in cache.iterdir()) == sorted(
-        [current.name, f"{current.name}.lock", "go", "notes-by-hand"])
+        [current.name, f"{current.name}.lock", "go", "notes-by-hand"]
+    )
     assert (current / "bin").is_dir()

@@ -14,15 +14,20 @@ def test_the_matrix_starts_with_the_pinned_release_and_the_environment_picks_an_
     assert len(set(versions.KUBERNETES_MATRIX)) == len(versions.KUBERNETES_MATRIX) >= 3
     assert versions.selected_kubernetes({}) == versions.KUBERNETES
     assert versions.selected_kubernetes({versions.KUBERNETES_ENV: "v1.32.9"}) == "v1.32.9"
-    with pytest.raises(ValueError, match=r"NEMO_KUBEFLOW_KUBERNETES=v1.30.0 is not in test/controlplane/versions.py's "
-                                         r"KUBERNETES_MATRIX v1.36.3, v1.37.2, v1.32.9, v1.31.13: add it there"):
+    with pytest.raises(
+        ValueError,
+        match=r"NEMO_KUBEFLOW_KUBERNETES=v1.30.0 is not in test/controlplane/versions.py's "
+        r"KUBERNETES_MATRIX v1.36.3, v1.37.2, v1.32.9, v1.31.13: add it there",
+    ):
         versions.selected_kubernetes({versions.KUBERNETES_ENV: "v1.30.0"})
 
 
 def test_another_minor_builds_only_the_three_kubernetes_binaries_with_its_own_staging_modules_and_stamp():
     [kubernetes] = [c for c in build.components("v1.31.13") if c.name == "kubernetes"]
     assert sorted(kubernetes.binaries) == ["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
-    go_mod = build.generated_go_mod("kubernetes", [(kubernetes, "go 1.22.0\nreplace k8s.io/api => ./staging/src/k8s.io/api\n")])
+    go_mod = build.generated_go_mod(
+        "kubernetes", [(kubernetes, "go 1.22.0\nreplace k8s.io/api => ./staging/src/k8s.io/api\n")]
+    )
     assert "\tk8s.io/kubernetes v1.31.13\n" in go_mod and "\tk8s.io/api => k8s.io/api v0.31.13\n" in go_mod
     assert "-X k8s.io/component-base/version.gitVersion=v1.31.13" in build.ldflags([kubernetes])
     assert "-X k8s.io/component-base/version.gitMinor=31" in build.ldflags([kubernetes])
@@ -35,15 +40,23 @@ def test_a_built_minor_swaps_its_three_binaries_into_the_pinned_build(tmp_path, 
     cache = tmp_path / "cache"
     monkeypatch.setenv(build.CACHE_ENV, str(cache))
     names = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "trainer-controller-manager"]
-    base = {"binaries": {n: str(build.build_dir() / "bin" / n) for n in names},
-            "components": {"kubernetes": {"version": versions.KUBERNETES, "module_dir": "k8s-1.36"}}}
+    base = {
+        "binaries": {n: str(build.build_dir() / "bin" / n) for n in names},
+        "components": {"kubernetes": {"version": versions.KUBERNETES, "module_dir": "k8s-1.36"}},
+    }
     extra = build.kubernetes_dir("v1.37.2")
     extra.mkdir(parents=True)
-    (extra / build.BUILD_INFO).write_text(json.dumps({
-        "kubernetes": "v1.37.2",
-        "binaries": {n: f"{build.build_dir().name}/kubernetes-v1.37.2/bin/{n}" for n in names[1:4]},
-        "components": {"kubernetes": {"version": "v1.37.2", "module": "k8s.io/kubernetes", "module_dir": "k8s-1.37"}},
-    }))
+    (extra / build.BUILD_INFO).write_text(
+        json.dumps(
+            {
+                "kubernetes": "v1.37.2",
+                "binaries": {n: f"{build.build_dir().name}/kubernetes-v1.37.2/bin/{n}" for n in names[1:4]},
+                "components": {
+                    "kubernetes": {"version": "v1.37.2", "module": "k8s.io/kubernetes", "module_dir": "k8s-1.37"}
+                },
+            }
+        )
+    )
 
     info = build.ensure_kubernetes("v1.37.2", base)
 
@@ -63,8 +76,11 @@ def test_ci_runs_the_pinned_release_first_and_only_entries_of_the_matrix():
 def _is_real(module: ast.Module, function: ast.FunctionDef) -> bool:
     """Marked `real` itself or by the module's pytestmark, or run on the `backend` fixture's real param."""
     marks = [ast.unparse(d) for d in function.decorator_list]
-    marks += [ast.unparse(node.value) for node in module.body if isinstance(node, ast.Assign)
-              and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)]
+    marks += [
+        ast.unparse(node.value)
+        for node in module.body
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+    ]
     return any("mark.real" in mark for mark in marks) or "backend" in [a.arg for a in function.args.args]
 
 
@@ -87,7 +103,9 @@ def test_every_minor_sensitive_entry_names_a_real_test_and_conftest_marks_it(req
 
     # test/conftest.py as pytest loaded it (another folder's conftest.py may hold the module name `conftest`)
     conftest_path = str(Path(__file__).with_name("conftest.py"))
-    [conftest] = [p for p in request.config.pluginmanager.get_plugins() if getattr(p, "__file__", None) == conftest_path]
+    [conftest] = [
+        p for p in request.config.pluginmanager.get_plugins() if getattr(p, "__file__", None) == conftest_path
+    ]
     listed, other = Item(next(iter(versions.MINOR_SENSITIVE)) + "[real]"), Item("test/test_x.py::test_y[real]")
     for item in (listed, other):
         conftest.pytest_itemcollected(item)

@@ -54,9 +54,14 @@ print(json.dumps(report))
 
 def run_check(tmp_path, module: str, source: str, preload: bool = False, **env) -> dict:
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-    proc = subprocess.run([sys.executable, "-c", CHECK.format(module=module, preload=preload)],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path), **env})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK.format(module=module, preload=preload)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), **env},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -69,7 +74,8 @@ def test_stand_ins_while_importing_then_the_real_package(tmp_path):
     # the module that imported a stand-in keeps it: using it says what happened and how to turn it off
     assert report["error"] == (
         "xmlrpc.client.ServerProxy is from xmlrpc, which this command does not import (it defers it to start "
-        "faster); set NEMO_KUBEFLOW_FULL_IMPORT=1 to import it")
+        "faster); set NEMO_KUBEFLOW_FULL_IMPORT=1 to import it"
+    )
 
 
 def test_a_module_that_needs_the_package_while_importing_is_imported_in_full(tmp_path):

@@ -44,8 +44,9 @@ def test_describe_sends_only_gets_and_lists_in_every_state(local, tmp_path):
     wait_for(lambda: create_scheduler("t").describe(running).state == AppState.RUNNING, "running", timeout=60)
     # pending: no node has a GPU
     _, pending = submit(local, "rd-pend", gpus_per_node=1)
-    wait_for(lambda: "Insufficient nvidia.com/gpu" in create_scheduler("t").describe(pending).msg, "pending",
-             timeout=60)
+    wait_for(
+        lambda: "Insufficient nvidia.com/gpu" in create_scheduler("t").describe(pending).msg, "pending", timeout=60
+    )
     # failed
     _, failed = submit(local, "rd-fail", script='echo "node $PET_NODE_RANK"; exit 3')
     wait_for(lambda: create_scheduler("t").describe(failed).state == AppState.FAILED, "failed", timeout=60)
@@ -100,9 +101,15 @@ def test_describe_sends_only_gets_and_lists_in_every_state(local, tmp_path):
     assert desc.state == AppState.FAILED and "the TrainJob was deleted" in desc.msg and verbs == ["get trainjobs"]
 
     lines = []
-    moved = wait_for(lambda: (lines.extend(repairer.look_after(lost_job)[1]) or True)
-                     and (running_now := two_running_pods(core, "default", name))
-                     and all(p.spec.node_name != lost for p in running_now), "the job to move", timeout=180)
+    moved = wait_for(
+        lambda: (
+            (lines.extend(repairer.look_after(lost_job)[1]) or True)
+            and (running_now := two_running_pods(core, "default", name))
+            and all(p.spec.node_name != lost for p in running_now)
+        ),
+        "the job to move",
+        timeout=180,
+    )
     assert moved and any(f"avoiding node {lost} after its pod" in line for line in lines), lines
     marker.write_text("")
     wait_for(lambda: repairer.look_after(lost_job)[0].state == AppState.SUCCEEDED, "the moved job to end", timeout=120)

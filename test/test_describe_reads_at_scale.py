@@ -45,8 +45,11 @@ def _describe(local, app_id):
     name = app_id.split(":")[-1]
     local.clear_requests()
     desc = create_scheduler("count").describe(app_id)
-    return desc, [(r.verb, r.resource, r.query) for r in local.requests
-                  if name in (r.name or "") + r.query.get("labelSelector", "")]
+    return desc, [
+        (r.verb, r.resource, r.query)
+        for r in local.requests
+        if name in (r.name or "") + r.query.get("labelSelector", "")
+    ]
 
 
 def test_status_only_pods_are_bound_to_virtual_nodes_and_run(local):
@@ -57,16 +60,20 @@ def test_status_only_pods_are_bound_to_virtual_nodes_and_run(local):
     assert len({p["spec"]["nodeName"] for p in pods}) == NODES  # one per virtual node, the least loaded first
     for pod in pods:
         assert all(c["type"] != "Ready" or c["status"] == "True" for c in pod["status"]["conditions"])
-        assert [cs["state"].get("running") is not None for cs in pod["status"]["containerStatuses"]] == \
-            [True] * len(pod["spec"]["containers"])
+        assert [cs["state"].get("running") is not None for cs in pod["status"]["containerStatuses"]] == [True] * len(
+            pod["spec"]["containers"]
+        )
     local.end_pods(f"{JOBSET_NAME_LABEL}={name}", 0)
     wait_for(lambda: create_scheduler("t").describe(app_id).state == AppState.SUCCEEDED, "complete", timeout=60)
 
 
 def test_pods_no_node_fits_wait_with_the_schedulers_reason(local):
     _, app_id = submit(local, "so-pend", script="sleep 600", node_selector={"pool": "none"})
-    wait_for(lambda: "didn't match Pod's node affinity/selector" in create_scheduler("t").describe(app_id).msg,
-             "the scheduler's reason", timeout=60)
+    wait_for(
+        lambda: "didn't match Pod's node affinity/selector" in create_scheduler("t").describe(app_id).msg,
+        "the scheduler's reason",
+        timeout=60,
+    )
 
 
 def test_describe_of_a_running_job_reads_no_running_pod(local):
@@ -79,8 +86,13 @@ def test_describe_of_a_running_job_reads_no_running_pod(local):
     assert desc.state == AppState.RUNNING
     # The TrainJob, its JobSet, the pods that are not running; and, with no trainerStatus, for rank 0's progress
     # line (observe/progress_view.py): node 0's pod by its metadata, and its log's last lines.
-    assert sorted((verb, resource) for verb, resource, _ in requests) == \
-        [("get", "jobsets"), ("get", "pods/log"), ("get", "trainjobs"), ("list", "pods"), ("list", "pods")]
+    assert sorted((verb, resource) for verb, resource, _ in requests) == [
+        ("get", "jobsets"),
+        ("get", "pods/log"),
+        ("get", "trainjobs"),
+        ("list", "pods"),
+        ("list", "pods"),
+    ]
     [pod_list] = [query for verb, resource, query in requests if resource == "pods" and query.get("fieldSelector")]
     assert pod_list.get("fieldSelector") == "status.phase!=Running"
     assert pod_list.get("labelSelector") == f"{JOBSET_NAME_LABEL}={name}"
@@ -91,15 +103,19 @@ def test_describe_of_a_running_job_reads_no_running_pod(local):
 
     # A node fails: JobSet restarts the gang; the look says so, with the failed node, from what it reads.
     local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=3", 5)
-    desc = wait_for(lambda: (d := create_scheduler("t").describe(app_id)) and "1 gang restart so far" in d.msg and d,
-                    "the gang restart in the status", timeout=120)
+    desc = wait_for(
+        lambda: (d := create_scheduler("t").describe(app_id)) and "1 gang restart so far" in d.msg and d,
+        "the gang restart in the status",
+        timeout=120,
+    )
     wait_for(lambda: _running(local, name, NODES), "the new attempt running", timeout=120)
     desc, requests = _describe(local, app_id)
     assert "1 gang restart so far" in desc.msg, desc.msg
     assert "attempt 0:" in desc.msg and "exit" in desc.msg, desc.msg  # the cause, from the Job's failure
     assert ("list", "jobs") in [(verb, resource) for verb, resource, _ in requests]  # its current Job: metadata only
-    assert [q.get("fieldSelector") for verb, resource, q in requests if resource == "pods" and "fieldSelector" in q] == \
-        ["status.phase!=Running"]  # no list of every pod
+    assert [
+        q.get("fieldSelector") for verb, resource, q in requests if resource == "pods" and "fieldSelector" in q
+    ] == ["status.phase!=Running"]  # no list of every pod
     local.end_pods(f"{JOBSET_NAME_LABEL}={name}", 0)
 
 
@@ -112,18 +128,33 @@ def test_describe_of_a_failed_job_reads_no_running_pod_in_full(local):
 
     local.clear_requests()
     desc = create_scheduler("count").describe(app_id)
-    requests = [(r.verb, r.resource, r.query) for r in local.requests
-                if name in (r.name or "") + r.query.get("labelSelector", "")]
+    requests = [
+        (r.verb, r.resource, r.query)
+        for r in local.requests
+        if name in (r.name or "") + r.query.get("labelSelector", "")
+    ]
     assert desc.state == AppState.FAILED and "node 2" in desc.msg and "exited with code 3" in desc.msg, desc.msg
-    assert sorted((verb, resource) for verb, resource, _ in requests) == \
-        [("get", "jobsets"), ("get", "pods/log"), ("get", "trainjobs"), ("list", "pods"), ("list", "pods")]
-    assert sorted(q["fieldSelector"] for _, resource, q in requests if resource == "pods") == \
-        sorted([RUNNING, NOT_RUNNING])
+    assert sorted((verb, resource) for verb, resource, _ in requests) == [
+        ("get", "jobsets"),
+        ("get", "pods/log"),
+        ("get", "trainjobs"),
+        ("list", "pods"),
+        ("list", "pods"),
+    ]
+    assert sorted(q["fieldSelector"] for _, resource, q in requests if resource == "pods") == sorted(
+        [RUNNING, NOT_RUNNING]
+    )
 
     # What it says is what every pod says (the pods still there: none runs any more, or some do).
     cluster = KubernetesCluster(str(local.kubeconfig_path))
     trainjob = cluster.get(TRAINJOB_KIND, name, "default")
     condition = next(c["message"] for c in trainjob["status"]["conditions"] if c["type"] == "Failed")
-    wait_for(lambda: why_failed(JobView.read_failed(cluster, trainjob), condition) ==
-             why_failed(JobView.read(cluster, trainjob), condition), "the same message", timeout=30)
+    wait_for(
+        lambda: (
+            why_failed(JobView.read_failed(cluster, trainjob), condition)
+            == why_failed(JobView.read(cluster, trainjob), condition)
+        ),
+        "the same message",
+        timeout=30,
+    )
     create_scheduler("t").cancel(app_id)

@@ -34,31 +34,45 @@ def local(tmp_path_factory):
 
 
 def _pending(local, name):
-    return sum(1 for p in local.objects("pods", "default")
-               if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name and p["status"].get("phase") == "Pending")
+    return sum(
+        1
+        for p in local.objects("pods", "default")
+        if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name and p["status"].get("phase") == "Pending"
+    )
 
 
 def test_describe_of_a_waiting_job_reads_a_sample_of_its_pending_pods(local):
     _, app_id = submit(local, "wait-sample", script="sleep 600", nodes=NODES, node_selector={"pool": "none"})
     name = app_id.split(":")[-1]
     wait_for(lambda: _pending(local, name) == NODES, "every pod pending", timeout=120)
-    wait_for(lambda: "cannot be scheduled" in create_scheduler("t").describe(app_id).msg, "the scheduler's reason",
-             timeout=60)
+    wait_for(
+        lambda: "cannot be scheduled" in create_scheduler("t").describe(app_id).msg,
+        "the scheduler's reason",
+        timeout=60,
+    )
 
     local.clear_requests()
     desc = create_scheduler("count").describe(app_id)
     requests = [(r.verb, r.resource, r.query) for r in local.requests]
     assert desc.state == AppState.PENDING
-    assert desc.msg.startswith("node 0 cannot be scheduled: ") and "didn't match Pod's node affinity/selector" \
-        in desc.msg, desc.msg
-    assert sorted((verb, resource) for verb, resource, _ in requests) == \
-        [("get", "jobsets"), ("get", "trainjobs"), ("list", "events"), ("list", "pods"), ("list", "pods"),
-         ("list", "pods")]
+    assert (
+        desc.msg.startswith("node 0 cannot be scheduled: ") and "didn't match Pod's node affinity/selector" in desc.msg
+    ), desc.msg
+    assert sorted((verb, resource) for verb, resource, _ in requests) == [
+        ("get", "jobsets"),
+        ("get", "trainjobs"),
+        ("list", "events"),
+        ("list", "pods"),
+        ("list", "pods"),
+        ("list", "pods"),
+    ]
     pod_lists = sorted((q["fieldSelector"], q.get("limit")) for verb, resource, q in requests if resource == "pods")
-    assert pod_lists == sorted([(NOT_PENDING, None), (UNSCHEDULED, str(WAITING_SAMPLE)),
-                                (STARTING, str(WAITING_SAMPLE))])
-    assert all(q.get("labelSelector") == f"{JOBSET_NAME_LABEL}={name}" for _, resource, q in requests
-               if resource == "pods")
+    assert pod_lists == sorted(
+        [(NOT_PENDING, None), (UNSCHEDULED, str(WAITING_SAMPLE)), (STARTING, str(WAITING_SAMPLE))]
+    )
+    assert all(
+        q.get("labelSelector") == f"{JOBSET_NAME_LABEL}={name}" for _, resource, q in requests if resource == "pods"
+    )
     [events] = [q for _, resource, q in requests if resource == "events"]
     assert events.get("fieldSelector") == WAITING_EVENTS
 

@@ -17,8 +17,15 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 
 def submit(local, name, script="echo hi", **kw):
-    executor = KubeflowExecutor(**{"container_image": "python:3.11", "nodes": 2, "shm_size": None,
-                                   "kubeconfig": str(local.kubeconfig_path), **kw})
+    executor = KubeflowExecutor(
+        **{
+            "container_image": "python:3.11",
+            "nodes": 2,
+            "shm_size": None,
+            "kubeconfig": str(local.kubeconfig_path),
+            **kw,
+        }
+    )
     with run.Experiment(name, executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline=script), name=name)
         exp.run(detach=True)
@@ -26,13 +33,18 @@ def submit(local, name, script="echo hi", **kw):
 
 
 def wait_for_message(app_id, text, timeout=30):
-    return wait_for_status(create_scheduler("t"), app_id, lambda d: text in d.msg, f"{text!r} in the status",
-                           timeout=timeout)
+    return wait_for_status(
+        create_scheduler("t"), app_id, lambda d: text in d.msg, f"{text!r} in the status", timeout=timeout
+    )
 
 
 def test_image_that_cannot_be_pulled_ends_the_wait(local):
-    executor = KubeflowExecutor(container_image="registry.invalid/team/nemo:25.02", nodes=2, shm_size=None,
-                                kubeconfig=str(local.kubeconfig_path))
+    executor = KubeflowExecutor(
+        container_image="registry.invalid/team/nemo:25.02",
+        nodes=2,
+        shm_size=None,
+        kubeconfig=str(local.kubeconfig_path),
+    )
     started = time.monotonic()
     with run.Experiment("pull", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline="echo never"), name="pull")
@@ -80,8 +92,10 @@ def test_progress_is_shown_while_waiting(local, capsys):
 
 def test_failure_summary_names_the_rank_and_saves_every_log(local):
     # Node 0 finishes first: a failed Job deletes its pods that still run, logs and all.
-    script = ('for i in 1 2 3; do echo "node $PET_NODE_RANK step $i"; done\n'
-              'if [ "$PET_NODE_RANK" = 1 ]; then sleep 1; exit 3; fi')
+    script = (
+        'for i in 1 2 3; do echo "node $PET_NODE_RANK step $i"; done\n'
+        'if [ "$PET_NODE_RANK" = 1 ]; then sleep 1; exit 3; fi'
+    )
     exp, app_id = submit(local, "summary", script=script)
     desc = wait_for_message(app_id, "exited with code", timeout=60)
     assert desc.state == AppState.FAILED
@@ -126,16 +140,19 @@ def test_following_logs_keeps_them_next_to_the_job(local):
 
 
 def test_failed_preflight_is_named_in_the_status(local):
-    _, app_id = submit(local, "preflightfail",
-                       preflight='echo "checking"; echo "nccl: interface eth9 missing" >&2; exit 1')
+    _, app_id = submit(
+        local, "preflightfail", preflight='echo "checking"; echo "nccl: interface eth9 missing" >&2; exit 1'
+    )
     desc = wait_for_message(app_id, "preflight on node", timeout=60)
     assert desc.state == AppState.FAILED and "(pod " in desc.msg
 
 
 def test_following_logs_continues_across_a_gang_restart(local):
     # First attempt fails (no marker yet on the shared claim), the restarted gang succeeds.
-    script = ('if [ ! -f /data/attempted-$PET_NODE_RANK ]; then touch /data/attempted-$PET_NODE_RANK; '
-              'echo "attempt one"; sleep 3; exit 5; fi\necho "attempt two"')
+    script = (
+        "if [ ! -f /data/attempted-$PET_NODE_RANK ]; then touch /data/attempted-$PET_NODE_RANK; "
+        'echo "attempt one"; sleep 3; exit 5; fi\necho "attempt two"'
+    )
     claim = PVCMount(claim_name="restart-claim", mount_path="/data", create=True, size="1Gi")
     _, app_id = submit(local, "restart", script=script, retries=1, pvc_mounts=[claim])
     lines = list(create_scheduler("t").log_iter(app_id, "restart", 0, should_tail=True))
@@ -146,7 +163,7 @@ def test_following_logs_continues_across_a_gang_restart(local):
 
 
 # A torch worker that fails as the task says: the last rank raises, exits with 3, or is killed by SIGKILL.
-FAILING_WORKER = '''\
+FAILING_WORKER = """\
 import os, signal, sys, time
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 print(f"rank {rank} starting", flush=True)
@@ -159,7 +176,7 @@ if rank == world - 1:
         sys.exit(3)
     os.kill(os.getpid(), signal.SIGKILL)
 time.sleep(30)
-'''
+"""
 
 
 @pytest.fixture()
@@ -179,9 +196,15 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home, nemo_
 
     worker = tmp_path / "train.py"
     worker.write_text(FAILING_WORKER)
-    base = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=2, shm_size=None,
-                            launcher="torchrun", kubeconfig=str(local.kubeconfig_path),
-                            packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="train.py"))
+    base = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=2,
+        nprocs_per_node=2,
+        shm_size=None,
+        launcher="torchrun",
+        kubeconfig=str(local.kubeconfig_path),
+        packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="train.py"),
+    )
     single = base.clone()
     single.nprocs_per_node = 1
     no_torch = base.clone()
@@ -190,8 +213,7 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home, nemo_
     with run.Experiment("why", executor=base, log_level="WARN") as exp:
         exp.add(run.Script(path=str(worker), args=["raise"], entrypoint="python"), name="raise")
         exp.add(run.Script(path=str(worker), args=["exit"], entrypoint="python"), name="exit", executor=single)
-        exp.add(run.Script(path=str(worker), args=["kill"], entrypoint="python"), name="kill",
-                executor=single.clone())
+        exp.add(run.Script(path=str(worker), args=["kill"], entrypoint="python"), name="kill", executor=single.clone())
         exp.add(run.Script(path=str(worker), args=["raise"], entrypoint="python"), name="notorch", executor=no_torch)
         exp.run(sequential=False)  # waits for all four
         exp_id = exp._id
@@ -204,8 +226,9 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home, nemo_
     assert 'raise RuntimeError("step 7 got a bad batch")' in messages["raise"]  # the traceback is quoted
     assert messages["exit"].startswith("rank 1 on node 1: exited with code 3;"), messages["exit"]
     assert messages["kill"].startswith("rank 1 on node 1: killed by SIGKILL"), messages["kill"]
-    assert messages["notorch"].startswith("node 0: torchrun: command not found in the container: the image has "
-                                          "no torch"), messages["notorch"]
+    assert messages["notorch"].startswith(
+        "node 0: torchrun: command not found in the container: the image has no torch"
+    ), messages["notorch"]
     assert "install torch" in messages["notorch"]
     # Node 0 was still running when node 1 failed: its pod went with the failed Job, its last lines did not.
     raise_logs = Path(exp.jobs[0].executor.job_dir) / "logs"
@@ -217,13 +240,21 @@ def test_why_a_rank_failed_in_its_own_words(local, tmp_path, nemorun_home, nemo_
     assert out.returncode == 1, out.stderr
     text = out.stdout
     assert "Task 0: raise (TrainJob default/" in text and "state: FAILED" in text
-    for line in ("why:   rank 3 on node 1: RuntimeError: step 7 got a bad batch", "why:   rank 1 on node 1: exited "
-                 "with code 3", "why:   rank 1 on node 1: killed by SIGKILL", "why:   node 0: torchrun: command not"):
+    for line in (
+        "why:   rank 3 on node 1: RuntimeError: step 7 got a bad batch",
+        "why:   rank 1 on node 1: exited with code 3",
+        "why:   rank 1 on node 1: killed by SIGKILL",
+        "why:   node 0: torchrun: command not",
+    ):
         assert line in text, text
     # NeMo-Run's own status prints only the state: the reason is printed with it.
-    out = subprocess.run([console_script("nemo"), "experiment", "status", exp_id], capture_output=True, text=True,
-                         timeout=120,
-                         env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "400"})
+    out = subprocess.run(
+        [console_script("nemo"), "experiment", "status", exp_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "400"},
+    )
     shown = " ".join((out.stdout + out.stderr).split())
     assert "failed: rank 3 on node 1: RuntimeError: step 7 got a bad batch" in shown, shown[-3000:]
     assert "failed: rank 1 on node 1: killed by SIGKILL" in shown
@@ -235,17 +266,24 @@ def test_status_of_an_unknown_experiment(nemo_kubeflow_cli):
     assert out.returncode == 2 and "no experiment 'nosuch_123'" in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("source, setup, message", [
-    ("env:NEMO_KF_EMPTY_TOKEN", "env", "secret_env_vars['TOKEN'] reads $NEMO_KF_EMPTY_TOKEN, which is empty"),
-    ("file:{tmp}/token", "file", "secret_env_vars['TOKEN']: '{tmp}/token' is empty"),
-])
+@pytest.mark.parametrize(
+    "source, setup, message",
+    [
+        ("env:NEMO_KF_EMPTY_TOKEN", "env", "secret_env_vars['TOKEN'] reads $NEMO_KF_EMPTY_TOKEN, which is empty"),
+        ("file:{tmp}/token", "file", "secret_env_vars['TOKEN']: '{tmp}/token' is empty"),
+    ],
+)
 def test_empty_secret_source_is_refused_before_anything_is_sent(local, tmp_path, monkeypatch, source, setup, message):
     monkeypatch.setenv("NEMO_KF_EMPTY_TOKEN", "")
     (tmp_path / "token").write_text("\n")
     local.clear_requests()
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, shm_size=None,
-                                kubeconfig=str(local.kubeconfig_path),
-                                secret_env_vars={"TOKEN": source.format(tmp=tmp_path)})
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=1,
+        shm_size=None,
+        kubeconfig=str(local.kubeconfig_path),
+        secret_env_vars={"TOKEN": source.format(tmp=tmp_path)},
+    )
     with pytest.raises(Exception, match=re.escape(message.format(tmp=tmp_path))):
         with run.Experiment("emptysecret", executor=executor, log_level="WARN") as exp:
             exp.add(run.Script(inline="echo $TOKEN"), name="emptysecret")
@@ -260,9 +298,13 @@ def describe_cost(local, app_id):
     name = app_id.split(":", 1)[1]
     local.clear_requests()
     desc = create_scheduler("cost").describe(app_id)
-    mine = [r for r in local.requests
-            if (r.name or "").startswith(name) or name in r.query.get("labelSelector", "")
-            or (r.resource == "events" and r.verb == "list")]
+    mine = [
+        r
+        for r in local.requests
+        if (r.name or "").startswith(name)
+        or name in r.query.get("labelSelector", "")
+        or (r.resource == "events" and r.verb == "list")
+    ]
     return desc, sorted(f"{r.verb} {r.resource}" for r in mine)
 
 
@@ -289,8 +331,14 @@ def test_what_a_describe_costs_in_each_state(local):
     desc, requests = describe_cost(local, pending)
     # Its JobSet, the pods that started or ended, the first chunk of those not placed and of those starting
     # (``JobView.read_waiting``), the Warning events but the scheduler's.
-    assert desc.state == AppState.PENDING and requests == ["get jobsets", "get trainjobs", "list events", "list pods",
-                                                           "list pods", "list pods"], requests
+    assert desc.state == AppState.PENDING and requests == [
+        "get jobsets",
+        "get trainjobs",
+        "list events",
+        "list pods",
+        "list pods",
+        "list pods",
+    ], requests
     create_scheduler("t").cancel(pending)
 
     _, failed = submit(local, "costfail", script="exit 3")
@@ -307,8 +355,7 @@ def test_following_many_nodes_uses_a_fixed_pool_and_delivers_each_line_once_in_o
     # pipe read's lines share a timestamp: only their count tells copies from lines read again).
     from nemo_kubeflow.observe.logs import LOG_READERS
 
-    script = ('for i in $(seq 1 300); do echo "line $i"; echo "same"; '
-              'if [ $((i % 60)) = 0 ]; then sleep 0.4; fi; done')
+    script = 'for i in $(seq 1 300); do echo "line $i"; echo "same"; if [ $((i % 60)) = 0 ]; then sleep 0.4; fi; done'
     nodes = 10
     _, app_id = submit(local, "manynodes", script=script, nodes=nodes)
     scheduler = create_scheduler("t")
@@ -365,8 +412,12 @@ def test_quiet_nodes_are_read_less_often_and_their_next_line_still_arrives(local
     name = app_id.split(":", 1)[1]
     scheduler = create_scheduler("t")
     received = {k: [] for k in range(2)}
-    threads = [threading.Thread(target=lambda k=k: received[k].extend(
-        scheduler.log_iter(app_id, "quiet", k, should_tail=True))) for k in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda k=k: received[k].extend(scheduler.log_iter(app_id, "quiet", k, should_tail=True))
+        )
+        for k in range(2)
+    ]
     local.clear_requests()
     for t in threads:
         t.start()

@@ -38,7 +38,10 @@ def test_site_builds_without_warnings(tmp_path):
     site = tmp_path / "site"
     out = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(CONFIG), "--site-dir", str(site)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "WARNING" not in out.stderr, out.stderr
@@ -58,7 +61,9 @@ def test_every_page_is_in_the_nav():
 
 def _modules(root: Path) -> set[str]:
     """The modules under `root` relative to it; an empty __init__.py (a subpackage's) is no module to describe."""
-    return {p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.name != "__init__.py" or p.read_text().strip()}
+    return {
+        p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.name != "__init__.py" or p.read_text().strip()
+    }
 
 
 def test_architecture_names_every_package_and_each_module_says_what_it_is():
@@ -70,7 +75,9 @@ def test_architecture_names_every_package_and_each_module_says_what_it_is():
     table = text.split("\n## Packages\n", 1)[1].split("\n\n**", 1)[0]
     listed = set(re.findall(r"^\| `(\w+)/`", table, re.M))
     assert sorted(packages - listed) == [], "add a row for these packages to docs/architecture.md's package table"
-    assert sorted(listed - packages - {"tools"}) == [], "docs/architecture.md's package table names packages that do not exist"
+    assert sorted(listed - packages - {"tools"}) == [], (
+        "docs/architecture.md's package table names packages that do not exist"
+    )
     for tool in _modules(REPO / "tools"):
         assert f"`{tool}`" in table, f"docs/architecture.md's package table should name tools/{tool}"
     undocumented = sorted(m for m in _modules(package) if not ast.get_docstring(ast.parse((package / m).read_text())))
@@ -115,8 +122,11 @@ def test_code_samples_use_real_field_names():
     """Every keyword given to one of our dataclasses in a docs Python sample is a field of it."""
     import nemo_kubeflow
 
-    classes = {name: getattr(nemo_kubeflow, name) for name in nemo_kubeflow.__all__
-               if dataclasses.is_dataclass(getattr(nemo_kubeflow, name, None))}
+    classes = {
+        name: getattr(nemo_kubeflow, name)
+        for name in nemo_kubeflow.__all__
+        if dataclasses.is_dataclass(getattr(nemo_kubeflow, name, None))
+    }
     problems = []
     for page in sorted(DOCS.rglob("*.md")):
         for block in fenced(page.read_text(), "python"):
@@ -131,6 +141,9 @@ def test_code_samples_use_real_field_names():
                 name = getattr(node.func, "id", None) if isinstance(node, ast.Call) else None
                 if name in classes:
                     fields = {f.name for f in dataclasses.fields(classes[name])}
-                    problems += [f"{page.name}: {name}({kw.arg}=...) is not a field"
-                                 for kw in node.keywords if kw.arg and kw.arg not in fields]
+                    problems += [
+                        f"{page.name}: {name}({kw.arg}=...) is not a field"
+                        for kw in node.keywords
+                        if kw.arg and kw.arg not in fields
+                    ]
     assert problems == []

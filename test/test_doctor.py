@@ -52,8 +52,11 @@ def test_missing_rights_say_what_they_disable_and_a_missing_required_one_fails(l
     finally:
         local.allow_all()
     assert code == 1
-    assert line(lines, "FAIL  may not create trainjobs.trainer.kubeflow.org in default: no submitting jobs; "
-                       "fix: ask an admin for RBAC: create trainjobs.trainer.kubeflow.org in default")
+    assert line(
+        lines,
+        "FAIL  may not create trainjobs.trainer.kubeflow.org in default: no submitting jobs; "
+        "fix: ask an admin for RBAC: create trainjobs.trainer.kubeflow.org in default",
+    )
     assert line(lines, "warn  may not get pods/log in default: unavailable: logs (exp.logs, nemo experiment logs)")
     assert line(lines, "warn  may not list nodes: unavailable: checking a moved job still fits")
     assert line(lines, "warn  nodes: could not look")  # a failed look is said, never read as "no nodes"
@@ -68,25 +71,53 @@ def test_the_queue_its_cluster_queue_and_kueue_without_v1beta1(tmp_path, capsys)
 
         version = kueue_version(local.api_client())
         custom = client.CustomObjectsApi(local.api_client())
-        custom.create_namespaced_custom_object(KUEUE_GROUP, version, "default", "localqueues", {
-            "apiVersion": f"{KUEUE_GROUP}/{version}", "kind": "LocalQueue", "metadata": {"name": "team"},
-            "spec": {"clusterQueue": "team-cq"}})
+        custom.create_namespaced_custom_object(
+            KUEUE_GROUP,
+            version,
+            "default",
+            "localqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{version}",
+                "kind": "LocalQueue",
+                "metadata": {"name": "team"},
+                "spec": {"clusterQueue": "team-cq"},
+            },
+        )
         code, lines = doctor(capsys, local.kubeconfig_path, "--set", "queue_name=team")
         assert code == 1
         assert line(lines, "FAIL  LocalQueue team sends jobs to ClusterQueue 'team-cq', which does not exist")
 
-        custom.create_cluster_custom_object(KUEUE_GROUP, version, "clusterqueues", {
-            "apiVersion": f"{KUEUE_GROUP}/{version}", "kind": "ClusterQueue", "metadata": {"name": "team-cq"},
-            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-                {"name": "f", "resources": [{"name": "cpu", "nominalQuota": "8"}]}]}]}})
+        custom.create_cluster_custom_object(
+            KUEUE_GROUP,
+            version,
+            "clusterqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{version}",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "team-cq"},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["cpu"],
+                            "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": "8"}]}],
+                        }
+                    ],
+                },
+            },
+        )
         polling_lines = None
         for _ in range(50):  # the local Kueue sets Active on its own thread
             code, polling_lines = doctor(capsys, local.kubeconfig_path, "--set", "queue_name=team")
             if any("FlavorNotFound" in entry for entry in polling_lines):
                 break
         assert code == 1 and line(polling_lines, "FAIL  ClusterQueue team-cq is not active (FlavorNotFound: ")
-        custom.create_cluster_custom_object(KUEUE_GROUP, version, "resourceflavors", {
-            "apiVersion": f"{KUEUE_GROUP}/{version}", "kind": "ResourceFlavor", "metadata": {"name": "f"}})
+        custom.create_cluster_custom_object(
+            KUEUE_GROUP,
+            version,
+            "resourceflavors",
+            {"apiVersion": f"{KUEUE_GROUP}/{version}", "kind": "ResourceFlavor", "metadata": {"name": "f"}},
+        )
         for _ in range(50):
             code, lines = doctor(capsys, local.kubeconfig_path, "--set", "queue_name=team")
             if code == 0:
@@ -102,36 +133,55 @@ def test_a_named_runtime_with_a_jobset_ttl_on_trainer_2_3_fails(local, capsys):
     runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 30
     cluster.create(runtime)
     try:
-        code, lines = doctor(capsys, local.kubeconfig_path, "--set", "runtime_name=doctor-ttl",
-                             "--set", "runtime_kind=TrainingRuntime")
+        code, lines = doctor(
+            capsys, local.kubeconfig_path, "--set", "runtime_name=doctor-ttl", "--set", "runtime_kind=TrainingRuntime"
+        )
     finally:
         cluster.delete("TrainingRuntime", "doctor-ttl", "default")
     assert code == 1
-    assert line(lines, "FAIL  TrainingRuntime 'doctor-ttl' sets a JobSet ttlSecondsAfterFinished (30) and this "
-                       "cluster's Trainer is v2.3.0")
+    assert line(
+        lines,
+        "FAIL  TrainingRuntime 'doctor-ttl' sets a JobSet ttlSecondsAfterFinished (30) and this "
+        "cluster's Trainer is v2.3.0",
+    )
 
 
 # --- the real control plane ------------------------------------------------------------------------------
 
 
 ML_USER_RULES = [  # what a namespace admin typically grants an ML user: namespaced, no nodes, no CRDs
-    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs", "trainingruntimes"],
-     "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["configmaps", "secrets", "pods", "pods/log", "events"],
-     "verbs": ["create", "get", "list", "watch"]},
+    {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "resources": ["trainjobs", "trainingruntimes"],
+        "verbs": ["create", "get", "list", "watch", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "secrets", "pods", "pods/log", "events"],
+        "verbs": ["create", "get", "list", "watch"],
+    },
 ]
 
 
 def _service_account_kubeconfig(cp, namespace, tmp_path):
     cp.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "ml-user"}})
-    cp.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-               {"metadata": {"name": "ml-user"}, "rules": ML_USER_RULES})
-    cp.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
-        "metadata": {"name": "ml-user"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ml-user"},
-        "subjects": [{"kind": "ServiceAccount", "name": "ml-user", "namespace": namespace}]})
-    token = cp.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/ml-user/token",
-                       {"spec": {"expirationSeconds": 3600}})["status"]["token"]
+    cp.request(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        {"metadata": {"name": "ml-user"}, "rules": ML_USER_RULES},
+    )
+    cp.request(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "metadata": {"name": "ml-user"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ml-user"},
+            "subjects": [{"kind": "ServiceAccount", "name": "ml-user", "namespace": namespace}],
+        },
+    )
+    token = cp.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/ml-user/token", {"spec": {"expirationSeconds": 3600}}
+    )["status"]["token"]
     admin = yaml.safe_load(cp.kubeconfig_path.read_text())
     admin["users"] = [{"name": "ml-user", "user": {"token": token}}]
     for ctx in admin["contexts"]:
@@ -151,8 +201,9 @@ def test_on_the_real_control_plane_as_admin_a_job_can_run(real_control_plane, re
 
 
 @pytest.mark.real
-def test_on_the_real_control_plane_as_a_namespaced_service_account(real_control_plane, real_namespace, capsys,
-                                                                  tmp_path):
+def test_on_the_real_control_plane_as_a_namespaced_service_account(
+    real_control_plane, real_namespace, capsys, tmp_path
+):
     try:
         kubeconfig = _service_account_kubeconfig(real_control_plane, real_namespace, tmp_path)
     except urllib.error.HTTPError as e:
@@ -161,8 +212,11 @@ def test_on_the_real_control_plane_as_a_namespaced_service_account(real_control_
     text = "\n".join(lines)
     assert "ok    Trainer v2.3.0" in lines, text  # the public ConfigMap: readable by every authenticated user
     assert f"ok    may create trainjobs.trainer.kubeflow.org in {real_namespace}" in lines, text
-    assert line(lines, f"warn  may not delete jobsets.jobset.x-k8s.io in {real_namespace}: unavailable: moving a "
-                       "job off a failed node")
+    assert line(
+        lines,
+        f"warn  may not delete jobsets.jobset.x-k8s.io in {real_namespace}: unavailable: moving a "
+        "job off a failed node",
+    )
     assert line(lines, "warn  may not list nodes: unavailable:")
     assert line(lines, f"warn  may not create persistentvolumeclaims in {real_namespace}: unavailable:")
     assert line(lines, "warn  nodes: could not look")

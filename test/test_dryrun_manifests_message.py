@@ -32,9 +32,14 @@ def test_the_default_dry_run_does_not_name_a_directory_it_removes(capsys):
     out = printed(capsys)
     assert not exp_dir.exists()
     assert "manifestswrittento" not in out and squeeze(str(exp_dir)) not in out, out
-    assert squeeze("manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep them "
-                   "with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
-                   "--out DIR") in out, out
+    assert (
+        squeeze(
+            "manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep them "
+            "with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
+            "--out DIR"
+        )
+        in out
+    ), out
 
 
 def test_a_dry_run_that_keeps_the_directory_says_where_the_manifests_are(capsys):

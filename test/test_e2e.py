@@ -65,7 +65,9 @@ def test_script_task_runs_on_every_node_with_minimal_requests(cluster, executor)
     handle = job.handle
     # One runtime create, one TrainJob create, one ConfigMap, one resume: nothing else is written.
     assert writes(cluster) == [
-        ("create", "clustertrainingruntimes"), ("create", "trainjobs"), ("create", "configmaps"),
+        ("create", "clustertrainingruntimes"),
+        ("create", "trainjobs"),
+        ("create", "configmaps"),
         ("patch", "trainjobs"),
     ]
     name = trainjob_name(handle)
@@ -158,16 +160,29 @@ def test_status_while_running_then_cancel_removes_everything(cluster, executor):
     wait_for(lambda: scheduler.describe(app_id).state == AppState.RUNNING, "the job to run")
     name = trainjob_name(handle)
     # The local kubelet reports containerID "local://<pid>" for each running container.
-    pids = [int(cs["containerID"].rsplit("/", 1)[1]) for p in cluster.objects("pods", "default")
-            if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
-            for cs in p["status"].get("containerStatuses", []) if cs.get("containerID")]
+    pids = [
+        int(cs["containerID"].rsplit("/", 1)[1])
+        for p in cluster.objects("pods", "default")
+        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
+        for cs in p["status"].get("containerStatuses", [])
+        if cs.get("containerID")
+    ]
     assert len(pids) == 2 and all(_alive(pid) for pid in pids)
     scheduler.cancel(app_id)
-    wait_for(lambda: not [o for o in cluster.objects("configmaps", "default")
-                          if o["metadata"]["name"].startswith(name)], "the job's ConfigMaps to be deleted")
-    wait_for(lambda: not [p for p in cluster.objects("pods", "default")
-                          if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name],
-             "the job's pods to be deleted")
+    wait_for(
+        lambda: not [o for o in cluster.objects("configmaps", "default") if o["metadata"]["name"].startswith(name)],
+        "the job's ConfigMaps to be deleted",
+    )
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in cluster.objects("pods", "default")
+                if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
+            ]
+        ),
+        "the job's pods to be deleted",
+    )
     desc = scheduler.describe(app_id)
     assert desc.state == AppState.CANCELLED and "no longer exists" in desc.msg
     for pid in pids:
@@ -218,8 +233,9 @@ def test_reconnect_from_a_fresh_process(cluster, executor, nemorun_home):
     assert result["submission_path_loaded"] == []
     from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
-    wait_for(lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED,
-             "the job to be cancelled")
+    wait_for(
+        lambda: create_scheduler("t").describe(app_id_of(handle)).state == AppState.CANCELLED, "the job to be cancelled"
+    )
 
 
 def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home, console_script):
@@ -241,8 +257,10 @@ def test_nemo_experiment_cli_status_logs_cancel(cluster, executor, nemorun_home,
         return out.stdout + out.stderr
 
     assert "RUNNING" in nemo_cli("status", exp_id)
-    wait_for(lambda: "cli-marker-1" in "".join(scheduler.log_iter(app_id_of(handle), "cli", 1)),
-             "cli-marker-1 in node 1's log")
+    wait_for(
+        lambda: "cli-marker-1" in "".join(scheduler.log_iter(app_id_of(handle), "cli", 1)),
+        "cli-marker-1 in node 1's log",
+    )
     logs = nemo_cli("logs", exp_id, "0")
     assert "cli/0 cli-marker-0\n" in plain(logs) and "cli/1 cli-marker-1\n" in plain(logs), logs
     nemo_cli("cancel", exp_id, "0")

@@ -26,8 +26,15 @@ def run_example(script: str, *args: str, nemorun_home: Path, cluster=None) -> st
     if cluster is not None:
         env[LOCAL_KUBECONFIG_ENV] = str(cluster.kubeconfig_path)
     # One stream: NeMo-Run prints task logs on stderr and everything else on stdout.
-    proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=240, cwd=REPO, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-6000:]
     return proc.stdout
 
@@ -42,6 +49,7 @@ def load_manifests(directory: str) -> list[dict]:
 
 def trainjobs_of(cluster, experiment: str, task: str) -> list[dict]:
     """The TrainJobs of one task of the experiments titled ``experiment``."""
+
     def matches(job: dict) -> bool:
         labels = job["metadata"]["labels"]
         return labels[EXPERIMENT_LABEL].startswith(f"{experiment}_") and labels[TASK_LABEL] == task
@@ -64,8 +72,14 @@ def test_main_example_prints_each_log_line_with_one_prefix(nemorun_home):
 
 
 def test_train_entrypoint_dry_run_with_the_gpu_factory(nemorun_home):
-    out = run_example("train_entrypoint.py", "run.executor=kubeflow_gpu", "run.executor.nodes=2", "steps=7",
-                      "--dryrun", nemorun_home=nemorun_home)
+    out = run_example(
+        "train_entrypoint.py",
+        "run.executor=kubeflow_gpu",
+        "run.executor.nodes=2",
+        "steps=7",
+        "--dryrun",
+        nemorun_home=nemorun_home,
+    )
     assert "Dry run for task __main__:train" in out
     assert re.search(r"│ steps\s+│ 7\s+│", out)
     assert "KubeflowExecutor(" in out and "nodes=2" in out and "gpus_per_node=8" in out
@@ -73,8 +87,14 @@ def test_train_entrypoint_dry_run_with_the_gpu_factory(nemorun_home):
 
 @pytest.mark.needs_torch
 def test_train_entrypoint_runs_on_the_local_cluster(cluster, nemorun_home):
-    out = run_example("train_entrypoint.py", "run.executor=kubeflow_local", "run.executor.nodes=2", "--yes",
-                      nemorun_home=nemorun_home, cluster=cluster)
+    out = run_example(
+        "train_entrypoint.py",
+        "run.executor=kubeflow_local",
+        "run.executor.nodes=2",
+        "--yes",
+        nemorun_home=nemorun_home,
+        cluster=cluster,
+    )
     # Gradients are all-reduced, so both ranks converge to the same weights.
     assert "rank 0/2: w=3.000 b=1.000" in out and "rank 1/2: w=3.000 b=1.000" in out, out[-3000:]
     [job] = trainjobs_of(cluster, "train", "train")
@@ -99,8 +119,9 @@ def test_multi_task_dry_run_writes_every_tasks_manifests(nemorun_home):
     dirs = dict(re.findall(r"^(\w+): manifests in (\S+)$", out, re.MULTILINE))
     assert sorted(dirs) == ["check", "prepare", "train"]
     manifests = {task: load_manifests(d) for task, d in dirs.items()}
-    runtimes = {o["metadata"]["name"] for objs in manifests.values() for o in objs
-                if o["kind"] == "ClusterTrainingRuntime"}
+    runtimes = {
+        o["metadata"]["name"] for objs in manifests.values() for o in objs if o["kind"] == "ClusterTrainingRuntime"
+    }
     assert len(runtimes) == 1  # identical settings share one runtime
     [train] = [o for o in manifests["train"] if o["kind"] == "TrainJob"]
     assert "nemo_run.core.runners.fdl_runner" in train["spec"]["trainer"]["args"][0]

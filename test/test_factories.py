@@ -39,8 +39,13 @@ def test_factories_resolve_in_a_fresh_process_without_importing_the_package(tmp_
         out["imported"] = sorted(set(sys.modules) - before)
         print(json.dumps(out))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=cli_env(nemorun_home, **{LOCAL_KUBECONFIG_ENV: str(kubeconfig)}))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(nemorun_home, **{LOCAL_KUBECONFIG_ENV: str(kubeconfig)}),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -54,8 +59,14 @@ def test_factories_resolve_in_a_fresh_process_without_importing_the_package(tmp_
     assert tcpxo["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert local["kubeconfig"] == str(kubeconfig) and local["gpus_per_node"] == 0
     # The entry point is loaded for every `nemo` command: it must not drag in the heavy modules.
-    heavy = {"nemo_kubeflow.nemo_run.scheduler", "nemo_kubeflow.schema.validation", "nemo_kubeflow.build.render", "jinja2",
-             "kubeflow_trainer_api", "nemo_kubeflow.cli.main"}
+    heavy = {
+        "nemo_kubeflow.nemo_run.scheduler",
+        "nemo_kubeflow.schema.validation",
+        "nemo_kubeflow.build.render",
+        "jinja2",
+        "kubeflow_trainer_api",
+        "nemo_kubeflow.cli.main",
+    }
     assert heavy.isdisjoint(out["imported"]), heavy & set(out["imported"])
 
 
@@ -63,13 +74,15 @@ def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemo
     # A third-party package with its own nemo_run.cli entry point; it never imports nemo_kubeflow.
     site = tmp_path / "site"
     (site / "probe_pkg").mkdir(parents=True)
-    (site / "probe_pkg" / "__init__.py").write_text(textwrap.dedent("""
+    (site / "probe_pkg" / "__init__.py").write_text(
+        textwrap.dedent("""
         import nemo_run as run
 
         @run.cli.entrypoint(namespace="probe")
         def hello(name: str = "world") -> None:
             print(f"hello {name}")
-    """))
+    """)
+    )
     dist = site / "probe_pkg-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-pkg\nVersion: 0.1\n")
@@ -77,10 +90,20 @@ def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemo
     pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
 
     proc = subprocess.run(
-        [console_script("nemo"), "probe", "hello", "name=kubeflow", "run.executor=kubeflow_gpu",
-         "run.executor.nodes=2",
-         "run.executor.namespace=team", "--dryrun"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            console_script("nemo"),
+            "probe",
+            "hello",
+            "name=kubeflow",
+            "run.executor=kubeflow_gpu",
+            "run.executor.nodes=2",
+            "run.executor.namespace=team",
+            "--dryrun",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env=cli_env(nemorun_home, PYTHONPATH=pythonpath),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -93,9 +116,20 @@ def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemo
 
 def test_nemo_finds_the_example_entrypoint_through_the_workspace_file(nemorun_home, console_script):
     proc = subprocess.run(
-        [console_script("nemo"), "kubeflow", "train", "run.executor=kubeflow_gpu", "run.executor.nodes=2", "steps=7",
-         "--dryrun"],
-        capture_output=True, text=True, timeout=120, cwd=REPO / "examples" / "kubeflow", env=cli_env(nemorun_home),
+        [
+            console_script("nemo"),
+            "kubeflow",
+            "train",
+            "run.executor=kubeflow_gpu",
+            "run.executor.nodes=2",
+            "steps=7",
+            "--dryrun",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO / "examples" / "kubeflow",
+        env=cli_env(nemorun_home),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Dry run for task train_entrypoint:train" in proc.stdout, proc.stdout[-3000:]

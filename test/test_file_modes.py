@@ -11,10 +11,10 @@ from torchx.specs import AppState, parse_app_handle
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
-REPORT = '''import json, os, stat
+REPORT = """import json, os, stat
 print("MODES " + json.dumps({n: oct(stat.S_IMODE(os.stat(n).st_mode)) for n in ("key.pem", "run.sh", "report.py")}),
       flush=True)
-'''
+"""
 
 
 @pytest.mark.parametrize("mode", ["plain", "sharded"])
@@ -28,7 +28,9 @@ def test_shipped_files_keep_their_modes(local, tmp_path, mode):
     os.chmod(code / "key.pem", 0o600)
     os.chmod(code / "run.sh", 0o750)
     executor = KubeflowExecutor(
-        container_image="python:3.11", kubeconfig=str(local.kubeconfig_path), shm_size=None,
+        container_image="python:3.11",
+        kubeconfig=str(local.kubeconfig_path),
+        shm_size=None,
         packager=ConfigMapPackager(relative_path=str(code), include_pattern="*", mode=mode),
     )
     with run.Experiment(f"modes-{mode}", executor=executor, log_level="WARN") as exp:

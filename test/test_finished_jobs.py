@@ -26,14 +26,21 @@ def client(cluster):
 
 
 def executor(cluster, namespace: str, **fields) -> KubeflowExecutor:
-    return KubeflowExecutor(container_image="python:3.11", nodes=1, namespace=namespace, shm_size=None,
-                            kubeconfig=str(cluster.kubeconfig_path), **fields)
+    return KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=1,
+        namespace=namespace,
+        shm_size=None,
+        kubeconfig=str(cluster.kubeconfig_path),
+        **fields,
+    )
 
 
 def submit_job(cluster, client, namespace: str, experiment_id: str, script: str = "echo done", **fields):
     """Submit one task the way the scheduler does; returns the Submission."""
-    sub = console.render_submission(executor(cluster, namespace, **fields), [script], name="task",
-                                 experiment_id=experiment_id)
+    sub = console.render_submission(
+        executor(cluster, namespace, **fields), [script], name="task", experiment_id=experiment_id
+    )
     submit(client, sub)
     return sub
 
@@ -41,15 +48,22 @@ def submit_job(cluster, client, namespace: str, experiment_id: str, script: str 
 def finished_condition(client, namespace: str, name: str, timeout: float = 60.0) -> dict:
     def finished():
         job = client.get(TRAINJOB_KIND, name, namespace) or {}
-        return next((c for c in (job.get("status") or {}).get("conditions") or []
-                     if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
+        return next(
+            (
+                c
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c["type"] in ("Complete", "Failed") and c["status"] == "True"
+            ),
+            None,
+        )
 
     return wait_for(finished, f"TrainJob {namespace}/{name} to finish", timeout=timeout, interval=0.1)
 
 
 def pods_of(cluster, namespace: str, name: str) -> list[dict]:
-    return [p for p in cluster.objects("pods", namespace)
-            if p["metadata"].get("labels", {}).get(JOBSET_NAME_LABEL) == name]
+    return [
+        p for p in cluster.objects("pods", namespace) if p["metadata"].get("labels", {}).get(JOBSET_NAME_LABEL) == name
+    ]
 
 
 def names(cluster, resource: str, namespace: str) -> set[str]:
@@ -86,19 +100,23 @@ def test_ttl_out_of_range_is_refused_before_anything_is_sent(cluster):
 
 def foreign_trainjob(client, namespace: str, like: dict, name: str) -> None:
     """A finished TrainJob somebody made by hand on our runtime: no nemo-kubeflow labels."""
-    client.create({
-        "apiVersion": like["apiVersion"], "kind": TRAINJOB_KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"runtimeRef": like["spec"]["runtimeRef"],
-                 "trainer": {"command": ["bash", "-c", "echo by hand"]}},
-    })
+    client.create(
+        {
+            "apiVersion": like["apiVersion"],
+            "kind": TRAINJOB_KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"runtimeRef": like["spec"]["runtimeRef"], "trainer": {"command": ["bash", "-c", "echo by hand"]}},
+        }
+    )
     finished_condition(client, namespace, name)
 
 
 def test_gc_by_experiment_deletes_its_finished_jobs_and_what_they_own_only(cluster, client, capsys, monkeypatch):
     cluster.create_namespace("gc-exp")
     monkeypatch.setenv("GC_TEST_TOKEN", "s3cret")
-    a = submit_job(cluster, client, "gc-exp", "exp-a_1795319744650370646", secret_env_vars={"TOKEN": "env:GC_TEST_TOKEN"})
+    a = submit_job(
+        cluster, client, "gc-exp", "exp-a_1795319744650370646", secret_env_vars={"TOKEN": "env:GC_TEST_TOKEN"}
+    )
     b = submit_job(cluster, client, "gc-exp", "exp-b_1795319744650370647")
     for sub in (a, b):
         finished_condition(client, "gc-exp", sub.name)
@@ -109,7 +127,8 @@ def test_gc_by_experiment_deletes_its_finished_jobs_and_what_they_own_only(clust
     out, err = gc(capsys, cluster, "-n", "gc-exp", "--experiment", "exp-a", "--dry-run")
     lines = out.splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"would delete TrainJob/{a.name} (namespace gc-exp): SUCCEEDED, finished "), out
+        f"would delete TrainJob/{a.name} (namespace gc-exp): SUCCEEDED, finished "
+    ), out
     assert lines[0].endswith(" ago")
     assert "TrainJobs: would delete 1 finished" in err
     assert {a.name, b.name, "by-hand"} <= names(cluster, "trainjobs", "gc-exp")
@@ -117,8 +136,17 @@ def test_gc_by_experiment_deletes_its_finished_jobs_and_what_they_own_only(clust
     # By id: that experiment's TrainJob goes, and the garbage collector takes its ConfigMaps and Secret.
     out, _ = gc(capsys, cluster, "-n", "gc-exp", "--experiment", "exp-a_1795319744650370646")
     assert out.startswith(f"deleted TrainJob/{a.name} (namespace gc-exp): SUCCEEDED") and out.count("\n") == 1
-    cluster.wait_for(lambda: not [n for kind in ("configmaps", "secrets", "trainjobs")
-                                  for n in names(cluster, kind, "gc-exp") if n.startswith(a.name)], timeout=30)
+    cluster.wait_for(
+        lambda: (
+            not [
+                n
+                for kind in ("configmaps", "secrets", "trainjobs")
+                for n in names(cluster, kind, "gc-exp")
+                if n.startswith(a.name)
+            ]
+        ),
+        timeout=30,
+    )
     assert not pods_of(cluster, "gc-exp", a.name)
     assert {b.name, "by-hand"} <= names(cluster, "trainjobs", "gc-exp")
 
@@ -139,10 +167,13 @@ def test_gc_older_than_counts_from_when_the_job_finished(cluster, client, capsys
     # Finished eight days ago: the status subresource, as Trainer writes it.
     job = client.get(TRAINJOB_KIND, old.name, "gc-age")
     eight_days_ago = (datetime.now(timezone.utc) - timedelta(days=8)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    conditions = [{**c, "lastTransitionTime": eight_days_ago} if c["type"] == "Complete" else c
-                  for c in job["status"]["conditions"]]
+    conditions = [
+        {**c, "lastTransitionTime": eight_days_ago} if c["type"] == "Complete" else c
+        for c in job["status"]["conditions"]
+    ]
     CustomObjectsApi(client.api_client).patch_namespaced_custom_object_status(
-        "trainer.kubeflow.org", "v1alpha1", "gc-age", "trainjobs", old.name, {"status": {"conditions": conditions}})
+        "trainer.kubeflow.org", "v1alpha1", "gc-age", "trainjobs", old.name, {"status": {"conditions": conditions}}
+    )
 
     out, err = gc(capsys, cluster, "-n", "gc-age", "--older-than", "7d", "--dry-run")
     assert out == f"would delete TrainJob/{old.name} (namespace gc-age): SUCCEEDED, finished 8d ago\n"
@@ -157,7 +188,11 @@ def test_gc_without_a_selection_keeps_finished_jobs_and_says_how_to_delete_them(
     sub = submit_job(cluster, client, "gc-hint", "hint_1795319744650370646")
     finished_condition(client, "gc-hint", sub.name)
     out, err = gc(capsys, cluster, "-n", "gc-hint", "--min-age", "0")
-    assert out == "" and "1 finished TrainJob(s) kept" in err and "--finished, --experiment, --older-than or --expired" in err
+    assert (
+        out == ""
+        and "1 finished TrainJob(s) kept" in err
+        and "--finished, --experiment, --older-than or --expired" in err
+    )
     assert sub.name in names(cluster, "trainjobs", "gc-hint")
 
 
@@ -190,8 +225,13 @@ def test_gc_deletes_only_the_trainjob_it_listed_not_one_recreated_under_its_name
     # gc meets the same answer when a job is replaced between its list and its delete: it keeps it.
     ours = submit_job(cluster, client, "gc-uid", "uid_1795319744650370647")
     finished_condition(client, "gc-uid", ours.name)
-    fault = cluster.inject_fault(verb="delete", resource="trainjobs", status=409, reason="Conflict",
-                                 message="Precondition failed: UID in precondition: x, UID in object meta: y")
+    fault = cluster.inject_fault(
+        verb="delete",
+        resource="trainjobs",
+        status=409,
+        reason="Conflict",
+        message="Precondition failed: UID in precondition: x, UID in object meta: y",
+    )
     out, err = gc(capsys, cluster, "-n", "gc-uid", "--finished")
     assert fault.fired and out == ""
     assert f"kept TrainJob/{ours.name} (namespace gc-uid): replaced by a new TrainJob since it was listed" in err
@@ -213,8 +253,9 @@ def run_experiment(cluster, namespace: str, title: str, script: str, **run_optio
 def test_a_running_job_survives_gc_and_its_cancel_says_nothing_more(cluster, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")  # NeMo-Run's console: one line per message
     exp, name = run_experiment(cluster, "gc-run", "gc-running", "echo started; sleep 300", detach=True)
-    cluster.wait_for(lambda: any(p.get("status", {}).get("phase") == "Running"
-                                 for p in pods_of(cluster, "gc-run", name)), timeout=60)
+    cluster.wait_for(
+        lambda: any(p.get("status", {}).get("phase") == "Running" for p in pods_of(cluster, "gc-run", name)), timeout=60
+    )
     out, err = gc(capsys, cluster, "-n", "gc-run", "--finished", "--experiment", "gc-running", "--older-than", "0s")
     assert out == "" and "kept 1 not finished" in err
     assert name in names(cluster, "trainjobs", "gc-run")
@@ -225,8 +266,9 @@ def test_a_running_job_survives_gc_and_its_cancel_says_nothing_more(cluster, cap
     cluster.wait_for(lambda: name not in names(cluster, "trainjobs", "gc-run"), timeout=30)
 
 
-def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster, capsys, monkeypatch, nemorun_home,
-                                                                     console_script):
+def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(
+    cluster, capsys, monkeypatch, nemorun_home, console_script
+):
     monkeypatch.setenv("COLUMNS", "1000")
     exp, name = run_experiment(cluster, "cancel", "done-cancel", "echo done", sequential=True)
     assert name in names(cluster, "trainjobs", "cancel")
@@ -237,16 +279,18 @@ def test_cancel_of_a_finished_job_says_it_finished_and_how_to_remove_it(cluster,
     assert f"TrainJob cancel/{name} already finished (SUCCEEDED), so cancel deleted nothing" in out, out
     suggested = out.split("Remove them with `", 1)[1].split("`", 1)[0]
     experiment = label_value(exp._id)
-    assert suggested == (f"nemo-kubeflow gc --namespace cancel --experiment {experiment} "
-                         f"--kubeconfig {cluster.kubeconfig_path}")
+    assert suggested == (
+        f"nemo-kubeflow gc --namespace cancel --experiment {experiment} --kubeconfig {cluster.kubeconfig_path}"
+    )
     assert f"kubectl delete trainjob {name} -n cancel" in out and "ttl_seconds_after_finished" in out
     assert name in names(cluster, "trainjobs", "cancel")  # cancel itself deleted nothing
 
     # The same from `nemo experiment cancel`, in a new process.
     nemo = console_script("nemo")
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "1000"}
-    cli = subprocess.run([nemo, "experiment", "cancel", exp._id, "0"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    cli = subprocess.run(
+        [nemo, "experiment", "cancel", exp._id, "0"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert f"TrainJob cancel/{name} already finished (SUCCEEDED)" in cli.stdout + cli.stderr
 

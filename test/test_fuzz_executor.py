@@ -19,9 +19,13 @@ FIELDS = sorted(f.name for f in dataclasses.fields(KubeflowExecutor) if f.init a
 #: Text with what Kubernetes, bash, YAML and NeMo-Run's macros treat specially.
 TRICKY = st.text(alphabet=st.sampled_from(list("aZ09 $()${}`'\"\\;|&-_./:=#\n")), max_size=16)
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
-    st.floats(allow_nan=False, allow_infinity=False), TRICKY,
-    st.lists(TRICKY, max_size=3), st.dictionaries(TRICKY, TRICKY, max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    TRICKY,
+    st.lists(TRICKY, max_size=3),
+    st.dictionaries(TRICKY, TRICKY, max_size=3),
 )
 ARGS = ["$(A)", "a$$b", "$$(A)", "'$(touch pwned)'", "end$"]
 ENV = {"A": "'$(touch pwned)'", "B": "x$$y", "C": "$(A)"}
@@ -33,8 +37,13 @@ def submission(executor: KubeflowExecutor):
 
 
 @seed(20261127)
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(field=st.sampled_from(FIELDS), value=VALUES)
 def test_a_fuzzed_field_is_refused_by_name_or_arrives_as_given(field, value):
     try:

@@ -3,7 +3,6 @@ with the stand-in of nemo_kubeflow_local.kubelet.initializer_image), and a faili
 The pure builders (the SDK's types, the runtime's initializer jobs, the golden file) are in
 test/unit/build/test_initializers.py."""
 
-
 import nemo_run as run
 from kubeflow.trainer import (
     HuggingFaceDatasetInitializer,
@@ -41,12 +40,21 @@ def test_local_initializer_copies_a_file_source(tmp_path, monkeypatch):
 
 def local_executor(cluster, dataset_uri: str, model_uri: str) -> KubeflowExecutor:
     return KubeflowExecutor(
-        container_image="python:3.11", nodes=2, kubeconfig=str(cluster.kubeconfig_path), shm_size=None,
-        initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri=dataset_uri),
-                                model=HuggingFaceModelInitializer(storage_uri=model_uri)),
+        container_image="python:3.11",
+        nodes=2,
+        kubeconfig=str(cluster.kubeconfig_path),
+        shm_size=None,
+        initializer=Initializer(
+            dataset=HuggingFaceDatasetInitializer(storage_uri=dataset_uri),
+            model=HuggingFaceModelInitializer(storage_uri=model_uri),
+        ),
         initializer_settings=inits.InitializerSettings(
-            claim_name="init-cache", create_claim=True, claim_size="1Gi",
-            dataset_command=local_initializer.command("dataset"), model_command=local_initializer.command("model")),
+            claim_name="init-cache",
+            create_claim=True,
+            claim_size="1Gi",
+            dataset_command=local_initializer.command("dataset"),
+            model_command=local_initializer.command("model"),
+        ),
     )
 
 
@@ -76,8 +84,10 @@ def test_local_cluster_runs_the_initializers_before_training(cluster, tmp_path):
         log = core.read_namespaced_pod_log(step_pod.metadata.name, "default", container=step)
         assert "copied 1 file(s)" in log
         node_pods = core.list_namespaced_pod("default", label_selector=step_selector(name, "node")).items
-        assert all(p.metadata.creation_timestamp >= step_pod.status.container_statuses[0].state.terminated.finished_at
-                   for p in node_pods)
+        assert all(
+            p.metadata.creation_timestamp >= step_pod.status.container_statuses[0].state.terminated.finished_at
+            for p in node_pods
+        )
 
 
 def test_a_failing_initializer_fails_the_job_with_its_message(cluster, tmp_path):
@@ -87,8 +97,11 @@ def test_a_failing_initializer_fails_the_job_with_its_message(cluster, tmp_path)
     name = app_id.split(":", 1)[1]
     desc = create_scheduler("t").describe(app_id)
     assert f"{name}-dataset-initializer-0" in desc.msg  # Trainer's condition names the step's job
-    pods = [p for p in cluster.objects("pods", "default") if p["metadata"]["labels"].get(
-        "jobset.sigs.k8s.io/jobset-name") == name]
+    pods = [
+        p
+        for p in cluster.objects("pods", "default")
+        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
+    ]
     detail = failed_step(pods)
     assert detail.startswith("dataset-initializer (pod ") and f"{tmp_path / 'missing'} does not exist" in detail
     assert not any(p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "node" for p in pods)

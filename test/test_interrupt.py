@@ -36,31 +36,49 @@ class Script:
         self.out_path = tmp_path / "out.txt"
         self.out = open(self.out_path, "w")
         self.title = title
-        self.proc = subprocess.Popen([sys.executable, str(tmp_path / "exp.py"), str(local.kubeconfig_path), title],
-                                     stdout=self.out, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                     env={**os.environ, "COLUMNS": "300"}, preexec_fn=sigint_as_in_a_terminal)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(tmp_path / "exp.py"), str(local.kubeconfig_path), title],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "300"},
+            preexec_fn=sigint_as_in_a_terminal,
+        )
 
     def output(self) -> str:
         return self.out_path.read_text()
 
     def wait_for(self, predicate, what: str, timeout=90.0):
         """``polling.wait_for`` while the script runs: it fails at once, with the output, if the script ended."""
+
         def still_running():
             assert self.proc.poll() is None, f"the script ended early:\n{self.output()[-3000:]}"
 
-        return wait_for(predicate, what, timeout=timeout, interval=0.1, still_worth_it=still_running,
-                        detail=lambda: f"output:\n{self.output()[-3000:]}")
+        return wait_for(
+            predicate,
+            what,
+            timeout=timeout,
+            interval=0.1,
+            still_worth_it=still_running,
+            detail=lambda: f"output:\n{self.output()[-3000:]}",
+        )
 
     def exp_id(self) -> str:
-        return self.wait_for(lambda: next((line.split()[1] for line in self.output().splitlines()
-                                           if line.startswith("EXPERIMENT ")), None), "the experiment's id")
+        return self.wait_for(
+            lambda: next(
+                (line.split()[1] for line in self.output().splitlines() if line.startswith("EXPERIMENT ")), None
+            ),
+            "the experiment's id",
+        )
 
     def exit_code(self, timeout=30.0) -> int:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise AssertionError(f"the script did not end {timeout:.0f}s after Ctrl-C:\n{self.output()[-3000:]}") from None
+            raise AssertionError(
+                f"the script did not end {timeout:.0f}s after Ctrl-C:\n{self.output()[-3000:]}"
+            ) from None
         finally:
             self.out.close()
 
@@ -71,8 +89,11 @@ def trainjob_of(local, title):
 
 
 def running_pod(local, trainjob):
-    return any(p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == trainjob
-               and (p.get("status") or {}).get("phase") == "Running" for p in local.objects("pods", "default"))
+    return any(
+        p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == trainjob
+        and (p.get("status") or {}).get("phase") == "Running"
+        for p in local.objects("pods", "default")
+    )
 
 
 def recorded_app_id(exp_id):

@@ -38,8 +38,14 @@ HOLD = 4.0  # seconds the local cluster holds the request the Ctrl-C comes durin
 def start(local, tmp_path, title):
     (tmp_path / "exp.py").write_text(SCRIPT)
     out = open(tmp_path / "out.txt", "w")
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "exp.py"), str(local.kubeconfig_path), title],
-                            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "COLUMNS": "300"}, preexec_fn=sigint_as_in_a_terminal)
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "exp.py"), str(local.kubeconfig_path), title],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "300"},
+        preexec_fn=sigint_as_in_a_terminal,
+    )
     return proc, out
 
 
@@ -55,9 +61,15 @@ def ended(proc, out, tmp_path) -> tuple[int, str]:
 
 def ctrl_c_when_held(proc, held, tmp_path) -> None:
     """SIGINT once the request ``held`` (a local-cluster fault that delays it) has reached the server."""
-    wait_for(lambda: held.fired >= 1, "the held request", timeout=90, interval=0.05,
-             still_worth_it=lambda: proc.poll() is None or (_ for _ in ()).throw(
-                 AssertionError((tmp_path / "out.txt").read_text()[-3000:])))
+    wait_for(
+        lambda: held.fired >= 1,
+        "the held request",
+        timeout=90,
+        interval=0.05,
+        still_worth_it=lambda: (
+            proc.poll() is None or (_ for _ in ()).throw(AssertionError((tmp_path / "out.txt").read_text()[-3000:]))
+        ),
+    )
     os.kill(proc.pid, signal.SIGINT)
 
 
@@ -80,14 +92,23 @@ def test_ctrl_c_before_the_resume_deletes_what_was_created_and_stops(local, tmp_
         code, text = ended(proc, out, tmp_path)
     assert code == -signal.SIGINT, text  # ended by the Ctrl-C (a shell shows 130)
     assert "the script went on" not in text and "the script ended normally" not in text
-    [name] = {line.split("TrainJob default/")[1].split()[0] for line in text.splitlines()
-              if "Ctrl-C: the submission of TrainJob default/" in line}
-    assert (f"Ctrl-C: the submission of TrainJob default/{name} was stopped before the job started; what it had "
-            "created was deleted, nothing ran on the cluster.") in text, text
+    [name] = {
+        line.split("TrainJob default/")[1].split()[0]
+        for line in text.splitlines()
+        if "Ctrl-C: the submission of TrainJob default/" in line
+    }
+    assert (
+        f"Ctrl-C: the submission of TrainJob default/{name} was stopped before the job started; what it had "
+        "created was deleted, nothing ran on the cluster."
+    ) in text, text
     assert not any(r.verb == "patch" and r.resource == "trainjobs" and r.name == name for r in local.requests)
     # Nothing is left: the TrainJob, and the ConfigMap the held request created after it (garbage-collected).
-    local.wait_for(lambda: not ours(local, "trainjobs", name) and not ours(local, "configmaps", name)
-                   and not ours(local, "pods", name), timeout=20)
+    local.wait_for(
+        lambda: (
+            not ours(local, "trainjobs", name) and not ours(local, "configmaps", name) and not ours(local, "pods", name)
+        ),
+        timeout=20,
+    )
 
 
 def test_ctrl_c_after_the_resume_records_the_job_says_how_to_cancel_it_and_stops(local, tmp_path):

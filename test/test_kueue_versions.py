@@ -22,20 +22,32 @@ from nemo_kubeflow_local import LocalCluster
 
 
 def _queue(api_client, name: str, version: str, stop_policy: str = "None") -> None:
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(KUEUE_GROUP, version, "default", "localqueues", {
-        "apiVersion": f"{KUEUE_GROUP}/{version}", "kind": "LocalQueue", "metadata": {"name": name},
-        "spec": {"clusterQueue": "cluster-queue", "stopPolicy": stop_policy}})
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        KUEUE_GROUP,
+        version,
+        "default",
+        "localqueues",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/{version}",
+            "kind": "LocalQueue",
+            "metadata": {"name": name},
+            "spec": {"clusterQueue": "cluster-queue", "stopPolicy": stop_policy},
+        },
+    )
 
 
 def _kueue_requests(local) -> list:
     return [r.path for r in local.requests if r.path.startswith(f"/apis/{KUEUE_GROUP}")]
 
 
-@pytest.mark.parametrize("served, expected", [
-    (("v1beta2", "v1beta1"), "v1beta2"),
-    (("v1beta2",), "v1beta2"),
-    (("v1beta1",), "v1beta1"),
-])
+@pytest.mark.parametrize(
+    "served, expected",
+    [
+        (("v1beta2", "v1beta1"), "v1beta2"),
+        (("v1beta2",), "v1beta2"),
+        (("v1beta1",), "v1beta1"),
+    ],
+)
 def test_queue_lookups_use_the_preferred_version_the_server_serves(tmp_path, served, expected):
     with LocalCluster(workdir=tmp_path / "cluster", kueue_versions=served) as local:
         assert kueue_version(local.api_client()) == expected
@@ -62,8 +74,14 @@ def test_a_kueue_that_serves_only_v1beta2_still_says_why_a_job_waits(tmp_path, m
         assert gone.value.status == 404
         local.clear_requests()
         _queue(local.api_client(), "waiting", "v1beta2", stop_policy="Hold")
-        executor = KubeflowExecutor(container_image="python:3.11", nodes=1, shm_size=None, queue_name="waiting",
-                                    kubeconfig=str(local.kubeconfig_path), experiment_id="v1beta2only_1")
+        executor = KubeflowExecutor(
+            container_image="python:3.11",
+            nodes=1,
+            shm_size=None,
+            queue_name="waiting",
+            kubeconfig=str(local.kubeconfig_path),
+            experiment_id="v1beta2only_1",
+        )
         role = executor.macro_values().apply(torchrun.torchrun("train.py", script="train.py", j="1x1").roles[0])
         sub = build_submission(executor, role, [BundleFile("code/train.py", b"print('hi')\n", 0o644)], task_name="t")
         submit(KubernetesCluster(str(local.kubeconfig_path)), sub)
@@ -75,8 +93,9 @@ def test_a_kueue_that_serves_only_v1beta2_still_says_why_a_job_waits(tmp_path, m
                 break
             time.sleep(0.2)
             desc = scheduler.describe(app_id)
-        assert desc is not None and desc.msg == ("waiting for queue waiting to admit it: Inadmissible: LocalQueue "
-                                                 "waiting is inactive"), desc and desc.msg
+        assert desc is not None and desc.msg == (
+            "waiting for queue waiting to admit it: Inadmissible: LocalQueue waiting is inactive"
+        ), desc and desc.msg
         assert not [r for r in local.requests if r.path.startswith(f"/apis/{KUEUE_GROUP}/v1beta1")]
 
 
@@ -84,9 +103,17 @@ def test_the_local_cluster_converts_v1beta1_objects_to_and_from_v1beta2(tmp_path
     """Serving both, one stored object reads in either version with that version's fields."""
     with LocalCluster(workdir=tmp_path / "cluster") as local:
         custom = client.CustomObjectsApi(local.api_client())
-        custom.create_cluster_custom_object(KUEUE_GROUP, "v1beta1", "clusterqueues", {
-            "apiVersion": f"{KUEUE_GROUP}/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "cq"},
-            "spec": {"cohort": "team", "namespaceSelector": {}, "resourceGroups": []}})
+        custom.create_cluster_custom_object(
+            KUEUE_GROUP,
+            "v1beta1",
+            "clusterqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/v1beta1",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "cq"},
+                "spec": {"cohort": "team", "namespaceSelector": {}, "resourceGroups": []},
+            },
+        )
         new = custom.get_cluster_custom_object(KUEUE_GROUP, "v1beta2", "clusterqueues", "cq")
         old = custom.get_cluster_custom_object(KUEUE_GROUP, "v1beta1", "clusterqueues", "cq")
         assert new["apiVersion"] == f"{KUEUE_GROUP}/v1beta2" and new["spec"]["cohortName"] == "team"
@@ -104,9 +131,18 @@ def test_the_real_kueue_is_read_in_the_version_it_serves(real_control_plane, rea
     expected = ("v1beta2",) if not real_control_plane.kueue_v1beta1_served else ("v1beta2", "v1beta1")
     assert served == expected
     api = client.ApiClient(cluster.api_client.configuration)
-    client.CustomObjectsApi(api).create_namespaced_custom_object(KUEUE_GROUP, "v1beta2", real_namespace, "localqueues", {
-        "apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team"},
-        "spec": {"clusterQueue": "cluster-queue"}})
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        KUEUE_GROUP,
+        "v1beta2",
+        real_namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "team"},
+            "spec": {"clusterQueue": "cluster-queue"},
+        },
+    )
     check_queue(cluster, real_namespace, "team")
     with pytest.raises(NotFoundError, match="queues in this namespace: team"):
         check_queue(cluster, real_namespace, "missing")

@@ -14,11 +14,11 @@ CANARY = "canary-literal-5e2b7c"
 
 #: Prints what the process got (argv, the env values of the test) as one JSON line, and whether a file
 #: named `pwned` exists in its working directory.
-RECORDER = '''import json, os, sys
+RECORDER = """import json, os, sys
 names = ("A", "DOLLARS", "REF", "PLAIN")
 print("GOT " + json.dumps({"argv": sys.argv[1:], "env": {n: os.environ.get(n) for n in names},
                            "pwned": os.path.exists("pwned")}), flush=True)
-'''
+"""
 
 ARGS = ["$(A)", "$(TOK)", "$(PLAIN)", "a$$b", "$$(A)", "$HOME", "$(", "end$", "${node_rank_var}"]
 #: NeMo-Run's executor macros (`${node_rank_var}`...) are still replaced by the name of the variable.
@@ -30,8 +30,11 @@ def test_args_and_env_values_arrive_literally(local, tmp_path, monkeypatch):
     monkeypatch.setenv("LITERAL_TOK_SRC", CANARY)
     (tmp_path / "record.py").write_text(RECORDER)
     executor = KubeflowExecutor(
-        container_image="python:3.11", kubeconfig=str(local.kubeconfig_path), shm_size=None,
-        env_vars=dict(ENV), secret_env_vars={"TOK": "env:LITERAL_TOK_SRC"},
+        container_image="python:3.11",
+        kubeconfig=str(local.kubeconfig_path),
+        shm_size=None,
+        env_vars=dict(ENV),
+        secret_env_vars={"TOK": "env:LITERAL_TOK_SRC"},
         packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="record.py"),
     )
     with run.Experiment("literal", executor=executor, log_level="WARN") as exp:

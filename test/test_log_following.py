@@ -18,8 +18,9 @@ from nemo_kubeflow.observe.logs import LOG_READERS
 
 
 def submit(local, name, script, nodes=2, **kw):
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=nodes, shm_size=None,
-                                kubeconfig=str(local.kubeconfig_path), **kw)
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=nodes, shm_size=None, kubeconfig=str(local.kubeconfig_path), **kw
+    )
     with run.Experiment(name, executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline=script), name=name)
         exp.run(detach=True)
@@ -84,11 +85,11 @@ def test_a_small_job_is_followed_with_a_stream_per_node_and_a_quiet_one_costs_no
     for k in range(2):
         [pod] = [p for p in local.objects("pods", "default") if p["metadata"]["name"].startswith(f"{name}-node-0-{k}-")]
         finished = datetime.fromisoformat(
-            pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"].replace("Z", "+00:00"))
+            pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"].replace("Z", "+00:00")
+        )
         # While the node ran (its end known to the second), one request: the stream. Polling read it again
         # and again (every 0.15 s, backing off to 2 s while it printed nothing).
-        while_running = [r for r in log_requests(local, pod["metadata"]["name"])
-                         if r.time < finished.timestamp() - 1]
+        while_running = [r for r in log_requests(local, pod["metadata"]["name"]) if r.time < finished.timestamp() - 1]
         assert [r.query.get("follow") for r in while_running] == ["true"], [r.query for r in while_running]
     local.wait_for(lambda: not open_streams(local, name) and no_reader_threads(name), timeout=10)
 
@@ -119,9 +120,11 @@ def test_a_stream_the_server_closes_mid_job_loses_and_repeats_nothing(local, abr
 
 
 def test_a_nodes_new_pod_after_a_gang_restart_is_followed_with_a_stream(local):
-    script = ('if [ ! -f /data/tried-$PET_NODE_RANK ]; then touch /data/tried-$PET_NODE_RANK; '
-              'echo "attempt one"; sleep 2; exit 5; fi\n'
-              'for i in $(seq 1 20); do echo "attempt two $i"; sleep 0.1; done')
+    script = (
+        "if [ ! -f /data/tried-$PET_NODE_RANK ]; then touch /data/tried-$PET_NODE_RANK; "
+        'echo "attempt one"; sleep 2; exit 5; fi\n'
+        'for i in $(seq 1 20); do echo "attempt two $i"; sleep 0.1; done'
+    )
     claim = PVCMount(claim_name="restart-claim", mount_path="/data", create=True, size="1Gi")
     job = submit(local, "regang", script, retries=1, pvc_mounts=[claim])
     name = job.split(":", 1)[1]
@@ -133,8 +136,11 @@ def test_a_nodes_new_pod_after_a_gang_restart_is_followed_with_a_stream(local):
         assert received[k][0] == "attempt one\n" and "(restart attempt 1)" in text, received[k]
         assert received[k][-20:] == [f"attempt two {i}\n" for i in range(1, 21)], received[k]
     followed = {r.name for r in log_requests(local, name) if r.query.get("follow") == "true"}
-    pods = {p["metadata"]["name"]: p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]
-            for p in local.objects("pods", "default") if p["metadata"]["name"].startswith(name)}
+    pods = {
+        p["metadata"]["name"]: p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]
+        for p in local.objects("pods", "default")
+        if p["metadata"]["name"].startswith(name)
+    }
     new = {pod for pod, attempt in pods.items() if attempt == "1"}
     assert len(new) == 2 and new <= followed, (new, followed)
 
@@ -166,8 +172,9 @@ def test_threads_and_streams_stay_within_the_reader_bound(local, nodes):
         assert any("tailLines" in r.query for r in log_requests(local, name))
         # A job followed in rounds is looked at through a watch of its pods, not a list of every pod each second.
         of_job = [r for r in local.requests if r.resource == "pods" and name in r.query.get("labelSelector", "")]
-        assert len([r for r in of_job if r.verb == "list"]) <= 3 and any(r.verb == "watch" for r in of_job), \
-            sorted((r.verb, r.query.get("labelSelector")) for r in of_job)
+        assert len([r for r in of_job if r.verb == "list"]) <= 3 and any(r.verb == "watch" for r in of_job), sorted(
+            (r.verb, r.query.get("labelSelector")) for r in of_job
+        )
     local.wait_for(lambda: no_reader_threads(name), timeout=10)
 
 
@@ -229,8 +236,10 @@ def test_a_container_restarted_in_place_is_followed_on(local, tmp_path):
     cluster.create(runtime)
     # The local cluster's pods are processes of this machine: a file of the test's tells the runs apart.
     marker = tmp_path / "ran"
-    script = (f'if [ ! -f {marker} ]; then touch {marker}; echo "run one"; sleep 1; exit 3; fi\n'
-              'for i in $(seq 1 10); do echo "run two $i"; sleep 0.1; done')
+    script = (
+        f'if [ ! -f {marker} ]; then touch {marker}; echo "run one"; sleep 1; exit 3; fi\n'
+        'for i in $(seq 1 10); do echo "run two $i"; sleep 0.1; done'
+    )
     job = submit(local, "inplace", script, nodes=1, runtime_name="restart-in-place")
     name = job.split(":", 1)[1]
     local.clear_requests()
@@ -248,13 +257,15 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
     once, after `<task>/<node>`; then, the jobs done, a plain read, one task chosen by name or index."""
     import subprocess
 
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, shm_size=None,
-                                kubeconfig=str(local.kubeconfig_path))
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=2, shm_size=None, kubeconfig=str(local.kubeconfig_path)
+    )
     single = executor.clone()
     single.nodes = 1
     with run.Experiment("logscmd", executor=executor, log_level="WARN") as exp:
-        exp.add(run.Script(inline='sleep 1; for i in 1 2 3; do echo "pair $PET_NODE_RANK $i"; sleep 0.2; done'),
-                name="pair")
+        exp.add(
+            run.Script(inline='sleep 1; for i in 1 2 3; do echo "pair $PET_NODE_RANK $i"; sleep 0.2; done'), name="pair"
+        )
         exp.add(run.Script(inline='sleep 1; echo "solo line"'), name="solo", executor=single)
         exp.run(detach=True, sequential=False)
         exp_id = exp._id
@@ -273,8 +284,9 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
         assert read.stdout.splitlines() == ["solo/0 solo line"]
     wrong = subprocess.run([tool, "logs", exp_id, "--task", "train"], capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 2
-    assert wrong.stderr.strip() == ("nemo-kubeflow: error: --task train: the experiment has no such task; its tasks: "
-                                    "0 (pair), 1 (solo)")
+    assert wrong.stderr.strip() == (
+        "nemo-kubeflow: error: --task train: the experiment has no such task; its tasks: 0 (pair), 1 (solo)"
+    )
 
     # The jobs cleaned up (a TTL, gc): the logs the follower kept next to each job, each line once.
     from nemo_kubeflow.cluster.client import KubernetesCluster
@@ -285,15 +297,22 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
     names = [parse_app_handle(job.handle)[2].split(":", 1)[1] for job in exp.jobs]
     for name in names:
         cluster.delete(TRAINJOB_KIND, name, "default")
-    wait_for(lambda: not any(cluster.list("Pod", "default", node_selector(name)) for name in names), timeout=60,
-             what="the pods of both jobs to go")
+    wait_for(
+        lambda: not any(cluster.list("Pod", "default", node_selector(name)) for name in names),
+        timeout=60,
+        what="the pods of both jobs to go",
+    )
     kept = subprocess.run([tool, "logs", exp_id, "--task", "pair"], capture_output=True, text=True, timeout=120)
     assert kept.returncode == 0, kept.stderr
     job_dir = exp.jobs[0].executor.job_dir
     assert kept.stdout.splitlines() == [
-        line for k in (0, 1) for line in (f"pair/{k} --- node {k} has no pod to read; the log kept in "
-                                          f"{job_dir}/logs/node-{k}.log:",
-                                          *(f"pair/{k} pair {k} {i}" for i in (1, 2, 3)))]
+        line
+        for k in (0, 1)
+        for line in (
+            f"pair/{k} --- node {k} has no pod to read; the log kept in {job_dir}/logs/node-{k}.log:",
+            *(f"pair/{k} pair {k} {i}" for i in (1, 2, 3)),
+        )
+    ]
 
 
 def test_two_followers_of_a_node_keep_its_log_once(local):

@@ -31,8 +31,11 @@ sleep 600 & wait $!
 
 
 def _node_pods(local, name):
-    return {p["metadata"]["name"]: p for p in local.objects("pods", "default")
-            if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name}
+    return {
+        p["metadata"]["name"]: p
+        for p in local.objects("pods", "default")
+        if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name
+    }
 
 
 def _log_reads(local, pods):
@@ -45,8 +48,11 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
     trigger = tmp_path / "fail-now"
     exp, app_id = submit(local, f"keep-{pod_watch}", script=SCRIPT.format(trigger=trigger), nodes=NODES)
     name = app_id.split(":")[-1]
-    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == NODES,
-             "every pod running", timeout=120)
+    wait_for(
+        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == NODES,
+        "every pod running",
+        timeout=120,
+    )
     if pod_watch == "denied":
         local.deny("watch", "pods")
     try:
@@ -56,8 +62,11 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
             scheduler.look_after(app_id)
         watch = scheduler._watches[app_id]
         assert watch.keeper is not None
-        wait_for(lambda: all(len(lines) >= 3 for i, lines in watch.keeper.kept_lines().items() if i == 0),
-                 "node 0's lines kept", timeout=30)
+        wait_for(
+            lambda: all(len(lines) >= 3 for i, lines in watch.keeper.kept_lines().items() if i == 0),
+            "node 0's lines kept",
+            timeout=30,
+        )
         others = sorted(p for p in _node_pods(local, name) if "-node-0-0-" not in p)
         time.sleep(1.0)
         if pod_watch == "allowed":
@@ -72,12 +81,23 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
             assert all(n >= 1 for n in reads.values()), reads  # no pod events: read or followed, as before
 
         trigger.touch()
-        failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
-                          "the look to see the failure", timeout=90)
+        failed = wait_for(
+            lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
+            "the look to see the failure",
+            timeout=90,
+        )
         assert "exited with code 5" in failed.msg, failed.msg
-        wait_for(lambda: not [p for p in _node_pods(local, name) if "-node-0-2-" not in p],
-                 "the pods that still ran deleted with the failed job", timeout=60,
-                 detail=lambda: str({n: (p["status"].get("phase"), p["metadata"].get("deletionTimestamp")) for n, p in _node_pods(local, name).items()}))
+        wait_for(
+            lambda: not [p for p in _node_pods(local, name) if "-node-0-2-" not in p],
+            "the pods that still ran deleted with the failed job",
+            timeout=60,
+            detail=lambda: str(
+                {
+                    n: (p["status"].get("phase"), p["metadata"].get("deletionTimestamp"))
+                    for n, p in _node_pods(local, name).items()
+                }
+            ),
+        )
         logs = Path(exp.jobs[0].executor.job_dir) / "logs"
         for node in range(NODES):
             kept = (logs / f"node-{node}.log").read_text()
@@ -94,8 +114,11 @@ def test_a_pod_gone_between_its_list_and_its_read_has_its_kept_lines_saved(local
     saying the pod was not found."""
     exp, app_id = submit(local, "keep-gone", script=SCRIPT.format(trigger=tmp_path / "never"), nodes=2)
     name = app_id.split(":")[-1]
-    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == 2,
-             "every pod running", timeout=120)
+    wait_for(
+        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == 2,
+        "every pod running",
+        timeout=120,
+    )
     scheduler = create_scheduler("keep-gone")
     for _ in range(2):
         scheduler.look_after(app_id)
@@ -104,8 +127,14 @@ def test_a_pod_gone_between_its_list_and_its_read_has_its_kept_lines_saved(local
     keeper.stop()
     pods = _node_pods(local, name)
     node_0 = next(p for p in pods if "-node-0-0-" in p)
-    local.inject_fault(verb="get", resource="pods/log", name=node_0, status=404, reason="NotFound",
-                       message=f'pods "{node_0}" not found')
+    local.inject_fault(
+        verb="get",
+        resource="pods/log",
+        name=node_0,
+        status=404,
+        reason="NotFound",
+        message=f'pods "{node_0}" not found',
+    )
     job_dir = exp.jobs[0].executor.job_dir
     cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
     assert keep_node_logs(cluster, "default", name, job_dir, keeper) == f"node logs saved in {job_dir}/logs"
@@ -139,8 +168,11 @@ def _in_job_job(local, tmp_path, name, restart):
     script = IN_JOB.format(restart=paths[restart] if restart in paths else tmp_path / restart, **paths)
     _, app_id = submit(local, name, script=script, nodes=2)
     trainjob = app_id.split(":")[-1]
-    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, trainjob).values()) == 2,
-             "every pod running", timeout=120)
+    wait_for(
+        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, trainjob).values()) == 2,
+        "every pod running",
+        timeout=120,
+    )
     scheduler = create_scheduler(name)
     for _ in range(2):
         scheduler.look_after(app_id)
@@ -151,8 +183,11 @@ def _in_job_job(local, tmp_path, name, restart):
 
 
 def _restart_counted(scheduler, app_id):
-    return wait_for(lambda: (d := scheduler.look_after(app_id)[0]) and "in-job restart" in d.msg and d,
-                    "the look to count the restart", timeout=60)
+    return wait_for(
+        lambda: (d := scheduler.look_after(app_id)[0]) and "in-job restart" in d.msg and d,
+        "the look to count the restart",
+        timeout=60,
+    )
 
 
 def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path):

@@ -37,7 +37,9 @@ class RecordingClock:
         return getattr(_time, name)
 """
 
-_LEGACY = _CLOCK + """
+_LEGACY = (
+    _CLOCK
+    + """
 clock = RecordingClock()
 
 def _delay(seconds):
@@ -47,8 +49,11 @@ class _BackendRendezvousStateHolder:
     def __init__(self, backend, settings, cache_duration=1):
         self._cache_duration = cache_duration
 """
+)
 
-_BARRIER = _CLOCK + """
+_BARRIER = (
+    _CLOCK
+    + """
 time = RecordingClock()
 
 class _RendezvousBarrierState:
@@ -58,6 +63,7 @@ class _RendezvousBarrierState:
         time.sleep(1.0)   # a one-second poll
         time.sleep(0.1)   # a short one, left as it is
 """
+)
 _STEP2 = """@staticmethod
     def _compute_step2_poll_interval(min_nodes, segment_check_interval):
         return 1.0 if min_nodes < 2000 else min(segment_check_interval, min_nodes / 2000.0)"""
@@ -107,16 +113,22 @@ def stand_in_nvrx(root: Path, version: str, legacy: bool, barrier: bool, step2: 
 def launch(root: Path, tmp_path: Path, *options: str) -> tuple[dict, str]:
     """warm_start.py run as the pod runs it, with the stand-in first on the path: (what main recorded, stderr)."""
     record = tmp_path / "record.json"
-    out = subprocess.run([sys.executable, warm_start.__file__, "launch", *options, "--nnodes", "1", "--", "train.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(root), "STAND_IN_RECORD": str(record),
-                              "TMPDIR": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, warm_start.__file__, "launch", *options, "--nnodes", "1", "--", "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root), "STAND_IN_RECORD": str(record), "TMPDIR": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(record.read_text()), out.stderr
 
 
-@pytest.mark.parametrize("version, legacy, barrier", [
-    ("0.4.1", True, False), ("0.5.0", True, True), ("0.6.0", True, True), ("0.7.0", False, True)])
+@pytest.mark.parametrize(
+    "version, legacy, barrier",
+    [("0.4.1", True, False), ("0.5.0", True, True), ("0.6.0", True, True), ("0.7.0", False, True)],
+)
 def test_every_known_release_polls_every_poll_seconds_in_each_rendezvous_it_ships(tmp_path, version, legacy, barrier):
     root = stand_in_nvrx(tmp_path / "site", version, legacy, barrier, step2=version >= "0.6")
     record, stderr = launch(root, tmp_path, "--preload", "json", "--poll", "0.1")
@@ -139,22 +151,27 @@ def test_an_unknown_release_runs_ft_launcher_plainly_and_says_so_once(tmp_path):
     assert record["argv"] == ["--nnodes", "1", "train.py"]  # no template, no client: ft_launcher as without them
     assert record["barrier_slept"] == [1.0, 0.1]  # nothing patched
     [line] = [line for line in stderr.splitlines() if warm_start.NOT_APPLIED in line]
-    assert line == (f"{warm_start.NOT_APPLIED} worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext "
-                    "0.9.0 is not a release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm "
-                    "starts; use an image with one of those, or a nemo-kubeflow that knows this release)")
+    assert line == (
+        f"{warm_start.NOT_APPLIED} worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext "
+        "0.9.0 is not a release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm "
+        "starts; use an image with one of those, or a nemo-kubeflow that knows this release)"
+    )
 
 
 def test_a_known_release_without_the_expected_internals_keeps_warm_starts_and_says_the_poll_is_off(tmp_path):
     root = stand_in_nvrx(tmp_path / "site", "0.7.1", legacy=False, barrier=True)
     (root / "nvidia_resiliency_ext" / "fault_tolerance" / "ft_rendezvous_barrier.py").write_text("x = 1\n")
     (root / "nvidia_resiliency_ext" / "fault_tolerance" / "launcher.py").write_text(
-        "import json, os, sys\ndef main():\n    json.dump({'argv': sys.argv[1:]}, open(os.environ['STAND_IN_RECORD'], 'w'))\n")
+        "import json, os, sys\ndef main():\n    json.dump({'argv': sys.argv[1:]}, open(os.environ['STAND_IN_RECORD'], 'w'))\n"
+    )
     record, stderr = launch(root, tmp_path, "--preload", "json", "--poll", "0.1")
     assert "--no-python" in record["argv"]  # the warm starts do not depend on the rendezvous
     [line] = [line for line in stderr.splitlines() if warm_start.NOT_APPLIED in line]
-    assert line == (f"{warm_start.NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext 0.7.1: "
-                    "ft_rendezvous_barrier has no _RendezvousBarrierState or time module; the rendezvous polls "
-                    "every second)")
+    assert line == (
+        f"{warm_start.NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext 0.7.1: "
+        "ft_rendezvous_barrier has no _RendezvousBarrierState or time module; the rendezvous polls "
+        "every second)"
+    )
 
 
 def test_the_installed_release_is_known_and_patched_without_the_stand_in():
@@ -193,15 +210,20 @@ LOG_0_7_PEER = [
 ]
 
 
-@pytest.mark.parametrize("lines, count", [(LOG_0_4, 2), (LOG_0_7_OWN, 1), (LOG_0_7_PEER, 2)],
-                         ids=["0.4-legacy", "0.7-own-failure", "0.7-peer-restart"])
+@pytest.mark.parametrize(
+    "lines, count",
+    [(LOG_0_4, 2), (LOG_0_7_OWN, 1), (LOG_0_7_PEER, 2)],
+    ids=["0.4-legacy", "0.7-own-failure", "0.7-peer-restart"],
+)
 def test_in_job_restarts_are_counted_from_each_releases_lines(lines, count):
     assert read_in_job_restarts(lines).count == count
 
 
 def test_a_setting_the_pod_did_not_apply_reaches_the_status_note():
-    off = (f"{warm_start.NOT_APPLIED} worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext 0.9.0 is not "
-           "a release this nemo-kubeflow knows: 0.4 to 0.7; ...)")
+    off = (
+        f"{warm_start.NOT_APPLIED} worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext 0.9.0 is not "
+        "a release this nemo-kubeflow knows: 0.4 to 0.7; ...)"
+    )
     found = read_in_job_restarts(["[rank0]: step 1", off, *LOG_0_7_PEER])
     assert found.not_applied.startswith("worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext 0.9.0")
     note = Restarts(in_job=found.count, not_applied=found.not_applied).note(finished=False)
@@ -235,20 +257,29 @@ def test_status_warns_while_the_pods_run_an_nvrx_release_it_does_not_know(cluste
     site = stand_in_nvrx(tmp_path / "site", "0.9.0", legacy=False, barrier=True)
     (site / "nvidia_resiliency_ext" / "fault_tolerance" / "launcher.py").write_text(_WAITING_LAUNCHER)
     done = tmp_path / "done"
-    executor = ft_executor(cluster, launcher=run.FaultTolerance(max_restarts=1), worker_preload=["json"],
-                           rendezvous_poll_seconds=0.1,
-                           env_vars={"PYTHONPATH": str(site), "STAND_IN_DONE": str(done)})
+    executor = ft_executor(
+        cluster,
+        launcher=run.FaultTolerance(max_restarts=1),
+        worker_preload=["json"],
+        rendezvous_poll_seconds=0.1,
+        env_vars={"PYTHONPATH": str(site), "STAND_IN_DONE": str(done)},
+    )
     with run.Experiment("nvrx-unknown", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(path="workloads.py", entrypoint="python"), name="train")
         exp.run(detach=True)
     app_id = app_id_of(exp.jobs[0].handle)
     scheduler = create_scheduler("t")
     try:
-        desc = wait_for(lambda: "not applied" in ((d := scheduler.describe(app_id)).msg or "") and d,
-                        "status to say what was not applied", timeout=120)
+        desc = wait_for(
+            lambda: "not applied" in ((d := scheduler.describe(app_id)).msg or "") and d,
+            "status to say what was not applied",
+            timeout=120,
+        )
         assert desc.state == AppState.RUNNING
-        assert ("warning: not applied: worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext 0.9.0 is "
-                "not a release this nemo-kubeflow knows") in desc.msg, desc.msg
+        assert (
+            "warning: not applied: worker_preload and rendezvous_poll_seconds (nvidia-resiliency-ext 0.9.0 is "
+            "not a release this nemo-kubeflow knows"
+        ) in desc.msg, desc.msg
     finally:
         done.touch()
     wait_for(lambda: scheduler.describe(app_id).state == AppState.SUCCEEDED, "the job to succeed", timeout=120)

@@ -39,9 +39,14 @@ print("FINAL STATE", exp.jobs[0].state.name, flush=True)
 def start_attached(local, tmp_path, nemorun_home, title, tail=False):
     marker = tmp_path / f"{title}-done"
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "300"}
-    proc = subprocess.Popen([sys.executable, "-c", ATTACHED, str(local.kubeconfig_path), str(marker), title,
-                             "1" if tail else "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=tmp_path)  # not the checkout: `python -c` imports from its cwd
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ATTACHED, str(local.kubeconfig_path), str(marker), title, "1" if tail else "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )  # not the checkout: `python -c` imports from its cwd
     return proc, marker
 
 
@@ -54,9 +59,10 @@ def running_trainjob(local, title, proc):
     def find():
         for job in local.objects("trainjobs", "default"):
             name = job["metadata"]["name"]
-            if name.startswith(title) and any(p["metadata"]["name"].startswith(name) and
-                                              p.get("status", {}).get("phase") == "Running"
-                                              for p in local.objects("pods", "default")):
+            if name.startswith(title) and any(
+                p["metadata"]["name"].startswith(name) and p.get("status", {}).get("phase") == "Running"
+                for p in local.objects("pods", "default")
+            ):
                 return name
         return None
 
@@ -87,8 +93,9 @@ def test_an_attached_wait_waits_through_an_api_server_outage(local, tmp_path, ne
 
 
 def detached(local, title, script="sleep 300"):
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, shm_size=None,
-                                kubeconfig=str(local.kubeconfig_path))
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=1, shm_size=None, kubeconfig=str(local.kubeconfig_path)
+    )
     with run.Experiment(title, executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline=script), name="train")
         exp.run(detach=True)
@@ -97,8 +104,9 @@ def detached(local, title, script="sleep 300"):
 
 def nemo(console_script, nemorun_home, *args):
     env = {**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "300"}
-    out = subprocess.run([console_script("nemo"), "experiment", *args], env=env, capture_output=True, text=True,
-                         timeout=180)
+    out = subprocess.run(
+        [console_script("nemo"), "experiment", *args], env=env, capture_output=True, text=True, timeout=180
+    )
     return " ".join(plain(out.stdout + out.stderr).split())
 
 
@@ -108,8 +116,13 @@ def test_status_with_the_api_server_down_says_so_once_and_shows_unknown(local, n
     outage = local.inject_fault(drop_connection=True, times=10**9)
     try:
         text = nemo(console_script, nemorun_home, "status", exp._id)
-        kf = subprocess.run([console_script("nemo-kubeflow"), "status", exp._id], capture_output=True, text=True,
-                            timeout=180, env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "300"})
+        kf = subprocess.run(
+            [console_script("nemo-kubeflow"), "status", exp._id],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "NEMORUN_HOME": str(nemorun_home), "COLUMNS": "300"},
+        )
     finally:
         outage.remove()
     assert text.count("the API server cannot be reached since") == 1, text[-3000:]
@@ -123,9 +136,13 @@ def test_status_with_the_api_server_down_says_so_once_and_shows_unknown(local, n
 def delete_trainjob(local, name):
     """What `kubectl delete trainjob NAME` does, and wait until its pods are gone."""
     client.CustomObjectsApi(local.api_client()).delete_namespaced_custom_object(
-        "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", name)
-    wait_for(lambda: not [p for p in local.objects("pods", "default") if p["metadata"]["name"].startswith(name)],
-             "the pods to go", timeout=60)
+        "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", name
+    )
+    wait_for(
+        lambda: not [p for p in local.objects("pods", "default") if p["metadata"]["name"].startswith(name)],
+        "the pods to go",
+        timeout=60,
+    )
 
 
 def test_logs_of_a_deleted_trainjob_say_that_no_log_was_kept(local, nemorun_home, console_script):
@@ -134,13 +151,16 @@ def test_logs_of_a_deleted_trainjob_say_that_no_log_was_kept(local, nemorun_home
     wait_for(lambda: create_scheduler("t").describe(app_id).state == AppState.RUNNING, "the job to run", timeout=60)
     delete_trainjob(local, name)
     text = nemo(console_script, nemorun_home, "logs", exp._id, "0")
-    assert f"no log: TrainJob default/{name} no longer exists, so its pods and their logs are gone, and no log " \
-           "was kept" in text, text[-3000:]
+    assert (
+        f"no log: TrainJob default/{name} no longer exists, so its pods and their logs are gone, and no log "
+        "was kept" in text
+    ), text[-3000:]
     assert f"logs are kept in {exp.jobs[0].executor.job_dir}/logs/node-0.log when they are followed" in text
 
 
 def test_a_trainjob_deleted_under_an_attached_run_is_said_deleted_and_its_kept_log_named_after_the_task(
-        local, tmp_path, nemorun_home, console_script):
+    local, tmp_path, nemorun_home, console_script
+):
     proc, _ = start_attached(local, tmp_path, nemorun_home, "deleted", tail=True)
     try:
         name = running_trainjob(local, "deleted", proc)
@@ -151,8 +171,9 @@ def test_a_trainjob_deleted_under_an_attached_run_is_said_deleted_and_its_kept_l
         proc.kill()
     text = " ".join(plain(out).split())
     assert "FINAL STATE CANCELLED" in text, text[-3000:]
-    assert f"TrainJob default/{name} no longer exists: it was deleted outside this NeMo-Run process" in text, \
-        text[-3000:]
+    assert f"TrainJob default/{name} no longer exists: it was deleted outside this NeMo-Run process" in text, text[
+        -3000:
+    ]
     exp_id = next(d for d in os.listdir(nemorun_home / "experiments" / "deleted"))
     logs = nemo(console_script, nemorun_home, "logs", exp_id, "0")
     assert "train/0 line from train" in logs and "node/0" not in logs, logs[-3000:]

@@ -68,9 +68,7 @@ def plain_tree(pkg: CodePackage) -> dict[str, tuple[bytes, int]]:
 
 
 def archive_bytes(pkg: CodePackage) -> bytes:
-    return b"".join(
-        base64.b64decode(cm["binaryData"][packaging.SHARD_KEY]) for cm in pkg.configmaps
-    )
+    return b"".join(base64.b64decode(cm["binaryData"][packaging.SHARD_KEY]) for cm in pkg.configmaps)
 
 
 def sharded_tree(pkg: CodePackage) -> dict[str, tuple[bytes, int]]:
@@ -103,9 +101,7 @@ def fake_python(rng: random.Random, size: int) -> str:
         "Optional[Tensor]",
         "Tensor",
     ]
-    out: list[str] = [
-        "from typing import Any, Optional\n\nimport torch\nfrom torch import Tensor\n\n"
-    ]
+    out: list[str] = ["from typing import Any, Optional\n\nimport torch\nfrom torch import Tensor\n\n"]
     length = 0
     while length < size:
         w = rng.choices(words, k=14)
@@ -137,9 +133,7 @@ class _GoldenDumper(yaml.SafeDumper):
 
 _GoldenDumper.add_representer(
     str,
-    lambda dumper, value: dumper.represent_scalar(
-        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
-    ),
+    lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None),
 )
 
 
@@ -203,9 +197,7 @@ def collect(packager: ConfigMapPackager, job_dir: Path, repo: Path) -> dict[str,
 
 
 def test_plain_golden():
-    pkg = build_code_package(
-        small_files(), name="exp-1-task-0", namespace="team-a", labels={"app": "x"}
-    )
+    pkg = build_code_package(small_files(), name="exp-1-task-0", namespace="team-a", labels={"app": "x"})
     assert pkg.mode == "plain" and pkg.prologue == ""
     check_golden(
         "plain_small.yaml",
@@ -230,9 +222,7 @@ def test_plain_items_restore_tree_binary_and_modes():
     assert cm["data"][packaging._configmap_key("code/pkg/model.py")] == "class Model:\n    pass\n"
     modes = {i["path"]: i["mode"] for i in pkg.volumes[0]["configMap"]["items"]}
     assert modes["scripts/task-0.sh"] == 0o755 and modes["code/pkg/model.py"] == 0o644
-    assert pkg.volume_mounts == [
-        {"name": packaging.CODE_VOLUME, "mountPath": "/nemo_run", "readOnly": True}
-    ]
+    assert pkg.volume_mounts == [{"name": packaging.CODE_VOLUME, "mountPath": "/nemo_run", "readOnly": True}]
 
 
 def test_keys_are_valid_and_unique_on_collisions():
@@ -257,9 +247,7 @@ def test_keys_are_valid_and_unique_on_collisions():
         assert KEY_RE.fullmatch(key) and len(key) <= 253 and not key.startswith(".."), key
     assert plain_tree(pkg) == expected_tree(files)
     by_path = {i["path"]: i["key"] for i in items}
-    assert (
-        by_path["a-b.py"] == "a-b.py" and by_path["a_b.py"] == "a_b.py"
-    )  # valid names stay readable
+    assert by_path["a-b.py"] == "a-b.py" and by_path["a_b.py"] == "a_b.py"  # valid names stay readable
     assert by_path["a/b.py"].startswith("a_b.py.")
 
 
@@ -278,9 +266,7 @@ def test_plain_too_large_names_largest_files():
 
 def test_plain_limit_counts_values_like_the_api_server():
     budget = CONFIGMAP_MAX_BYTES - packaging.CONFIGMAP_MARGIN_BYTES
-    fits = [
-        BundleFile(path="a.bin", data=b"\x00" * (budget - 100))
-    ]  # binaryData counts decoded bytes
+    fits = [BundleFile(path="a.bin", data=b"\x00" * (budget - 100))]  # binaryData counts decoded bytes
     assert build_code_package(fits, name="cm", namespace="ns", mode="plain").mode == "plain"
     over = [BundleFile(path="a.txt", data=b"x" * (budget + 1))]
     with pytest.raises(PackageTooLargeError):
@@ -302,9 +288,7 @@ def test_sharded_golden():
     pkg = build_code_package(small_files(), name="exp-1-task-0", namespace="team-a", mode="sharded")
     assert pkg.mode == "sharded"
     # The archive bytes depend on the zlib build, so the golden file holds everything else.
-    configmaps = [
-        {**cm, "binaryData": {k: "<archive>" for k in cm["binaryData"]}} for cm in pkg.configmaps
-    ]
+    configmaps = [{**cm, "binaryData": {k: "<archive>" for k in cm["binaryData"]}} for cm in pkg.configmaps]
     prologue = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", pkg.prologue)
     check_golden(
         "sharded_small.yaml",
@@ -325,21 +309,16 @@ def test_sharded_prologue_unpacks_byte_for_byte(tmp_path: Path, monkeypatch: pyt
     workspace.mkdir()
     rng = random.Random(7)
     files = small_files() + [
-        BundleFile(path=f"code/lib/mod_{i}.py", data=fake_python(rng, 30_000).encode())
-        for i in range(60)
+        BundleFile(path=f"code/lib/mod_{i}.py", data=fake_python(rng, 30_000).encode()) for i in range(60)
     ]
     files.append(BundleFile(path="code/" + "long_directory_name/" * 8 + "f.py", data=b"pass\n"))
     files.append(BundleFile(path="code/noise.bin", data=rng.randbytes(1_500_000)))
-    pkg = build_code_package(
-        files, name="job", namespace="ns", mount_path=str(workspace), mode="sharded"
-    )
+    pkg = build_code_package(files, name="job", namespace="ns", mount_path=str(workspace), mode="sharded")
     assert len(pkg.configmaps) >= 2
     assert "set -x" not in pkg.prologue and "set -" not in pkg.prologue
 
     materialize_shards(pkg, bundle_root)
-    result = subprocess.run(
-        ["bash", "-c", pkg.prologue + "echo unpacked"], capture_output=True, text=True
-    )
+    result = subprocess.run(["bash", "-c", pkg.prologue + "echo unpacked"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "unpacked\n"
 
@@ -356,19 +335,13 @@ def test_sharded_prologue_unpacks_byte_for_byte(tmp_path: Path, monkeypatch: pyt
 def test_sharded_prologue_fails_clearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(packaging, "BUNDLE_MOUNT_ROOT", str(tmp_path / "bundle"))
     (tmp_path / "ws").mkdir()
-    files = [
-        BundleFile(path=f"f{i}.bin", data=random.Random(i).randbytes(700_000)) for i in range(3)
-    ]
-    pkg = build_code_package(
-        files, name="job", namespace="ns", mount_path=str(tmp_path / "ws"), mode="sharded"
-    )
+    files = [BundleFile(path=f"f{i}.bin", data=random.Random(i).randbytes(700_000)) for i in range(3)]
+    pkg = build_code_package(files, name="job", namespace="ns", mount_path=str(tmp_path / "ws"), mode="sharded")
     materialize_shards(pkg, tmp_path / "bundle")
 
     shard = tmp_path / "bundle" / "1" / packaging.SHARD_KEY
     shard.write_bytes(shard.read_bytes()[:-10])
-    result = subprocess.run(
-        ["bash", "-c", pkg.prologue + "echo ran"], capture_output=True, text=True
-    )
+    result = subprocess.run(["bash", "-c", pkg.prologue + "echo ran"], capture_output=True, text=True)
     assert result.returncode == 1 and "ran" not in result.stdout
     assert "checksum mismatch" in result.stderr and "job-0..job-2" in result.stderr
 
@@ -391,10 +364,7 @@ def materialize_shards(pkg: CodePackage, bundle_root: Path) -> None:
 
 def test_eight_mib_of_python_fits_default_shards():
     rng = random.Random(42)
-    files = [
-        BundleFile(path=f"code/src/m{i:03d}.py", data=fake_python(rng, 42_000).encode())
-        for i in range(200)
-    ]
+    files = [BundleFile(path=f"code/src/m{i:03d}.py", data=fake_python(rng, 42_000).encode()) for i in range(200)]
     total = sum(len(f.data) for f in files)
     assert total >= 8 * 1024 * 1024
     pkg = build_code_package(files, name="job", namespace="ns")
@@ -423,9 +393,7 @@ def test_five_thousand_files_are_sharded():
     files = []
     for i in range(5000):
         start = rng.randrange(len(pool) - 4200)
-        files.append(
-            BundleFile(path=f"code/pkg{i % 50}/mod_{i}.py", data=pool[start : start + 4200])
-        )
+        files.append(BundleFile(path=f"code/pkg{i % 50}/mod_{i}.py", data=pool[start : start + 4200]))
     pkg = build_code_package(files, name="job", namespace="ns")
     assert pkg.total_bytes >= 20_000_000 and pkg.mode == "sharded"
 
@@ -534,9 +502,7 @@ def test_collect_job_dir_without_configs_or_scripts(tmp_path: Path):
     assert ConfigMapPackager().collect(job_dir=str(job)) == []
 
 
-def test_collect_defaults_to_the_current_directory(
-    job_dir: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
-):
+def test_collect_defaults_to_the_current_directory(job_dir: Path, repo: Path, monkeypatch: pytest.MonkeyPatch):
     shutil.rmtree(repo / ".git")  # a bare tmp dir: no git toplevel, so the cwd is the base
     monkeypatch.chdir(repo / "pkg")
     files = ConfigMapPackager(include_pattern="*.py").collect(job_dir=str(job_dir))
@@ -552,16 +518,10 @@ def test_collect_absolute_pattern_outside_base(job_dir: Path, repo: Path, tmp_pa
 
 
 def test_collect_directory_pattern_and_relative_path(job_dir: Path, repo: Path):
-    files = collect(
-        ConfigMapPackager(include_pattern=["sub", "*.json"], relative_path="pkg"), job_dir, repo
-    )
+    files = collect(ConfigMapPackager(include_pattern=["sub", "*.json"], relative_path="pkg"), job_dir, repo)
     assert [p for p in files if p.startswith("code/")] == ["code/data.json", "code/sub/layers.py"]
-    absolute = ConfigMapPackager(
-        include_pattern=[str(repo / "pkg" / "sub")], relative_path=[str(repo / "pkg")]
-    )
-    assert [p for p in collect(absolute, job_dir, repo) if p.startswith("code/")] == [
-        "code/sub/layers.py"
-    ]
+    absolute = ConfigMapPackager(include_pattern=[str(repo / "pkg" / "sub")], relative_path=[str(repo / "pkg")])
+    assert [p for p in collect(absolute, job_dir, repo) if p.startswith("code/")] == ["code/sub/layers.py"]
 
 
 def test_collect_excludes(job_dir: Path, repo: Path):
@@ -677,9 +637,7 @@ def test_collect_use_git(job_dir: Path, repo: Path):
         "code/pkg/sub/layers.py": b"X = 1\n",
         "code/train.py": b"print('train')\n",
     }
-    filtered = collect(
-        ConfigMapPackager(use_git=True, include_pattern="pkg/**/*.py"), job_dir, repo
-    )
+    filtered = collect(ConfigMapPackager(use_git=True, include_pattern="pkg/**/*.py"), job_dir, repo)
     assert [p for p in filtered if p.startswith("code/")] == [
         "code/pkg/__init__.py",
         "code/pkg/model.py",
@@ -723,18 +681,17 @@ def test_redaction_skips_the_yaml_round_trip_only_when_every_env_vars_is_empty()
     empty = "_target_: x.Executor\nenv_vars: {}\nsecret_env_vars: {}\npackager:\n  env_vars: {}\n"
     assert redact_executor_yaml(empty) is empty
     # One empty and one not (flow or block style): the full round trip redacts.
-    for mixed in (empty + f"launcher:\n  env_vars: {{A: {CANARY}}}\n", empty + f'launcher:\n  "env_vars": {{A: {CANARY}}}\n',
-                  empty + f"launcher:\n  env_vars:\n    A: {CANARY}\n"):
+    for mixed in (
+        empty + f"launcher:\n  env_vars: {{A: {CANARY}}}\n",
+        empty + f'launcher:\n  "env_vars": {{A: {CANARY}}}\n',
+        empty + f"launcher:\n  env_vars:\n    A: {CANARY}\n",
+    ):
         out = redact_executor_yaml(mixed)
         assert CANARY not in out and yaml.safe_load(out)["launcher"]["env_vars"] == {"A": "<redacted>"}
 
 
-def test_unparsable_executor_yaml_is_not_shipped(
-    job_dir: Path, repo: Path, caplog: pytest.LogCaptureFixture
-):
-    (job_dir / "configs" / "task-0_executor.yaml").write_text(
-        f"env_vars: {{HF_TOKEN: {CANARY}\n  : ["
-    )
+def test_unparsable_executor_yaml_is_not_shipped(job_dir: Path, repo: Path, caplog: pytest.LogCaptureFixture):
+    (job_dir / "configs" / "task-0_executor.yaml").write_text(f"env_vars: {{HF_TOKEN: {CANARY}\n  : [")
     with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.build.packaging"):
         files = collect(ConfigMapPackager(), job_dir, repo)
     assert "task-0/configs/task-0_executor.yaml" not in files

@@ -20,8 +20,15 @@ SCRIPT = templates_dir() / "preflight.sh"
 
 def preflight(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """The packaged script, run here as the init container would run it."""
-    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PREFLIGHT_DNS_TIMEOUT": "1",
-            "PREFLIGHT_DNS_INTERVAL": "1", "PET_MASTER_ADDR": "localhost", "PET_NODE_RANK": "1", "PET_NNODES": "2"}
+    base = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PREFLIGHT_DNS_TIMEOUT": "1",
+        "PREFLIGHT_DNS_INTERVAL": "1",
+        "PET_MASTER_ADDR": "localhost",
+        "PET_NODE_RANK": "1",
+        "PET_NNODES": "2",
+    }
     return subprocess.run(["bash", str(SCRIPT)], env={**base, **env}, capture_output=True, text=True, timeout=30)
 
 
@@ -29,8 +36,9 @@ def fake_nvidia_smi(tmp_path: Path, gpus: int) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     tool = bin_dir / "nvidia-smi"
-    tool.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n"
-                                            for i in range(gpus)))
+    tool.write_text(
+        "#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n" for i in range(gpus))
+    )
     tool.chmod(0o755)
     return f"{bin_dir}:{os.environ['PATH']}"
 
@@ -39,26 +47,41 @@ def fake_nvidia_smi(tmp_path: Path, gpus: int) -> str:
 
 
 def test_script_passes_with_one_line_per_check(tmp_path):
-    out = preflight(tmp_path, PREFLIGHT_WRITABLE_PATHS=str(tmp_path), NCCL_SOCKET_IFNAME="lo",
-                    PREFLIGHT_EXPECTED_GPUS="2", PATH=fake_nvidia_smi(tmp_path, 2))
+    out = preflight(
+        tmp_path,
+        PREFLIGHT_WRITABLE_PATHS=str(tmp_path),
+        NCCL_SOCKET_IFNAME="lo",
+        PREFLIGHT_EXPECTED_GPUS="2",
+        PATH=fake_nvidia_smi(tmp_path, 2),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "preflight: node 1 of 2, ? process(es) per node, master localhost:?"
     assert [line.split()[1:3] for line in lines[1:-1]] == [
-        ["dns", "OK"], ["gpus", "OK"], ["nccl", "OK"], ["storage", "OK"]]
+        ["dns", "OK"],
+        ["gpus", "OK"],
+        ["nccl", "OK"],
+        ["storage", "OK"],
+    ]
     assert lines[-1] == "preflight: all checks passed"
     assert not list(tmp_path.glob(".nemo-preflight-*"))  # the probe file is removed
 
 
-@pytest.mark.parametrize("env, failure", [
-    ({"PET_MASTER_ADDR": "no-such-host.invalid"}, "dns: no-such-host.invalid did not resolve within 1s"),
-    ({"PET_MASTER_ADDR": ""}, "dns: PET_MASTER_ADDR is not set: the runtime's envInjection did not reach"),
-    ({"PREFLIGHT_EXPECTED_GPUS": "8", "PATH": "gpus:2"}, "gpus: 2 GPU(s) visible, expected 8"),
-    ({"PREFLIGHT_EXPECTED_GPUS": "1", "PATH": "/usr/bin:/bin"}, "gpus: nvidia-smi not found, expected 1 GPU(s)"),
-    ({"NCCL_SOCKET_IFNAME": "=no-such-nic0"}, "nccl: NCCL_SOCKET_IFNAME==no-such-nic0 matches nothing in /sys/class/net"),
-    ({"NCCL_IB_HCA": "mlx5_9:1"}, "nccl: NCCL_IB_HCA=mlx5_9:1 matches nothing in /sys/class/infiniband"),
-    ({"PREFLIGHT_WRITABLE_PATHS": "/no/such/claim"}, "storage: /no/such/claim is not writable"),
-])
+@pytest.mark.parametrize(
+    "env, failure",
+    [
+        ({"PET_MASTER_ADDR": "no-such-host.invalid"}, "dns: no-such-host.invalid did not resolve within 1s"),
+        ({"PET_MASTER_ADDR": ""}, "dns: PET_MASTER_ADDR is not set: the runtime's envInjection did not reach"),
+        ({"PREFLIGHT_EXPECTED_GPUS": "8", "PATH": "gpus:2"}, "gpus: 2 GPU(s) visible, expected 8"),
+        ({"PREFLIGHT_EXPECTED_GPUS": "1", "PATH": "/usr/bin:/bin"}, "gpus: nvidia-smi not found, expected 1 GPU(s)"),
+        (
+            {"NCCL_SOCKET_IFNAME": "=no-such-nic0"},
+            "nccl: NCCL_SOCKET_IFNAME==no-such-nic0 matches nothing in /sys/class/net",
+        ),
+        ({"NCCL_IB_HCA": "mlx5_9:1"}, "nccl: NCCL_IB_HCA=mlx5_9:1 matches nothing in /sys/class/infiniband"),
+        ({"PREFLIGHT_WRITABLE_PATHS": "/no/such/claim"}, "storage: /no/such/claim is not writable"),
+    ],
+)
 def test_each_failed_check_is_named_and_fails_the_script(tmp_path, env, failure):
     if env.get("PATH") == "gpus:2":
         env["PATH"] = fake_nvidia_smi(tmp_path, 2)
@@ -79,8 +102,9 @@ def test_exclusion_lists_and_unset_settings_are_not_failures(tmp_path):
 
 
 def run_task(cluster, name: str, **kw):
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, kubeconfig=str(cluster.kubeconfig_path),
-                                shm_size=None, **kw)
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=2, kubeconfig=str(cluster.kubeconfig_path), shm_size=None, **kw
+    )
     with run.Experiment(name, executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline="echo training on $PET_NODE_RANK"), name="t")
         exp.run(sequential=True)
@@ -92,13 +116,21 @@ def run_task(cluster, name: str, **kw):
 def preflight_logs(cluster, trainjob: str) -> dict[int, str]:
     core = client.CoreV1Api(cluster.api_client())
     pods = core.list_namespaced_pod("default", label_selector=step_selector(trainjob, "node")).items
-    return {int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]):
-            core.read_namespaced_pod_log(p.metadata.name, "default", container="preflight") for p in pods}
+    return {
+        int(p.metadata.labels["batch.kubernetes.io/job-completion-index"]): core.read_namespaced_pod_log(
+            p.metadata.name, "default", container="preflight"
+        )
+        for p in pods
+    }
 
 
 def test_local_cluster_runs_preflight_with_the_pet_values(cluster):
-    state, name = run_task(cluster, "preflight-ok", preflight=True,
-                           pvc_mounts=[PVCMount(claim_name="ckpt", mount_path="/ckpt", create=True, size="1Gi")])
+    state, name = run_task(
+        cluster,
+        "preflight-ok",
+        preflight=True,
+        pvc_mounts=[PVCMount(claim_name="ckpt", mount_path="/ckpt", create=True, size="1Gi")],
+    )
     assert state == AppState.SUCCEEDED
     logs = preflight_logs(cluster, name)
     for rank in (0, 1):
@@ -116,11 +148,20 @@ def test_local_cluster_runs_a_command_of_your_own(cluster):
 def test_a_failing_preflight_fails_the_job_with_a_clear_message(cluster):
     state, name = run_task(cluster, "preflight-bad", preflight=True, env_vars={"NCCL_SOCKET_IFNAME": "=no-such-nic0"})
     assert state == AppState.FAILED
-    pods = [p for p in cluster.objects("pods", "default")
-            if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name]
+    pods = [
+        p
+        for p in cluster.objects("pods", "default")
+        if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
+    ]
     detail = failed_step(pods)
-    assert detail.startswith("preflight on node ") and "preflight FAILED (1 check(s)); nccl: " \
-        "NCCL_SOCKET_IFNAME==no-such-nic0 matches nothing in /sys/class/net" in detail
+    assert (
+        detail.startswith("preflight on node ")
+        and "preflight FAILED (1 check(s)); nccl: NCCL_SOCKET_IFNAME==no-such-nic0 matches nothing in /sys/class/net"
+        in detail
+    )
     # Training never started.
-    assert not any(cs["name"] == "node" and "terminated" in cs["state"]
-                   for p in pods for cs in p["status"].get("containerStatuses", []))
+    assert not any(
+        cs["name"] == "node" and "terminated" in cs["state"]
+        for p in pods
+        for cs in p["status"].get("containerStatuses", [])
+    )

@@ -17,13 +17,16 @@ from nemo_kubeflow import ConfigMapPackager
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
 #: The pods import this checkout's progress module (progress_workload.py says why), and the workload.
-PACKAGER = dict(include_pattern=["nemo_kubeflow/__init__.py", "nemo_kubeflow/progress.py", "progress_workload.py"],
-                relative_path=["", "", "test"])
+PACKAGER = dict(
+    include_pattern=["nemo_kubeflow/__init__.py", "nemo_kubeflow/progress.py", "progress_workload.py"],
+    relative_path=["", "", "test"],
+)
 
 
 def cli(console_script, nemorun_home, tool, *args, timeout=180):
-    return subprocess.run([console_script(tool), *args], env=cli_env(nemorun_home), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [console_script(tool), *args], env=cli_env(nemorun_home), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def cli_env(nemorun_home):
@@ -33,8 +36,17 @@ def cli_env(nemorun_home):
 def launch(backend, name, steps, seconds_per_step, interval, hang_at=0, release_file="", **executor):
     executor = backend.executor(packager=ConfigMapPackager(**PACKAGER), **executor)
     with run.Experiment(name, executor=executor, log_level="WARN") as exp:
-        exp.add(run.Partial(progress_workload.train, steps=steps, seconds_per_step=seconds_per_step,
-                            interval=interval, hang_at=hang_at, release_file=release_file), name=name)
+        exp.add(
+            run.Partial(
+                progress_workload.train,
+                steps=steps,
+                seconds_per_step=seconds_per_step,
+                interval=interval,
+                hang_at=hang_at,
+                release_file=release_file,
+            ),
+            name=name,
+        )
         exp.run(detach=True)
     return exp
 
@@ -53,16 +65,27 @@ def check_progress_everywhere(backend, console_script, nemorun_home, name, **exe
     """A running job's progress in describe, `nemo-kubeflow status` and `nemo experiment status` (new
     processes, which know only the cluster), then `nemo-kubeflow watch` to its end. Returns the job."""
     release = nemorun_home / f"{name}.release"
-    exp = launch(backend, name, steps=STEPS, seconds_per_step=0.15, interval=1.0, release_file=str(release),
-                 **executor)
+    exp = launch(backend, name, steps=STEPS, seconds_per_step=0.15, interval=1.0, release_file=str(release), **executor)
     job, steps = exp.jobs[0], STEPS
-    desc = wait_for(lambda: (d := create_scheduler("t").describe(app_id_of(job))).state == AppState.RUNNING
-                    and f" of {steps} (" in d.msg and "ETA " in d.msg and d, "progress with an ETA in describe",
-                    timeout=180)
+    desc = wait_for(
+        lambda: (
+            (d := create_scheduler("t").describe(app_id_of(job))).state == AppState.RUNNING
+            and f" of {steps} (" in d.msg
+            and "ETA " in d.msg
+            and d
+        ),
+        "progress with an ETA in describe",
+        timeout=180,
+    )
     assert "steps/s" in desc.msg and "ETA " in desc.msg and "loss=" in desc.msg, desc.msg
     # `watch` starts now, while the job runs (on a loaded machine the other commands can outlast the job).
-    watch = subprocess.Popen([console_script("nemo-kubeflow"), "watch", exp._id, "--interval", "2"],
-                             env=cli_env(nemorun_home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watch = subprocess.Popen(
+        [console_script("nemo-kubeflow"), "watch", exp._id, "--interval", "2"],
+        env=cli_env(nemorun_home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
     out = cli(console_script, nemorun_home, "nemo-kubeflow", "status", exp._id)
     assert out.returncode == 0, out.stderr
@@ -111,7 +134,8 @@ def without_the_gate(backend, request):
     from controlplane.cluster import TRAINER_FEATURE_GATES
 
     with request.getfixturevalue("real_control_plane").trainer_feature_gates(
-            {**TRAINER_FEATURE_GATES, "TrainJobStatus": False}):
+        {**TRAINER_FEATURE_GATES, "TrainJobStatus": False}
+    ):
         yield backend
 
 
@@ -132,11 +156,15 @@ def test_progress_through_the_log_line_without_the_gate(without_the_gate, consol
 
 def test_a_stall_is_no_new_step_when_progress_is_reported(backend, console_script, nemorun_home):
     """The job keeps printing but makes no step: log silence would never warn; progress does."""
-    exp = launch(backend, "prog-stall", steps=1000, seconds_per_step=0.05, interval=1.0, hang_at=20,
-                 stall_warning_seconds=6)
+    exp = launch(
+        backend, "prog-stall", steps=1000, seconds_per_step=0.05, interval=1.0, hang_at=20, stall_warning_seconds=6
+    )
     job = exp.jobs[0]
-    desc = wait_for(lambda: "no new step for" in (d := create_scheduler("t").describe(app_id_of(job))).msg and d,
-                    "the stall warning", timeout=180)
+    desc = wait_for(
+        lambda: "no new step for" in (d := create_scheduler("t").describe(app_id_of(job))).msg and d,
+        "the stall warning",
+        timeout=180,
+    )
     # The last write was at most step 20 (the steps the interval held back before the hang are not written).
     assert desc.state == AppState.RUNNING and "rank 0 reported step " in desc.msg, desc.msg
     out = cli(console_script, nemorun_home, "nemo-kubeflow", "status", exp._id)

@@ -45,17 +45,24 @@ def token_file(gated, trainjob):
 
 
 def test_progress_goes_on_through_the_status_server_across_token_rotations(gated, nemorun_home):
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, nprocs_per_node=1, namespace=NS,
-                                kubeconfig=str(gated.kubeconfig_path), shm_size=None,
-                                packager=ConfigMapPackager(**PACKAGER))
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=1,
+        nprocs_per_node=1,
+        namespace=NS,
+        kubeconfig=str(gated.kubeconfig_path),
+        shm_size=None,
+        packager=ConfigMapPackager(**PACKAGER),
+    )
     with run.Experiment("prog-rot", executor=executor, log_level="WARN") as exp:
         exp.add(run.Partial(progress_workload.train, steps=300, seconds_per_step=0.1, interval=0.5), name="prog-rot")
         exp.run(detach=True)
     job = exp.jobs[0]
     name = trainjob_of(job)
     for at_step in (60, 150):
-        wait_for(lambda: step_of(trainer_status(gated, name)) >= at_step, f"step {at_step} in trainerStatus",
-                 timeout=180)
+        wait_for(
+            lambda: step_of(trainer_status(gated, name)) >= at_step, f"step {at_step} in trainerStatus", timeout=180
+        )
         path = token_file(gated, name)
         old = path.read_text()
         assert gated.rotate_service_account_tokens() >= 1
@@ -65,10 +72,14 @@ def test_progress_goes_on_through_the_status_server_across_token_rotations(gated
         request = {"trainerStatus": {"lastUpdatedTime": "2026-11-27T09:00:00+00:00"}}
         assert post(gated, ts.status_path(NS, name), request, old)[0] == 403
         rotated_at = step_of(trainer_status(gated, name))
-        wait_for(lambda: step_of(trainer_status(gated, name)) > rotated_at + 10,
-                 "new steps in trainerStatus after the rotation", timeout=120)
-    wait_for(lambda: create_scheduler("t").describe(app_id_of(job)).state == AppState.SUCCEEDED, "the job's end",
-             timeout=180)
+        wait_for(
+            lambda: step_of(trainer_status(gated, name)) > rotated_at + 10,
+            "new steps in trainerStatus after the rotation",
+            timeout=120,
+        )
+    wait_for(
+        lambda: create_scheduler("t").describe(app_id_of(job)).state == AppState.SUCCEEDED, "the job's end", timeout=180
+    )
     assert step_of(trainer_status(gated, name)) == 300
     logs = "\n".join(node_logs(job, "prog-rot", nodes=(0,)))
     # Every write went to the status server: none fell back to the log line.
@@ -88,9 +99,17 @@ def in_process_reporter(gated, trainjob, token_path, stream):
     """The reporter as rank 0 of ``trainjob`` would make it, with the token at ``token_path``."""
     ca = token_path.parent / "ca.crt"
     ca.write_bytes(gated.status_server.credentials.ca_pem)
-    return progress.Reporter(10, interval=0, stream=stream, env={
-        "PET_NNODES": "1", ts.URL_ENV: gated.status_server.url + ts.status_path(NS, trainjob),
-        ts.TOKEN_ENV: str(token_path), ts.CA_CERT_ENV: str(ca)})
+    return progress.Reporter(
+        10,
+        interval=0,
+        stream=stream,
+        env={
+            "PET_NNODES": "1",
+            ts.URL_ENV: gated.status_server.url + ts.status_path(NS, trainjob),
+            ts.TOKEN_ENV: str(token_path),
+            ts.CA_CERT_ENV: str(ca),
+        },
+    )
 
 
 def issue(gated, trainjob):

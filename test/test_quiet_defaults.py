@@ -16,9 +16,16 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 @pytest.mark.needs_torch
 def test_torchelastic_is_quiet_unless_asked(local, tmp_path, env_vars, expected):
     (tmp_path / "say.py").write_text('import os\nprint("LOGLEVEL=" + os.environ["LOGLEVEL"], flush=True)\n')
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, nprocs_per_node=2, launcher="torchrun",
-                                shm_size=None, kubeconfig=str(local.kubeconfig_path), env_vars=dict(env_vars),
-                                packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="say.py"))
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=1,
+        nprocs_per_node=2,
+        launcher="torchrun",
+        shm_size=None,
+        kubeconfig=str(local.kubeconfig_path),
+        env_vars=dict(env_vars),
+        packager=ConfigMapPackager(relative_path=str(tmp_path), include_pattern="say.py"),
+    )
     with run.Experiment("quiet", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(path=str(tmp_path / "say.py"), entrypoint="python"), name="quiet")
         exp.run(sequential=True)

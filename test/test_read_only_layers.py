@@ -25,8 +25,11 @@ def test_observe_never_calls_a_write_verb_and_is_typed_with_the_reader():
     for path in sorted((PACKAGE / "observe").glob("*.py")):
         source = path.read_text()
         assert write_calls(ast.parse(source)) == [], path
-        annotations = [ast.unparse(n.annotation) for n in ast.walk(ast.parse(source))
-                       if isinstance(n, ast.arg) and n.arg == "cluster" and n.annotation is not None]
+        annotations = [
+            ast.unparse(n.annotation)
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.arg) and n.arg == "cluster" and n.annotation is not None
+        ]
         assert all("ClusterReader" in a for a in annotations), (path, annotations)
 
 

@@ -36,14 +36,16 @@ def test_components_are_the_pinned_upstream_releases(real_control_plane):
     assert version["gitVersion"] == versions.selected_kubernetes()
     groups = {g["name"] for g in cp.request("GET", "/apis")["groups"]}
     assert {"trainer.kubeflow.org", "jobset.x-k8s.io", "kueue.x-k8s.io"} <= groups
-    hooks = {h["name"] for c in items(cp, "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations")
-             for h in c["webhooks"]}
+    hooks = {
+        h["name"]
+        for c in items(cp, "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations")
+        for h in c["webhooks"]
+    }
     assert {"validator.trainjob.trainer.kubeflow.org", "vjobset.kb.io"} <= hooks
     assert all(proc.poll() is None for proc in cp.processes.values())
 
 
-def test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them(real_control_plane,
-                                                                                 real_namespace):
+def test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them(real_control_plane, real_namespace):
     cp, ns = real_control_plane, real_namespace
     executor = KubeflowExecutor(
         container_image="python:3.11",
@@ -65,8 +67,11 @@ def test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them
     uid = trainjob["metadata"]["uid"]
 
     def jobset():
-        found = [j for j in items(cp, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets")
-                 if j["metadata"]["name"] == name]
+        found = [
+            j
+            for j in items(cp, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets")
+            if j["metadata"]["name"] == name
+        ]
         return found and found[0]
 
     js = cp.wait_for(jobset, "the real Trainer to create the JobSet owned by the TrainJob")
@@ -94,16 +99,16 @@ def test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them
     create_scheduler("t").cancel(app_id)
 
     def collected():
-        left = (items(cp, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets")
-                + items(cp, f"/apis/batch/v1/namespaces/{ns}/jobs")
-                + items(cp, f"/api/v1/namespaces/{ns}/pods")
-                + [c for c in items(cp, f"/api/v1/namespaces/{ns}/configmaps")
-                   if c["metadata"]["name"].startswith(name)])
+        left = (
+            items(cp, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets")
+            + items(cp, f"/apis/batch/v1/namespaces/{ns}/jobs")
+            + items(cp, f"/api/v1/namespaces/{ns}/pods")
+            + [c for c in items(cp, f"/api/v1/namespaces/{ns}/configmaps") if c["metadata"]["name"].startswith(name)]
+        )
         return not left
 
     cp.wait_for(collected, "the garbage collector to remove the JobSet, Jobs, pods and ConfigMaps")
     assert items(cp, f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs") == []
-
 
 
 def _running(pid: int) -> bool:
@@ -119,27 +124,38 @@ def test_killing_the_test_process_leaves_no_component_running(real_control_plane
     """A second control plane in a child process; SIGKILL the child (no cleanup code can run):
     every component it started dies with it (PR_SET_PDEATHSIG in each process group)."""
     child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import json, sys, time
             sys.path.insert(0, {str(Path(__file__).parent)!r})
             from controlplane import RealControlPlane
             with RealControlPlane(json.loads(sys.argv[1]), {str(tmp_path)!r}) as cp:
                 print(json.dumps(cp.pids()), flush=True)
                 time.sleep(600)
-        """), json.dumps(real_control_plane.build_info)],
-        stdout=subprocess.PIPE, text=True)
+        """),
+            json.dumps(real_control_plane.build_info),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = json.loads(child.stdout.readline())
     finally:
         child.kill()
         child.wait()
     assert set(pids) == set(real_control_plane.pids())
-    real_control_plane.wait_for(lambda: not [pid for pid in pids.values() if _running(pid)],
-                                "the components of the killed process to die", timeout=30)
+    real_control_plane.wait_for(
+        lambda: not [pid for pid in pids.values() if _running(pid)],
+        "the components of the killed process to die",
+        timeout=30,
+    )
 
 
 def test_a_port_taken_before_its_component_binds_it_makes_the_control_plane_start_again(
-        real_control_plane, tmp_path, monkeypatch):
+    real_control_plane, tmp_path, monkeypatch
+):
     """The ports are chosen free, then bound by the components a moment later: another process may take one
     meanwhile (CI's did). Here the first choice of etcd's port is a port this test listens on: etcd exits
     with "address already in use", and the control plane starts again on new ports, the first attempt's

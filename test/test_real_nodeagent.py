@@ -27,8 +27,13 @@ def test_torchrun_allreduce_on_two_agent_nodes(real_control_plane, real_namespac
     cp, ns = real_control_plane, real_namespace
     executor = KubeflowExecutor(
         container_image="python:3.11",  # ignored by the node agent: the host's Python runs
-        nodes=2, nprocs_per_node=2, launcher="torchrun", namespace=ns, kubeconfig=str(cp.kubeconfig_path),
-        shm_size=None, packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
+        nodes=2,
+        nprocs_per_node=2,
+        launcher="torchrun",
+        namespace=ns,
+        kubeconfig=str(cp.kubeconfig_path),
+        shm_size=None,
+        packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
     )
     with run.Experiment("real-allreduce", executor=executor, log_level="WARN") as exp:
         exp.add(run.Partial(workloads.allreduce, expected_world_size=4), name="allreduce")

@@ -15,12 +15,16 @@ NODE_1 = [
     "[2026-11-27 06:25:49,000] [INFO] [ft_launcher2@vm] Worker group FAILED. 2/2 attempts left; will restart worker group",
 ]
 #: torchrun's agents (glog-style time), both exiting with a code: the earlier is the cause.
-TORCHRUN_0 = ["E1127 06:23:09.100000 31265 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
-              "(exitcode: 1) local_rank: 1 (pid: 31448) of binary: python",
-              "I1127 06:23:09.200000 31265 api.py:1] Worker group FAILED. 3/3 attempts left; will restart worker group"]
-TORCHRUN_1 = ["E1127 06:23:08.497000 31266 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
-              "(exitcode: 3) local_rank: 0 (pid: 31449) of binary: python",
-              "I1127 06:23:09.300000 31266 api.py:1] Worker group FAILED. 3/3 attempts left; will restart worker group"]
+TORCHRUN_0 = [
+    "E1127 06:23:09.100000 31265 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+    "(exitcode: 1) local_rank: 1 (pid: 31448) of binary: python",
+    "I1127 06:23:09.200000 31265 api.py:1] Worker group FAILED. 3/3 attempts left; will restart worker group",
+]
+TORCHRUN_1 = [
+    "E1127 06:23:08.497000 31266 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+    "(exitcode: 3) local_rank: 0 (pid: 31449) of binary: python",
+    "I1127 06:23:09.300000 31266 api.py:1] Worker group FAILED. 3/3 attempts left; will restart worker group",
+]
 
 
 def test_the_killed_node_is_named_over_its_peers_side_effect_in_either_order():

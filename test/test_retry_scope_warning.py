@@ -37,9 +37,13 @@ def warnings_of(capfd, **executor_fields) -> list[str]:
 
 def test_retries_with_torchrun_say_once_that_a_failed_rank_is_not_retried(capfd):
     [warning] = warnings_of(capfd, retries=1, launcher="torchrun")
-    assert warning.startswith(squeeze("retries=1 with torchrun: when a rank fails, torchrun exits 1, which "
-                                      "fail_fast_exit_codes=[1] counts as a user error: the job fails at once, "
-                                      "no retry."))
+    assert warning.startswith(
+        squeeze(
+            "retries=1 with torchrun: when a rank fails, torchrun exits 1, which "
+            "fail_fast_exit_codes=[1] counts as a user error: the job fails at once, "
+            "no retry."
+        )
+    )
     assert squeeze("only for pod disruptions (eviction, preemption, a lost node)") in warning
     assert squeeze("set fail_fast_exit_codes=[]") in warning
 
@@ -49,11 +53,15 @@ def test_retries_with_ft_launcher_say_it_too(capfd):
     assert warning.startswith(squeeze("retries=2 with ft_launcher: when a rank fails, ft_launcher exits 1"))
 
 
-@pytest.mark.parametrize("fields", [
-    dict(retries=1, launcher="torchrun", fail_fast_exit_codes=[]),  # rank failures restart the gang
-    dict(retries=1, launcher="torchrun", fail_fast_exit_codes=[3]),
-    dict(retries=0, launcher="torchrun"),  # nothing is retried anyway
-], ids=["no-fail-fast", "exit-1-not-fail-fast", "no-retries"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(retries=1, launcher="torchrun", fail_fast_exit_codes=[]),  # rank failures restart the gang
+        dict(retries=1, launcher="torchrun", fail_fast_exit_codes=[3]),
+        dict(retries=0, launcher="torchrun"),  # nothing is retried anyway
+    ],
+    ids=["no-fail-fast", "exit-1-not-fail-fast", "no-retries"],
+)
 def test_no_warning_where_retries_do_what_they_say(capfd, fields):
     assert warnings_of(capfd, **fields) == []
 

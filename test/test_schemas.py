@@ -31,14 +31,23 @@ def test_schemas_name_their_sources():
     data = schemas.data()
     assert data["trainer_version"] == "2.3.0"
     assert data["kubernetes_version"] == constants.KUBERNETES_VERSION
-    assert set(data["roots"]) == {"TrainJob", "ClusterTrainingRuntime", "TrainingRuntime", "core/Job",
-                                  "core/ConfigMap", "core/Secret", "core/PersistentVolumeClaim"}
+    assert set(data["roots"]) == {
+        "TrainJob",
+        "ClusterTrainingRuntime",
+        "TrainingRuntime",
+        "core/Job",
+        "core/ConfigMap",
+        "core/Secret",
+        "core/PersistentVolumeClaim",
+    }
     assert sorted(data["crd_sha256"]) == sorted(name for name, _ in schemagen.TRAINER_KINDS.values())
 
 
 def test_compiled_nodes_keep_the_crd_rules_and_the_models_enums():
-    container = schemas.node_at("ClusterTrainingRuntime", ("spec", "template", "spec", "replicatedJobs", "*",
-                                                           "template", "spec", "template", "spec", "containers", "*"))
+    container = schemas.node_at(
+        "ClusterTrainingRuntime",
+        ("spec", "template", "spec", "replicatedJobs", "*", "template", "spec", "template", "spec", "containers", "*"),
+    )
     node = schemas.nodes()[container]
     assert node["required"] == ["name"]
     # The CRD's embedded core types have no enums; the models (Trainer's OpenAPI) do.
@@ -54,10 +63,16 @@ def test_compiled_nodes_keep_the_crd_rules_and_the_models_enums():
 
 
 def test_schema_order_is_the_models_order_and_keeps_maps_as_given():
-    trainjob = {"spec": {"trainer": {"numNodes": 2, "image": "i", "env": [{"value": "1", "name": "A"}]},
-                         "runtimeRef": {"name": "r"}},
-                "metadata": {"name": "n", "labels": {"z": "1", "a": "2"}}, "kind": "TrainJob", "apiVersion": "v",
-                "extra": 1}
+    trainjob = {
+        "spec": {
+            "trainer": {"numNodes": 2, "image": "i", "env": [{"value": "1", "name": "A"}]},
+            "runtimeRef": {"name": "r"},
+        },
+        "metadata": {"name": "n", "labels": {"z": "1", "a": "2"}},
+        "kind": "TrainJob",
+        "apiVersion": "v",
+        "extra": 1,
+    }
     ordered = schemas.in_schema_order(trainjob, schemas.root("TrainJob"))
     assert list(ordered) == ["apiVersion", "kind", "metadata", "spec", "extra"]
     assert list(ordered["spec"]) == ["runtimeRef", "trainer"]
@@ -86,8 +101,14 @@ _FIRST_DRY_RUN = textwrap.dedent("""
 
 def _heavy_modules(initializer: str = "") -> list[str]:
     code = _FIRST_DRY_RUN.format(initializer=initializer)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"}, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -98,8 +119,10 @@ def test_first_dry_run_builds_and_validates_without_the_sdk_models():
 
 
 def test_initializers_still_go_through_the_sdk():
-    setup = ("from kubeflow.trainer import Initializer, HuggingFaceDatasetInitializer\n"
-             "from nemo_kubeflow.build.initializers import InitializerSettings\n"
-             "executor.initializer = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri='hf://org/data'))\n"
-             "executor.initializer_settings = InitializerSettings(claim_name='cache')")
+    setup = (
+        "from kubeflow.trainer import Initializer, HuggingFaceDatasetInitializer\n"
+        "from nemo_kubeflow.build.initializers import InitializerSettings\n"
+        "executor.initializer = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri='hf://org/data'))\n"
+        "executor.initializer_settings = InitializerSettings(claim_name='cache')"
+    )
     assert "kubeflow_trainer_api" in _heavy_modules(setup)

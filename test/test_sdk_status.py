@@ -31,8 +31,9 @@ def ns(local) -> str:
 def submitted(local, ns: str, script: str) -> str:
     executor = KubeflowExecutor(container_image="img", nodes=2, shm_size=None, namespace=ns)
     role = Role(name="train", image="", entrypoint="bash", args=["-c", script])
-    sub = build_submission(executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name="train",
-                           experiment_id=f"sdk-{ns}")
+    sub = build_submission(
+        executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name="train", experiment_id=f"sdk-{ns}"
+    )
     submit(KubernetesCluster(kubeconfig=str(local.kubeconfig_path)), sub)
     return sub.name
 
@@ -53,7 +54,8 @@ def test_a_running_job_of_ours_reads_created_and_its_steps_read_running(local, n
     job = wait_for(all_nodes_running, "both node steps Running", timeout=60)
     [trainjob] = [j for j in local.objects("trainjobs", ns) if j["metadata"]["name"] == name]
     assert {"type": "Suspended", "status": "False"}.items() <= next(
-        c for c in trainjob["status"]["conditions"] if c["type"] == "Suspended").items()
+        c for c in trainjob["status"]["conditions"] if c["type"] == "Suspended"
+    ).items()
     assert job.status == "Created"  # sdk#803: the documented limitation; the steps above are the workaround
     assert [j.status for j in client.list_jobs() if j.name == name] == ["Created"]
     client.delete_job(name)

@@ -23,8 +23,9 @@ def forms(value: str) -> list[str]:
 def rendered_with_locals(exc: BaseException) -> str:
     """The exception as rich prints it with frame locals, nothing truncated."""
     out = io.StringIO()
-    trace = Traceback.from_exception(type(exc), exc, exc.__traceback__, show_locals=True,
-                                     locals_max_string=None, locals_max_length=None)
+    trace = Traceback.from_exception(
+        type(exc), exc, exc.__traceback__, show_locals=True, locals_max_string=None, locals_max_length=None
+    )
     Console(file=out, width=250, color_system=None).print(trace)
     return out.getvalue()
 
@@ -34,11 +35,16 @@ def test_a_failed_submission_shows_no_secret_at_any_verbosity(local, monkeypatch
     caplog.set_level(getattr(logging, level if level != "WARN" else "WARNING"))
     monkeypatch.setenv("TRACE_TOK_SRC", CANARY)
     local.inject_fault(verb="create", resource="secrets", status=422, message="rejected secret")
-    executor = KubeflowExecutor(container_image="python:3.11", kubeconfig=str(local.kubeconfig_path),
-                                secret_env_vars={"TOK": "env:TRACE_TOK_SRC"}, env_vars={"PLAIN": "visible"})
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        kubeconfig=str(local.kubeconfig_path),
+        secret_env_vars={"TOK": "env:TRACE_TOK_SRC"},
+        env_vars={"PLAIN": "visible"},
+    )
     with pytest.raises(SubmissionError) as err:
-        run.run(run.Script(inline="true"), executor=executor, name=f"trace-{level.lower()}", detach=True,
-                log_level=level)
+        run.run(
+            run.Script(inline="true"), executor=executor, name=f"trace-{level.lower()}", detach=True, log_level=level
+        )
     trace = rendered_with_locals(err.value)
     # The traceback does reach the frames that held the values (else this test would prove nothing).
     assert "rejected secret" in trace and "secret_values" in trace and "<masked>" in trace, trace[-3000:]
@@ -52,8 +58,9 @@ def test_a_secret_file_that_is_not_text_is_refused_naming_the_source(local, tmp_
     token = tmp_path / "token.bin"
     token.write_bytes(CANARY.encode() + b"\xff\xfe")
     local.clear_requests()
-    executor = KubeflowExecutor(container_image="python:3.11", kubeconfig=str(local.kubeconfig_path),
-                                secret_env_vars={"TOK": f"file:{token}"})
+    executor = KubeflowExecutor(
+        container_image="python:3.11", kubeconfig=str(local.kubeconfig_path), secret_env_vars={"TOK": f"file:{token}"}
+    )
     with pytest.raises(ConfigError) as err:
         run.run(run.Script(inline="true"), executor=executor, name="binary-secret", detach=True)
     assert f"secret_env_vars['TOK']: '{token}' is not UTF-8 text" in str(err.value)

@@ -27,11 +27,17 @@ def test_canary_only_in_the_secret(local, nemorun_home, monkeypatch, capsys, cap
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("CANARY_SRC", CANARY)
     executor = KubeflowExecutor(
-        container_image="python:3.11", nodes=2, kubeconfig=str(local.kubeconfig_path), shm_size=None,
-        secret_env_vars={"API_TOKEN": "env:CANARY_SRC"}, env_vars={"PLAIN": "visible"},
+        container_image="python:3.11",
+        nodes=2,
+        kubeconfig=str(local.kubeconfig_path),
+        shm_size=None,
+        secret_env_vars={"API_TOKEN": "env:CANARY_SRC"},
+        env_vars={"PLAIN": "visible"},
     )
     # The pod proves it received the value by printing its hash, never the value.
-    script = run.Script(inline='echo "token sha256 $(printf %s "$API_TOKEN" | sha256sum | cut -c1-16)"; env | grep -c . >/dev/null')
+    script = run.Script(
+        inline='echo "token sha256 $(printf %s "$API_TOKEN" | sha256sum | cut -c1-16)"; env | grep -c . >/dev/null'
+    )
     with run.Experiment("secrets", executor=executor, log_level="DEBUG") as exp:
         exp.add(script, name="uses-secret")
         exp.run(sequential=True)
@@ -63,8 +69,11 @@ def test_canary_only_in_the_secret(local, nemorun_home, monkeypatch, capsys, cap
 def test_canary_not_in_exception_text(local, monkeypatch):
     monkeypatch.setenv("CANARY_SRC", CANARY)
     local.inject_fault(verb="create", resource="secrets", status=422, message="rejected secret")
-    executor = KubeflowExecutor(container_image="python:3.11", kubeconfig=str(local.kubeconfig_path),
-                                secret_env_vars={"API_TOKEN": "env:CANARY_SRC"})
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        kubeconfig=str(local.kubeconfig_path),
+        secret_env_vars={"API_TOKEN": "env:CANARY_SRC"},
+    )
     with pytest.raises(SubmissionError) as err:
         run.run(run.Script(inline="true"), executor=executor, name="secret-fault", detach=True)
     text = "".join(str(e) for e in (err.value, err.value.__cause__) if e)

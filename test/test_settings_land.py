@@ -72,8 +72,10 @@ def settings_for(name: str, lands: Landing, admin: bool) -> tuple[dict, dict]:
 
 def test_every_field_declares_where_it_lands():
     undeclared = [f.name for f in FIELDS if f.name not in LANDINGS]
-    assert not undeclared, (f"declare where {', '.join(undeclared)} land(s) in nemo_kubeflow/config/landing.py "
-                            "(LANDINGS), with a non-default example")
+    assert not undeclared, (
+        f"declare where {', '.join(undeclared)} land(s) in nemo_kubeflow/config/landing.py "
+        "(LANDINGS), with a non-default example"
+    )
     stale = sorted(set(LANDINGS) - {f.name for f in FIELDS})
     assert not stale, f"LANDINGS declares fields the executor no longer has: {stale}"
 
@@ -110,17 +112,20 @@ def test_a_set_field_lands_or_is_refused_naming_it(name, admin, tmp_path, monkey
     assert value != before, f"{name}={example!r}: {kind}: {path} is the same as without it"
 
 
-@pytest.mark.parametrize("settings, field", [
-    ({"nodes": 2**31}, "nodes"),
-    ({"nprocs_per_node": 2**31}, "nprocs_per_node"),
-    ({"retries": 2**31}, "retries"),
-    ({"run_as_user": 2**63}, "run_as_user"),
-    ({"fs_group": 2**63}, "fs_group"),
-    ({"active_deadline_seconds": 2**63}, "active_deadline_seconds"),
-    ({"termination_grace_period_seconds": 2**63}, "termination_grace_period_seconds"),
-    ({"ttl_seconds_after_finished": 2**31}, "ttl_seconds_after_finished"),
-    ({"schedule_timeout_seconds": 2**31, "pod_group_policy": "coscheduling"}, "schedule_timeout_seconds"),
-])
+@pytest.mark.parametrize(
+    "settings, field",
+    [
+        ({"nodes": 2**31}, "nodes"),
+        ({"nprocs_per_node": 2**31}, "nprocs_per_node"),
+        ({"retries": 2**31}, "retries"),
+        ({"run_as_user": 2**63}, "run_as_user"),
+        ({"fs_group": 2**63}, "fs_group"),
+        ({"active_deadline_seconds": 2**63}, "active_deadline_seconds"),
+        ({"termination_grace_period_seconds": 2**63}, "termination_grace_period_seconds"),
+        ({"ttl_seconds_after_finished": 2**31}, "ttl_seconds_after_finished"),
+        ({"schedule_timeout_seconds": 2**31, "pod_group_policy": "coscheduling"}, "schedule_timeout_seconds"),
+    ],
+)
 def test_integers_beyond_kubernetes_ranges_are_refused_naming_the_field(settings, field):
     with pytest.raises(ConfigError, match=rf"{field}={settings[field]}: must be .*(at most|to) \d+"):
         KubeflowExecutor(**BASE, **settings).validate()
@@ -140,13 +145,16 @@ def test_offline_validation_honours_the_schema_int_formats(tmp_path):
         check_manifests(submission.manifests())
 
 
-@pytest.mark.parametrize("field, key", [
-    ("labels", "app.kubernetes.io/managed-by"),
-    ("labels", "nemo-kubeflow.nvidia.com/experiment"),
-    ("pod_labels", "nemo-kubeflow.nvidia.com/trainjob"),
-    ("annotations", "nemo-kubeflow.nvidia.com/node-avoidance"),
-    ("pod_annotations", "app.kubernetes.io/managed-by"),
-])
+@pytest.mark.parametrize(
+    "field, key",
+    [
+        ("labels", "app.kubernetes.io/managed-by"),
+        ("labels", "nemo-kubeflow.nvidia.com/experiment"),
+        ("pod_labels", "nemo-kubeflow.nvidia.com/trainjob"),
+        ("annotations", "nemo-kubeflow.nvidia.com/node-avoidance"),
+        ("pod_annotations", "app.kubernetes.io/managed-by"),
+    ],
+)
 def test_reserved_label_and_annotation_keys_are_refused_naming_them(field, key):
     with pytest.raises(ConfigError, match=rf"{field}: '{re.escape(key)}' is nemo_kubeflow's own"):
         KubeflowExecutor(**BASE, **{field: {key: "helm"}}).validate()
@@ -154,32 +162,68 @@ def test_reserved_label_and_annotation_keys_are_refused_naming_them(field, key):
 
 # --- an admin's runtime: the patch adds, never replaces (checked against the runtime read at submission) ---
 
+
 def admin_runtime(**pod: Any) -> dict:
     """Trainer's torch-distributed shape, with ``pod`` fields of the admin's own in the node pods."""
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": ADMIN_RUNTIME}, "spec": {"template": {"spec": {"replicatedJobs": [
-                {"name": "node", "template": {"spec": {"template": {"spec": {
-                    "containers": [{"name": "node", "image": "pytorch/pytorch"}], **pod}}}}}]}}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": ADMIN_RUNTIME},
+        "spec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {"containers": [{"name": "node", "image": "pytorch/pytorch"}], **pod}
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
 
 
 def admin_trainjob(tmp_path, **settings: Any) -> dict:
     return build(tmp_path, {**BASE, "runtime_name": ADMIN_RUNTIME, **settings}).trainjob
 
 
-@pytest.mark.parametrize("settings, admin_pod, field", [
-    ({"tolerations": [{"key": "a", "operator": "Exists"}]},
-     {"tolerations": [{"key": "site", "operator": "Exists"}]}, "tolerations"),
-    ({"node_selector": {"pool": "mine"}}, {"nodeSelector": {"pool": "site"}}, "node_selector"),
-    ({"service_account": "mine"}, {"serviceAccountName": "site"}, "service_account"),
-    ({"run_as_user": 1000}, {"securityContext": {"runAsUser": 2000}}, "run_as_user"),
-    ({}, {"volumes": [{"name": "dshm", "emptyDir": {}}]}, "shm_size"),
-    ({}, {"containers": [{"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}],
-          "volumes": [{"name": "shm", "emptyDir": {}}]}, "shm_size"),
-    ({"restricted_security": True, "run_as_user": 1000},
-     {"containers": [{"name": "node"}, {"name": "site-agent"}]}, "restricted_security"),
-])
-def test_a_patch_that_would_replace_the_admins_setting_is_refused_naming_the_field(tmp_path, settings, admin_pod,
-                                                                                      field):
+@pytest.mark.parametrize(
+    "settings, admin_pod, field",
+    [
+        (
+            {"tolerations": [{"key": "a", "operator": "Exists"}]},
+            {"tolerations": [{"key": "site", "operator": "Exists"}]},
+            "tolerations",
+        ),
+        ({"node_selector": {"pool": "mine"}}, {"nodeSelector": {"pool": "site"}}, "node_selector"),
+        ({"service_account": "mine"}, {"serviceAccountName": "site"}, "service_account"),
+        ({"run_as_user": 1000}, {"securityContext": {"runAsUser": 2000}}, "run_as_user"),
+        ({}, {"volumes": [{"name": "dshm", "emptyDir": {}}]}, "shm_size"),
+        (
+            {},
+            {
+                "containers": [{"name": "node", "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}],
+                "volumes": [{"name": "shm", "emptyDir": {}}],
+            },
+            "shm_size",
+        ),
+        (
+            {"restricted_security": True, "run_as_user": 1000},
+            {"containers": [{"name": "node"}, {"name": "site-agent"}]},
+            "restricted_security",
+        ),
+    ],
+)
+def test_a_patch_that_would_replace_the_admins_setting_is_refused_naming_the_field(
+    tmp_path, settings, admin_pod, field
+):
     from nemo_kubeflow.schema.validation import runtime_patch_conflicts
 
     problems = runtime_patch_conflicts(admin_trainjob(tmp_path, **settings), admin_runtime(**admin_pod))
@@ -189,11 +233,18 @@ def test_a_patch_that_would_replace_the_admins_setting_is_refused_naming_the_fie
 def test_a_patch_that_only_adds_passes(tmp_path):
     from nemo_kubeflow.schema.validation import runtime_patch_conflicts
 
-    trainjob = admin_trainjob(tmp_path, tolerations=[{"key": "site", "operator": "Exists"}, {"key": "a",
-                              "operator": "Exists"}], node_selector={"pool": "site", "zone": "a"},
-                              pod_labels={"team": "a"}, image_pull_secrets=["pull"])
-    runtime = admin_runtime(tolerations=[{"key": "site", "operator": "Exists"}], nodeSelector={"pool": "site"},
-                            imagePullSecrets=[{"name": "site-pull"}])
+    trainjob = admin_trainjob(
+        tmp_path,
+        tolerations=[{"key": "site", "operator": "Exists"}, {"key": "a", "operator": "Exists"}],
+        node_selector={"pool": "site", "zone": "a"},
+        pod_labels={"team": "a"},
+        image_pull_secrets=["pull"],
+    )
+    runtime = admin_runtime(
+        tolerations=[{"key": "site", "operator": "Exists"}],
+        nodeSelector={"pool": "site"},
+        imagePullSecrets=[{"name": "site-pull"}],
+    )
     assert runtime_patch_conflicts(trainjob, runtime) == []
 
 

@@ -18,22 +18,26 @@ STALL = 1.0  # seconds the server holds a stalled request: more than the client'
 
 
 def client(local, **kw) -> KubernetesCluster:
-    return KubernetesCluster(kubeconfig=str(local.kubeconfig_path), backoff=0.01, max_backoff=0.05,
-                             request_timeout=0.3, **kw)
+    return KubernetesCluster(
+        kubeconfig=str(local.kubeconfig_path), backoff=0.01, max_backoff=0.05, request_timeout=0.3, **kw
+    )
 
 
 def plan(task: str):
     executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None)
     role = Role(name=task, image="", entrypoint="bash", args=["-c", "sleep 30"])
-    return build_submission(executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name=task,
-                            experiment_id=f"deadline-{task}")
+    return build_submission(
+        executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name=task, experiment_id=f"deadline-{task}"
+    )
 
 
 def ours(local, sub) -> dict:
     """This test's objects on the cluster: the TrainJob, the task's ConfigMaps, the runtime."""
     names = {sub.name, *(cm["metadata"]["name"] for cm in sub.configmaps), sub.runtime["metadata"]["name"]}
-    return {r: sorted(o["metadata"]["name"] for o in local.objects(r, None) if o["metadata"]["name"] in names)
-            for r in RESOURCES}
+    return {
+        r: sorted(o["metadata"]["name"] for o in local.objects(r, None) if o["metadata"]["name"] in names)
+        for r in RESOURCES
+    }
 
 
 def settled(local, match) -> int:

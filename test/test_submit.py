@@ -21,8 +21,14 @@ from nemo_kubeflow.errors import (
     SubmissionError,
 )
 
-RESOURCES = ("configmaps", "secrets", "persistentvolumeclaims", "trainjobs", "clustertrainingruntimes",
-             "trainingruntimes")
+RESOURCES = (
+    "configmaps",
+    "secrets",
+    "persistentvolumeclaims",
+    "trainjobs",
+    "clustertrainingruntimes",
+    "trainingruntimes",
+)
 
 
 @pytest.fixture()
@@ -49,8 +55,12 @@ def writes(local):
 
 def test_request_budget_and_owner_references(local, cluster):
     result = submit(cluster, plan("budget"))
-    assert writes(local) == [("create", "clustertrainingruntimes"), ("create", "trainjobs"),
-                             ("create", "configmaps"), ("patch", "trainjobs")]
+    assert writes(local) == [
+        ("create", "clustertrainingruntimes"),
+        ("create", "trainjobs"),
+        ("create", "configmaps"),
+        ("patch", "trainjobs"),
+    ]
     uid = result.trainjob["metadata"]["uid"]
     code_cm = result.trainjob["metadata"]["name"] + "-code"
     [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == code_cm]
@@ -86,7 +96,10 @@ def test_a_known_runtime_deleted_since_is_created_again(local, cluster, kind):
     # The webhook refuses the TrainJob (runtime missing); the runtime is created and the TrainJob sent again.
     resource = kind.lower() + "s"
     assert [(r.verb, r.resource, r.status_code) for r in local.requests if r.verb != "get"][:3] == [
-        ("create", "trainjobs", 403), ("create", resource, 201), ("create", "trainjobs", 201)]
+        ("create", "trainjobs", 403),
+        ("create", resource, 201),
+        ("create", "trainjobs", 201),
+    ]
     assert ("create", kind, runtime) in result.actions
     assert runtime in snapshot(local)[resource]
 
@@ -100,9 +113,14 @@ def test_rollback_forgets_a_runtime_it_deleted(local, cluster):
     assert known == set() and sub.runtime["metadata"]["name"] not in snapshot(local)["clustertrainingruntimes"]
 
 
-STEPS = [("create", "persistentvolumeclaims", "PVC create"), ("create", "clustertrainingruntimes", "runtime create"),
-         ("create", "trainjobs", "TrainJob create"), ("create", "configmaps", "ConfigMap create"),
-         ("create", "secrets", "Secret create"), ("patch", "trainjobs", "resume patch")]
+STEPS = [
+    ("create", "persistentvolumeclaims", "PVC create"),
+    ("create", "clustertrainingruntimes", "runtime create"),
+    ("create", "trainjobs", "TrainJob create"),
+    ("create", "configmaps", "ConfigMap create"),
+    ("create", "secrets", "Secret create"),
+    ("patch", "trainjobs", "resume patch"),
+]
 FAULTS = {
     "403": dict(status=403, message="injected: forbidden"),
     "409": dict(status=409, message="injected: already exists"),
@@ -115,8 +133,13 @@ FAULTS = {
 }
 # What a user gets. "submitted" = the job was created and resumed; anything else raised an error.
 EXPECTED = {
-    "403": "error", "422": "error", "500": "submitted", "503": "submitted", "429 + Retry-After": "submitted",
-    "timeout": "submitted", "dropped connection": "submitted",
+    "403": "error",
+    "422": "error",
+    "500": "submitted",
+    "503": "submitted",
+    "429 + Retry-After": "submitted",
+    "timeout": "submitted",
+    "dropped connection": "submitted",
 }
 FAULT_MATRIX_DOC = Path(__file__).resolve().parent.parent / "docs" / "fault-matrix.md"
 
@@ -124,8 +147,12 @@ FAULT_MATRIX_DOC = Path(__file__).resolve().parent.parent / "docs" / "fault-matr
 def plan_with_everything(task):
     from nemo_kubeflow import PVCMount
 
-    return plan(task, experiment=f"faults-{task}", secret_env_vars={"TOKEN": "env:FAULT_TOKEN"},
-                pvc_mounts=[PVCMount(claim_name=f"claim-{task}", mount_path="/d", create=True, size="1Gi")])
+    return plan(
+        task,
+        experiment=f"faults-{task}",
+        secret_env_vars={"TOKEN": "env:FAULT_TOKEN"},
+        pvc_mounts=[PVCMount(claim_name=f"claim-{task}", mount_path="/d", create=True, size="1Gi")],
+    )
 
 
 def settled_count(local, match, at_least: float) -> int:
@@ -154,14 +181,18 @@ def run_fault(local, kubeconfig, step, fault_name) -> tuple[str, int, int]:
         outcome = "submitted"
     except SubmissionError as e:
         outcome = f"error: {type(e.__cause__).__name__}"
-    attempts = settled_count(local, lambda r: r.verb == verb and r.resource == resource,
-                             at_least=FAULTS[fault_name].get("delay", 0) + 0.3)
+    attempts = settled_count(
+        local, lambda r: r.verb == verb and r.resource == resource, at_least=FAULTS[fault_name].get("delay", 0) + 0.3
+    )
     after = snapshot(local)
     if outcome == "submitted":  # clean up the job itself; its owned objects go with it
         name = plan_with_everything(task).name
         cluster.delete("TrainJob", name, "default")
         local.wait_for(lambda: snapshot(local)["configmaps"] == before["configmaps"], timeout=10)
-        for kind, res in (("ClusterTrainingRuntime", "clustertrainingruntimes"), ("PersistentVolumeClaim", "persistentvolumeclaims")):
+        for kind, res in (
+            ("ClusterTrainingRuntime", "clustertrainingruntimes"),
+            ("PersistentVolumeClaim", "persistentvolumeclaims"),
+        ):
             for obj in set(snapshot(local)[res]) - set(before[res]):
                 cluster.delete(kind, obj, None if res == "clustertrainingruntimes" else "default")
         leaked = 0
@@ -204,7 +235,8 @@ def test_fault_matrix(local, cluster, monkeypatch):
     cells = {(step[2], fault): run_fault(local, kubeconfig, step, fault) for step in STEPS for fault in FAULTS}
     table = render_matrix(cells)
     problems = [
-        f"{step} x {fault}: {cell}" for (step, fault), cell in cells.items()
+        f"{step} x {fault}: {cell}"
+        for (step, fault), cell in cells.items()
         if cell[2] != 0 or (fault in EXPECTED and (cell[0] == "submitted") != (EXPECTED[fault] == "submitted"))
     ]
     assert not problems, "\n".join(problems) + "\n\n" + table
@@ -230,7 +262,9 @@ def test_existing_trainjob_is_never_touched(local, cluster):
         submit(cluster, plan("dup", experiment="again"))
     assert isinstance(err.value.__cause__, AlreadyExistsError)
     assert "already exists" in str(err.value) and "left untouched" in str(err.value)
-    [job] = [j for j in local.objects("trainjobs", "default") if j["metadata"]["name"] == first.trainjob["metadata"]["name"]]
+    [job] = [
+        j for j in local.objects("trainjobs", "default") if j["metadata"]["name"] == first.trainjob["metadata"]["name"]
+    ]
     assert job["metadata"]["uid"] == uid
     assert snapshot(local) == before
 
@@ -288,8 +322,12 @@ def test_missing_secret_source_fails_before_any_request(local, cluster, monkeypa
 def test_webhook_denial_is_not_reported_as_rbac(local, cluster):
     from nemo_kubeflow.errors import AdmissionDeniedError
 
-    local.inject_fault(verb="create", resource="trainjobs", status=403,
-                       message='admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: bad')
+    local.inject_fault(
+        verb="create",
+        resource="trainjobs",
+        status=403,
+        message='admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: bad',
+    )
     with pytest.raises(SubmissionError) as err:
         submit(cluster, plan("webhook", experiment="webhook"))
     assert isinstance(err.value.__cause__, AdmissionDeniedError)
@@ -304,12 +342,19 @@ def test_resources_creation_failure_is_surfaced_in_status(local, cluster):
 
     sub = plan("blocked", experiment="blocked")
     # A ConfigMap with the snapshot's name that the TrainJob does not own blocks Trainer.
-    cluster.create({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": f"{sub.name}-runtime-snapshot", "namespace": "default"}, "data": {}})
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{sub.name}-runtime-snapshot", "namespace": "default"},
+            "data": {},
+        }
+    )
     submit(cluster, sub)
     scheduler = KubeflowTrainerScheduler("t", cluster=cluster)
-    desc = local.wait_for(lambda: (d := scheduler.describe(f"default:{sub.name}")) and "TrainJobResources" in d.msg and d,
-                          timeout=15)
+    desc = local.wait_for(
+        lambda: (d := scheduler.describe(f"default:{sub.name}")) and "TrainJobResources" in d.msg and d, timeout=15
+    )
     assert desc.state == AppState.PENDING
     assert desc.msg.startswith("TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed")
 
@@ -330,7 +375,8 @@ def test_failed_rollback_names_what_is_left_and_how_to_delete_it(local, cluster)
         f"so this is left on the cluster: TrainJob {sub.name!r} in namespace 'default' (Forbidden), delete it with"
         f" `kubectl delete trainjobs.trainer.kubeflow.org {sub.name} -n default`; ClusterTrainingRuntime"
         f" {runtime!r} (Forbidden), delete it with `kubectl delete clustertrainingruntimes.trainer.kubeflow.org"
-        f" {runtime}`")
+        f" {runtime}`"
+    )
     # What it names is really there.
     assert sub.name in snapshot(local)["trainjobs"] and runtime in snapshot(local)["clustertrainingruntimes"]
     cluster.delete("TrainJob", sub.name, "default")
@@ -369,8 +415,9 @@ def test_an_experiment_with_a_long_title_gets_pod_names_jobset_accepts(local):
     import nemo_run as run
     from torchx.specs import AppState, parse_app_handle
 
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None,
-                                kubeconfig=str(local.kubeconfig_path))
+    executor = KubeflowExecutor(
+        container_image="python:3.11", nodes=2, nprocs_per_node=1, shm_size=None, kubeconfig=str(local.kubeconfig_path)
+    )
     title = "llama3-8b-pretrain-h100"
     with run.Experiment(title, executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline="echo rank $PET_NODE_RANK"), name="pretrain")
@@ -381,7 +428,10 @@ def test_an_experiment_with_a_long_title_gets_pod_names_jobset_accepts(local):
     name = parse_app_handle(job.handle)[2].split(":", 1)[1]
     # `<id>-pretrain-<hash>` would be 59 characters: shortened to the 48 that two `node` pods allow.
     assert len(name) == 48 and name.startswith("llama3-8b-pretrain-h100-")
-    pods = [p["metadata"]["name"] for p in local.objects("pods", "default")
-            if p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == name]
+    pods = [
+        p["metadata"]["name"]
+        for p in local.objects("pods", "default")
+        if p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == name
+    ]
     assert sorted(p.rsplit("-", 1)[0] for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
     assert max(len(p) for p in pods) == 63

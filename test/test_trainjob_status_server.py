@@ -48,8 +48,9 @@ def sleeping_trainjob(cluster, namespace, seconds):
     """Submit a TrainJob whose one node sleeps ``seconds``; returns its name."""
     executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, namespace=namespace)
     role = Role(name="train", image="", entrypoint="bash", args=["-c", f"sleep {seconds}"])
-    sub = build_submission(executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name="train",
-                           experiment_id=namespace)
+    sub = build_submission(
+        executor, role, [BundleFile("code/a.py", b"print(1)\n")], task_name="train", experiment_id=namespace
+    )
     submit(KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path)), sub)
     return sub.name
 
@@ -59,8 +60,12 @@ def post(gated, path, body, token=None, raw=None):
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(gated.status_server.url + path, data=raw if raw is not None else
-                                     json.dumps(body).encode(), method="POST", headers=headers)
+    request = urllib.request.Request(
+        gated.status_server.url + path,
+        data=raw if raw is not None else json.dumps(body).encode(),
+        method="POST",
+        headers=headers,
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as answer:
             return answer.status, json.loads(answer.read())
@@ -93,8 +98,12 @@ def test_the_sdks_request_is_applied_and_echoed(gated, job):
 
 @pytest.mark.parametrize("case", ["no token", "garbage", "other job's audience", "other namespace"])
 def test_a_token_not_for_this_trainjob_is_forbidden(gated, job, case):
-    token = {"no token": None, "garbage": "a.b.c", "other job's audience": token_for(gated, "other"),
-             "other namespace": gated.tokens.issue("elsewhere", "default", ts.token_audience(NS, job), 600)}[case]
+    token = {
+        "no token": None,
+        "garbage": "a.b.c",
+        "other job's audience": token_for(gated, "other"),
+        "other namespace": gated.tokens.issue("elsewhere", "default", ts.token_audience(NS, job), 600),
+    }[case]
     code, answer = post(gated, ts.status_path(NS, job), {"trainerStatus": {"lastUpdatedTime": "x"}}, token)
     assert (code, answer["reason"], answer["message"]) == (403, "Forbidden", "Forbidden")
 
@@ -109,8 +118,9 @@ def test_refusals_are_metav1_statuses(gated, job):
     code, answer = post(gated, path, None, token, raw=b" " * (ts.MAX_BODY + 1))
     assert (code, answer["reason"]) == (413, "RequestEntityTooLarge")
     gone = "no-such-job"
-    code, answer = post(gated, ts.status_path(NS, gone), {"trainerStatus": {"lastUpdatedTime": "x"}},
-                        token_for(gated, gone))
+    code, answer = post(
+        gated, ts.status_path(NS, gone), {"trainerStatus": {"lastUpdatedTime": "x"}}, token_for(gated, gone)
+    )
     assert (code, answer["message"]) == (404, "Train job not found")
     assert post(gated, "/healthz", {}, token)[1]["message"] == "Not found"
 
@@ -128,8 +138,12 @@ def test_updates_beyond_the_burst_wait_for_the_qps():
 def test_concurrent_updates_all_succeed(gated, job):
     body = {"trainerStatus": {"lastUpdatedTime": "2026-11-27T09:00:00+00:00"}}
     codes = []
-    threads = [threading.Thread(target=lambda: codes.append(post(gated, ts.status_path(NS, job), body,
-                                                                 token_for(gated, job))[0])) for _ in range(15)]
+    threads = [
+        threading.Thread(
+            target=lambda: codes.append(post(gated, ts.status_path(NS, job), body, token_for(gated, job))[0])
+        )
+        for _ in range(15)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -138,8 +152,14 @@ def test_concurrent_updates_all_succeed(gated, job):
 
 
 def test_the_trainer_pods_get_the_url_the_ca_and_a_token_for_their_trainjob(gated, job):
-    [pod] = gated.wait_for(lambda: [p for p in gated.objects("pods", NS) if p["metadata"]["name"].startswith(job)
-                                    and p.get("status", {}).get("phase") == "Running"], timeout=60)
+    [pod] = gated.wait_for(
+        lambda: [
+            p
+            for p in gated.objects("pods", NS)
+            if p["metadata"]["name"].startswith(job) and p.get("status", {}).get("phase") == "Running"
+        ],
+        timeout=60,
+    )
     [node] = [c for c in pod["spec"]["containers"] if c["name"] == "node"]
     env = {e["name"]: e.get("value") for e in node["env"]}
     assert env[ts.URL_ENV] == gated.status_server.url + ts.status_path(NS, job)
@@ -156,9 +176,16 @@ def test_the_trainer_pods_get_the_url_the_ca_and_a_token_for_their_trainjob(gate
     assert gated.tokens.verify(token, ts.token_audience(NS, job))["kubernetes.io"]["namespace"] == NS
     assert (volume_dir / "ca.crt").read_bytes() == gated.status_server.credentials.ca_pem
     # nemo_kubeflow.progress, given that env (paths as the kubelet remapped them), writes through the server.
-    reporter = progress.Reporter(10, interval=0, env={
-        "PET_NNODES": "1", ts.URL_ENV: env[ts.URL_ENV], ts.TOKEN_ENV: str(volume_dir / "token"),
-        ts.CA_CERT_ENV: str(volume_dir / "ca.crt")})
+    reporter = progress.Reporter(
+        10,
+        interval=0,
+        env={
+            "PET_NNODES": "1",
+            ts.URL_ENV: env[ts.URL_ENV],
+            ts.TOKEN_ENV: str(volume_dir / "token"),
+            ts.CA_CERT_ENV: str(volume_dir / "ca.crt"),
+        },
+    )
     assert reporter.transport == "status-server"
     reporter.report(10, loss=0.125)
     reporter.flush(timeout=30)

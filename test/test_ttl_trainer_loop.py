@@ -55,10 +55,13 @@ def test_a_failing_job_with_a_ttl_stays_failed_runs_once_and_gc_expired_cleans_i
     assert any(c["type"] == "Failed" and c["status"] == "True" for c in trainjob["status"]["conditions"])
 
     assert cli_main(["gc", "--expired", "-n", backend.namespace, "--kubeconfig", backend.kubeconfig]) == 0
-    wait_for(lambda: not backend.objects("trainjobs", name) and not backend.objects("pods", name),
-             "gc --expired to delete the job and its pods")
-    assert backend.objects("jobsets", name) == [] or wait_for(lambda: not backend.objects("jobsets", name),
-                                                               "the JobSet to go with its TrainJob")
+    wait_for(
+        lambda: not backend.objects("trainjobs", name) and not backend.objects("pods", name),
+        "gc --expired to delete the job and its pods",
+    )
+    assert backend.objects("jobsets", name) == [] or wait_for(
+        lambda: not backend.objects("jobsets", name), "the JobSet to go with its TrainJob"
+    )
     # A later status says how the job ended, not only that it is gone (gc kept it in the job's record).
     assert exp.status(return_dict=True)[job.id]["status"] == AppState.FAILED
     final = create_scheduler("t").describe(app_id_of(job))
@@ -69,8 +72,11 @@ def test_gc_expired_keeps_jobs_within_their_ttl_and_jobs_without_one(backend, ca
     executor = backend.executor(nodes=1)
     with run.Experiment("be-ttl-keep", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(inline="echo kept"), name="none", executor=backend.executor(nodes=1))
-        exp.add(run.Script(inline="echo kept"), name="day",
-                executor=backend.executor(nodes=1, ttl_seconds_after_finished=86400))
+        exp.add(
+            run.Script(inline="echo kept"),
+            name="day",
+            executor=backend.executor(nodes=1, ttl_seconds_after_finished=86400),
+        )
         exp.run(sequential=True)
     names = [trainjob_of(j) for j in exp.jobs]
     assert cli_main(["gc", "--expired", "-n", backend.namespace, "--kubeconfig", backend.kubeconfig]) == 0
@@ -88,18 +94,27 @@ def _trainer_version(local, version):
     if version is None:
         core.delete_namespaced_config_map(TRAINER_PUBLIC_CONFIGMAP, TRAINER_SYSTEM_NAMESPACE)
     else:
-        core.patch_namespaced_config_map(TRAINER_PUBLIC_CONFIGMAP, TRAINER_SYSTEM_NAMESPACE,
-                                         {"data": {TRAINER_VERSION_KEY: version}})
+        core.patch_namespaced_config_map(
+            TRAINER_PUBLIC_CONFIGMAP, TRAINER_SYSTEM_NAMESPACE, {"data": {TRAINER_VERSION_KEY: version}}
+        )
 
 
 def _submission(local, **fields):
-    executor = KubeflowExecutor(container_image="python:3.11", nodes=1, shm_size=None, runtime_kind="TrainingRuntime",
-                                kubeconfig=str(local.kubeconfig_path), experiment_id="ttlloop_1", **fields)
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=1,
+        shm_size=None,
+        runtime_kind="TrainingRuntime",
+        kubeconfig=str(local.kubeconfig_path),
+        experiment_id="ttlloop_1",
+        **fields,
+    )
     from nemo_run.run.torchx_backend.components import torchrun
 
     role = executor.macro_values().apply(torchrun.torchrun("train.py", script="train.py", j="1x1").roles[0])
-    return build_submission(executor, role, [BundleFile("code/train.py", b"raise SystemExit(1)\n", 0o644)],
-                            task_name="t")
+    return build_submission(
+        executor, role, [BundleFile("code/train.py", b"raise SystemExit(1)\n", 0o644)], task_name="t"
+    )
 
 
 def _runtime_with_a_jobset_ttl(local, ttl: int) -> KubernetesCluster:
@@ -121,9 +136,14 @@ def own_cluster(tmp_path):
 def test_a_runtime_with_a_jobset_ttl_is_refused_on_trainer_2_3_and_when_the_version_is_unknown(own_cluster):
     local = own_cluster
     cluster = _runtime_with_a_jobset_ttl(local, 60)
-    for version, says in (("v2.3.0", "this cluster's Trainer is v2.3.0"),
-                          (None, "this cluster's Trainer version is unknown: ConfigMap kubeflow-system/"
-                                 "kubeflow-trainer-public does not exist")):
+    for version, says in (
+        ("v2.3.0", "this cluster's Trainer is v2.3.0"),
+        (
+            None,
+            "this cluster's Trainer version is unknown: ConfigMap kubeflow-system/"
+            "kubeflow-trainer-public does not exist",
+        ),
+    ):
         if version is None:
             _trainer_version(local, None)
         local.clear_requests()

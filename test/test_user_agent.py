@@ -22,9 +22,18 @@ def test_every_request_of_a_jobs_life_says_it_comes_from_nemo_kubeflow(local):
     local.clear_requests()
     _, app_id = submit(local, "ua", script="sleep 600")
     name = app_id.split(":")[-1]
-    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in local.objects("pods", "default")
-                         if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name) == 2, "both pods running",
-             timeout=120)
+    wait_for(
+        lambda: (
+            sum(
+                p["status"].get("phase") == "Running"
+                for p in local.objects("pods", "default")
+                if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name
+            )
+            == 2
+        ),
+        "both pods running",
+        timeout=120,
+    )
     waiting = create_scheduler("ua-wait")
     for _ in range(2):  # watched from the second look
         waiting.look_after(app_id)
@@ -35,7 +44,12 @@ def test_every_request_of_a_jobs_life_says_it_comes_from_nemo_kubeflow(local):
 
     requests = local.requests
     verbs = {(r.verb, r.resource) for r in requests}
-    assert {("create", "trainjobs"), ("watch", "trainjobs"), ("watch", "pods"), ("get", "pods/log"),
-            ("delete", "trainjobs")} <= verbs, verbs
+    assert {
+        ("create", "trainjobs"),
+        ("watch", "trainjobs"),
+        ("watch", "pods"),
+        ("get", "pods/log"),
+        ("delete", "trainjobs"),
+    } <= verbs, verbs
     ours = f"nemo-kubeflow/{metadata.version('nemo-kubeflow')}"  # the installed version: one place for it
     assert [(r.method, r.path, r.user_agent) for r in requests if r.user_agent != ours] == []

@@ -31,15 +31,27 @@ def local(tmp_path_factory):
 def _running_job(local, title, **kw):
     _, app_id = submit(local, title, script="sleep 600", nodes=NODES, **kw)
     name = app_id.split(":")[-1]
-    wait_for(lambda: sum(p["status"].get("phase") == "Running" for p in local.objects("pods", "default")
-                         if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name) == NODES,
-             "every pod running", timeout=120)
+    wait_for(
+        lambda: (
+            sum(
+                p["status"].get("phase") == "Running"
+                for p in local.objects("pods", "default")
+                if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name
+            )
+            == NODES
+        ),
+        "every pod running",
+        timeout=120,
+    )
     return app_id, name
 
 
 def _job_requests(local, name):
-    return sorted((r.verb, r.resource) for r in local.requests
-                  if name in (r.name or "") + r.query.get("labelSelector", "") + r.query.get("fieldSelector", ""))
+    return sorted(
+        (r.verb, r.resource)
+        for r in local.requests
+        if name in (r.name or "") + r.query.get("labelSelector", "") + r.query.get("fieldSelector", "")
+    )
 
 
 def _current(scheduler, app_id):
@@ -64,8 +76,11 @@ def test_repeated_looks_read_the_job_from_watches_and_answer_as_a_read_does(loca
 
     # A change reaches the next look: a node fails, the job (no retries) fails.
     local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=1", 3)
-    failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
-                      "the look to see the failure", timeout=60)
+    failed = wait_for(
+        lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
+        "the look to see the failure",
+        timeout=60,
+    )
     assert "exited with code 3" in failed.msg, failed.msg
     assert scheduler._watches[app_id].job_cache is None  # over: no longer watched
 
@@ -77,19 +92,25 @@ def test_the_held_pods_are_what_a_list_with_each_selector_of_ours_returns(local)
     watched = WatchedJob(cluster, "default", name)
     try:
         job = f"{JOBSET_NAME_LABEL}={name}"
-        wait_for(lambda: watched.list("Pod", "default", job) and all(watched.current().values()),
-                 "the watches current", timeout=30)
+        wait_for(
+            lambda: watched.list("Pod", "default", job) and all(watched.current().values()),
+            "the watches current",
+            timeout=30,
+        )
         for labels in (job, node_selector(name), node_selector(name, 0), node_selector(name, 2)):
             for fields in (None, NOT_RUNNING, RUNNING, NOT_PENDING, UNSCHEDULED, STARTING):
                 for limit in (None, 1, 8):
-                    assert [p["metadata"]["name"] for p in watched.list("Pod", "default", labels, fields, limit)] \
-                        == [p["metadata"]["name"] for p in cluster.list("Pod", "default", labels, fields, limit)], \
-                        (labels, fields, limit)
-                assert watched.list_metadata("Pod", "default", labels, fields) == \
-                    cluster.list_metadata("Pod", "default", labels, fields), (labels, fields)
+                    assert [p["metadata"]["name"] for p in watched.list("Pod", "default", labels, fields, limit)] == [
+                        p["metadata"]["name"] for p in cluster.list("Pod", "default", labels, fields, limit)
+                    ], (labels, fields, limit)
+                assert watched.list_metadata("Pod", "default", labels, fields) == cluster.list_metadata(
+                    "Pod", "default", labels, fields
+                ), (labels, fields)
         assert watched.get(TRAINJOB_KIND, name, "default") == cluster.get(TRAINJOB_KIND, name, "default")
-        assert watched.get(JOBSET_KIND, name, "default")["metadata"]["uid"] == \
-            cluster.get(JOBSET_KIND, name, "default")["metadata"]["uid"]
+        assert (
+            watched.get(JOBSET_KIND, name, "default")["metadata"]["uid"]
+            == cluster.get(JOBSET_KIND, name, "default")["metadata"]["uid"]
+        )
         local.clear_requests()
         watched.list("Pod", "default", job, NOT_RUNNING)
         watched.get(TRAINJOB_KIND, name, "default")
@@ -98,7 +119,9 @@ def test_the_held_pods_are_what_a_list_with_each_selector_of_ours_returns(local)
         watched.list("Pod", "default", f"{JOBSET_NAME_LABEL} in ({name})")
         watched.list("Pod", "default", f"{JOBSET_NAME_LABEL}=someone-else")
         watched.get(TRAINJOB_KIND, "someone-else", "default")
-        assert len([r for r in local.requests if r.verb in ("list", "get") and r.resource in ("pods", "trainjobs")]) == 3
+        assert (
+            len([r for r in local.requests if r.verb in ("list", "get") and r.resource in ("pods", "trainjobs")]) == 3
+        )
     finally:
         watched.stop()
 
@@ -114,11 +137,13 @@ def test_why_a_job_ended_is_read_from_the_api_server_not_from_watches_that_lag(l
     # The pod watch falls behind (each watch is a stream of its own): its held pods still run when the
     # TrainJob's watch brings the verdict.
     apply = _Collection._apply
-    monkeypatch.setattr(_Collection, "_apply",
-                        lambda self, event: "" if self.kind == "Pod" else apply(self, event))
+    monkeypatch.setattr(_Collection, "_apply", lambda self, event: "" if self.kind == "Pod" else apply(self, event))
     local.end_pods(f"{JOBSET_NAME_LABEL}={name},{COMPLETION_INDEX_LABEL}=1", 3)
-    failed = wait_for(lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
-                      "the look to see the failure", timeout=60)
+    failed = wait_for(
+        lambda: (d := scheduler.look_after(app_id)[0]).state == AppState.FAILED and d,
+        "the look to see the failure",
+        timeout=60,
+    )
     assert "exited with code 3" in failed.msg, failed.msg
 
 
@@ -130,9 +155,15 @@ def test_without_the_right_to_watch_pods_their_reads_go_to_the_api_server(local)
         for _ in range(2):  # watched from the second look
             scheduler.look_after(app_id)
         cache = scheduler._watches[app_id].job_cache
-        wait_for(lambda: cache.current()[TRAINJOB_KIND] and cache.current()[JOBSET_KIND] and
-                 "Pod" in cache._refused | {k for k, c in cache._collections.items() if c.refused},
-                 "the TrainJob and JobSet watched, the pods refused", timeout=30)
+        wait_for(
+            lambda: (
+                cache.current()[TRAINJOB_KIND]
+                and cache.current()[JOBSET_KIND]
+                and "Pod" in cache._refused | {k for k, c in cache._collections.items() if c.refused}
+            ),
+            "the TrainJob and JobSet watched, the pods refused",
+            timeout=30,
+        )
         local.clear_requests()
         look = scheduler.look_after(app_id)[0]
         requests = _job_requests(local, name)
@@ -170,8 +201,9 @@ def test_watching_pauses_when_nobody_reads_and_starts_again_on_the_next_read(loc
     watched = WatchedJob(cluster, "default", name)
     try:
         watched.get(TRAINJOB_KIND, name, "default")
-        wait_for(lambda: not any(watched.current().values()) and watched._stopped is None,
-                 "watching paused", timeout=30)
+        wait_for(
+            lambda: not any(watched.current().values()) and watched._stopped is None, "watching paused", timeout=30
+        )
         local.clear_requests()
         assert watched.get(TRAINJOB_KIND, name, "default")["metadata"]["name"] == name  # read through, restarts
         assert ("get", "trainjobs") in _job_requests(local, name)
@@ -209,8 +241,9 @@ def test_a_process_watches_at_most_so_many_jobs_and_reads_the_others(local, monk
         local.clear_requests()
         assert jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default") is None
         assert _job_requests(local, "wj-cap-2") == [("get", "trainjobs")] and not any(jobs[2].current().values())
-        assert list(jobs[2].sent_to_server) == [f"not watched ({watched_module.MAX_WATCHED_JOBS} other jobs are, in "
-                                                "this process)"], jobs[2].sent_to_server
+        assert list(jobs[2].sent_to_server) == [
+            f"not watched ({watched_module.MAX_WATCHED_JOBS} other jobs are, in this process)"
+        ], jobs[2].sent_to_server
         jobs[0].stop()
         jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default")
         wait_for(lambda: all(jobs[2].current().values()), "the third watched once the first stopped", timeout=30)

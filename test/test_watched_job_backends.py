@@ -31,26 +31,37 @@ def test_held_objects_match_reads_and_looks_answer_from_them(backend):
     watched = WatchedJob(cluster, backend.namespace, name)
     try:
         job = f"{JOBSET_NAME_LABEL}={name}"
-        wait_for(lambda: watched.list("Pod", backend.namespace, job) and all(watched.current().values()),
-                 "the watches current")
+        wait_for(
+            lambda: watched.list("Pod", backend.namespace, job) and all(watched.current().values()),
+            "the watches current",
+        )
         ns = backend.namespace
         for labels in (job, node_selector(name), node_selector(name, 1)):
             for fields in (None, NOT_RUNNING, RUNNING, NOT_PENDING, UNSCHEDULED, STARTING):
                 for limit in (None, 1):
-                    assert _names(watched.list("Pod", ns, labels, fields, limit)) == \
-                        _names(cluster.list("Pod", ns, labels, fields, limit)), (labels, fields, limit)
-                assert [p["metadata"]["uid"] for p in watched.list_metadata("Pod", ns, labels, fields)] == \
-                    [p["metadata"]["uid"] for p in cluster.list_metadata("Pod", ns, labels, fields)]
+                    assert _names(watched.list("Pod", ns, labels, fields, limit)) == _names(
+                        cluster.list("Pod", ns, labels, fields, limit)
+                    ), (labels, fields, limit)
+                assert [p["metadata"]["uid"] for p in watched.list_metadata("Pod", ns, labels, fields)] == [
+                    p["metadata"]["uid"] for p in cluster.list_metadata("Pod", ns, labels, fields)
+                ]
         for kind in (TRAINJOB_KIND, JOBSET_KIND):  # the same object, at the same version once the watch has it
-            wait_for(lambda kind=kind: watched.get(kind, name, ns)["metadata"]["resourceVersion"] ==
-                     cluster.get(kind, name, ns)["metadata"]["resourceVersion"], f"the held {kind}")
+            wait_for(
+                lambda kind=kind: (
+                    watched.get(kind, name, ns)["metadata"]["resourceVersion"]
+                    == cluster.get(kind, name, ns)["metadata"]["resourceVersion"]
+                ),
+                f"the held {kind}",
+            )
             assert watched.get(kind, name, ns)["status"] == cluster.get(kind, name, ns)["status"]
 
         # A change reaches what is held: a label put on node 1's pod.
         [pod] = cluster.list("Pod", ns, node_selector(name, 1))
         cluster.patch("Pod", pod["metadata"]["name"], ns, {"metadata": {"labels": {"watched": "yes"}}})
-        wait_for(lambda: _names(watched.list("Pod", ns, f"{job},watched=yes")) == [pod["metadata"]["name"]],
-                 "the label in the held pod")
+        wait_for(
+            lambda: _names(watched.list("Pod", ns, f"{job},watched=yes")) == [pod["metadata"]["name"]],
+            "the label in the held pod",
+        )
     finally:
         watched.stop()
 

@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parent.parent
 def test_wheel_ships_templates_and_renders_from_them(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(REPO)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     [wheel] = (tmp_path / "dist").glob("nemo_kubeflow-*.whl")
@@ -33,7 +35,13 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
         "assert validate_manifest(rt) == [] and validate_manifest({**rt, 'spek': 1}) != [], 'schemas.json'\n"
         "print(r.templates_dir(), rt['metadata']['name'])\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith(str(site / "nemo_kubeflow" / "templates"))

@@ -73,8 +73,9 @@ def warm_steps(steps: int, pid_dir: str, step_seconds: float = 0.2) -> None:
     signal.signal(signal.SIGTERM, stop)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    Path(pid_dir, f"rank{rank}-{os.getpid()}.json").write_text(json.dumps(
-        {"pid": os.getpid(), "ppid": os.getppid(), "imported_by": IMPORTED_BY, "rank": rank}))
+    Path(pid_dir, f"rank{rank}-{os.getpid()}.json").write_text(
+        json.dumps({"pid": os.getpid(), "ppid": os.getppid(), "imported_by": IMPORTED_BY, "rank": rank})
+    )
     for _ in range(steps):
         dist.all_reduce(torch.ones(1))
         time.sleep(step_seconds)

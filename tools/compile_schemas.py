@@ -71,11 +71,18 @@ def trainer_crd_dir() -> Path:
     (once; GOMODCACHE keeps it) from the Go module proxy."""
     command = ["go", "mod", "download", "-json", f"{TRAINER_MODULE}@v{TRAINER_VERSION}"]
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tempfile.gettempdir(),
-                              env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-modcacherw"})
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tempfile.gettempdir(),
+            env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-modcacherw"},
+        )
     except FileNotFoundError:
-        raise CrdsUnavailable("no Go toolchain on PATH (`go` not found): the Trainer CRDs come from its Go module") \
-            from None
+        raise CrdsUnavailable(
+            "no Go toolchain on PATH (`go` not found): the Trainer CRDs come from its Go module"
+        ) from None
     try:
         info = json.loads(proc.stdout)
     except ValueError:
@@ -84,11 +91,14 @@ def trainer_crd_dir() -> Path:
         raise CrdsUnavailable(f"`{' '.join(command)}` failed: {info.get('Error') or proc.stderr.strip()}")
     return Path(info["Dir"]) / "manifests" / "base" / "crds"
 
+
 #: kind -> (CRD file, model class name)
 TRAINER_KINDS = {
     "TrainJob": ("trainer.kubeflow.org_trainjobs.yaml", "TrainerV1alpha1TrainJob"),
-    "ClusterTrainingRuntime": ("trainer.kubeflow.org_clustertrainingruntimes.yaml",
-                               "TrainerV1alpha1ClusterTrainingRuntime"),
+    "ClusterTrainingRuntime": (
+        "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        "TrainerV1alpha1ClusterTrainingRuntime",
+    ),
     "TrainingRuntime": ("trainer.kubeflow.org_trainingruntimes.yaml", "TrainerV1alpha1TrainingRuntime"),
 }
 #: root name -> strict core schema file (without the version folder).
@@ -138,8 +148,11 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and hasattr(annotation, "model_fields") \
+    return (
+        isinstance(annotation, type)
+        and hasattr(annotation, "model_fields")
         and "actual_instance" not in annotation.model_fields
+    )
 
 
 def _probe_enum(owner: type, attr: str, value: Any) -> Optional[list[str]]:
@@ -152,7 +165,7 @@ def _probe_enum(owner: type, attr: str, value: Any) -> Optional[list[str]]:
         for err in exc.errors():
             message = str(err.get("msg", ""))
             if "must be one of" in message:
-                return sorted(ast.literal_eval(message[message.index("("):]))
+                return sorted(ast.literal_eval(message[message.index("(") :]))
     return None
 
 
@@ -296,8 +309,10 @@ class _Core:
         if "oneOf" in schema:
             options = {t for o in schema["oneOf"] for t in ([o["type"]] if isinstance(o["type"], str) else o["type"])}
             options.discard("null")
-            node["type"] = {frozenset({"string", "number"}): "quantity",
-                            frozenset({"string", "integer"}): "int-or-string"}[frozenset(options)]
+            node["type"] = {
+                frozenset({"string", "number"}): "quantity",
+                frozenset({"string", "integer"}): "int-or-string",
+            }[frozenset(options)]
         elif len(types) == 1:
             node["type"] = types[0]
         if node.get("type") == "integer" and schema.get("format") in _INT_FORMATS:
@@ -361,8 +376,11 @@ def generate(crd_dir: Optional[Path] = None) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.compile_schemas", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the shipped file is out of date")
-    parser.add_argument("--crds", type=Path, help="folder with the three Trainer CRDs (default: the pinned "
-                        "release's, from its Go module)")
+    parser.add_argument(
+        "--crds",
+        type=Path,
+        help="folder with the three Trainer CRDs (default: the pinned release's, from its Go module)",
+    )
     args = parser.parse_args(argv)
     try:
         text = generate(args.crds)

@@ -89,13 +89,12 @@ def render() -> str:
     parts = [
         "# Configuration reference",
         "",
-        "Generated from the `#:` comments of the dataclasses by `python -m tools.docgen`; "
-        "do not edit by hand.",
+        "Generated from the `#:` comments of the dataclasses by `python -m tools.docgen`; do not edit by hand.",
         "",
         "## KubeflowExecutor",
         "",
         "Also inherits NeMo-Run's `Executor` fields: `packager` (default `ConfigMapPackager()`), "
-        "`launcher` (`\"torchrun\"` or `run.Torchrun(...)` for distributed tasks), `env_vars` "
+        '`launcher` (`"torchrun"` or `run.Torchrun(...)` for distributed tasks), `env_vars` '
         "(plain environment of the training container), `retries` (gang restarts of the whole job, "
         "`failurePolicy.maxRestarts`; refused with `runtime_name`, whose runtime has its own). Their landing is "
         "declared with the others in nemo_kubeflow/config/landing.py.",
@@ -108,8 +107,13 @@ def render() -> str:
         "",
         reference(KubeflowExecutor, landing=True),
     ]
-    for cls in (PVCMount, SecretMount, *(p.settings for p in PROFILES.values()), InitializerSettings,
-                ConfigMapPackager):
+    for cls in (
+        PVCMount,
+        SecretMount,
+        *(p.settings for p in PROFILES.values()),
+        InitializerSettings,
+        ConfigMapPackager,
+    ):
         doc = inspect.getdoc(cls) or ""
         parts += ["", f"## {cls.__name__}", "", doc.split("\n\n")[0], "", reference(cls)]
     return "\n".join(parts) + "\n"
@@ -121,9 +125,11 @@ def fabrics_table() -> str:
     from nemo_kubeflow.build.fabrics import PROFILES, build_fabric
     from nemo_kubeflow.config.executor import KubeflowExecutor
 
-    rows = ["| `network_fabric` | Machines | Parameters | Pod Security profile the namespace must allow |",
-            "|---|---|---|---|",
-            '| `"none"` (default) | anything | | baseline (restricted with `restricted_security`) |']
+    rows = [
+        "| `network_fabric` | Machines | Parameters | Pod Security profile the namespace must allow |",
+        "|---|---|---|---|",
+        '| `"none"` (default) | anything | | baseline (restricted with `restricted_security`) |',
+    ]
     for p in PROFILES.values():
         fabric = build_fabric(KubeflowExecutor(container_image="img", gpus_per_node=8, network_fabric=p.name))
         security = "privileged" if fabric.privileges() else "baseline, or restricted"

@@ -34,8 +34,10 @@ def allreduce() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     value = torch.tensor([float(rank + 1)])
     dist.all_reduce(value)
-    print(f"rank {rank}/{world} on node {os.environ.get('PET_NODE_RANK')}: all_reduce sum = {int(value.item())}",
-          flush=True)
+    print(
+        f"rank {rank}/{world} on node {os.environ.get('PET_NODE_RANK')}: all_reduce sum = {int(value.item())}",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 
@@ -52,8 +54,10 @@ def run_experiment(executor: KubeflowExecutor) -> int:
     print(f"\nTrainJob finished: {state}. {len(sums)} ranks reported:")
     for line in sums:
         print("  " + line)
-    ok = str(state).endswith("SUCCEEDED") and len(sums) == NODES * PROCS and all(
-        line.endswith(f"sum = {EXPECTED}") for line in sums
+    ok = (
+        str(state).endswith("SUCCEEDED")
+        and len(sums) == NODES * PROCS
+        and all(line.endswith(f"sum = {EXPECTED}") for line in sums)
     )
     print("OK: every rank saw the same sum" if ok else f"FAILED: expected {NODES * PROCS} ranks with sum {EXPECTED}")
     return 0 if ok else 1
@@ -75,10 +79,16 @@ def collected_lines(handle: str) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cluster", action="store_true",
-                        help="submit to the cluster of the current kubeconfig instead of the local cluster")
-    parser.add_argument("--image", default="nvcr.io/nvidia/nemo:25.02",
-                        help="training image (needs torch and nemo_run); ignored by the local cluster")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="submit to the cluster of the current kubeconfig instead of the local cluster",
+    )
+    parser.add_argument(
+        "--image",
+        default="nvcr.io/nvidia/nemo:25.02",
+        help="training image (needs torch and nemo_run); ignored by the local cluster",
+    )
     parser.add_argument("--namespace", default="default")
     args = parser.parse_args()
 

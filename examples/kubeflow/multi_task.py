@@ -23,7 +23,7 @@ PREPARE = """\
 echo "prepare: writing shard list on node $PET_NODE_RANK"
 for i in 0 1 2; do echo "shard-$i"; done
 """
-CHECK = 'python -c "import platform; print(\'check: python\', platform.python_version())"'
+CHECK = "python -c \"import platform; print('check: python', platform.python_version())\""
 
 
 def train(shards: int, epochs: int = 2) -> None:

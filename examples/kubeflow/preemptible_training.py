@@ -32,8 +32,7 @@ import nemo_run as run
 
 
 @run.cli.entrypoint(namespace="kubeflow")
-def train(steps: int = 200, step_seconds: float = 0.1, checkpoint_every: int = 50,
-          checkpoint_dir: str = "") -> None:
+def train(steps: int = 200, step_seconds: float = 0.1, checkpoint_every: int = 50, checkpoint_dir: str = "") -> None:
     """Train for ``steps`` steps in all, across preemptions; ``checkpoint_dir`` defaults to $CHECKPOINT_DIR."""
     import time
 

@@ -63,8 +63,11 @@ def run_experiment(executor: KubeflowExecutor, steps: int, interval: float) -> i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", action="store_true", help="the cluster of the current kubeconfig")
-    parser.add_argument("--trainjob-status", action="store_true",
-                        help="local cluster with Trainer's TrainJobStatus gate: progress goes to status.trainerStatus")
+    parser.add_argument(
+        "--trainjob-status",
+        action="store_true",
+        help="local cluster with Trainer's TrainJobStatus gate: progress goes to status.trainerStatus",
+    )
     parser.add_argument("--image", default="nvcr.io/nvidia/nemo:25.02", help="training image (with nemo-kubeflow)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between progress writes")

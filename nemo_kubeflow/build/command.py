@@ -46,20 +46,62 @@ PET_FLAGS: tuple[tuple[str, str], ...] = (
 
 # torchrun options that take a value (so the value is not mistaken for the script).
 _VALUE_FLAGS = {
-    "--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank",
-    "--master-addr", "--master_addr", "--master-port", "--master_port",
-    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
-    "--rdzv-id", "--rdzv_id", "--rdzv-conf", "--rdzv_conf", "--max-restarts", "--max_restarts",
-    "--monitor-interval", "--monitor_interval", "--start-method", "--start_method",
-    "--role", "--log-dir", "--log_dir", "-r", "--redirects", "-t", "--tee",
-    "--local-addr", "--local_addr", "--logs-specs", "--logs_specs",
-    "--local-ranks-filter", "--local_ranks_filter", "--event-log-handler", "--event_log_handler",
+    "--nnodes",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--node-rank",
+    "--node_rank",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
+    "--rdzv-backend",
+    "--rdzv_backend",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
+    "--rdzv-conf",
+    "--rdzv_conf",
+    "--max-restarts",
+    "--max_restarts",
+    "--monitor-interval",
+    "--monitor_interval",
+    "--start-method",
+    "--start_method",
+    "--role",
+    "--log-dir",
+    "--log_dir",
+    "-r",
+    "--redirects",
+    "-t",
+    "--tee",
+    "--local-addr",
+    "--local_addr",
+    "--logs-specs",
+    "--logs_specs",
+    "--local-ranks-filter",
+    "--local_ranks_filter",
+    "--event-log-handler",
+    "--event_log_handler",
 }
 # Flags NeMo-Run's launcher sets that Trainer's PET values replace.
 _REPLACED_FLAGS = {
-    "--nnodes", "--nproc-per-node", "--nproc_per_node", "--node-rank", "--node_rank",
-    "--master-addr", "--master_addr", "--master-port", "--master_port",
-    "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id",
+    "--nnodes",
+    "--nproc-per-node",
+    "--nproc_per_node",
+    "--node-rank",
+    "--node_rank",
+    "--master-addr",
+    "--master_addr",
+    "--master-port",
+    "--master_port",
+    "--rdzv-backend",
+    "--rdzv_backend",
+    "--rdzv-endpoint",
+    "--rdzv_endpoint",
+    "--rdzv-id",
+    "--rdzv_id",
 }
 
 # NeMo-Run's ft_launcher component adds this when no FT setting is given; ft_launcher 0.4 calls it
@@ -142,12 +184,16 @@ def substitute_macros(text: str, values: Mapping[str, str]) -> str:
 def warm_start_problem(entrypoint: str, args: Sequence[str]) -> str | None:
     """Why ``worker_preload`` cannot start this task's workers, or ``None`` when it can."""
     if entrypoint != "ft_launcher":
-        return (f"worker_preload forks the workers that ft_launcher starts, but this task runs {entrypoint!r}: "
-                "set launcher='ft' (or run.FaultTolerance(...)), or leave worker_preload empty")
+        return (
+            f"worker_preload forks the workers that ft_launcher starts, but this task runs {entrypoint!r}: "
+            "set launcher='ft' (or run.FaultTolerance(...)), or leave worker_preload empty"
+        )
     kept, _ = split_torchrun_args(args)
     if any(flag in _NO_PYTHON_FLAGS for flag in kept):
-        return ("worker_preload forks Python workers, but this task's workers are not Python (ft_launcher "
-                "--no-python: a run.Script whose entrypoint is not 'python'); leave worker_preload empty")
+        return (
+            "worker_preload forks Python workers, but this task's workers are not Python (ft_launcher "
+            "--no-python: a run.Script whose entrypoint is not 'python'); leave worker_preload empty"
+        )
     return None
 
 
@@ -156,8 +202,12 @@ def _warm_start_lines() -> list[str]:
     source = _WARM_START_SOURCE.read_text()
     marker = "NEMO_KUBEFLOW_WARM_START_PY"
     assert marker not in source
-    return [f"IFS= read -r -d '' {marker} <<'{marker}' || true", source.rstrip("\n"), marker,
-            f'printf %s "${marker}" > {WARM_START_FILE}']
+    return [
+        f"IFS= read -r -d '' {marker} <<'{marker}' || true",
+        source.rstrip("\n"),
+        marker,
+        f'printf %s "${marker}" > {WARM_START_FILE}',
+    ]
 
 
 @dataclass(frozen=True)
@@ -214,14 +264,16 @@ def ft_rendezvous_flags(rendezvous_id: str) -> str:
     hostname: on the local cluster every pod has the master's address). The id changes with
     each gang restart (``RESTART_ATTEMPT_ENV``), so a new attempt never joins an old round.
     """
-    return " ".join([
-        "--rdzv-backend c10d",
-        '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"',
-        f'--rdzv-id {shlex.quote(rendezvous_id)}-"${{{RESTART_ATTEMPT_ENV}:-0}}"',
-        '--rdzv-conf "is_host=$([ "$PET_NODE_RANK" = 0 ] && echo 1 || echo 0)"',
-        '--nnodes "$PET_NNODES"',
-        '--nproc-per-node "$PET_NPROC_PER_NODE"',
-    ])
+    return " ".join(
+        [
+            "--rdzv-backend c10d",
+            '--rdzv-endpoint "$PET_MASTER_ADDR:$PET_MASTER_PORT"',
+            f'--rdzv-id {shlex.quote(rendezvous_id)}-"${{{RESTART_ATTEMPT_ENV}:-0}}"',
+            '--rdzv-conf "is_host=$([ "$PET_NODE_RANK" = 0 ] && echo 1 || echo 0)"',
+            '--nnodes "$PET_NNODES"',
+            '--nproc-per-node "$PET_NPROC_PER_NODE"',
+        ]
+    )
 
 
 def rewrite_workspace(arg: str, workspace: str) -> str:
@@ -231,16 +283,18 @@ def rewrite_workspace(arg: str, workspace: str) -> str:
     return arg.replace(NEMO_RUN_POD_DIR + "/", workspace.rstrip("/") + "/")
 
 
-def _warm_start_line(quoted: list[str], rendezvous_id: str, worker_preload: Sequence[str],
-                     rendezvous_poll_seconds: float | None) -> str:
+def _warm_start_line(
+    quoted: list[str], rendezvous_id: str, worker_preload: Sequence[str], rendezvous_poll_seconds: float | None
+) -> str:
     """ft_launcher through warm_start.py: workers forked from a template that preloaded modules."""
     kept, rest = split_torchrun_args(quoted)
     options = _warm_start_options(worker_preload, rendezvous_poll_seconds)
     if any(flag in _MODULE_FLAGS for flag in kept):
         options.append("--module")
         kept = [flag for flag in kept if flag not in _MODULE_FLAGS]
-    return " ".join(["python3", WARM_START_FILE, "launch", *options, ft_rendezvous_flags(rendezvous_id),
-                     *kept, "--", *rest])
+    return " ".join(
+        ["python3", WARM_START_FILE, "launch", *options, ft_rendezvous_flags(rendezvous_id), *kept, "--", *rest]
+    )
 
 
 def _warm_start_options(worker_preload: Sequence[str], rendezvous_poll_seconds: float | None) -> list[str]:
@@ -261,8 +315,9 @@ def _pythonpath_export(pythonpath: Sequence[str]) -> list[str]:
     return [f'export PYTHONPATH={joined}"${{PYTHONPATH:+:$PYTHONPATH}}"']
 
 
-def _setup_lines(prologue: str, exports: Mapping[str, str] | None, pythonpath: Sequence[str],
-                 workdir: str | None) -> list[str]:
+def _setup_lines(
+    prologue: str, exports: Mapping[str, str] | None, pythonpath: Sequence[str], workdir: str | None
+) -> list[str]:
     """The script's lines before the command: the prologue, the exports, PYTHONPATH, the directory."""
     lines = [prologue.rstrip()] if prologue.strip() else []
     lines += [f"export {name}={value}" for name, value in (exports or {}).items()]
@@ -353,12 +408,16 @@ def build_launch(
         line = _command_line(entrypoint, quoted, distributed, rendezvous_id)
     uses_torchrun = entrypoint in ("torchrun", "ft_launcher") or _needs_torchrun(entrypoint, distributed)
 
-    lines = ["set -eo pipefail", *_setup_lines(prologue, exports, pythonpath, workdir),
-             *_launcher_lines(uses_torchrun, warm)]
+    lines = [
+        "set -eo pipefail",
+        *_setup_lines(prologue, exports, pythonpath, workdir),
+        *_launcher_lines(uses_torchrun, warm),
+    ]
     # exec: the training process becomes the shell's replacement, so signals from the
     # kubelet (SIGTERM on cancel) reach it directly.
     lines.append(f"exec {line}")
     script = "\n".join(lines) + "\n"
     # Escaped whole: the user's arguments (and our own `$(...)`) reach bash as written.
-    return LaunchSpec(command=["bash", "-c"], args=[kube_escape(script)], command_line=line,
-                      uses_torchrun=uses_torchrun)
+    return LaunchSpec(
+        command=["bash", "-c"], args=[kube_escape(script)], command_line=line, uses_torchrun=uses_torchrun
+    )

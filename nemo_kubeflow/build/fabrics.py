@@ -29,8 +29,19 @@ INFINIBAND = "infiniband"
 
 #: Capabilities the Pod Security "baseline" profile allows a container to add.
 _BASELINE_CAPABILITIES = {
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
 }
 
 
@@ -249,8 +260,7 @@ def _tcpxo(cfg: TCPXOConfig, gpus: int) -> Fabric:
         "imagePullPolicy": "Always",
         "command": ["/bin/sh", "-c"],
         "args": [
-            "set -e; chmod 755 /fts/entrypoint_rxdm_container.sh; exec /fts/entrypoint_rxdm_container.sh "
-            "--num_hops=2"
+            "set -e; chmod 755 /fts/entrypoint_rxdm_container.sh; exec /fts/entrypoint_rxdm_container.sh --num_hops=2"
         ],
         "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
         "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
@@ -407,8 +417,10 @@ def _profile_problems(executor, name: str) -> Iterator[str]:
     profile = PROFILES[name]
     cfg = profile_settings(executor, name)
     if not isinstance(cfg, profile.settings):
-        yield (f"{profile.field}: expected {profile.settings.__name__}(...) for {fabric_label(executor)}, "
-               f"got {type(cfg).__name__}")
+        yield (
+            f"{profile.field}: expected {profile.settings.__name__}(...) for {fabric_label(executor)}, "
+            f"got {type(cfg).__name__}"
+        )
         return
     yield from profile.checks(profile.field, cfg)
 
@@ -455,15 +467,43 @@ class Profile:
     images: tuple[str, ...] = ()
 
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile(GKE_TCPXO, "tcpxo", TCPXOConfig, lambda cfg, executor: _tcpxo(cfg, executor.gpus_per_node),
-            _nic_problems, "GKE A3 Mega (H100 Mega)", images=("daemon_image",)),
-    Profile(GKE_RDMA, "gke_rdma", GKERDMAConfig, lambda cfg, executor: _gke_rdma(cfg, executor.node_selector),
-            _nic_problems, "GKE A3 Ultra (H200), A4 (B200)"),
-    Profile(AWS_EFA, "aws_efa", EFAConfig, lambda cfg, executor: _aws_efa(cfg),
-            _device_problems, "AWS p4d, p5, p5en, p6"),
-    Profile(INFINIBAND, "infiniband", InfiniBandConfig, lambda cfg, executor: _infiniband(cfg),
-            _device_problems, "InfiniBand or RoCE clusters"),
-)}
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            GKE_TCPXO,
+            "tcpxo",
+            TCPXOConfig,
+            lambda cfg, executor: _tcpxo(cfg, executor.gpus_per_node),
+            _nic_problems,
+            "GKE A3 Mega (H100 Mega)",
+            images=("daemon_image",),
+        ),
+        Profile(
+            GKE_RDMA,
+            "gke_rdma",
+            GKERDMAConfig,
+            lambda cfg, executor: _gke_rdma(cfg, executor.node_selector),
+            _nic_problems,
+            "GKE A3 Ultra (H200), A4 (B200)",
+        ),
+        Profile(
+            AWS_EFA,
+            "aws_efa",
+            EFAConfig,
+            lambda cfg, executor: _aws_efa(cfg),
+            _device_problems,
+            "AWS p4d, p5, p5en, p6",
+        ),
+        Profile(
+            INFINIBAND,
+            "infiniband",
+            InfiniBandConfig,
+            lambda cfg, executor: _infiniband(cfg),
+            _device_problems,
+            "InfiniBand or RoCE clusters",
+        ),
+    )
+}
 #: Every ``network_fabric`` value.
 FABRICS = (NONE, *PROFILES)

@@ -121,10 +121,22 @@ def steps(init: Optional["Initializer"], s: InitializerSettings) -> list[Step]:
     out = []
     if isinstance(init.dataset, DataCacheInitializer):
         # As Trainer's torch-distributed-with-cache runtime: the initializer starts the cache servers.
-        env: list[dict] = [literal_env("CACHE_IMAGE", s.data_cache_image),
-               {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": _JOBSET_NAME_FIELD}}}]
-        out.append(Step(DATASET_INITIALIZER, s.dataset_image, list(s.dataset_command), env, DATASET_PATH, "dataset",
-                        feeds_training=False, service_account=s.data_cache_service_account))
+        env: list[dict] = [
+            literal_env("CACHE_IMAGE", s.data_cache_image),
+            {"name": "TRAIN_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": _JOBSET_NAME_FIELD}}},
+        ]
+        out.append(
+            Step(
+                DATASET_INITIALIZER,
+                s.dataset_image,
+                list(s.dataset_command),
+                env,
+                DATASET_PATH,
+                "dataset",
+                feeds_training=False,
+                service_account=s.data_cache_service_account,
+            )
+        )
     elif init.dataset is not None:
         out.append(Step(DATASET_INITIALIZER, s.dataset_image, list(s.dataset_command), [], DATASET_PATH, "dataset"))
     if init.model is not None:
@@ -152,8 +164,9 @@ def node_env(steps: Sequence[Step]) -> list[dict]:
     return []
 
 
-def trainjob_initializer(init: Optional["Initializer"],
-                         s: InitializerSettings) -> Optional["m.TrainerV1alpha1Initializer"]:
+def trainjob_initializer(
+    init: Optional["Initializer"], s: InitializerSettings
+) -> Optional["m.TrainerV1alpha1Initializer"]:
     """``spec.initializer``, through the Kubeflow SDK's own converters (``get_dataset_initializer``,
     ``get_model_initializer``), plus the ``secretRef`` of each step."""
     if init is None or (init.dataset is None and init.model is None):
@@ -161,8 +174,10 @@ def trainjob_initializer(init: Optional["Initializer"],
     from kubeflow.trainer.backends.kubernetes.utils import get_dataset_initializer, get_model_initializer
     from kubeflow_trainer_api import models as m
 
-    return m.TrainerV1alpha1Initializer(dataset=_converted_step(init.dataset, get_dataset_initializer, s.dataset_secret),
-                                        model=_converted_step(init.model, get_model_initializer, s.model_secret))
+    return m.TrainerV1alpha1Initializer(
+        dataset=_converted_step(init.dataset, get_dataset_initializer, s.dataset_secret),
+        model=_converted_step(init.model, get_model_initializer, s.model_secret),
+    )
 
 
 def _converted_step(value: object, convert: Callable[[Any], Any], secret: Optional[str]) -> Any:
@@ -183,8 +198,13 @@ def _converted_step(value: object, convert: Callable[[Any], Any], secret: Option
 # --- validation -----------------------------------------------------------------------------------------
 
 #: The URI scheme Trainer's initializer images read for each SDK type.
-_SCHEMES = {"HuggingFaceDatasetInitializer": "hf", "HuggingFaceModelInitializer": "hf",
-            "S3DatasetInitializer": "s3", "S3ModelInitializer": "s3", "DataCacheInitializer": "cache"}
+_SCHEMES = {
+    "HuggingFaceDatasetInitializer": "hf",
+    "HuggingFaceModelInitializer": "hf",
+    "S3DatasetInitializer": "s3",
+    "S3ModelInitializer": "s3",
+    "DataCacheInitializer": "cache",
+}
 
 
 def initializer_problems(executor) -> Iterator[str]:
@@ -193,8 +213,10 @@ def initializer_problems(executor) -> Iterator[str]:
     s = settings(executor)
     if not isinstance(s, InitializerSettings):
         # Even with no initializer: the runtime is rendered from these settings either way.
-        yield (f"initializer_settings: expected InitializerSettings(...), got {type(s).__name__} ({s!r}); use "
-               "nemo_kubeflow.InitializerSettings(...), or leave it None for the defaults")
+        yield (
+            f"initializer_settings: expected InitializerSettings(...), got {type(s).__name__} ({s!r}); use "
+            "nemo_kubeflow.InitializerSettings(...), or leave it None for the defaults"
+        )
         return
     if init is None:
         return
@@ -235,8 +257,7 @@ def _shape_problem(init: object, s: object) -> Optional[str]:
     from kubeflow.trainer.types import types as sdk
 
     if not isinstance(init, sdk.Initializer):
-        return (f"initializer: expected kubeflow.trainer.Initializer(dataset=..., model=...), "
-                f"got {type(init).__name__}")
+        return f"initializer: expected kubeflow.trainer.Initializer(dataset=..., model=...), got {type(init).__name__}"
     if init.dataset is None and init.model is None:
         return "initializer has neither dataset nor model: set one, or leave initializer unset"
     return None
@@ -247,8 +268,10 @@ def _step_problems(step: str, value: object, command: list[str], secret: Optiona
     from kubeflow.trainer.types import types as sdk
 
     allowed: tuple[type, ...] = (
-        (sdk.HuggingFaceDatasetInitializer, sdk.S3DatasetInitializer, sdk.DataCacheInitializer) if step == "dataset"
-        else (sdk.HuggingFaceModelInitializer, sdk.S3ModelInitializer))
+        (sdk.HuggingFaceDatasetInitializer, sdk.S3DatasetInitializer, sdk.DataCacheInitializer)
+        if step == "dataset"
+        else (sdk.HuggingFaceModelInitializer, sdk.S3ModelInitializer)
+    )
     if not isinstance(value, allowed):
         names = ", ".join(t.__name__ for t in allowed)
         yield f"initializer.{step}: {type(value).__name__} is not a {step} initializer ({names})"
@@ -326,8 +349,10 @@ def _source_problems(step: str, value, command: list[str]) -> Iterator[str]:
     kind = type(value).__name__
     scheme, sep, rest = uri.partition("://")
     if not sep or not rest or not scheme[:1].isalpha():
-        yield (f"initializer.{step}.storage_uri={uri!r}: Trainer takes a URI of the form scheme://..."
-               f"{_scheme_hint(kind, uri)}")
+        yield (
+            f"initializer.{step}.storage_uri={uri!r}: Trainer takes a URI of the form scheme://..."
+            f"{_scheme_hint(kind, uri)}"
+        )
     elif not command and scheme != _SCHEMES[kind]:
         # Only a command of your own (dataset_command/model_command) can read other schemes.
         yield (

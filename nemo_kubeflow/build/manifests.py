@@ -50,7 +50,6 @@ PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 MASK = "<masked>"
 
 
-
 def common_labels(experiment_id: str, task_name: str, trainjob: str) -> dict[str, str]:
     return {
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
@@ -82,13 +81,16 @@ def _extended_resources(executor, fabric: Fabric) -> dict[str, object]:
 
 #: The executor's CPU and memory fields: field -> (section of ``resourcesPerNode``, resource).
 _CPU_MEMORY_FIELDS = {
-    "cpu_request": ("requests", "cpu"), "cpu_limit": ("limits", "cpu"),
-    "memory_request": ("requests", "memory"), "memory_limit": ("limits", "memory"),
+    "cpu_request": ("requests", "cpu"),
+    "cpu_limit": ("limits", "cpu"),
+    "memory_request": ("requests", "memory"),
+    "memory_limit": ("limits", "memory"),
 }
 
 
-def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys: Sequence[str],
-                key_refs: Mapping[str, str]) -> list[dict]:
+def trainer_env(
+    env: Mapping[str, str], secret_name: Optional[str], secret_keys: Sequence[str], key_refs: Mapping[str, str]
+) -> list[dict]:
     """``spec.trainer.env``: plain values (literal: escaped from ``$(VAR)`` expansion), then references
     to Secret keys (values never inline)."""
     out: list[dict] = [literal_env(k, v) for k, v in env.items()]
@@ -102,14 +104,22 @@ def trainer_env(env: Mapping[str, str], secret_name: Optional[str], secret_keys:
 
 def restart_attempt_env() -> dict:
     """The gang attempt (JobSet's pod label) as an env var, for ft_launcher's rendezvous id."""
-    return {"name": RESTART_ATTEMPT_ENV,
-            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RESTART_ATTEMPT_LABEL}']"}}}
+    return {
+        "name": RESTART_ATTEMPT_ENV,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RESTART_ATTEMPT_LABEL}']"}},
+    }
 
 
-def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict],
-                  preflight_env: Sequence[dict] = (), *, pod: Optional[Mapping[str, Any]] = None,
-                  metadata: Optional[Mapping[str, Any]] = None,
-                  node_security: Optional[Mapping[str, Any]] = None) -> Optional[dict]:
+def runtime_patch(
+    volumes: Sequence[dict],
+    mounts: Sequence[dict],
+    affinity: Optional[dict],
+    preflight_env: Sequence[dict] = (),
+    *,
+    pod: Optional[Mapping[str, Any]] = None,
+    metadata: Optional[Mapping[str, Any]] = None,
+    node_security: Optional[Mapping[str, Any]] = None,
+) -> Optional[dict]:
     """Per-task pod changes (the task's ConfigMaps, this job's anti-affinity, the task's env for the
     preflight checks) as a ``runtimePatches`` entry, so the shared runtime stays shared. With an existing
     runtime (``runtime_name``) also the executor's pod settings (``existing_runtime_pod``): ``pod`` (pod
@@ -124,8 +134,14 @@ def runtime_patch(volumes: Sequence[dict], mounts: Sequence[dict], affinity: Opt
     return _node_template_patch(template)
 
 
-def _patched_pod_spec(pod: dict[str, Any], volumes: Sequence[dict], mounts: Sequence[dict], affinity: Optional[dict],
-                      preflight_env: Sequence[dict], node_security: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+def _patched_pod_spec(
+    pod: dict[str, Any],
+    volumes: Sequence[dict],
+    mounts: Sequence[dict],
+    affinity: Optional[dict],
+    preflight_env: Sequence[dict],
+    node_security: Optional[Mapping[str, Any]],
+) -> dict[str, Any]:
     """The pod spec of ``runtime_patch``: ``pod``'s fields, its volumes and mounts first."""
     pod_spec: dict[str, Any] = {}
     if volumes or pod.get("volumes"):
@@ -159,11 +175,7 @@ def _node_template_patch(template: dict[str, Any]) -> dict:
         "manager": PATCH_MANAGER,
         "trainingRuntimeSpec": {
             "template": {
-                "spec": {
-                    "replicatedJobs": [
-                        {"name": TRAINER_NODE, "template": {"spec": {"template": template}}}
-                    ]
-                }
+                "spec": {"replicatedJobs": [{"name": TRAINER_NODE, "template": {"spec": {"template": template}}}]}
             }
         },
     }
@@ -205,8 +217,9 @@ def same_domain_affinity(trainjob_name: str, topology_key: str) -> dict:
         "podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
-                    "labelSelector": {"matchLabels": {JOBSET_NAME_LABEL: trainjob_name,
-                                                      REPLICATED_JOB_LABEL: TRAINER_NODE}},
+                    "labelSelector": {
+                        "matchLabels": {JOBSET_NAME_LABEL: trainjob_name, REPLICATED_JOB_LABEL: TRAINER_NODE}
+                    },
                     "topologyKey": topology_key,
                 }
             ]
@@ -290,8 +303,12 @@ def build_trainjob(
         "suspend": suspend,
         "trainer": _set_fields(trainer),
     }
-    metadata = {"annotations": dict(annotations) or None, "labels": dict(labels) or None,
-                "name": name, "namespace": namespace}
+    metadata = {
+        "annotations": dict(annotations) or None,
+        "labels": dict(labels) or None,
+        "name": name,
+        "namespace": namespace,
+    }
     job = {
         "apiVersion": TRAINER_API_VERSION,
         "kind": TRAINJOB_KIND,
@@ -367,8 +384,15 @@ def masked_secret(secret: dict) -> dict:
     return out
 
 
-def pvc_manifest(name: str, namespace: str, labels: Mapping[str, str], *, size: Optional[str],
-                 access_modes: Sequence[str], storage_class: Optional[str]) -> dict:
+def pvc_manifest(
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    *,
+    size: Optional[str],
+    access_modes: Sequence[str],
+    storage_class: Optional[str],
+) -> dict:
     if size is None:  # the executor's checks refuse this first: never a claim of size "None"
         raise ConfigError(f"the PersistentVolumeClaim {name!r} to create has no size")
     spec: dict[str, Any] = {

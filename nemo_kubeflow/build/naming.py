@@ -98,13 +98,20 @@ def trainer_env_problem(name: str) -> Optional[str]:
     value = PET_ENV_VALUES.get(name)
     if value is None:
         return None
-    return f"{name} is set by Kubeflow Trainer's torch plugin, to {value}, and its webhook rejects TrainJobs that set it"
+    return (
+        f"{name} is set by Kubeflow Trainer's torch plugin, to {value}, and its webhook rejects TrainJobs that set it"
+    )
 
 
 def is_config_key(key: str) -> bool:
     """A ConfigMap or Secret data key (IsConfigMapKey): no '/', not '.', not starting with '..'."""
-    return (isinstance(key, str) and len(key) <= DNS_SUBDOMAIN_MAX and bool(CONFIG_KEY.fullmatch(key))
-            and key != "." and not key.startswith(".."))
+    return (
+        isinstance(key, str)
+        and len(key) <= DNS_SUBDOMAIN_MAX
+        and bool(CONFIG_KEY.fullmatch(key))
+        and key != "."
+        and not key.startswith("..")
+    )
 
 
 # --- JobSet pod names ----------------------------------------------------------------------
@@ -145,9 +152,13 @@ def pod_completion_index(pod: str, jobset: str, replicated_job: str) -> Optional
     prefix = f"{jobset}-{replicated_job}-"
     if not pod.startswith(prefix):
         return None
-    parts = pod[len(prefix):].split("-")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or \
-            len(parts[2]) != len(POD_NAME_RANDOM_SUFFIX) - 1:
+    parts = pod[len(prefix) :].split("-")
+    if (
+        len(parts) != 3
+        or not parts[0].isdigit()
+        or not parts[1].isdigit()
+        or len(parts[2]) != len(POD_NAME_RANDOM_SUFFIX) - 1
+    ):
         return None
     return int(parts[1])
 
@@ -168,8 +179,9 @@ def _count(value: Any, default: int = 1) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
-def replicated_job_shapes(replicated_jobs: Any, num_nodes: Optional[int] = None,
-                          ml_policy: Any = None) -> list[ReplicatedJobShape]:
+def replicated_job_shapes(
+    replicated_jobs: Any, num_nodes: Optional[int] = None, ml_policy: Any = None
+) -> list[ReplicatedJobShape]:
     """The shapes of the JobSet Trainer builds from a runtime's ``spec.template.spec.replicatedJobs``.
 
     As Trainer v2.3.0 counts pods (pkg/runtime/core/trainingruntime.go, then SyncParallelCount):
@@ -251,6 +263,7 @@ def label_value(text: str) -> str:
 
 # --- keys, paths and image references (checked before submission) --------------------------
 
+
 def descending_path_problem(path: str) -> str | None:
     """Why ``path`` cannot be a ``subPath`` or a volume item ``path`` (the API server's
     ``validateLocalDescendingPath``): it must be relative and stay below the volume."""
@@ -269,7 +282,8 @@ _IMAGE_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_PATH = re.compile(rf"{_IMAGE_PATH_COMPONENT}(?:/{_IMAGE_PATH_COMPONENT})*")
 _IMAGE_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _IMAGE_DOMAIN = re.compile(
-    rf"(?:{_IMAGE_DOMAIN_COMPONENT}(?:\.{_IMAGE_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?")
+    rf"(?:{_IMAGE_DOMAIN_COMPONENT}(?:\.{_IMAGE_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+)
 _IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _IMAGE_DIGEST = re.compile(r"([A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*):([0-9a-fA-F]{32,})")
 #: Hex digits of the digest algorithms the OCI image spec registers (opencontainers/go-digest).
@@ -285,7 +299,7 @@ def image_reference_problem(ref: str) -> str | None:
     name, tag = name_and_tag, None
     colon = name_and_tag.rfind(":")
     if colon > name_and_tag.rfind("/"):
-        name, tag = name_and_tag[:colon], name_and_tag[colon + 1:]
+        name, tag = name_and_tag[:colon], name_and_tag[colon + 1 :]
     first, slash, rest = name.partition("/")
     # As reference.ParseNormalizedNamed splits it: a registry has a '.' or ':', is localhost, or is not lowercase.
     has_domain = bool(slash) and (any(c in first for c in ".:") or first == "localhost" or first != first.lower())
@@ -295,20 +309,25 @@ def image_reference_problem(ref: str) -> str | None:
     if not _IMAGE_PATH.fullmatch(path):
         if _IMAGE_PATH.fullmatch(path.lower()):
             return f"the repository {path!r} must be lowercase (write {path.lower()!r})"
-        return (f"the repository {path!r} must be '/'-separated components of lowercase letters and "
-                "digits, joined inside by '.', '_', '__' or '-'")
+        return (
+            f"the repository {path!r} must be '/'-separated components of lowercase letters and "
+            "digits, joined inside by '.', '_', '__' or '-'"
+        )
     if len(name) > IMAGE_NAME_MAX:
         return f"the name is {len(name)} characters long; at most {IMAGE_NAME_MAX} are allowed"
     if tag is not None and not _IMAGE_TAG.fullmatch(tag):
-        return ("the tag {!r} must be 1 to 128 letters, digits, '_', '.' or '-', not starting with "
-                "'.' or '-'".format(tag))
+        return "the tag {!r} must be 1 to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'".format(
+            tag
+        )
     if at:
         match = _IMAGE_DIGEST.fullmatch(digest)
         algorithm = match.group(1) if match else digest.partition(":")[0]
         want = IMAGE_DIGEST_HEX_LEN.get(algorithm)
         if want is None:
-            return (f"the digest {digest!r} must be <algorithm>:<hex>, with algorithm one of "
-                    f"{', '.join(IMAGE_DIGEST_HEX_LEN)}")
+            return (
+                f"the digest {digest!r} must be <algorithm>:<hex>, with algorithm one of "
+                f"{', '.join(IMAGE_DIGEST_HEX_LEN)}"
+            )
         if not re.fullmatch(rf"[0-9a-f]{{{want}}}", digest.partition(":")[2]):
             return f"the digest {digest!r}: {algorithm} takes exactly {want} lowercase hex digits"
     return None

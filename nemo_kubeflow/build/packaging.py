@@ -99,8 +99,7 @@ def _check_bundle_path(path: str) -> None:
     # An empty path, or one starting with '/', has an empty first component.
     if any(p in ("", ".", "..") for p in path.split("/")):
         raise PackagingError(
-            f"invalid bundle path {path!r}: it must be relative, without '.', '..' or "
-            "empty components"
+            f"invalid bundle path {path!r}: it must be relative, without '.', '..' or empty components"
         )
     if "\0" in path:
         raise PackagingError(f"invalid bundle path {path!r}: it contains a NUL byte")
@@ -230,10 +229,7 @@ def describe_package(pkg: CodePackage) -> str:
     where = f"in {count} ConfigMap{'' if count == 1 else 's'}"
     if pkg.mode == "sharded":
         compressed = sum(_b64_decoded_len(cm["binaryData"][SHARD_KEY]) for cm in pkg.configmaps)
-        return (
-            f"sharded, {pkg.file_count} files, {_human(pkg.total_bytes)} "
-            f"({_human(compressed)} compressed) {where}"
-        )
+        return f"sharded, {pkg.file_count} files, {_human(pkg.total_bytes)} ({_human(compressed)} compressed) {where}"
     return f"plain, {pkg.file_count} files, {_human(pkg.total_bytes)} {where}"
 
 
@@ -293,9 +289,7 @@ def _plain_configmap(files: Sequence[BundleFile], metadata: dict) -> tuple[dict,
         key = _configmap_key(f.path)
         if key in paths_by_key:
             # Only a verbatim top-level name can equal a hashed key, and only on purpose.
-            raise PackagingError(
-                f"{f.path!r} and {paths_by_key[key]!r} map to the same ConfigMap key {key!r}"
-            )
+            raise PackagingError(f"{f.path!r} and {paths_by_key[key]!r} map to the same ConfigMap key {key!r}")
         paths_by_key[key] = f.path
         text = _as_text(f.data)
         if text is None:
@@ -420,16 +414,12 @@ def _unpack_prologue(
         f"  nk_sum=$(cat {q_parts} | sha256sum)",
         f'  [ "${{nk_sum%% *}}" = {archive_sha256} ] || '
         + fail(
-            f"code bundle checksum mismatch: ConfigMap(s) {shards} do not hold the package this pod"
-            " was created with"
+            f"code bundle checksum mismatch: ConfigMap(s) {shards} do not hold the package this pod was created with"
         ),
         "fi",
         # -m: files get the unpack time rather than the archive's fixed mtime 0.
         f"cat {q_parts} | tar -xzmf - -C {q_dest} || "
-        + fail(
-            f"could not unpack the code bundle into {mount_path} "
-            "(does the image have tar and gzip?)"
-        ),
+        + fail(f"could not unpack the code bundle into {mount_path} (does the image have tar and gzip?)"),
     ]
     for path in check_paths:
         lines.append(
@@ -538,14 +528,11 @@ def _check_label(value: str, what: str) -> None:
 
 
 def _check_mount_path(path: str) -> None:
-    if (
-        not path.startswith("/")
-        or path == "/"
-        or str(PurePosixPath(path)) != path
-        or ".." in path.split("/")
-    ):
-        raise ConfigError(f"workspace_mount_path={path!r}: must be a normalized absolute path other than '/', "
-                          "where the task's files are mounted, e.g. '/nemo_run'")
+    if not path.startswith("/") or path == "/" or str(PurePosixPath(path)) != path or ".." in path.split("/"):
+        raise ConfigError(
+            f"workspace_mount_path={path!r}: must be a normalized absolute path other than '/', "
+            "where the task's files are mounted, e.g. '/nemo_run'"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,25 +582,18 @@ class ConfigMapPackager(Packager):
     def __post_init__(self) -> None:
         # Checks only: fdl.build re-runs this on every clone, so no I/O here.
         if self.mode not in MODES:
-            raise ConfigError(
-                f"ConfigMapPackager.mode must be one of {', '.join(MODES)}, not {self.mode!r}"
-            )
+            raise ConfigError(f"ConfigMapPackager.mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if not _is_positive_int(self.max_shards):
-            raise ConfigError(
-                f"ConfigMapPackager.max_shards must be an integer of at least 1, not {self.max_shards!r}"
-            )
+            raise ConfigError(f"ConfigMapPackager.max_shards must be an integer of at least 1, not {self.max_shards!r}")
         if self.max_file_bytes is not None and not _is_positive_int(self.max_file_bytes):
-            raise ConfigError(f"ConfigMapPackager.max_file_bytes must be a positive integer or None, "
-                              f"not {self.max_file_bytes!r}")
+            raise ConfigError(
+                f"ConfigMapPackager.max_file_bytes must be a positive integer or None, not {self.max_file_bytes!r}"
+            )
         self._check_relative_paths()
 
     def _check_relative_paths(self) -> None:
         patterns = self._pattern_list()
-        if (
-            isinstance(self.relative_path, list)
-            and patterns
-            and len(self.relative_path) != len(patterns)
-        ):
+        if isinstance(self.relative_path, list) and patterns and len(self.relative_path) != len(patterns):
             raise ConfigError(
                 "ConfigMapPackager.relative_path, when a list, needs one entry per include_pattern "
                 f"({len(self.relative_path)} vs {len(patterns)})"
@@ -871,9 +851,7 @@ class _Selector:
                 self._visit(source, parts, {self.root_real}, found)
         return found
 
-    def _walk(
-        self, directory: str, parts: tuple[str, ...], ancestors: set[str], found: dict[str, str]
-    ) -> None:
+    def _walk(self, directory: str, parts: tuple[str, ...], ancestors: set[str], found: dict[str, str]) -> None:
         real = os.path.realpath(directory)
         if real in ancestors:  # a link back to an ancestor would loop forever
             return
@@ -975,8 +953,7 @@ def _git_listed(directory: str) -> list[str]:
         raise PackagingError("use_git=True needs the git executable on PATH") from e
     if out.returncode != 0:
         raise PackagingError(
-            f"use_git=True but git ls-files failed in {directory}: "
-            + out.stderr.decode(errors="replace").strip()
+            f"use_git=True but git ls-files failed in {directory}: " + out.stderr.decode(errors="replace").strip()
         )
     return out.stdout.decode("utf-8", errors="surrogateescape").split("\0")
 

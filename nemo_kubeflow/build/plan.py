@@ -157,8 +157,11 @@ def build_submission(
         env=_trainer_env(executor, role, plain_env, secret_name),
         resources=facts.resources,
         labels={**labels, **executor.labels, **mf.queue_labels(executor.queue_name, executor.workload_priority_class)},
-        annotations={**dict(executor.annotations), **mf.node_avoidance_annotations(executor),
-                     **mf.ttl_annotations(executor)},
+        annotations={
+            **dict(executor.annotations),
+            **mf.node_avoidance_annotations(executor),
+            **mf.ttl_annotations(executor),
+        },
         patch=_runtime_patch(facts, code, name, plain_env, existing_runtime=runtime is None),
         active_deadline_seconds=executor.active_deadline_seconds,
         initializer=initializers.trainjob_initializer(executor.initializer, facts.initializer_settings),
@@ -172,8 +175,13 @@ def build_submission(
         secret_sources=dict(executor.secret_env_vars),
         pvcs=_claims_to_create(facts),
         launch=launch,
-        summary=_summary(facts, trainjob, f"{executor.runtime_kind}/{runtime_name}" + ("" if runtime else " (existing)"),
-                         code, launch),
+        summary=_summary(
+            facts,
+            trainjob,
+            f"{executor.runtime_kind}/{runtime_name}" + ("" if runtime else " (existing)"),
+            code,
+            launch,
+        ),
     )
 
 
@@ -186,8 +194,9 @@ def _runtime(facts: ExecutorFacts) -> tuple[Optional[dict], str]:
     return runtime, runtime["metadata"]["name"]
 
 
-def _trainer_env(executor: KubeflowExecutor, role: Role, plain_env: dict[str, str],
-                 secret_name: Optional[str]) -> list[dict]:
+def _trainer_env(
+    executor: KubeflowExecutor, role: Role, plain_env: dict[str, str], secret_name: Optional[str]
+) -> list[dict]:
     """``spec.trainer.env``: the task's literal variables, the Secret references, ft_launcher's restart attempt."""
     env = mf.trainer_env(plain_env, secret_name, list(executor.secret_env_vars), dict(executor.secret_key_refs))
     if role.entrypoint == "ft_launcher":
@@ -203,8 +212,9 @@ def _masked_secret(executor: KubeflowExecutor, secret_name: Optional[str], label
     return mf.masked_secret(mf.secret_manifest(secret_name, executor.namespace, values, labels))
 
 
-def _code_package(executor: KubeflowExecutor, files: Sequence[BundleFile], name: str,
-                  labels: dict) -> Optional[CodePackage]:
+def _code_package(
+    executor: KubeflowExecutor, files: Sequence[BundleFile], name: str, labels: dict
+) -> Optional[CodePackage]:
     """The ConfigMaps that ship the task's files (``None``: nothing to ship)."""
     if not files:
         return None
@@ -219,8 +229,9 @@ def _code_package(executor: KubeflowExecutor, files: Sequence[BundleFile], name:
     )
 
 
-def _launch(facts: ExecutorFacts, role: Role, files: Sequence[BundleFile], code: Optional[CodePackage],
-            name: str) -> LaunchSpec:
+def _launch(
+    facts: ExecutorFacts, role: Role, files: Sequence[BundleFile], code: Optional[CodePackage], name: str
+) -> LaunchSpec:
     """The command the ``node`` container runs: the role's entrypoint, in the shipped workspace."""
     executor = facts.executor
     workspace = executor.workspace_mount_path.rstrip("/")
@@ -248,8 +259,7 @@ def _launch_exports(facts: ExecutorFacts, role: Role) -> dict[str, str]:
     exports = {}
     if facts.fabric.library_path:
         # Extended, not replaced, so that the image's own LD_LIBRARY_PATH survives.
-        exports["LD_LIBRARY_PATH"] = (shlex.quote(facts.fabric.library_path)
-                                      + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"')
+        exports["LD_LIBRARY_PATH"] = shlex.quote(facts.fabric.library_path) + '"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
     if executor.timeout_defaults and executor.nodes * executor.nprocs_per_node > 1:
         # In the script, not in spec.trainer.env: a value from the image or an envFrom Secret still wins.
         task_env = [*executor.env_vars, *role.env, *executor.secret_env_vars, *executor.secret_key_refs]
@@ -267,8 +277,9 @@ def _plain_env(executor: KubeflowExecutor, role: Role) -> dict[str, str]:
     return plain_env
 
 
-def _runtime_patch(facts: ExecutorFacts, code: Optional[CodePackage], name: str, plain_env: dict[str, str],
-                   *, existing_runtime: bool) -> Optional[dict]:
+def _runtime_patch(
+    facts: ExecutorFacts, code: Optional[CodePackage], name: str, plain_env: dict[str, str], *, existing_runtime: bool
+) -> Optional[dict]:
     """The TrainJob's ``runtimePatches`` entry: the code volumes, the placement, the preflight's variables."""
     return mf.runtime_patch(
         code.volumes if code else [],
@@ -297,8 +308,9 @@ def _preflight_env(executor: KubeflowExecutor, plain_env: dict[str, str]) -> lis
     return [literal_env(k, v) for k, v in plain_env.items() if k.startswith(_PREFLIGHT_ENV_PREFIXES)]
 
 
-def _summary(facts: ExecutorFacts, trainjob: dict, runtime: str, code: Optional[CodePackage],
-             launch: LaunchSpec) -> dict[str, Any]:
+def _summary(
+    facts: ExecutorFacts, trainjob: dict, runtime: str, code: Optional[CodePackage], launch: LaunchSpec
+) -> dict[str, Any]:
     """What a dry run and the submission log say about the task, one line per setting that is in use."""
     executor = facts.executor
     gpus = f", {executor.gpus_per_node} GPU(s) per node" if executor.gpus_per_node else ", CPU only"
@@ -320,8 +332,9 @@ def _optional_summary(facts: ExecutorFacts, trainjob: dict) -> dict[str, Optiona
     executor = facts.executor
     return {
         "network_fabric": facts.fabric.name if facts.fabric.name != "none" else None,
-        "initializers": (", ".join(st.name for st in facts.initializer_steps)
-                         if executor.initializer is not None else None),
+        "initializers": (
+            ", ".join(st.name for st in facts.initializer_steps) if executor.initializer is not None else None
+        ),
         "queue": _queue_summary(executor, queue_name(trainjob)),
         "gang scheduling": executor.pod_group_policy if executor.pod_group_policy != "none" else None,
         "placement": f"all nodes in one {executor.topology_key} domain" if executor.topology_key else None,
@@ -348,8 +361,9 @@ def planned_jobs(facts: ExecutorFacts, runtime: Optional[dict]) -> list[naming.R
     the trainer's ``node`` job. submit.py checks an existing runtime's own jobs before writing anything."""
     if runtime is not None:
         return naming.runtime_job_shapes(runtime, facts.executor.nodes)
-    return ([naming.ReplicatedJobShape(step.name) for step in facts.initializer_steps]
-            + [naming.ReplicatedJobShape(TRAINER_NODE, completions=facts.executor.nodes)])
+    return [naming.ReplicatedJobShape(step.name) for step in facts.initializer_steps] + [
+        naming.ReplicatedJobShape(TRAINER_NODE, completions=facts.executor.nodes)
+    ]
 
 
 def _name_budget(facts: ExecutorFacts, runtime: Optional[dict]) -> int:
@@ -371,8 +385,18 @@ def _claims_to_create(facts: ExecutorFacts) -> list[dict]:
     """PVCs marked for creation: ``pvc_mounts`` with ``create``, the initializers' claim."""
     executor = facts.executor
     labels = {mf.MANAGED_BY_LABEL: mf.MANAGED_BY_VALUE}
-    pvcs = [mf.pvc_manifest(p.claim_name, executor.namespace, labels, size=p.size, access_modes=p.access_modes,
-                            storage_class=p.storage_class) for p in executor.pvc_mounts if p.create]
+    pvcs = [
+        mf.pvc_manifest(
+            p.claim_name,
+            executor.namespace,
+            labels,
+            size=p.size,
+            access_modes=p.access_modes,
+            storage_class=p.storage_class,
+        )
+        for p in executor.pvc_mounts
+        if p.create
+    ]
     if claim := _initializer_claim(facts, labels, created={p["metadata"]["name"] for p in pvcs}):
         pvcs.append(claim)
     return pvcs
@@ -383,8 +407,14 @@ def _initializer_claim(facts: ExecutorFacts, labels: dict, created: set[str]) ->
     s = facts.initializer_settings
     if facts.executor.initializer is None or not s.create_claim or s.claim_name in created:
         return None
-    return mf.pvc_manifest(s.claim_name, facts.executor.namespace, labels, size=s.claim_size,
-                           access_modes=s.access_modes, storage_class=s.storage_class)
+    return mf.pvc_manifest(
+        s.claim_name,
+        facts.executor.namespace,
+        labels,
+        size=s.claim_size,
+        access_modes=s.access_modes,
+        storage_class=s.storage_class,
+    )
 
 
 # --- the task -------------------------------------------------------------------------------
@@ -425,8 +455,9 @@ def _script_file(role: Role) -> Optional[tuple[int, str]]:
     return found
 
 
-def task_problems(app: AppDef, role: Role, files: list[BundleFile], experiment_id: Optional[str],
-                  local_script: bool = True) -> list[str]:
+def task_problems(
+    app: AppDef, role: Role, files: list[BundleFile], experiment_id: Optional[str], local_script: bool = True
+) -> list[str]:
     """What is wrong with the task itself (its name, its script), found before anything is sent.
     ``local_script``: a relative script path must name a file here (NeMo-Run's ``Script(path=...)``)."""
     problems = _task_name_problems(role.name or app.name, experiment_id)
@@ -443,7 +474,8 @@ def _task_name_problems(task_name: Optional[str], experiment_id: Optional[str]) 
     return [
         f"{what} {name!r}: must not contain '/': NeMo-Run makes it a directory name (the job's "
         f"files and `nemo experiment` commands would not find it); use e.g. {name.replace('/', '-')!r}"
-        for what, name in names.items() if name and "/" in name
+        for what, name in names.items()
+        if name and "/" in name
     ]
 
 
@@ -455,9 +487,11 @@ def _missing_script_problem(role: Role, files: list[BundleFile]) -> Optional[str
     path = found[1]
     if os.path.isabs(path) or any(f.path == f"code/{path}" for f in files) or os.path.isfile(path):
         return None
-    return (f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
-            "this machine. Fix the path (it is relative to the current directory), or give the absolute "
-            "path of a file that is only in the image")
+    return (
+        f"run.Script path {path!r}: no such file in {os.getcwd()}; the pod runs the copy shipped from "
+        "this machine. Fix the path (it is relative to the current directory), or give the absolute "
+        "path of a file that is only in the image"
+    )
 
 
 def ship_script(role: Role, files: list[BundleFile], workspace: str) -> Role:

@@ -92,7 +92,8 @@ class _TemplateCache(jinja2.FileSystemBytecodeCache):
 
 def _template_cache() -> _TemplateCache:
     base = os.environ.get(CACHE_DIR_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nemo-kubeflow")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nemo-kubeflow"
+    )
     return _TemplateCache(os.path.join(base, "templates"))
 
 
@@ -117,8 +118,9 @@ def _environment(directory: str) -> jinja2.Environment:
     return env
 
 
-def runtime_volumes(executor, fabric: Fabric, steps: Sequence[initializers.Step],
-                    init_settings: initializers.InitializerSettings) -> tuple[list[dict], list[dict]]:
+def runtime_volumes(
+    executor, fabric: Fabric, steps: Sequence[initializers.Step], init_settings: initializers.InitializerSettings
+) -> tuple[list[dict], list[dict]]:
     """Volumes and ``node`` mounts the runtime carries: /dev/shm, PVCs, Secret files, the
     initializers' downloads (``steps``), the network fabric's."""
     volumes: list[dict] = []
@@ -218,8 +220,11 @@ def existing_runtime_pod(facts: ExecutorFacts) -> dict[str, Any]:
 
 def _pod_metadata(executor) -> dict[str, dict[str, str]]:
     """The pod template's labels and annotations that the executor sets (``pod_labels``, ``pod_annotations``)."""
-    return {k: dict(sorted(v.items())) for k, v in (("labels", executor.pod_labels),
-                                                    ("annotations", executor.pod_annotations)) if v}
+    return {
+        k: dict(sorted(v.items()))
+        for k, v in (("labels", executor.pod_labels), ("annotations", executor.pod_annotations))
+        if v
+    }
 
 
 def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
@@ -343,10 +348,12 @@ _RENDERED_LOCK = threading.Lock()
 def _context_key(context: Mapping[str, Any]) -> str:
     """``context`` as JSON, in its own order: equal keys render equal runtimes (the initializer
     ``Step``s are dataclasses, written with their class name)."""
+
     def encode(value):
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return [type(value).__qualname__, dataclasses.asdict(value)]
         raise TypeError(f"{type(value).__name__} in the template context")
+
     return json.dumps(context, default=encode)
 
 

@@ -73,33 +73,67 @@ def rights(executor: Any) -> list[Right]:
     cluster_runtime = executor.runtime_kind == CLUSTER_RUNTIME_KIND
     found = [
         Right("create", TRAINJOB_PLURAL, TRAINER_GROUP, disables="submitting jobs", required=True),
-        Right("get", TRAINJOB_PLURAL, TRAINER_GROUP, disables="job status (exp.status, the attached wait)",
-              required=True),
-        Right("patch", TRAINJOB_PLURAL, TRAINER_GROUP, required=not queued,
-              disables="resuming a submitted job (it is created suspended), moving a job off a failed node"),
+        Right(
+            "get", TRAINJOB_PLURAL, TRAINER_GROUP, disables="job status (exp.status, the attached wait)", required=True
+        ),
+        Right(
+            "patch",
+            TRAINJOB_PLURAL,
+            TRAINER_GROUP,
+            required=not queued,
+            disables="resuming a submitted job (it is created suspended), moving a job off a failed node",
+        ),
         Right("delete", TRAINJOB_PLURAL, TRAINER_GROUP, disables="cancel, rollback of a failed submission, gc"),
         Right("list", TRAINJOB_PLURAL, TRAINER_GROUP, disables="gc"),
-        Right("create", "configmaps", disables="submitting jobs (the code and launch script travel in ConfigMaps)",
-              required=True),
-        Right("create", "secrets", disables="secret_env (values sent as a Secret)",
-              required=bool(getattr(executor, "secret_env", None))),
+        Right(
+            "create",
+            "configmaps",
+            disables="submitting jobs (the code and launch script travel in ConfigMaps)",
+            required=True,
+        ),
+        Right(
+            "create",
+            "secrets",
+            disables="secret_env (values sent as a Secret)",
+            required=bool(getattr(executor, "secret_env", None)),
+        ),
         Right("create", "persistentvolumeclaims", disables="volumes the executor creates (pvcs with a size)"),
-        Right("create", runtime_plural, TRAINER_GROUP, cluster_scoped=cluster_runtime,
-              required=executor.runtime_name is None,
-              disables="rendered runtimes: set runtime_kind='TrainingRuntime' (namespaced) or runtime_name"),
-        Right("get", runtime_plural, TRAINER_GROUP, cluster_scoped=cluster_runtime,
-              disables="checking runtime_name before submitting (a missing runtime fails only at the job)"),
+        Right(
+            "create",
+            runtime_plural,
+            TRAINER_GROUP,
+            cluster_scoped=cluster_runtime,
+            required=executor.runtime_name is None,
+            disables="rendered runtimes: set runtime_kind='TrainingRuntime' (namespaced) or runtime_name",
+        ),
+        Right(
+            "get",
+            runtime_plural,
+            TRAINER_GROUP,
+            cluster_scoped=cluster_runtime,
+            disables="checking runtime_name before submitting (a missing runtime fails only at the job)",
+        ),
         Right("list", "pods", disables="describe's diagnosis (why a job waits or failed), logs, node avoidance"),
-        Right("get", "pods", subresource="log", disables="logs (exp.logs, nemo experiment logs), the failed "
-              "rank's last lines in status"),
+        Right(
+            "get",
+            "pods",
+            subresource="log",
+            disables="logs (exp.logs, nemo experiment logs), the failed rank's last lines in status",
+        ),
         Right("list", "events", disables="why a pod waits (image pulls, scheduling), node avoidance"),
         Right("delete", "jobsets", JOBSET_GROUP, disables="moving a job off a failed node (avoid_failed_nodes)"),
-        Right("list", "nodes", cluster_scoped=True, disables="checking a moved job still fits, this command's "
-              "GPU node check"),
+        Right(
+            "list",
+            "nodes",
+            cluster_scoped=True,
+            disables="checking a moved job still fits, this command's GPU node check",
+        ),
     ]
     if queued:
-        found += [Right("get", "localqueues", KUEUE_GROUP, disables="checking queue_name before submitting"),
-                  Right("list", "workloads", KUEUE_GROUP, disables="Kueue's reason why a queued job waits")]
+        found += [
+            Right("get", "localqueues", KUEUE_GROUP, disables="checking queue_name before submitting"),
+            Right("list", "workloads", KUEUE_GROUP, disables="Kueue's reason why a queued job waits"),
+        ]
     return found
 
 
@@ -143,8 +177,10 @@ def _read(what: str, report: Report, look: Callable[[], Any]) -> tuple[bool, Any
 
 def check_apis(cluster: KubernetesCluster, report: Report) -> dict[str, tuple[str, ...]]:
     served: dict[str, tuple[str, ...]] = {}
-    for group, wanted, what in ((TRAINER_GROUP, TRAINER_VERSION, "Kubeflow Trainer"),
-                                (JOBSET_GROUP, JOBSET_VERSION, "JobSet")):
+    for group, wanted, what in (
+        (TRAINER_GROUP, TRAINER_VERSION, "Kubeflow Trainer"),
+        (JOBSET_GROUP, JOBSET_VERSION, "JobSet"),
+    ):
         _check_api(cluster, report, served, group, wanted, what)
     looked, versions = _read(f"Kueue API ({KUEUE_GROUP})", report, lambda: cluster.served_versions(KUEUE_GROUP))
     if looked:
@@ -153,8 +189,9 @@ def check_apis(cluster: KubernetesCluster, report: Report) -> dict[str, tuple[st
     return served
 
 
-def _check_api(cluster: KubernetesCluster, report: Report, served: dict[str, tuple[str, ...]], group: str,
-               wanted: str, what: str) -> None:
+def _check_api(
+    cluster: KubernetesCluster, report: Report, served: dict[str, tuple[str, ...]], group: str, wanted: str, what: str
+) -> None:
     """Whether ``group`` serves the version ``wanted`` (``what``: the project that installs it); the versions
     it serves go into ``served`` when they could be read."""
     looked, versions = _read(f"{what} API ({group})", report, functools.partial(cluster.served_versions, group))
@@ -164,8 +201,10 @@ def _check_api(cluster: KubernetesCluster, report: Report, served: dict[str, tup
     if wanted in versions:
         report.ok(f"{what} API served: {group}/{wanted}")
     else:
-        report.fail(f"{what} API {group}/{wanted} is not served (served: {', '.join(versions) or 'none'})",
-                    f"install {what} (Trainer v2.3 installs JobSet with it)")
+        report.fail(
+            f"{what} API {group}/{wanted} is not served (served: {', '.join(versions) or 'none'})",
+            f"install {what} (Trainer v2.3 installs JobSet with it)",
+        )
 
 
 def _report_kueue_versions(report: Report, versions: tuple[str, ...]) -> None:
@@ -174,11 +213,15 @@ def _report_kueue_versions(report: Report, versions: tuple[str, ...]) -> None:
     if not versions:
         report.ok("Kueue is not installed (queue_name unavailable)")
     elif used is None:
-        report.warn(f"Kueue serves {', '.join(versions)}, none of which nemo_kubeflow reads "
-                    f"({', '.join(KUEUE_VERSIONS)})", f"upgrade Kueue to {KUEUE_V1BETA2_SINCE} or later")
+        report.warn(
+            f"Kueue serves {', '.join(versions)}, none of which nemo_kubeflow reads ({', '.join(KUEUE_VERSIONS)})",
+            f"upgrade Kueue to {KUEUE_V1BETA2_SINCE} or later",
+        )
     elif "v1beta1" not in versions:
-        report.ok(f"Kueue serves {', '.join(versions)} (v1beta1 unserved, as Kueue "
-                  f"{KUEUE_V1BETA1_UNSERVED_SINCE}+ ships): read in {used}")
+        report.ok(
+            f"Kueue serves {', '.join(versions)} (v1beta1 unserved, as Kueue "
+            f"{KUEUE_V1BETA1_UNSERVED_SINCE}+ ships): read in {used}"
+        )
     else:
         report.ok(f"Kueue serves {', '.join(versions)}: read in {used}")
 
@@ -186,8 +229,10 @@ def _report_kueue_versions(report: Report, versions: tuple[str, ...]) -> None:
 def check_trainer(cluster: KubernetesCluster, report: Report, served: dict[str, tuple[str, ...]]) -> Optional[tuple]:
     version, why = trainer_version(cluster)
     if version is None:
-        report.warn(f"Trainer version unknown: {why}",
-                    "install Trainer with its manifests or Helm chart (they publish the version), or ask an admin")
+        report.warn(
+            f"Trainer version unknown: {why}",
+            "install Trainer with its manifests or Helm chart (they publish the version), or ask an admin",
+        )
         return None
     report.ok(f"Trainer {format_version(version)}")
     _report_known_bad(report, version, served)
@@ -197,22 +242,30 @@ def check_trainer(cluster: KubernetesCluster, report: Report, served: dict[str, 
 def _report_known_bad(report: Report, version: tuple, served: dict[str, tuple[str, ...]]) -> None:
     """What this Trainer version is known to get wrong: its upgrade path, with Kueue, with a JobSet TTL."""
     if version < TRAINER_UPGRADE_THROUGH:
-        report.warn(f"Trainer {format_version(version)} predates v2.3: clusters on v2.0 to v2.2 must upgrade "
-                    "through v2.3 before any later version", "upgrade Trainer to v2.3 first")
+        report.warn(
+            f"Trainer {format_version(version)} predates v2.3: clusters on v2.0 to v2.2 must upgrade "
+            "through v2.3 before any later version",
+            "upgrade Trainer to v2.3 first",
+        )
     if served.get(KUEUE_GROUP) and version < TRAINER_FOR_KUEUE_017:
-        report.fail(f"Kueue is installed and Trainer is {format_version(version)}: Kueue v0.17 and later need "
-                    f"Trainer {format_version(TRAINER_FOR_KUEUE_017)} or later (TrainJob runtimePatches)",
-                    "upgrade Trainer")
+        report.fail(
+            f"Kueue is installed and Trainer is {format_version(version)}: Kueue v0.17 and later need "
+            f"Trainer {format_version(TRAINER_FOR_KUEUE_017)} or later (TrainJob runtimePatches)",
+            "upgrade Trainer",
+        )
     if not keeps_failed_jobs_failed(version):
-        report.ok(f"Trainer {format_version(version)} reruns a failed job whose JobSet is deleted (trainer#3779): "
-                  "nemo_kubeflow sends no JobSet TTL; ttl_seconds_after_finished works with gc --expired")
+        report.ok(
+            f"Trainer {format_version(version)} reruns a failed job whose JobSet is deleted (trainer#3779): "
+            "nemo_kubeflow sends no JobSet TTL; ttl_seconds_after_finished works with gc --expired"
+        )
 
 
 def check_crd_fields(cluster: KubernetesCluster, report: Report, version: Optional[tuple]) -> None:
     """Whether the TrainJob CRD has runtimePatches (read from the CRD, which needs a cluster right; else
     from the version)."""
-    looked, crd = _read("TrainJob CRD", report, lambda: cluster.get(
-        "CustomResourceDefinition", f"{TRAINJOB_PLURAL}.{TRAINER_GROUP}"))
+    looked, crd = _read(
+        "TrainJob CRD", report, lambda: cluster.get("CustomResourceDefinition", f"{TRAINJOB_PLURAL}.{TRAINER_GROUP}")
+    )
     if not looked or crd is None:
         _report_patches_by_version(report, version)
     elif _has_runtime_patches(crd):
@@ -224,13 +277,17 @@ def check_crd_fields(cluster: KubernetesCluster, report: Report, version: Option
 def _report_patches_by_version(report: Report, version: Optional[tuple]) -> None:
     """The CRD could not be read: whether the Trainer version has TrainJob runtimePatches."""
     if version is None:
-        report.warn("whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
-                    "the Trainer version is unknown); the dry run below tries a TrainJob")
+        report.warn(
+            "whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
+            "the Trainer version is unknown); the dry run below tries a TrainJob"
+        )
     elif version < TRAINER_FOR_KUEUE_017:
         report.fail(f"Trainer {format_version(version)} has no TrainJob runtimePatches", "upgrade Trainer")
     else:
-        report.ok(f"TrainJob spec.runtimePatches: served by Trainer {format_version(version)} (the CRD itself "
-                  "could not be read)")
+        report.ok(
+            f"TrainJob spec.runtimePatches: served by Trainer {format_version(version)} (the CRD itself "
+            "could not be read)"
+        )
 
 
 def _has_runtime_patches(crd: dict) -> bool:
@@ -238,16 +295,26 @@ def _has_runtime_patches(crd: dict) -> bool:
     from nemo_kubeflow.observe.status import nested
 
     versions = {v.get("name"): v for v in nested(crd, "spec", "versions", default=[])}
-    spec = nested(versions.get(TRAINER_VERSION), "schema", "openAPIV3Schema", "properties", "spec", "properties",
-                  default={})
+    spec = nested(
+        versions.get(TRAINER_VERSION), "schema", "openAPIV3Schema", "properties", "spec", "properties", default={}
+    )
     return "runtimePatches" in spec
 
 
 def check_rights(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
     for right in rights(executor):
-        looked, allowed = _read(f"may {right}", report, functools.partial(
-            cluster.may, right.verb, right.resource, group=right.group, subresource=right.subresource,
-            namespace=None if right.cluster_scoped else namespace))
+        looked, allowed = _read(
+            f"may {right}",
+            report,
+            functools.partial(
+                cluster.may,
+                right.verb,
+                right.resource,
+                group=right.group,
+                subresource=right.subresource,
+                namespace=None if right.cluster_scoped else namespace,
+            ),
+        )
         if looked:
             _report_right(report, right, allowed, "" if right.cluster_scoped else f" in {namespace}")
 
@@ -259,8 +326,10 @@ def _report_right(report: Report, right: Right, allowed: bool, where: str) -> No
     elif right.required:
         report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}")
     else:
-        report.warn(f"may not {right}{where}: unavailable: {right.disables}",
-                    f"ask an admin for RBAC: {right}{where}, if you need it")
+        report.warn(
+            f"may not {right}{where}: unavailable: {right.disables}",
+            f"ask an admin for RBAC: {right}{where}, if you need it",
+        )
 
 
 def needed_pod_security(executor: Any) -> tuple[str, str]:
@@ -290,8 +359,10 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
     if _admits(enforced, level):
         report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
     else:
-        report.fail(f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
-                    _pod_security_fix(level))
+        report.fail(
+            f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
+            _pod_security_fix(level),
+        )
 
 
 def _pod_security_fix(level: str) -> str:
@@ -308,8 +379,9 @@ def _admits(enforced: str, level: str) -> bool:
     return POD_SECURITY_LEVELS.index(enforced) >= POD_SECURITY_LEVELS.index(level)
 
 
-def check_queue(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str,
-                served: dict[str, tuple[str, ...]]) -> None:
+def check_queue(
+    cluster: KubernetesCluster, report: Report, executor: Any, namespace: str, served: dict[str, tuple[str, ...]]
+) -> None:
     queue = executor.queue_name
     if not queue:
         return
@@ -325,13 +397,16 @@ def _check_cluster_queue(cluster: KubernetesCluster, report: Report, queue: str,
     """The ClusterQueue the LocalQueue ``queue`` sends jobs to exists and is active."""
     from nemo_kubeflow.observe.status import nested
 
-    looked, found = _read(f"ClusterQueue {cluster_queue}", report,
-                          lambda: cluster.get(CLUSTERQUEUE_KIND, cluster_queue))
+    looked, found = _read(
+        f"ClusterQueue {cluster_queue}", report, lambda: cluster.get(CLUSTERQUEUE_KIND, cluster_queue)
+    )
     if not looked:
         return
     if found is None:
-        report.fail(f"LocalQueue {queue} sends jobs to ClusterQueue {cluster_queue!r}, which does not exist",
-                    "ask an admin to create it")
+        report.fail(
+            f"LocalQueue {queue} sends jobs to ClusterQueue {cluster_queue!r}, which does not exist",
+            "ask an admin to create it",
+        )
         return
     active = _active_condition(found)
     if nested(active, "status") == "True":
@@ -344,8 +419,9 @@ def _check_cluster_queue(cluster: KubernetesCluster, report: Report, queue: str,
 def _active_condition(cluster_queue: dict) -> Optional[dict]:
     from nemo_kubeflow.observe.status import nested
 
-    return next((c for c in nested(cluster_queue, "status", "conditions", default=[]) if c.get("type") == "Active"),
-                None)
+    return next(
+        (c for c in nested(cluster_queue, "status", "conditions", default=[]) if c.get("type") == "Active"), None
+    )
 
 
 def _check_local_queue(cluster: KubernetesCluster, report: Report, queue: str, namespace: str) -> Optional[str]:
@@ -355,25 +431,35 @@ def _check_local_queue(cluster: KubernetesCluster, report: Report, queue: str, n
     if not looked:
         return None
     if local_queue is None:
-        report.fail(f"no LocalQueue {queue!r} in namespace {namespace}",
-                    "ask an admin for the LocalQueue, or fix queue_name")
+        report.fail(
+            f"no LocalQueue {queue!r} in namespace {namespace}", "ask an admin for the LocalQueue, or fix queue_name"
+        )
         return None
     spec = local_queue.get("spec") or {}
     if spec.get("stopPolicy", "None") != "None":
-        report.fail(f"LocalQueue {queue} is stopped (stopPolicy {spec['stopPolicy']}): jobs wait",
-                    "ask an admin to set its stopPolicy to None")
+        report.fail(
+            f"LocalQueue {queue} is stopped (stopPolicy {spec['stopPolicy']}): jobs wait",
+            "ask an admin to set its stopPolicy to None",
+        )
     return spec.get("clusterQueue", "")
 
 
-def check_runtime(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str,
-                  version: Optional[tuple], why_unknown: str) -> None:
+def check_runtime(
+    cluster: KubernetesCluster,
+    report: Report,
+    executor: Any,
+    namespace: str,
+    version: Optional[tuple],
+    why_unknown: str,
+) -> None:
     name = executor.runtime_name
     if name is None:
         report.ok(f"runtime: rendered by nemo_kubeflow as a {executor.runtime_kind} (no JobSet TTL)")
         return
     kind = executor.runtime_kind
-    looked, runtime = _read(f"{kind} {name}", report, lambda: cluster.get(
-        kind, name, None if kind == CLUSTER_RUNTIME_KIND else namespace))
+    looked, runtime = _read(
+        f"{kind} {name}", report, lambda: cluster.get(kind, name, None if kind == CLUSTER_RUNTIME_KIND else namespace)
+    )
     if not looked:
         return
     if runtime is None:
@@ -382,8 +468,7 @@ def check_runtime(cluster: KubernetesCluster, report: Report, executor: Any, nam
     _report_runtime_ttl(report, f"{kind} {name}", runtime, version, why_unknown)
 
 
-def _report_runtime_ttl(report: Report, what: str, runtime: dict, version: Optional[tuple],
-                        why_unknown: str) -> None:
+def _report_runtime_ttl(report: Report, what: str, runtime: dict, version: Optional[tuple], why_unknown: str) -> None:
     """The named runtime (``what``: kind and name) exists: FAIL when its JobSet TTL makes a failed job run
     again forever on this Trainer."""
     problem = ttl_loop_problem(runtime, version, why_unknown)
@@ -403,13 +488,17 @@ def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> No
     what = _node_offer(gpus, resource, selector)
     needed = executor.nodes if gpus else 1  # CPU pods may share a node
     if not nodes:
-        report.warn("the cluster lists no nodes (a local cluster without node agents?): the GPU and node "
-                    "selector check found nothing to look at")
+        report.warn(
+            "the cluster lists no nodes (a local cluster without node agents?): the GPU and node "
+            "selector check found nothing to look at"
+        )
     elif len(fitting) >= needed:
         report.ok(f"{len(fitting)} node(s) offer {what} (the job needs {needed})")
     else:
-        report.fail(f"{len(fitting)} node(s) offer {what}; the job needs {needed}",
-                    "fix gpus_per_node, gpu_resource_name or node_selector, or add nodes")
+        report.fail(
+            f"{len(fitting)} node(s) offer {what}; the job needs {needed}",
+            "fix gpus_per_node, gpu_resource_name or node_selector, or add nodes",
+        )
 
 
 def _node_offer(gpus: int, resource: str, selector: dict[str, str]) -> str:
@@ -458,11 +547,12 @@ def _report_refused_dry_run(report: Report, what: str, error: ClusterError, runt
         return
     text = error.server_message or str(error)
     if _webhook_unanswered(error, text):
-        report.fail(f"dry run of {what}: a webhook did not answer ({text})",
-                    "check the Trainer/JobSet controller pods and their webhook Services")
+        report.fail(
+            f"dry run of {what}: a webhook did not answer ({text})",
+            "check the Trainer/JobSet controller pods and their webhook Services",
+        )
     elif runtime_pending and "not found" in text.lower():
-        report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at "
-                  "submission)")
+        report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at submission)")
     elif error.status == 403 and "admission webhook" not in text:
         report.warn(f"dry run of {what}: not allowed ({text})")
     else:
@@ -475,8 +565,14 @@ def _webhook_unanswered(error: ClusterError, text: str) -> bool:
     return "failed calling webhook" in text or (error.status or 0) >= 500
 
 
-def run_doctor(executor: Any, *, namespace: Optional[str] = None, kubeconfig: Optional[str] = None,
-               context: Optional[str] = None, out: Callable[[str], None] = print) -> int:
+def run_doctor(
+    executor: Any,
+    *,
+    namespace: Optional[str] = None,
+    kubeconfig: Optional[str] = None,
+    context: Optional[str] = None,
+    out: Callable[[str], None] = print,
+) -> int:
     """Check the cluster for ``executor``; 0 when a job can run, 1 otherwise."""
     namespace = namespace or executor.namespace
     cluster = KubernetesCluster(kubeconfig or executor.kubeconfig, context or executor.kube_context)

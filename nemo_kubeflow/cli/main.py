@@ -73,8 +73,17 @@ DEFAULT_MIN_AGE_S = 300
 #: graph (networkx), notebook pictures (graphviz), Markdown help (markdown_it), and fiddle's code printing
 #: and lambda sources (libcst): about 1.4 s of NeMo-Run's 1.8 s without torch, none of it used by ``render`` or
 #: ``validate``, which defer them while they import NeMo-Run (``deferred_imports``).
-NEMO_RUN_DEFERRED = ("leptonai", "paramiko", "fabric", "kubernetes", "requests", "networkx", "graphviz",
-                     "markdown_it", "libcst")
+NEMO_RUN_DEFERRED = (
+    "leptonai",
+    "paramiko",
+    "fabric",
+    "kubernetes",
+    "requests",
+    "networkx",
+    "graphviz",
+    "markdown_it",
+    "libcst",
+)
 
 
 def _import_nemo_run(defer: bool = False):
@@ -116,9 +125,7 @@ def load_executor(
     obj = _from_file(executor_file) if executor_file else _from_factory(source)
     executor = _build(_with_overrides(_as_config(obj, source), overrides), overrides, source)
     if not isinstance(executor, KubeflowExecutor):
-        raise ConfigError(
-            f"{executor_file or factory} gives a {type(executor).__name__}, not a KubeflowExecutor"
-        )
+        raise ConfigError(f"{executor_file or factory} gives a {type(executor).__name__}, not a KubeflowExecutor")
     return executor
 
 
@@ -150,9 +157,11 @@ def _build_failure(error: Exception, overrides: Sequence[str], source: str) -> s
     what = f"{field}: " if field else ""
     where = f"--set {given}" if given else source
     first_line = str(error).splitlines()[0] if str(error) else "no message"
-    return (f"{where}: {what}cannot build the executor with this value ({type(error).__name__}: "
-            f"{first_line}); give {field or 'the field'} a value "
-            "of the type it documents (nemo-kubeflow render --help, docs/executor.md)")
+    return (
+        f"{where}: {what}cannot build the executor with this value ({type(error).__name__}: "
+        f"{first_line}); give {field or 'the field'} a value "
+        "of the type it documents (nemo-kubeflow render --help, docs/executor.md)"
+    )
 
 
 def _failed_field(error: Exception) -> str:
@@ -369,8 +378,7 @@ def render_submission(
     with tempfile.TemporaryDirectory(prefix="nemo-kubeflow-render-") as exp_dir:
         executor.assign(experiment_id, exp_dir, task_id=task, task_dir=task)
         executor.create_job_dir()
-        app = package(task, script, executor=executor, serialize_to_file=True,
-                      serialize_metadata_for_scripts=False)
+        app = package(task, script, executor=executor, serialize_to_file=True, serialize_metadata_for_scripts=False)
         # A command line may run a script that is only in the image (docs/cli.md: shipped when it exists here).
         return build_for_app(app, executor, local_script=False)
 
@@ -548,8 +556,14 @@ def _finished_condition(trainjob: dict) -> Optional[dict]:
     """The TrainJob's Complete or Failed condition, when one is true."""
     from nemo_kubeflow.observe.status import nested
 
-    return next((cond for cond in nested(trainjob, "status", "conditions", default=[])
-                 if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True"), None)
+    return next(
+        (
+            cond
+            for cond in nested(trainjob, "status", "conditions", default=[])
+            if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True"
+        ),
+        None,
+    )
 
 
 def experiment_labels(experiment: str) -> Callable[[str], bool]:
@@ -618,9 +632,14 @@ def job_ttl(trainjob: dict) -> Optional[int]:
         return None
 
 
-def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
-                         experiments: Sequence[str] = (), older_than: Optional[float] = None,
-                         expired: bool = False) -> FinishedJobs:
+def select_finished_jobs(
+    jobs: Sequence[tuple[str, dict]],
+    now: datetime,
+    *,
+    experiments: Sequence[str] = (),
+    older_than: Optional[float] = None,
+    expired: bool = False,
+) -> FinishedJobs:
     """The finished TrainJobs labelled as nemo-kubeflow's among ``jobs`` ((namespace, TrainJob)
     pairs) that belong to one of ``experiments`` (all when empty) and finished at least
     ``older_than`` seconds ago; with ``expired``, only those whose own ``ttl_seconds_after_finished``
@@ -633,8 +652,9 @@ def select_finished_jobs(jobs: Sequence[tuple[str, dict]], now: datetime, *,
     return result
 
 
-def _sort_in(result: FinishedJobs, namespace: str, job: dict, now: datetime, older_than: Optional[float],
-             expired: bool) -> None:
+def _sort_in(
+    result: FinishedJobs, namespace: str, job: dict, now: datetime, older_than: Optional[float], expired: bool
+) -> None:
     """Count ``job`` where it belongs in ``result``: unfinished, without a TTL (with ``expired``), recent, or
     selected."""
     state = _finished_state(job)
@@ -699,8 +719,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     candidates = _gc_runtime_candidates(cluster, namespaces, args.all_namespaces)
     jobs = _list_trainjobs(cluster, namespaces)
     now = datetime.now(timezone.utc)
-    finished = select_finished_jobs(jobs, now, experiments=args.experiment or (), older_than=args.older_than,
-                                    expired=args.expired)
+    finished = select_finished_jobs(
+        jobs, now, experiments=args.experiment or (), older_than=args.older_than, expired=args.expired
+    )
     verb = "would delete" if args.dry_run else "deleted"
 
     leaving: set[tuple[str, Optional[str]]] = set()
@@ -734,13 +755,15 @@ def _gc_deletes_finished(args: argparse.Namespace) -> bool:
     return bool(args.finished or args.experiment or args.older_than is not None or args.expired)
 
 
-def _gc_runtime_candidates(cluster: KubernetesCluster, namespaces: Sequence[str],
-                           all_namespaces: bool) -> list[tuple[str, Optional[str], dict]]:
+def _gc_runtime_candidates(
+    cluster: KubernetesCluster, namespaces: Sequence[str], all_namespaces: bool
+) -> list[tuple[str, Optional[str], dict]]:
     """Our runtimes that gc may delete, as (kind, namespace or None, object): ClusterTrainingRuntimes only
     with ``all_namespaces`` (TrainJobs of any namespace may use them)."""
     selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
     candidates: list[tuple[str, Optional[str], dict]] = [
-        (RUNTIME_KIND, ns, obj) for ns in namespaces for obj in cluster.list(RUNTIME_KIND, ns, selector)]
+        (RUNTIME_KIND, ns, obj) for ns in namespaces for obj in cluster.list(RUNTIME_KIND, ns, selector)
+    ]
     if all_namespaces:
         candidates += [(CLUSTER_RUNTIME_KIND, None, obj) for obj in cluster.list(CLUSTER_RUNTIME_KIND, None, selector)]
     else:
@@ -752,8 +775,9 @@ def _gc_runtime_candidates(cluster: KubernetesCluster, namespaces: Sequence[str]
     return candidates
 
 
-def _gc_finished_jobs(cluster: KubernetesCluster, finished: FinishedJobs, args: argparse.Namespace,
-                      verb: str) -> set[tuple[str, Optional[str]]]:
+def _gc_finished_jobs(
+    cluster: KubernetesCluster, finished: FinishedJobs, args: argparse.Namespace, verb: str
+) -> set[tuple[str, Optional[str]]]:
     """Delete the selected finished TrainJobs (or say what would go, with ``--dry-run``); the (namespace,
     uid) of each one going, whose runtimes it no longer holds."""
     leaving = set()
@@ -763,8 +787,10 @@ def _gc_finished_jobs(cluster: KubernetesCluster, finished: FinishedJobs, args: 
         if gone is None:
             continue
         if gone:
-            print(f"{verb} {_describe(TRAINJOB_KIND, job['metadata']['name'], ns)}: {state}, "
-                  f"finished {format_age(age)} ago")
+            print(
+                f"{verb} {_describe(TRAINJOB_KIND, job['metadata']['name'], ns)}: {state}, "
+                f"finished {format_age(age)} ago"
+            )
             deleted_jobs += 1
             if not args.dry_run:
                 _remember_how_it_ended(ns, job, state, age)
@@ -789,15 +815,17 @@ def _delete_finished_job(cluster: KubernetesCluster, ns: str, job: dict, dry_run
     except ClusterError as e:
         if e.status != 409:
             raise
-    print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed",
-          file=sys.stderr)
+    print(f"kept {_describe(TRAINJOB_KIND, name, ns)}: replaced by a new TrainJob since it was listed", file=sys.stderr)
     return None
 
 
 def _finished_kept(finished: FinishedJobs, args: argparse.Namespace) -> str:
     """The finished TrainJobs gc kept, for its summary line: too recent, or without a TTL (``--expired``)."""
-    recent = (f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
-              if args.older_than is not None else "")
+    recent = (
+        f", {finished.recent} that finished less than {format_age(args.older_than)} ago"
+        if args.older_than is not None
+        else ""
+    )
     if args.expired:
         if args.older_than is None:
             recent += f", {finished.recent} within their ttl_seconds_after_finished"
@@ -812,12 +840,14 @@ def _remember_how_it_ended(namespace: str, trainjob: dict, state: str, age: floa
 
     reason = job_status(trainjob).message
     deleted = f"its TrainJob was deleted by nemo-kubeflow gc {format_age(age)} after it finished"
-    records.record_outcome(namespace, trainjob["metadata"]["name"], state,
-                           f"{reason} ({deleted})" if reason else deleted)
+    records.record_outcome(
+        namespace, trainjob["metadata"]["name"], state, f"{reason} ({deleted})" if reason else deleted
+    )
 
 
-def _runtimes_in_use(jobs: Sequence[tuple[str, dict]],
-                     leaving: set[tuple[str, Optional[str]]]) -> set[tuple[str, Optional[str], str]]:
+def _runtimes_in_use(
+    jobs: Sequence[tuple[str, dict]], leaving: set[tuple[str, Optional[str]]]
+) -> set[tuple[str, Optional[str], str]]:
     """The (kind, namespace or None, name) of the runtime each of ``jobs`` refers to, but for the jobs
     ``leaving`` ((namespace, uid): being deleted)."""
     referenced: set[tuple[str, Optional[str], str]] = set()
@@ -830,9 +860,14 @@ def _runtimes_in_use(jobs: Sequence[tuple[str, dict]],
     return referenced
 
 
-def _gc_runtimes(cluster: KubernetesCluster, candidates: Sequence[tuple[str, Optional[str], dict]],
-                 referenced: set[tuple[str, Optional[str], str]], now: datetime, args: argparse.Namespace,
-                 verb: str) -> None:
+def _gc_runtimes(
+    cluster: KubernetesCluster,
+    candidates: Sequence[tuple[str, Optional[str], dict]],
+    referenced: set[tuple[str, Optional[str], str]],
+    now: datetime,
+    args: argparse.Namespace,
+    verb: str,
+) -> None:
     """Delete the candidate runtimes no TrainJob uses that are at least ``--min-age`` old."""
     removed = kept = young = 0
     for kind, ns, obj in candidates:
@@ -869,7 +904,8 @@ def _experiment_tasks(experiment_id: str, session: str):
     scheduler = create_scheduler(session)
     # (index, job, app id or None, why not)
     tasks: list[tuple[int, Any, Optional[str], str]] = [
-        (index, job, *_app_id_of(job, scheduler.backend)) for index, job in enumerate(exp.jobs)]
+        (index, job, *_app_id_of(job, scheduler.backend)) for index, job in enumerate(exp.jobs)
+    ]
     return exp, scheduler, tasks
 
 
@@ -883,8 +919,10 @@ def _load_experiment(experiment_id: str):  # -> nemo_run.Experiment
     except (AssertionError, FileNotFoundError, ValueError):
         exp = None
     if exp is None:
-        raise ConfigError(f"no experiment {experiment_id!r} under {run.config.get_nemorun_home()}/experiments: "
-                          "give the id NeMo-Run printed (<title>_<number>), e.g. from `nemo experiment list <title>`")
+        raise ConfigError(
+            f"no experiment {experiment_id!r} under {run.config.get_nemorun_home()}/experiments: "
+            "give the id NeMo-Run printed (<title>_<number>), e.g. from `nemo experiment list <title>`"
+        )
     return exp
 
 
@@ -1012,8 +1050,9 @@ def _log_streams(scheduler: Any, tasks: list) -> list[tuple[str, str, int]]:
     return streams
 
 
-def _task_streams(scheduler: Any, index: int, job: Any, app_id: Optional[str],
-                  why_not: str) -> list[tuple[str, str, int]]:
+def _task_streams(
+    scheduler: Any, index: int, job: Any, app_id: Optional[str], why_not: str
+) -> list[tuple[str, str, int]]:
     """The log streams of one task's nodes, or none, saying why on stderr (not ours, or no TrainJob)."""
     if app_id is None:
         print(f"Task {index}: {job.id}: {why_not}", file=sys.stderr)
@@ -1039,8 +1078,9 @@ def _print_log(scheduler: Any, follow: bool, printing: threading.Lock, app_id: s
 def _follow_logs(streams: Sequence[tuple[str, str, int]], show: Callable[[str, str, int], None]) -> None:
     """``show`` each stream in a thread of its own until all end, as NeMo-Run follows them; the scheduler's
     log follower reads them all with a fixed number of connections (logs.LOG_READERS)."""
-    threads = [threading.Thread(target=show, args=stream, daemon=True, name=f"follow-{stream[2]}")
-               for stream in streams]
+    threads = [
+        threading.Thread(target=show, args=stream, daemon=True, name=f"follow-{stream[2]}") for stream in streams
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -1054,23 +1094,29 @@ def _follow_logs(streams: Sequence[tuple[str, str, int]], show: Callable[[str, s
 def _add_executor_options(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--factory", metavar="NAME",
+        "--factory",
+        metavar="NAME",
         help=f"executor factory (default {DEFAULT_FACTORY}): kubeflow_gpu, kubeflow_cpu, kubeflow_tcpxo, "
-             "kubeflow_local, any factory registered for run.Executor, or a dotted path",
+        "kubeflow_local, any factory registered for run.Executor, or a dotted path",
     )
     source.add_argument(
-        "--executor-file", metavar="FILE.py:NAME",
+        "--executor-file",
+        metavar="FILE.py:NAME",
         help="a KubeflowExecutor, its run.Config or a function returning either, defined in FILE.py",
     )
     parser.add_argument(
-        "--set", action="append", default=[], metavar="FIELD=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
         help="override an executor field, as run.executor.FIELD=VALUE would (nodes=2, tcpxo.nic_count=4, "
-             "'tolerations=[]'); repeatable",
+        "'tolerations=[]'); repeatable",
     )
 
 
-def _experiment_command(sub, func: Callable[[argparse.Namespace], int], summary: str,
-                        description: str) -> argparse.ArgumentParser:
+def _experiment_command(
+    sub, func: Callable[[argparse.Namespace], int], summary: str, description: str
+) -> argparse.ArgumentParser:
     """A subcommand about one NeMo-Run experiment, named after its function (``cmd_NAME``)."""
     parser = sub.add_parser(func.__name__.removeprefix("cmd_"), help=summary, description=description)
     parser.add_argument("experiment", metavar="EXPERIMENT_ID", help="the id NeMo-Run printed, <title>_<number>")
@@ -1081,83 +1127,132 @@ def _experiment_command(sub, func: Callable[[argparse.Namespace], int], summary:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         # The module docstring is reStructuredText; a terminal shows `x`, not ``x``.
-        prog="nemo-kubeflow", description=__doc__.split("\n\n")[0].replace("``", "`"),
+        prog="nemo-kubeflow",
+        description=__doc__.split("\n\n")[0].replace("``", "`"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
     render = sub.add_parser(
-        "render", help="print the manifests an executor configuration produces for a command",
+        "render",
+        help="print the manifests an executor configuration produces for a command",
         description="Print the manifests (YAML, --- separated, for `kubectl apply -f -`) that submitting "
-                    "COMMAND would send, secrets masked. Offline. Usage: render [options] -- COMMAND...",
+        "COMMAND would send, secrets masked. Offline. Usage: render [options] -- COMMAND...",
     )
     _add_executor_options(render)
     render.add_argument("--name", help="task name (default: from the command, as NeMo-Run names it)")
-    render.add_argument("--experiment-id", default=DEFAULT_EXPERIMENT_ID,
-                        help=f"experiment id the objects are named after (default {DEFAULT_EXPERIMENT_ID})")
-    render.add_argument("--out", metavar="DIR",
-                        help="write one file per object into DIR (replacing *.yaml there) instead of printing")
+    render.add_argument(
+        "--experiment-id",
+        default=DEFAULT_EXPERIMENT_ID,
+        help=f"experiment id the objects are named after (default {DEFAULT_EXPERIMENT_ID})",
+    )
+    render.add_argument(
+        "--out", metavar="DIR", help="write one file per object into DIR (replacing *.yaml there) instead of printing"
+    )
     render.set_defaults(func=cmd_render)
 
     validate = sub.add_parser(
-        "validate", help="validate YAML manifests offline",
+        "validate",
+        help="validate YAML manifests offline",
         description="Validate manifests (multi-document YAML; - reads stdin) as a submission would. "
-                    "Prints each problem as `file: kind/name: path: message`; exit code 1 if any.",
+        "Prints each problem as `file: kind/name: path: message`; exit code 1 if any.",
     )
     validate.add_argument("files", nargs="*", metavar="FILE")
-    validate.add_argument("--template", metavar="PATH",
-                          help="also render this runtime template with the executor configuration and validate it")
+    validate.add_argument(
+        "--template",
+        metavar="PATH",
+        help="also render this runtime template with the executor configuration and validate it",
+    )
     _add_executor_options(validate)
     validate.set_defaults(func=cmd_validate)
 
     _experiment_command(
-        sub, cmd_status, "say what each task of an experiment is doing, and why it failed",
+        sub,
+        cmd_status,
+        "say what each task of an experiment is doing, and why it failed",
         "For each task of a NeMo-Run experiment: its TrainJob, its state, and the reason (the failed rank and its "
         "exception, exit code or signal, the last lines of the node; or what a pending job waits for). Exit code 1 "
-        "if a task failed.")
+        "if a task failed.",
+    )
 
     watch = _experiment_command(
-        sub, cmd_watch, "look after an experiment's running tasks until they finish (for detached jobs)",
+        sub,
+        cmd_watch,
+        "look after an experiment's running tasks until they finish (for detached jobs)",
         "Describe each task of a NeMo-Run experiment every INTERVAL seconds and print each change of state or "
         "reason, until every task has finished (exit code 1 if one failed). While it looks, a job whose node "
-        "failed it is moved off that node, as an attached run would do (docs/resilience.md#bad-nodes).")
-    watch.add_argument("--interval", type=float, default=30.0, metavar="SECONDS",
-                       help="seconds between looks (default 30)")
+        "failed it is moved off that node, as an attached run would do (docs/resilience.md#bad-nodes).",
+    )
+    watch.add_argument(
+        "--interval", type=float, default=30.0, metavar="SECONDS", help="seconds between looks (default 30)"
+    )
 
     logs = _experiment_command(
-        sub, cmd_logs, "print or follow the logs of an experiment's tasks",
+        sub,
+        cmd_logs,
+        "print or follow the logs of an experiment's tasks",
         "Print the log of every node of each task of a NeMo-Run experiment, each line after <task>/<node> as "
         "`nemo experiment logs` prints it; with --follow, follow them until the jobs end, across gang restarts. "
-        "Lighter than NeMo-Run's command: torch is not imported.")
-    logs.add_argument("--task", "-t", action="append", metavar="INDEX_OR_NAME",
-                      help="only this task, by index or name (repeatable; default: every task)")
+        "Lighter than NeMo-Run's command: torch is not imported.",
+    )
+    logs.add_argument(
+        "--task",
+        "-t",
+        action="append",
+        metavar="INDEX_OR_NAME",
+        help="only this task, by index or name (repeatable; default: every task)",
+    )
     logs.add_argument("--follow", "-f", action="store_true", help="follow the logs until the jobs end")
 
     gc = sub.add_parser(
-        "gc", help="delete finished TrainJobs and rendered runtimes that no TrainJob references",
+        "gc",
+        help="delete finished TrainJobs and rendered runtimes that no TrainJob references",
         description=f"Delete training runtimes labelled {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} that no TrainJob "
-                    "references and, with --finished, --experiment, --older-than or --expired, the finished TrainJobs "
-                    "with that label (their JobSets, pods, ConfigMaps and Secrets go with them). Jobs that "
-                    "have not finished and objects without the label are never deleted. Without "
-                    "--all-namespaces only TrainingRuntimes of the given namespaces are collected: "
-                    "ClusterTrainingRuntimes need the TrainJobs of every namespace.",
+        "references and, with --finished, --experiment, --older-than or --expired, the finished TrainJobs "
+        "with that label (their JobSets, pods, ConfigMaps and Secrets go with them). Jobs that "
+        "have not finished and objects without the label are never deleted. Without "
+        "--all-namespaces only TrainingRuntimes of the given namespaces are collected: "
+        "ClusterTrainingRuntimes need the TrainJobs of every namespace.",
     )
-    gc.add_argument("--namespace", "-n", action="append", metavar="NS",
-                    help="namespace to collect (repeatable; default: default)")
-    gc.add_argument("--all-namespaces", "-A", action="store_true",
-                    help="collect in every namespace, and ClusterTrainingRuntimes (lists namespaces)")
+    gc.add_argument(
+        "--namespace", "-n", action="append", metavar="NS", help="namespace to collect (repeatable; default: default)"
+    )
+    gc.add_argument(
+        "--all-namespaces",
+        "-A",
+        action="store_true",
+        help="collect in every namespace, and ClusterTrainingRuntimes (lists namespaces)",
+    )
     gc.add_argument("--dry-run", action="store_true", help="print what would be deleted, delete nothing")
-    gc.add_argument("--finished", action="store_true",
-                    help="delete every finished (succeeded or failed) TrainJob of nemo-kubeflow")
-    gc.add_argument("--experiment", "-e", action="append", metavar="ID_OR_TITLE",
-                    help="delete the finished TrainJobs of this experiment, by id or title (repeatable)")
-    gc.add_argument("--older-than", type=parse_duration, metavar="AGE",
-                    help="delete the finished TrainJobs that finished at least AGE ago, e.g. 12h, 7d, 1d12h")
-    gc.add_argument("--expired", action="store_true",
-                    help="delete the finished TrainJobs whose ttl_seconds_after_finished has passed since they "
-                         "finished (run it on a schedule: docs/reliability.md#finished-jobs)")
-    gc.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
-                    help=f"leave runtimes younger than this alone (default {DEFAULT_MIN_AGE_S})")
+    gc.add_argument(
+        "--finished", action="store_true", help="delete every finished (succeeded or failed) TrainJob of nemo-kubeflow"
+    )
+    gc.add_argument(
+        "--experiment",
+        "-e",
+        action="append",
+        metavar="ID_OR_TITLE",
+        help="delete the finished TrainJobs of this experiment, by id or title (repeatable)",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=parse_duration,
+        metavar="AGE",
+        help="delete the finished TrainJobs that finished at least AGE ago, e.g. 12h, 7d, 1d12h",
+    )
+    gc.add_argument(
+        "--expired",
+        action="store_true",
+        help="delete the finished TrainJobs whose ttl_seconds_after_finished has passed since they "
+        "finished (run it on a schedule: docs/reliability.md#finished-jobs)",
+    )
+    gc.add_argument(
+        "--min-age",
+        type=float,
+        default=DEFAULT_MIN_AGE_S,
+        metavar="SECONDS",
+        help=f"leave runtimes younger than this alone (default {DEFAULT_MIN_AGE_S})",
+    )
     gc.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")
     gc.add_argument("--context", help="kubeconfig context (default: its current context)")
     gc.set_defaults(func=cmd_gc)
@@ -1165,13 +1260,14 @@ def build_parser() -> argparse.ArgumentParser:
     from nemo_kubeflow.cli.doctor import cmd_doctor
 
     doctor = sub.add_parser(
-        "doctor", help="check a cluster for an executor configuration before the first job",
+        "doctor",
+        help="check a cluster for an executor configuration before the first job",
         description="Check what the cluster offers the executor configuration: the APIs and versions served "
-                    "(Trainer, JobSet, Kueue), the Trainer version and its known-bad combinations, your RBAC "
-                    "rights and what each missing one disables, the namespace's Pod Security level, the "
-                    "LocalQueue and its ClusterQueue, the named runtime, the nodes offering the GPUs, and a "
-                    "server-side dry run of the runtime and TrainJob (webhooks). One line per check, each "
-                    "problem with its fix. Writes nothing. Exit code 0 when a job can run, 1 otherwise.",
+        "(Trainer, JobSet, Kueue), the Trainer version and its known-bad combinations, your RBAC "
+        "rights and what each missing one disables, the namespace's Pod Security level, the "
+        "LocalQueue and its ClusterQueue, the named runtime, the nodes offering the GPUs, and a "
+        "server-side dry run of the runtime and TrainJob (webhooks). One line per check, each "
+        "problem with its fix. Writes nothing. Exit code 0 when a job can run, 1 otherwise.",
     )
     _add_executor_options(doctor)
     doctor.add_argument("--namespace", "-n", metavar="NS", help="namespace to check (default: the executor's)")
@@ -1203,7 +1299,7 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     split = argv.index("--")
-    return argv[:split], argv[split + 1:]
+    return argv[:split], argv[split + 1 :]
 
 
 if __name__ == "__main__":

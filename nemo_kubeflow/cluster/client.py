@@ -165,17 +165,44 @@ class ClusterReader(Protocol):
     this, code that writes does not type-check."""
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]: ...
-    def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-             field_selector: Optional[str] = None, limit: Optional[int] = None) -> list[dict]: ...
-    def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-                      field_selector: Optional[str] = None) -> builtins.list[dict]: ...
-    def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
-                follow: bool = False, tail_lines: Optional[int] = None,
-                since_seconds: Optional[int] = None, since_time: Optional[str] = None,
-                timestamps: bool = False, limit_bytes: Optional[int] = None) -> Iterator[str]: ...
-    def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
-                       since_time: Optional[str] = None, tail_lines: Optional[int] = None,
-                       idle_timeout: Optional[float] = None) -> "LogStream": ...
+    def list(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> list[dict]: ...
+    def list_metadata(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+    ) -> builtins.list[dict]: ...
+    def pod_log(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        container: Optional[str] = None,
+        follow: bool = False,
+        tail_lines: Optional[int] = None,
+        since_seconds: Optional[int] = None,
+        since_time: Optional[str] = None,
+        timestamps: bool = False,
+        limit_bytes: Optional[int] = None,
+    ) -> Iterator[str]: ...
+    def pod_log_stream(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        container: Optional[str] = None,
+        since_time: Optional[str] = None,
+        tail_lines: Optional[int] = None,
+        idle_timeout: Optional[float] = None,
+    ) -> "LogStream": ...
 
 
 class Cluster(ClusterReader, Protocol):
@@ -229,7 +256,9 @@ def _forbidden_hint(kind: str, verb: str, namespace: Optional[str]) -> str:
     spec = KINDS.get(kind)
     plural = spec.plural if spec else kind.lower()
     scoped = _scope(kind, namespace)
-    hint = f"ask a cluster admin for RBAC permission to {verb} {plural}" + (f" in namespace {scoped!r}" if scoped else "")
+    hint = f"ask a cluster admin for RBAC permission to {verb} {plural}" + (
+        f" in namespace {scoped!r}" if scoped else ""
+    )
     if kind == CLUSTER_RUNTIME_KIND:
         hint += ", or set runtime_kind='TrainingRuntime' to use a namespaced runtime instead"
     return hint
@@ -252,8 +281,9 @@ def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[st
     return ""
 
 
-def translate_api_exception(e: Exception, *, verb: str, kind: str, name: Optional[str],
-                            namespace: Optional[str]) -> ClusterError:
+def translate_api_exception(
+    e: Exception, *, verb: str, kind: str, name: Optional[str], namespace: Optional[str]
+) -> ClusterError:
     """An ``ApiException`` as one of our errors, with the server's message and a fix."""
     status, reason, message = _server_answer(e)
     target = describe_target(kind, name, namespace)
@@ -349,21 +379,36 @@ class KubernetesCluster:
         return os.path.expanduser(path or default_path)
 
     # --- the request loop ----------------------------------------------------
-    def _call(self, method: str, path: str, *, verb: str, kind: str, name: Optional[str],
-              namespace: Optional[str], query: Optional[list] = None, body: Any = None,
-              content_type: str = "application/json", stream: bool = False,
-              retry: bool = True, stream_timeout: Optional[float] = None, accept: str = "application/json") -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        verb: str,
+        kind: str,
+        name: Optional[str],
+        namespace: Optional[str],
+        query: Optional[list] = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        retry: bool = True,
+        stream_timeout: Optional[float] = None,
+        accept: str = "application/json",
+    ) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError as Urllib3Error
 
         attempts = self.max_attempts if retry else 1
-        request = _Request(verb, kind, name, namespace, None if stream else getattr(self._local, "deadline", None),
-                           delay=self.backoff)
+        request = _Request(
+            verb, kind, name, namespace, None if stream else getattr(self._local, "deadline", None), delay=self.backoff
+        )
         for attempt in range(1, attempts + 1):
             timeout = self._try_timeout(request, attempt - 1, stream, stream_timeout)
             try:
                 resp = self.api_client.call_api(
-                    path, method,
+                    path,
+                    method,
                     query_params=query or [],
                     header_params={"Accept": accept, "Content-Type": content_type},
                     body=body,
@@ -381,8 +426,9 @@ class KubernetesCluster:
                 self._wait_to_reconnect(request, e, path, attempt, attempts)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _try_timeout(self, request: _Request, tries: int, stream: bool,
-                     stream_timeout: Optional[float]) -> Optional[tuple[float, float]]:
+    def _try_timeout(
+        self, request: _Request, tries: int, stream: bool, stream_timeout: Optional[float]
+    ) -> Optional[tuple[float, float]]:
         """The timeout of a request's next try (after ``tries``), within its deadline: past it,
         ``DeadlineExceededError``. A (connect, read) tuple: the client silently ignores a float timeout.
         A stream has no read timeout unless asked (a quiet follow stream waits for its next line)."""
@@ -418,8 +464,15 @@ class KubernetesCluster:
                 f"did not answer ({_short(e)}); check the kubeconfig's server "
                 "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
             ) from None
-        log.info("%s %s: %s, retrying in %.1fs (%d/%d)", request.verb, path, type(e).__name__, request.delay,
-                 attempt, attempts)
+        log.info(
+            "%s %s: %s, retrying in %.1fs (%d/%d)",
+            request.verb,
+            path,
+            type(e).__name__,
+            request.delay,
+            attempt,
+            attempts,
+        )
         self._sleep(request.delay * (1 + random.random() * 0.1))
         request.delay = min(request.delay * 2, self.max_backoff)
 
@@ -443,8 +496,11 @@ class KubernetesCluster:
 
     def _past_deadline(self, deadline: Deadline, request: _Request, tries: int) -> DeadlineExceededError:
         host = getattr(self.api_client.configuration, "host", "?")
-        tried = f"{tries} tr{'y' if tries == 1 else 'ies'}, the last: {request.last_error}" if tries else \
-            "no time left to try"
+        tried = (
+            f"{tries} tr{'y' if tries == 1 else 'ies'}, the last: {request.last_error}"
+            if tries
+            else "no time left to try"
+        )
         raise_it = f", or raise {deadline.setting} if it is only slow" if deadline.setting else ""
         within = f"{deadline.seconds:g} s" + (f", {deadline.setting}" if deadline.setting else "")
         return DeadlineExceededError(
@@ -486,16 +542,37 @@ class KubernetesCluster:
         served = self.served_versions(group)
         return next((v for v in known if v in served), None)
 
-    def may(self, verb: str, resource: str, *, group: str = "", namespace: Optional[str] = None,
-            subresource: str = "") -> bool:
+    def may(
+        self, verb: str, resource: str, *, group: str = "", namespace: Optional[str] = None, subresource: str = ""
+    ) -> bool:
         """Whether the current user may ``verb`` the ``resource`` (a SelfSubjectAccessReview, what
         ``kubectl auth can-i`` asks; it needs no right of its own)."""
-        review = {"apiVersion": f"{ACCESS_REVIEW_GROUP}/v1", "kind": "SelfSubjectAccessReview", "spec": {
-            "resourceAttributes": {k: v for k, v in {"verb": verb, "resource": resource, "group": group,
-                                                     "namespace": namespace, "subresource": subresource}.items()
-                                   if v}}}
-        found = self._call("POST", f"/apis/{ACCESS_REVIEW_GROUP}/v1/selfsubjectaccessreviews", verb="create",
-                           kind="SelfSubjectAccessReview", name=None, namespace=None, body=review)
+        review = {
+            "apiVersion": f"{ACCESS_REVIEW_GROUP}/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    k: v
+                    for k, v in {
+                        "verb": verb,
+                        "resource": resource,
+                        "group": group,
+                        "namespace": namespace,
+                        "subresource": subresource,
+                    }.items()
+                    if v
+                }
+            },
+        }
+        found = self._call(
+            "POST",
+            f"/apis/{ACCESS_REVIEW_GROUP}/v1/selfsubjectaccessreviews",
+            verb="create",
+            kind="SelfSubjectAccessReview",
+            name=None,
+            namespace=None,
+            body=review,
+        )
         return bool((found.get("status") or {}).get("allowed"))
 
     def _kind(self, kind: str) -> Kind:
@@ -516,8 +593,17 @@ class KubernetesCluster:
         query = [("fieldValidation", "Strict")]
         if dry_run:
             query.append(("dryRun", "All"))
-        return self._call("POST", kind.path(namespace), verb="create", kind=kind.name, name=meta.get("name"),
-                          namespace=namespace, query=query, body=obj, retry=retry)
+        return self._call(
+            "POST",
+            kind.path(namespace),
+            verb="create",
+            kind=kind.name,
+            name=meta.get("name"),
+            namespace=namespace,
+            query=query,
+            body=obj,
+            retry=retry,
+        )
 
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
         """The object, or ``None`` if it does not exist (and only then)."""
@@ -527,39 +613,76 @@ class KubernetesCluster:
         except NotFoundError:
             return None
 
-    def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-             field_selector: Optional[str] = None, limit: Optional[int] = None) -> list[dict]:
+    def list(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> list[dict]:
         """The matching objects; with ``limit``, only the first ``limit`` of them in the server's key order (the
         first chunk: a sample, for a look that does not need them all)."""
         return self._list_answer(kind, namespace, label_selector, field_selector, "application/json", limit)[0]
 
-    def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-                      field_selector: Optional[str] = None) -> builtins.list[dict]:
+    def list_metadata(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+    ) -> builtins.list[dict]:
         """The objects' metadata only (``PartialObjectMetadata`` items: ``{"metadata": ...}``), a fraction of
         their size: for what names, labels and owners tell."""
         return self._list_answer(kind, namespace, label_selector, field_selector, METADATA_LIST_ACCEPT)[0]
 
-    def _list_answer(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
-                     field_selector: Optional[str], accept: str = "application/json",
-                     limit: Optional[int] = None) -> tuple[builtins.list[dict], str]:
+    def _list_answer(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str],
+        field_selector: Optional[str],
+        accept: str = "application/json",
+        limit: Optional[int] = None,
+    ) -> tuple[builtins.list[dict], str]:
         """The items of a list and the resourceVersion it was read at."""
         spec = self._kind(kind)
         query = _selector_query(label_selector, field_selector)
         if limit:
             query.append(("limit", str(limit)))
-        result = self._call("GET", spec.path(namespace), verb="list", kind=kind, name=None, namespace=namespace,
-                            query=query, accept=accept)
+        result = self._call(
+            "GET",
+            spec.path(namespace),
+            verb="list",
+            kind=kind,
+            name=None,
+            namespace=namespace,
+            query=query,
+            accept=accept,
+        )
         # kube-apiserver sends an empty metadata-only list's items as null
         return result.get("items") or [], (result.get("metadata") or {}).get("resourceVersion", "")
 
-    def list_to_watch(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-                      field_selector: Optional[str] = None) -> tuple[builtins.list[dict], str]:
+    def list_to_watch(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+    ) -> tuple[builtins.list[dict], str]:
         """The matching objects, and the resourceVersion to ``watch`` them from."""
         return self._list_answer(kind, namespace, label_selector, field_selector)
 
-    def watch(self, kind: str, namespace: Optional[str], resource_version: str, *,
-              label_selector: Optional[str] = None, field_selector: Optional[str] = None,
-              timeout_seconds: int = 240) -> "LogStream":
+    def watch(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        resource_version: str,
+        *,
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        timeout_seconds: int = 240,
+    ) -> "LogStream":
         """The changes of the matching objects after ``resource_version``, as a stream of lines, each an event
         ``{"type": ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, "object": ...}`` in JSON, until the server ends the
         watch (after about ``timeout_seconds``) or ``close``. One try: a watch that cannot be opened raises
@@ -567,17 +690,38 @@ class KubernetesCluster:
         its end) came for ``WATCH_SILENCE_S`` past its timeout."""
         spec = self._kind(kind)
         query = _selector_query(label_selector, field_selector) + [
-            ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(timeout_seconds))]
-        resp = self._call("GET", spec.path(namespace), verb="watch", kind=kind, name=None, namespace=namespace,
-                          query=query, stream=True, retry=False, stream_timeout=timeout_seconds + WATCH_SILENCE_S)
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        resp = self._call(
+            "GET",
+            spec.path(namespace),
+            verb="watch",
+            kind=kind,
+            name=None,
+            namespace=namespace,
+            query=query,
+            stream=True,
+            retry=False,
+            stream_timeout=timeout_seconds + WATCH_SILENCE_S,
+        )
         return LogStream(resp)
 
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:
         spec = self._kind(kind)
-        return self._call("PATCH", spec.path(namespace, name), verb="patch", kind=kind, name=name,
-                          namespace=namespace, body=patch, content_type="application/merge-patch+json",
-                          query=[("fieldValidation", "Strict")])
+        return self._call(
+            "PATCH",
+            spec.path(namespace, name),
+            verb="patch",
+            kind=kind,
+            name=name,
+            namespace=namespace,
+            body=patch,
+            content_type="application/merge-patch+json",
+            query=[("fieldValidation", "Strict")],
+        )
 
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool:
         """Delete with background propagation; ``False`` if it was already gone. With ``uid``, only
@@ -587,16 +731,32 @@ class KubernetesCluster:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self._call("DELETE", spec.path(namespace, name), verb="delete", kind=kind, name=name,
-                       namespace=namespace, body=body)
+            self._call(
+                "DELETE",
+                spec.path(namespace, name),
+                verb="delete",
+                kind=kind,
+                name=name,
+                namespace=namespace,
+                body=body,
+            )
             return True
         except NotFoundError:
             return False
 
-    def pod_log(self, name: str, namespace: str, *, container: Optional[str] = None,
-                follow: bool = False, tail_lines: Optional[int] = None,
-                since_seconds: Optional[int] = None, since_time: Optional[str] = None,
-                timestamps: bool = False, limit_bytes: Optional[int] = None) -> Iterator[str]:
+    def pod_log(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        container: Optional[str] = None,
+        follow: bool = False,
+        tail_lines: Optional[int] = None,
+        since_seconds: Optional[int] = None,
+        since_time: Optional[str] = None,
+        timestamps: bool = False,
+        limit_bytes: Optional[int] = None,
+    ) -> Iterator[str]:
         """Lines of a pod's log (without newlines). With ``follow``, until the container ends;
         with ``since_seconds``, only the lines of that many last seconds; with ``since_time``
         (RFC 3339; the kubelet gets it to the second), those of that second and later; with
@@ -617,13 +777,29 @@ class KubernetesCluster:
             query.append(("timestamps", "true"))
         if limit_bytes is not None:
             query.append(("limitBytes", str(limit_bytes)))
-        resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
-                          name=name, namespace=namespace, query=query, stream=True, retry=not follow)
+        resp = self._call(
+            "GET",
+            KINDS["Pod"].path(namespace, name, "log"),
+            verb="read log of",
+            kind="Pod",
+            name=name,
+            namespace=namespace,
+            query=query,
+            stream=True,
+            retry=not follow,
+        )
         return _iter_lines(resp)
 
-    def pod_log_stream(self, name: str, namespace: str, *, container: Optional[str] = None,
-                       since_time: Optional[str] = None, tail_lines: Optional[int] = None,
-                       idle_timeout: Optional[float] = None) -> "LogStream":
+    def pod_log_stream(
+        self,
+        name: str,
+        namespace: str,
+        *,
+        container: Optional[str] = None,
+        since_time: Optional[str] = None,
+        tail_lines: Optional[int] = None,
+        idle_timeout: Optional[float] = None,
+    ) -> "LogStream":
         """A ``follow`` read of a pod's log with ``timestamps`` (from ``since_time`` on, if given; starting with
         its last ``tail_lines`` lines, if given), as a ``LogStream``: open until the container ends, the server
         closes it, or ``close``. With ``idle_timeout``, a stream silent that long ends in ``ReadTimeoutError``."""
@@ -634,9 +810,18 @@ class KubernetesCluster:
             query.append(("sinceTime", since_time))
         if tail_lines is not None:
             query.append(("tailLines", str(tail_lines)))
-        resp = self._call("GET", KINDS["Pod"].path(namespace, name, "log"), verb="read log of", kind="Pod",
-                          name=name, namespace=namespace, query=query, stream=True, retry=False,
-                          stream_timeout=idle_timeout)
+        resp = self._call(
+            "GET",
+            KINDS["Pod"].path(namespace, name, "log"),
+            verb="read log of",
+            kind="Pod",
+            name=name,
+            namespace=namespace,
+            query=query,
+            stream=True,
+            retry=False,
+            stream_timeout=idle_timeout,
+        )
         return LogStream(resp)
 
 

@@ -81,4 +81,3 @@ def record_outcome(namespace: str, name: str, state: str, message: str) -> bool:
         return False
     save(replace(record, outcome_state=state, outcome_message=message))
     return True
-

@@ -229,7 +229,8 @@ class _Applying:
     def check_stop(self) -> None:
         if self.stop is not None and self.stop():
             raise SubmissionStopped(
-                f"the submission of TrainJob {self.sub.namespace}/{self.sub.name} was stopped before the job started")
+                f"the submission of TrainJob {self.sub.namespace}/{self.sub.name} was stopped before the job started"
+            )
 
     def create_pvcs(self) -> None:
         for pvc in self.sub.pvcs:
@@ -257,8 +258,15 @@ class _Applying:
         recreate = self.create_runtime if self.sub.runtime is not None and self.created_runtime is None else None
         self.check_stop()
         self.trainjob_sent = True
-        self.trainjob = _create_trainjob(self.cluster, self.sub, self.submission_id, self.actions,
-                                         runtime_wait=runtime_wait, sleep=sleep, ensure_runtime=recreate)
+        self.trainjob = _create_trainjob(
+            self.cluster,
+            self.sub,
+            self.submission_id,
+            self.actions,
+            runtime_wait=runtime_wait,
+            sleep=sleep,
+            ensure_runtime=recreate,
+        )
         return self.trainjob
 
     def create_owned(self, trainjob: dict, secret_values: mf.SecretValues) -> None:
@@ -299,10 +307,16 @@ def _say_what_was_left(error: BaseException, name: str, left: list[tuple[str, st
     """After the rollback: raise a ``SubmissionError`` for a cluster error, naming what is left (if anything);
     note it on any other exception (an interrupt), which the caller raises again."""
     if isinstance(error, ClusterError):
-        message = (f"submitting TrainJob {name!r} failed: {error}. {_describe_leftovers(left)}" if left
-                   else f"submitting TrainJob {name!r} failed, nothing was left on the cluster: {error}")
+        message = (
+            f"submitting TrainJob {name!r} failed: {error}. {_describe_leftovers(left)}"
+            if left
+            else f"submitting TrainJob {name!r} failed, nothing was left on the cluster: {error}"
+        )
         raise SubmissionError(
-            message, status=error.status, reason=error.reason, server_message=error.server_message,
+            message,
+            status=error.status,
+            reason=error.reason,
+            server_message=error.server_message,
         ) from error
     if left:
         note = f"submitting TrainJob {name!r} was interrupted. {_describe_leftovers(left)}"
@@ -329,10 +343,16 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> Optional[dict]:
         runtime = cluster.get(kind, name, namespace)
     except PermissionDeniedError as e:
         # Trainer's webhook still refuses a missing runtime, job or container; what only we check is not.
-        log.warning("cannot read %s %r (%s), so these were not checked: that its replicated jobs leave room "
-                    "for the pod names, and that the job's runtime patch (tolerations, node selector, volumes, "
-                    "mounts, service account, security context, pod labels) replaces none of the runtime's own "
-                    "settings; ask an admin for 'get' on %ss to have them checked", kind, name, e.reason, kind)
+        log.warning(
+            "cannot read %s %r (%s), so these were not checked: that its replicated jobs leave room "
+            "for the pod names, and that the job's runtime patch (tolerations, node selector, volumes, "
+            "mounts, service account, security context, pod labels) replaces none of the runtime's own "
+            "settings; ask an admin for 'get' on %ss to have them checked",
+            kind,
+            name,
+            e.reason,
+            kind,
+        )
         return None
     if runtime is None:
         raise _missing_runtime(cluster, kind, name, namespace)
@@ -340,8 +360,9 @@ def check_existing_runtime(cluster: Cluster, sub: Submission) -> Optional[dict]:
     # the runtime patch may add to the admin's runtime, never replace (runtime_patch_conflicts).
     problems = pod_name_problems(sub.trainjob, runtime) + runtime_patch_conflicts(sub.trainjob, runtime)
     if problems:
-        raise ManifestValidationError(TRAINJOB_KIND, sub.name, [
-            f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems])
+        raise ManifestValidationError(
+            TRAINJOB_KIND, sub.name, [f"{p} (runtime_name={name!r}: a {kind} on the cluster)" for p in problems]
+        )
     return runtime
 
 
@@ -356,7 +377,8 @@ def _missing_runtime(cluster: Cluster, kind: str, name: str, namespace: Optional
     return NotFoundError(
         f"runtime_name={name!r}: no {kind} of that name{where} (available: {listing}); "
         "fix runtime_name, or leave it unset to let nemo_kubeflow render a runtime",
-        status=404, reason="NotFound",
+        status=404,
+        reason="NotFound",
     )
 
 
@@ -375,7 +397,8 @@ def check_queue(cluster: Cluster, namespace: str, queue: str) -> None:
         f"({_queue_listing(cluster, namespace)}); "
         "the TrainJob would wait in it forever. Fix queue_name, ask an admin for the LocalQueue, "
         "or leave queue_name unset",
-        status=404, reason="NotFound",
+        status=404,
+        reason="NotFound",
     )
 
 
@@ -384,8 +407,10 @@ def _queue_listing(cluster: Cluster, namespace: str) -> str:
     try:
         available = ", ".join(sorted(o["metadata"]["name"] for o in cluster.list(LOCALQUEUE_KIND, namespace)))
     except NotFoundError:
-        return (f"this cluster serves none of Kueue's LocalQueue APIs ({KUEUE_GROUP} "
-                f"{' or '.join(KUEUE_VERSIONS)}): is Kueue installed?")
+        return (
+            f"this cluster serves none of Kueue's LocalQueue APIs ({KUEUE_GROUP} "
+            f"{' or '.join(KUEUE_VERSIONS)}): is Kueue installed?"
+        )
     except ClusterError:
         return "the existing queues could not be listed"
     return f"queues in this namespace: {available or 'none'}"
@@ -418,9 +443,16 @@ def _owner_uids(existing: Optional[dict]) -> list[str]:
     return [r.get("uid") for r in ((existing or {}).get("metadata", {}).get("ownerReferences") or [])]
 
 
-def _create_trainjob(cluster: Cluster, sub: Submission, submission_id: str, actions: list, *,
-                     runtime_wait: float, sleep: Callable[[float], None],
-                     ensure_runtime: Optional[Callable[[], None]] = None) -> dict:
+def _create_trainjob(
+    cluster: Cluster,
+    sub: Submission,
+    submission_id: str,
+    actions: list,
+    *,
+    runtime_wait: float,
+    sleep: Callable[[float], None],
+    ensure_runtime: Optional[Callable[[], None]] = None,
+) -> dict:
     """Create the TrainJob. ``ensure_runtime``: how to create its runtime if the webhook says it is
     missing (when this submission did not create it)."""
     trainjob = copy.deepcopy(sub.trainjob)
@@ -463,7 +495,9 @@ def _our_trainjob(cluster: Cluster, sub: Submission, submission_id: str, error: 
         f"a TrainJob named {sub.name!r} already exists in namespace {sub.namespace!r} "
         "(an earlier run of the same experiment?); it was left untouched. Start a new "
         "experiment, or delete the old job first if it is yours",
-        status=error.status, reason=error.reason, server_message=error.server_message,
+        status=error.status,
+        reason=error.reason,
+        server_message=error.server_message,
     ) from None
 
 
@@ -482,8 +516,9 @@ def _late_trainjob(cluster: Cluster, sub: Submission, submission_id: str) -> Opt
     return existing if _submission_of(existing) == submission_id else None
 
 
-def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Optional[dict],
-              pvcs: list[str]) -> list[tuple[str, str, Optional[str], Exception]]:
+def _rollback(
+    cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Optional[dict], pvcs: list[str]
+) -> list[tuple[str, str, Optional[str], Exception]]:
     """Best-effort removal of what this submission created; never masks the first error.
 
     Returns what could not be deleted: (kind, name, namespace, why)."""
@@ -497,8 +532,9 @@ def _rollback(cluster: Cluster, ns: str, trainjob: Optional[dict], runtime: Opti
     return left
 
 
-def _rollback_steps(ns: str, trainjob: Optional[dict], runtime: Optional[dict],
-                    pvcs: list[str]) -> list[tuple[str, str, Optional[str]]]:
+def _rollback_steps(
+    ns: str, trainjob: Optional[dict], runtime: Optional[dict], pvcs: list[str]
+) -> list[tuple[str, str, Optional[str]]]:
     """The (kind, name, namespace) a rollback deletes, in order: the TrainJob (which takes what it owns),
     the runtime, the claims."""
     steps: list[tuple[str, str, Optional[str]]] = []

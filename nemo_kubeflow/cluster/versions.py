@@ -80,12 +80,14 @@ def ttl_loop_problem(runtime: Optional[dict], version: Optional[Version], unknow
     if ttl is None or keeps_failed_jobs_failed(version):
         return ""
     which = f"{runtime.get('kind', 'runtime')} {(runtime.get('metadata') or {}).get('name', '?')!r}"
-    return (f"{which} sets a JobSet ttlSecondsAfterFinished ({ttl}) and {_this_trainer(version, unknown_why)}: "
-            "Trainer v2.3.0 and older "
-            "build a failed job's JobSet again once the TTL deletes it and run the job again, forever "
-            "(trainer#3779, fixed in v2.4.0). Remove ttlSecondsAfterFinished from that runtime, and use the "
-            "executor's ttl_seconds_after_finished with `nemo-kubeflow gc --expired` on a schedule instead "
-            "(docs/reliability.md#finished-jobs)")
+    return (
+        f"{which} sets a JobSet ttlSecondsAfterFinished ({ttl}) and {_this_trainer(version, unknown_why)}: "
+        "Trainer v2.3.0 and older "
+        "build a failed job's JobSet again once the TTL deletes it and run the job again, forever "
+        "(trainer#3779, fixed in v2.4.0). Remove ttlSecondsAfterFinished from that runtime, and use the "
+        "executor's ttl_seconds_after_finished with `nemo-kubeflow gc --expired` on a schedule instead "
+        "(docs/reliability.md#finished-jobs)"
+    )
 
 
 def _this_trainer(version: Optional[Version], unknown_why: str) -> str:

@@ -64,10 +64,18 @@ class _Expired(Exception):
 class _Collection:
     """One kind's matching objects (by name), listed then watched by a thread of its own."""
 
-    def __init__(self, cluster: Any, kind: str, namespace: str, answered: Callable[[], None], *,
-                 label_selector: Optional[str] = None, field_selector: Optional[str] = None,
-                 on_event: Optional[Callable[[str, dict], None]] = None,
-                 shape: Optional[Callable[[dict], dict]] = None) -> None:
+    def __init__(
+        self,
+        cluster: Any,
+        kind: str,
+        namespace: str,
+        answered: Callable[[], None],
+        *,
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        on_event: Optional[Callable[[str, dict], None]] = None,
+        shape: Optional[Callable[[dict], dict]] = None,
+    ) -> None:
         self.cluster, self.kind, self.namespace, self.answered = cluster, kind, namespace, answered
         self.label_selector, self.field_selector = label_selector, field_selector
         #: Told of each object listed ("LISTED") and each watch event (its type), from the watching thread.
@@ -108,8 +116,7 @@ class _Collection:
             stream.close()
 
     def _list_and_watch(self, stopped: threading.Event) -> None:
-        items, version = self.cluster.list_to_watch(self.kind, self.namespace, self.label_selector,
-                                                     self.field_selector)
+        items, version = self.cluster.list_to_watch(self.kind, self.namespace, self.label_selector, self.field_selector)
         with self.lock:
             self.objects = {o["metadata"]["name"]: self.shape(o) for o in items}
             self.current = True
@@ -118,8 +125,13 @@ class _Collection:
             self._tell("LISTED", item)
         while not stopped.is_set():
             self._stream = stream = self.cluster.watch(
-                self.kind, self.namespace, version, label_selector=self.label_selector,
-                field_selector=self.field_selector, timeout_seconds=WATCH_SECONDS)
+                self.kind,
+                self.namespace,
+                version,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                timeout_seconds=WATCH_SECONDS,
+            )
             self.answered()
             if stopped.is_set():
                 stream.close()
@@ -170,8 +182,9 @@ class WatchedJob:
     With ``pod_shape``, only what it keeps of each pod is held and answered (``logs.JobLogFollower``'s
     lists of a large job: names, labels and phases): a reader for the one who chose the shape, no other."""
 
-    def __init__(self, cluster: ClusterReader, namespace: str, name: str, *,
-                 pod_shape: Optional[Callable[[dict], dict]] = None) -> None:
+    def __init__(
+        self, cluster: ClusterReader, namespace: str, name: str, *, pod_shape: Optional[Callable[[dict], dict]] = None
+    ) -> None:
         self.cluster, self.namespace, self.name = cluster, namespace, name
         self._pod_shape = pod_shape
         self._pod_label = f"{JOBSET_NAME_LABEL}={name}"
@@ -199,22 +212,35 @@ class WatchedJob:
         with self._answering():
             return self.cluster.get(kind, name, namespace)
 
-    def list(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-             field_selector: Optional[str] = None, limit: Optional[int] = None) -> builtins.list[dict]:
+    def list(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> builtins.list[dict]:
         found = self._pods(kind, namespace, label_selector, field_selector)
         if found is None:
             with self._answering():
                 return self.cluster.list(kind, namespace, label_selector, field_selector, limit)
         return [copy.deepcopy(p) for p in found[:limit]]
 
-    def list_metadata(self, kind: str, namespace: Optional[str], label_selector: Optional[str] = None,
-                      field_selector: Optional[str] = None) -> builtins.list[dict]:
+    def list_metadata(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+    ) -> builtins.list[dict]:
         found = self._pods(kind, namespace, label_selector, field_selector)
         if found is None:
             with self._answering():
                 return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
-        return [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                 "metadata": copy.deepcopy(p["metadata"])} for p in found]
+        return [
+            {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": copy.deepcopy(p["metadata"])}
+            for p in found
+        ]
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
         with self._answering():
@@ -267,8 +293,13 @@ class WatchedJob:
         paused, not over the per-process cap) and the server lets us list and watch pods. While the watch is
         broken it lists again on reconnecting, and each pod listed is told then."""
         pods = self._collections.get("Pod")
-        return not self._closed and self._stopped is not None and "Pod" not in self._refused and \
-            pods is not None and not pods.refused
+        return (
+            not self._closed
+            and self._stopped is not None
+            and "Pod" not in self._refused
+            and pods is not None
+            and not pods.refused
+        )
 
     def _pod_event(self, kind: str, pod: dict) -> None:
         for listener in builtins.list(self._pod_listeners):
@@ -331,8 +362,9 @@ class WatchedJob:
         self._answered()
         return True
 
-    def _pods(self, kind: str, namespace: Optional[str], label_selector: Optional[str],
-              field_selector: Optional[str]) -> Optional[builtins.list[dict]]:
+    def _pods(
+        self, kind: str, namespace: Optional[str], label_selector: Optional[str], field_selector: Optional[str]
+    ) -> Optional[builtins.list[dict]]:
         """The held pods a list selects, in the API server's order (by name); None where it must ask."""
         if kind != "Pod":
             return None
@@ -349,12 +381,21 @@ class WatchedJob:
         """What one start watches (each start its own: a stopped one's thread may still be ending)."""
         name, namespace = self.name, self.namespace
         return {
-            TRAINJOB_KIND: _Collection(self.cluster, TRAINJOB_KIND, namespace, self._answered,
-                                       field_selector=f"metadata.name={name}"),
-            JOBSET_KIND: _Collection(self.cluster, JOBSET_KIND, namespace, self._answered,
-                                     field_selector=f"metadata.name={name}"),
-            "Pod": _Collection(self.cluster, "Pod", namespace, self._answered, label_selector=self._pod_label,
-                               on_event=self._pod_event, shape=self._pod_shape),
+            TRAINJOB_KIND: _Collection(
+                self.cluster, TRAINJOB_KIND, namespace, self._answered, field_selector=f"metadata.name={name}"
+            ),
+            JOBSET_KIND: _Collection(
+                self.cluster, JOBSET_KIND, namespace, self._answered, field_selector=f"metadata.name={name}"
+            ),
+            "Pod": _Collection(
+                self.cluster,
+                "Pod",
+                namespace,
+                self._answered,
+                label_selector=self._pod_label,
+                on_event=self._pod_event,
+                shape=self._pod_shape,
+            ),
         }
 
     def _ensure_watching(self) -> None:
@@ -370,10 +411,12 @@ class WatchedJob:
             self._stopped = stopped = threading.Event()
         for kind, collection in fresh.items():
             if kind not in self._refused:
-                threading.Thread(target=collection.run, args=(stopped,), daemon=True,
-                                 name=f"watch-{kind.lower()}-{self.name}").start()
-        threading.Thread(target=self._stop_when_idle, args=(stopped,), daemon=True,
-                         name=f"watch-idle-{self.name}").start()
+                threading.Thread(
+                    target=collection.run, args=(stopped,), daemon=True, name=f"watch-{kind.lower()}-{self.name}"
+                ).start()
+        threading.Thread(
+            target=self._stop_when_idle, args=(stopped,), daemon=True, name=f"watch-idle-{self.name}"
+        ).start()
 
     def _stop_when_idle(self, stopped: threading.Event) -> None:
         while not stopped.wait(min(IDLE_STOP_S, 10.0)):
@@ -381,20 +424,26 @@ class WatchedJob:
                 self._pause()
 
 
-def _pod_matcher(job_label: str, label_selector: Optional[str],
-                 field_selector: Optional[str]) -> Optional[Callable[[dict], bool]]:
+def _pod_matcher(
+    job_label: str, label_selector: Optional[str], field_selector: Optional[str]
+) -> Optional[Callable[[dict], bool]]:
     """A test of a held pod for a list of the job's pods with these selectors; None for a selector not of the
     job's pods (no ``job_label`` term) or with a form not evaluated here (set-based terms, other fields)."""
     labels = _equality_terms(label_selector)
     fields = _equality_terms(field_selector)
-    if labels is None or fields is None or (job_label.split("=", 1)[0], True, job_label.split("=", 1)[1]) \
-            not in labels or any(path not in _POD_FIELDS for path, _, _ in fields):
+    if (
+        labels is None
+        or fields is None
+        or (job_label.split("=", 1)[0], True, job_label.split("=", 1)[1]) not in labels
+        or any(path not in _POD_FIELDS for path, _, _ in fields)
+    ):
         return None
 
     def matches(pod: dict) -> bool:
         pod_labels = pod["metadata"].get("labels") or {}
-        return all((pod_labels.get(key) == value) == equal for key, equal, value in labels) and \
-            all((_POD_FIELDS[path](pod) == value) == equal for path, equal, value in fields)
+        return all((pod_labels.get(key) == value) == equal for key, equal, value in labels) and all(
+            (_POD_FIELDS[path](pod) == value) == equal for path, equal, value in fields
+        )
 
     return matches
 

@@ -373,8 +373,11 @@ class KubeflowExecutor(Executor):
         from fiddle.experimental.dataclasses import convert_dataclasses_to_configs
         from nemo_run.config import Config
 
-        values = {f.name: convert_dataclasses_to_configs(getattr(self, f.name), allow_post_init=True)
-                  for f in dataclasses.fields(self) if f.init and not _has_default_value(self, f)}
+        values = {
+            f.name: convert_dataclasses_to_configs(getattr(self, f.name), allow_post_init=True)
+            for f in dataclasses.fields(self)
+            if f.init and not _has_default_value(self, f)
+        }
         return Config(type(self), **values)
 
     def assign(self, exp_id: str, exp_dir: str, task_id: str, task_dir: str) -> None:
@@ -385,8 +388,10 @@ class KubeflowExecutor(Executor):
     def create_job_dir(self) -> None:
         # NeMo-Run names the task's directory after the task: a NUL there is os.makedirs' bare ValueError.
         if "\0" in self.job_dir:
-            raise ConfigError(f"task name {os.path.basename(self.job_dir.rstrip('/'))!r}: contains a NUL character; "
-                              "name the task (exp.add(..., name=...)) with letters, digits, '-' and '_'")
+            raise ConfigError(
+                f"task name {os.path.basename(self.job_dir.rstrip('/'))!r}: contains a NUL character; "
+                "name the task (exp.add(..., name=...)) with letters, digits, '-' and '_'"
+            )
         super().create_job_dir()
 
     def nnodes(self) -> int:
@@ -450,25 +455,46 @@ class KubeflowExecutor(Executor):
         which is why no check here looks at a field's type again."""
         yield from _declared_problems(self)
         for check in (
-            self._process_problems, self._container_image_problems, self._namespace_problems,
-            self._request_limit_problems, self._extra_resource_problems,
-            self._env_name_problems, self._secret_source_problems, self._secret_reference_problems,
+            self._process_problems,
+            self._container_image_problems,
+            self._namespace_problems,
+            self._request_limit_problems,
+            self._extra_resource_problems,
+            self._env_name_problems,
+            self._secret_source_problems,
+            self._secret_reference_problems,
             self._secret_env_from_problems,
-            self._mount_path_problems, self._mounted_object_problems, self._image_problems, self._name_problems,
-            self._key_name_problems, self._reserved_key_problems, self._node_selector_value_problems,
-            self._annotation_size_problems, self._toleration_problems,
-            self._resource_name_problems, self._resource_count_problems,
-            self._runtime_problems, self._launcher_problems, self._workspace_problems,
-            self._label_value_problems, self._security_problems,
+            self._mount_path_problems,
+            self._mounted_object_problems,
+            self._image_problems,
+            self._name_problems,
+            self._key_name_problems,
+            self._reserved_key_problems,
+            self._node_selector_value_problems,
+            self._annotation_size_problems,
+            self._toleration_problems,
+            self._resource_name_problems,
+            self._resource_count_problems,
+            self._runtime_problems,
+            self._launcher_problems,
+            self._workspace_problems,
+            self._label_value_problems,
+            self._security_problems,
         ):
             yield from check()
         yield from fabric_problems(self)
         yield from initializer_problems(self)
         for check in (
-            self._queue_problems, self._queueless_priority_problems, self._pod_group_problems,
-            self._gang_initializer_problems, self._scheduler_name_problems,
-            self._failure_policy_problems, self._oom_kill_problems,
-            self._warm_start_problems, self._ft_launcher_setting_problems, self._preflight_problems,
+            self._queue_problems,
+            self._queueless_priority_problems,
+            self._pod_group_problems,
+            self._gang_initializer_problems,
+            self._scheduler_name_problems,
+            self._failure_policy_problems,
+            self._oom_kill_problems,
+            self._warm_start_problems,
+            self._ft_launcher_setting_problems,
+            self._preflight_problems,
         ):
             yield from check()
 
@@ -534,8 +560,10 @@ class KubeflowExecutor(Executor):
     def _workspace_problems(self):
         path = self.workspace_mount_path
         if not path.startswith("/") or path == "/" or os.path.normpath(path) != path or "\0" in path:
-            yield (f"workspace_mount_path={path!r}: must be an absolute path, normalized and other than '/', where "
-                   "the task's files are mounted, e.g. '/nemo_run'")
+            yield (
+                f"workspace_mount_path={path!r}: must be an absolute path, normalized and other than '/', where "
+                "the task's files are mounted, e.g. '/nemo_run'"
+            )
 
     def _label_value_problems(self):
         for key, value in {**self.labels, **self.pod_labels}.items():
@@ -565,8 +593,10 @@ class KubeflowExecutor(Executor):
 
         if self.initializer is None or not isinstance(init := settings(self), InitializerSettings):
             return []
-        return [(f"initializer_settings.{f}", getattr(init, f)) for f in ("dataset_image", "model_image",
-                                                                           "data_cache_image")]
+        return [
+            (f"initializer_settings.{f}", getattr(init, f))
+            for f in ("dataset_image", "model_image", "data_cache_image")
+        ]
 
     def _fabric_images(self) -> list[tuple[str, str]]:
         """``(field, image)`` of each image of the network fabric's daemons (with settings of the right class)."""
@@ -606,11 +636,15 @@ class KubeflowExecutor(Executor):
         for secret_mount in self.secret_mounts:
             for key in secret_mount.keys:
                 if not naming.is_config_key(key):
-                    yield (f"secret_mounts[{secret_mount.secret_name}]: keys has {key!r}, not a Secret key (at "
-                           "most 253 letters, digits, '-', '_' and '.', not starting with '..')")
+                    yield (
+                        f"secret_mounts[{secret_mount.secret_name}]: keys has {key!r}, not a Secret key (at "
+                        "most 253 letters, digits, '-', '_' and '.', not starting with '..')"
+                    )
             if not 0 <= secret_mount.default_mode <= 0o777:
-                yield (f"secret_mounts[{secret_mount.secret_name}]: default_mode={secret_mount.default_mode!r} "
-                       "must be a file mode 0o000..0o777")
+                yield (
+                    f"secret_mounts[{secret_mount.secret_name}]: default_mode={secret_mount.default_mode!r} "
+                    "must be a file mode 0o000..0o777"
+                )
 
     # Label and annotation keys and values, as the API server checks them.
     def _key_name_problems(self):
@@ -622,9 +656,11 @@ class KubeflowExecutor(Executor):
     def _reserved_key_problems(self):
         for fname in ("labels", "pod_labels", "annotations", "pod_annotations"):
             if reserved := [key for key in getattr(self, fname) if _is_reserved_key(key)]:
-                yield (f"{fname}: {', '.join(map(repr, reserved))} {'is' if len(reserved) == 1 else 'are'} "
-                       f"nemo_kubeflow's own (it finds, collects and describes its jobs by them): keys "
-                       f"{', '.join(RESERVED_KEYS)} and {RESERVED_KEY_PREFIX}* are reserved; use a key of your own")
+                yield (
+                    f"{fname}: {', '.join(map(repr, reserved))} {'is' if len(reserved) == 1 else 'are'} "
+                    f"nemo_kubeflow's own (it finds, collects and describes its jobs by them): keys "
+                    f"{', '.join(RESERVED_KEYS)} and {RESERVED_KEY_PREFIX}* are reserved; use a key of your own"
+                )
 
     def _node_selector_value_problems(self):
         for key, value in self.node_selector.items():
@@ -635,8 +671,10 @@ class KubeflowExecutor(Executor):
         for fname in ("annotations", "pod_annotations"):
             size = sum(len(k.encode()) + len(v.encode()) for k, v in getattr(self, fname).items())
             if size > ANNOTATIONS_MAX_BYTES:
-                yield (f"{fname}: {size} bytes in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB, "
-                       "keys included")
+                yield (
+                    f"{fname}: {size} bytes in all; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB, "
+                    "keys included"
+                )
 
     def _toleration_problems(self):
         """Tolerations as the API server validates them (``validateTolerations``): a wrong one would
@@ -649,8 +687,10 @@ class KubeflowExecutor(Executor):
         for res in [self.gpu_resource_name, *self.extra_resources]:
             where = "gpu_resource_name" if res is self.gpu_resource_name else f"extra_resources[{res!r}]"
             if not _is_resource_name(res):
-                yield (f"{where}: {res!r} is not a resource name: extended resources are fully qualified, "
-                       "e.g. 'nvidia.com/gpu' or 'vpc.amazonaws.com/efa'")
+                yield (
+                    f"{where}: {res!r} is not a resource name: extended resources are fully qualified, "
+                    "e.g. 'nvidia.com/gpu' or 'vpc.amazonaws.com/efa'"
+                )
 
     def _resource_count_problems(self):
         for res, value in self.extra_resources.items():
@@ -661,25 +701,32 @@ class KubeflowExecutor(Executor):
     def _warm_start_problems(self):
         preload, poll = self.worker_preload, self.rendezvous_poll_seconds
         if not all(_MODULE_NAME.fullmatch(m) for m in preload):
-            yield (f"worker_preload={preload!r}: must be a list of module names to import, e.g. ['torch'] "
-                   "(dotted Python names, no spaces); [] starts every worker as a new Python")
+            yield (
+                f"worker_preload={preload!r}: must be a list of module names to import, e.g. ['torch'] "
+                "(dotted Python names, no spaces); [] starts every worker as a new Python"
+            )
         if poll is not None and not 0.05 <= poll <= 1:
-            yield (f"rendezvous_poll_seconds={poll!r}: must be a number of seconds from 0.05 to 1, e.g. 0.1; "
-                   "None keeps ft_launcher's 1 s")
+            yield (
+                f"rendezvous_poll_seconds={poll!r}: must be a number of seconds from 0.05 to 1, e.g. 0.1; "
+                "None keeps ft_launcher's 1 s"
+            )
 
     def _ft_launcher_setting_problems(self):
         """``worker_preload`` and ``rendezvous_poll_seconds`` set with a launcher other than ft_launcher."""
         used = self._ft_launcher_settings_used()
         if used and not self._runs_ft_launcher():
             verb, them = ("tune", "them") if len(used) > 1 else ("tunes", "it")
-            yield (f"{' and '.join(used)} {verb} how ft_launcher starts and restarts ranks, but launcher="
-                   f"{self.launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
-                   f"{them} unset")
+            yield (
+                f"{' and '.join(used)} {verb} how ft_launcher starts and restarts ranks, but launcher="
+                f"{self.launcher!r} is not ft_launcher: set launcher='ft' (or run.FaultTolerance(...)), or leave "
+                f"{them} unset"
+            )
 
     def _ft_launcher_settings_used(self) -> list[str]:
         """The settings of ft_launcher that are set: ``worker_preload``, ``rendezvous_poll_seconds``."""
-        return [name for name in ("worker_preload", "rendezvous_poll_seconds")
-                if getattr(self, name) not in (None, [], ())]
+        return [
+            name for name in ("worker_preload", "rendezvous_poll_seconds") if getattr(self, name) not in (None, [], ())
+        ]
 
     def _runs_ft_launcher(self) -> bool:
         from nemo_run.core.execution.launcher import FaultTolerance
@@ -689,17 +736,21 @@ class KubeflowExecutor(Executor):
     def _failure_policy_problems(self):
         codes = self.fail_fast_exit_codes
         if any(not 1 <= c <= 255 for c in codes):
-            yield (f"fail_fast_exit_codes={codes!r}: must be a list of exit codes from 1 to 255 (0 is success; "
-                   "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure")
+            yield (
+                f"fail_fast_exit_codes={codes!r}: must be a list of exit codes from 1 to 255 (0 is success; "
+                "the Job's podFailurePolicy refuses it), e.g. [1]; [] restarts on every failure"
+            )
         elif len(set(codes)) != len(codes):
             yield f"fail_fast_exit_codes={codes!r}: lists an exit code twice; give each once"
 
     def _oom_kill_problems(self):
         codes = self.fail_fast_exit_codes
         if self.restart_on_oom_kill and OOM_KILLED_EXIT_CODE in codes:
-            yield (f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
-                   f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
-                   "fail_fast_exit_codes, or leave restart_on_oom_kill False")
+            yield (
+                f"restart_on_oom_kill=True restarts the gang on exit code {OOM_KILLED_EXIT_CODE} (OOMKilled), but "
+                f"fail_fast_exit_codes={codes!r} fails the job at once on it; remove {OOM_KILLED_EXIT_CODE} from "
+                "fail_fast_exit_codes, or leave restart_on_oom_kill False"
+            )
 
     def _queue_problems(self):
         """Kueue's queue and priority class: fields that also land as labels."""
@@ -761,8 +812,9 @@ class KubeflowExecutor(Executor):
 
     def _volume_mounts(self) -> list[tuple[str, str]]:
         """``(entry, mount_path)`` of each entry of ``pvc_mounts`` and ``secret_mounts``."""
-        return ([(f"pvc_mounts[{m.claim_name}]", m.mount_path) for m in self.pvc_mounts]
-                + [(f"secret_mounts[{m.secret_name}]", m.mount_path) for m in self.secret_mounts])
+        return [(f"pvc_mounts[{m.claim_name}]", m.mount_path) for m in self.pvc_mounts] + [
+            (f"secret_mounts[{m.secret_name}]", m.mount_path) for m in self.secret_mounts
+        ]
 
     def _mount_path_problems(self):
         """Mount paths: absolute, and one mount per path."""
@@ -818,9 +870,12 @@ def _toleration_problems(where: str, tol: dict) -> Iterator[str]:
     if not all(isinstance(v, str) for v in (key, operator, value, effect)):
         yield f"{where}={tol!r}: key, operator, value and effect are strings"
         return
-    for problem in (_toleration_key_problem(key), _toleration_operator_problem(key, operator, value),
-                    _toleration_effect_problem(effect),
-                    _toleration_seconds_problem(tol.get("tolerationSeconds"), effect)):
+    for problem in (
+        _toleration_key_problem(key),
+        _toleration_operator_problem(key, operator, value),
+        _toleration_effect_problem(effect),
+        _toleration_seconds_problem(tol.get("tolerationSeconds"), effect),
+    ):
         if problem:
             yield f"{where}: {problem}"
 
@@ -840,8 +895,10 @@ def _toleration_effect_problem(effect: str) -> Optional[str]:
 def _unknown_toleration_fields(where: str, tol: dict) -> Iterator[str]:
     unknown = sorted(set(tol) - set(TOLERATION_FIELDS))
     if unknown:
-        yield (f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
-               f"{', '.join(TOLERATION_FIELDS)}{_toleration_field_hints(unknown)}")
+        yield (
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))}: a toleration has "
+            f"{', '.join(TOLERATION_FIELDS)}{_toleration_field_hints(unknown)}"
+        )
 
 
 def _toleration_field_hints(unknown: list[str]) -> str:
@@ -892,11 +949,14 @@ _OBJECT_NAME_RULE = "at most 253 lowercase letters, digits, '-' and '.', startin
 #: What the name of an object the pods refer to must be, for messages.
 _SUBDOMAIN = f"a Kubernetes object name ({_OBJECT_NAME_RULE})"
 #: The rule of label and annotation keys, in words for messages.
-_KEY_RULE = ("keys are an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
-             "'-', '_' and '.' starting and ending with a letter or digit, e.g. 'example.com/team'")
+_KEY_RULE = (
+    "keys are an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
+    "'-', '_' and '.' starting and ending with a letter or digit, e.g. 'example.com/team'"
+)
 _NOT_AN_OBJECT_NAME = f"not a valid Kubernetes object name ({_OBJECT_NAME_RULE})"
-_NOT_A_QUEUE_OBJECT_NAME = ("must be a Kubernetes object name of at most 63 characters "
-                            "(lowercase letters, digits, '-' and '.')")
+_NOT_A_QUEUE_OBJECT_NAME = (
+    "must be a Kubernetes object name of at most 63 characters (lowercase letters, digits, '-' and '.')"
+)
 #: The optional fields that name something, as ``_value_problems`` checks them when set:
 #: field -> (whether a value is valid, what the message says of an invalid one).
 _VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -919,14 +979,23 @@ _VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 # build, or as a manifest the server refuses. bool is an int in Python, hence the explicit checks.
 
 #: Fields that take a Kubernetes quantity: a number is as good as a string there.
-_QUANTITY_FIELDS = frozenset({
-    *(f"KubeflowExecutor.{name}" for name, lands in LANDINGS.items() if lands.quantity),
-    "PVCMount.size", "InitializerSettings.claim_size",
-})
+_QUANTITY_FIELDS = frozenset(
+    {
+        *(f"KubeflowExecutor.{name}" for name, lands in LANDINGS.items() if lands.quantity),
+        "PVCMount.size",
+        "InitializerSettings.claim_size",
+    }
+)
 #: Settings objects whose own checks say when they are of the wrong class (and only when they are used).
 _SETTINGS_CHECKED_ELSEWHERE = frozenset({*(p.field for p in PROFILES.values()), "initializer_settings"})
-_TYPE_NAMES = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("True or False", "booleans"),
-               str: ("a string", "strings"), dict: ("a dict", "dicts"), list: ("a list", "lists")}
+_TYPE_NAMES = {
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    bool: ("True or False", "booleans"),
+    str: ("a string", "strings"),
+    dict: ("a dict", "dicts"),
+    list: ("a list", "lists"),
+}
 
 
 def launcher_problem(launcher: object) -> Optional[str]:
@@ -937,8 +1006,10 @@ def launcher_problem(launcher: object) -> Optional[str]:
         return None
     close = difflib.get_close_matches(launcher, list(LAUNCHER_MAP), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    return (f"launcher={launcher!r}: not a NeMo-Run launcher; {hint}use one of "
-            f"{', '.join(map(repr, sorted(LAUNCHER_MAP)))}, a run.Torchrun(...)/run.FaultTolerance(...), or None")
+    return (
+        f"launcher={launcher!r}: not a NeMo-Run launcher; {hint}use one of "
+        f"{', '.join(map(repr, sorted(LAUNCHER_MAP)))}, a run.Torchrun(...)/run.FaultTolerance(...), or None"
+    )
 
 
 def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowExecutor", tuple[str, ...]]:
@@ -954,7 +1025,9 @@ def _type_problems(executor: "KubeflowExecutor") -> tuple[list[str], "KubeflowEx
     return (problems, *_with_defaults(executor, bad))
 
 
-def _with_defaults(executor: "KubeflowExecutor", fields: list[dataclasses.Field]) -> tuple["KubeflowExecutor", tuple[str, ...]]:
+def _with_defaults(
+    executor: "KubeflowExecutor", fields: list[dataclasses.Field]
+) -> tuple["KubeflowExecutor", tuple[str, ...]]:
     """``executor`` with ``fields`` set back to their defaults (a copy, when there are any), and the names of
     the fields set back."""
     checked = copy.copy(executor) if fields else executor
@@ -1098,22 +1171,34 @@ def _list_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optio
     if not isinstance(value, (list, tuple)):
         return _mismatch(where, value, tp, numbers_ok)
     item_type = args[0] if args else typing.Any
-    return next((p for i, item in enumerate(value)
-                 if (p := type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None)
+    return next(
+        (p for i, item in enumerate(value) if (p := type_problem(item, item_type, f"{where}[{i}]", numbers_ok))), None
+    )
 
 
 def _dict_problem(value, tp, args: tuple, where: str, numbers_ok: bool) -> Optional[str]:
     if not isinstance(value, dict):
         return _mismatch(where, value, tp, numbers_ok)
     key_type, value_type = args if args else (typing.Any, typing.Any)
-    return next((p for key, item in value.items()
-                 if (p := type_problem(key, key_type, f"{where} key")
-                     or type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok))), None)
+    return next(
+        (
+            p
+            for key, item in value.items()
+            if (
+                p := type_problem(key, key_type, f"{where} key")
+                or type_problem(item, value_type, f"{where}[{key!r}]", numbers_ok)
+            )
+        ),
+        None,
+    )
 
 
 #: The check of each generic annotation's origin: ``(value, tp, args, where, numbers_ok) -> problem``.
 _GENERIC_CHECKS: dict[object, Callable[..., Optional[str]]] = {
-    Union: _union_problem, list: _list_problem, dict: _dict_problem}
+    Union: _union_problem,
+    list: _list_problem,
+    dict: _dict_problem,
+}
 
 
 def _is_number(value) -> bool:
@@ -1136,9 +1221,21 @@ def _dataclass_problem(value, tp: type, where: str) -> Optional[str]:
     cls: typing.Any = type(value)  # a dataclass, by the check above
     if not cls.__module__.startswith("nemo_kubeflow."):
         return None  # NeMo-Run's own settings (Packager, launchers) are not annotated strictly enough
-    return next((p for f, annotation in _typed_fields(cls)
-                 if (p := type_problem(getattr(value, f.name), annotation, f"{where}.{f.name}",
-                                        f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS))), None)
+    return next(
+        (
+            p
+            for f, annotation in _typed_fields(cls)
+            if (
+                p := type_problem(
+                    getattr(value, f.name),
+                    annotation,
+                    f"{where}.{f.name}",
+                    f"{cls.__name__}.{f.name}" in _QUANTITY_FIELDS,
+                )
+            )
+        ),
+        None,
+    )
 
 
 #: Annotations a value of exactly that class always fits (bool is no int here: ``type(True) is bool``).
@@ -1196,19 +1293,29 @@ def _mismatch(where: str, value, tp, numbers_ok: bool = False) -> str:
 
 #: How to fix a value of the wrong type, the first that applies: ``(applies(value, tp, numbers_ok), fix(value, tp))``.
 _FIXES: tuple[tuple[Callable[[Any, Any, bool], bool], Callable[[Any, Any], str]], ...] = (
-    (lambda value, tp, _: tp is int and isinstance(value, bool),
-     lambda value, tp: "True and False are integers to Python, not to Kubernetes: give a number"),
-    (lambda value, tp, _: tp is int and isinstance(value, str) and value.strip().isdigit(),
-     lambda value, tp: f"write {int(value)}, without quotes"),
-    (lambda value, tp, _: tp is int and isinstance(value, float) and value.is_integer(),
-     lambda value, tp: f"write {int(value)}"),
-    (lambda value, tp, numbers_ok: tp is str and isinstance(value, (int, float, bool))
-     and not (numbers_ok and isinstance(value, bool)),
-     lambda value, tp: f"quote it: {str(value)!r}"),
-    (lambda value, tp, _: tp is str and value is None,
-     lambda value, tp: "remove the entry, or give ''"),
-    (lambda value, tp, _: isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict),
-     lambda value, tp: f"write {tp.__name__}(**...) around it"),
+    (
+        lambda value, tp, _: tp is int and isinstance(value, bool),
+        lambda value, tp: "True and False are integers to Python, not to Kubernetes: give a number",
+    ),
+    (
+        lambda value, tp, _: tp is int and isinstance(value, str) and value.strip().isdigit(),
+        lambda value, tp: f"write {int(value)}, without quotes",
+    ),
+    (
+        lambda value, tp, _: tp is int and isinstance(value, float) and value.is_integer(),
+        lambda value, tp: f"write {int(value)}",
+    ),
+    (
+        lambda value, tp, numbers_ok: (
+            tp is str and isinstance(value, (int, float, bool)) and not (numbers_ok and isinstance(value, bool))
+        ),
+        lambda value, tp: f"quote it: {str(value)!r}",
+    ),
+    (lambda value, tp, _: tp is str and value is None, lambda value, tp: "remove the entry, or give ''"),
+    (
+        lambda value, tp, _: isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict),
+        lambda value, tp: f"write {tp.__name__}(**...) around it",
+    ),
 )
 
 

@@ -170,4 +170,3 @@ def kubeflow_local(
         # The local cluster backs every emptyDir with disk: a /dev/shm size means nothing there.
         shm_size=None,
     )
-

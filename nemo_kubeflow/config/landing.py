@@ -81,9 +81,11 @@ class Landing:
         return f"{kind}: {path}" if path else kind
 
     def refusal(self, name: str, runtime_name: str) -> str:
-        return (f"{name} goes into the rendered runtime ({self.path}), but runtime_name={runtime_name!r} uses an "
-                f"existing one, and a TrainJob's runtimePatches cannot carry it ({self.why}); set it in that "
-                f"runtime and leave {name} at its default, or leave runtime_name unset")
+        return (
+            f"{name} goes into the rendered runtime ({self.path}), but runtime_name={runtime_name!r} uses an "
+            f"existing one, and a TrainJob's runtimePatches cannot carry it ({self.why}); set it in that "
+            f"runtime and leave {name} at its default, or leave runtime_name unset"
+        )
 
     def range_problem(self, name: str, value: Any) -> Optional[str]:
         """Why integer ``value`` is out of ``int_range``, or None (types are checked elsewhere)."""
@@ -126,26 +128,31 @@ def _fabric(example: Any, profile: Optional[str] = None) -> Landing:
 
 def _pvc() -> list:
     from nemo_kubeflow.config.executor import PVCMount
+
     return [PVCMount(claim_name="data", mount_path="/data")]
 
 
 def _secret_mount() -> list:
     from nemo_kubeflow.config.executor import SecretMount
+
     return [SecretMount(secret_name="creds", mount_path="/creds")]
 
 
 def _packager() -> Any:
     from nemo_kubeflow.build.packaging import ConfigMapPackager
+
     return ConfigMapPackager(max_shards=4)
 
 
 def _settings(cls_path: str, **values: Any) -> Callable[[], Any]:
     """A settings object built at use (its module imports this one's users)."""
+
     def build() -> Any:
         import importlib
 
         module, _, name = cls_path.rpartition(".")
         return getattr(importlib.import_module(module), name)(**values)
+
     return build
 
 
@@ -158,13 +165,19 @@ def _own_template() -> str:
 
     text = (templates_dir() / DEFAULT_TEMPLATE).read_text()
     path = Path(tempfile.mkdtemp(prefix="nemo-kubeflow-example-")) / "runtime.yaml.j2"
-    path.write_text(text.replace("trainer.kubeflow.org/framework: torch",
-                                 "trainer.kubeflow.org/framework: torch\n    example.com/own-template: \"yes\"", 1))
+    path.write_text(
+        text.replace(
+            "trainer.kubeflow.org/framework: torch",
+            'trainer.kubeflow.org/framework: torch\n    example.com/own-template: "yes"',
+            1,
+        )
+    )
     return str(path)
 
 
 def _initializer() -> Any:
     from kubeflow.trainer import HuggingFaceDatasetInitializer, Initializer
+
     return Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://org/data"))
 
 
@@ -180,9 +193,12 @@ LANDINGS: dict[str, Landing] = {
     "packager": _same(CLIENT, "collects the task's files (shipped as ConfigMaps)", example=_packager),
     "launcher": _same(SCRIPT, _TRAINER, example="torchrun"),
     "env_vars": _same(TRAINJOB, f"{_TRAINER}.env", example={"EXAMPLE": "1"}),
-    "retries": _runtime_only("spec.template.spec.failurePolicy.maxRestarts",
-                             "JobSet's failurePolicy is outside the pod template",
-                             int_range=(0, _INT32), example=2),
+    "retries": _runtime_only(
+        "spec.template.spec.failurePolicy.maxRestarts",
+        "JobSet's failurePolicy is outside the pod template",
+        int_range=(0, _INT32),
+        example=2,
+    ),
     "experiment_id": _same(CLIENT, "NeMo-Run's experiment: names and labels", example="exp-1"),
     "job_dir": _same(CLIENT, "NeMo-Run's task folder: where the task's files are read", example="/tmp/job"),
     # --- size and image -------------------------------------------------------------------
@@ -197,52 +213,58 @@ LANDINGS: dict[str, Landing] = {
     "cpu_limit": _same(TRAINJOB, f"{_RESOURCES}.limits.cpu", quantity=True, example="4"),
     "memory_request": _same(TRAINJOB, f"{_RESOURCES}.requests.memory", quantity=True, example="1Gi"),
     "memory_limit": _same(TRAINJOB, f"{_RESOURCES}.limits.memory", quantity=True, example="2Gi"),
-    "extra_resources": _same(TRAINJOB, f"{_RESOURCES}.limits", quantity=True,
-                             example={"example.com/dev": "1"}),
+    "extra_resources": _same(TRAINJOB, f"{_RESOURCES}.limits", quantity=True, example={"example.com/dev": "1"}),
     # --- environment and secrets ------------------------------------------------------------------
     "secret_env_vars": _same(TRAINJOB, f"{_TRAINER}.env", example={"TOKEN": "env:EXAMPLE_TOKEN"}),
-    "secret_env_from": _runtime_only(f"{RUNTIME_POD}.spec.containers[node].envFrom",
-                                     "a patch's containers take no envFrom; use secret_key_refs",
-                                     example=["team-env"]),
+    "secret_env_from": _runtime_only(
+        f"{RUNTIME_POD}.spec.containers[node].envFrom",
+        "a patch's containers take no envFrom; use secret_key_refs",
+        example=["team-env"],
+    ),
     "secret_key_refs": _same(TRAINJOB, f"{_TRAINER}.env", example={"KEY": "creds/key"}),
     "secret_mounts": _pod("spec.volumes", example=_secret_mount),
     # --- storage ---------------------------------------------------------------------------------
     "pvc_mounts": _pod("spec.volumes", example=_pvc),
     "shm_size": _pod("spec.volumes", quantity=True, example="1Gi"),
-    "workspace_mount_path": _same(RUNTIME_PATCH, f"{PATCH_POD}.spec.containers[node].volumeMounts",
-                                  example="/workspace-files"),
+    "workspace_mount_path": _same(
+        RUNTIME_PATCH, f"{PATCH_POD}.spec.containers[node].volumeMounts", example="/workspace-files"
+    ),
     # --- placement and pod settings ----------------------------------------------------------------
-    "tolerations": _pod("spec.tolerations",
-                        example=[{"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"}]),
+    "tolerations": _pod(
+        "spec.tolerations", example=[{"key": "example.com/pool", "operator": "Exists", "effect": "NoSchedule"}]
+    ),
     "node_selector": _pod("spec.nodeSelector", example={"example.com/pool": "a"}),
-    "one_pod_per_node": _same(RUNTIME_PATCH, f"{PATCH_POD}.spec.affinity", example=True,
-                              example_with={"nodes": 2}),
+    "one_pod_per_node": _same(RUNTIME_PATCH, f"{PATCH_POD}.spec.affinity", example=True, example_with={"nodes": 2}),
     "image_pull_secrets": _pod("spec.imagePullSecrets", example=["pull"]),
     "service_account": _pod("spec.serviceAccountName", example="trainer"),
     "labels": _same(TRAINJOB, "metadata.labels", example={"team": "a"}),
     "annotations": _same(TRAINJOB, "metadata.annotations", example={"example.com/note": "x"}),
     "pod_labels": _pod("metadata.labels", example={"team": "a"}),
     "pod_annotations": _pod("metadata.annotations", example={"example.com/note": "x"}),
-    "active_deadline_seconds": _same(TRAINJOB, "spec.activeDeadlineSeconds", int_range=(1, _INT64),
-                                     example=3600),
+    "active_deadline_seconds": _same(TRAINJOB, "spec.activeDeadlineSeconds", int_range=(1, _INT64), example=3600),
     "restricted_security": _pod("spec.securityContext", example=True, example_with={"run_as_user": 1000}),
     "run_as_user": _pod("spec.securityContext", int_range=(0, _INT64), hint=" (a UID)", example=1000),
     "fs_group": _pod("spec.securityContext", int_range=(0, _INT64), hint=" (a GID)", example=1000),
     # --- queueing and gang scheduling -----------------------------------------------------------------
     "queue_name": _same(TRAINJOB, "metadata.labels", example="team-queue"),
-    "workload_priority_class": _same(TRAINJOB, "metadata.labels", example="high",
-                                     example_with={"queue_name": "team-queue"}),
-    "pod_group_policy": _runtime_only("spec.podGroupPolicy", "it is the runtime's, beside the pod template",
-                                      example="coscheduling"),
-    "schedule_timeout_seconds": _runtime_only("spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",
-                                              "it is the runtime's, beside the pod template",
-                                              int_range=(1, _INT32), example=120,
-                                              example_with={"pod_group_policy": "coscheduling"}),
+    "workload_priority_class": _same(
+        TRAINJOB, "metadata.labels", example="high", example_with={"queue_name": "team-queue"}
+    ),
+    "pod_group_policy": _runtime_only(
+        "spec.podGroupPolicy", "it is the runtime's, beside the pod template", example="coscheduling"
+    ),
+    "schedule_timeout_seconds": _runtime_only(
+        "spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",
+        "it is the runtime's, beside the pod template",
+        int_range=(1, _INT32),
+        example=120,
+        example_with={"pod_group_policy": "coscheduling"},
+    ),
     "scheduler_name": _runtime_only(f"{RUNTIME_POD}.spec.schedulerName", _NOT_IN_PATCH, example="volcano"),
-    "priority_class_name": _runtime_only(f"{RUNTIME_POD}.spec.priorityClassName", _NOT_IN_PATCH,
-                                         example="high"),
-    "topology_key": _same(RUNTIME_PATCH, f"{PATCH_POD}.spec.affinity", example="example.com/block",
-                          example_with={"nodes": 2}),
+    "priority_class_name": _runtime_only(f"{RUNTIME_POD}.spec.priorityClassName", _NOT_IN_PATCH, example="high"),
+    "topology_key": _same(
+        RUNTIME_PATCH, f"{PATCH_POD}.spec.affinity", example="example.com/block", example_with={"nodes": 2}
+    ),
     # --- no silent hangs ------------------------------------------------------------------------
     "timeout_defaults": _same(SCRIPT, _TRAINER, example=False, example_with={"nodes": 2}),
     # --- network fabric ---------------------------------------------------------------------------
@@ -253,48 +275,81 @@ LANDINGS: dict[str, Landing] = {
     "aws_efa": _fabric(_settings("nemo_kubeflow.build.fabrics.EFAConfig", nccl_env=_NCCL), "aws-efa"),
     "infiniband": _fabric(_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig", nccl_env=_NCCL), "infiniband"),
     # --- before training -------------------------------------------------------------------------
-    "initializer": _runtime_only("spec.template.spec.replicatedJobs",
-                                 "the initializer jobs and their claim are replicated jobs of the runtime",
-                                 example=_initializer, example_with={"initializer_settings": _settings(
-                                     "nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data")}),
-    "initializer_settings": _runtime_only("spec.template.spec.replicatedJobs",
-                                          "the initializer jobs and their claim are replicated jobs of the runtime",
-                                          example=_settings("nemo_kubeflow.build.initializers.InitializerSettings",
-                                                            claim_name="data"),
-                                          example_with={"initializer": _initializer}),
-    "preflight": _runtime_only(f"{RUNTIME_POD}.spec.initContainers",
-                               "a patch cannot add the preflight init container", example=True),
+    "initializer": _runtime_only(
+        "spec.template.spec.replicatedJobs",
+        "the initializer jobs and their claim are replicated jobs of the runtime",
+        example=_initializer,
+        example_with={
+            "initializer_settings": _settings("nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data")
+        },
+    ),
+    "initializer_settings": _runtime_only(
+        "spec.template.spec.replicatedJobs",
+        "the initializer jobs and their claim are replicated jobs of the runtime",
+        example=_settings("nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data"),
+        example_with={"initializer": _initializer},
+    ),
+    "preflight": _runtime_only(
+        f"{RUNTIME_POD}.spec.initContainers", "a patch cannot add the preflight init container", example=True
+    ),
     # --- training runtime ---------------------------------------------------------------------------
     "runtime_name": _same(TRAINJOB, "spec.runtimeRef.name", example="team-runtime"),
     "runtime_kind": _same(TRAINJOB, "spec.runtimeRef.kind", example="TrainingRuntime"),
-    "runtime_template": _runtime_only("metadata.labels", "it is the template of the runtime nemo_kubeflow renders",
-                                      example=_own_template),
+    "runtime_template": _runtime_only(
+        "metadata.labels", "it is the template of the runtime nemo_kubeflow renders", example=_own_template
+    ),
     # --- after the job finishes ---------------------------------------------------------------------
     # Never a JobSet TTL (Trainer v2.3.0 reruns a failed job whose JobSet is deleted): an annotation that
     # `nemo-kubeflow gc --expired` acts on, in both modes.
     "ttl_seconds_after_finished": _same(
-        TRAINJOB, "metadata.annotations", int_range=(0, JOBSET_TTL_MAX), seconds=True, own_maximum=True,
+        TRAINJOB,
+        "metadata.annotations",
+        int_range=(0, JOBSET_TTL_MAX),
+        seconds=True,
+        own_maximum=True,
         hint=", e.g. 86400 for a day (nemo-kubeflow gc --expired deletes the TrainJob after it); None keeps "
-             "finished jobs", example=600),
+        "finished jobs",
+        example=600,
+    ),
     # --- failures, restarts and preemption ----------------------------------------------------------
     "fail_fast_exit_codes": _runtime_only(
         "spec.template.spec.replicatedJobs[node].template.spec.podFailurePolicy",
-        "the Job's podFailurePolicy is outside the pod template", example=[1, 3]),
+        "the Job's podFailurePolicy is outside the pod template",
+        example=[1, 3],
+    ),
     "restart_on_oom_kill": _runtime_only(
         "spec.template.spec.replicatedJobs[node].template.spec.podFailurePolicy",
-        "the Job's podFailurePolicy is outside the pod template", example=True),
+        "the Job's podFailurePolicy is outside the pod template",
+        example=True,
+    ),
     "avoid_failed_nodes": _same(TRAINJOB, "metadata.annotations", example=False),
     "termination_grace_period_seconds": _pod(
-        "spec.terminationGracePeriodSeconds", int_range=(0, _INT64), seconds=True,
-        hint=" (terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30", example=300),
+        "spec.terminationGracePeriodSeconds",
+        int_range=(0, _INT64),
+        seconds=True,
+        hint=" (terminationGracePeriodSeconds), e.g. 300 to checkpoint on SIGTERM; None keeps 30",
+        example=300,
+    ),
     "worker_preload": _same(SCRIPT, _TRAINER, example=["json"], example_with={"launcher": "ft"}),
     "rendezvous_poll_seconds": _same(SCRIPT, _TRAINER, example=0.1, example_with={"launcher": "ft"}),
-    "stall_warning_seconds": _same(CLIENT, "log following (`nemo experiment logs -f`)", int_range=(1, _INT64),
-                                   seconds=True, hint=", e.g. 900 (15 minutes); None turns the warning off",
-                                   example=60),
+    "stall_warning_seconds": _same(
+        CLIENT,
+        "log following (`nemo experiment logs -f`)",
+        int_range=(1, _INT64),
+        seconds=True,
+        hint=", e.g. 900 (15 minutes); None turns the warning off",
+        example=60,
+    ),
     # --- cluster access ---------------------------------------------------------------------------
-    "submit_timeout_seconds": _same(CLIENT, "the submission's total deadline", int_range=(1, 3600), seconds=True,
-                                    own_maximum=True, hint=", e.g. 60", example=30),
+    "submit_timeout_seconds": _same(
+        CLIENT,
+        "the submission's total deadline",
+        int_range=(1, 3600),
+        seconds=True,
+        own_maximum=True,
+        hint=", e.g. 60",
+        example=30,
+    ),
     "kubeconfig": _same(CLIENT, "cluster access", example="/tmp/kubeconfig"),
     "kube_context": _same(CLIENT, "cluster access", example="other"),
 }

@@ -86,5 +86,7 @@ class Outage:
         return datetime.fromtimestamp(self.since, timezone.utc).strftime("%H:%M:%S UTC")
 
     def message(self) -> str:
-        return (f"the API server cannot be reached since {self.since_text()} ({self.error}); the job's state is "
-                "unknown, not changed: looking again with backoff")
+        return (
+            f"the API server cannot be reached since {self.since_text()} ({self.error}); the job's state is "
+            "unknown, not changed: looking again with backoff"
+        )

@@ -66,9 +66,16 @@ def stand_in(qualname: str, package: str) -> type:
     def unavailable(self, *args, **kwargs):
         _unavailable(qualname, package)  # the class made here is self's
 
-    return _StandIn(qualname.rsplit(".", 1)[-1], (), {
-        "__qualname__": qualname, "_package": package, "__call__": unavailable, "__getattr__": unavailable,
-    })
+    return _StandIn(
+        qualname.rsplit(".", 1)[-1],
+        (),
+        {
+            "__qualname__": qualname,
+            "_package": package,
+            "__call__": unavailable,
+            "__getattr__": unavailable,
+        },
+    )
 
 
 class StandInModule(types.ModuleType):
@@ -102,8 +109,11 @@ def import_deferring(module: str, packages: Iterable[str]) -> types.ModuleType:
     Imports in full when the module is already imported, when one of the packages already is (its
     modules hold the real one), or when ``NEMO_KUBEFLOW_FULL_IMPORT`` is set."""
     packages = tuple(packages)
-    if (module in sys.modules or os.environ.get(FULL_IMPORT_ENV)
-            or any(name.partition(".")[0] in packages for name in sys.modules)):
+    if (
+        module in sys.modules
+        or os.environ.get(FULL_IMPORT_ENV)
+        or any(name.partition(".")[0] in packages for name in sys.modules)
+    ):
         return importlib.import_module(module)
     global _importing
     before = set(sys.modules)

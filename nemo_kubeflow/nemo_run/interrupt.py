@@ -103,9 +103,11 @@ def _stop_the_submissions(submitting: list[str]) -> None:
     """The first Ctrl-C during submissions: they stop before their next write (``stop_requested``)."""
     global _stop_submissions
     _stop_submissions = True
-    _say("\nCtrl-C: stopping the submission of " + ", ".join(submitting) + " (a request under way is "
-         "answered first): what it created is deleted, unless its job has started already. Press Ctrl-C "
-         "again to exit at once.")
+    _say(
+        "\nCtrl-C: stopping the submission of " + ", ".join(submitting) + " (a request under way is "
+        "answered first): what it created is deleted, unless its job has started already. Press Ctrl-C "
+        "again to exit at once."
+    )
 
 
 def _waited(now: float) -> list[str]:
@@ -115,9 +117,14 @@ def _waited(now: float) -> list[str]:
 
 def _exit_now(submitting: list[str]) -> None:
     """The second Ctrl-C: exit at once, saying what a submission cut short leaves (or that the jobs run on)."""
-    where = (" The submission of " + ", ".join(submitting) + " was cut short: a TrainJob left suspended "
-             "never runs; delete it with kubectl delete trainjob <name>.") if submitting else \
-        " The jobs keep running on the cluster."
+    where = (
+        (
+            " The submission of " + ", ".join(submitting) + " was cut short: a TrainJob left suspended "
+            "never runs; delete it with kubectl delete trainjob <name>."
+        )
+        if submitting
+        else " The jobs keep running on the cluster."
+    )
     _say(f"\nSecond Ctrl-C: exiting now.{where}")
     try:
         sys.stdout.flush()
@@ -165,8 +172,9 @@ def submitted(app_id: str, handle: str, job_dir: str) -> None:
     lines = [f"Ctrl-C came after TrainJob {namespace}/{name} had started: the job runs on the cluster."]
     if _record_launch(exp, handle, job_dir):
         lines += _nemo_commands(exp, app_id)
-    lines.append(f"  or delete it:     {kubectl_delete(TRAINJOB_KIND, name, namespace)}   "
-                 "(its ConfigMaps and Secret go with it)")
+    lines.append(
+        f"  or delete it:     {kubectl_delete(TRAINJOB_KIND, name, namespace)}   (its ConfigMaps and Secret go with it)"
+    )
     _say("\n".join(lines))
     raise KeyboardInterrupt(f"TrainJob {namespace}/{name} was submitted; Ctrl-C stopped the program")
 
@@ -178,8 +186,10 @@ def _nemo_commands(exp, app_id: str) -> list[str]:
     index, _ = _task_of(exp, app_id)
     if not exp_id or index is None:
         return []
-    return [f"  cancel it:        nemo experiment cancel {exp_id} {index}",
-            f"  follow its logs:  nemo experiment logs {exp_id} {index}"]
+    return [
+        f"  cancel it:        nemo experiment cancel {exp_id} {index}",
+        f"  follow its logs:  nemo experiment logs {exp_id} {index}",
+    ]
 
 
 def _record_launch(exp, handle: str, job_dir: str) -> bool:
@@ -265,14 +275,16 @@ def follow_up(app_id: str) -> str:
     index, task = _task_of(exp, app_id) if exp is not None else (None, "")
     idx = "<task index>" if index is None else str(index)
     task = task or "<task>"
-    return "\n".join([
-        f"Ctrl-C: stopped waiting for TrainJob {namespace}/{name}; it keeps running on the cluster.",
-        f"  follow its logs:  nemo experiment logs {exp_id} {idx}",
-        f"  its status:       nemo experiment status {exp_id}   (why it failed: nemo-kubeflow status {exp_id})",
-        f"  cancel it:        nemo experiment cancel {exp_id} {idx}",
-        f'  from Python:      exp = run.Experiment.from_id("{exp_id}"); exp.logs("{task}"); exp.cancel("{task}")',
-        "Press Ctrl-C again to exit at once.",
-    ])
+    return "\n".join(
+        [
+            f"Ctrl-C: stopped waiting for TrainJob {namespace}/{name}; it keeps running on the cluster.",
+            f"  follow its logs:  nemo experiment logs {exp_id} {idx}",
+            f"  its status:       nemo experiment status {exp_id}   (why it failed: nemo-kubeflow status {exp_id})",
+            f"  cancel it:        nemo experiment cancel {exp_id} {idx}",
+            f'  from Python:      exp = run.Experiment.from_id("{exp_id}"); exp.logs("{task}"); exp.cancel("{task}")',
+            "Press Ctrl-C again to exit at once.",
+        ]
+    )
 
 
 def _tell(app_id: str) -> None:

@@ -109,9 +109,11 @@ def format_summary(req: KubeflowRequest) -> str:
 def _manifests_line(manifests_dir: str, removed: bool) -> str:
     """The summary's line on where the dry run wrote the manifests."""
     if removed:
-        return ("  manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep "
-                "them with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
-                "--out DIR")
+        return (
+            "  manifests: not kept, exp.dryrun() removes the experiment directory when it returns; keep "
+            "them with exp.dryrun(delete_exp_dir=False), or write them anywhere with nemo-kubeflow render "
+            "--out DIR"
+        )
     return f"  manifests written to {manifests_dir}"
 
 
@@ -125,8 +127,11 @@ def _removed_by_exp_dryrun(path: str) -> bool:
     while frame is not None:
         if frame.f_code is Experiment.dryrun.__code__:
             exp_dir = getattr(frame.f_locals.get("self"), "_exp_dir", None)
-            return bool(frame.f_locals.get("delete_exp_dir")) and isinstance(exp_dir, str) and \
-                os.path.commonpath([os.path.abspath(exp_dir), os.path.abspath(path)]) == os.path.abspath(exp_dir)
+            return (
+                bool(frame.f_locals.get("delete_exp_dir"))
+                and isinstance(exp_dir, str)
+                and os.path.commonpath([os.path.abspath(exp_dir), os.path.abspath(path)]) == os.path.abspath(exp_dir)
+            )
         frame = frame.f_back
     return False
 
@@ -144,11 +149,13 @@ def retry_scope_warning(executor: KubeflowExecutor, launcher: Optional[str]) -> 
     codes = executor.fail_fast_exit_codes
     if launcher is None or not executor.retries or 1 not in codes or executor.runtime_name is not None:
         return ""
-    return (f"retries={executor.retries} with {launcher}: when a rank fails, {launcher} exits 1, which "
-            f"fail_fast_exit_codes={list(codes)} counts as a user error: the job fails at once, no retry. retries "
-            "restarts the gang only for pod disruptions (eviction, preemption, a lost node) and exit codes not in "
-            "fail_fast_exit_codes. To retry failed ranks too, set fail_fast_exit_codes=[] (or drop 1 from it); see "
-            "docs/resilience.md#failure-classes-user-errors-fail-fast")
+    return (
+        f"retries={executor.retries} with {launcher}: when a rank fails, {launcher} exits 1, which "
+        f"fail_fast_exit_codes={list(codes)} counts as a user error: the job fails at once, no retry. retries "
+        "restarts the gang only for pod disruptions (eviction, preemption, a lost node) and exit codes not in "
+        "fail_fast_exit_codes. To retry failed ranks too, set fail_fast_exit_codes=[] (or drop 1 from it); see "
+        "docs/resilience.md#failure-classes-user-errors-fail-fast"
+    )
 
 
 _warned: set[str] = set()
@@ -267,19 +274,35 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         known = self._known_runtimes.setdefault((_abs(req.kubeconfig), req.context), set())
         with interrupt.submitting(f"{sub.namespace}/{sub.name}"):
             try:
-                result = submit(cluster, sub, known_runtimes=known, timeout=req.submit_timeout_seconds,
-                                stop=interrupt.stop_requested)
+                result = submit(
+                    cluster,
+                    sub,
+                    known_runtimes=known,
+                    timeout=req.submit_timeout_seconds,
+                    stop=interrupt.stop_requested,
+                )
             except SubmissionStopped as stopped:
                 interrupt.stopped(stopped)
                 # A plain KeyboardInterrupt: uncaught, Python ends the program by SIGINT (a shell's 130).
                 raise KeyboardInterrupt(str(stopped)) from None
-            records.save(records.AppRecord(
-                namespace=sub.namespace, name=sub.name, kubeconfig=_abs(req.kubeconfig), context=req.context,
-                nodes=req.nodes, job_dir=req.job_dir, stall_warning_seconds=req.stall_warning_seconds,
-                task=role_of(sub.trainjob),
-            ))
-        log.info("submitted TrainJob %s/%s (%s)", sub.namespace, sub.name,
-                 ", ".join(f"{v} {k}" for v, k, _ in result.actions))
+            records.save(
+                records.AppRecord(
+                    namespace=sub.namespace,
+                    name=sub.name,
+                    kubeconfig=_abs(req.kubeconfig),
+                    context=req.context,
+                    nodes=req.nodes,
+                    job_dir=req.job_dir,
+                    stall_warning_seconds=req.stall_warning_seconds,
+                    task=role_of(sub.trainjob),
+                )
+            )
+        log.info(
+            "submitted TrainJob %s/%s (%s)",
+            sub.namespace,
+            sub.name,
+            ", ".join(f"{v} {k}" for v, k, _ in result.actions),
+        )
         app_id = records.app_id(sub.namespace, sub.name)
         interrupt.submitted(app_id, make_app_handle(SCHEDULER_NAME, self.session_name, app_id), req.job_dir)
         return app_id
@@ -307,8 +330,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
         _looked_or_wrote()
-        observation = self._observe_or_unknown(app_id, cluster, record, watch, keeps_logs=repair,
-                                               reader=self._watched(watch, cluster, namespace, name) if repair else None)
+        observation = self._observe_or_unknown(
+            app_id,
+            cluster,
+            record,
+            watch,
+            keeps_logs=repair,
+            reader=self._watched(watch, cluster, namespace, name) if repair else None,
+        )
         if repair:
             watch.looks_after += 1
         message, notes, lines = observation.message, list(observation.notes), list[str]()
@@ -359,8 +388,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         elif state == AppState.FAILED or (state == AppState.CANCELLED and observation.trainjob is None):
             self._report_end(watch, app_id, state, message)
 
-    def _repair(self, cluster: Cluster, observation: Observation, record: Optional[records.AppRecord],
-                watch: AppWatch) -> tuple[str, list[str], list[str]]:
+    def _repair(
+        self, cluster: Cluster, observation: Observation, record: Optional[records.AppRecord], watch: AppWatch
+    ) -> tuple[str, list[str], list[str]]:
         """Apply the repairs ``observation`` recommends (``repair.steps``). Returns the message and the notes
         to show after it, and the lines naming each repair made."""
         from nemo_kubeflow.repair import steps
@@ -381,9 +411,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                 lines.append(repaired.line)
         return message, notes, lines
 
-    def _observe_or_unknown(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
-                            watch: AppWatch, *, keeps_logs: bool = True,
-                            reader: Optional[ClusterReader] = None) -> Observation:
+    def _observe_or_unknown(
+        self,
+        app_id: str,
+        cluster: ClusterReader,
+        record: Optional[records.AppRecord],
+        watch: AppWatch,
+        *,
+        keeps_logs: bool = True,
+        reader: Optional[ClusterReader] = None,
+    ) -> Observation:
         """``observe`` (through ``reader``, if given: the cluster's reads from watches); while the API server
         does not answer, UNKNOWN with why (never a state it could not read), said once per outage, and looked
         at again only with backoff."""
@@ -396,9 +433,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             return self._unknown(app_id, record, watch, self._outage_seen(app_id, cluster, error))
         if outage is not None:
             del self._outages[id(cluster)]
-            self._say(app_id, observation.state.name.lower(),
-                      f"the API server answers again (unreachable from {outage.since_text()} for "
-                      f"{time.time() - outage.since:.0f} s)", always=True)
+            self._say(
+                app_id,
+                observation.state.name.lower(),
+                f"the API server answers again (unreachable from {outage.since_text()} for "
+                f"{time.time() - outage.since:.0f} s)",
+                always=True,
+            )
         return observation
 
     def _outage_seen(self, app_id: str, cluster: ClusterReader, error: ClusterUnreachableError) -> Outage:
@@ -415,15 +456,23 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     @staticmethod
     def _unknown(app_id: str, record: Optional[records.AppRecord], watch: AppWatch, outage: Outage) -> Observation:
-        return Observation(app_id, AppState.UNKNOWN, outage.message(), nodes_of(None, record),
-                           _role(None, record, watch))
+        return Observation(
+            app_id, AppState.UNKNOWN, outage.message(), nodes_of(None, record), _role(None, record, watch)
+        )
 
     @staticmethod
     def _outcome_of(observation: Observation) -> str:
         return next(a.why for a in observation.actions if a.kind == DELETE_UNSTARTABLE)
 
-    def observe(self, app_id: str, cluster: ClusterReader, record: Optional[records.AppRecord],
-                watch: AppWatch, *, keeps_logs: bool = True) -> Observation:
+    def observe(
+        self,
+        app_id: str,
+        cluster: ClusterReader,
+        record: Optional[records.AppRecord],
+        watch: AppWatch,
+        *,
+        keeps_logs: bool = True,
+    ) -> Observation:
         """The job's state and why, and the repairs it needs: GETs and LISTs (and log reads) only. With
         ``keeps_logs`` (a look that repairs: the attached wait, ``nemo-kubeflow watch``), a running job's node
         logs are kept from its second look on; a status query (NeMo-Run's describes each job twice) does not
@@ -442,11 +491,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             cluster = getattr(cluster, "server_reader", cluster)
         self._diagnose(look, cluster, record, watch, trainjob, nodes, keeps_logs)
         notes = self._assess_nodes(look, cluster, watch, trainjob, nodes) if not is_terminal(look.state) else ()
-        return Observation(app_id, look.state, look.message, nodes, role, trainjob=trainjob,
-                           actions=tuple(look.actions), notes=notes)
+        return Observation(
+            app_id, look.state, look.message, nodes, role, trainjob=trainjob, actions=tuple(look.actions), notes=notes
+        )
 
-    def _gone(self, app_id: str, record: Optional[records.AppRecord], watch: AppWatch, nodes: int,
-              role: str) -> Observation:
+    def _gone(
+        self, app_id: str, record: Optional[records.AppRecord], watch: AppWatch, nodes: int, role: str
+    ) -> Observation:
         """A job whose TrainJob no longer exists: the fatal error a repair deleted it for, else why it is gone."""
         if record is not None and record.outcome_state:
             # A repair deleted it after a fatal error: keep reporting that error.
@@ -456,21 +507,37 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return Observation(app_id, status.state, self._gone_message(app_id, watch, status.message), nodes, role)
 
     @staticmethod
-    def _assess_nodes(look: _Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict,
-                      nodes: int) -> tuple[str, ...]:
+    def _assess_nodes(
+        look: _Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict, nodes: int
+    ) -> tuple[str, ...]:
         """Whether a job not over keeps failing on the same nodes (``node_avoidance.assess``, with the pods the
         look read, if any): the note to show, and the repair added to ``look``."""
         from nemo_kubeflow.repair import node_avoidance
 
         view = look.view
-        line, action = node_avoidance.assess(cluster, look.namespace, look.name, trainjob, nodes,
-                                             pods=view.pods if view else None, checked=watch.checked_attempts,
-                                             jobset=view.jobset if view else None)
+        line, action = node_avoidance.assess(
+            cluster,
+            look.namespace,
+            look.name,
+            trainjob,
+            nodes,
+            pods=view.pods if view else None,
+            checked=watch.checked_attempts,
+            jobset=view.jobset if view else None,
+        )
         look.actions += [action] if action else []
         return (line,) if line else ()
 
-    def _diagnose(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch,
-                  trainjob: dict, nodes: int, keeps_logs: bool = True) -> None:
+    def _diagnose(
+        self,
+        look: _Look,
+        cluster: ClusterReader,
+        record: Optional[records.AppRecord],
+        watch: AppWatch,
+        trainjob: dict,
+        nodes: int,
+        keeps_logs: bool = True,
+    ) -> None:
         """Say in ``look`` why the job is in its state, reading its pods (``look.view``) where that tells more."""
         waiting = look.state in (AppState.SUBMITTED, AppState.PENDING)
         queue = _held_by_queue(trainjob)
@@ -493,11 +560,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         look.state, look.message = verdict.state, verdict.message
         if verdict.fatal:
             look.actions.append(RepairAction(DELETE_UNSTARTABLE, f"{look.message}; the TrainJob was deleted"))
-            look.message += (f"; it can never start as configured: an attached run or `nemo-kubeflow watch` deletes "
-                             f"it, or delete it yourself ({kubectl_delete(TRAINJOB_KIND, look.name, look.namespace)})")
+            look.message += (
+                f"; it can never start as configured: an attached run or `nemo-kubeflow watch` deletes "
+                f"it, or delete it yourself ({kubectl_delete(TRAINJOB_KIND, look.name, look.namespace)})"
+            )
 
-    def _diagnose_failed(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
-                         watch: AppWatch, trainjob: dict) -> None:
+    def _diagnose_failed(
+        self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch, trainjob: dict
+    ) -> None:
         from nemo_kubeflow.observe.diagnosis import logs_to_keep, why_failed
 
         look.view = view = self._view(watch, cluster, trainjob, failed=True)
@@ -505,16 +575,26 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         look.message = why_failed(view, look.message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
         keep = logs_to_keep(view, job_dir, watch.keeper)
         if keep:
-            look.actions.append(RepairAction(KEEP_NODE_LOGS, "save the node logs next to the job",
-                                             tuple(map(str, keep))))
+            look.actions.append(
+                RepairAction(KEEP_NODE_LOGS, "save the node logs next to the job", tuple(map(str, keep)))
+            )
         elif job_dir and os.path.isdir(os.path.join(job_dir, "logs")):
             look.message += f"; node logs kept in {os.path.join(job_dir, 'logs')}"
 
-    def _diagnose_running(self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord],
-                          watch: AppWatch, trainjob: dict, nodes: int, keeps_logs: bool = True) -> None:
+    def _diagnose_running(
+        self,
+        look: _Look,
+        cluster: ClusterReader,
+        record: Optional[records.AppRecord],
+        watch: AppWatch,
+        trainjob: dict,
+        nodes: int,
+        keeps_logs: bool = True,
+    ) -> None:
         stall_after, job_dir = _stall_after(record), _job_dir(record)
-        look.view = view = self._view(watch, cluster, trainjob,
-                                      every_pod=self._needs_every_pod(watch, trainjob, stall_after))
+        look.view = view = self._view(
+            watch, cluster, trainjob, every_pod=self._needs_every_pod(watch, trainjob, stall_after)
+        )
         if keeps_logs and job_dir:
             self._keep_logs(watch, cluster, look.namespace, look.name, nodes, job_dir)
         restarts = self._restarts(watch, view).note(finished=False)
@@ -523,9 +603,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             # attempt's pending pods, say it starts again.
             starting = view.nodes_starting()
             look.state = AppState.PENDING
-            look.message = _joined([f"restarting: {starting} of {nodes} nodes of the new attempt starting"
-                                    if starting else "restarting: the new attempt's nodes are not all ready yet",
-                                    restarts])
+            look.message = _joined(
+                [
+                    f"restarting: {starting} of {nodes} nodes of the new attempt starting"
+                    if starting
+                    else "restarting: the new attempt's nodes are not all ready yet",
+                    restarts,
+                ]
+            )
             return
         reported = progress_view.read(cluster, view, watch.progress, watch.keeper)
         facts = [reported.text() if reported else "", restarts]
@@ -543,8 +628,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             return True
         return watch.keeper is None and runs_ft_launcher(trainjob)
 
-    def _stall_fact(self, watch: AppWatch, cluster: ClusterReader, view: JobView,
-                    reported: Optional[progress_view.Progress], seconds: int) -> str:
+    def _stall_fact(
+        self,
+        watch: AppWatch,
+        cluster: ClusterReader,
+        view: JobView,
+        reported: Optional[progress_view.Progress],
+        seconds: int,
+    ) -> str:
         """Whether the job stalls: progress says whether steps go on; without it (or with a step not known to be
         current), log silence is the sign."""
         if reported and not reported.stale:
@@ -557,12 +648,15 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if watch.cancelled_here:
             return f"TrainJob {app_id.replace(':', '/')} was cancelled: it no longer exists"
         if watch.role:  # this process saw it exist, and did not cancel it
-            return (f"TrainJob {app_id.replace(':', '/')} no longer exists: it was deleted outside this NeMo-Run "
-                    "process (kubectl delete, nemo-kubeflow gc, or a cancel from another process)")
+            return (
+                f"TrainJob {app_id.replace(':', '/')} no longer exists: it was deleted outside this NeMo-Run "
+                "process (kubectl delete, nemo-kubeflow gc, or a cancel from another process)"
+            )
         return message
 
-    def _view(self, watch: AppWatch, cluster: ClusterReader, trainjob: dict, *, every_pod: bool = True,
-              failed: bool = False) -> JobView:
+    def _view(
+        self, watch: AppWatch, cluster: ClusterReader, trainjob: dict, *, every_pod: bool = True, failed: bool = False
+    ) -> JobView:
         """The job's pods (one read; without ``every_pod``, of a running job, its JobSet and the pods not
         running: ``JobView.read_running``; of a ``failed`` one, ``JobView.read_failed``), noting how each gang
         attempt's failed pod ended while it is at hand."""
@@ -584,8 +678,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         from nemo_kubeflow.observe.diagnosis import keeper_in_job_restarts
 
         keeper = watch.keeper
-        in_job = keeper_in_job_restarts(keeper) if keeper is not None else \
-            view.in_job_restarts_of_nodes() if view.runs_ft_launcher() else None
+        in_job = (
+            keeper_in_job_restarts(keeper)
+            if keeper is not None
+            else view.in_job_restarts_of_nodes()
+            if view.runs_ft_launcher()
+            else None
+        )
         best = watch.in_job_seen
         if keeper is not None and in_job is not None and not in_job.why and in_job.count:
             # A restart in node 0's lines (every agent logs each one); its cause is in the failing node's, which
@@ -601,8 +700,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return view.restarts(seen=watch.failures_seen, in_job=best)
 
     @staticmethod
-    def _keep_logs(watch: AppWatch, cluster: ClusterReader, namespace: str, name: str, nodes: int,
-                   job_dir: str) -> None:
+    def _keep_logs(
+        watch: AppWatch, cluster: ClusterReader, namespace: str, name: str, nodes: int, job_dir: str
+    ) -> None:
         """From the second time a running job is looked at in this process (a wait polls; one status
         call does not), keep every node's last lines in memory, for the failure summary (``NodeLogKeeper``)."""
         watch.running_seen += 1
@@ -635,8 +735,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if time.monotonic() - watch.stall_checked[0] < min(30.0, seconds / 10):
             return False
         created = trainjob["metadata"].get("creationTimestamp")
-        return bool(created) and (datetime.now(timezone.utc) -
-                                  datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() >= seconds
+        return (
+            bool(created)
+            and (datetime.now(timezone.utc) - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
+            >= seconds
+        )
 
     def _stall_warning_throttled(self, watch: AppWatch, cluster: ClusterReader, view: JobView, seconds: int) -> str:
         """``_stall_warning``, not checked again before a tenth of the threshold (30 s at most) has passed."""
@@ -655,9 +758,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if not created or (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() < seconds:
             return ""
         namespace, pods = view.namespace, view.node_pods
-        silent = [index for index, pod in sorted(running_for_at_least(pods, seconds, now).items())
-                  if not any(True for _ in cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=1,
-                                                           since_seconds=seconds))]
+        silent = [
+            index
+            for index, pod in sorted(running_for_at_least(pods, seconds, now).items())
+            if not any(
+                True
+                for _ in cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=1, since_seconds=seconds)
+            )
+        ]
         return stall_message(silent, seconds)
 
     @staticmethod
@@ -708,8 +816,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         job_dir = _job_dir(record)
-        lines: Iterable[str] = node_log_lines(cluster, namespace, name, k, follow=should_tail,
-                                              stall_after=_stall_after(record))
+        lines: Iterable[str] = node_log_lines(
+            cluster, namespace, name, k, follow=should_tail, stall_after=_stall_after(record)
+        )
         if should_tail and job_dir:
             # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
             lines = tee_to_file(iter(lines), node_log_path(job_dir, k))
@@ -734,11 +843,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if cluster.list("Pod", namespace, node_selector(name, k)):
             return []  # the pod is there and printed nothing (yet)
         gone = "no longer exists" if cluster.get(TRAINJOB_KIND, name, namespace) is None else "has no pod for it"
-        where = (f"logs are kept in {node_log_path(job_dir, k)} when they are followed (an attached run, "
-                 "`nemo-kubeflow logs -f`) or saved when the job fails" if job_dir else
-                 "this job has no job directory to keep logs in")
-        return [f"--- node {k}: no log: TrainJob {namespace}/{name} {gone}, so its pods and their logs are gone, "
-                f"and no log was kept ({where})\n"]
+        where = (
+            f"logs are kept in {node_log_path(job_dir, k)} when they are followed (an attached run, "
+            "`nemo-kubeflow logs -f`) or saved when the job fails"
+            if job_dir
+            else "this job has no job directory to keep logs in"
+        )
+        return [
+            f"--- node {k}: no log: TrainJob {namespace}/{name} {gone}, so its pods and their logs are gone, "
+            f"and no log was kept ({where})\n"
+        ]
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = records.parse_app_id(app_id)

@@ -63,8 +63,10 @@ _AGENT_ERRORS = ("ChildFailedError", "NVMLError_LibraryNotFound", "libnvidia-ml.
 _AGENT_LOG = re.compile(r"torch[/.]distributed[/.]elastic|fault_tolerance[/.]")
 _PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:")
 _FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|traceback)\s*:\s?(?P<value>.*)$")
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
-                        r"(?::.*)?$|^[A-Za-z_][\w.]*: .+$")
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
+    r"(?::.*)?$|^[A-Za-z_][\w.]*: .+$"
+)
 _NOT_FOUND = re.compile(r"(?P<cmd>[\w./-]+): (?:command )?not found\s*$")
 #: Exit code of a shell whose command was not found.
 COMMAND_NOT_FOUND_EXIT = 127
@@ -88,13 +90,13 @@ class RankFailure:
     missing_command: str = ""
 
     def worker(self) -> str:
-        """"rank 3", else "local rank 0" ("" when the log names neither)."""
+        """ "rank 3", else "local rank 0" ("" when the log names neither)."""
         if self.rank is not None:
             return f"rank {self.rank}"
         return f"local rank {self.local_rank}" if self.local_rank is not None else ""
 
     def where(self, node: Optional[int]) -> str:
-        """"rank 3 on node 1", "local rank 0", "node 1" (what of it is known; "" if nothing)."""
+        """ "rank 3 on node 1", "local rank 0", "node 1" (what of it is known; "" if nothing)."""
         worker = self.worker()
         if node is None:
             return worker
@@ -114,7 +116,7 @@ class RankFailure:
         return ""
 
     def headline(self, node: Optional[int]) -> str:
-        """"rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
+        """ "rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
         what = self.what()
         return f"{self.where(node)}: {what}" if what else ""
 
@@ -124,9 +126,11 @@ def missing_command_hint(command: str) -> str:
     name = command.rsplit("/", 1)[-1]
     if name in ("torchrun", "python", "python3"):
         what = "torch (torchrun comes with PyTorch)" if name == "torchrun" else "Python"
-        return (f"{name}: command not found in the container: the image has no {what}; use an image that "
-                f"has it (e.g. nvcr.io/nvidia/nemo or a pytorch image). On the local cluster, the pods run "
-                f"with the submitting Python's environment: install torch in it (pip install torch)")
+        return (
+            f"{name}: command not found in the container: the image has no {what}; use an image that "
+            f"has it (e.g. nvcr.io/nvidia/nemo or a pytorch image). On the local cluster, the pods run "
+            f"with the submitting Python's environment: install torch in it (pip install torch)"
+        )
     return f"{command}: command not found in the container: the image does not have it, or PATH misses it"
 
 
@@ -136,7 +140,7 @@ def _strip(line: str) -> tuple[Optional[str], str]:
     if not m:
         return None, line
     key = f"rank{m['rank']}" if m["rank"] is not None else f"local{m['local']}"
-    return key, line[m.end():]
+    return key, line[m.end() :]
 
 
 def _last_match(pattern: re.Pattern[str], lines: Sequence[str]) -> Optional[re.Match[str]]:
@@ -157,7 +161,7 @@ def _report_section(lines: Sequence[str]) -> Optional[list[str]]:
     start = max((i for i, line in enumerate(lines) if ROOT_CAUSE_HEADER in line), default=None)
     if start is None:
         return None
-    return list(takewhile(lambda line: not _is_rule(line), lines[start + 1:]))
+    return list(takewhile(lambda line: not _is_rule(line), lines[start + 1 :]))
 
 
 def _report_rank(value: str) -> dict:
@@ -199,7 +203,7 @@ def _root_cause(lines: Sequence[str]) -> dict:
         if m is None:
             continue
         if m["key"] == "traceback":  # the report's last field: every line below it is the traceback's
-            traceback = _report_traceback(m["value"].strip(), section[i + 1:])
+            traceback = _report_traceback(m["value"].strip(), section[i + 1 :])
             break
         found.update(_REPORT_FIELDS[m["key"]](m["value"].strip()))
     return {**found, "traceback": traceback}
@@ -207,12 +211,14 @@ def _root_cause(lines: Sequence[str]) -> dict:
 
 #: ft_launcher prints no root-cause report; its agent's last word names the failed global rank:
 #: "Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=0, pid=30546, exitcode=1, ...".
-_FT_FAILURE = re.compile(r"Some rank\(s\) exited with non-zero exit code: \{(?P<rank>\d+): "
-                         r"ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)")
+_FT_FAILURE = re.compile(
+    r"Some rank\(s\) exited with non-zero exit code: \{(?P<rank>\d+): "
+    r"ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)"
+)
 
 
 def _signal_name(exitcode: int) -> str:
-    """"SIGKILL" for torchelastic's exitcode -9 ("" for an exit code or an unknown signal)."""
+    """ "SIGKILL" for torchelastic's exitcode -9 ("" for an exit code or an unknown signal)."""
     import signal
 
     try:
@@ -228,8 +234,13 @@ def _launcher_agent_logged(lines: Sequence[str]) -> bool:
 
 def _failure_fields(rank: Optional[int], local_rank: int, exitcode: int) -> dict:
     """``_root_cause``'s fields for a failure named outside a root-cause report (no traceback quoted)."""
-    return {"rank": rank, "local_rank": local_rank, "exitcode": exitcode, "signal": _signal_name(exitcode),
-            "traceback": []}
+    return {
+        "rank": rank,
+        "local_rank": local_rank,
+        "exitcode": exitcode,
+        "signal": _signal_name(exitcode),
+        "traceback": [],
+    }
 
 
 def _ft_launcher_failure(lines: Sequence[str]) -> dict:
@@ -281,8 +292,11 @@ def _agent_error(tb: Sequence[str]) -> bool:
 
 def _worker_keys(root: dict) -> list[str]:
     """The failed worker's keys of torchrun's prefix (``_strip``): its global rank's, then its local rank's."""
-    return [f"{key}{root[field]}" for key, field in (("rank", "rank"), ("local", "local_rank"))
-            if root.get(field) is not None]
+    return [
+        f"{key}{root[field]}"
+        for key, field in (("rank", "rank"), ("local", "local_rank"))
+        if root.get(field) is not None
+    ]
 
 
 def _traceback_owners(by_worker: Mapping[Optional[str], object], root: dict) -> list[list[Optional[str]]]:
@@ -319,8 +333,14 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
     tb: list[str] = list(root.get("traceback") or [])
     if not _exception_line(tb):
         tb = _worker_traceback(lines, root)
-    return RankFailure(rank=root.get("rank"), local_rank=root.get("local_rank"), exitcode=root.get("exitcode"),
-                       signal_name=root.get("signal", ""), error=_exception_line(tb), traceback=tuple(tb))
+    return RankFailure(
+        rank=root.get("rank"),
+        local_rank=root.get("local_rank"),
+        exitcode=root.get("exitcode"),
+        signal_name=root.get("signal", ""),
+        error=_exception_line(tb),
+        traceback=tuple(tb),
+    )
 
 
 # --- ft_launcher's in-job restarts, from a node's log ------------------------------------------------
@@ -330,8 +350,10 @@ def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> 
 #: restarted ("Detected 1 new nodes from group_rank=0; will restart worker group"), or ft_launcher's
 #: "1/2 restart attempts left; restarting worker group..."; from nvidia-resiliency-ext 0.6 a healthy node
 #: joining a peer's restart logs "[default] Joining cluster restart (group_rank=1)" instead.
-_WORKER_GROUP_RESTART = re.compile(r"will restart worker group|restart attempts left; restarting worker group"
-                                   r"|Joining cluster restart \(group_rank=")
+_WORKER_GROUP_RESTART = re.compile(
+    r"will restart worker group|restart attempts left; restarting worker group"
+    r"|Joining cluster restart \(group_rank="
+)
 #: torchelastic's line for a worker that died: "failed (exitcode: -9) local_rank: 1 (pid: 812) of binary: ...".
 _WORKER_EXIT = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+)")
 #: What the c10d rendezvous of ft_launcher (its own copy of torch's dynamic rendezvous) logs as each agent
@@ -344,8 +366,10 @@ _RENDEZVOUS_ROUND = re.compile(r"has joined round (?P<round>\d+) of the rendezvo
 
 #: The time at the start of an agent's log line: torch's "E1127 06:23:08.497000 ..." or ft_launcher's
 #: "[2026-11-27 06:25:40,359] ...", as a sortable "MMDD HH:MM:SS.ffffff" (the nodes' clocks are the cluster's).
-_LINE_TIME = re.compile(r"^[EWIFD](?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)|"
-                        r"^\[\d{4}-(?P<m>\d\d)-(?P<d>\d\d) (?P<t2>\d\d:\d\d:\d\d),(?P<ms>\d+)\]")
+_LINE_TIME = re.compile(
+    r"^[EWIFD](?P<md>\d{4}) (?P<t>\d\d:\d\d:\d\d\.\d+)|"
+    r"^\[\d{4}-(?P<m>\d\d)-(?P<d>\d\d) (?P<t2>\d\d:\d\d:\d\d),(?P<ms>\d+)\]"
+)
 
 
 def _line_time(line: str) -> str:
@@ -374,7 +398,7 @@ class InJobRestarts:
 
 
 def _worker_end(worker_exit: re.Match[str]) -> str:
-    """"local rank 1 killed by signal 9" from torchelastic's line for a worker that died (``_WORKER_EXIT``)."""
+    """ "local rank 1 killed by signal 9" from torchelastic's line for a worker that died (``_WORKER_EXIT``)."""
     code = int(worker_exit["code"])
     how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
     return f"local rank {worker_exit['local']} {how}"
@@ -472,8 +496,9 @@ class NodeFailure:
     @classmethod
     def of(cls, pod: dict, term: dict) -> "NodeFailure":
         """The failure of ``pod``'s ``node`` container, from its terminated state."""
-        return cls(_node_index(pod), _name(pod), term.get("exitCode"), term.get("reason") or "",
-                   term.get("finishedAt") or "")
+        return cls(
+            _node_index(pod), _name(pod), term.get("exitCode"), term.get("reason") or "", term.get("finishedAt") or ""
+        )
 
     def number(self) -> Optional[int]:
         """The node index as a number (None when the pod had no index label)."""
@@ -481,7 +506,9 @@ class NodeFailure:
 
     def how(self) -> str:
         code = self.exit_code
-        how = f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
+        how = (
+            f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
+        )
         extra = f" ({self.reason})" if self.reason and self.reason not in ("Error", "Completed") else ""
         return how + extra
 
@@ -501,14 +528,19 @@ def _end_order(pod: dict, term: dict) -> tuple[str, bool]:
     """A sort key for the ends of containers, the first to end first: when (``finishedAt``, else the pod's
     ``deletionTimestamp``), then, in the same second, one that ended on its own before one its pod's deletion
     ended."""
-    return term.get("finishedAt") or nested(pod, "metadata", "deletionTimestamp", default="") or "~", \
-        _ended_by_deletion(pod, term)
+    return term.get("finishedAt") or nested(
+        pod, "metadata", "deletionTimestamp", default=""
+    ) or "~", _ended_by_deletion(pod, term)
 
 
 def failed_nodes(pods: Sequence[dict]) -> list[NodeFailure]:
     """The ``node`` containers that ended with a non-zero exit code, the first to end first (``_end_order``)."""
-    failures = [(_end_order(pod, term), NodeFailure.of(pod, term)) for pod in pods
-                for cs, term in failed_containers(pod) if cs.get("name") == TRAINER_NODE]
+    failures = [
+        (_end_order(pod, term), NodeFailure.of(pod, term))
+        for pod in pods
+        for cs, term in failed_containers(pod)
+        if cs.get("name") == TRAINER_NODE
+    ]
     return [failure for _, failure in sorted(failures, key=lambda ended: ended[0])]
 
 
@@ -535,7 +567,8 @@ def _failed_step_containers(pod: dict) -> tuple[str, list[dict]]:
         return str(job), [term for _, term in failed_containers(pod)]
     if job == TRAINER_NODE:  # its preflight check runs as an init container of the node's pod
         return f"preflight on node {_node_index(pod)}", [
-            term for cs, term in failed_containers(pod, init=True) if cs.get("name") == PREFLIGHT_CONTAINER]
+            term for cs, term in failed_containers(pod, init=True) if cs.get("name") == PREFLIGHT_CONTAINER
+        ]
     return "", []
 
 
@@ -613,8 +646,14 @@ def trainjob_warning(events: Sequence[dict], trainjob: str) -> str:
 
 
 # Registry answers that no amount of waiting fixes.
-_PERMANENT_PULL_ERRORS = ("not found", "manifest unknown", "unauthorized", "denied", "no such host",
-                          "invalid reference format")
+_PERMANENT_PULL_ERRORS = (
+    "not found",
+    "manifest unknown",
+    "unauthorized",
+    "denied",
+    "no such host",
+    "invalid reference format",
+)
 #: A container's waiting reasons for an image that cannot be pulled.
 _PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 
@@ -693,20 +732,29 @@ def _unbound_claims(pod: dict, scheduler_message: str) -> str:
     provisions one)."""
     if "unbound" not in scheduler_message or "PersistentVolumeClaim" not in scheduler_message:
         return ""
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in nested(pod, "spec", "volumes", default=[])
-              if "persistentVolumeClaim" in v]
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in nested(pod, "spec", "volumes", default=[])
+        if "persistentVolumeClaim" in v
+    ]
     if not claims:
         return ""
-    return (f" (the pod's claims: {', '.join(claims)}; a claim is bound once a PersistentVolume matches it or "
-            "its StorageClass provisions one: `kubectl get pvc` shows which is Pending)")
+    return (
+        f" (the pod's claims: {', '.join(claims)}; a claim is bound once a PersistentVolume matches it or "
+        "its StorageClass provisions one: `kubectl get pvc` shows which is Pending)"
+    )
 
 
 def _pull_error(pod: dict, container: str, events: Sequence[dict]) -> str:
     """The kubelet's 'Failed to pull image' event text for this container, if any."""
     for e in reversed(list(events)):
         obj = _event_object(e)
-        if (e.get("reason") == "Failed" and obj.get("name") == _name(pod)
-                and container in (obj.get("fieldPath") or "") and "pull" in _event_text(e).lower()):
+        if (
+            e.get("reason") == "Failed"
+            and obj.get("name") == _name(pod)
+            and container in (obj.get("fieldPath") or "")
+            and "pull" in _event_text(e).lower()
+        ):
             return _event_text(e)
     return ""
 
@@ -748,7 +796,7 @@ def _name(pod: dict) -> str:
 
 
 def _counted(count: int, noun: str) -> str:
-    """"1 gang restart", "2 gang restarts"."""
+    """ "1 gang restart", "2 gang restarts"."""
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
@@ -771,7 +819,7 @@ class Restarts:
     not_applied: str = ""
 
     def note(self, *, finished: bool) -> str:
-        """"after 1 gang restart: ...; 2 in-job restarts by ft_launcher" (a failed job always gets
+        """ "after 1 gang restart: ...; 2 in-job restarts by ft_launcher" (a failed job always gets
         its gang count, "no gang restart" included; a running one only what happened)."""
         parts = (self._gang_note(finished), self._in_job_note(), self._in_place_note(), self._not_applied_note())
         return "; ".join(part for part in parts if part)
@@ -784,8 +832,10 @@ class Restarts:
     def _gang_note(self, finished: bool) -> str:
         """The gang restarts and their causes; why there was none when the job failed fast."""
         if self.failed_fast and not self.gang:
-            return ("no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job "
-                    "failed at once without using retries")
+            return (
+                "no gang restart: its exit code is in fail_fast_exit_codes (a user error), so the job "
+                "failed at once without using retries"
+            )
         if not (self.gang or finished):
             return ""
         return self._gang_count(finished) + (f" ({', '.join(self.gang_causes)})" if self.gang_causes else "")
@@ -806,8 +856,10 @@ class Restarts:
 #: The Job controller's message for a pod that matched a FailJob rule of the Job's podFailurePolicy
 #: (kubernetes pkg/controller/job, "Container %s for pod %s/%s failed with exit code %v matching %v rule at
 #: index %d"): the Job's ``Failed`` condition, and the Warning event (reason ``PodFailurePolicy``) it records.
-_FAIL_JOB_MESSAGE = re.compile(r"Container (?P<container>\S+) for pod [^/\s]+/(?P<pod>\S+) failed with exit code "
-                               r"(?P<code>-?\d+) matching FailJob rule")
+_FAIL_JOB_MESSAGE = re.compile(
+    r"Container (?P<container>\S+) for pod [^/\s]+/(?P<pod>\S+) failed with exit code "
+    r"(?P<code>-?\d+) matching FailJob rule"
+)
 
 
 def job_failure_cause(event: dict, trainjob: str) -> tuple[str, bool]:
@@ -830,8 +882,10 @@ def _named_after(event: dict, trainjob: str) -> bool:
 
 def _events_of_job(events: Sequence[dict], trainjob: str) -> list[dict]:
     """The events about the TrainJob and the objects named after it, oldest first."""
-    return sorted((e for e in events if _named_after(e, trainjob)),
-                  key=lambda e: (_event_time(e), nested(e, "metadata", "name", default="")))
+    return sorted(
+        (e for e in events if _named_after(e, trainjob)),
+        key=lambda e: (_event_time(e), nested(e, "metadata", "name", default="")),
+    )
 
 
 def _is_job_failure(event: dict) -> bool:
@@ -863,7 +917,7 @@ def _attempt_causes(gang: int, known: dict[int, tuple[str, bool]]) -> tuple[list
 
 
 def _often(event: dict) -> str:
-    """" (3 times)" for an event the recorder counted more than once."""
+    """ " (3 times)" for an event the recorder counted more than once."""
     times = event.get("count") or 1
     return f" ({times} times)" if times > 1 else ""
 
@@ -893,8 +947,9 @@ def _event_note(event: dict, used: set[int], current_jobs: frozenset[str]) -> st
     return _job_event_note(event)
 
 
-def gang_causes(gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str,
-                current_jobs: frozenset[str] = frozenset()) -> tuple[str, ...]:
+def gang_causes(
+    gang: int, seen: dict[int, str], events: Sequence[dict], trainjob: str, current_jobs: frozenset[str] = frozenset()
+) -> tuple[str, ...]:
     """Why each of ``gang`` restarts happened, oldest first: what this process saw of each attempt's failed
     pod (``seen``, attempt -> "node 1 (pod p) exited with code 3"), else the Job controller's event about
     that attempt's failed Job, else what the events about the job's pods still say.
@@ -952,8 +1007,7 @@ class JobView:
         jobset = cluster.get(JOBSET_KIND, meta["name"], meta["namespace"])
         if jobset is None or restarts_in_place(jobset):
             return cls.read(cluster, trainjob)
-        pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}",
-                            field_selector=NOT_RUNNING)
+        pods = cluster.list("Pod", meta["namespace"], f"{JOBSET_NAME_LABEL}={meta['name']}", field_selector=NOT_RUNNING)
         return cls(cluster, trainjob, pods, jobset=jobset)
 
     @classmethod
@@ -1048,9 +1102,13 @@ class JobView:
         attempt = self.gang_restarts()
         if not attempt:
             return 0
-        return sum(1 for p in self.node_pods if restart_attempt(p) == attempt and
-                   nested(p, "status", "phase", default="Pending") == "Pending" and
-                   not p["metadata"].get("deletionTimestamp"))
+        return sum(
+            1
+            for p in self.node_pods
+            if restart_attempt(p) == attempt
+            and nested(p, "status", "phase", default="Pending") == "Pending"
+            and not p["metadata"].get("deletionTimestamp")
+        )
 
     def _of_newest_attempt(self) -> list[dict]:
         attempt = self.gang_restarts()
@@ -1070,8 +1128,11 @@ class JobView:
 
     def nodes_stopping(self) -> int:
         """The newest attempt's node pods being deleted that have not ended yet."""
-        return sum(1 for p in self._of_newest_attempt() if p["metadata"].get("deletionTimestamp") and
-                   nested(p, "status", "phase") not in ("Succeeded", "Failed"))
+        return sum(
+            1
+            for p in self._of_newest_attempt()
+            if p["metadata"].get("deletionTimestamp") and nested(p, "status", "phase") not in ("Succeeded", "Failed")
+        )
 
     def restarting(self) -> bool:
         """Whether a gang restart is under way: JobSet's ``RestartingJobSet`` condition when the JobSet was read
@@ -1086,8 +1147,9 @@ class JobView:
             return _owner_uids(self.newest_nodes().values(), "Job")
         if self._current_jobs is None:
             jobs = self.cluster.list_metadata("Job", self.namespace, f"{JOBSET_NAME_LABEL}={self.name}")
-            self._current_jobs = frozenset(job["metadata"].get("uid") for job in jobs
-                                           if _of_current_attempt(job, self.jobset))
+            self._current_jobs = frozenset(
+                job["metadata"].get("uid") for job in jobs if _of_current_attempt(job, self.jobset)
+            )
         return self._current_jobs
 
     def attempts_seen(self) -> bool:
@@ -1105,18 +1167,35 @@ class JobView:
 
     def in_place_restarts(self) -> int:
         """The containers the kubelet restarted in place in the newest ``node`` pods."""
-        return sum(cs.get("restartCount") or 0 for p in self.newest_nodes().values()
-                   for cs in nested(p, "status", "containerStatuses", default=[]))
+        return sum(
+            cs.get("restartCount") or 0
+            for p in self.newest_nodes().values()
+            for cs in nested(p, "status", "containerStatuses", default=[])
+        )
 
-    def restarts(self, *, seen: Optional[dict[int, str]] = None, in_job: Optional[InJobRestarts] = None,
-                 condition_reason: str = "") -> Restarts:
+    def restarts(
+        self,
+        *,
+        seen: Optional[dict[int, str]] = None,
+        in_job: Optional[InJobRestarts] = None,
+        condition_reason: str = "",
+    ) -> Restarts:
         """How often the job restarted, of which kind, and why. ``seen``: what this process saw of
         earlier attempts' failed pods; ``in_job``: ft_launcher's restarts read from node logs."""
         gang = self.gang_restarts()
-        causes = gang_causes(gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name,
-                             self.current_jobs()) if gang else ()
-        restarts = Restarts(gang=gang, gang_causes=causes, in_place=self.in_place_restarts(),
-                            failed_fast=condition_reason == FAIL_FAST_REASON)
+        causes = (
+            gang_causes(
+                gang, {**self.failures_by_attempt(), **(seen or {})}, self.events, self.name, self.current_jobs()
+            )
+            if gang
+            else ()
+        )
+        restarts = Restarts(
+            gang=gang,
+            gang_causes=causes,
+            in_place=self.in_place_restarts(),
+            failed_fast=condition_reason == FAIL_FAST_REASON,
+        )
         if in_job is None:
             return restarts
         return replace(restarts, in_job=in_job.count, in_job_cause=in_job.why, not_applied=in_job.not_applied)
@@ -1124,17 +1203,23 @@ class JobView:
 
 def _owner_uids(objs: Iterable[dict], kind: str) -> frozenset[str]:
     """The uids of the owners of kind ``kind`` of ``objs``."""
-    return frozenset(ref.get("uid") for obj in objs for ref in nested(obj, "metadata", "ownerReferences", default=[])
-                     if ref.get("kind") == kind)
+    return frozenset(
+        ref.get("uid")
+        for obj in objs
+        for ref in nested(obj, "metadata", "ownerReferences", default=[])
+        if ref.get("kind") == kind
+    )
 
 
 def _of_current_attempt(job: dict, jobset: dict) -> bool:
     """Whether a Job (its metadata) is one of the JobSet's current attempt: labelled with the JobSet's uid
     and restart count, and not being deleted."""
     labels = _labels(job)
-    return not job["metadata"].get("deletionTimestamp") and \
-        labels.get(RESTART_ATTEMPT_LABEL) == str(jobset_restarts(jobset)) and \
-        labels.get(JOBSET_UID_LABEL) == jobset["metadata"].get("uid")
+    return (
+        not job["metadata"].get("deletionTimestamp")
+        and labels.get(RESTART_ATTEMPT_LABEL) == str(jobset_restarts(jobset))
+        and labels.get(JOBSET_UID_LABEL) == jobset["metadata"].get("uid")
+    )
 
 
 def _node_pod_end(pod: dict) -> Optional[tuple[tuple[str, bool], str]]:
@@ -1214,10 +1299,14 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
     JobSet it cannot build), then its pods (``pending_reason``)."""
     if (failed := view.failing()) is not None:
         stopping = view.nodes_stopping()
-        stops = (f"the Job controller stops its other nodes ({stopping} of {nodes} still stopping)" if stopping
-                 else "its other nodes stopped")
-        return Verdict(AppState.RUNNING, f"failing: {failed.detail()}; {stops}, then JobSet restarts the gang or "
-                                         "fails the job")
+        stops = (
+            f"the Job controller stops its other nodes ({stopping} of {nodes} still stopping)"
+            if stopping
+            else "its other nodes stopped"
+        )
+        return Verdict(
+            AppState.RUNNING, f"failing: {failed.detail()}; {stops}, then JobSet restarts the gang or fails the job"
+        )
     pods = view.node_pods
     if not pods and (waits_for := _before_pods(view)):
         return Verdict(AppState.PENDING, waits_for)
@@ -1260,7 +1349,7 @@ class _FailureExplained:
         return cls(node, why.headline(node.number()), quoted, tuple(lines))
 
     def quote(self) -> str:
-        """"last lines of node 1:" and the quoted lines ("" when none)."""
+        """ "last lines of node 1:" and the quoted lines ("" when none)."""
         if not self.quoted or self.node is None:
             return ""
         return f"last lines of node {self.node.index}:\n" + "\n".join(f"    {line}" for line in self.quoted)
@@ -1310,12 +1399,20 @@ def _lost_logs_note(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper
     if not gone:
         return ""
     # The Job controller deletes a failed Job's running pods, and their logs with them.
-    return ("no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
-            "job failed (follow the logs while it runs to keep them)")
+    return (
+        "no log for node(s) " + ", ".join(map(str, gone)) + ": their pods were deleted when the "
+        "job failed (follow the logs while it runs to keep them)"
+    )
 
 
-def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optional["NodeLogKeeper"] = None,
-               *, seen: Optional[dict[int, str]] = None) -> str:
+def why_failed(
+    view: JobView,
+    condition: str,
+    job_dir: str = "",
+    keeper: Optional["NodeLogKeeper"] = None,
+    *,
+    seen: Optional[dict[int, str]] = None,
+) -> str:
     """Why a job failed: the failed rank and its exception (``read_rank_failure``), Trainer's
     condition, the first node that failed with its exit code or signal (or the initializer or
     preflight check that failed), the restarts before, and that node's last lines (its traceback
@@ -1326,8 +1423,14 @@ def why_failed(view: JobView, condition: str, job_dir: str = "", keeper: Optiona
     step = failed_step(view.pods)
     explained = _explain_failure(view, [] if step else failed)
     in_job = _most_in_job_restarts(keeper_in_job_restarts(keeper), explained.in_job_restarts())
-    parts = (explained.headline, condition, step or (failed[0].detail() if failed else ""),
-             _restarts_note(view, in_job, seen), explained.quote(), _lost_logs_note(view, job_dir, keeper))
+    parts = (
+        explained.headline,
+        condition,
+        step or (failed[0].detail() if failed else ""),
+        _restarts_note(view, in_job, seen),
+        explained.quote(),
+        _lost_logs_note(view, job_dir, keeper),
+    )
     return "; ".join(part for part in parts if part)
 
 

@@ -216,8 +216,9 @@ class _Node:
     def read_later(self, new: bool, poll: float) -> None:
         """After a read (or a stream's end) that brought new lines or not: when to read next."""
         self.quiet_reads = 0 if new else self.quiet_reads + 1
-        self.next_read = time.monotonic() + min(IDLE_POLL_MAX_SECONDS, poll * 2 ** self.quiet_reads) \
-            if self.quiet_reads else 0.0
+        self.next_read = (
+            time.monotonic() + min(IDLE_POLL_MAX_SECONDS, poll * 2**self.quiet_reads) if self.quiet_reads else 0.0
+        )
 
     def put(self, item) -> None:
         for sink in self.subscribers():
@@ -288,8 +289,15 @@ class JobLogFollower:
     stops, when its reader gets a second node (it reads them in turn then), and when a subscriber
     joins late (the reader reads the whole log for it, then streams again)."""
 
-    def __init__(self, cluster: ClusterReader, namespace: str, trainjob: str, *, readers: int = LOG_READERS,
-                 poll: float = POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        cluster: ClusterReader,
+        namespace: str,
+        trainjob: str,
+        *,
+        readers: int = LOG_READERS,
+        poll: float = POLL_SECONDS,
+    ) -> None:
         self.cluster, self.namespace, self.trainjob = cluster, namespace, trainjob
         self.readers, self.poll = readers, poll
         #: Reader -> (node index, its open stream).
@@ -333,7 +341,8 @@ class JobLogFollower:
         thread = self._threads.get(worker)
         if thread is None or not thread.is_alive():
             thread = self._threads[worker] = threading.Thread(
-                target=self._read_loop, args=(worker,), daemon=True, name=f"logs-{self.trainjob}-{worker}")
+                target=self._read_loop, args=(worker,), daemon=True, name=f"logs-{self.trainjob}-{worker}"
+            )
             thread.start()
 
     def unsubscribe(self, index: int, sink) -> None:
@@ -447,8 +456,11 @@ class JobLogFollower:
     def _share(self, worker: int) -> list[_Node]:
         """The followed nodes of reader ``worker``, those that wait for trouble left out (under ``_lock``)."""
         flow = self._events_flow()
-        return [n for i, n in sorted(self._nodes.items())
-                if i % self.readers == worker and n.followed() and not self._waits_for_trouble(n, flow)]
+        return [
+            n
+            for i, n in sorted(self._nodes.items())
+            if i % self.readers == worker and n.followed() and not self._waits_for_trouble(n, flow)
+        ]
 
     # -- reading on trouble --
 
@@ -527,8 +539,12 @@ class JobLogFollower:
             self._refreshed_at = time.monotonic()
             if followed > self.readers:
                 background = True
-                threading.Thread(target=self._look_in_background, args=(self._job_reader(),), daemon=True,
-                                 name=f"loglist-{self.trainjob}").start()
+                threading.Thread(
+                    target=self._look_in_background,
+                    args=(self._job_reader(),),
+                    daemon=True,
+                    name=f"loglist-{self.trainjob}",
+                ).start()
                 return
             self._look(self.cluster)
         finally:
@@ -559,8 +575,12 @@ class JobLogFollower:
         ClusterError after ``LIST_FAILURES`` failures in a row (at once for 401/403)."""
         try:
             over = self._trainjob_over(reader)
-            pods = {index: _pod_summary(pod) for index, pod in newest_pods_by_node(
-                reader.list("Pod", self.namespace, node_selector(self.trainjob))).items()}
+            pods = {
+                index: _pod_summary(pod)
+                for index, pod in newest_pods_by_node(
+                    reader.list("Pod", self.namespace, node_selector(self.trainjob))
+                ).items()
+            }
             with self._lock:
                 for index, node in self._nodes.items():
                     node.listed(pods.get(index))
@@ -651,12 +671,16 @@ class JobLogFollower:
     def _read_log(self, pod: str, since: Optional[str], tail: Optional[int]) -> list[str]:
         """``pod``'s log lines with their times from second ``since`` on, the last ``tail`` of them; read
         again without the limit when it returns that many (it may have cut some off)."""
-        lines = list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
-                                          since_time=since, tail_lines=tail))
+        lines = list(
+            self.cluster.pod_log(
+                pod, self.namespace, container=TRAINER_NODE, timestamps=True, since_time=since, tail_lines=tail
+            )
+        )
         if tail is None or since is None or len(lines) < tail:
             return lines  # without ``since``: a tail asked for (``read_window``), meant to cut
-        return list(self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True,
-                                         since_time=since))
+        return list(
+            self.cluster.pod_log(pod, self.namespace, container=TRAINER_NODE, timestamps=True, since_time=since)
+        )
 
     def _stream(self, node: _Node, pod: str, worker: int) -> None:
         """Follow node's ``pod`` with one stream from the second of the last line delivered, until the
@@ -681,9 +705,14 @@ class JobLogFollower:
         try:
             with self._lock:
                 tail = KEEP_LINES if floor is None and node.keeps_only() else None
-            stream = self.cluster.pod_log_stream(pod, self.namespace, container=TRAINER_NODE,
-                                                 since_time=floor + "Z" if floor else None, tail_lines=tail,
-                                                 idle_timeout=STREAM_IDLE_SECONDS)
+            stream = self.cluster.pod_log_stream(
+                pod,
+                self.namespace,
+                container=TRAINER_NODE,
+                since_time=floor + "Z" if floor else None,
+                tail_lines=tail,
+                idle_timeout=STREAM_IDLE_SECONDS,
+            )
             node.failures = 0
             return stream
         except NotFoundError:
@@ -734,18 +763,25 @@ def _pod_summary(pod: dict) -> dict:
     follower of a 1,024-node job keeps 1,024 of them, not 1,024 whole pods."""
     metadata = pod.get("metadata") or {}
     labels = {k: v for k, v in (metadata.get("labels") or {}).items() if k == RESTART_ATTEMPT_LABEL}
-    return {"metadata": {"name": metadata.get("name"), "labels": labels},
-            "status": {"phase": (pod.get("status") or {}).get("phase")}}
+    return {
+        "metadata": {"name": metadata.get("name"), "labels": labels},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
 
 
 def _listed_shape(pod: dict) -> dict:
     """What a follower's own watch holds of a pod (``JobLogFollower._job_reader``): what its lists select on
     and ``newest_pods_by_node`` and ``_pod_summary`` read."""
     metadata = pod.get("metadata") or {}
-    return {"metadata": {key: metadata[key] for key in ("name", "namespace", "labels", "creationTimestamp",
-                                                         "deletionTimestamp", "resourceVersion") if key in metadata},
-            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-            "status": {"phase": (pod.get("status") or {}).get("phase")}}
+    return {
+        "metadata": {
+            key: metadata[key]
+            for key in ("name", "namespace", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion")
+            if key in metadata
+        },
+        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
 
 
 def _second_of(raw: str) -> Optional[str]:
@@ -757,7 +793,7 @@ def _second_of(raw: str) -> Optional[str]:
 def _stamped(raw: str) -> tuple[Optional[str], str]:
     """A line read with ``timestamps`` as (its second, its text without the time)."""
     second = _second_of(raw)
-    return second, (raw[raw.find(" ") + 1:] if second else raw)
+    return second, (raw[raw.find(" ") + 1 :] if second else raw)
 
 
 def _delivered_before(second: Optional[str], raw: str, floor: Optional[str], skip: Counter) -> bool:
@@ -837,8 +873,9 @@ def _subscribe(cluster: ClusterReader, namespace: str, trainjob: str, index: int
         return follower
 
 
-def _followed(cluster: ClusterReader, namespace: str, trainjob: str, index: int,
-              stall_after: Optional[float]) -> Iterator[str]:
+def _followed(
+    cluster: ClusterReader, namespace: str, trainjob: str, index: int, stall_after: Optional[float]
+) -> Iterator[str]:
     sink: queue.SimpleQueue = queue.SimpleQueue()
     follower = _subscribe(cluster, namespace, trainjob, index, sink)
     try:
@@ -868,8 +905,10 @@ def _stall_warning(follower: JobLogFollower, index: int, since: float) -> list[s
     pod = follower.running_pod(index)
     if not pod:
         return []
-    return [f"--- warning: node {index} (pod {pod}) has printed nothing for {time.monotonic() - since:.0f} s "
-            "while running: a hung collective or a stuck data loader? ---\n"]
+    return [
+        f"--- warning: node {index} (pod {pod}) has printed nothing for {time.monotonic() - since:.0f} s "
+        "while running: a hung collective or a stuck data loader? ---\n"
+    ]
 
 
 log = logging.getLogger(__name__)
@@ -879,8 +918,9 @@ def node_log_path(job_dir: str, index: int) -> str:
     return os.path.join(job_dir, "logs", f"node-{index}.log")
 
 
-def save_node_logs(cluster: ClusterReader, namespace: str, pods: dict[int, dict], directory: str,
-                   kept: Collection[int] = ()) -> str:
+def save_node_logs(
+    cluster: ClusterReader, namespace: str, pods: dict[int, dict], directory: str, kept: Collection[int] = ()
+) -> str:
     """Write the log of each node that has no file yet (following logs writes them as it
     goes) to ``directory/node-<i>.log``; the directory, or "" if it cannot be written. A node whose
     pod cannot be read (gone since it was listed, a failed preflight that kept ``node`` from starting)

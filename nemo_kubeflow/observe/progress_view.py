@@ -136,8 +136,16 @@ def from_trainjob(trainjob: dict) -> Optional[Progress]:
     metrics = _named_metrics(status.get("metrics"))
     step, total = _int(metrics.pop(reporting.STEP_METRIC, None)), _int(metrics.pop(reporting.TOTAL_METRIC, None))
     rate = _float(metrics.pop(reporting.RATE_METRIC, None))
-    return Progress(step, total, status.get("progressPercentage"), rate, status.get("estimatedRemainingSeconds"),
-                    metrics, _time(status.get("lastUpdatedTime")), "trainerStatus")
+    return Progress(
+        step,
+        total,
+        status.get("progressPercentage"),
+        rate,
+        status.get("estimatedRemainingSeconds"),
+        metrics,
+        _time(status.get("lastUpdatedTime")),
+        "trainerStatus",
+    )
 
 
 def _named_metrics(items: Optional[list]) -> dict[str, str]:
@@ -159,7 +167,7 @@ def _marked_fields(line: str) -> Optional[dict[str, Any]]:
     if at < 0:
         return None
     try:
-        fields = json.loads(line[at + len(reporting.LINE_MARKER):])
+        fields = json.loads(line[at + len(reporting.LINE_MARKER) :])
     except ValueError:
         return None
     return fields if isinstance(fields, dict) else None
@@ -169,8 +177,16 @@ def _from_line_fields(fields: dict[str, Any]) -> Progress:
     step, total = _int(fields.get("step")), _int(fields.get("total_steps"))
     metrics = fields.get("metrics")
     metrics = metrics if isinstance(metrics, dict) else {}
-    return Progress(step, total, reporting.percent_done(step, total), _float(fields.get("steps_per_second")), _int(fields.get("eta_seconds")),
-                    {str(k): str(v) for k, v in metrics.items()}, _time(fields.get("time")), "log")
+    return Progress(
+        step,
+        total,
+        reporting.percent_done(step, total),
+        _float(fields.get("steps_per_second")),
+        _int(fields.get("eta_seconds")),
+        {str(k): str(v) for k, v in metrics.items()},
+        _time(fields.get("time")),
+        "log",
+    )
 
 
 @dataclass(frozen=True)
@@ -210,8 +226,12 @@ def _newest(*found: Optional[Progress]) -> Optional[Progress]:
     return max(known, key=lambda p: p.updated or datetime.min.replace(tzinfo=timezone.utc), default=None)
 
 
-def read(cluster: "ClusterReader", view: "JobView", seen: Optional[ProgressSeen] = None,
-         keeper: Optional["NodeLogKeeper"] = None) -> Optional[Progress]:
+def read(
+    cluster: "ClusterReader",
+    view: "JobView",
+    seen: Optional[ProgressSeen] = None,
+    keeper: Optional["NodeLogKeeper"] = None,
+) -> Optional[Progress]:
     """The job's progress: its TrainJob's ``trainerStatus``; else node 0's log line, from the lines this
     process already has (the ``keeper`` of a waiting process, or those this look read for ft_launcher's
     restarts), else from a bounded log read (throttled with ``seen``)."""
@@ -260,8 +280,9 @@ class _Tail:
 def _read_tail(cluster: "ClusterReader", pod: str, namespace: str, tail_lines: int) -> _Tail:
     """The last ``tail_lines`` lines, cut at ``LOG_READ_BYTES`` as the kubelet cuts them: from the start of the
     tail, so a cut read lacks the newest lines (and its last line is partial: dropped)."""
-    lines = list(cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=tail_lines,
-                                 limit_bytes=LOG_READ_BYTES))
+    lines = list(
+        cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=tail_lines, limit_bytes=LOG_READ_BYTES)
+    )
     if sum(len(line.encode()) + 1 for line in lines) < LOG_READ_BYTES:
         return _Tail(lines, True)
     return _Tail(lines[:-1], False)
@@ -275,8 +296,10 @@ def _look_in_log(cluster: "ClusterReader", pod: str, namespace: str) -> LogLook:
     if newest.complete:
         found = from_log_lines(newest.lines)
         return LogLook(found, why="" if found else f"no progress line in node 0's last {len(newest.lines)} lines")
-    return LogLook(older=_newest(from_log_lines(first.lines), from_log_lines(newest.lines)),
-                   why=f"node 0's newest lines are more than the {LOG_READ_BYTES // 1024} KiB a log read takes")
+    return LogLook(
+        older=_newest(from_log_lines(first.lines), from_log_lines(newest.lines)),
+        why=f"node 0's newest lines are more than the {LOG_READ_BYTES // 1024} KiB a log read takes",
+    )
 
 
 def _node_zero_pod(cluster: "ClusterReader", view: "JobView") -> Optional[dict]:
@@ -284,8 +307,7 @@ def _node_zero_pod(cluster: "ClusterReader", view: "JobView") -> Optional[dict]:
     that are not running (``JobView.read_running``), from the metadata of node 0's pods (one small list)."""
     if view.jobset is None:
         return newest_pods_by_node(view.node_pods).get(0)
-    selector = (f"{JOBSET_NAME_LABEL}={view.name},{REPLICATED_JOB_LABEL}={TRAINER_NODE},"
-                f"{COMPLETION_INDEX_LABEL}=0")
+    selector = f"{JOBSET_NAME_LABEL}={view.name},{REPLICATED_JOB_LABEL}={TRAINER_NODE},{COMPLETION_INDEX_LABEL}=0"
     return newest_pods_by_node(cluster.list_metadata("Pod", view.namespace, selector)).get(0)
 
 
@@ -296,5 +318,7 @@ def stall_message(found: Progress, seconds: int, now: datetime) -> str:
     if age is None or age < seconds:
         return ""
     step = f"step {found.step}" if found.step is not None else "its last progress report"
-    return (f"warning: no new step for {format_duration(int(age))} (stall_warning_seconds={seconds}): rank 0 "
-            f"reported {step} last (a hung collective? a stuck data loader?); see the node logs")
+    return (
+        f"warning: no new step for {format_duration(int(age))} (stall_warning_seconds={seconds}): rank 0 "
+        f"reported {step} last (a hung collective? a stuck data loader?); see the node logs"
+    )

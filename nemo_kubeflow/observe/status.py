@@ -66,7 +66,7 @@ def true_condition(obj: Optional[dict], ctype: str) -> Optional[dict]:
 
 
 def condition_text(cond: dict) -> str:
-    """"Reason: message", or whichever of the two the condition has."""
+    """ "Reason: message", or whichever of the two the condition has."""
     return ": ".join(text for text in (cond.get("reason"), cond.get("message")) if text)
 
 
@@ -94,6 +94,7 @@ def newest_pods_by_node(pods: Sequence[dict]) -> dict[int, dict]:
 
 # The rows of the table above after "not found", in its order: each says the state of a TrainJob it
 # matches (None when it does not match); the first row that matches wins.
+
 
 def _finished(trainjob: dict) -> Optional[JobStatus]:
     """Trainer's verdict (condition Complete or Failed): final, whatever else the object says."""
@@ -133,8 +134,12 @@ def _node_job_state(trainjob: dict) -> Optional[JobStatus]:
     return None
 
 
-_STATE_ROWS: tuple[Callable[[dict], Optional[JobStatus]], ...] = (_finished, _being_deleted, _suspended,
-                                                                  _node_job_state)
+_STATE_ROWS: tuple[Callable[[dict], Optional[JobStatus]], ...] = (
+    _finished,
+    _being_deleted,
+    _suspended,
+    _node_job_state,
+)
 
 
 def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
@@ -151,8 +156,10 @@ def job_status(trainjob: Optional[dict], *, name: str = "") -> JobStatus:
 
 
 def _owned_by(obj: dict, uid: Optional[str], kind: str) -> bool:
-    return any(ref.get("uid") == uid and ref.get("kind") == kind
-               for ref in nested(obj, "metadata", "ownerReferences", default=[]))
+    return any(
+        ref.get("uid") == uid and ref.get("kind") == kind
+        for ref in nested(obj, "metadata", "ownerReferences", default=[])
+    )
 
 
 def owned_workload(workloads: Sequence[dict], trainjob: dict) -> Optional[dict]:
@@ -180,7 +187,7 @@ def _admission_checks_message(text: str, admitted: dict) -> str:
 
 
 def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
-    """"waiting for queue <name> to admit it", with what Kueue says about the Workload when there is one.
+    """ "waiting for queue <name> to admit it", with what Kueue says about the Workload when there is one.
 
     Kueue records why a Workload waits in its conditions: ``QuotaReserved=False`` with reason
     ``Inadmissible`` ("LocalQueue q is stopped", "... doesn't exist") or ``Pending`` ("couldn't
@@ -224,5 +231,7 @@ def stall_message(silent: Sequence[int], seconds: int) -> str:
     if not silent:
         return ""
     which = "node " + str(silent[0]) if len(silent) == 1 else "nodes " + ", ".join(map(str, silent))
-    return (f"warning: {which} printed nothing for the last {seconds} s while running (a hung collective? "
-            "a stuck data loader?); see their logs")
+    return (
+        f"warning: {which} printed nothing for the last {seconds} s while running (a hung collective? "
+        "a stuck data loader?); see their logs"
+    )

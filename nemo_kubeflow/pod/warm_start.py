@@ -120,8 +120,11 @@ def client(argv):
             raise OSError(f"the template refused to start the worker: {started}")
     except (OSError, KeyError) as error:
         sock.close()
-        print(f"nemo-kubeflow: warm start unavailable ({error!r}); starting the worker in a new Python",
-              file=sys.stderr, flush=True)
+        print(
+            f"nemo-kubeflow: warm start unavailable ({error!r}); starting the worker in a new Python",
+            file=sys.stderr,
+            flush=True,
+        )
         os.execv(sys.executable, [sys.executable, "-u", *argv])
 
     for sig in FORWARDED_SIGNALS:
@@ -298,8 +301,13 @@ def _unbuffered_stdio():
     client's descriptors; the originals too, as in a fresh interpreter."""
     for name, fd in (("stdout", 1), ("stderr", 2)):
         old = getattr(sys, name)
-        setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
-                                            encoding=old.encoding, errors=old.errors))
+        setattr(
+            sys,
+            name,
+            io.TextIOWrapper(
+                io.FileIO(fd, "w", closefd=False), write_through=True, encoding=old.encoding, errors=old.errors
+            ),
+        )
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=sys.stdin.encoding)
     for name in ("stdout", "stderr", "stdin"):
         setattr(sys, f"__{name}__", getattr(sys, name))
@@ -486,9 +494,11 @@ def _known_release(preload, poll):
     import importlib.util
 
     if importlib.util.find_spec("nvidia_resiliency_ext") is None:
-        raise SystemExit(f"nemo-kubeflow: {sys.executable} cannot import nvidia_resiliency_ext, which "
-                         "worker_preload and rendezvous_poll_seconds run ft_launcher with: install it for the "
-                         "image's python3 (docs/resilience.md)")
+        raise SystemExit(
+            f"nemo-kubeflow: {sys.executable} cannot import nvidia_resiliency_ext, which "
+            "worker_preload and rendezvous_poll_seconds run ft_launcher with: install it for the "
+            "image's python3 (docs/resilience.md)"
+        )
     version = nvrx_version()
     release = nvrx_release(version)
     if release is None and (preload or poll is not None):
@@ -499,11 +509,16 @@ def _known_release(preload, poll):
 def _say_unknown_release(version, preload, poll):
     """Its internals are unknown: the rendezvous could not be patched, and how it starts workers may have
     changed. ft_launcher runs plainly; say so once, naming the settings given."""
-    settings = " and ".join(name for name, given in (("worker_preload", preload),
-                                                     ("rendezvous_poll_seconds", poll is not None)) if given)
-    print(f"{NOT_APPLIED} {settings} (nvidia-resiliency-ext {version} is not a "
-          f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
-          "one of those, or a nemo-kubeflow that knows this release)", file=sys.stderr, flush=True)
+    settings = " and ".join(
+        name for name, given in (("worker_preload", preload), ("rendezvous_poll_seconds", poll is not None)) if given
+    )
+    print(
+        f"{NOT_APPLIED} {settings} (nvidia-resiliency-ext {version} is not a "
+        f"release this nemo-kubeflow knows: 0.4 to 0.7; ft_launcher runs without warm starts; use an image with "
+        "one of those, or a nemo-kubeflow that knows this release)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _start_template(preload, module):
@@ -548,10 +563,11 @@ def launch(args):
     worker started by the template."""
     preload, poll, module = _launch_options(args)
     if "--" not in args:
-        raise SystemExit("usage: warm_start.py launch [--preload MOD,...] [--poll SECONDS] [--module] "
-                         "FT_FLAGS... -- PROGRAM ARGS...")
+        raise SystemExit(
+            "usage: warm_start.py launch [--preload MOD,...] [--poll SECONDS] [--module] FT_FLAGS... -- PROGRAM ARGS..."
+        )
     split = args.index("--")
-    ft_flags, program = args[:split], args[split + 1:]
+    ft_flags, program = args[:split], args[split + 1 :]
     version, release = _known_release(preload, poll)
     if release is None:
         preload, poll = [], None
@@ -581,8 +597,12 @@ def _poll_faster(poll, release, version):
     when it could not."""
     missing = _faster_rendezvous(poll, release) if poll is not None else ""
     if missing:
-        print(f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
-              "rendezvous polls every second)", file=sys.stderr, flush=True)
+        print(
+            f"{NOT_APPLIED} rendezvous_poll_seconds (nvidia-resiliency-ext {version}: {missing}; the "
+            "rendezvous polls every second)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

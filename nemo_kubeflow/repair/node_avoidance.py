@@ -117,15 +117,23 @@ class Avoidance:
             return cls()
         try:
             data = json.loads(text)
-            return cls(NodeFault.listed(data.get("avoided", [])), NodeFault.listed(data.get("moving", [])),
-                       int(data.get("restarts_before", 0)), str(data.get("capped", "")),
-                       bool(data.get("replacing", False)))
+            return cls(
+                NodeFault.listed(data.get("avoided", [])),
+                NodeFault.listed(data.get("moving", [])),
+                int(data.get("restarts_before", 0)),
+                str(data.get("capped", "")),
+                bool(data.get("replacing", False)),
+            )
         except (ValueError, TypeError, AttributeError):
             return cls()  # not ours to repair: start from nothing
 
     def to_json(self) -> str:
-        data = {"avoided": [asdict(f) for f in self.avoided], "moving": [asdict(f) for f in self.moving],
-                "restarts_before": self.restarts_before, "capped": self.capped}
+        data = {
+            "avoided": [asdict(f) for f in self.avoided],
+            "moving": [asdict(f) for f in self.moving],
+            "restarts_before": self.restarts_before,
+            "capped": self.capped,
+        }
         if self.replacing:  # only while it is so: annotations written before it had no such key
             data["replacing"] = True
         return json.dumps(data, sort_keys=True)
@@ -178,8 +186,11 @@ def _pod_faults(pods: Sequence[dict]) -> Iterator[NodeFault]:
     for pod in pods:
         condition, node = true_condition(pod, "DisruptionTarget") or {}, nested(pod, "spec", "nodeName")
         if node and condition.get("reason") in NODE_FAULT_REASONS:
-            yield NodeFault(node, pod["metadata"]["name"], f"DisruptionTarget ({condition.get('reason')}: "
-                                                           f"{condition.get('message', '')})".replace(": )", ")"))
+            yield NodeFault(
+                node,
+                pod["metadata"]["name"],
+                f"DisruptionTarget ({condition.get('reason')}: {condition.get('message', '')})".replace(": )", ")"),
+            )
 
 
 def _event_faults(events: Sequence[dict], trainjob: str) -> Iterator[NodeFault]:
@@ -234,8 +245,9 @@ def _takes_pods(node: dict, node_selector: dict) -> bool:
     return all(labels.get(k) == v for k, v in node_selector.items())
 
 
-def capped(current: Sequence[NodeFault], new: Sequence[NodeFault], schedulable: Sequence[str],
-           pods: int) -> tuple[list[NodeFault], str]:
+def capped(
+    current: Sequence[NodeFault], new: Sequence[NodeFault], schedulable: Sequence[str], pods: int
+) -> tuple[list[NodeFault], str]:
     """The new faults to avoid, oldest first, while the schedulable nodes left can still hold one
     pod each; and what was left out, and why ("" if nothing)."""
     avoided = {f.node for f in current}
@@ -259,8 +271,10 @@ def _capped_why(dropped: Sequence[str], left: int, pods: int) -> str:
     if not dropped:
         return ""
     remaining = left - 1  # what avoiding one more would leave
-    return (f"not avoiding node{_plural(len(dropped))} {', '.join(dropped)}: only {remaining} schedulable "
-            f"node{_plural(remaining)} would be left for {pods} pods")
+    return (
+        f"not avoiding node{_plural(len(dropped))} {', '.join(dropped)}: only {remaining} schedulable "
+        f"node{_plural(remaining)} would be left for {pods} pods"
+    )
 
 
 def _plural(count: int) -> str:
@@ -292,8 +306,12 @@ def avoidance_affinity(pod_spec: dict, nodes: Sequence[str], previous: Sequence[
 
 def keeps_off(pod_spec: dict, nodes: Sequence[str]) -> bool:
     """Whether every required node selector term of the pod spec has ``hostname NotIn nodes``."""
-    terms = nested(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                   "nodeSelectorTerms") or []
+    terms = (
+        nested(
+            pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
+        )
+        or []
+    )
     ours = _hostname_not_in(sorted(nodes))
     return bool(terms) and all(ours in (t.get("matchExpressions") or []) for t in terms)
 
@@ -304,15 +322,26 @@ def _hostname_not_in(nodes: list[str]) -> dict:
 
 def _required_terms(pod_spec: dict) -> list[dict]:
     """Copies of the pod's required node selector terms; one empty term (any node) if it has none."""
-    terms = nested(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                   "nodeSelectorTerms")
+    terms = nested(
+        pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"
+    )
     return [dict(t) for t in terms or []] or [{}]
 
 
 def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
     """The TrainJob's runtimePatches with this module's entry set to `affinity` (others kept as they are)."""
-    ours = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": {"affinity": affinity}}}}}]}}}}
+    ours = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": {"affinity": affinity}}}}}
+                    ]
+                }
+            }
+        },
+    }
     others = [p for p in nested(trainjob, "spec", "runtimePatches") or [] if p.get("manager") != PATCH_MANAGER]
     return others + [ours]
 
@@ -323,9 +352,16 @@ def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
 Assessment = tuple[str, Optional[RepairAction]]
 
 
-def assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-           pods: Optional[list] = None, checked: Optional[dict[tuple[str, str, str], int]] = None,
-           jobset: Optional[dict] = None) -> Assessment:
+def assess(
+    cluster: ClusterReader,
+    namespace: str,
+    name: str,
+    trainjob: dict,
+    nodes_wanted: int,
+    pods: Optional[list] = None,
+    checked: Optional[dict[tuple[str, str, str], int]] = None,
+    jobset: Optional[dict] = None,
+) -> Assessment:
     """Whether an unfinished TrainJob should be moved off nodes that failed it: the status line ("" when there
     is nothing to say) and the repair to apply (``move``), or None. Reads only. ``pods``: the job's pods when
     the caller has just read them (with ``jobset``, the JobSet just read: only its pods that are not running);
@@ -337,15 +373,32 @@ def assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, no
     if avoidance.moving:
         return f"{_avoiding(avoidance.moving)}: the move is under way", _move_action(avoidance.moving)
     try:
-        return _assess(cluster, namespace, name, trainjob, nodes_wanted, pods, avoidance,
-                       {} if checked is None else checked, jobset)
+        return _assess(
+            cluster,
+            namespace,
+            name,
+            trainjob,
+            nodes_wanted,
+            pods,
+            avoidance,
+            {} if checked is None else checked,
+            jobset,
+        )
     except ClusterError as error:
         return f"cannot check the nodes that failed the job: {error}", None
 
 
-def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-            pods: Optional[list], avoidance: Avoidance, checked: dict[tuple[str, str, str], int],
-            jobset: Optional[dict] = None) -> Assessment:
+def _assess(
+    cluster: ClusterReader,
+    namespace: str,
+    name: str,
+    trainjob: dict,
+    nodes_wanted: int,
+    pods: Optional[list],
+    avoidance: Avoidance,
+    checked: dict[tuple[str, str, str], int],
+    jobset: Optional[dict] = None,
+) -> Assessment:
     if pods is None:
         pods, jobset = _pods(cluster, namespace, name), None
     key, attempt = _gang_key(namespace, trainjob, pods, jobset)
@@ -357,8 +410,9 @@ def _assess(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, n
     return line, action
 
 
-def _gang_key(namespace: str, trainjob: dict, pods: Sequence[dict],
-              jobset: Optional[dict]) -> tuple[tuple[str, str, str], int]:
+def _gang_key(
+    namespace: str, trainjob: dict, pods: Sequence[dict], jobset: Optional[dict]
+) -> tuple[tuple[str, str, str], int]:
     """Which gang the pods are (namespace, TrainJob uid, JobSet uids) and its newest attempt. With
     ``jobset`` the running pods were not read: the JobSet says which it is and its attempt."""
     if jobset is None:
@@ -370,8 +424,15 @@ def _gang_key(namespace: str, trainjob: dict, pods: Sequence[dict],
     return (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids))), attempt
 
 
-def _recommend(cluster: ClusterReader, namespace: str, name: str, trainjob: dict, nodes_wanted: int,
-               pods: Sequence[dict], avoidance: Avoidance) -> tuple[str, Optional[RepairAction], bool]:
+def _recommend(
+    cluster: ClusterReader,
+    namespace: str,
+    name: str,
+    trainjob: dict,
+    nodes_wanted: int,
+    pods: Sequence[dict],
+    avoidance: Avoidance,
+) -> tuple[str, Optional[RepairAction], bool]:
     """The status line and the repair for the pods' node faults not avoided yet, and whether that settles
     their gang attempt (not while a move is recommended, nor when the nodes could not be listed)."""
     faults = _new_faults(cluster, namespace, name, pods, avoidance)
@@ -383,8 +444,11 @@ def _recommend(cluster: ClusterReader, namespace: str, name: str, trainjob: dict
     try:
         schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
     except Exception as error:  # noqa: BLE001 - no right to list nodes: say so, do nothing
-        return (f"not avoiding {faults[0].described()}: cannot list nodes to check the job would still fit "
-                f"({error})"), None, False
+        return (
+            (f"not avoiding {faults[0].described()}: cannot list nodes to check the job would still fit ({error})"),
+            None,
+            False,
+        )
     taken, why = capped(avoidance.avoided, faults, schedulable, nodes_wanted)
     line = status_line(avoidance.settled(why or avoidance.capped))
     if not taken:
@@ -399,8 +463,9 @@ def _pods(cluster: ClusterReader, namespace: str, name: str) -> list[dict]:
     return cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
 
 
-def _new_faults(cluster: ClusterReader, namespace: str, name: str, pods: Sequence[dict],
-                avoidance: Avoidance) -> list[NodeFault]:
+def _new_faults(
+    cluster: ClusterReader, namespace: str, name: str, pods: Sequence[dict], avoidance: Avoidance
+) -> list[NodeFault]:
     """The node faults that failed the job's pods, on nodes it does not avoid yet, oldest first."""
     events = cluster.list("Event", namespace, field_selector="involvedObject.kind=Pod")
     return [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
@@ -443,8 +508,12 @@ def _move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wan
     if not taken:
         return _record_capped(cluster, namespace, name, avoidance, why)
     moving = replace(avoidance, moving=tuple(taken), capped=why)
-    cluster.patch(TRAINJOB_KIND, name, namespace, {
-        "metadata": {"annotations": {ANNOTATION: moving.to_json()}}, "spec": {"suspend": True}})
+    cluster.patch(
+        TRAINJOB_KIND,
+        name,
+        namespace,
+        {"metadata": {"annotations": {ANNOTATION: moving.to_json()}}, "spec": {"suspend": True}},
+    )
     return _continue_move(cluster, namespace, name, cluster.get(TRAINJOB_KIND, name, namespace) or trainjob, moving)
 
 
@@ -464,15 +533,20 @@ def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, 
     if not _stopped(_pods(cluster, namespace, name)):
         return f"{_avoiding(avoidance.moving)}: suspended, waiting for its pods to stop"
     jobset = cluster.get(JOBSET_KIND, name, namespace)
-    patches = runtime_patches(trainjob, avoidance_affinity(_node_pod_spec(jobset), avoidance.all_nodes(),
-                                                           avoidance.nodes()))
+    patches = runtime_patches(
+        trainjob, avoidance_affinity(_node_pod_spec(jobset), avoidance.all_nodes(), avoidance.nodes())
+    )
     refused = patch_problems(trainjob, patches)
     if refused:  # what Trainer's webhook would refuse is not sent: give up the move, resume as it was
         moving = ", ".join(f.node for f in avoidance.moving)
         return _resume(cluster, namespace, name, avoidance.settled(f"not avoiding node {moving}: {refused[0]}"))
     replacing = avoidance.replaced(_restarts(jobset))
-    cluster.patch(TRAINJOB_KIND, name, namespace, {
-        "metadata": {"annotations": {ANNOTATION: replacing.to_json()}}, "spec": {"runtimePatches": patches}})
+    cluster.patch(
+        TRAINJOB_KIND,
+        name,
+        namespace,
+        {"metadata": {"annotations": {ANNOTATION: replacing.to_json()}}, "spec": {"runtimePatches": patches}},
+    )
     if jobset is not None:
         # Trainer builds it again from the TrainJob, now with the node affinity (JobSet refuses the
         # affinity on the existing one).
@@ -489,8 +563,10 @@ def _await_rebuilt_jobset(cluster: Cluster, namespace: str, name: str, avoidance
         # Built from a copy of the TrainJob older than the runtime patch (or the delete did not happen):
         # no apply can add the term to it, so it goes again.
         cluster.delete(JOBSET_KIND, name, namespace, uid=jobset["metadata"]["uid"])
-        return (f"{_avoiding(avoidance.moving)}: suspended; the JobSet was built again without the node affinity "
-                "(from an older copy of the TrainJob), deleted it, waiting for Trainer to build it again")
+        return (
+            f"{_avoiding(avoidance.moving)}: suspended; the JobSet was built again without the node affinity "
+            "(from an older copy of the TrainJob), deleted it, waiting for Trainer to build it again"
+        )
     return _resume(cluster, namespace, name, avoidance.moved())
 
 
@@ -501,8 +577,12 @@ def _stopped(pods: Sequence[dict]) -> bool:
 
 def _resume(cluster: Cluster, namespace: str, name: str, avoidance: Avoidance) -> str:
     """Record ``avoidance`` on the TrainJob and resume it; the status line."""
-    cluster.patch(TRAINJOB_KIND, name, namespace, {
-        "metadata": {"annotations": {ANNOTATION: avoidance.to_json()}}, "spec": {"suspend": False}})
+    cluster.patch(
+        TRAINJOB_KIND,
+        name,
+        namespace,
+        {"metadata": {"annotations": {ANNOTATION: avoidance.to_json()}}, "spec": {"suspend": False}},
+    )
     return status_line(avoidance)
 
 
@@ -511,9 +591,12 @@ def patch_problems(trainjob: dict, patches: list[dict]) -> list[str]:
     TrainJob's runtimePatches once `patches` replace them ([] if nothing)."""
     from nemo_kubeflow.schema.validation import validate_manifest
 
-    candidate = {"apiVersion": trainjob.get("apiVersion"), "kind": TRAINJOB_KIND,
-                 "metadata": {"name": trainjob["metadata"]["name"], "namespace": trainjob["metadata"].get("namespace")},
-                 "spec": {**trainjob["spec"], "runtimePatches": patches}}
+    candidate = {
+        "apiVersion": trainjob.get("apiVersion"),
+        "kind": TRAINJOB_KIND,
+        "metadata": {"name": trainjob["metadata"]["name"], "namespace": trainjob["metadata"].get("namespace")},
+        "spec": {**trainjob["spec"], "runtimePatches": patches},
+    }
     return [p for p in validate_manifest(candidate) if "runtimePatches" in p]
 
 
@@ -521,8 +604,9 @@ def status_line(avoidance: Avoidance) -> str:
     """What status says about avoided nodes ("" if none)."""
     parts = [f.avoiding() for f in avoidance.avoided]
     if avoidance.restarts_before:
-        parts.append(f"{avoidance.restarts_before} gang restart{'s' if avoidance.restarts_before > 1 else ''} "
-                     "before the move")
+        parts.append(
+            f"{avoidance.restarts_before} gang restart{'s' if avoidance.restarts_before > 1 else ''} before the move"
+        )
     if avoidance.capped:
         parts.append(avoidance.capped)
     return "; ".join(parts)

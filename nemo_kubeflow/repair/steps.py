@@ -44,8 +44,12 @@ class Repaired:
     line: str
 
 
-def apply(cluster: Cluster, observation: Observation, record: Optional[records.AppRecord],
-          keeper: Optional[NodeLogKeeper] = None) -> list[Repaired]:
+def apply(
+    cluster: Cluster,
+    observation: Observation,
+    record: Optional[records.AppRecord],
+    keeper: Optional[NodeLogKeeper] = None,
+) -> list[Repaired]:
     """Apply each recommended action, in order; what each did."""
     app = records.parse_app_id(observation.app_id)
     done = []
@@ -56,8 +60,14 @@ def apply(cluster: Cluster, observation: Observation, record: Optional[records.A
     return done
 
 
-def _carry_out(cluster: Cluster, app: tuple[str, str], observation: Observation, action: RepairAction,
-               record: Optional[records.AppRecord], keeper: Optional[NodeLogKeeper]) -> Optional[str]:
+def _carry_out(
+    cluster: Cluster,
+    app: tuple[str, str],
+    observation: Observation,
+    action: RepairAction,
+    record: Optional[records.AppRecord],
+    keeper: Optional[NodeLogKeeper],
+) -> Optional[str]:
     """Apply one action to the job ``app`` (namespace, name): the line that names what it did; ``None`` when
     what it needs is missing (the TrainJob to move, the job directory to keep logs in)."""
     namespace, name = app
@@ -70,8 +80,9 @@ def _carry_out(cluster: Cluster, app: tuple[str, str], observation: Observation,
     return None
 
 
-def delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Optional[records.AppRecord],
-                       why: str) -> str:
+def delete_unstartable(
+    cluster: Cluster, namespace: str, name: str, record: Optional[records.AppRecord], why: str
+) -> str:
     """A job that can never start as configured (``diagnosis.why_waiting`` says fatal: an image the registry
     does not have): stop waiting and free the cluster. The app record keeps the outcome, so that later looks
     (which find no TrainJob) still report it."""
@@ -81,8 +92,7 @@ def delete_unstartable(cluster: Cluster, namespace: str, name: str, record: Opti
     return f"deleted TrainJob {namespace}/{name}: it can never start ({why.split('; the TrainJob')[0]})"
 
 
-def keep_node_logs(cluster: Cluster, namespace: str, name: str, job_dir: str,
-                   keeper: Optional[NodeLogKeeper]) -> str:
+def keep_node_logs(cluster: Cluster, namespace: str, name: str, job_dir: str, keeper: Optional[NodeLogKeeper]) -> str:
     """Save each node's log that has no file yet: from its pod, else the last lines kept while waiting (also
     for a pod gone between its list and its read: the Job controller deletes a failed Job's running pods)."""
     from nemo_kubeflow.observe.logs import save_node_logs

@@ -195,9 +195,7 @@ def _json_type(value: Any) -> str:
 
 def _close_match(key: str, choices: Sequence[str]) -> Optional[str]:
     lowered = {c.lower(): c for c in choices}
-    return lowered.get(key.lower()) or next(
-        iter(difflib.get_close_matches(key, choices, n=1, cutoff=0.6)), None
-    )
+    return lowered.get(key.lower()) or next(iter(difflib.get_close_matches(key, choices, n=1, cutoff=0.6)), None)
 
 
 def _did_you_mean(key: str, choices: Sequence[str], known: str = "known fields") -> str:
@@ -477,8 +475,9 @@ def _cannot_overcommit(name: str) -> bool:
     return _is_extended(name) or name.startswith("hugepages-")
 
 
-def _check_request_within_limit(name: str, request: Decimal, limit: Optional[Decimal], path: Path, out: _Problems,
-                                partial: bool) -> None:
+def _check_request_within_limit(
+    name: str, request: Decimal, limit: Optional[Decimal], path: Path, out: _Problems, partial: bool
+) -> None:
     if limit is None:
         if _cannot_overcommit(name) and not partial:
             out.add(
@@ -621,8 +620,9 @@ def _check_pod_volumes(pod: dict, path: Path, out: _Problems) -> dict[str, int]:
     return volumes
 
 
-def _check_container(container: dict, section: str, where: Path, volumes: dict[str, int],
-                     names: dict[str, Path], out: _Problems) -> None:
+def _check_container(
+    container: dict, section: str, where: Path, volumes: dict[str, int], names: dict[str, Path], out: _Problems
+) -> None:
     """One container or init container; ``names``: the container names seen so far (this one is added)."""
     name = container.get("name")
     if isinstance(name, str):
@@ -688,8 +688,12 @@ def _check_mounted_volume(ref: str, volumes: dict[str, int], path: Path, out: _P
 
 #: Fields removed from the API (path from the object's root -> what to use instead).
 _REMOVED_FIELDS: dict[tuple[str, ...], str] = {
-    ("spec", "mlPolicy", "torch", "numProcPerNode"):
-        "removed in Trainer v2.2; set spec.trainer.numProcPerNode on the TrainJob",
+    (
+        "spec",
+        "mlPolicy",
+        "torch",
+        "numProcPerNode",
+    ): "removed in Trainer v2.2; set spec.trainer.numProcPerNode on the TrainJob",
     ("spec", "podTemplateOverrides"): "removed in Trainer v2.2; use spec.runtimePatches",
     ("spec", "podSpecOverrides"): "removed in Trainer v2.1; use spec.runtimePatches",
 }
@@ -792,8 +796,11 @@ def _check_int_format(value: int, fmt: str, path: Path, out: _Problems) -> None:
     """An integer fits its format (int32, int64): the API server cannot store it otherwise."""
     low, high = C.INT_FORMAT_RANGES[fmt]
     if not low <= value <= high:
-        out.add(path, f"{value} does not fit {fmt} ({low} to {high})",
-                f"set at most {high}" if value > high else f"set at least {low}")
+        out.add(
+            path,
+            f"{value} does not fit {fmt} ({low} to {high})",
+            f"set at most {high}" if value > high else f"set at least {low}",
+        )
 
 
 def _check_number_constraints(value: Any, node: dict, path: Path, out: _Problems) -> None:
@@ -814,8 +821,13 @@ def _check_string_constraints(value: str, node: dict, path: Path, out: _Problems
     if "maxLength" in node and len(value) > node["maxLength"]:
         out.soft(path, f"{len(value)} characters, over the CRD limit of {node['maxLength']}", "shorten it")
     if "minLength" in node and len(value) < node["minLength"]:
-        out.soft(path, "must not be empty" if node["minLength"] == 1
-                 else f"shorter than the {node['minLength']} characters the CRD requires", "set a value")
+        out.soft(
+            path,
+            "must not be empty"
+            if node["minLength"] == 1
+            else f"shorter than the {node['minLength']} characters the CRD requires",
+            "set a value",
+        )
     _check_pattern(value, node, path, out)
 
 
@@ -898,8 +910,14 @@ def _check_kube(doc: dict, kind: str, base: Path, out: _Problems, skip: set[Path
     """Validate ``doc`` against the strict core schema of ``kind`` for ``KUBERNETES_VERSION``; report
     under ``base`` unless the path is in ``skip``."""
     problems = _Problems()
-    _walk(doc, schemas.root(f"core/{kind}"), base, problems, f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
-          core=True)
+    _walk(
+        doc,
+        schemas.root(f"core/{kind}"),
+        base,
+        problems,
+        f"unknown field in Kubernetes {C.KUBERNETES_VERSION}",
+        core=True,
+    )
     out.items.extend(_not_at(problems.items, skip))
     out.fallbacks.extend(_not_at(problems.fallbacks, skip))
 
@@ -916,8 +934,12 @@ def _check_trainjob(obj: dict, out: _Problems) -> None:
     path: Path = ("spec",)
     _check_runtime_ref(_dict(spec.get("runtimeRef")), path + ("runtimeRef",), out)
     _check_trainer(_dict(spec.get("trainer")), path + ("trainer",), out)
-    _check_at_least_one(spec.get("activeDeadlineSeconds"), path + ("activeDeadlineSeconds",), out,
-                        "set a positive number of seconds or leave it unset")
+    _check_at_least_one(
+        spec.get("activeDeadlineSeconds"),
+        path + ("activeDeadlineSeconds",),
+        out,
+        "set a positive number of seconds or leave it unset",
+    )
     _check_managed_by(spec.get("managedBy"), path + ("managedBy",), out)
     for step in ("dataset", "model"):
         _check_initializer(_dict(_dict(spec.get("initializer")).get(step)), path + ("initializer", step), out)
@@ -934,7 +956,9 @@ def _check_at_least_one(value: Any, path: Path, out: _Problems, fix: str = "set 
 def _check_managed_by(managed_by: Any, path: Path, out: _Problems) -> None:
     allowed = C.TRAINJOB_MANAGED_BY_VALUES
     if isinstance(managed_by, str) and managed_by not in allowed:
-        out.add(path, f"{_short(managed_by)} is not allowed by the CRD", f"use {' or '.join(allowed)}, or leave it unset")
+        out.add(
+            path, f"{_short(managed_by)} is not allowed by the CRD", f"use {' or '.join(allowed)}, or leave it unset"
+        )
 
 
 def _check_runtime_ref_name(name: Any, path: Path, out: _Problems) -> None:
@@ -994,9 +1018,7 @@ _POD_SPEC_PATH: tuple[str, ...] = ("template", "spec", "template", "spec")
 def _check_runtime_patches(patches: Any, path: Path, out: _Problems) -> None:
     patches = _list(patches)
     if len(patches) > 16:
-        out.add(
-            path, f"{len(patches)} patches, over the CRD limit of 16", "merge patches that share a manager"
-        )
+        out.add(path, f"{len(patches)} patches, over the CRD limit of 16", "merge patches that share a manager")
     managers: dict[str, int] = {}
     for i, patch in enumerate(patches):
         manager = _dict(patch).get("manager")
@@ -1022,8 +1044,11 @@ def _patch_containers(patch: dict, path: Path) -> Iterator[tuple[Path, Any]]:
     """The init containers and containers of a runtime patch's replicated jobs, each with its path."""
     jobs = _dict(_dict(patch.get("trainingRuntimeSpec")).get("template")).get("spec")
     for section in ("initContainers", "containers"):
-        yield from _find(jobs, ("replicatedJobs", "*", *_POD_SPEC_PATH, section, "*"),
-                         path + ("trainingRuntimeSpec", "template", "spec"))
+        yield from _find(
+            jobs,
+            ("replicatedJobs", "*", *_POD_SPEC_PATH, section, "*"),
+            path + ("trainingRuntimeSpec", "template", "spec"),
+        )
 
 
 def _check_patch_env(patch: dict, path: Path, out: _Problems) -> None:
@@ -1033,8 +1058,7 @@ def _check_patch_env(patch: dict, path: Path, out: _Problems) -> None:
         name = _dict(container).get("name")
         if name in (C.TRAINER_NODE, *_INITIALIZER_CONTAINERS) and _dict(container).get("env") is not None:
             fix = "use spec.trainer.env" if name == C.TRAINER_NODE else "use spec.initializer env"
-            out.add(cpath + ("env",), f"the Trainer webhook rejects env on the {name} container in runtimePatches",
-                    fix)
+            out.add(cpath + ("env",), f"the Trainer webhook rejects env on the {name} container in runtimePatches", fix)
 
 
 #: Enums the runtime CRD enforces and the models do not (paths under the runtime's spec).
@@ -1152,8 +1176,14 @@ def _check_claim_template_namespaces(jobset: dict, jpath: Path, out: _Problems) 
 
 def _check_replicated_job_names(spec: dict, rjobs: list, path: Path, out: _Problems) -> None:
     """The replicated jobs' names, each once, and every reference to one (dependsOn, envInjection...)."""
-    names = _unique_names(rjobs, path + ("template", "spec", "replicatedJobs"), "replicated job", "defined",
-                          "give each replicated job its own name", out)
+    names = _unique_names(
+        rjobs,
+        path + ("template", "spec", "replicatedJobs"),
+        "replicated job",
+        "defined",
+        "give each replicated job its own name",
+        out,
+    )
     for pattern in _RJOB_REFERENCES:
         for where, ref in _find(spec, pattern, path):
             if isinstance(ref, str) and ref not in names:
@@ -1172,8 +1202,9 @@ _EXIT_CODE_OPERATORS = ("In", "NotIn")
 
 def _check_failure_policies(jobset: dict, rjobs: list, jpath: Path, out: _Problems) -> None:
     """What the JobSet webhook and the Job API refuse in failure rules (beyond the schema)."""
-    _check_failure_rule_names(_list(_dict(jobset.get("failurePolicy")).get("rules")),
-                              jpath + ("failurePolicy", "rules"), out)
+    _check_failure_rule_names(
+        _list(_dict(jobset.get("failurePolicy")).get("rules")), jpath + ("failurePolicy", "rules"), out
+    )
     for r, rjob in enumerate(rjobs):
         _check_pod_failure_policy(rjob, jpath + ("replicatedJobs", r), out)
 
@@ -1186,12 +1217,17 @@ def _check_failure_rule_names(rules: list, path: Path, out: _Problems) -> None:
         if not isinstance(name, str):
             continue
         if not _FAILURE_RULE_NAME.fullmatch(name):
-            out.add(path + (i, "name"),
-                    f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
-                    "start with a letter; use letters, digits, '_', ',' or ':'")
+            out.add(
+                path + (i, "name"),
+                f"{_short(name)} is not a valid rule name (JobSet: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$)",
+                "start with a letter; use letters, digits, '_', ',' or ':'",
+            )
         elif name in seen:
-            out.add(path + (i, "name"), f"rule {name} is already defined at rules[{seen[name]}]",
-                    "give each rule its own name")
+            out.add(
+                path + (i, "name"),
+                f"rule {name} is already defined at rules[{seen[name]}]",
+                "give each rule its own name",
+            )
         seen.setdefault(name, i)
 
 
@@ -1204,9 +1240,11 @@ def _check_pod_failure_policy(rjob: Any, rpath: Path, out: _Problems) -> None:
     pod_spec = _pod_spec(rjob)
     restart = pod_spec.get("restartPolicy", "OnFailure")
     if restart != "Never":
-        out.add(rpath + _POD_SPEC_PATH + ("restartPolicy",),
-                f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs "
-                "Never", "set restartPolicy: Never in the pod template")
+        out.add(
+            rpath + _POD_SPEC_PATH + ("restartPolicy",),
+            f"is {_short(restart)} (JobSet's default is OnFailure), but a Job with a podFailurePolicy needs Never",
+            "set restartPolicy: Never in the pod template",
+        )
     containers = set(_container_names(pod_spec))
     for k, rule in enumerate(_list(policy.get("rules"))):
         _check_pod_failure_rule(_dict(rule), ppath + ("rules", k), containers, out)
@@ -1230,8 +1268,11 @@ def _check_exit_codes(codes: dict, cpath: Path, containers: set, out: _Problems)
 def _check_exit_code_container(container: Any, containers: set, path: Path, out: _Problems) -> None:
     """A rule's containerName, if set, names a container or init container of the pod template."""
     if container is not None and container not in containers:
-        out.add(path, f"no container named {_short(container)} in the pod template",
-                _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"))
+        out.add(
+            path,
+            f"no container named {_short(container)} in the pod template",
+            _did_you_mean(str(container), sorted(n for n in containers if n), known="containers"),
+        )
 
 
 def _check_exit_code_values(values: list, operator: Any, path: Path, out: _Problems) -> None:
@@ -1298,7 +1339,9 @@ def _container_names(pod_spec: dict) -> list:
 
 def _check_replicated_jobs(rjobs: list, path: Path, out: _Problems, schema_paths: set[Path]) -> None:
     """Each replicated job, then the one trainer job among them (labelled as such)."""
-    trainer_jobs = [i for i, rjob in enumerate(rjobs) if _check_replicated_job(_dict(rjob), path + (i,), out, schema_paths)]
+    trainer_jobs = [
+        i for i, rjob in enumerate(rjobs) if _check_replicated_job(_dict(rjob), path + (i,), out, schema_paths)
+    ]
     if trainer_jobs:
         _check_one_trainer_job(trainer_jobs, path, out)
         _check_trainer_job(rjobs[trainer_jobs[0]], path + (trainer_jobs[0],), out)
@@ -1321,8 +1364,7 @@ def _check_trainer_job(rjob: dict, rpath: Path, out: _Problems) -> None:
     if rjob.get("name") != C.TRAINER_NODE:
         out.add(
             rpath + ("name",),
-            f"the trainer job must be named {C.TRAINER_NODE}:"
-            " PET_MASTER_ADDR and the SDK's pod selector assume it",
+            f"the trainer job must be named {C.TRAINER_NODE}: PET_MASTER_ADDR and the SDK's pod selector assume it",
             f"rename it to {C.TRAINER_NODE}",
         )
     containers = _list(_pod_spec(rjob).get("containers"))
@@ -1346,8 +1388,7 @@ def _check_replicated_job(rjob: dict, rpath: Path, out: _Problems, schema_paths:
     if ancestor is not None and _is_int(replicas) and replicas != 1:
         out.add(
             rpath + ("replicas",),
-            f"is {_short(replicas)}, but jobs labelled {C.ANCESTOR_LABEL} must have one replica"
-            " (Trainer webhook)",
+            f"is {_short(replicas)}, but jobs labelled {C.ANCESTOR_LABEL} must have one replica (Trainer webhook)",
             "set replicas: 1 or leave it unset; scale with numNodes",
         )
     _check_labels_annotations(_dict(template.get("metadata")), rpath + ("template", "metadata"), out)
@@ -1406,8 +1447,9 @@ def _check_node_devices(limits: dict, path: Path, out: _Problems) -> None:
             "add the GPU count (nvidia.com/gpu) or cpu to the limits",
         )
     elif len(mig) > 1:
-        out.add(path, f"several MIG types ({', '.join(mig)}); the Kubeflow SDK supports one",
-                "request a single MIG profile")
+        out.add(
+            path, f"several MIG types ({', '.join(mig)}); the Kubeflow SDK supports one", "request a single MIG profile"
+        )
 
 
 def _check_env_injection(policy: dict, rjobs: list, path: Path, out: _Problems) -> None:
@@ -1600,11 +1642,7 @@ def _check_pvc_quantities(resources: dict, schema_paths: set[Path], out: _Proble
     for section in ("requests", "limits"):
         for name, value in _dict(resources.get(section)).items():
             where = ("spec", "resources", section, name)
-            if (
-                where not in schema_paths
-                and _check_quantity(value, where, out) == 0
-                and where == _STORAGE_REQUEST
-            ):
+            if where not in schema_paths and _check_quantity(value, where, out) == 0 and where == _STORAGE_REQUEST:
                 out.add(_STORAGE_REQUEST, "must be greater than zero", 'set e.g. "100Gi"')
 
 
@@ -1700,8 +1738,11 @@ def _check_object(obj: dict, out: _Problems) -> None:
 
 #: The executor field behind each part of our runtime patch's pod (build/render.existing_runtime_pod).
 _PATCH_FIELDS = {
-    "tolerations": "tolerations", "nodeSelector": "node_selector", "serviceAccountName": "service_account",
-    "terminationGracePeriodSeconds": "termination_grace_period_seconds", "labels": "pod_labels",
+    "tolerations": "tolerations",
+    "nodeSelector": "node_selector",
+    "serviceAccountName": "service_account",
+    "terminationGracePeriodSeconds": "termination_grace_period_seconds",
+    "labels": "pod_labels",
     "annotations": "pod_annotations",
 }
 _SECURITY_FIELDS = {"runAsUser": "run_as_user", "fsGroup": "fs_group"}
@@ -1728,10 +1769,13 @@ def runtime_patch_conflicts(trainjob: dict, runtime: dict) -> list[str]:
     admin_job = _first_with(rjobs, "name", C.TRAINER_NODE)
     if admin_job is None:
         names = ", ".join(str(_dict(j).get("name")) for j in rjobs) or "none"
-        return [f"runtime {name!r} has no replicated job {C.TRAINER_NODE!r} (it has: {names}): nemo_kubeflow's "
-                "settings go to that job's pods; use a runtime built like Trainer's torch-distributed"]
-    patch_jobs = _list(_dict(_dict(_dict(ours.get("trainingRuntimeSpec")).get("template")).get("spec"))
-                       .get("replicatedJobs"))
+        return [
+            f"runtime {name!r} has no replicated job {C.TRAINER_NODE!r} (it has: {names}): nemo_kubeflow's "
+            "settings go to that job's pods; use a runtime built like Trainer's torch-distributed"
+        ]
+    patch_jobs = _list(
+        _dict(_dict(_dict(ours.get("trainingRuntimeSpec")).get("template")).get("spec")).get("replicatedJobs")
+    )
     patch_template = _pod_template(_first_with(patch_jobs, "name", C.TRAINER_NODE))
     admin_template = _pod_template(admin_job)
     conflicts = _PatchConflicts(str(name), _dict(patch_template.get("spec")), _dict(admin_template.get("spec")))
@@ -1756,7 +1800,8 @@ class _PatchConflicts:
         self.problems.append(
             f"{fname}: runtime {self.name!r} already sets {what} to {_short(theirs, 120)}; the job's "
             f"runtime patch would replace the admin's value. Leave {fname} unset to keep it, or use a "
-            "runtime without it")
+            "runtime without it"
+        )
 
     def check_pod_metadata(self, ours: dict, theirs: dict) -> None:
         """The pod labels and annotations of our patch (``ours``) against the runtime's (``theirs``)."""
@@ -1778,7 +1823,8 @@ class _PatchConflicts:
         if self.pod.get("tolerations") and missing:
             self.problems.append(
                 f"tolerations: runtime {self.name!r} has tolerations {_short(missing, 160)} and a patch replaces "
-                "the whole list: add them to tolerations too, or leave tolerations unset")
+                "the whole list: add them to tolerations too, or leave tolerations unset"
+            )
 
     def check_pod_settings(self) -> None:
         """The node selector keys, scalar fields and security context fields that our patch overwrites."""
@@ -1797,7 +1843,8 @@ class _PatchConflicts:
             if _dict(volume).get("name") in admin_volumes:
                 self.problems.append(
                     f"{_volume_field(str(volume['name']))}: runtime {self.name!r} already has a volume named "
-                    f"{volume['name']!r}, which the job's volume would replace; rename the runtime's volume")
+                    f"{volume['name']!r}, which the job's volume would replace; rename the runtime's volume"
+                )
 
     def check_container(self, patched: dict, containers: dict[str, dict]) -> None:
         """One container of our patch against the runtime's ``containers`` by name."""
@@ -1805,7 +1852,8 @@ class _PatchConflicts:
         if cname not in containers:
             self.problems.append(
                 f"runtime {self.name!r} has no container {cname!r} in its {C.TRAINER_NODE!r} pods (it has: "
-                f"{', '.join(containers) or 'none'}): nemo_kubeflow's mounts and settings go to it")
+                f"{', '.join(containers) or 'none'}): nemo_kubeflow's mounts and settings go to it"
+            )
             return
         self.check_mounts(patched, containers[cname])
         if patched.get("securityContext"):
@@ -1814,12 +1862,14 @@ class _PatchConflicts:
     def check_restricted_security(self, cname: str, containers: dict[str, dict]) -> None:
         """Our patch restricts container ``cname`` only: the runtime must run no other container beside it."""
         others = [n for n in containers if n != cname] + [
-            str(_dict(c).get("name")) for c in _list(self.admin.get("initContainers"))]
+            str(_dict(c).get("name")) for c in _list(self.admin.get("initContainers"))
+        ]
         if others:
             self.problems.append(
                 f"restricted_security: runtime {self.name!r} runs containers {', '.join(others)} beside "
                 f"{cname!r}, which a runtime patch cannot restrict; make the runtime's pods pass "
-                "the restricted profile itself and leave restricted_security False")
+                "the restricted profile itself and leave restricted_security False"
+            )
 
     def check_mounts(self, patched: dict, theirs: dict) -> None:
         """The mount paths of our container ``patched`` that the runtime's container ``theirs`` mounts already."""
@@ -1831,4 +1881,5 @@ class _PatchConflicts:
                 self.problems.append(
                     f"{_volume_field(str(mount.get('name')))}: runtime {self.name!r} already mounts volume "
                     f"{mounts[path]!r} at {path!r} in container {cname!r}; mount somewhere else"
-                    + (", or set shm_size=None to keep the runtime's /dev/shm" if path == "/dev/shm" else ""))
+                    + (", or set shm_size=None to keep the runtime's /dev/shm" if path == "/dev/shm" else "")
+                )

@@ -81,8 +81,7 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
 
 
 def already_exists(rt: ResourceType, name: str) -> ApiError:
-    return ApiError(409, f'{rt.qualified} "{name}" already exists', reason="AlreadyExists",
-                    details=_details(rt, name))
+    return ApiError(409, f'{rt.qualified} "{name}" already exists', reason="AlreadyExists", details=_details(rt, name))
 
 
 def conflict(rt: ResourceType, name: str) -> ApiError:

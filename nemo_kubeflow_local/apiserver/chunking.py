@@ -23,8 +23,10 @@ from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
 #: The version kube-apiserver writes in its continue tokens.
 _TOKEN_VERSION = "meta.k8s.io/v1"
 #: kube-apiserver's words for a token whose revision is gone (storage/errors: NewResourceExpired).
-EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start a new "
-           "list without the continue parameter.")
+EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter."
+)
 
 
 def limit_of(query: dict) -> int:
@@ -54,8 +56,9 @@ def start_of(query: dict, resource_version: str) -> Optional[str]:
     except (binascii.Error, ValueError, KeyError, TypeError):
         raise bad_request("continue key is not valid: could not decode") from None
     if version != _TOKEN_VERSION:
-        raise bad_request(f"continue key is not valid: incorrect encoded start resourceVersion (version "
-                          f"{_TOKEN_VERSION})")
+        raise bad_request(
+            f"continue key is not valid: incorrect encoded start resourceVersion (version {_TOKEN_VERSION})"
+        )
     if rv <= 0 or not start:
         raise bad_request("continue key is not valid: incorrect encoded start resourceVersion")
     if str(rv) != resource_version:
@@ -64,13 +67,15 @@ def start_of(query: dict, resource_version: str) -> Optional[str]:
 
 
 def _token(resource_version: str, last_key: str) -> str:
-    body = json.dumps({"v": _TOKEN_VERSION, "rv": int(resource_version), "start": last_key + "\x00"},
-                      separators=(",", ":"))
+    body = json.dumps(
+        {"v": _TOKEN_VERSION, "rv": int(resource_version), "start": last_key + "\x00"}, separators=(",", ":")
+    )
     return base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
 
 
-def chunk(items: list[dict], query: dict, resource_version: str, *, cluster_wide: bool,
-          selected: bool) -> tuple[list[dict], dict]:
+def chunk(
+    items: list[dict], query: dict, resource_version: str, *, cluster_wide: bool, selected: bool
+) -> tuple[list[dict], dict]:
     """The items of this chunk (``items`` in key order) and the list metadata to add: ``continue`` and, without a
     selector (``selected``), ``remainingItemCount``, when items are left."""
     limit, start = limit_of(query), start_of(query, resource_version)

@@ -24,8 +24,10 @@ def schema_version() -> str:
     wanted = Version(KUBERNETES_VERSION)
     same_minor = [v for v in kv.all_versions() if Version(v).release[:2] == wanted.release[:2]]
     if not same_minor:
-        raise RuntimeError(f"kubernetes-validate has no schemas of Kubernetes {wanted.major}.{wanted.minor}, the "
-                           "release this API server emulates: upgrade kubernetes-validate")
+        raise RuntimeError(
+            f"kubernetes-validate has no schemas of Kubernetes {wanted.major}.{wanted.minor}, the "
+            "release this API server emulates: upgrade kubernetes-validate"
+        )
     return same_minor[-1]
 
 

@@ -105,8 +105,15 @@ def decode(rt: ResourceType, obj: dict) -> list[Path]:
     return sorted(set(unknown), key=format_path)
 
 
-_PYDANTIC_TYPES = {"int": "integer", "string": "string", "bool": "boolean", "list": "array", "dict": "object",
-                   "float": "number", "model": "object"}
+_PYDANTIC_TYPES = {
+    "int": "integer",
+    "string": "string",
+    "bool": "boolean",
+    "list": "array",
+    "dict": "object",
+    "float": "number",
+    "model": "object",
+}
 
 
 def _custom_type_error(rt: ResourceType, obj: dict, model: Any, error: pydantic.ValidationError) -> ApiError:
@@ -140,6 +147,7 @@ def prune(obj: dict, paths: list[Path]) -> None:
 
 # --- names and metadata (k8s.io/apimachinery/pkg/util/validation) ---------------------------------
 
+
 def _metadata_errors(rt: ResourceType, meta: dict) -> list[FieldError]:
     errors: list[FieldError] = []
     name = meta.get("name", "")
@@ -151,10 +159,14 @@ def _metadata_errors(rt: ResourceType, meta: dict) -> list[FieldError]:
     for key, value in (meta.get("labels") or {}).items():
         errors.extend(FieldError.invalid("metadata.labels", key, msg) for msg in name_rules.qualified_name_errors(key))
         if isinstance(value, str):
-            errors.extend(FieldError.invalid("metadata.labels", value, msg) for msg in name_rules.label_value_errors(value))
+            errors.extend(
+                FieldError.invalid("metadata.labels", value, msg) for msg in name_rules.label_value_errors(value)
+            )
     for key in meta.get("annotations") or {}:
-        errors.extend(FieldError.invalid("metadata.annotations", key, msg)
-                      for msg in name_rules.qualified_name_errors(key.lower()))
+        errors.extend(
+            FieldError.invalid("metadata.annotations", key, msg)
+            for msg in name_rules.qualified_name_errors(key.lower())
+        )
     size = sum(len(k) + len(v or "") for k, v in (meta.get("annotations") or {}).items())
     if size > C.ANNOTATIONS_MAX_BYTES:
         errors.append(FieldError.too_long("metadata.annotations", C.ANNOTATIONS_MAX_BYTES))
@@ -189,16 +201,19 @@ def _b64decode(value: str, kind: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        raise bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: illegal base64 data at input '
-                          f'byte 0') from None
+        raise bad_request(
+            f'{kind} in version "v1" cannot be handled as a {kind}: illegal base64 data at input byte 0'
+        ) from None
 
 
 def normalize_secret(obj: dict) -> None:
     """Merge `stringData` into base64 `data` (the server never stores stringData)."""
     string_data = obj.pop("stringData", None) or {}
     if string_data:
-        obj["data"] = {**(obj.get("data") or {}),
-                       **{k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}}
+        obj["data"] = {
+            **(obj.get("data") or {}),
+            **{k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()},
+        }
     obj.setdefault("type", "Opaque")
 
 
@@ -227,7 +242,9 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
         if name in volumes:
             errors.append(FieldError.duplicate(f"{path}.volumes[{i}].name", name))
         volumes.add(name)
-        errors.extend(FieldError.invalid(f"{path}.volumes[{i}].name", name, m) for m in name_rules.dns1123_label_errors(name))
+        errors.extend(
+            FieldError.invalid(f"{path}.volumes[{i}].name", name, m) for m in name_rules.dns1123_label_errors(name)
+        )
     if not spec.get("containers"):
         errors.append(FieldError.required(f"{path}.containers"))
     names: set[str] = set()
@@ -240,7 +257,9 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
             elif name in names:
                 errors.append(FieldError.duplicate(f"{where}.name", name))
             else:
-                errors.extend(FieldError.invalid(f"{where}.name", name, m) for m in name_rules.dns1123_label_errors(name))
+                errors.extend(
+                    FieldError.invalid(f"{where}.name", name, m) for m in name_rules.dns1123_label_errors(name)
+                )
             names.add(name)
             if not container.get("image"):
                 errors.append(FieldError.required(f"{where}.image"))
@@ -252,27 +271,41 @@ def pod_spec_errors(spec: dict, path: str = "spec") -> list[FieldError]:
                 if not mount_path:
                     errors.append(FieldError.required(f"{where}.volumeMounts[{j}].mountPath"))
                 elif mount_path in mount_paths:
-                    errors.append(FieldError.invalid(f"{where}.volumeMounts[{j}].mountPath", mount_path,
-                                                     "must be unique"))
+                    errors.append(
+                        FieldError.invalid(f"{where}.volumeMounts[{j}].mountPath", mount_path, "must be unique")
+                    )
                 mount_paths.add(mount_path)
             for j, env in enumerate(container.get("env") or []):
                 if not env.get("name"):
                     errors.append(FieldError.required(f"{where}.env[{j}].name"))
                 else:
-                    errors.extend(FieldError.invalid(f"{where}.env[{j}].name", env["name"], m)
-                                  for m in name_rules.relaxed_env_var_name_errors(env["name"]))
-                sources = [k for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
-                           if (env.get("valueFrom") or {}).get(k)]
+                    errors.extend(
+                        FieldError.invalid(f"{where}.env[{j}].name", env["name"], m)
+                        for m in name_rules.relaxed_env_var_name_errors(env["name"])
+                    )
+                sources = [
+                    k
+                    for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+                    if (env.get("valueFrom") or {}).get(k)
+                ]
                 if env.get("valueFrom") is not None and len(sources) != 1:
-                    errors.append(FieldError.invalid(
-                        f"{where}.env[{j}].valueFrom", "",
-                        "may not have more than one field specified at a time" if sources
-                        else "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
-                             "`secretKeyRef`"))
+                    errors.append(
+                        FieldError.invalid(
+                            f"{where}.env[{j}].valueFrom",
+                            "",
+                            "may not have more than one field specified at a time"
+                            if sources
+                            else "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or "
+                            "`secretKeyRef`",
+                        )
+                    )
     policy = spec.get("restartPolicy", "Always")
     if policy not in _RESTART_POLICIES:
-        errors.append(FieldError(f"{path}.restartPolicy", "Unsupported value",
-                                 'supported values: "Always", "OnFailure", "Never"', policy))
+        errors.append(
+            FieldError(
+                f"{path}.restartPolicy", "Unsupported value", 'supported values: "Always", "OnFailure", "Never"', policy
+            )
+        )
     return errors
 
 
@@ -295,16 +328,23 @@ def validate(rt: ResourceType, obj: dict, old: Optional[dict] = None) -> list[Fi
     elif rt is R.PODS:
         errors.extend(pod_spec_errors(obj.get("spec") or {}))
         if old is not None and _pod_spec_without_images(obj) != _pod_spec_without_images(old):
-            errors.append(FieldError.forbidden(
-                "spec", "pod updates may not change fields other than `spec.containers[*].image`, "
-                        "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
-                        "additions to existing tolerations) or `spec.terminationGracePeriodSeconds`"))
+            errors.append(
+                FieldError.forbidden(
+                    "spec",
+                    "pod updates may not change fields other than `spec.containers[*].image`, "
+                    "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
+                    "additions to existing tolerations) or `spec.terminationGracePeriodSeconds`",
+                )
+            )
     return errors
 
 
 def _pod_spec_without_images(pod: dict) -> dict:
-    spec = {k: v for k, v in (pod.get("spec") or {}).items()
-            if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")}
+    spec = {
+        k: v
+        for k, v in (pod.get("spec") or {}).items()
+        if k not in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+    }
     for bag in ("containers", "initContainers"):
         spec[bag] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get(bag) or []]
     return spec

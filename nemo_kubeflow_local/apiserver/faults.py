@@ -68,8 +68,11 @@ class Fault:
         """Count a matching request; True when this one is to fail."""
         if self.fired >= self.times:
             return False
-        if (self.verb and self.verb != verb) or (self.resource and self.resource != resource) or \
-                (self.name and self.name != name):
+        if (
+            (self.verb and self.verb != verb)
+            or (self.resource and self.resource != resource)
+            or (self.name and self.name != name)
+        ):
             return False
         self.seen += 1
         if self.nth is not None and self.seen < self.nth:
@@ -85,8 +88,13 @@ class Fault:
         status = status or 500
         details = {"retryAfterSeconds": self.retry_after} if self.retry_after is not None else None
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
-        return ApiError(status, self.message or _DEFAULT_MESSAGES.get(status, "injected fault"),
-                        reason=self.reason or REASONS.get(status, "Unknown"), details=details, headers=headers)
+        return ApiError(
+            status,
+            self.message or _DEFAULT_MESSAGES.get(status, "injected fault"),
+            reason=self.reason or REASONS.get(status, "Unknown"),
+            details=details,
+            headers=headers,
+        )
 
 
 class FaultHandle:
@@ -175,8 +183,14 @@ class Hooks:
         """Whether a fault that drops the connections of requests like this one is in force (not counted as
         fired): an open watch then breaks, as when the API server goes away."""
         with self._lock:
-            return any(f.drop_connection and f.fired < f.times and (not f.verb or f.verb == verb) and
-                       (not f.resource or f.resource == resource) and not f.name for f in self._faults)
+            return any(
+                f.drop_connection
+                and f.fired < f.times
+                and (not f.verb or f.verb == verb)
+                and (not f.resource or f.resource == resource)
+                and not f.name
+                for f in self._faults
+            )
 
     def open_log_stream(self, namespace: str, pod: str) -> LogStreamHandle:
         handle = LogStreamHandle(namespace, pod)
@@ -209,12 +223,14 @@ class Hooks:
         with self._lock:
             self._denied.clear()
 
-    def forbidden(self, verb: str, resource: str, group: str, namespace: Optional[str],
-                  name: Optional[str]) -> Optional[ApiError]:
+    def forbidden(
+        self, verb: str, resource: str, group: str, namespace: Optional[str], name: Optional[str]
+    ) -> Optional[ApiError]:
         """RBAC: the apiserver's Forbidden error if a deny rule covers this request."""
         with self._lock:
-            denied = any(v in (verb, "*") and r in (resource, "*") and ns in (namespace, None)
-                         for v, r, ns in self._denied)
+            denied = any(
+                v in (verb, "*") and r in (resource, "*") and ns in (namespace, None) for v, r, ns in self._denied
+            )
         if not denied:
             return None
         plural = resource.split("/")[0]
@@ -224,15 +240,22 @@ class Hooks:
         if group:
             details["group"] = group
         details["kind"] = plural
-        return ApiError(403, f'{subject} is forbidden: User "{USER}" cannot {verb} resource "{resource}" in API '
-                             f'group "{group}" {scope}', details=details)
+        return ApiError(
+            403,
+            f'{subject} is forbidden: User "{USER}" cannot {verb} resource "{resource}" in API group "{group}" {scope}',
+            details=details,
+        )
 
 
 # --- faults of nodes and containers (not of the API server) ---------------------------------------------
 
 #: What Kubernetes' taint-eviction controller writes on a pod of a lost node before deleting it.
-TAINT_EVICTION_CONDITION = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
-                            "message": "Taint manager: deleting due to NoExecute taint"}
+TAINT_EVICTION_CONDITION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByTaintManager",
+    "message": "Taint manager: deleting due to NoExecute taint",
+}
 
 
 def lose_node(store, events, kubelet, node: str) -> list[str]:
@@ -256,22 +279,32 @@ def lose_node(store, events, kubelet, node: str) -> list[str]:
         def disrupt(obj: dict, uid=meta["uid"]) -> Optional[dict]:
             if obj["metadata"]["uid"] != uid:
                 return None
-            conditions = [c for c in (obj.get("status") or {}).get("conditions") or []
-                          if c["type"] != "DisruptionTarget"]
+            conditions = [
+                c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] != "DisruptionTarget"
+            ]
             obj.setdefault("status", {})["conditions"] = conditions + [
-                {**TAINT_EVICTION_CONDITION, "lastTransitionTime": now_rfc3339()}]
+                {**TAINT_EVICTION_CONDITION, "lastTransitionTime": now_rfc3339()}
+            ]
             return obj
 
         if store.mutate(R.PODS, meta["namespace"], meta["name"], disrupt) is None:
             continue
-        events.record(pod, "Normal", "TaintManagerEviction", f"Marking for deletion Pod {meta['namespace']}/"
-                      f"{meta['name']}", "taint-eviction-controller")
+        events.record(
+            pod,
+            "Normal",
+            "TaintManagerEviction",
+            f"Marking for deletion Pod {meta['namespace']}/{meta['name']}",
+            "taint-eviction-controller",
+        )
         worker = kubelet.worker(meta["uid"])
         if worker is not None:
             worker.kill()
             deadline = time.monotonic() + 10.0
-            while time.monotonic() < deadline and ((store.find(R.PODS, meta["namespace"], meta["name"]) or {})
-                                                   .get("status") or {}).get("phase") == "Running":
+            while (
+                time.monotonic() < deadline
+                and ((store.find(R.PODS, meta["namespace"], meta["name"]) or {}).get("status") or {}).get("phase")
+                == "Running"
+            ):
                 time.sleep(0.05)
         deleted.append(meta["name"])
         try:

@@ -76,8 +76,9 @@ def _merge_list(current: list, patch: list, merge_key: str) -> list:
     for item in patch:
         if not isinstance(item, dict) or merge_key not in item:
             raise bad_request(f"map: {item!r} does not contain declared merge key: {merge_key}")
-        index = next((i for i, cur in enumerate(result)
-                      if isinstance(cur, dict) and cur.get(merge_key) == item[merge_key]), None)
+        index = next(
+            (i for i, cur in enumerate(result) if isinstance(cur, dict) and cur.get(merge_key) == item[merge_key]), None
+        )
         if item.get("$patch") == "delete":
             if index is not None:
                 result.pop(index)
@@ -94,8 +95,9 @@ def _element_order(merged: list, current: list, patch: list, merge_key: str) -> 
     as position -1, so the patch's new items come first."""
     target_keys = [item.get(merge_key) for item in current if isinstance(item, dict)]
     patch_keys = [item.get(merge_key) for item in patch]
-    from_patch = sorted((m for m in merged if m.get(merge_key) in patch_keys),
-                        key=lambda m: patch_keys.index(m.get(merge_key)))
+    from_patch = sorted(
+        (m for m in merged if m.get(merge_key) in patch_keys), key=lambda m: patch_keys.index(m.get(merge_key))
+    )
     target_only = [m for m in merged if m.get(merge_key) not in patch_keys]
 
     def position(item: dict) -> int:
@@ -104,8 +106,7 @@ def _element_order(merged: list, current: list, patch: list, merge_key: str) -> 
 
     ordered = []
     while from_patch and target_only:
-        ordered.append(target_only.pop(0) if position(target_only[0]) <= position(from_patch[0])
-                       else from_patch.pop(0))
+        ordered.append(target_only.pop(0) if position(target_only[0]) <= position(from_patch[0]) else from_patch.pop(0))
     return ordered + target_only + from_patch
 
 
@@ -127,8 +128,11 @@ def _resolve(doc: Any, parts: list[str], path: str) -> Any:
         elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
             doc = doc[int(part)]
         else:
-            raise ApiError(422, f"the server rejected our request due to an error in our request: "
-                                f"doc is missing path: \"{path}\"", reason="Invalid")
+            raise ApiError(
+                422,
+                f'the server rejected our request due to an error in our request: doc is missing path: "{path}"',
+                reason="Invalid",
+            )
     return doc
 
 
@@ -168,8 +172,10 @@ def _remove(doc: Any, parts: list[str], path: str) -> Any:
 
 def json_patch(target: Any, ops: Any) -> Any:
     if not isinstance(ops, list):
-        raise bad_request("the server rejected our request due to an error in our request: "
-                          "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+        raise bad_request(
+            "the server rejected our request due to an error in our request: "
+            "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+        )
     doc = copy.deepcopy(target)
     for op in ops:
         kind, path = op.get("op"), op.get("path", "")
@@ -188,9 +194,13 @@ def json_patch(target: Any, ops: Any) -> Any:
             doc = _add(doc, parts, value, path, replace=False)
         elif kind == "test":
             if _resolve(doc, parts, path) != op.get("value"):
-                raise ApiError(422, f"the server rejected our request due to an error in our request: "
-                                    f"testing value {path} failed", reason="Invalid")
+                raise ApiError(
+                    422,
+                    f"the server rejected our request due to an error in our request: testing value {path} failed",
+                    reason="Invalid",
+                )
         else:
-            raise bad_request(f"the server rejected our request due to an error in our request: "
-                              f"Unexpected kind: {kind}")
+            raise bad_request(
+                f"the server rejected our request due to an error in our request: Unexpected kind: {kind}"
+            )
     return doc

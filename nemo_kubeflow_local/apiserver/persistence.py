@@ -42,8 +42,10 @@ SAVE_INTERVAL_S = 1.0
 #: Gone with the stopped cluster's processes, or rebuilt at start.
 NOT_KEPT = (R.PODS, R.JOBS, R.JOBSETS, R.SERVICES, R.NODES, R.EVENTS)
 INTERRUPTED_REASON = "LocalClusterRestarted"
-INTERRUPTED_MESSAGE = ("the local cluster was stopped while this TrainJob ran and restarted on the same workdir: "
-                       "its pods' processes were killed when it stopped and are gone; submit it again")
+INTERRUPTED_MESSAGE = (
+    "the local cluster was stopped while this TrainJob ran and restarted on the same workdir: "
+    "its pods' processes were killed when it stopped and are gone; submit it again"
+)
 
 
 class StoreUnreadable(RuntimeError):
@@ -66,11 +68,15 @@ class Restored:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{n} {key.split('.')[0]}" for key, n in sorted(self.counts.items()) if n)
-        text = f"Restored the API objects kept in {self.path} ({kinds or 'none'}); pods, Jobs, JobSets and " \
-               "events of the previous run are not kept."
+        text = (
+            f"Restored the API objects kept in {self.path} ({kinds or 'none'}); pods, Jobs, JobSets and "
+            "events of the previous run are not kept."
+        )
         if self.interrupted:
-            text += (f"\n{len(self.interrupted)} TrainJob(s) were running when it stopped and are now Failed "
-                     f"({INTERRUPTED_REASON}): {', '.join(self.interrupted)}")
+            text += (
+                f"\n{len(self.interrupted)} TrainJob(s) were running when it stopped and are now Failed "
+                f"({INTERRUPTED_REASON}): {', '.join(self.interrupted)}"
+            )
         return text
 
 
@@ -82,12 +88,16 @@ def restore(store: Store, workdir: Path) -> Optional[Restored]:
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise StoreUnreadable(f"cannot read the API objects kept in {path} ({type(error).__name__}: {error}); "
-                           "start with --forget (or remove the file) to start empty") from None
+        raise StoreUnreadable(
+            f"cannot read the API objects kept in {path} ({type(error).__name__}: {error}); "
+            "start with --forget (or remove the file) to start empty"
+        ) from None
     if not isinstance(saved, dict) or saved.get("formatVersion") != FORMAT_VERSION:
         version = saved.get("formatVersion") if isinstance(saved, dict) else None
-        raise StoreUnreadable(f"{path} was not written by this version of the local cluster (format {version!r}, this "
-                           f"one reads {FORMAT_VERSION}): start with --forget (or remove the file) to start empty")
+        raise StoreUnreadable(
+            f"{path} was not written by this version of the local cluster (format {version!r}, this "
+            f"one reads {FORMAT_VERSION}): start with --forget (or remove the file) to start empty"
+        )
     types = {rt.key: rt for rt in kept_types()}
     objects = {types[key]: items for key, items in saved["objects"].items() if key in types}
     running = {(tj_ns, name) for tj_ns, name in (tuple(k) for k in saved.get("running", []))}
@@ -102,8 +112,10 @@ def restore(store: Store, workdir: Path) -> Optional[Restored]:
 
 
 def _finished(tj: dict) -> bool:
-    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-               for c in (tj.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (tj.get("status") or {}).get("conditions") or []
+    )
 
 
 def _mark_interrupted(tj: dict) -> None:
@@ -156,11 +168,18 @@ class Saver:
         with self.store.lock:  # stored objects are never changed in place: references are a snapshot
             objects = {rt.key: self.store.stored_objects(rt) for rt in self._types}
             rv = self.store.resource_version
-            running = sorted({(p["metadata"]["namespace"], p["metadata"]["labels"][C.JOBSET_NAME_LABEL])
-                              for rt in (R.PODS, R.JOBS) for p in self.store.stored_objects(rt)
-                              if C.JOBSET_NAME_LABEL in (p["metadata"].get("labels") or {})})
-        text = json.dumps({"formatVersion": FORMAT_VERSION, "resourceVersion": rv, "running": running,
-                           "objects": objects}, separators=(",", ":"))
+            running = sorted(
+                {
+                    (p["metadata"]["namespace"], p["metadata"]["labels"][C.JOBSET_NAME_LABEL])
+                    for rt in (R.PODS, R.JOBS)
+                    for p in self.store.stored_objects(rt)
+                    if C.JOBSET_NAME_LABEL in (p["metadata"].get("labels") or {})
+                }
+            )
+        text = json.dumps(
+            {"formatVersion": FORMAT_VERSION, "resourceVersion": rv, "running": running, "objects": objects},
+            separators=(",", ":"),
+        )
         fd, partial = tempfile.mkstemp(prefix=".store-", dir=self.path.parent)  # mode 0600: Secrets
         try:
             with os.fdopen(fd, "w") as f:

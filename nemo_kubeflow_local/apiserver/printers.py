@@ -14,10 +14,20 @@ from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.timeutil import now, parse
 
-_NAME = {"name": "Name", "type": "string", "format": "name", "priority": 0,
-         "description": "Name must be unique within a namespace."}
-_AGE = {"name": "Age", "type": "string", "format": "", "priority": 0,
-        "description": "CreationTimestamp is when the object was created."}
+_NAME = {
+    "name": "Name",
+    "type": "string",
+    "format": "name",
+    "priority": 0,
+    "description": "Name must be unique within a namespace.",
+}
+_AGE = {
+    "name": "Age",
+    "type": "string",
+    "format": "",
+    "priority": 0,
+    "description": "CreationTimestamp is when the object was created.",
+}
 
 
 def wants_table(accept: str) -> bool:
@@ -70,8 +80,14 @@ def _pod_status(pod: dict) -> str:
         if terminated and terminated.get("exitCode") == 0:
             continue
         if terminated:
-            reason = "Init:" + (terminated.get("reason") or (f"Signal:{terminated['signal']}" if terminated.get("signal")
-                                                           else f"ExitCode:{terminated.get('exitCode')}"))
+            reason = "Init:" + (
+                terminated.get("reason")
+                or (
+                    f"Signal:{terminated['signal']}"
+                    if terminated.get("signal")
+                    else f"ExitCode:{terminated.get('exitCode')}"
+                )
+            )
         elif waiting and waiting.get("reason") and waiting["reason"] != "PodInitializing":
             reason = "Init:" + waiting["reason"]
         else:
@@ -87,8 +103,11 @@ def _pod_status(pod: dict) -> str:
             elif terminated and terminated.get("reason"):
                 reason = terminated["reason"]
             elif terminated:
-                reason = f"Signal:{terminated['signal']}" if terminated.get("signal") \
+                reason = (
+                    f"Signal:{terminated['signal']}"
+                    if terminated.get("signal")
                     else f"ExitCode:{terminated.get('exitCode')}"
+                )
             elif state.get("running") and cs.get("ready"):
                 running = True
         if reason == "Completed" and running:
@@ -115,21 +134,35 @@ def _since(stamp: Optional[str], at: dt.datetime) -> str:
 
 
 #: Events have no NAME column first: what happened matters more than the event's name.
-_EVENT_COLUMNS = [_column("Last Seen"), _column("Type"), _column("Reason"), _column("Object"),
-                  _column("Subobject", priority=1), _column("Source", priority=1), _column("Message"),
-                  _column("First Seen", priority=1), _column("Count", priority=1, type_="integer"),
-                  _column("Name", priority=1)]
+_EVENT_COLUMNS = [
+    _column("Last Seen"),
+    _column("Type"),
+    _column("Reason"),
+    _column("Object"),
+    _column("Subobject", priority=1),
+    _column("Source", priority=1),
+    _column("Message"),
+    _column("First Seen", priority=1),
+    _column("Count", priority=1, type_="integer"),
+    _column("Name", priority=1),
+]
 
 
 def _event_row(event: dict, at: dt.datetime) -> list:
     involved, source = event.get("involvedObject") or {}, event.get("source") or {}
     last = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
-    return [_since(last, at), event.get("type", ""), event.get("reason", ""),
-            f"{involved.get('kind', '').lower()}/{involved.get('name', '')}", involved.get("fieldPath", ""),
-            ", ".join(x for x in (source.get("component"), source.get("host")) if x) or event.get(
-                "reportingComponent", ""),
-            event.get("message", ""), _since(event.get("firstTimestamp") or event.get("eventTime"), at),
-            event.get("count", 1), event.get("metadata", {}).get("name", "")]
+    return [
+        _since(last, at),
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{involved.get('kind', '').lower()}/{involved.get('name', '')}",
+        involved.get("fieldPath", ""),
+        ", ".join(x for x in (source.get("component"), source.get("host")) if x) or event.get("reportingComponent", ""),
+        event.get("message", ""),
+        _since(event.get("firstTimestamp") or event.get("eventTime"), at),
+        event.get("count", 1),
+        event.get("metadata", {}).get("name", ""),
+    ]
 
 
 def _last_condition_type(obj: dict) -> str:
@@ -139,22 +172,54 @@ def _last_condition_type(obj: dict) -> str:
 
 #: Per kind: the columns between NAME and AGE, and how to fill them.
 _COLUMNS: dict[ResourceType, tuple[list[dict], Callable[[dict], list]]] = {
-    R.PODS: ([{"name": "Ready", "type": "string", "format": "", "priority": 0,
-               "description": "The number of ready containers out of all containers."},
-              {"name": "Status", "type": "string", "format": "", "priority": 0,
-               "description": "The aggregate state of the containers in this pod."},
-              {"name": "Restarts", "type": "integer", "format": "", "priority": 0,
-               "description": "The number of times the containers in this pod have been restarted."}],
-             _pod_cells),
-    R.NAMESPACES: ([{"name": "Status", "type": "string", "format": "", "priority": 0,
-                     "description": "The status of the namespace."}],
-                   lambda ns: [(ns.get("status") or {}).get("phase", "")]),
-    R.TRAINJOBS: ([{"name": "State", "type": "string", "format": "", "priority": 0, "description": ""}],
-                  lambda job: [_last_condition_type(job)]),
+    R.PODS: (
+        [
+            {
+                "name": "Ready",
+                "type": "string",
+                "format": "",
+                "priority": 0,
+                "description": "The number of ready containers out of all containers.",
+            },
+            {
+                "name": "Status",
+                "type": "string",
+                "format": "",
+                "priority": 0,
+                "description": "The aggregate state of the containers in this pod.",
+            },
+            {
+                "name": "Restarts",
+                "type": "integer",
+                "format": "",
+                "priority": 0,
+                "description": "The number of times the containers in this pod have been restarted.",
+            },
+        ],
+        _pod_cells,
+    ),
+    R.NAMESPACES: (
+        [
+            {
+                "name": "Status",
+                "type": "string",
+                "format": "",
+                "priority": 0,
+                "description": "The status of the namespace.",
+            }
+        ],
+        lambda ns: [(ns.get("status") or {}).get("phase", "")],
+    ),
+    R.TRAINJOBS: (
+        [{"name": "State", "type": "string", "format": "", "priority": 0, "description": ""}],
+        lambda job: [_last_condition_type(job)],
+    ),
 }
 #: Pods also show their IP and node with `-o wide`.
-_POD_WIDE = [{"name": "IP", "type": "string", "format": "", "priority": 1, "description": "The pod's IP."},
-             {"name": "Node", "type": "string", "format": "", "priority": 1, "description": "The pod's node."}]
+_POD_WIDE = [
+    {"name": "IP", "type": "string", "format": "", "priority": 1, "description": "The pod's IP."},
+    {"name": "Node", "type": "string", "format": "", "priority": 1, "description": "The pod's node."},
+]
 
 
 def _row_object(obj: dict, include: str) -> Optional[dict]:
@@ -173,8 +238,11 @@ def to_table(rt: ResourceType, body: dict, include_object: str = "PartialObjectM
     definitions = _EVENT_COLUMNS if rt is R.EVENTS else [_NAME, *columns, _AGE] + (_POD_WIDE if rt is R.PODS else [])
     rows = []
     for obj in items:
-        row = _event_row(obj, at) if rt is R.EVENTS else [obj.get("metadata", {}).get("name", ""), *cells(obj),
-                                                           _age(obj, at)]
+        row = (
+            _event_row(obj, at)
+            if rt is R.EVENTS
+            else [obj.get("metadata", {}).get("name", ""), *cells(obj), _age(obj, at)]
+        )
         if rt is R.PODS:
             row += [(obj.get("status") or {}).get("podIP") or "<none>", obj.get("spec", {}).get("nodeName") or "<none>"]
         entry: dict = {"cells": row}
@@ -182,7 +250,15 @@ def to_table(rt: ResourceType, body: dict, include_object: str = "PartialObjectM
         if included is not None:
             entry["object"] = included
         rows.append(entry)
-    metadata = body.get("metadata", {}) if "items" in body else {
-        "resourceVersion": body.get("metadata", {}).get("resourceVersion", "")}
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
-            "columnDefinitions": definitions, "rows": rows}
+    metadata = (
+        body.get("metadata", {})
+        if "items" in body
+        else {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")}
+    )
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": metadata,
+        "columnDefinitions": definitions,
+        "rows": rows,
+    }

@@ -107,11 +107,18 @@ def apply_pod_defaults(pod: dict) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     tolerations = spec.get("tolerations") or []
     for key in DEFAULT_NOEXECUTE_TAINTS:
-        tolerated = any(t.get("key") in (key, None, "") and t.get("effect") in ("NoExecute", None, "")
-                        for t in tolerations)
+        tolerated = any(
+            t.get("key") in (key, None, "") and t.get("effect") in ("NoExecute", None, "") for t in tolerations
+        )
         if not tolerated:
-            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
     if tolerations:
         spec["tolerations"] = tolerations
     per_container = [c["resources"] for c in spec.get("containers") or []]
@@ -138,8 +145,11 @@ def _prepare_for_create(rt: ResourceType, obj: dict) -> None:
         obj.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
         obj["spec"].setdefault("volumeName", "pvc-" + str(uuid.uuid4()))
         storage = ((obj["spec"].get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
-        obj["status"] = {"phase": "Bound", "accessModes": obj["spec"].get("accessModes", ["ReadWriteOnce"]),
-                         "capacity": {"storage": storage}}
+        obj["status"] = {
+            "phase": "Bound",
+            "accessModes": obj["spec"].get("accessModes", ["ReadWriteOnce"]),
+            "capacity": {"storage": storage},
+        }
     elif rt.status_subresource:
         obj.pop("status", None)  # the status subresource owns it
     if rt is R.TRAINJOBS:
@@ -167,8 +177,13 @@ class Registry:
         fields = field_matcher(query.get("fieldSelector"), rt.plural)
         source = R.EVENTS if rt is R.EVENTS_V1 else rt
         stored, rv = self.store.stored_list(source, namespace, lambda o: labels(o) and fields(o))
-        page, more = chunking.chunk(stored, query, rv, cluster_wide=namespace is None,
-                                    selected=bool(query.get("labelSelector") or query.get("fieldSelector")))
+        page, more = chunking.chunk(
+            stored,
+            query,
+            rv,
+            cluster_wide=namespace is None,
+            selected=bool(query.get("labelSelector") or query.get("fieldSelector")),
+        )
         items = [copy.deepcopy(obj) for obj in page]
         if rt is R.EVENTS_V1:
             items = [event_v1(e) for e in items]
@@ -176,8 +191,15 @@ class Registry:
             for item in items:
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
-        return Result(200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                            "metadata": {"resourceVersion": rv, **more}, "items": items})
+        return Result(
+            200,
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": rv, **more},
+                "items": items,
+            },
+        )
 
     # writes
 
@@ -205,25 +227,39 @@ class Registry:
             return Result(201, obj, warnings)
         return Result(201, self.store.create(rt, obj), warnings)
 
-    def update(self, rt: ResourceType, namespace: str, name: str, body: Any, query: dict,
-               subresource: str = "") -> Result:
+    def update(
+        self, rt: ResourceType, namespace: str, name: str, body: Any, query: dict, subresource: str = ""
+    ) -> Result:
         _writable(rt)
         obj = self._decode(rt, namespace, body)
         if obj["metadata"].get("name") != name:
-            raise bad_request(f"the name of the object ({obj['metadata'].get('name', '')}) does not match the name "
-                              f"on the URL ({name})")
+            raise bad_request(
+                f"the name of the object ({obj['metadata'].get('name', '')}) does not match the name "
+                f"on the URL ({name})"
+            )
         return self._update(rt, self.store.get(rt, namespace, name), obj, query, subresource)
 
-    def patch(self, rt: ResourceType, namespace: str, name: str, body: Any, content_type: str, query: dict,
-              subresource: str = "") -> Result:
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        query: dict,
+        subresource: str = "",
+    ) -> Result:
         _writable(rt)
         kind = content_type.split(";")[0].strip()
         accepted = ["application/json-patch+json", "application/merge-patch+json"]
         if not rt.is_custom:
             accepted.append("application/strategic-merge-patch+json")
         if kind not in accepted:
-            raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
-                                + ", ".join(accepted))
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(accepted),
+            )
         # GuaranteedUpdate: the patch applies to the object as stored now. When another writer (a
         # controller writing status) got in between the read and the write, it is re-read and the
         # patch applied again; only a resourceVersion the patch itself carries makes a 409.
@@ -251,16 +287,19 @@ class Registry:
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
         if patched.get("metadata", {}).get("name") != name:
-            raise bad_request(f"the name of the object ({patched.get('metadata', {}).get('name', '')}) does not "
-                              f"match the name on the URL ({name})")
+            raise bad_request(
+                f"the name of the object ({patched.get('metadata', {}).get('name', '')}) does not "
+                f"match the name on the URL ({name})"
+            )
         return self._decode(rt, namespace, patched)
 
     def _update(self, rt: ResourceType, old: dict, obj: dict, query: dict, subresource: str) -> Result:
         meta = obj["metadata"]
         expected = meta.get("resourceVersion") or None
         if expected is None and rt.is_custom:
-            raise invalid(rt, meta["name"], [FieldError.invalid("metadata.resourceVersion", 0,
-                                                                "must be specified for an update")])
+            raise invalid(
+                rt, meta["name"], [FieldError.invalid("metadata.resourceVersion", 0, "must be specified for an update")]
+            )
         warnings = self._prune_unknown(rt, obj, query)
         if subresource == "status":
             obj = {**old, "status": obj.get("status")}
@@ -292,9 +331,14 @@ class Registry:
         dry_run = query.get("dryRun") == "All" or options.get("dryRun") == ["All"]
         if dry_run:
             return Result(200, success_status(rt, self.store.get(rt, namespace, name)))
-        obj, removed = self.store.delete(rt, namespace, name, propagation=propagation,
-                                         grace_seconds=int(grace) if grace is not None else None,
-                                         preconditions=options.get("preconditions"))
+        obj, removed = self.store.delete(
+            rt,
+            namespace,
+            name,
+            propagation=propagation,
+            grace_seconds=int(grace) if grace is not None else None,
+            preconditions=options.get("preconditions"),
+        )
         # Objects that linger (graceful pods, finalizers) come back as they are; the rest as a Status.
         return Result(200, success_status(rt, obj) if removed else obj)
 
@@ -312,29 +356,36 @@ class Registry:
 
     def _decode(self, rt: ResourceType, namespace: str, body: Any) -> dict:
         if not isinstance(body, dict):
-            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: '
-                              f"cannot unmarshal {type(body).__name__} into Go value of type {rt.kind}")
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: '
+                f"cannot unmarshal {type(body).__name__} into Go value of type {rt.kind}"
+            )
         obj = copy.deepcopy(body)
         if rt.is_custom and not obj.get("kind"):
             raise bad_request(f"Object 'Kind' is missing in '{_short_json(body)}'")
         obj.setdefault("apiVersion", rt.api_version)
         obj.setdefault("kind", rt.kind)
         if obj["apiVersion"] != rt.api_version:
-            raise bad_request(f"the API version in the data ({obj['apiVersion']}) does not match the expected API "
-                              f"version ({rt.api_version})")
+            raise bad_request(
+                f"the API version in the data ({obj['apiVersion']}) does not match the expected API "
+                f"version ({rt.api_version})"
+            )
         if obj["kind"] != rt.kind:
             raise bad_request(f"the kind in the data ({obj['kind']}) does not match the expected kind ({rt.kind})")
         meta = obj.get("metadata")
         if meta is None:
             meta = obj["metadata"] = {}
         if not isinstance(meta, dict):
-            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
-                              f"unmarshal {type(meta).__name__} into Go struct field {rt.kind}.metadata of type "
-                              "v1.ObjectMeta")
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
+                f"unmarshal {type(meta).__name__} into Go struct field {rt.kind}.metadata of type "
+                "v1.ObjectMeta"
+            )
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise bad_request("the namespace of the provided object does not match the namespace sent on the "
-                                  "request")
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)  # cluster-scoped objects never carry one
@@ -350,8 +401,10 @@ class Registry:
         names = [validation.format_path(path) for path in unknown]
         if mode == "Strict":
             listing = ", ".join(f'unknown field "{n}"' for n in names)
-            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                              f"strict decoding error: {listing}")
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                f"strict decoding error: {listing}"
+            )
         validation.prune(obj, unknown)
         return [f'unknown field "{n}"' for n in names] if mode == "Warn" else []
 
@@ -365,11 +418,17 @@ class Registry:
 
 def _writable(rt: ResourceType) -> None:
     if rt is R.EVENTS_V1:
-        raise ApiError(405, "the server does not allow this method on the requested resource "
-                            "(events.k8s.io/v1 events are read-only here)")
+        raise ApiError(
+            405,
+            "the server does not allow this method on the requested resource "
+            "(events.k8s.io/v1 events are read-only here)",
+        )
     if rt.read_only:
-        raise ApiError(405, f"the server does not allow this method on the requested resource ({rt.qualified} "
-                            "are read-only on the local cluster: its emulated controllers write them)")
+        raise ApiError(
+            405,
+            f"the server does not allow this method on the requested resource ({rt.qualified} "
+            "are read-only on the local cluster: its emulated controllers write them)",
+        )
 
 
 def _patch_object(body: Any) -> dict:

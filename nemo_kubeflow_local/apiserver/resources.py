@@ -69,13 +69,26 @@ EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", True, storage
 #: What the emulated JobSet and Job controllers build for a TrainJob (trainer.py): the JobSet, its
 #: headless Service and one Job per replica. Read-only here; the controllers own them.
 SERVICES = ResourceType("", "v1", "services", "Service", True, status_subresource=True, read_only=True)
-JOBS = ResourceType("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True,
-                    read_only=True)
-JOBSETS = ResourceType(C.JOBSET_GROUP, C.JOBSET_VERSION, "jobsets", "JobSet", True, status_subresource=True,
-                       has_generation=True, read_only=True, deletable=True)
+JOBS = ResourceType("batch", "v1", "jobs", "Job", True, status_subresource=True, has_generation=True, read_only=True)
+JOBSETS = ResourceType(
+    C.JOBSET_GROUP,
+    C.JOBSET_VERSION,
+    "jobsets",
+    "JobSet",
+    True,
+    status_subresource=True,
+    has_generation=True,
+    read_only=True,
+    deletable=True,
+)
 TRAINJOBS = ResourceType(
-    C.TRAINER_GROUP, C.TRAINER_VERSION, C.TRAINJOB_PLURAL, C.TRAINJOB_KIND, True,
-    status_subresource=True, has_generation=True,
+    C.TRAINER_GROUP,
+    C.TRAINER_VERSION,
+    C.TRAINJOB_PLURAL,
+    C.TRAINJOB_KIND,
+    True,
+    status_subresource=True,
+    has_generation=True,
 )
 RUNTIMES = ResourceType(C.TRAINER_GROUP, C.TRAINER_VERSION, C.RUNTIME_PLURAL, C.RUNTIME_KIND, True, has_generation=True)
 CLUSTER_RUNTIMES = ResourceType(
@@ -86,24 +99,65 @@ KUEUE_GROUP = C.KUEUE_GROUP
 #: Kueue's queue of a namespace, and the Workload that stands for a job in it (the local Kueue
 #: emulation, kueue.py). Stored as v1beta2; the server also serves v1beta1 unless told otherwise
 #: (versions.py converts).
-LOCALQUEUES = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "localqueues", C.LOCALQUEUE_KIND, True,
-                           status_subresource=True, has_generation=True)
-WORKLOADS = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "workloads", C.WORKLOAD_KIND, True,
-                         status_subresource=True, has_generation=True)
+LOCALQUEUES = ResourceType(
+    C.KUEUE_GROUP,
+    KUEUE_STORAGE_VERSION,
+    "localqueues",
+    C.LOCALQUEUE_KIND,
+    True,
+    status_subresource=True,
+    has_generation=True,
+)
+WORKLOADS = ResourceType(
+    C.KUEUE_GROUP,
+    KUEUE_STORAGE_VERSION,
+    "workloads",
+    C.WORKLOAD_KIND,
+    True,
+    status_subresource=True,
+    has_generation=True,
+)
 
 #: A ClusterQueue's quota and preemption policy, and the priorities Workloads take from a
 #: WorkloadPriorityClass: read by the local Kueue when a LocalQueue's ClusterQueue exists. A
 #: ResourceFlavor is only stored (the local Kueue adds no node labels of a flavor).
-RESOURCEFLAVORS = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "resourceflavors", "ResourceFlavor", False,
-                               has_generation=True)
-CLUSTERQUEUES = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "clusterqueues", "ClusterQueue", False,
-                             status_subresource=True, has_generation=True)
-WORKLOAD_PRIORITY_CLASSES = ResourceType(C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "workloadpriorityclasses",
-                                         "WorkloadPriorityClass", False, has_generation=True)
+RESOURCEFLAVORS = ResourceType(
+    C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "resourceflavors", "ResourceFlavor", False, has_generation=True
+)
+CLUSTERQUEUES = ResourceType(
+    C.KUEUE_GROUP,
+    KUEUE_STORAGE_VERSION,
+    "clusterqueues",
+    "ClusterQueue",
+    False,
+    status_subresource=True,
+    has_generation=True,
+)
+WORKLOAD_PRIORITY_CLASSES = ResourceType(
+    C.KUEUE_GROUP, KUEUE_STORAGE_VERSION, "workloadpriorityclasses", "WorkloadPriorityClass", False, has_generation=True
+)
 
-ALL = (NAMESPACES, CONFIGMAPS, SECRETS, PVCS, PODS, SERVICES, EVENTS, EVENTS_V1, NODES, JOBS, JOBSETS, TRAINJOBS,
-       RUNTIMES, CLUSTER_RUNTIMES, LOCALQUEUES, WORKLOADS, RESOURCEFLAVORS, CLUSTERQUEUES,
-       WORKLOAD_PRIORITY_CLASSES)
+ALL = (
+    NAMESPACES,
+    CONFIGMAPS,
+    SECRETS,
+    PVCS,
+    PODS,
+    SERVICES,
+    EVENTS,
+    EVENTS_V1,
+    NODES,
+    JOBS,
+    JOBSETS,
+    TRAINJOBS,
+    RUNTIMES,
+    CLUSTER_RUNTIMES,
+    LOCALQUEUES,
+    WORKLOADS,
+    RESOURCEFLAVORS,
+    CLUSTERQUEUES,
+    WORKLOAD_PRIORITY_CLASSES,
+)
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
 _BY_GROUP_KIND = {(rt.group, rt.kind): rt for rt in ALL}
 

@@ -74,11 +74,27 @@ def label_matcher(selector: Optional[str]) -> Callable[[dict], bool]:
 
 #: Field selectors each resource supports besides metadata.name / metadata.namespace.
 FIELD_LABELS = {
-    "pods": {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase",
-             "status.podIP"},
-    "events": {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-               "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-               "reason", "reportingComponent", "source", "type"},
+    "pods": {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.phase",
+        "status.podIP",
+    },
+    "events": {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    },
     "secrets": {"type"},
     "namespaces": {"status.phase"},
 }
@@ -101,6 +117,6 @@ def field_matcher(selector: Optional[str], plural: str) -> Callable[[dict], bool
         if not m:
             raise bad_request(f"invalid selector: '{selector}'; can't understand '{part}'")
         if m.group(1) not in allowed:
-            raise bad_request(f'field label not supported: {m.group(1)}')
+            raise bad_request(f"field label not supported: {m.group(1)}")
         terms.append((m.group(1), m.group(2) != "!=", m.group(3)))
     return lambda obj: all((_field_value(obj, path) == value) == equal for path, equal, value in terms)

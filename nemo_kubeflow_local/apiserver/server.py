@@ -41,21 +41,40 @@ logger = logging.getLogger(__name__)
 
 _MAJOR, _MINOR, _ = C.KUBERNETES_VERSION.split(".")
 #: What `GET /version` answers: the release whose schemas decode core objects here (core_schemas.py).
-KUBERNETES_VERSION = {"major": _MAJOR, "minor": _MINOR, "gitVersion": f"v{C.KUBERNETES_VERSION}",
-                      "gitCommit": "nemo-kubeflow-local",
-                      "gitTreeState": "clean", "buildDate": "2025-04-23T00:00:00Z", "goVersion": "go1.24.2",
-                      "compiler": "gc", "platform": "linux/amd64"}
+KUBERNETES_VERSION = {
+    "major": _MAJOR,
+    "minor": _MINOR,
+    "gitVersion": f"v{C.KUBERNETES_VERSION}",
+    "gitCommit": "nemo-kubeflow-local",
+    "gitTreeState": "clean",
+    "buildDate": "2025-04-23T00:00:00Z",
+    "goVersion": "go1.24.2",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 #: How long a watch lasts when the client does not say (the real server picks 30-60 minutes).
 DEFAULT_WATCH_SECONDS = 1800
 #: A client that connects and never completes the TLS handshake gives its thread back after this.
 HANDSHAKE_TIMEOUT_S = 10.0
 PLAIN_HTTP_ANSWER = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
-_SUBRESOURCES = {"pods": {"log", "status"}, "trainjobs": {"status"}, "namespaces": {"status"},
-                 "persistentvolumeclaims": {"status"}, "localqueues": {"status"}, "workloads": {"status"},
-                 "nodes": {"status"}}
+_SUBRESOURCES = {
+    "pods": {"log", "status"},
+    "trainjobs": {"status"},
+    "namespaces": {"status"},
+    "persistentvolumeclaims": {"status"},
+    "localqueues": {"status"},
+    "workloads": {"status"},
+    "nodes": {"status"},
+}
 #: kubectl resolves `kubectl get ns` through these (the real server's; the Trainer CRDs declare none).
-_SHORT_NAMES = {("", "namespaces"): ["ns"], ("", "configmaps"): ["cm"], ("", "persistentvolumeclaims"): ["pvc"],
-                ("", "pods"): ["po"], ("", "events"): ["ev"], ("events.k8s.io", "events"): ["ev"]}
+_SHORT_NAMES = {
+    ("", "namespaces"): ["ns"],
+    ("", "configmaps"): ["cm"],
+    ("", "persistentvolumeclaims"): ["pvc"],
+    ("", "pods"): ["po"],
+    ("", "events"): ["ev"],
+    ("events.k8s.io", "events"): ["ev"],
+}
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 #: `kubectl auth can-i`'s question: may I? (authorization.k8s.io, served for the doctor's rights check)
 SSAR_GROUP = "authorization.k8s.io"
@@ -105,19 +124,33 @@ class Route:
 def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
     resources = []
     for rt in types:
-        verbs = ["get", "list", "watch"] if rt.read_only else \
-            ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-        resource = {"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
-                    "kind": rt.kind, "verbs": verbs}
+        verbs = (
+            ["get", "list", "watch"]
+            if rt.read_only
+            else ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        )
+        resource = {
+            "name": rt.plural,
+            "singularName": rt.kind.lower(),
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": verbs,
+        }
         if (rt.group, rt.plural) in _SHORT_NAMES:
             resource["shortNames"] = _SHORT_NAMES[(rt.group, rt.plural)]
         if rt is R.PODS:
             resource["categories"] = ["all"]  # `kubectl get all`
         resources.append(resource)
         for sub in sorted(_SUBRESOURCES.get(rt.plural, ()) if not rt.group or rt.is_custom else ()):
-            resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                              "kind": "Pod" if sub == "log" else rt.kind,
-                              "verbs": ["get"] if sub == "log" else ["get", "patch", "update"]})
+            resources.append(
+                {
+                    "name": f"{rt.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": "Pod" if sub == "log" else rt.kind,
+                    "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+                }
+            )
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
@@ -137,17 +170,27 @@ def _openapi_v3() -> dict[str, dict]:
     docs: dict[str, dict] = {}
     for rt in R.ALL:
         gv = _gv_path(rt.group, rt.version)
-        doc = docs.setdefault(gv, {"openapi": "3.0.0", "info": {"title": "Kubernetes",
-                                                                "version": KUBERNETES_VERSION["gitVersion"]},
-                                   "paths": {}, "components": {"schemas": {}}})
+        doc = docs.setdefault(
+            gv,
+            {
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION["gitVersion"]},
+                "paths": {},
+                "components": {"schemas": {}},
+            },
+        )
         scope = "/namespaces/{namespace}" if rt.namespaced else ""
-        doc["paths"][f"/{gv}{scope}/{rt.plural}/{{name}}"] = {"patch": {
-            "x-kubernetes-action": "patch",
-            "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
-            "parameters": [{"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-                           for name in ("dryRun", "fieldManager", "fieldValidation")],
-            "responses": {"200": {"description": "OK"}},
-        }}
+        doc["paths"][f"/{gv}{scope}/{rt.plural}/{{name}}"] = {
+            "patch": {
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+                "parameters": [
+                    {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+                    for name in ("dryRun", "fieldManager", "fieldValidation")
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
     return docs
 
 
@@ -162,7 +205,7 @@ def _openapi_v3_index() -> dict:
 def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT) -> Optional[dict]:
     groups: dict[tuple[str, str], list[ResourceType]] = {}
     for rt in R.ALL:
-        for version in (kueue_versions if rt.group == R.KUEUE_GROUP else (rt.version,) if rt.group else ()):
+        for version in kueue_versions if rt.group == R.KUEUE_GROUP else (rt.version,) if rt.group else ():
             groups.setdefault((rt.group, version), []).append(rt)
     by_group: dict[str, list[str]] = {}
     for group, version in groups:
@@ -170,7 +213,7 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
     if path == "/openapi/v3":
         return _openapi_v3_index()
     if path.startswith("/openapi/v3/"):
-        return _openapi_v3().get(path[len("/openapi/v3/"):])
+        return _openapi_v3().get(path[len("/openapi/v3/") :])
     if path == "/version":
         return KUBERNETES_VERSION
     if path == "/api":
@@ -178,10 +221,13 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
     if path == "/api/v1":
         return _resource_list("v1", [rt for rt in R.ALL if not rt.group])
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [_api_group(g, versions) for g, versions in by_group.items()]}
-    if path.startswith("/apis/") and path.count("/") == 2 and path[len("/apis/"):] in by_group:
-        group = path[len("/apis/"):]
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [_api_group(g, versions) for g, versions in by_group.items()],
+        }
+    if path.startswith("/apis/") and path.count("/") == 2 and path[len("/apis/") :] in by_group:
+        group = path[len("/apis/") :]
         return dict(_api_group(group, by_group[group]), kind="APIGroup", apiVersion="v1")
     for (group, version), types in groups.items():
         if path == f"/apis/{group}/{version}":
@@ -257,8 +303,16 @@ class _Server(ThreadingHTTPServer):
 
 
 class ApiServer:
-    def __init__(self, store: Store, registry: Registry, hooks: Hooks, logs: LogStore, token: str,
-                 credentials: ServerCredentials, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT):
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        hooks: Hooks,
+        logs: LogStore,
+        token: str,
+        credentials: ServerCredentials,
+        kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT,
+    ):
         self.store, self.registry, self.hooks, self.logs, self.token = store, registry, hooks, logs, token
         self.credentials = credentials
         #: The Kueue versions served, preferred first (("v1beta2",): as Kueue v0.20 ships).
@@ -274,8 +328,9 @@ class ApiServer:
 
     def start(self) -> None:
         self._httpd = _Server(self, self.credentials.server_context())
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="api-server",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="api-server", daemon=True
+        ).start()
 
     def stop(self) -> None:
         if self._httpd is None:
@@ -357,9 +412,21 @@ class _Handler(BaseHTTPRequestHandler):
             nonlocal logged
             if not logged:
                 logged = True
-                api.hooks.record(RequestRecord(method, url.path, query, target.resource, target.namespace,
-                                               target.name, verb, status, started, size,
-                                               self.headers.get("User-Agent") or ""))
+                api.hooks.record(
+                    RequestRecord(
+                        method,
+                        url.path,
+                        query,
+                        target.resource,
+                        target.namespace,
+                        target.name,
+                        verb,
+                        status,
+                        started,
+                        size,
+                        self.headers.get("User-Agent") or "",
+                    )
+                )
 
         self._log_request = log_request
         try:
@@ -388,8 +455,13 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "POST" and target.group == SSAR_GROUP and self.path.split("?")[0] == SSAR_PATH:
             return self._send(self._access_review(api, raw))
         if target.rt is None:
-            return self._send(ApiError(404, "the server could not find the requested resource",
-                                       details={"group": target.group} if target.group else {}))
+            return self._send(
+                ApiError(
+                    404,
+                    "the server could not find the requested resource",
+                    details={"group": target.group} if target.group else {},
+                )
+            )
         denied = api.hooks.forbidden(verb, target.resource, target.rt.group, target.namespace, target.name)
         if denied is not None:
             return self._send(denied)
@@ -410,8 +482,10 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 body = json.loads(raw)
             except ValueError as error:
-                raise bad_request(f"the object provided is unrecognized (must be of type {rt.kind}): couldn't get "
-                                  f"version/kind; json parse error: {error}") from None
+                raise bad_request(
+                    f"the object provided is unrecognized (must be of type {rt.kind}): couldn't get "
+                    f"version/kind; json parse error: {error}"
+                ) from None
         elif method in ("POST", "PUT", "PATCH"):
             raise bad_request("the body of the request was empty")
         if target.version and rt is not None:  # a Kueue v1beta1 request: its objects converted to and from v1beta2
@@ -425,12 +499,18 @@ class _Handler(BaseHTTPRequestHandler):
         if verb in ("get", "list"):
             result = registry.get(rt, namespace, name) if verb == "get" else registry.list(rt, target.namespace, query)
             if wants_table(self.headers.get("Accept", "")):  # kubectl get
-                result = Result(result.code, to_table(rt, result.body, query.get("includeObject") or
-                                                      "PartialObjectMetadata"), result.warnings)
+                result = Result(
+                    result.code,
+                    to_table(rt, result.body, query.get("includeObject") or "PartialObjectMetadata"),
+                    result.warnings,
+                )
             elif metadata is not None:  # a metadata informer, a client that needs names and labels only
                 self._served_as = None
-                result = Result(result.code, metadata_only.transform(result.body, *metadata, is_list=verb == "list"),
-                                result.warnings)
+                result = Result(
+                    result.code,
+                    metadata_only.transform(result.body, *metadata, is_list=verb == "list"),
+                    result.warnings,
+                )
             return self._send(result)
         if verb == "watch":
             if metadata is not None:
@@ -443,8 +523,9 @@ class _Handler(BaseHTTPRequestHandler):
         if verb == "update":
             return self._send(registry.update(rt, namespace, name, body, query, sub))
         if verb == "patch":
-            return self._send(registry.patch(rt, namespace, name, body, self.headers.get("Content-Type", ""),
-                                             query, sub))
+            return self._send(
+                registry.patch(rt, namespace, name, body, self.headers.get("Content-Type", ""), query, sub)
+            )
         if verb == "delete":
             return self._send(registry.delete(rt, namespace, name, body, query))
         return self._send(registry.delete_collection(rt, target.namespace, body, query))
@@ -457,13 +538,27 @@ class _Handler(BaseHTTPRequestHandler):
             review = json.loads(raw or b"{}")
             attributes = review["spec"]["resourceAttributes"]
         except (ValueError, KeyError, TypeError):
-            return Result(400, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "BadRequest",
-                                "message": "spec.resourceAttributes: Required value", "code": 400})
+            return Result(
+                400,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "BadRequest",
+                    "message": "spec.resourceAttributes: Required value",
+                    "code": 400,
+                },
+            )
         resource = attributes.get("resource", "")
         if attributes.get("subresource"):
             resource += f"/{attributes['subresource']}"
-        denied = api.hooks.forbidden(attributes.get("verb", ""), resource, attributes.get("group", ""),
-                                     attributes.get("namespace") or None, attributes.get("name") or None)
+        denied = api.hooks.forbidden(
+            attributes.get("verb", ""),
+            resource,
+            attributes.get("group", ""),
+            attributes.get("namespace") or None,
+            attributes.get("name") or None,
+        )
         status: dict[str, Any] = {"allowed": denied is None}
         if denied is None:
             status["reason"] = "the local cluster's user may do anything not denied by a test"
@@ -540,8 +635,12 @@ class _Handler(BaseHTTPRequestHandler):
         events: queue.Queue = queue.Queue()
 
         def wanted(kind: ResourceType, obj: dict) -> bool:
-            return kind is source and (namespace is None or obj["metadata"].get("namespace") == namespace) \
-                and labels(obj) and fields(obj)
+            return (
+                kind is source
+                and (namespace is None or obj["metadata"].get("namespace") == namespace)
+                and labels(obj)
+                and fields(obj)
+            )
 
         def listener(event: str, kind: ResourceType, obj: dict) -> None:
             if wanted(kind, obj):
@@ -552,13 +651,16 @@ class _Handler(BaseHTTPRequestHandler):
             if since and since != "0":
                 history = api.store.history_since(int(since))
                 if history is None:
-                    expired = ApiError(410, f"too old resource version: {since} ({api.store.resource_version})",
-                                       reason="Expired").status()
+                    expired = ApiError(
+                        410, f"too old resource version: {since} ({api.store.resource_version})", reason="Expired"
+                    ).status()
                     first = [("ERROR", expired)]
                 else:
                     first = [(event, obj) for _, event, kind, obj in history if wanted(kind, obj)]
             else:
-                first = [("ADDED", obj) for obj in api.store.list(source, namespace, lambda o: labels(o) and fields(o))[0]]
+                first = [
+                    ("ADDED", obj) for obj in api.store.list(source, namespace, lambda o: labels(o) and fields(o))[0]
+                ]
             api.store.add_listener(listener)
         deadline = time.monotonic() + int(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
 
@@ -595,4 +697,3 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_chunks("application/json", chunks(), cut)
         finally:
             api.store.remove_listener(listener)
-

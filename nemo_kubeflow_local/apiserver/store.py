@@ -100,20 +100,25 @@ class Store:
                 raise not_found(rt, name)
             return obj
 
-    def list(self, rt: ResourceType, namespace: Optional[str] = None,
-             match: Optional[Callable[[dict], bool]] = None) -> tuple[list[dict], str]:
+    def list(
+        self, rt: ResourceType, namespace: Optional[str] = None, match: Optional[Callable[[dict], bool]] = None
+    ) -> tuple[list[dict], str]:
         items, rv = self.stored_list(rt, namespace, match)
         # Copied outside the lock (stored objects are never modified in place): a list of a thousand pods
         # does not hold up every other reader and writer meanwhile.
         return [copy.deepcopy(obj) for obj in items], rv
 
-    def stored_list(self, rt: ResourceType, namespace: Optional[str] = None,
-                    match: Optional[Callable[[dict], bool]] = None) -> tuple[builtins.list[dict], str]:
+    def stored_list(
+        self, rt: ResourceType, namespace: Optional[str] = None, match: Optional[Callable[[dict], bool]] = None
+    ) -> tuple[builtins.list[dict], str]:
         """``list`` without the copies, for a caller that only reads the objects (a controller's look at a
         thousand pods on each change)."""
         with self._lock:
-            items = [obj for (ns, _), obj in sorted(self._data[rt.key].items())
-                     if (namespace is None or ns == namespace) and (match is None or match(obj))]
+            items = [
+                obj
+                for (ns, _), obj in sorted(self._data[rt.key].items())
+                if (namespace is None or ns == namespace) and (match is None or match(obj))
+            ]
             return items, str(self._rv)
 
     def stored_objects(self, rt: ResourceType) -> builtins.list[dict]:  # `list` here is the method below
@@ -186,8 +191,9 @@ class Store:
                 self._collect_if_orphaned(rt, stored)
             return stored
 
-    def mutate(self, rt: ResourceType, namespace: str, name: str,
-               change: Callable[[dict], Optional[dict]]) -> Optional[dict]:
+    def mutate(
+        self, rt: ResourceType, namespace: str, name: str, change: Callable[[dict], Optional[dict]]
+    ) -> Optional[dict]:
         """Atomic read-modify-write for controllers. `change` edits a copy and returns it, or
         returns None to leave the object alone. Returns the stored result, or None when the
         object is absent or `change` declined."""
@@ -204,8 +210,16 @@ class Store:
                 new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
             return copy.deepcopy(self._commit("MODIFIED", rt, new))
 
-    def delete(self, rt: ResourceType, namespace: str, name: str, *, propagation: str = "Background",
-               grace_seconds: Optional[int] = None, preconditions: Optional[dict] = None) -> tuple[dict, bool]:
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str = "Background",
+        grace_seconds: Optional[int] = None,
+        preconditions: Optional[dict] = None,
+    ) -> tuple[dict, bool]:
         """Delete (or start deleting) an object. Returns (object, removed_now).
 
         Pods on a node and objects with finalizers only get a deletionTimestamp: the kubelet
@@ -217,8 +231,12 @@ class Store:
                 raise not_found(rt, name)
             pre = preconditions or {}
             if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
-                raise ApiError(409, f'Precondition failed: UID in precondition: {pre["uid"]}, '
-                                    f'UID in object meta: {old["metadata"]["uid"]}', reason="Conflict")
+                raise ApiError(
+                    409,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, "
+                    f"UID in object meta: {old['metadata']['uid']}",
+                    reason="Conflict",
+                )
             if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
             obj = copy.deepcopy(old)
@@ -230,8 +248,11 @@ class Store:
                     return copy.deepcopy(old), False
                 obj["metadata"]["deletionTimestamp"] = now_rfc3339()
                 if graceful:
-                    grace = grace_seconds if grace_seconds is not None else \
-                        obj["spec"].get("terminationGracePeriodSeconds", 30)
+                    grace = (
+                        grace_seconds
+                        if grace_seconds is not None
+                        else obj["spec"].get("terminationGracePeriodSeconds", 30)
+                    )
                     obj["metadata"]["deletionGracePeriodSeconds"] = grace
                 return copy.deepcopy(self._commit("MODIFIED", rt, obj)), False
             self._remove(rt, obj)

@@ -18,8 +18,10 @@ __all__ = ["KUEUE_SERVED_DEFAULT", "KUEUE_STORAGE_VERSION", "from_storage", "lis
 
 _WORKLOAD_PRIORITY_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 _POD_PRIORITY_SOURCE = "scheduling.k8s.io/priorityclass"
-_REF_KIND = {_WORKLOAD_PRIORITY_SOURCE: ("kueue.x-k8s.io", "WorkloadPriorityClass"),
-             _POD_PRIORITY_SOURCE: ("scheduling.k8s.io", "PriorityClass")}
+_REF_KIND = {
+    _WORKLOAD_PRIORITY_SOURCE: ("kueue.x-k8s.io", "WorkloadPriorityClass"),
+    _POD_PRIORITY_SOURCE: ("scheduling.k8s.io", "PriorityClass"),
+}
 
 
 #: Fields renamed in v1beta2, by kind: (section, v1beta1 name, v1beta2 name).
@@ -63,8 +65,9 @@ def from_storage(kind: str, obj: Any, version: str) -> Any:
     if kind == "Workload" and isinstance(spec, dict) and isinstance(spec.get("priorityClassRef"), dict):
         ref = spec.pop("priorityClassRef")
         spec["priorityClassName"] = ref.get("name", "")
-        spec["priorityClassSource"] = next((s for s, (g, _) in _REF_KIND.items() if g == ref.get("group")),
-                                           _WORKLOAD_PRIORITY_SOURCE)
+        spec["priorityClassSource"] = next(
+            (s for s, (g, _) in _REF_KIND.items() if g == ref.get("group")), _WORKLOAD_PRIORITY_SOURCE
+        )
     _rename(kind, obj, to_v1beta2=False)
     return obj
 

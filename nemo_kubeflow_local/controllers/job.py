@@ -88,10 +88,14 @@ def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, s
         action = rule.get("action")
         codes = rule.get("onExitCodes")
         if codes:
-            sidecars = {c["name"] for c in (pod.get("spec") or {}).get("initContainers") or []
-                        if c.get("restartPolicy") == "Always"}
+            sidecars = {
+                c["name"]
+                for c in (pod.get("spec") or {}).get("initContainers") or []
+                if c.get("restartPolicy") == "Always"
+            }
             statuses = list(status.get("containerStatuses") or []) + [
-                s for s in status.get("initContainerStatuses") or [] if s.get("name") not in sidecars]
+                s for s in status.get("initContainerStatuses") or [] if s.get("name") not in sidecars
+            ]
             for container in statuses:
                 if codes.get("containerName") and container.get("name") != codes["containerName"]:
                     continue
@@ -99,13 +103,19 @@ def pod_failure_policy_match(job_spec: dict, pod: dict) -> Optional[tuple[str, s
                 if code is None or code == 0:
                     continue
                 if (code in codes.get("values", [])) == (codes.get("operator") == "In"):
-                    return action, (f"Container {container['name']} for pod {meta['namespace']}/{meta['name']} "
-                                    f"failed with exit code {code} matching {action} rule at index {index}")
+                    return action, (
+                        f"Container {container['name']} for pod {meta['namespace']}/{meta['name']} "
+                        f"failed with exit code {code} matching {action} rule at index {index}"
+                    )
         for wanted in rule.get("onPodConditions") or []:
-            if any(c.get("type") == wanted.get("type") and c.get("status") == wanted.get("status", "True")
-                   for c in status.get("conditions") or []):
-                return action, (f"Pod {meta['namespace']}/{meta['name']} has condition {wanted['type']} matching "
-                                f"{action} rule at index {index}")
+            if any(
+                c.get("type") == wanted.get("type") and c.get("status") == wanted.get("status", "True")
+                for c in status.get("conditions") or []
+            ):
+                return action, (
+                    f"Pod {meta['namespace']}/{meta['name']} has condition {wanted['type']} matching "
+                    f"{action} rule at index {index}"
+                )
     return None
 
 
@@ -113,7 +123,10 @@ def set_job_condition(conditions: list[dict], type_: str, status: str, reason: s
     """A Job condition: like other conditions, plus the lastProbeTime the Job controller writes."""
     existing = next((c for c in conditions if c["type"] == type_), None)
     if existing is not None and (existing["status"], existing["reason"], existing["message"]) == (
-            status, reason, message):
+        status,
+        reason,
+        message,
+    ):
         return
     now = now_rfc3339()
     set_condition(conditions, type_, status, reason, message)
@@ -154,10 +167,12 @@ def build_pod(job: dict, index: int) -> dict:
     for container in (pod_spec.get("initContainers") or []) + pod_spec.get("containers", []):
         env = container.setdefault("env", [])
         if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
-            env.append({"name": "JOB_COMPLETION_INDEX",
-                        "valueFrom": {"fieldRef": {"fieldPath": JOB_COMPLETION_INDEX_FIELD}}})
+            env.append(
+                {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": JOB_COMPLETION_INDEX_FIELD}}}
+            )
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
             "generateName": f"{name}-{index}-",
             "name": f"{name}-{index}-{random_suffix()}",

@@ -105,8 +105,12 @@ def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
         "jobset.sigs.k8s.io/group-replicas": str(sum(replicas[r["name"]] for r in group_rjobs)),
         "jobset.sigs.k8s.io/job-group-index": str(group_earlier + job.index),
     }
-    selector = {"batch.kubernetes.io/controller-uid": job.uid, JOB_NAME_LABEL: job.name,
-                "controller-uid": job.uid, "job-name": job.name}
+    selector = {
+        "batch.kubernetes.io/controller-uid": job.uid,
+        JOB_NAME_LABEL: job.name,
+        "controller-uid": job.uid,
+        "job-name": job.name,
+    }
     job_meta = rjob["template"].get("metadata") or {}
     job_spec = copy.deepcopy(rjob["template"].get("spec") or {})
     template = job_spec.setdefault("template", {})
@@ -124,10 +128,14 @@ def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
     job_spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": job.uid}}
     job_spec["suspend"] = bool(spec.get("suspend"))
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job.name, "namespace": namespace,
-                     "labels": {**(job_meta.get("labels") or {}), **jobset_meta},
-                     "annotations": {**(job_meta.get("annotations") or {}), **jobset_meta},
-                     "ownerReferences": [controller_ref(jobset)]},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job.name,
+            "namespace": namespace,
+            "labels": {**(job_meta.get("labels") or {}), **jobset_meta},
+            "annotations": {**(job_meta.get("annotations") or {}), **jobset_meta},
+            "ownerReferences": [controller_ref(jobset)],
+        },
         "spec": job_spec,
     }

@@ -67,11 +67,20 @@ COMPONENT = "kueue-admission"
 #: anything else is an unknown field.
 _SPEC_FIELDS = {
     R.LOCALQUEUES.key: {"clusterQueue", "stopPolicy", "fairSharing"},
-    R.WORKLOADS.key: {"podSets", "queueName", "priorityClassRef", "priority", "active",
-                      "maximumExecutionTimeSeconds"},
-    R.CLUSTERQUEUES.key: {"namespaceSelector", "resourceGroups", "preemption", "queueingStrategy", "cohortName",
-                          "flavorFungibility", "stopPolicy", "fairSharing", "admissionChecksStrategy",
-                          "admissionScope", "concurrentAdmissionPolicy"},
+    R.WORKLOADS.key: {"podSets", "queueName", "priorityClassRef", "priority", "active", "maximumExecutionTimeSeconds"},
+    R.CLUSTERQUEUES.key: {
+        "namespaceSelector",
+        "resourceGroups",
+        "preemption",
+        "queueingStrategy",
+        "cohortName",
+        "flavorFungibility",
+        "stopPolicy",
+        "fairSharing",
+        "admissionChecksStrategy",
+        "admissionScope",
+        "concurrentAdmissionPolicy",
+    },
     R.RESOURCEFLAVORS.key: {"nodeLabels", "nodeTaints", "tolerations", "topologyName"},
 }
 _TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
@@ -89,8 +98,10 @@ def unknown_fields(rt: ResourceType, obj: dict) -> list[tuple]:
     unknown = [(key,) for key in obj if key not in _TOP_FIELDS]
     spec = obj.get("spec", {})
     if not isinstance(spec, dict):
-        raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
-                          f"unmarshal {type(spec).__name__} into Go struct field {rt.kind}.spec of type object")
+        raise bad_request(
+            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
+            f"unmarshal {type(spec).__name__} into Go struct field {rt.kind}.spec of type object"
+        )
     unknown += [("spec", key) for key in spec if key not in _SPEC_FIELDS[rt.key]]
     return sorted(unknown)
 
@@ -99,12 +110,17 @@ def crd_errors(rt: ResourceType, obj: dict) -> list[FieldError]:
     spec = obj.get("spec") or {}
     errors = []
     if rt is R.LOCALQUEUES and spec.get("stopPolicy", "None") not in STOP_POLICIES:
-        errors.append(FieldError("spec.stopPolicy", "Unsupported value", "supported values: " +
-                                 ", ".join(f'"{p}"' for p in STOP_POLICIES), spec.get("stopPolicy")))
+        errors.append(
+            FieldError(
+                "spec.stopPolicy",
+                "Unsupported value",
+                "supported values: " + ", ".join(f'"{p}"' for p in STOP_POLICIES),
+                spec.get("stopPolicy"),
+            )
+        )
     if rt is R.WORKLOADS and not spec.get("podSets"):
         errors.append(FieldError.required("spec.podSets"))
-    if rt is R.WORKLOAD_PRIORITY_CLASSES and (not isinstance(obj.get("value"), int)
-                                              or isinstance(obj["value"], bool)):
+    if rt is R.WORKLOAD_PRIORITY_CLASSES and (not isinstance(obj.get("value"), int) or isinstance(obj["value"], bool)):
         errors.append(FieldError.required("value"))
     return errors
 
@@ -129,8 +145,14 @@ def _condition(obj: dict, type_: str) -> dict:
 
 
 def _set_condition(obj: dict, type_: str, status: str, reason: str, message: str) -> None:
-    set_condition(obj.setdefault("status", {}).setdefault("conditions", []), type_, status, reason, message,
-                  observed_generation=obj["metadata"].get("generation", 1))
+    set_condition(
+        obj.setdefault("status", {}).setdefault("conditions", []),
+        type_,
+        status,
+        reason,
+        message,
+        observed_generation=obj["metadata"].get("generation", 1),
+    )
 
 
 def _queue_order(workload: dict) -> tuple:
@@ -146,7 +168,8 @@ def _usage(workload: dict) -> dict[str, Decimal]:
             resources = container.get("resources") or {}
             for resource, value in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
                 total[resource] = total.get(resource, Decimal(0)) + (parse_quantity(value) or 0) * pod_set.get(
-                    "count", 1)
+                    "count", 1
+                )
     return total
 
 
@@ -160,7 +183,8 @@ def _quota(cluster_queue: dict) -> tuple[dict[str, Decimal], dict[str, str]]:
             for resource in flavor.get("resources") or []:
                 flavors.setdefault(resource["name"], flavor.get("name", ""))
                 quota[resource["name"]] = quota.get(resource["name"], Decimal(0)) + (
-                    parse_quantity(resource.get("nominalQuota")) or 0)
+                    parse_quantity(resource.get("nominalQuota")) or 0
+                )
     return quota, flavors
 
 
@@ -238,17 +262,29 @@ class KueueController:
             for kind, namespace, name in sorted(keys):
                 try:
                     if kind == "queue":  # every job of that queue gets another look
-                        for tj in self.store.list(R.TRAINJOBS, namespace, lambda o, q=name: (
-                                o["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == q)[0]:
+                        for tj in self.store.list(
+                            R.TRAINJOBS,
+                            namespace,
+                            lambda o, q=name: (o["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == q,
+                        )[0]:
                             self._reconcile(namespace, tj["metadata"]["name"])
                     elif kind == "cluster-queue":
-                        for cq in ([name] if name else
-                                   [o["metadata"]["name"] for o in self.store.list(R.CLUSTERQUEUES, None)[0]]):
+                        for cq in (
+                            [name]
+                            if name
+                            else [o["metadata"]["name"] for o in self.store.list(R.CLUSTERQUEUES, None)[0]]
+                        ):
                             self._set_active(cq)
                     elif kind == "pending":  # every job not admitted, the highest priority first
                         for workload in sorted(self.store.list(R.WORKLOADS, None)[0], key=_queue_order):
-                            owner = next((r["name"] for r in workload["metadata"].get("ownerReferences") or []
-                                          if r.get("kind") == C.TRAINJOB_KIND), None)
+                            owner = next(
+                                (
+                                    r["name"]
+                                    for r in workload["metadata"].get("ownerReferences") or []
+                                    if r.get("kind") == C.TRAINJOB_KIND
+                                ),
+                                None,
+                            )
                             if owner and _condition(workload, "Admitted").get("status") != "True":
                                 self._reconcile(workload["metadata"]["namespace"], owner)
                     else:
@@ -261,14 +297,25 @@ class KueueController:
     def _set_active(self, name: str) -> None:
         """The ClusterQueue's `Active` condition, as Kueue's ClusterQueue controller words it: active when
         every ResourceFlavor it names exists, else `FlavorNotFound` (stopPolicy and admission checks aside)."""
+
         def change(cq: dict) -> Optional[dict]:
-            flavors = sorted({f.get("name", "") for group in (cq.get("spec") or {}).get("resourceGroups") or []
-                              for f in group.get("flavors") or []})
+            flavors = sorted(
+                {
+                    f.get("name", "")
+                    for group in (cq.get("spec") or {}).get("resourceGroups") or []
+                    for f in group.get("flavors") or []
+                }
+            )
             missing = [f for f in flavors if self.store.find(R.RESOURCEFLAVORS, "", f) is None]
             before = copy.deepcopy((cq.get("status") or {}).get("conditions"))
             if missing:
-                _set_condition(cq, "Active", "False", "FlavorNotFound",
-                               f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}.")
+                _set_condition(
+                    cq,
+                    "Active",
+                    "False",
+                    "FlavorNotFound",
+                    f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}.",
+                )
             else:
                 _set_condition(cq, "Active", "True", "Ready", "Can admit new workloads")
             return cq if cq["status"]["conditions"] != before else None
@@ -288,8 +335,10 @@ class KueueController:
         if any(_condition(tj, t).get("status") == "True" for t in ("Complete", "Failed")):
             self._finish(tj, workload)
             return
-        if _condition(workload, "Evicted").get("status") == "True" and \
-                _condition(workload, "QuotaReserved").get("status") == "True":
+        if (
+            _condition(workload, "Evicted").get("status") == "True"
+            and _condition(workload, "QuotaReserved").get("status") == "True"
+        ):
             self._set_suspend(tj, True)  # preempted: stopped, and its quota released once its pods are gone
             if not self._active_pods(tj):
                 self._release(workload)
@@ -313,35 +362,60 @@ class KueueController:
 
     def _workload(self, tj: dict) -> Optional[dict]:
         uid = tj["metadata"]["uid"]
-        found = self.store.list(R.WORKLOADS, tj["metadata"]["namespace"], lambda o: any(
-            ref.get("uid") == uid and ref.get("controller") for ref in o["metadata"].get("ownerReferences") or []))[0]
+        found = self.store.list(
+            R.WORKLOADS,
+            tj["metadata"]["namespace"],
+            lambda o: any(
+                ref.get("uid") == uid and ref.get("controller") for ref in o["metadata"].get("ownerReferences") or []
+            ),
+        )[0]
         return found[0] if found else None
 
     def _create_workload(self, tj: dict, queue_name: str) -> Optional[dict]:
         meta, spec = tj["metadata"], tj.get("spec") or {}
         trainer = spec.get("trainer") or {}
-        container = {"name": C.TRAINER_NODE, "image": trainer.get("image", ""),
-                     "resources": copy.deepcopy(trainer.get("resourcesPerNode") or {})}
+        container = {
+            "name": C.TRAINER_NODE,
+            "image": trainer.get("image", ""),
+            "resources": copy.deepcopy(trainer.get("resourcesPerNode") or {}),
+        }
         priority_class = (meta.get("labels") or {}).get(C.PRIORITY_CLASS_LABEL)
         found_class = self.store.find(R.WORKLOAD_PRIORITY_CLASSES, "", priority_class) if priority_class else None
         workload_spec = {
             "queueName": queue_name,
             "active": True,
             "priority": (found_class or {}).get("value", 0),
-            "podSets": [{"name": C.TRAINER_NODE, "count": trainer.get("numNodes") or 1,
-                         "template": {"spec": {"containers": [container], "restartPolicy": "Never"}}}],
+            "podSets": [
+                {
+                    "name": C.TRAINER_NODE,
+                    "count": trainer.get("numNodes") or 1,
+                    "template": {"spec": {"containers": [container], "restartPolicy": "Never"}},
+                }
+            ],
         }
         if priority_class:
-            workload_spec["priorityClassRef"] = {"group": C.KUEUE_GROUP, "kind": "WorkloadPriorityClass",
-                                                 "name": priority_class}
+            workload_spec["priorityClassRef"] = {
+                "group": C.KUEUE_GROUP,
+                "kind": "WorkloadPriorityClass",
+                "name": priority_class,
+            }
         workload = {
-            "apiVersion": R.WORKLOADS.api_version, "kind": C.WORKLOAD_KIND,
+            "apiVersion": R.WORKLOADS.api_version,
+            "kind": C.WORKLOAD_KIND,
             "metadata": {
-                "name": workload_name(meta["name"], meta["uid"]), "namespace": meta["namespace"],
+                "name": workload_name(meta["name"], meta["uid"]),
+                "namespace": meta["namespace"],
                 "labels": {JOB_UID_LABEL: meta["uid"]},
-                "ownerReferences": [{"apiVersion": C.TRAINER_API_VERSION, "kind": C.TRAINJOB_KIND,
-                                     "name": meta["name"], "uid": meta["uid"], "controller": True,
-                                     "blockOwnerDeletion": True}],
+                "ownerReferences": [
+                    {
+                        "apiVersion": C.TRAINER_API_VERSION,
+                        "kind": C.TRAINJOB_KIND,
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
             },
             "spec": workload_spec,
         }
@@ -350,8 +424,13 @@ class KueueController:
         except ApiError as error:  # the namespace is going, or a leftover of the same name
             logger.warning("kueue: creating workload for %s/%s: %s", meta["namespace"], meta["name"], error)
             return None
-        self.events.record(tj, "Normal", "CreatedWorkload",
-                           f"Created Workload: {meta['namespace']}/{created['metadata']['name']}", "kueue")
+        self.events.record(
+            tj,
+            "Normal",
+            "CreatedWorkload",
+            f"Created Workload: {meta['namespace']}/{created['metadata']['name']}",
+            "kueue",
+        )
         return created
 
     def _mutate_workload(self, workload: dict, change) -> None:
@@ -380,19 +459,31 @@ class KueueController:
                 "clusterQueue": cluster_queue,
                 "podSetAssignments": [{"name": C.TRAINER_NODE, "count": count, "flavors": {}, "resourceUsage": {}}],
             }
-            _set_condition(w, "QuotaReserved", "True", "QuotaReserved",
-                           f"Quota reserved in ClusterQueue {cluster_queue}")
+            _set_condition(
+                w, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cluster_queue}"
+            )
             _set_condition(w, "Admitted", "True", "Admitted", "The workload is admitted")
             for type_ in ("Evicted", "Preempted"):  # admitted again after a preemption
                 if _condition(w, type_).get("status") == "True":
-                    _set_condition(w, type_, "False", "QuotaReserved",
-                                   f"Previously: {_condition(w, type_).get('message', '')}")
+                    _set_condition(
+                        w, type_, "False", "QuotaReserved", f"Previously: {_condition(w, type_).get('message', '')}"
+                    )
 
         self._mutate_workload(workload, admit)
-        self.events.record(workload, "Normal", "QuotaReserved",
-                           f"Quota reserved in ClusterQueue {cluster_queue}, wait time since queued was 0s", COMPONENT)
-        self.events.record(workload, "Normal", "Admitted",
-                           f"Admitted by ClusterQueue {cluster_queue}, wait time since reservation was 0s", COMPONENT)
+        self.events.record(
+            workload,
+            "Normal",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cluster_queue}, wait time since queued was 0s",
+            COMPONENT,
+        )
+        self.events.record(
+            workload,
+            "Normal",
+            "Admitted",
+            f"Admitted by ClusterQueue {cluster_queue}, wait time since reservation was 0s",
+            COMPONENT,
+        )
         self._set_suspend(tj, False)
 
     # -- quota and preemption (a ClusterQueue that exists) --
@@ -407,8 +498,12 @@ class KueueController:
         wanted = _usage(workload)
         uncovered = sorted(set(wanted) - set(quota))
         if uncovered:
-            self._inadmissible(workload, f"couldn't assign flavors to pod set {C.TRAINER_NODE}: resource "
-                                         f"{uncovered[0]} unavailable in ClusterQueue", reason="Pending")
+            self._inadmissible(
+                workload,
+                f"couldn't assign flavors to pod set {C.TRAINER_NODE}: resource "
+                f"{uncovered[0]} unavailable in ClusterQueue",
+                reason="Pending",
+            )
             return
         holding = [w for w in self._holding_quota(name) if w["metadata"]["uid"] != workload["metadata"]["uid"]]
         ahead = [w for w in self._waiting(name) if _queue_order(w) < _queue_order(workload)]
@@ -422,8 +517,11 @@ class KueueController:
         evicting = [w for w in holding if _condition(w, "Evicted").get("status") == "True"]
         if policy in ("LowerPriority", "LowerOrNewerEqualPriority") and not evicting:
             victims, kept = [], list(holding)
-            lower = sorted((w for w in holding if w["spec"].get("priority", 0) < priority),
-                           key=lambda w: w["metadata"].get("creationTimestamp", ""), reverse=True)
+            lower = sorted(
+                (w for w in holding if w["spec"].get("priority", 0) < priority),
+                key=lambda w: w["metadata"].get("creationTimestamp", ""),
+                reverse=True,
+            )
             for candidate in sorted(lower, key=lambda w: w["spec"].get("priority", 0)):
                 victims.append(candidate)
                 kept = [w for w in kept if w is not candidate]
@@ -431,16 +529,25 @@ class KueueController:
                     for victim in victims:
                         self._evict(victim, workload, name)
                     break
-        more = next(f"{r} in flavor {flavors[r]}, {_quantity(_sum(holding, r) + wanted[r] - quota[r])} more needed"
-                    for r in wanted if _sum(holding, r) + wanted[r] > quota[r])
-        self._inadmissible(workload, f"couldn't assign flavors to pod set {C.TRAINER_NODE}: insufficient unused "
-                                     f"quota for {more}", reason="Pending")
+        more = next(
+            f"{r} in flavor {flavors[r]}, {_quantity(_sum(holding, r) + wanted[r] - quota[r])} more needed"
+            for r in wanted
+            if _sum(holding, r) + wanted[r] > quota[r]
+        )
+        self._inadmissible(
+            workload,
+            f"couldn't assign flavors to pod set {C.TRAINER_NODE}: insufficient unused quota for {more}",
+            reason="Pending",
+        )
 
     def _holding_quota(self, cluster_queue: str) -> list[dict]:
-        return [w for w in self.store.list(R.WORKLOADS, None)[0]
-                if _condition(w, "QuotaReserved").get("status") == "True"
-                and ((w.get("status") or {}).get("admission") or {}).get("clusterQueue") == cluster_queue
-                and _condition(w, "Finished").get("status") != "True"]
+        return [
+            w
+            for w in self.store.list(R.WORKLOADS, None)[0]
+            if _condition(w, "QuotaReserved").get("status") == "True"
+            and ((w.get("status") or {}).get("admission") or {}).get("clusterQueue") == cluster_queue
+            and _condition(w, "Finished").get("status") != "True"
+        ]
 
     def _waiting(self, cluster_queue: str) -> list[dict]:
         """The Workloads waiting for this ClusterQueue through an active LocalQueue, not yet admitted."""
@@ -455,9 +562,11 @@ class KueueController:
         return found
 
     def _evict(self, victim: dict, preemptor: dict, cluster_queue: str) -> None:
-        message = (f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: "
-                   f"{(preemptor['metadata'].get('labels') or {}).get(JOB_UID_LABEL, '')}) due to prioritization "
-                   f"in the ClusterQueue; preemptor path: /{cluster_queue}; preemptee path: /{cluster_queue}")
+        message = (
+            f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: "
+            f"{(preemptor['metadata'].get('labels') or {}).get(JOB_UID_LABEL, '')}) due to prioritization "
+            f"in the ClusterQueue; preemptor path: /{cluster_queue}; preemptee path: /{cluster_queue}"
+        )
 
         def evict(w: dict) -> None:
             _set_condition(w, "Evicted", "True", "Preempted", message)
@@ -471,9 +580,14 @@ class KueueController:
                 self._queue.put(("job", victim["metadata"]["namespace"], ref["name"]))
 
     def _active_pods(self, tj: dict) -> bool:
-        return any((p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in self.store.list(
-            R.PODS, tj["metadata"]["namespace"],
-            lambda p: (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == tj["metadata"]["name"])[0])
+        return any(
+            (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            for p in self.store.list(
+                R.PODS,
+                tj["metadata"]["namespace"],
+                lambda p: (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == tj["metadata"]["name"],
+            )[0]
+        )
 
     def _release(self, workload: dict) -> None:
         """The evicted job has stopped: its quota is free, and it waits to be admitted again."""
@@ -492,8 +606,9 @@ class KueueController:
             return
         succeeded = _condition(tj, "Complete").get("status") == "True"
         message = _condition(tj, "Complete" if succeeded else "Failed").get("message", "")
-        self._mutate_workload(workload, lambda w: _set_condition(
-            w, "Finished", "True", "Succeeded" if succeeded else "Failed", message))
+        self._mutate_workload(
+            workload, lambda w: _set_condition(w, "Finished", "True", "Succeeded" if succeeded else "Failed", message)
+        )
 
     def _set_suspend(self, tj: dict, suspend: bool) -> None:
         uid = tj["metadata"]["uid"]

@@ -30,5 +30,11 @@ def owned_by(obj: dict, uid: str) -> bool:
 
 
 def controller_ref(owner: dict) -> dict:
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

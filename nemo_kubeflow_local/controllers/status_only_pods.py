@@ -121,9 +121,21 @@ class StatusOnlyKubelet:
             first = meta["uid"] not in self._unscheduled
             self._unscheduled[meta["uid"]] = (meta["namespace"], meta["name"])
             if first:
-                self._write(pod, lambda status: status.update(phase="Pending", conditions=[{
-                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": why,
-                    "lastTransitionTime": now_rfc3339()}]))
+                self._write(
+                    pod,
+                    lambda status: status.update(
+                        phase="Pending",
+                        conditions=[
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": "Unschedulable",
+                                "message": why,
+                                "lastTransitionTime": now_rfc3339(),
+                            }
+                        ],
+                    ),
+                )
                 self.events.record(pod, "Warning", "FailedScheduling", why, "default-scheduler")
             return
         self._unscheduled.pop(meta["uid"], None)
@@ -138,8 +150,13 @@ class StatusOnlyKubelet:
             return
         self._bound[meta["uid"]] = node
         self._load[node] += 1
-        self.events.record(pod, "Normal", "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} "
-                                                       f"to {node}", "default-scheduler")
+        self.events.record(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}",
+            "default-scheduler",
+        )
         # The MODIFIED event of the binding starts it (_handle).
 
     def _unbind(self, uid: str) -> None:
@@ -155,22 +172,39 @@ class StatusOnlyKubelet:
         for container in spec.get("containers") or []:
             image = container.get("image", "")
             field_path = f"spec.containers{{{container['name']}}}"
-            self.events.record(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine and '
-                                                        "can be accessed by the pod", "kubelet", field_path)
-            self.events.record(pod, "Normal", "Created", f"Created container: {container['name']}", "kubelet",
-                               field_path)
-            self.events.record(pod, "Normal", "Started", f"Started container {container['name']}", "kubelet",
-                               field_path)
+            self.events.record(
+                pod,
+                "Normal",
+                "Pulled",
+                f'Container image "{image}" already present on machine and can be accessed by the pod',
+                "kubelet",
+                field_path,
+            )
+            self.events.record(
+                pod, "Normal", "Created", f"Created container: {container['name']}", "kubelet", field_path
+            )
+            self.events.record(
+                pod, "Normal", "Started", f"Started container {container['name']}", "kubelet", field_path
+            )
         init = [_init_status(c, now, pod["metadata"]["uid"]) for c in spec.get("initContainers") or []]
         main = [_running(c, now, pod["metadata"]["uid"]) for c in spec.get("containers") or []]
 
         def start(status: dict) -> None:
-            status.update(phase="Running", hostIP=POD_IP, hostIPs=[{"ip": POD_IP}], podIP=POD_IP,
-                          podIPs=[{"ip": POD_IP}], startTime=now, containerStatuses=main, qosClass="BestEffort",
-                          conditions=[{"type": t, "status": "True", "lastTransitionTime": now} for t in (
-                              "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
-                              "PodScheduled")] + [c for c in status.get("conditions") or []
-                                                  if c.get("type") == "DisruptionTarget"])
+            status.update(
+                phase="Running",
+                hostIP=POD_IP,
+                hostIPs=[{"ip": POD_IP}],
+                podIP=POD_IP,
+                podIPs=[{"ip": POD_IP}],
+                startTime=now,
+                containerStatuses=main,
+                qosClass="BestEffort",
+                conditions=[
+                    {"type": t, "status": "True", "lastTransitionTime": now}
+                    for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+                ]
+                + [c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"],
+            )
             if init:
                 status["initContainerStatuses"] = init
 
@@ -201,13 +235,26 @@ class StatusOnlyKubelet:
                 status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
                 for cs in status.get("containerStatuses") or []:
                     started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", now)
-                    cs.update(ready=False, started=False, state={"terminated": {
-                        "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                        "startedAt": started, "finishedAt": now, "containerID": cs.get("containerID", "")}})
+                    cs.update(
+                        ready=False,
+                        started=False,
+                        state={
+                            "terminated": {
+                                "exitCode": exit_code,
+                                "reason": "Completed" if exit_code == 0 else "Error",
+                                "startedAt": started,
+                                "finishedAt": now,
+                                "containerID": cs.get("containerID", ""),
+                            }
+                        },
+                    )
                 for condition in status.get("conditions") or []:
                     if condition.get("type") in ("Ready", "ContainersReady"):
-                        condition.update(status="False", reason="PodCompleted" if exit_code == 0 else "PodFailed",
-                                         lastTransitionTime=now)
+                        condition.update(
+                            status="False",
+                            reason="PodCompleted" if exit_code == 0 else "PodFailed",
+                            lastTransitionTime=now,
+                        )
 
             self._write(pod, end)
             ended.append(pod["metadata"]["name"])
@@ -215,15 +262,37 @@ class StatusOnlyKubelet:
 
 
 def _running(container: dict, now: str, uid: str) -> dict:
-    return {"name": container["name"], "state": {"running": {"startedAt": now}}, "lastState": {}, "ready": True,
-            "restartCount": 0, "image": container.get("image", ""), "imageID": "", "started": True,
-            "containerID": f"local://{uid}-{container['name']}"}
+    return {
+        "name": container["name"],
+        "state": {"running": {"startedAt": now}},
+        "lastState": {},
+        "ready": True,
+        "restartCount": 0,
+        "image": container.get("image", ""),
+        "imageID": "",
+        "started": True,
+        "containerID": f"local://{uid}-{container['name']}",
+    }
 
 
 def _init_status(container: dict, now: str, uid: str) -> dict:
     if container.get("restartPolicy") == "Always":  # a native sidecar runs beside the main containers
         return _running(container, now, uid)
-    return {"name": container["name"], "state": {"terminated": {
-        "exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now,
-        "containerID": f"local://{uid}-{container['name']}"}}, "lastState": {}, "ready": True, "restartCount": 0,
-        "image": container.get("image", ""), "imageID": "", "started": False}
+    return {
+        "name": container["name"],
+        "state": {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": now,
+                "finishedAt": now,
+                "containerID": f"local://{uid}-{container['name']}",
+            }
+        },
+        "lastState": {},
+        "ready": True,
+        "restartCount": 0,
+        "image": container.get("image", ""),
+        "imageID": "",
+        "started": False,
+    }

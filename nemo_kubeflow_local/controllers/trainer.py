@@ -187,14 +187,19 @@ def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: i
             {"name": C.PET_NPROC_PER_NODE, "value": str(proc)},
             {"name": C.PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
         ]
-        master = [{"name": C.PET_MASTER_ADDR, "value": master_addr},
-                  {"name": C.PET_MASTER_PORT, "value": str(master_port)}]
+        master = [
+            {"name": C.PET_MASTER_ADDR, "value": master_addr},
+            {"name": C.PET_MASTER_PORT, "value": str(master_port)},
+        ]
         for rjob in spec["replicatedJobs"]:
             node = _container(_pod_spec(rjob), C.TRAINER_NODE, init=False)
             if _ancestor(rjob) == C.ANCESTOR_TRAINER and node is not None and trainer is not None:
                 _upsert(node.setdefault("env", []), pet + master)
-                _upsert(node.setdefault("ports", []), [{"containerPort": master_port, "protocol": "TCP"}],
-                        key="containerPort")
+                _upsert(
+                    node.setdefault("ports", []),
+                    [{"containerPort": master_port, "protocol": "TCP"}],
+                    key="containerPort",
+                )
         for target in ((torch.get("envInjection") or {}).get("targets")) or []:
             rjob = next((r for r in spec["replicatedJobs"] if r["name"] == target.get("jobName")), None)
             for name in target.get("containerNames") or []:
@@ -209,8 +214,9 @@ def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: i
         if "coscheduling" in group:
             template.setdefault("metadata", {}).setdefault("labels", {})[POD_GROUP_LABEL] = trainjob["metadata"]["name"]
         if "volcano" in group:
-            template.setdefault("metadata", {}).setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = \
-                trainjob["metadata"]["name"]
+            template.setdefault("metadata", {}).setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = trainjob[
+                "metadata"
+            ]["name"]
     spec["suspend"] = bool(tj_spec.get("suspend"))
     return spec
 
@@ -228,8 +234,13 @@ def _free_port() -> int:
 
 
 #: What JobSet's webhook lets change in the pod templates of a suspended JobSet (for Kueue): (part, key).
-_MUTABLE_WHILE_SUSPENDED = (("metadata", "labels"), ("metadata", "annotations"), ("spec", "nodeSelector"),
-                            ("spec", "tolerations"), ("spec", "schedulingGates"))
+_MUTABLE_WHILE_SUSPENDED = (
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+    ("spec", "nodeSelector"),
+    ("spec", "tolerations"),
+    ("spec", "schedulingGates"),
+)
 
 
 def _immutable_part(new: list, old: list) -> list:
@@ -337,8 +348,12 @@ class TrainerController:
         state = self._states.get(key)
         if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
-        if is_true(tj, "Failed") and state.spec is not None and not self._jobset_exists(tj, state) \
-                and (condition(tj, "Failed") or {}).get("reason") != "DeadlineExceeded":
+        if (
+            is_true(tj, "Failed")
+            and state.spec is not None
+            and not self._jobset_exists(tj, state)
+            and (condition(tj, "Failed") or {}).get("reason") != "DeadlineExceeded"
+        ):
             # Trainer v2.3.0 clears Failed at the top of every reconcile (removeFailedCondition, all but
             # DeadlineExceeded) and reads it back from the JobSet: with the JobSet gone (its TTL, or a
             # delete) the job looks unfinished and its JobSet is built again, restarts from 0, and the
@@ -428,8 +443,9 @@ class TrainerController:
             return None
         if self.status_server is not None:
             try:
-                self.status_server.enforce(tj, spec, [r["name"] for r in spec["replicatedJobs"]
-                                                      if _ancestor(r) == C.ANCESTOR_TRAINER])
+                self.status_server.enforce(
+                    tj, spec, [r["name"] for r in spec["replicatedJobs"] if _ancestor(r) == C.ANCESTOR_TRAINER]
+                )
             except ApiError as error:  # the namespace is going
                 self._creation_failed(tj, f"building the TrainJobStatus components: {error}")
                 return None
@@ -447,8 +463,9 @@ class TrainerController:
         old = (existing.get("spec") or {}).get("replicatedJobs") or []
         if _immutable_part(spec.get("replicatedJobs") or [], old) == _pruned(old):
             return False
-        self._jobset_denied(tj, [FieldError.invalid("spec.replicatedJobs", spec.get("replicatedJobs"),
-                                                    "field is immutable")])
+        self._jobset_denied(
+            tj, [FieldError.invalid("spec.replicatedJobs", spec.get("replicatedJobs"), "field is immutable")]
+        )
         return True
 
     def _build(self, tj: dict, state: JobSetState) -> bool:
@@ -459,15 +476,24 @@ class TrainerController:
             job_name = f"{tj['metadata']['name']}-{rjob['name']}-0"
             policy = _pod_spec(rjob).get("restartPolicy", "OnFailure")
             if policy not in ("OnFailure", "Never"):  # Job validation; JobSet reports it, nothing more happens
-                self.events.record(self._jobset_ref(tj, state), "Warning", "JobCreationFailed",
-                                   f'Job.batch "{job_name}" is invalid: spec.template.spec.restartPolicy: Unsupported '
-                                   f'value: "{policy}": supported values: "OnFailure", "Never"', "jobset-controller")
+                self.events.record(
+                    self._jobset_ref(tj, state),
+                    "Warning",
+                    "JobCreationFailed",
+                    f'Job.batch "{job_name}" is invalid: spec.template.spec.restartPolicy: Unsupported '
+                    f'value: "{policy}": supported values: "OnFailure", "Never"',
+                    "jobset-controller",
+                )
                 return False
             errors = pod_spec_errors(_pod_spec(rjob), "spec.template.spec")
             if errors:  # the Job controller cannot create pods: it says so in an event, nothing more
-                self.events.record(self._job_ref(tj, job_name, ""), "Warning", "FailedCreate",
-                                   f'Error creating: Pod "{job_name}-0" is invalid: {aggregate(errors)}',
-                                   "job-controller")
+                self.events.record(
+                    self._job_ref(tj, job_name, ""),
+                    "Warning",
+                    "FailedCreate",
+                    f'Error creating: Pod "{job_name}-0" is invalid: {aggregate(errors)}',
+                    "job-controller",
+                )
                 return False
         state.spec = spec
         state.jobs = self._new_jobs(tj, spec)
@@ -480,8 +506,9 @@ class TrainerController:
         if snapshot is not None:
             owners = snapshot["metadata"].get("ownerReferences") or []
             if not any(o.get("uid") == uid and o.get("controller") for o in owners):
-                self._creation_failed(tj, "invalid runtime snapshot: a snapshot configmap exists but is owned by "
-                                          "another object")
+                self._creation_failed(
+                    tj, "invalid runtime snapshot: a snapshot configmap exists but is owned by another object"
+                )
                 return None
             self._waiting_for_runtime.discard((namespace, name))
             return yaml.safe_load(snapshot["data"]["runtime"])
@@ -492,20 +519,32 @@ class TrainerController:
             return None
         self._waiting_for_runtime.discard((namespace, name))
         try:
-            self.store.create(R.CONFIGMAPS, {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name + SNAPSHOT_SUFFIX, "namespace": namespace,
-                             "ownerReferences": [self._owner_ref(tj)]},
-                "data": {"runtime": yaml.safe_dump(runtime, sort_keys=False)},
-            })
+            self.store.create(
+                R.CONFIGMAPS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": name + SNAPSHOT_SUFFIX,
+                        "namespace": namespace,
+                        "ownerReferences": [self._owner_ref(tj)],
+                    },
+                    "data": {"runtime": yaml.safe_dump(runtime, sort_keys=False)},
+                },
+            )
         except ApiError as error:  # someone else's ConfigMap by that name, or the namespace is going
             self._creation_failed(tj, f"creating runtime snapshot: {error}")
             return None
         return runtime
 
     def _creation_failed(self, tj: dict, error: str) -> None:
-        self.events.record(tj, "Warning", "TrainJobResourcesCreationFailed",
-                           f"TrainJob resources reconciliation failed: {error}"[:1024], "trainjob-controller")
+        self.events.record(
+            tj,
+            "Warning",
+            "TrainJobResourcesCreationFailed",
+            f"TrainJob resources reconciliation failed: {error}"[:1024],
+            "trainjob-controller",
+        )
 
     # -- the JobSet, its Service and the Jobs as objects --
 
@@ -514,13 +553,17 @@ class TrainerController:
         namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
         existing = self.store.find(R.JOBSETS, namespace, name)
         if existing is not None and not owned_by(existing, tj["metadata"]["uid"]):
-            self._creation_failed(tj, f'jobsets.jobset.x-k8s.io "{name}" already exists and is not owned by '
-                                      "this TrainJob")
+            self._creation_failed(
+                tj, f'jobsets.jobset.x-k8s.io "{name}" already exists and is not owned by this TrainJob'
+            )
             return False
         if existing is None:
-            jobset = {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
-                      "metadata": {"name": name, "namespace": namespace, "ownerReferences": [self._owner_ref(tj)]},
-                      "spec": spec}
+            jobset = {
+                "apiVersion": C.JOBSET_API_VERSION,
+                "kind": "JobSet",
+                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [self._owner_ref(tj)]},
+                "spec": spec,
+            }
             state.created_suspended = bool(spec.get("suspend"))
             try:
                 existing = self.store.create(R.JOBSETS, jobset, uid=state.jobset_uid)
@@ -541,14 +584,23 @@ class TrainerController:
         name = spec["network"].get("subdomain") or meta["name"]
         if self.store.find(R.SERVICES, meta["namespace"], name) is not None:
             return
-        service = {"apiVersion": "v1", "kind": "Service", "metadata": {
-            "name": name, "namespace": meta["namespace"], "ownerReferences": [controller_ref(jobset)]},
-            "spec": {"clusterIP": "None", "clusterIPs": ["None"], "internalTrafficPolicy": "Cluster",
-                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
-                     "publishNotReadyAddresses": bool(spec["network"].get("publishNotReadyAddresses")),
-                     "selector": {C.JOBSET_NAME_LABEL: meta["name"]}, "sessionAffinity": "None",
-                     "type": "ClusterIP"},
-            "status": {"loadBalancer": {}}}
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": meta["namespace"], "ownerReferences": [controller_ref(jobset)]},
+            "spec": {
+                "clusterIP": "None",
+                "clusterIPs": ["None"],
+                "internalTrafficPolicy": "Cluster",
+                "ipFamilies": ["IPv4"],
+                "ipFamilyPolicy": "SingleStack",
+                "publishNotReadyAddresses": bool(spec["network"].get("publishNotReadyAddresses")),
+                "selector": {C.JOBSET_NAME_LABEL: meta["name"]},
+                "sessionAffinity": "None",
+                "type": "ClusterIP",
+            },
+            "status": {"loadBalancer": {}},
+        }
         try:
             self.store.create(R.SERVICES, service)
         except ApiError as error:
@@ -564,8 +616,12 @@ class TrainerController:
         self.store.mutate(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"], change)
         for job in state.jobs:
             if job.obj is not None:
-                self.store.mutate(R.JOBS, tj["metadata"]["namespace"], job.name, lambda obj, uid=job.uid: set_job_suspend(
-                    obj, uid, suspended))
+                self.store.mutate(
+                    R.JOBS,
+                    tj["metadata"]["namespace"],
+                    job.name,
+                    lambda obj, uid=job.uid: set_job_suspend(obj, uid, suspended),
+                )
 
     def _create_job(self, tj: dict, state: JobSetState, job: JobState) -> bool:
         """The JobSet controller creates `job` (the first time its pods may start)."""
@@ -573,8 +629,11 @@ class TrainerController:
         if jobset is None or jobset["metadata"]["uid"] != state.jobset_uid:
             return False  # going with its TrainJob
         rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
-        waits = bool(rjob.get("dependsOn")) or (state.spec.get("startupPolicy") or {}).get(
-            "startupPolicyOrder") == "InOrder" and state.spec["replicatedJobs"].index(rjob) > 0
+        waits = (
+            bool(rjob.get("dependsOn"))
+            or (state.spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
+            and state.spec["replicatedJobs"].index(rjob) > 0
+        )
         job.resumed = state.created_suspended and state.restarts == 0 and not waits
         job.start_time = now_rfc3339()
         try:
@@ -595,21 +654,32 @@ class TrainerController:
         for rjob in spec["replicatedJobs"]:
             job_spec = rjob["template"]["spec"]
             for index in range(rjob.get("replicas", 1)):
-                jobs.append(JobState(
-                    name=f"{tj['metadata']['name']}-{rjob['name']}-{index}", rjob=rjob["name"], index=index,
-                    completions=job_spec.get("completions", 1),
-                    backoff_limit=job_spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)))
+                jobs.append(
+                    JobState(
+                        name=f"{tj['metadata']['name']}-{rjob['name']}-{index}",
+                        rjob=rjob["name"],
+                        index=index,
+                        completions=job_spec.get("completions", 1),
+                        backoff_limit=job_spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
+                    )
+                )
         return jobs
 
     def _pods(self, tj: dict, state: JobSetState) -> list[dict]:
         """The pods of this TrainJob's JobSet (all its Jobs, every restart attempt), as stored: read only."""
         name = tj["metadata"]["name"]
-        return self.store.stored_list(R.PODS, tj["metadata"]["namespace"], lambda p: (
-            (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == name
-            and p["metadata"]["labels"].get(JOBSET_UID_LABEL) == state.jobset_uid))[0]
+        return self.store.stored_list(
+            R.PODS,
+            tj["metadata"]["namespace"],
+            lambda p: (
+                (p["metadata"].get("labels") or {}).get(C.JOBSET_NAME_LABEL) == name
+                and p["metadata"]["labels"].get(JOBSET_UID_LABEL) == state.jobset_uid
+            ),
+        )[0]
 
     def _release(self, pod: dict) -> None:
         """The Job controller has counted a finished pod: its tracking finalizer goes."""
+
         def change(obj: dict) -> Optional[dict]:
             finalizers = obj["metadata"].get("finalizers") or []
             if obj["metadata"]["uid"] != pod["metadata"]["uid"] or JOB_TRACKING_FINALIZER not in finalizers:
@@ -673,14 +743,15 @@ class TrainerController:
                 self._release(pod)
             if status.get("phase") == "Succeeded":
                 job.succeeded.add(index)
-            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | \
-                    job.suspended_pods:
+            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | job.suspended_pods:
                 job.failed_pods.add(pod["metadata"]["uid"])
                 job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
                 failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
             elif status.get("phase") in ("Pending", "Running"):
-                restarts += sum(s.get("restartCount", 0) for s in (status.get("containerStatuses") or []) +
-                                (status.get("initContainerStatuses") or []))
+                restarts += sum(
+                    s.get("restartCount", 0)
+                    for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+                )
         active = [p for p in pods if not gone_or_going(p)]
         job.active = len(active)
         job.terminating = sum(1 for p in pods if p["metadata"].get("deletionTimestamp") and not terminal(p))
@@ -697,14 +768,20 @@ class TrainerController:
         if len(job.failed_pods) > job.backoff_limit or past_on_failure:
             job.failure_target = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             job.failed_at = time.monotonic()
-            self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "BackoffLimitExceeded",
-                               job.failure_target[1], "job-controller")
+            self.events.record(
+                self._job_ref(tj, job.name, job.uid),
+                "Warning",
+                "BackoffLimitExceeded",
+                job.failure_target[1],
+                "job-controller",
+            )
             self._stop_failed_job(job, active)
         elif len(job.succeeded) >= job.completions:
             job.complete = True
             job.completion_time = now_rfc3339()
-            self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed",
-                               "job-controller")
+            self.events.record(
+                self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed", "job-controller"
+            )
 
     def _stop_failed_job(self, job: JobState, active: list[dict]) -> None:
         """A failing Job's running pods are deleted (the real Job controller counts them as failed too); it
@@ -730,8 +807,9 @@ class TrainerController:
         elif action in ("FailJob", "FailIndex"):
             job.failure_target = ("PodFailurePolicy", message)
             job.failed_at = time.monotonic()
-            self.events.record(self._job_ref(tj, job.name, job.uid), "Warning", "PodFailurePolicy", message,
-                               "job-controller")
+            self.events.record(
+                self._job_ref(tj, job.name, job.uid), "Warning", "PodFailurePolicy", message, "job-controller"
+            )
             return True
         return False
 
@@ -775,21 +853,39 @@ class TrainerController:
             action, matched = rule.get("action", action), rule
             break
         if action == "FailJobSet":
-            self._finish(tj, state, "Failed", "FailJobSetFailurePolicyAction",
-                         "applying FailJobSet failure policy action" + first)
+            self._finish(
+                tj,
+                state,
+                "Failed",
+                "FailJobSetFailurePolicyAction",
+                "applying FailJobSet failure policy action" + first,
+            )
             return
         counts = "IgnoreMaxRestarts" not in action
         if counts and state.restarts_towards_max >= policy.get("maxRestarts", 0):
-            self._finish(tj, state, "Failed", "ReachedMaxRestarts",
-                         "jobset failed due to reaching max number of restarts" + first)
+            self._finish(
+                tj,
+                state,
+                "Failed",
+                "ReachedMaxRestarts",
+                "jobset failed due to reaching max number of restarts" + first,
+            )
             return
         state.restarts += 1
         state.restarts_towards_max += int(counts)
-        message = ("applying RestartJobSet failure policy action" if counts else
-                   "applying RestartJobSetAndIgnoreMaxRestarts failure policy action") + first
+        message = (
+            "applying RestartJobSet failure policy action"
+            if counts
+            else "applying RestartJobSetAndIgnoreMaxRestarts failure policy action"
+        ) + first
         state.restarting = ("True", f"FailurePolicy_{matched['name']}" if matched else "DefaultFailurePolicy", message)
-        self.events.record(self._jobset_ref(tj, state), "Warning", "RestartJobSetFailurePolicyAction",
-                           "applying RestartJobSet failure policy action" + first, "jobset-controller")
+        self.events.record(
+            self._jobset_ref(tj, state),
+            "Warning",
+            "RestartJobSetFailurePolicyAction",
+            "applying RestartJobSet failure policy action" + first,
+            "jobset-controller",
+        )
         self._delete_jobs(tj, state.jobs)  # their pods go with them
         state.jobs = self._new_jobs(tj, state.spec)
         for pod in self._pods(tj, state):
@@ -798,8 +894,13 @@ class TrainerController:
 
     def _finish(self, tj: dict, state: JobSetState, type_: str, reason: str, message: str) -> None:
         state.terminal = (type_, reason, message)
-        self.events.record(self._jobset_ref(tj, state), "Normal" if type_ == "Complete" else "Warning", reason,
-                           message, "jobset-controller")
+        self.events.record(
+            self._jobset_ref(tj, state),
+            "Normal" if type_ == "Complete" else "Warning",
+            reason,
+            message,
+            "jobset-controller",
+        )
         self._delete_jobs(tj, [job for job in state.jobs if not job.finished])  # a finished JobSet deletes its
         for pod in self._pods(tj, state):  # active Jobs, and with them their pods
             if not gone_or_going(pod):
@@ -810,8 +911,11 @@ class TrainerController:
         if not seconds or tj["spec"].get("suspend") or state.terminal:
             return
         resumed = condition(tj, "Suspended")
-        start = parse(resumed["lastTransitionTime"] if resumed and resumed["status"] == "False"
-                      else tj["metadata"]["creationTimestamp"])
+        start = parse(
+            resumed["lastTransitionTime"]
+            if resumed and resumed["status"] == "False"
+            else tj["metadata"]["creationTimestamp"]
+        )
         left = start.timestamp() + seconds - time.time()
         if left > 0:
             self._after(left, (tj["metadata"]["namespace"], tj["metadata"]["name"]))
@@ -885,6 +989,7 @@ class TrainerController:
 
     def _write_jobset_status(self, tj: dict, state: JobSetState, suspended: bool) -> None:
         """The JobSet controller's status: conditions, restarts, replicatedJobsStatus, terminalState."""
+
         def fill(jobset: dict, status: dict, conditions: list) -> None:
             if suspended:
                 set_condition(conditions, "Suspended", "True", "SuspendedJobs", "jobset is suspended")
@@ -892,8 +997,11 @@ class TrainerController:
                 set_condition(conditions, "Suspended", "False", "ResumeJobs", "jobset is resumed")
             if state.restarting is not None:
                 if state.terminal is not None:
-                    state.restarting = ("False", "JobSetCompleted", "jobset completed successfully") \
-                        if state.terminal[0] == "Complete" else ("False", "JobSetFailed", "jobset failed")
+                    state.restarting = (
+                        ("False", "JobSetCompleted", "jobset completed successfully")
+                        if state.terminal[0] == "Complete"
+                        else ("False", "JobSetFailed", "jobset failed")
+                    )
                 elif suspended:
                     state.restarting = ("False", "JobSetSuspended", "jobset is suspended")
                 elif state.restarting[0] == "True" and state.jobs and all(j.ready or j.complete for j in state.jobs):
@@ -912,6 +1020,7 @@ class TrainerController:
 
     def _write_job_status(self, tj: dict, job: JobState) -> None:
         """The Job controller's status of an Indexed Job: conditions, counts, completedIndexes, times."""
+
         def fill(obj: dict, status: dict, conditions: list) -> None:
             if obj["spec"].get("suspend"):
                 set_job_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended")
@@ -919,8 +1028,9 @@ class TrainerController:
                 set_job_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed")
             if job.complete:
                 for type_ in ("SuccessCriteriaMet", "Complete"):
-                    set_job_condition(conditions, type_, "True", "CompletionsReached",
-                                       "Reached expected number of succeeded pods")
+                    set_job_condition(
+                        conditions, type_, "True", "CompletionsReached", "Reached expected number of succeeded pods"
+                    )
                 status["completionTime"] = job.completion_time
             elif job.failure_target is not None:
                 # Failed only once none of its pods is terminating (``_observe``): FailureTarget alone until then.
@@ -928,8 +1038,11 @@ class TrainerController:
                     set_job_condition(conditions, type_, "True", *job.failure_target)
             if job.start_time and not obj["spec"].get("suspend"):
                 status["startTime"] = job.start_time
-            counts = {"active": 0 if job.finished else job.active, "succeeded": len(job.succeeded),
-                      "failed": len(job.failed_pods) + job.failed_on_finish}
+            counts = {
+                "active": 0 if job.finished else job.active,
+                "succeeded": len(job.succeeded),
+                "failed": len(job.failed_pods) + job.failed_on_finish,
+            }
             for key, value in counts.items():
                 if value:
                     status[key] = value
@@ -945,6 +1058,7 @@ class TrainerController:
 
     def _fill_status(self, rt: ResourceType, namespace: str, name: str, uid: str, fill) -> None:
         """Let `fill(obj, status, conditions)` update the status of object `uid`; store it only if it changed."""
+
         def change(obj: dict) -> Optional[dict]:
             if obj["metadata"]["uid"] != uid:
                 return None
@@ -963,30 +1077,47 @@ class TrainerController:
         for rjob in (state.spec or {}).get("replicatedJobs", []):
             jobs = [j for j in state.jobs if j.rjob == rjob["name"] and (j.created or suspended)]
             live = [j for j in jobs if not j.finished]
-            result.append({
-                "name": rjob["name"],
-                "ready": sum(1 for j in live if j.ready and not suspended),
-                "succeeded": sum(1 for j in jobs if j.complete),
-                "failed": sum(1 for j in jobs if j.failure),
-                "active": sum(1 for j in live if j.active and not suspended),
-                "suspended": len(live) if suspended else 0,
-            })
+            result.append(
+                {
+                    "name": rjob["name"],
+                    "ready": sum(1 for j in live if j.ready and not suspended),
+                    "succeeded": sum(1 for j in jobs if j.complete),
+                    "failed": sum(1 for j in jobs if j.failure),
+                    "active": sum(1 for j in live if j.active and not suspended),
+                    "suspended": len(live) if suspended else 0,
+                }
+            )
         return result
 
     # -- pods --
 
     def _owner_ref(self, tj: dict) -> dict:
-        return {"apiVersion": C.TRAINER_API_VERSION, "kind": C.TRAINJOB_KIND, "name": tj["metadata"]["name"],
-                "uid": tj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+        return {
+            "apiVersion": C.TRAINER_API_VERSION,
+            "kind": C.TRAINJOB_KIND,
+            "name": tj["metadata"]["name"],
+            "uid": tj["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
     def _job_ref(self, tj: dict, job_name: str, uid: str) -> dict:
-        return {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": job_name, "namespace": tj["metadata"]["namespace"], "uid": uid}}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": job_name, "namespace": tj["metadata"]["namespace"], "uid": uid},
+        }
 
     def _jobset_ref(self, tj: dict, state: JobSetState) -> dict:
-        return {"apiVersion": C.JOBSET_API_VERSION, "kind": "JobSet",
-                "metadata": {"name": tj["metadata"]["name"], "namespace": tj["metadata"]["namespace"],
-                             "uid": state.jobset_uid}}
+        return {
+            "apiVersion": C.JOBSET_API_VERSION,
+            "kind": "JobSet",
+            "metadata": {
+                "name": tj["metadata"]["name"],
+                "namespace": tj["metadata"]["namespace"],
+                "uid": state.jobset_uid,
+            },
+        }
 
     def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> bool:
         """Create the pod for `index`; False when the TrainJob or the Job went since they were read."""
@@ -1006,8 +1137,11 @@ class TrainerController:
             except ApiError as error:
                 logger.warning("creating pod %s: %s", pod["metadata"]["name"], error)
                 return True
-        self.events.record(self._job_ref(tj, job.name, job.uid), "Normal", "SuccessfulCreate",
-                           f"Created pod: {created['metadata']['name']}", "job-controller")
+        self.events.record(
+            self._job_ref(tj, job.name, job.uid),
+            "Normal",
+            "SuccessfulCreate",
+            f"Created pod: {created['metadata']['name']}",
+            "job-controller",
+        )
         return True
-
-

@@ -44,8 +44,11 @@ from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credential
 logger = logging.getLogger(__name__)
 
 FEATURE_GATE = "TrainJobStatus"
-URL_ENV, CA_CERT_ENV, TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_URL", "KUBEFLOW_TRAINER_SERVER_CA_CERT", \
-    "KUBEFLOW_TRAINER_SERVER_TOKEN"
+URL_ENV, CA_CERT_ENV, TOKEN_ENV = (
+    "KUBEFLOW_TRAINER_SERVER_URL",
+    "KUBEFLOW_TRAINER_SERVER_CA_CERT",
+    "KUBEFLOW_TRAINER_SERVER_TOKEN",
+)
 MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
 VOLUME_NAME = "kubeflow-trainer-token"
 TOKEN_FILE, CA_FILE = "token", "ca.crt"
@@ -96,9 +99,15 @@ class TokenIssuer:
 
     def issue(self, namespace: str, service_account: str, audience: str, seconds: int = TOKEN_EXPIRY_S) -> str:
         now = int(time.time())
-        claims = {"iss": _ISSUER, "aud": [audience], "iat": now, "nbf": now, "exp": now + int(seconds),
-                  "sub": f"system:serviceaccount:{namespace}:{service_account}",
-                  "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": service_account}}}
+        claims = {
+            "iss": _ISSUER,
+            "aud": [audience],
+            "iat": now,
+            "nbf": now,
+            "exp": now + int(seconds),
+            "sub": f"system:serviceaccount:{namespace}:{service_account}",
+            "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": service_account}},
+        }
         signing = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode()) + "." + _b64(json.dumps(claims).encode())
         return signing + "." + _b64(hmac.new(self._keys[0], signing.encode(), hashlib.sha256).digest())
 
@@ -121,8 +130,13 @@ class TokenIssuer:
 class RateLimiter:
     """client-go's token bucket: ``qps`` tokens a second, at most ``burst`` saved; a request waits for one."""
 
-    def __init__(self, qps: float = QPS, burst: int = BURST, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        qps: float = QPS,
+        burst: int = BURST,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.qps, self.burst, self._clock, self._sleep = qps, burst, clock, sleep
         self._tokens, self._at = float(burst), clock()
         self._lock = threading.Lock()
@@ -147,12 +161,16 @@ def _invalid_trainer_status(status: Any) -> Optional[str]:
     if not isinstance(status, dict):
         return "status.trainerStatus: Invalid value: must be an object"
     if not status.get("lastUpdatedTime"):
-        return "status.trainerStatus: Invalid value: \"object\": lastUpdatedTime is required when trainerStatus is present"
+        return (
+            'status.trainerStatus: Invalid value: "object": lastUpdatedTime is required when trainerStatus is present'
+        )
     percent, eta = status.get("progressPercentage"), status.get("estimatedRemainingSeconds")
     if percent is not None and (not isinstance(percent, int) or not 0 <= percent <= 100):
         return f"status.trainerStatus.progressPercentage: Invalid value: {percent}: must be between 0 and 100"
     if eta is not None and (not isinstance(eta, int) or eta < 0):
-        return f"status.trainerStatus.estimatedRemainingSeconds: Invalid value: {eta}: must be greater than or equal to 0"
+        return (
+            f"status.trainerStatus.estimatedRemainingSeconds: Invalid value: {eta}: must be greater than or equal to 0"
+        )
     metrics = status.get("metrics") or []
     if not isinstance(metrics, list) or len(metrics) > 256:
         return "status.trainerStatus.metrics: Too many: must have at most 256 items"
@@ -167,8 +185,9 @@ def _invalid_trainer_status(status: Any) -> Optional[str]:
 class StatusServer:
     """The status server and the plugin's part for one local cluster (``FEATURE_GATE`` on)."""
 
-    def __init__(self, store: Store, credentials: Optional[ServerCredentials] = None,
-                 tokens: Optional[TokenIssuer] = None):
+    def __init__(
+        self, store: Store, credentials: Optional[ServerCredentials] = None, tokens: Optional[TokenIssuer] = None
+    ):
         self.store = store
         self.credentials = credentials or make_credentials("kubeflow-trainer-status-server")
         self.tokens = tokens or TokenIssuer()
@@ -185,8 +204,9 @@ class StatusServer:
 
     def start(self) -> None:
         self._httpd = _Server(self)
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="trainjob-status-server", daemon=True).start()
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="trainjob-status-server", daemon=True
+        ).start()
 
     def stop(self) -> None:
         if self._httpd is not None:
@@ -200,13 +220,26 @@ class StatusServer:
         """Give the trainer's containers the env and the projected volume; create the CA ConfigMap."""
         meta = trainjob["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        env = [{"name": URL_ENV, "value": self.url + status_path(namespace, name)},
-               {"name": CA_CERT_ENV, "value": f"{MOUNT_PATH}/{CA_FILE}"},
-               {"name": TOKEN_ENV, "value": f"{MOUNT_PATH}/{TOKEN_FILE}"}]
-        volume = {"name": VOLUME_NAME, "projected": {"sources": [
-            {"serviceAccountToken": {"audience": token_audience(namespace, name),
-                                     "expirationSeconds": TOKEN_EXPIRY_S, "path": TOKEN_FILE}},
-            {"configMap": {"name": f"{name}-tls-config", "items": [{"key": CA_FILE, "path": CA_FILE}]}}]}}
+        env = [
+            {"name": URL_ENV, "value": self.url + status_path(namespace, name)},
+            {"name": CA_CERT_ENV, "value": f"{MOUNT_PATH}/{CA_FILE}"},
+            {"name": TOKEN_ENV, "value": f"{MOUNT_PATH}/{TOKEN_FILE}"},
+        ]
+        volume = {
+            "name": VOLUME_NAME,
+            "projected": {
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "audience": token_audience(namespace, name),
+                            "expirationSeconds": TOKEN_EXPIRY_S,
+                            "path": TOKEN_FILE,
+                        }
+                    },
+                    {"configMap": {"name": f"{name}-tls-config", "items": [{"key": CA_FILE, "path": CA_FILE}]}},
+                ]
+            },
+        }
         for rjob in spec.get("replicatedJobs") or []:
             if rjob["name"] not in trainer_jobs:
                 continue
@@ -215,15 +248,31 @@ class StatusServer:
                 container["env"] = [e for e in container.get("env") or [] if e["name"] not in {v["name"] for v in env}]
                 container["env"] += env
                 mounts = [m for m in container.get("volumeMounts") or [] if m["name"] != VOLUME_NAME]
-                container["volumeMounts"] = mounts + [{"name": VOLUME_NAME, "mountPath": MOUNT_PATH,
-                                                       "readOnly": True}]
+                container["volumeMounts"] = mounts + [{"name": VOLUME_NAME, "mountPath": MOUNT_PATH, "readOnly": True}]
             pod["volumes"] = [v for v in pod.get("volumes") or [] if v["name"] != VOLUME_NAME] + [volume]
         if self.store.find(R.CONFIGMAPS, namespace, f"{name}-tls-config") is None:
-            self.store.create(R.CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-                "name": f"{name}-tls-config", "namespace": namespace, "ownerReferences": [{
-                    "apiVersion": trainjob.get("apiVersion", "trainer.kubeflow.org/v1alpha1"), "kind": "TrainJob",
-                    "name": name, "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
-                "data": {CA_FILE: self.credentials.ca_pem.decode()}})
+            self.store.create(
+                R.CONFIGMAPS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": f"{name}-tls-config",
+                        "namespace": namespace,
+                        "ownerReferences": [
+                            {
+                                "apiVersion": trainjob.get("apiVersion", "trainer.kubeflow.org/v1alpha1"),
+                                "kind": "TrainJob",
+                                "name": name,
+                                "uid": meta["uid"],
+                                "controller": True,
+                                "blockOwnerDeletion": True,
+                            }
+                        ],
+                    },
+                    "data": {CA_FILE: self.credentials.ca_pem.decode()},
+                },
+            )
 
     # -- the handler ------------------------------------------------------------------------------------------
 
@@ -250,8 +299,11 @@ class StatusServer:
         if problem:
             return _status(422, f'TrainJob.trainer.kubeflow.org "{name}" is invalid: {problem}', "Invalid")
         self.limiter.wait()
-        applied = {k: trainer_status[k] for k in ("progressPercentage", "estimatedRemainingSeconds", "metrics",
-                                                   "lastUpdatedTime") if trainer_status.get(k) is not None}
+        applied = {
+            k: trainer_status[k]
+            for k in ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
+            if trainer_status.get(k) is not None
+        }
 
         def change(trainjob: dict) -> dict:
             trainjob.setdefault("status", {})["trainerStatus"] = applied
@@ -264,8 +316,15 @@ class StatusServer:
 
 
 def _status(code: int, message: str, reason: str) -> tuple[int, dict]:
-    return code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-                  "reason": reason, "code": code}
+    return code, {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class _Server(ThreadingHTTPServer):
@@ -303,8 +362,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             body = self.rfile.read(length) if length else b""
             try:
-                code, answer = self.server.owner.handle(self.command, self.path.split("?")[0],
-                                                        self.headers.get("Authorization") or "", body)
+                code, answer = self.server.owner.handle(
+                    self.command, self.path.split("?")[0], self.headers.get("Authorization") or "", body
+                )
             except Exception:  # recoveryMiddleware
                 logger.exception("status server: handler failed")
                 code, answer = _status(500, "Internal Server Error", "InternalError")

@@ -20,13 +20,27 @@ VIRTUAL_NODE_LABEL = "nemo-kubeflow.local/virtual-node"
 
 def node_object(name: str) -> dict:
     now = now_rfc3339()
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {HOSTNAME_LABEL: name, "kubernetes.io/os": "linux",
-                                                  VIRTUAL_NODE_LABEL: "true"}},
-            "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "message": "kubelet is posting ready status",
-                                       "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {HOSTNAME_LABEL: name, "kubernetes.io/os": "linux", VIRTUAL_NODE_LABEL: "true"},
+        },
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ]
+        },
+    }
 
 
 def is_virtual(node: dict) -> bool:
@@ -34,8 +48,10 @@ def is_virtual(node: dict) -> bool:
 
 
 def schedulable(node: dict) -> bool:
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (node.get("status") or {}).get("conditions") or [])
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
     return ready and not (node.get("spec") or {}).get("unschedulable")
 
 
@@ -60,14 +76,18 @@ def fits(pod: dict, node: dict) -> bool:
     spec = pod.get("spec") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
         return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms") or []
     if not terms:
         return True
     fields = {"metadata.name": node["metadata"]["name"]}
-    return any(all(_matches(r, labels) for r in term.get("matchExpressions") or []) and
-               all(_matches(r, fields) for r in term.get("matchFields") or []) for term in terms)
+    return any(
+        all(_matches(r, labels) for r in term.get("matchExpressions") or [])
+        and all(_matches(r, fields) for r in term.get("matchFields") or [])
+        for term in terms
+    )
 
 
 def choose(pod: dict, nodes: Sequence[dict], load: dict[str, int]) -> tuple[Optional[str], str]:

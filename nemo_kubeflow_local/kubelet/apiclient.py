@@ -34,8 +34,15 @@ class NotFound(ApiRequestError):
 class ApiClient:
     """Requests to the API server of ``kubeconfig`` (its current context, or ``context``)."""
 
-    def __init__(self, kubeconfig: str, context: Optional[str] = None, *, attempts: int = 5,
-                 backoff: float = 0.2, request_timeout: float = 30.0):
+    def __init__(
+        self,
+        kubeconfig: str,
+        context: Optional[str] = None,
+        *,
+        attempts: int = 5,
+        backoff: float = 0.2,
+        request_timeout: float = 30.0,
+    ):
         from kubernetes import client, config
 
         configuration = client.Configuration()
@@ -46,8 +53,17 @@ class ApiClient:
         self.backoff = backoff
         self.request_timeout = request_timeout
 
-    def call(self, method: str, path: str, *, query: Optional[list] = None, body: Any = None,
-             content_type: str = "application/json", stream: bool = False, retry: bool = True) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[list] = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        retry: bool = True,
+    ) -> Any:
         """The decoded JSON answer, or the raw urllib3 response when ``stream`` (the caller releases it)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -57,11 +73,17 @@ class ApiClient:
         for attempt in range(1, attempts + 1):
             try:
                 resp = self._client.call_api(
-                    path, method, query_params=query or [], body=body, auth_settings=["BearerToken"],
+                    path,
+                    method,
+                    query_params=query or [],
+                    body=body,
+                    auth_settings=["BearerToken"],
                     header_params={"Accept": "application/json", "Content-Type": content_type},
-                    _preload_content=False, _return_http_data_only=True,
+                    _preload_content=False,
+                    _return_http_data_only=True,
                     # (connect, read); a watch has no read timeout: the server ends it (timeoutSeconds).
-                    _request_timeout=(10.0, None if stream else self.request_timeout))
+                    _request_timeout=(10.0, None if stream else self.request_timeout),
+                )
                 if stream:
                     return resp
                 return json.loads(resp.data) if resp.data else {}
@@ -80,8 +102,9 @@ class ApiClient:
                     time.sleep(delay)
                     delay *= 2
                     continue
-                raise ApiRequestError(method, path, 0, f"the API server at {self.host} did not answer: "
-                                                       f"{type(error).__name__}") from None
+                raise ApiRequestError(
+                    method, path, 0, f"the API server at {self.host} did not answer: {type(error).__name__}"
+                ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -68,7 +68,7 @@ def living_descendants(root: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # the command name may hold spaces and ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()  # the command name may hold spaces and ')'
         pid, state, ppid = int(entry), fields[0], int(fields[1])
         children.setdefault(ppid, []).append(pid)
         if state not in (b"Z", b"X"):

@@ -165,8 +165,10 @@ class SilentLog:
 
 def _running_container(pod: dict, container: str) -> bool:
     status = pod.get("status") or {}
-    return any(s.get("name") == container and (s.get("state") or {}).get("running") is not None
-               for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []))
+    return any(
+        s.get("name") == container and (s.get("state") or {}).get("running") is not None
+        for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+    )
 
 
 class LogStore:
@@ -210,8 +212,9 @@ class LogStore:
         if not container:
             if len(names) != 1:
                 extra = f" or one of the init containers: [{' '.join(init_names)}]" if init_names else ""
-                raise bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                                  f"[{' '.join(names)}]{extra}")
+                raise bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]{extra}"
+                )
             container = names[0]
         if container not in names + init_names:
             raise bad_request(f"container {container} is not valid for pod {name}")
@@ -227,13 +230,15 @@ class LogStore:
             statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
             state = next((s.get("state", {}) for s in statuses if s.get("name") == container), {})
             reason = (state.get("waiting") or {}).get("reason") or (
-                "PodInitializing" if container in names and init_names else "ContainerCreating")
+                "PodInitializing" if container in names and init_names else "ContainerCreating"
+            )
             raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
         return runs[-1]
 
 
-def stream(log: "ContainerLog | SilentLog", query: dict, stopping: threading.Event,
-           cut: Optional[threading.Event] = None) -> Iterator[bytes]:
+def stream(
+    log: "ContainerLog | SilentLog", query: dict, stopping: threading.Event, cut: Optional[threading.Event] = None
+) -> Iterator[bytes]:
     """The body of a log request: everything (or the tail), then new lines while `follow` is set,
     until the container run ends, the server stops, or `cut` is set (a test closing the stream)."""
     cut = cut or threading.Event()
@@ -246,8 +251,9 @@ def stream(log: "ContainerLog | SilentLog", query: dict, stopping: threading.Eve
     limit = int(query["limitBytes"]) if query.get("limitBytes") else None
     tail = int(query["tailLines"]) if query.get("tailLines") not in (None, "") else None
     # Seek to the first record wanted (the same second as `since` still goes through `render`).
-    offset = log.start_offset(since.strftime("%Y-%m-%dT%H:%M:%S") if since else None,
-                              max(tail, 0) if tail is not None else None)
+    offset = log.start_offset(
+        since.strftime("%Y-%m-%dT%H:%M:%S") if since else None, max(tail, 0) if tail is not None else None
+    )
     data, offset = log.read_from(offset)
     lines = render(data, timestamps, since)
     if tail is not None:

@@ -38,10 +38,15 @@ def field_ref(pod: dict, path: str) -> str:
         bag = meta.get(path.split(".")[1]) or {}
         return "\n".join(f'{k}="{v}"' for k, v in sorted(bag.items()))
     values = {
-        "metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", ""),
-        "metadata.uid": meta.get("uid", ""), "spec.nodeName": pod["spec"].get("nodeName") or NODE_NAME,
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": pod["spec"].get("nodeName") or NODE_NAME,
         "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-        "status.podIP": POD_IP, "status.hostIP": POD_IP, "status.podIPs": POD_IP, "status.hostIPs": POD_IP,
+        "status.podIP": POD_IP,
+        "status.hostIP": POD_IP,
+        "status.podIPs": POD_IP,
+        "status.hostIPs": POD_IP,
     }
     if path not in values:
         raise ContainerConfigError(f"unsupported fieldPath: {path}")
@@ -100,12 +105,17 @@ def container_env(store: Objects, pod: dict, container: dict, base: dict[str, st
         elif "resourceFieldRef" in source:
             env[var["name"]] = _resource_ref(pod, container, source["resourceFieldRef"])
         else:
-            kind, ref = ("configmap", source["configMapKeyRef"]) if "configMapKeyRef" in source \
+            kind, ref = (
+                ("configmap", source["configMapKeyRef"])
+                if "configMapKeyRef" in source
                 else ("secret", source["secretKeyRef"])
+            )
             data = _source_data(store, namespace, kind, ref.get("name", ""), ref.get("optional", False))
             if data is not None and ref.get("key") in data:
                 env[var["name"]] = data[ref["key"]]
             elif not ref.get("optional", False):
                 label = "ConfigMap" if kind == "configmap" else "Secret"
-                raise ContainerConfigError(f"couldn't find key {ref.get('key')} in {label} {namespace}/{ref.get('name')}")
+                raise ContainerConfigError(
+                    f"couldn't find key {ref.get('key')} in {label} {namespace}/{ref.get('name')}"
+                )
     return env

@@ -49,8 +49,6 @@ BACKOFF_START, BACKOFF_MAX = 0.1, 1.0
 STOP_GRACE = 1.0
 
 
-
-
 # --- the pod worker -------------------------------------------------------------------------------------
 
 
@@ -90,15 +88,31 @@ class PodWorker(threading.Thread):
         init = self._container_statuses("initContainers")
         main = self._container_statuses("containers")
         ready = bool(main) and all(s.get("ready") for s in main)
-        initialized = all("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0
-                          or s.get("started") and self._is_sidecar(s["name"]) for s in init)
-        wanted = {"PodReadyToStartContainers": True, "Initialized": initialized, "Ready": ready,
-                  "ContainersReady": ready, "PodScheduled": True}
+        initialized = all(
+            "terminated" in s["state"]
+            and s["state"]["terminated"]["exitCode"] == 0
+            or s.get("started")
+            and self._is_sidecar(s["name"])
+            for s in init
+        )
+        wanted = {
+            "PodReadyToStartContainers": True,
+            "Initialized": initialized,
+            "Ready": ready,
+            "ContainersReady": ready,
+            "PodScheduled": True,
+        }
 
         def change(status: dict) -> None:
             status["conditions"] = _conditions(status.get("conditions") or [], wanted)
-            status.update(hostIP=POD_IP, hostIPs=[{"ip": POD_IP}], podIP=POD_IP, podIPs=[{"ip": POD_IP}],
-                          startTime=self._start_time, containerStatuses=main)
+            status.update(
+                hostIP=POD_IP,
+                hostIPs=[{"ip": POD_IP}],
+                podIP=POD_IP,
+                podIPs=[{"ip": POD_IP}],
+                startTime=self._start_time,
+                containerStatuses=main,
+            )
             if init:
                 status["initContainerStatuses"] = init
             if phase:
@@ -107,15 +121,21 @@ class PodWorker(threading.Thread):
         self._set_status(change)
 
     def _is_sidecar(self, name: str) -> bool:
-        return any(c["name"] == name and c.get("restartPolicy") == "Always"
-                   for c in self.pod["spec"].get("initContainers") or [])
+        return any(
+            c["name"] == name and c.get("restartPolicy") == "Always"
+            for c in self.pod["spec"].get("initContainers") or []
+        )
 
-    def _event(self, type_: str, reason: str, message: str, component: str = "kubelet",
-               container: Optional[str] = None) -> None:
+    def _event(
+        self, type_: str, reason: str, message: str, component: str = "kubelet", container: Optional[str] = None
+    ) -> None:
         field_path = None
         if container:
-            bag = "initContainers" if any(c["name"] == container for c in self.pod["spec"].get("initContainers")
-                                          or []) else "containers"
+            bag = (
+                "initContainers"
+                if any(c["name"] == container for c in self.pod["spec"].get("initContainers") or [])
+                else "containers"
+            )
             field_path = f"spec.{bag}{{{container}}}"
         self.kubelet.events.record(self.pod, type_, reason, message, component, field_path)
 
@@ -150,8 +170,12 @@ class PodWorker(threading.Thread):
             return False
         with self._lock:
             for c in (self.pod["spec"].get("initContainers") or []) + self.pod["spec"].get("containers", []):
-                self._statuses[c["name"]] = _waiting_status(c, "PodInitializing" if self.pod["spec"].get(
-                    "initContainers") and c in self.pod["spec"].get("containers", []) else "ContainerCreating")
+                self._statuses[c["name"]] = _waiting_status(
+                    c,
+                    "PodInitializing"
+                    if self.pod["spec"].get("initContainers") and c in self.pod["spec"].get("containers", [])
+                    else "ContainerCreating",
+                )
         self._publish("Pending")
         return True
 
@@ -171,12 +195,17 @@ class PodWorker(threading.Thread):
         """Mount paths of `container` (of every container when None, first one wins) -> local paths."""
         volumes = Volumes(self.kubelet.backend, self.pod, self.dir, self.kubelet.workdir)
         by_name = {v["name"]: volumes.local_dir(v) for v in self.pod["spec"].get("volumes") or []}
-        containers = [container] if container else (self.pod["spec"].get("initContainers") or []) + \
-            self.pod["spec"].get("containers", [])
+        containers = (
+            [container]
+            if container
+            else (self.pod["spec"].get("initContainers") or []) + self.pod["spec"].get("containers", [])
+        )
         mounts: dict[str, Path] = {}
         for c in containers:
-            mounts.setdefault(c.get("terminationMessagePath", "/dev/termination-log"),
-                              self.dir / "containers" / c["name"] / "termination-log")
+            mounts.setdefault(
+                c.get("terminationMessagePath", "/dev/termination-log"),
+                self.dir / "containers" / c["name"] / "termination-log",
+            )
             for mount in c.get("volumeMounts") or []:
                 local = by_name[mount["name"]]
                 if mount.get("subPath"):
@@ -190,8 +219,12 @@ class PodWorker(threading.Thread):
                 return False
             if container.get("restartPolicy") == "Always":  # a native sidecar: runs beside everything after it
                 started = threading.Event()
-                threading.Thread(target=self._run_container, args=(container, started), daemon=True,
-                                 name=f"sidecar-{self.name}-{container['name']}").start()
+                threading.Thread(
+                    target=self._run_container,
+                    args=(container, started),
+                    daemon=True,
+                    name=f"sidecar-{self.name}-{container['name']}",
+                ).start()
                 started.wait()
                 continue
             if self._run_container(container) != 0:
@@ -203,9 +236,10 @@ class PodWorker(threading.Thread):
         return not self.terminating.is_set()
 
     def _run_main_containers(self) -> None:
-        threads = [threading.Thread(target=self._run_container, args=(c,), daemon=True,
-                                    name=f"ctr-{self.name}-{c['name']}")
-                   for c in self.pod["spec"]["containers"]]
+        threads = [
+            threading.Thread(target=self._run_container, args=(c,), daemon=True, name=f"ctr-{self.name}-{c['name']}")
+            for c in self.pod["spec"]["containers"]
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -224,12 +258,18 @@ class PodWorker(threading.Thread):
         self._publish(phase)
 
     def _stop_sidecars(self) -> None:
-        sidecars = [c["name"] for c in self.pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        sidecars = [
+            c["name"] for c in self.pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"
+        ]
         with self._lock:
             runs = [self._runs[name] for name in sidecars if name in self._runs]
         for run in runs:
-            self._event("Normal", "Killing", f"Stopping container {run.log.path.parent.name}",
-                        container=run.log.path.parent.name)
+            self._event(
+                "Normal",
+                "Killing",
+                f"Stopping container {run.log.path.parent.name}",
+                container=run.log.path.parent.name,
+            )
             run.terminate()
         for run in runs:
             try:
@@ -248,8 +288,9 @@ class PodWorker(threading.Thread):
         return policy == "Always" or (policy == "OnFailure" and code != 0)
 
     def _main_containers_done(self) -> bool:
-        return all("terminated" in s["state"] for s in self._container_statuses("containers")) and \
-            bool(self._container_statuses("containers"))
+        return all("terminated" in s["state"] for s in self._container_statuses("containers")) and bool(
+            self._container_statuses("containers")
+        )
 
     def _run_container(self, container: dict, started: Optional[threading.Event] = None) -> int:
         """Run a container to its end, restarting it as the restart policy says. Returns its exit code."""
@@ -273,12 +314,24 @@ class PodWorker(threading.Thread):
                 break
             restarts += 1
             delay = min(BACKOFF_MAX, BACKOFF_START * 2 ** (restarts - 1))
-            self._update(name, restartCount=restarts, lastState=self._statuses[name]["state"],
-                         state={"waiting": {"reason": "CrashLoopBackOff",
-                                            "message": f"back-off {delay}s restarting failed container={name} "
-                                                       f"pod={self.name}_{self.ns}({self.uid})"}})
-            self._event("Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
-                                              f"{self.name}_{self.ns}({self.uid})", container=name)
+            self._update(
+                name,
+                restartCount=restarts,
+                lastState=self._statuses[name]["state"],
+                state={
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {delay}s restarting failed container={name} "
+                        f"pod={self.name}_{self.ns}({self.uid})",
+                    }
+                },
+            )
+            self._event(
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {name} in pod {self.name}_{self.ns}({self.uid})",
+                container=name,
+            )
             self.terminating.wait(delay)
         if started is not None:
             started.set()
@@ -287,20 +340,24 @@ class PodWorker(threading.Thread):
     def _fail_image_pull(self, container: dict) -> None:
         """What a kubelet does with an image that does not exist: ErrImagePull, then back-off, forever."""
         name, image = container["name"], container.get("image", "")
-        error = (f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
-                 f"{image.split('/')[0]}: not found")
+        error = (
+            f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": '
+            f"{image.split('/')[0]}: not found"
+        )
         self._event("Normal", "Pulling", f'Pulling image "{image}"', container=name)
         self._update(name, state={"waiting": {"reason": "ErrImagePull", "message": error}})
         self._event("Warning", "Failed", f'Failed to pull image "{image}": {error}', container=name)
         self.terminating.wait(IMAGE_PULL_BACKOFF)
         if not self.terminating.is_set():
-            self._update(name, state={"waiting": {"reason": "ImagePullBackOff",
-                                                  "message": f'Back-off pulling image "{image}"'}})
+            self._update(
+                name, state={"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}
+            )
             self._event("Normal", "BackOff", f'Back-off pulling image "{image}"', container=name)
         self.terminating.wait()
 
-    def _start_and_wait(self, container: dict, env: dict[str, str], remap: PathMap, restarts: int,
-                        started: Optional[threading.Event]) -> int:
+    def _start_and_wait(
+        self, container: dict, env: dict[str, str], remap: PathMap, restarts: int, started: Optional[threading.Event]
+    ) -> int:
         name = container["name"]
         argv = [expand(a, env) for a in (container.get("command") or []) + (container.get("args") or [])]
         argv, env = self.kubelet.backend.network(self.pod, container, argv, env)
@@ -311,8 +368,12 @@ class PodWorker(threading.Thread):
         termination_log = self.dir / "containers" / name / "termination-log"
         termination_log.parent.mkdir(parents=True, exist_ok=True)
         termination_log.write_bytes(b"")
-        self._event("Normal", "Pulled", f'Container image "{container.get("image", "")}" already present on '
-                                        "machine and can be accessed by the pod", container=name)
+        self._event(
+            "Normal",
+            "Pulled",
+            f'Container image "{container.get("image", "")}" already present on machine and can be accessed by the pod',
+            container=name,
+        )
         started_at = now_rfc3339()
         try:
             if not argv:
@@ -331,13 +392,26 @@ class PodWorker(threading.Thread):
                 run.kill()
         except OSError as error:
             log.finish()
-            message = (f'failed to create containerd task: failed to create shim task: OCI runtime create failed: '
-                       f'runc create failed: unable to start container process: exec: "{argv[0] if argv else ""}": '
-                       f"{_exec_error(error)}: unknown")
-            self._update(name, state={"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
-                                                     "startedAt": started_at, "finishedAt": now_rfc3339(),
-                                                     "containerID": f"local://{self.uid}-{name}-{restarts}"}},
-                         ready=False, started=False)
+            message = (
+                f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+                f'runc create failed: unable to start container process: exec: "{argv[0] if argv else ""}": '
+                f"{_exec_error(error)}: unknown"
+            )
+            self._update(
+                name,
+                state={
+                    "terminated": {
+                        "exitCode": 128,
+                        "reason": "StartError",
+                        "message": message,
+                        "startedAt": started_at,
+                        "finishedAt": now_rfc3339(),
+                        "containerID": f"local://{self.uid}-{name}-{restarts}",
+                    }
+                },
+                ready=False,
+                started=False,
+            )
             self._event("Warning", "Failed", f"Error: {message}", container=name)
             if started:
                 started.set()
@@ -345,15 +419,26 @@ class PodWorker(threading.Thread):
         container_id = run.container_id
         self._event("Normal", "Created", f"Created container: {name}", container=name)
         self._event("Normal", "Started", f"Started container {name}", container=name)
-        self._update(name, state={"running": {"startedAt": started_at}}, ready=True, started=True,
-                     containerID=container_id, phase="Running" if self._is_main(name) else None)
+        self._update(
+            name,
+            state={"running": {"startedAt": started_at}},
+            ready=True,
+            started=True,
+            containerID=container_id,
+            phase="Running" if self._is_main(name) else None,
+        )
         if started:
             started.set()
         code = run.wait()
         reason = "Completed" if code == 0 else "OOMKilled" if name in self.oom_killed and code == 137 else "Error"
         message = _termination_message(termination_log, container, log, code)
-        terminated = {"exitCode": code, "reason": reason, "startedAt": started_at, "finishedAt": now_rfc3339(),
-                      "containerID": container_id}
+        terminated = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": started_at,
+            "finishedAt": now_rfc3339(),
+            "containerID": container_id,
+        }
         if message:
             terminated["message"] = message
         self._update(name, state={"terminated": terminated}, ready=False, started=False)
@@ -369,8 +454,11 @@ class PodWorker(threading.Thread):
         path = Path(remap.apply(container["workingDir"]))
         if not path.is_dir():
             # The runtime creates a missing workingDir; outside a mount it goes in the pod's own tree.
-            path = path if str(path).startswith(str(self.dir)) or str(path).startswith(str(self.kubelet.workdir)) \
+            path = (
+                path
+                if str(path).startswith(str(self.dir)) or str(path).startswith(str(self.kubelet.workdir))
                 else self.dir / "rootfs" / str(path).lstrip("/")
+            )
             path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -443,8 +531,16 @@ class PodWorker(threading.Thread):
 
 
 def _waiting_status(container: dict, reason: str) -> dict:
-    return {"name": container["name"], "state": {"waiting": {"reason": reason}}, "lastState": {}, "ready": False,
-            "restartCount": 0, "image": container.get("image", ""), "imageID": "", "started": False}
+    return {
+        "name": container["name"],
+        "state": {"waiting": {"reason": reason}},
+        "lastState": {},
+        "ready": False,
+        "restartCount": 0,
+        "image": container.get("image", ""),
+        "imageID": "",
+        "started": False,
+    }
 
 
 def _conditions(old: list[dict], wanted: dict[str, bool]) -> list[dict]:
@@ -495,8 +591,9 @@ class Backend(Objects, Protocol):
     def remove_pod(self, namespace: str, name: str, uid: str) -> None:
         """The deleted pod's processes are gone: remove the object (grace 0, uid precondition)."""
 
-    def network(self, pod: dict, container: dict, argv: list[str],
-                env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    def network(
+        self, pod: dict, container: dict, argv: list[str], env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
         """Rewrite what a container is given for the host network all pods share here (and its
         devices: `env` is the container's, `CUDA_VISIBLE_DEVICES` for the GPUs it was given)."""
 
@@ -551,9 +648,11 @@ class Kubelet:
         if worker is None:
             if event == "MODIFIED" and pod["metadata"].get("deletionTimestamp"):
                 # Nothing runs it any more: finish the deletion.
-                threading.Thread(target=self.backend.remove_pod, args=(pod["metadata"]["namespace"],
-                                                                       pod["metadata"]["name"], uid),
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self.backend.remove_pod,
+                    args=(pod["metadata"]["namespace"], pod["metadata"]["name"], uid),
+                    daemon=True,
+                ).start()
             return
         if event == "DELETED":
             grace = 0
@@ -647,8 +746,9 @@ class StoreBackend:
     def remove_pod(self, namespace: str, name: str, uid: str) -> None:
         self.store.remove(R.PODS, namespace, name, uid)
 
-    def network(self, pod: dict, container: dict, argv: list[str],
-                env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    def network(
+        self, pod: dict, container: dict, argv: list[str], env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
         return argv, env  # the Trainer emulation already gives 127.0.0.1 and a port per TrainJob
 
     def pod_finished(self, worker: "PodWorker") -> None:
@@ -670,12 +770,25 @@ class StoreBackend:
                 message = "0/1 nodes are available: " + ", ".join(f"1 Insufficient {r}" for r in short) + "."
             else:
                 message = f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found.'
-            worker._set_status(lambda status, message=message: status.update(conditions=[{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                "lastTransitionTime": now_rfc3339()}]))
-            worker._event("Warning", "FailedScheduling",
-                          f"{message} preemption: 0/1 nodes are available: 1 Preemption is not helpful for "
-                          "scheduling.", "default-scheduler")
+            worker._set_status(
+                lambda status, message=message: status.update(
+                    conditions=[
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": message,
+                            "lastTransitionTime": now_rfc3339(),
+                        }
+                    ]
+                )
+            )
+            worker._event(
+                "Warning",
+                "FailedScheduling",
+                f"{message} preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+                "default-scheduler",
+            )
             seen = worker._wait_for_change(seen)
         node_name = self._choose_virtual_node(worker)
         if worker.terminating.is_set() or node_name is None:
@@ -690,8 +803,12 @@ class StoreBackend:
         if self.store.mutate(R.PODS, worker.ns, worker.name, bind) is None:
             return False
         worker.pod["spec"]["nodeName"] = node_name
-        worker._event("Normal", "Scheduled", f"Successfully assigned {worker.ns}/{worker.name} to {node_name}",
-                      "default-scheduler")
+        worker._event(
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {worker.ns}/{worker.name} to {node_name}",
+            "default-scheduler",
+        )
         return True
 
     def _choose_virtual_node(self, worker: "PodWorker") -> Optional[str]:
@@ -703,14 +820,27 @@ class StoreBackend:
                 return NODE_NAME
             load: dict[str, int] = {}
             for pod in self.store.list(R.PODS, None)[0]:
-                if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in (
+                    "Succeeded",
+                    "Failed",
+                ):
                     load[pod["spec"]["nodeName"]] = load.get(pod["spec"]["nodeName"], 0) + 1
             name, message = virtual_nodes.choose(worker.pod, nodes, load)
             if name is not None:
                 return name
-            worker._set_status(lambda status, message=message: status.update(conditions=[{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                "lastTransitionTime": now_rfc3339()}]))
+            worker._set_status(
+                lambda status, message=message: status.update(
+                    conditions=[
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": message,
+                            "lastTransitionTime": now_rfc3339(),
+                        }
+                    ]
+                )
+            )
             worker._event("Warning", "FailedScheduling", message, "default-scheduler")
             worker.terminating.wait(1.0)
         return None
@@ -720,8 +850,15 @@ class LocalKubelet(Kubelet):
     """The local cluster's kubelet: follows its store. Pods bound to another node (a node agent's)
     are not its own."""
 
-    def __init__(self, store: Store, workdir: Path, events: EventRecorder, logs: LogStore, api_url: str,
-                 tokens: Optional[TokenSource] = None):
+    def __init__(
+        self,
+        store: Store,
+        workdir: Path,
+        events: EventRecorder,
+        logs: LogStore,
+        api_url: str,
+        tokens: Optional[TokenSource] = None,
+    ):
         super().__init__(StoreBackend(store, events, api_url, tokens), workdir, logs)
         self.store = store
         store.add_listener(self._on_change)

@@ -43,8 +43,9 @@ def parse_spec(value: str) -> tuple[int, float]:
         if len(parts) != 2 or lines < 0 or rate <= 0:
             raise ValueError
     except (ValueError, IndexError):
-        raise EmitterSpecError(f'{EMITTER_ENV}="{value}": expected "LINES RATE" (a count >= 0 and lines per '
-                               "second > 0)") from None
+        raise EmitterSpecError(
+            f'{EMITTER_ENV}="{value}": expected "LINES RATE" (a count >= 0 and lines per second > 0)'
+        ) from None
     return lines, rate
 
 

@@ -118,13 +118,19 @@ class PodNetwork:
     def rewrite(self, pod: dict, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         spec, namespace = pod["spec"], pod["metadata"].get("namespace", "default")
         group = spec.get("subdomain") or pod["metadata"]["name"]
-        ports = {p["containerPort"]: self.host_port(namespace, group, p["containerPort"])
-                 for c in spec.get("containers") or [] for p in c.get("ports") or [] if p.get("containerPort")}
+        ports = {
+            p["containerPort"]: self.host_port(namespace, group, p["containerPort"])
+            for c in spec.get("containers") or []
+            for p in c.get("ports") or []
+            if p.get("containerPort")
+        }
         names = None
         if spec.get("subdomain"):
             sub, ns = re.escape(spec["subdomain"]), re.escape(namespace)
-            names = re.compile(rf"(?<![\w.-]){DNS1123_LABEL_FORMAT}\.{sub}"
-                               rf"(\.{ns}(\.svc(\.cluster\.local)?)?)?(?![\w.-])(:(?P<port>\d+))?")
+            names = re.compile(
+                rf"(?<![\w.-]){DNS1123_LABEL_FORMAT}\.{sub}"
+                rf"(\.{ns}(\.svc(\.cluster\.local)?)?)?(?![\w.-])(:(?P<port>\d+))?"
+            )
 
         def text(value: str) -> str:
             if self._services is not None:
@@ -137,6 +143,7 @@ class PodNetwork:
                 if port is None:
                     return POD_IP
                 return f"{POD_IP}:{ports.get(int(port), int(port))}"
+
             return names.sub(host, value)
 
         def variable(name: str, value: str) -> str:
@@ -197,8 +204,9 @@ class ApiEvents:
     def __init__(self, api: ApiClient):
         self.api = api
 
-    def record(self, involved: dict, type_: str, reason: str, message: str, component: str,
-               field_path: Optional[str] = None) -> None:
+    def record(
+        self, involved: dict, type_: str, reason: str, message: str, component: str, field_path: Optional[str] = None
+    ) -> None:
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
         node = (involved.get("spec") or {}).get("nodeName", "")
@@ -206,11 +214,21 @@ class ApiEvents:
         if field_path:
             ref["fieldPath"] = field_path
         stamp = now_rfc3339()
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
-                 "involvedObject": ref, "reason": reason, "message": message, "type": type_,
-                 "source": {"component": component, "host": node}, "firstTimestamp": stamp, "lastTimestamp": stamp,
-                 "count": 1, "reportingComponent": component, "reportingInstance": node}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": component, "host": node},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "reportingComponent": component,
+            "reportingInstance": node,
+        }
         try:
             self.api.call("POST", f"/api/v1/namespaces/{namespace}/events", body=event, retry=False)
         except ApiRequestError as error:
@@ -235,9 +253,15 @@ class ApiBackend:
 
     def service_account_token(self, namespace: str, service_account: str, audience: str, seconds: int) -> str:
         """The TokenRequest API, as the kubelet uses it for a projected token."""
-        answer = self.api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                     "spec": {"audiences": [audience], "expirationSeconds": seconds}})
+        answer = self.api.call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"audiences": [audience], "expirationSeconds": seconds},
+            },
+        )
         return str(answer["status"]["token"])
 
     def bind(self, worker: PodWorker) -> bool:
@@ -245,8 +269,9 @@ class ApiBackend:
 
     def write_status(self, worker: PodWorker, change: Callable[[dict], None]) -> None:
         with self._lock:
-            lock, status = self._status.setdefault(worker.uid, (threading.Lock(),
-                                                                copy.deepcopy(worker.pod.get("status") or {})))
+            lock, status = self._status.setdefault(
+                worker.uid, (threading.Lock(), copy.deepcopy(worker.pod.get("status") or {}))
+            )
         # One write at a time per pod, in order: the last one written is the newest state.
         with lock:
             change(status)
@@ -254,8 +279,12 @@ class ApiBackend:
             try:
                 # A strategic merge, as the kubelet's: conditions merge by type, so those of other
                 # components (DisruptionTarget from the taint-eviction controller) stay.
-                self.api.call("PATCH", f"/api/v1/namespaces/{worker.ns}/pods/{worker.name}/status",
-                               body=body, content_type="application/strategic-merge-patch+json")
+                self.api.call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{worker.ns}/pods/{worker.name}/status",
+                    body=body,
+                    content_type="application/strategic-merge-patch+json",
+                )
             except ApiRequestError as error:
                 if getattr(error, "status", 0) not in (404, 409, 422):  # gone, or replaced by another uid
                     logger.warning("pod %s/%s: %s", worker.ns, worker.name, error)
@@ -264,14 +293,18 @@ class ApiBackend:
         with self._lock:
             self._status.pop(uid, None)
         try:
-            self.api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
-                          body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+            self.api.call(
+                "DELETE",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
+            )
         except ApiRequestError as error:
             if getattr(error, "status", 0) not in (404, 409):
                 logger.warning("pod %s/%s: %s", namespace, name, error)
 
-    def network(self, pod: dict, container: dict, argv: list[str],
-                env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    def network(
+        self, pod: dict, container: dict, argv: list[str], env: dict[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
         argv, env = self.pod_network.rewrite(pod, argv, env)
         devices = self.gpus.assign(pod, container)
         if devices is not None:
@@ -333,8 +366,9 @@ class _LogHandler(BaseHTTPRequestHandler):
 class _KubeletServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, find_pod: Callable[[str, str], Optional[dict]], logs: LogStore,
-                 serving_cert: Optional[tuple[Path, Path]]):
+    def __init__(
+        self, find_pod: Callable[[str, str], Optional[dict]], logs: LogStore, serving_cert: Optional[tuple[Path, Path]]
+    ):
         super().__init__((POD_IP, 0), _LogHandler)
         self.find_pod, self.logs = find_pod, logs
         self.stopping = threading.Event()
@@ -366,10 +400,18 @@ class NodeAgent:
             such as Trainer's status server: the pods' env and args name 127.0.0.1 instead (same port).
     """
 
-    def __init__(self, kubeconfig: str | Path, nodes: Sequence[NodeSpec], workdir: str | Path, *,
-                 context: Optional[str] = None, unregister: bool = True,
-                 serving_cert: Optional[tuple[str | Path, str | Path]] = None,
-                 heartbeat_seconds: float = HEARTBEAT_SECONDS, service_hosts: Sequence[str] = ()):
+    def __init__(
+        self,
+        kubeconfig: str | Path,
+        nodes: Sequence[NodeSpec],
+        workdir: str | Path,
+        *,
+        context: Optional[str] = None,
+        unregister: bool = True,
+        serving_cert: Optional[tuple[str | Path, str | Path]] = None,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+        service_hosts: Sequence[str] = (),
+    ):
         self.heartbeat_seconds = heartbeat_seconds
         self.serving_cert = (Path(serving_cert[0]), Path(serving_cert[1])) if serving_cert else None
         if not nodes:
@@ -437,42 +479,73 @@ class NodeAgent:
     # -- the Nodes --
 
     def _register(self, node: NodeSpec) -> None:
-        labels = {HOSTNAME_LABEL: node.name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine,
-                                                                                    os.uname().machine),
-                  **node.labels}
+        labels = {
+            HOSTNAME_LABEL: node.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine),
+            **node.labels,
+        }
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}, "spec": {}}
         try:
             self.api.call("POST", "/api/v1/nodes", body=body)
         except ApiRequestError as error:
             if getattr(error, "status", 0) != 409:
                 raise
-            self.api.call("PATCH", f"/api/v1/nodes/{node.name}", body={"metadata": {"labels": labels}},
-                           content_type="application/merge-patch+json")
+            self.api.call(
+                "PATCH",
+                f"/api/v1/nodes/{node.name}",
+                body={"metadata": {"labels": labels}},
+                content_type="application/merge-patch+json",
+            )
         self._report(node, first=True)
 
     def _report(self, node: NodeSpec, first: bool = False) -> None:
         now = now_rfc3339()
         conditions = [
-            {"type": kind, "status": "False", "reason": f"KubeletHas{reason}", "message": message,
-             "lastHeartbeatTime": now, "lastTransitionTime": now}
+            {
+                "type": kind,
+                "status": "False",
+                "reason": f"KubeletHas{reason}",
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
             for kind, reason, message in (
                 ("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
                 ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
-                ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))]
-        conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
-                           "message": "nemo-kubeflow node agent is posting ready status",
-                           "lastHeartbeatTime": now, "lastTransitionTime": now})
+                ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"),
+            )
+        ]
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "nemo-kubeflow node agent is posting ready status",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        )
         status: dict = {"conditions": conditions}
         if first:
             status.update(
-                capacity=node.resources(), allocatable=node.resources(),
+                capacity=node.resources(),
+                allocatable=node.resources(),
                 addresses=[{"type": "InternalIP", "address": POD_IP}, {"type": "Hostname", "address": node.name}],
                 daemonEndpoints={"kubeletEndpoint": {"Port": self.port}},
-                nodeInfo={"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": os.uname().release,
-                          "osImage": "nemo-kubeflow node agent", "containerRuntimeVersion": "local://processes",
-                          "kubeletVersion": f"v{KUBELET_VERSION}", "kubeProxyVersion": "", "operatingSystem": "linux",
-                          "architecture": "amd64"})
+                nodeInfo={
+                    "machineID": "",
+                    "systemUUID": "",
+                    "bootID": "",
+                    "kernelVersion": os.uname().release,
+                    "osImage": "nemo-kubeflow node agent",
+                    "containerRuntimeVersion": "local://processes",
+                    "kubeletVersion": f"v{KUBELET_VERSION}",
+                    "kubeProxyVersion": "",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                },
+            )
         else:  # keep each condition's transition time: only the heartbeat moves
             current = self.api.call("GET", f"/api/v1/nodes/{node.name}")
             before = {c["type"]: c for c in (current.get("status") or {}).get("conditions") or []}
@@ -480,8 +553,12 @@ class NodeAgent:
                 old = before.get(condition["type"])
                 if old and old.get("status") == condition["status"] and old.get("lastTransitionTime"):
                     condition["lastTransitionTime"] = old["lastTransitionTime"]
-        self.api.call("PATCH", f"/api/v1/nodes/{node.name}/status", body={"status": status},
-                       content_type="application/merge-patch+json")
+        self.api.call(
+            "PATCH",
+            f"/api/v1/nodes/{node.name}/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
         self._renew_lease(node.name)
 
     def _renew_lease(self, name: str) -> None:
@@ -491,11 +568,20 @@ class NodeAgent:
         spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION, "renewTime": now_micro()}
         try:
             try:
-                self.api.call("PATCH", f"{path}/{name}", body={"spec": spec},
-                               content_type="application/merge-patch+json")
+                self.api.call(
+                    "PATCH", f"{path}/{name}", body={"spec": spec}, content_type="application/merge-patch+json"
+                )
             except NotFound:
-                self.api.call("POST", path, body={"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                     "metadata": {"name": name, "namespace": LEASE_NAMESPACE}, "spec": spec})
+                self.api.call(
+                    "POST",
+                    path,
+                    body={
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": name, "namespace": LEASE_NAMESPACE},
+                        "spec": spec,
+                    },
+                )
         except NotFound:
             self._leases = False  # no kube-node-lease (or no Lease API): the Ready heartbeat alone
             logger.info("no Lease API or %s namespace: node heartbeats go through status only", LEASE_NAMESPACE)
@@ -536,11 +622,19 @@ class NodeAgent:
                 self._stopping.wait(1.0)
 
     def _watch(self, selector: str, resource_version: str, known: set[str]) -> None:
-        resp = self.api.call("GET", "/api/v1/pods", stream=True,
-                              retry=False, query=[("fieldSelector", selector), ("watch", "true"),
-                                                  ("resourceVersion", resource_version),
-                                                  ("allowWatchBookmarks", "true"),
-                                                  ("timeoutSeconds", str(WATCH_TIMEOUT))])
+        resp = self.api.call(
+            "GET",
+            "/api/v1/pods",
+            stream=True,
+            retry=False,
+            query=[
+                ("fieldSelector", selector),
+                ("watch", "true"),
+                ("resourceVersion", resource_version),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", str(WATCH_TIMEOUT)),
+            ],
+        )
         pending = b""
         try:
             for chunk in resp.stream(64 * 1024, decode_content=True):
@@ -591,11 +685,20 @@ class NodeAgent:
 
     def _lost(self, pod: dict) -> None:
         meta = pod["metadata"]
-        body = {"metadata": {"uid": meta["uid"]}, "status": {
-            "phase": "Failed", "reason": "NodeAgentRestarted",
-            "message": "the node agent that ran this pod's processes stopped; they are gone"}}
+        body = {
+            "metadata": {"uid": meta["uid"]},
+            "status": {
+                "phase": "Failed",
+                "reason": "NodeAgentRestarted",
+                "message": "the node agent that ran this pod's processes stopped; they are gone",
+            },
+        }
         try:
-            self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                           body=body, content_type="application/merge-patch+json")
+            self.api.call(
+                "PATCH",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                body=body,
+                content_type="application/merge-patch+json",
+            )
         except ApiRequestError as error:
             logger.warning("pod %s/%s: %s", meta["namespace"], meta["name"], error)

@@ -29,9 +29,16 @@ class ContainerRun:
         read_fd, write_fd = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_CONTAINER_INIT), str(theirs.fileno()), *argv], env=env, cwd=cwd,
-                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, start_new_session=True, close_fds=True,
-                pass_fds=(theirs.fileno(),))
+                [sys.executable, "-I", "-S", str(_CONTAINER_INIT), str(theirs.fileno()), *argv],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=write_fd,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(theirs.fileno(),),
+            )
         except BaseException:
             os.close(read_fd)
             self._control.close()
@@ -40,8 +47,7 @@ class ContainerRun:
         finally:
             os.close(write_fd)
             theirs.close()
-        self._pump = threading.Thread(target=pump, args=(read_fd, log), daemon=True,
-                                      name=f"log-{self.process.pid}")
+        self._pump = threading.Thread(target=pump, args=(read_fd, log), daemon=True, name=f"log-{self.process.pid}")
         self._pump.start()
         report = self._read_report()
         if not report.startswith(b"started "):

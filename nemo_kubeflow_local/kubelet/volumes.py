@@ -60,9 +60,12 @@ class Volumes:
         return self.pod_dir / "volumes" / volume["name"]
 
     def missing_claims(self) -> list[str]:
-        return [v["persistentVolumeClaim"]["claimName"] for v in self.pod["spec"].get("volumes") or []
-                if "persistentVolumeClaim" in v
-                and self.store.find(R.PVCS, self.namespace, v["persistentVolumeClaim"]["claimName"]) is None]
+        return [
+            v["persistentVolumeClaim"]["claimName"]
+            for v in self.pod["spec"].get("volumes") or []
+            if "persistentVolumeClaim" in v
+            and self.store.find(R.PVCS, self.namespace, v["persistentVolumeClaim"]["claimName"]) is None
+        ]
 
     def set_up(self, remap: PathMap) -> None:
         """Create every volume; raises MountError naming the first that cannot be set up yet."""
@@ -78,20 +81,28 @@ class Volumes:
             files: dict[str, tuple[bytes, int]] = {}
             try:
                 if "configMap" in volume or "secret" in volume:
-                    files = self._source_files(volume.get("configMap") or volume.get("secret"),
-                                               "configmap" if "configMap" in volume else "secret")
+                    files = self._source_files(
+                        volume.get("configMap") or volume.get("secret"),
+                        "configmap" if "configMap" in volume else "secret",
+                    )
                 elif "projected" in volume:
                     for source in volume["projected"].get("sources") or []:
                         for kind, key in (("configmap", "configMap"), ("secret", "secret")):
                             if key in source:
-                                files.update(self._source_files(
-                                    {**source[key], "defaultMode": volume["projected"].get("defaultMode", 0o644)},
-                                    kind))
+                                files.update(
+                                    self._source_files(
+                                        {**source[key], "defaultMode": volume["projected"].get("defaultMode", 0o644)},
+                                        kind,
+                                    )
+                                )
                         if "downwardAPI" in source:
                             files.update(self._downward_files(source["downwardAPI"]))
                         if "serviceAccountToken" in source:
-                            files.update(self._token_file(source["serviceAccountToken"],
-                                                          volume["projected"].get("defaultMode", 0o644)))
+                            files.update(
+                                self._token_file(
+                                    source["serviceAccountToken"], volume["projected"].get("defaultMode", 0o644)
+                                )
+                            )
                 elif "downwardAPI" in volume:
                     files = self._downward_files(volume["downwardAPI"])
             except ContainerConfigError as error:
@@ -135,8 +146,9 @@ class Volumes:
                     continue
                 path = self.local_dir(volume) / source["serviceAccountToken"]["path"]
                 if path.exists():
-                    [(content, mode)] = self._token_file(source["serviceAccountToken"],
-                                                         projected.get("defaultMode", 0o644)).values()
+                    [(content, mode)] = self._token_file(
+                        source["serviceAccountToken"], projected.get("defaultMode", 0o644)
+                    ).values()
                     _replace_file(path, content, mode)
                     refreshed += 1
         return refreshed
@@ -145,16 +157,22 @@ class Volumes:
         """A projected service-account token (rewritten only by ``refresh_tokens``)."""
         account = self.pod["spec"].get("serviceAccountName") or "default"
         try:
-            token = self.store.service_account_token(self.namespace, account, source.get("audience") or "",
-                                                     int(source.get("expirationSeconds") or 3600))
+            token = self.store.service_account_token(
+                self.namespace, account, source.get("audience") or "", int(source.get("expirationSeconds") or 3600)
+            )
         except Exception as error:  # noqa: BLE001 - the API's refusal, said as the kubelet says it
             raise ContainerConfigError(f"failed to fetch token: {error}") from None
         return {source["path"]: (token.encode(), mode)}
 
     def _downward_files(self, source: dict) -> dict[str, tuple[bytes, int]]:
-        return {item["path"]: (field_ref(self.pod, item["fieldRef"]["fieldPath"]).encode(),
-                               item.get("mode", source.get("defaultMode", 0o644)))
-                for item in source.get("items") or [] if "fieldRef" in item}
+        return {
+            item["path"]: (
+                field_ref(self.pod, item["fieldRef"]["fieldPath"]).encode(),
+                item.get("mode", source.get("defaultMode", 0o644)),
+            )
+            for item in source.get("items") or []
+            if "fieldRef" in item
+        }
 
 
 def _remap_text(content: bytes, remap: PathMap) -> bytes:

@@ -10,5 +10,4 @@
 from .build import BuildUnavailable, build_dir, ensure_built, load_build_info
 from .cluster import ControlPlaneError, RealControlPlane
 
-__all__ = ["BuildUnavailable", "ControlPlaneError", "RealControlPlane", "build_dir", "ensure_built",
-           "load_build_info"]
+__all__ = ["BuildUnavailable", "ControlPlaneError", "RealControlPlane", "build_dir", "ensure_built", "load_build_info"]

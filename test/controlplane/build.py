@@ -88,24 +88,35 @@ def components(kubernetes: str = versions.KUBERNETES) -> list[Component]:
     versions.KUBERNETES_MATRIX) of kube-apiserver, kube-controller-manager and kube-scheduler."""
     return [
         Component(
-            "jobset", "sigs.k8s.io/jobset", versions.JOBSET,
+            "jobset",
+            "sigs.k8s.io/jobset",
+            versions.JOBSET,
             {"jobset-controller-manager": "sigs.k8s.io/jobset"},
         ),
         Component(
-            "trainer", "github.com/kubeflow/trainer/v2", versions.TRAINER,
+            "trainer",
+            "github.com/kubeflow/trainer/v2",
+            versions.TRAINER,
             {"trainer-controller-manager": "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
         ),
         Component(
-            "kueue", "sigs.k8s.io/kueue", versions.KUEUE,
+            "kueue",
+            "sigs.k8s.io/kueue",
+            versions.KUEUE,
             {"kueue-controller-manager": "sigs.k8s.io/kueue/cmd/kueue"},
         ),
         Component(
-            "etcd", "go.etcd.io/etcd/server/v3", versions.ETCD,
+            "etcd",
+            "go.etcd.io/etcd/server/v3",
+            versions.ETCD,
             {"etcd": "go.etcd.io/etcd/server/v3"},
-            group="etcd", replace_version=versions.ETCD,
+            group="etcd",
+            replace_version=versions.ETCD,
         ),
         Component(
-            "kubernetes", "k8s.io/kubernetes", kubernetes,
+            "kubernetes",
+            "k8s.io/kubernetes",
+            kubernetes,
             {
                 "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
                 "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
@@ -123,8 +134,12 @@ def ldflags(members: list) -> str:
         # what hack/lib/version.sh stamps, so /version reports the real release (the controllers of the
         # group get the same stamp in their copy of component-base; none of them reads it)
         k8s_minor = kubernetes.lstrip("v").split(".")[1]
-        flags += [f"-X {K8S_VERSION_PKG}.gitVersion={kubernetes}", f"-X {K8S_VERSION_PKG}.gitMajor=1",
-                  f"-X {K8S_VERSION_PKG}.gitMinor={k8s_minor}", f"-X {K8S_VERSION_PKG}.gitTreeState=clean"]
+        flags += [
+            f"-X {K8S_VERSION_PKG}.gitVersion={kubernetes}",
+            f"-X {K8S_VERSION_PKG}.gitMajor=1",
+            f"-X {K8S_VERSION_PKG}.gitMinor={k8s_minor}",
+            f"-X {K8S_VERSION_PKG}.gitTreeState=clean",
+        ]
     return "-ldflags=" + " ".join(flags)
 
 
@@ -152,8 +167,9 @@ def _resolve(info: dict, root: Path) -> dict:
     """build-info.json names files relative to the cache root (so a built cache folder can be moved)."""
     info = dict(info)
     info["binaries"] = {name: str(root / path) for name, path in info["binaries"].items()}
-    info["components"] = {name: dict(comp, module_dir=str(root / comp["module_dir"]))
-                          for name, comp in info["components"].items()}
+    info["components"] = {
+        name: dict(comp, module_dir=str(root / comp["module_dir"])) for name, comp in info["components"].items()
+    }
     return info
 
 
@@ -193,21 +209,26 @@ def _run(cmd: list, env: dict, cwd: Path, log, check: bool = True) -> str:
     log.flush()
     if proc.returncode != 0 and check:
         lines = [line for line in proc.stdout.strip().splitlines() if line.strip()] or ["(no output)"]
-        raise BuildUnavailable(f"`go {cmd[1]} ... {cmd[-1]}` failed (exit {proc.returncode}): {lines[-1].strip()} "
-                               f"(full output in {log.name})")
+        raise BuildUnavailable(
+            f"`go {cmd[1]} ... {cmd[-1]}` failed (exit {proc.returncode}): {lines[-1].strip()} "
+            f"(full output in {log.name})"
+        )
     return proc.stdout
 
 
 def download(component: Component, env: dict, cwd: Path, log) -> dict:
-    out = _run(["go", "mod", "download", "-json", f"{component.module}@{component.version}"], env, cwd, log,
-               check=False)
+    out = _run(
+        ["go", "mod", "download", "-json", f"{component.module}@{component.version}"], env, cwd, log, check=False
+    )
     try:
         info = json.loads(out)
     except ValueError:
         info = {"Error": out.strip().splitlines()[-1] if out.strip() else "no output"}
     if info.get("Error"):
-        raise BuildUnavailable(f"cannot download {component.module}@{component.version} from the Go module proxy "
-                               f"({env.get('GOPROXY')}): {info['Error']}")
+        raise BuildUnavailable(
+            f"cannot download {component.module}@{component.version} from the Go module proxy "
+            f"({env.get('GOPROXY')}): {info['Error']}"
+        )
     return info
 
 
@@ -268,8 +289,7 @@ def fetch_group(group: str, members: list, work: Path, env: dict, log) -> dict:
     packages = [pkg for c in members for pkg in c.binaries.values()]
     _run(["go", "list", "-deps", "-f", "", *packages], _module_env(env), work, log)
     return {
-        "components": {c.name: {"module_dir": m["Dir"], "version": c.version, "module": c.module}
-                       for c, m in modules},
+        "components": {c.name: {"module_dir": m["Dir"], "version": c.version, "module": c.module} for c, m in modules},
         "seconds": {"download": round(time.monotonic() - start, 1)},
     }
 
@@ -281,8 +301,22 @@ def compile_group(group: str, members: list, bin_dir: Path, work: Path, env: dic
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     packages = [pkg for c in members for pkg in c.binaries.values()]
-    _run(["go", "build", "-trimpath", GCFLAGS, ldflags(members), f"-debug-trace={work / 'trace.json'}",
-          "-o", f"{out}/", *packages], _module_env(env), work, log)
+    _run(
+        [
+            "go",
+            "build",
+            "-trimpath",
+            GCFLAGS,
+            ldflags(members),
+            f"-debug-trace={work / 'trace.json'}",
+            "-o",
+            f"{out}/",
+            *packages,
+        ],
+        _module_env(env),
+        work,
+        log,
+    )
     for c in members:
         for name, package in c.binaries.items():
             os.replace(out / exec_name(package), bin_dir / name)
@@ -343,29 +377,39 @@ def ensure_built(only: list | None = None, out=sys.stderr, kubernetes: str | Non
         started = time.monotonic()
         partial_path = target / "build-partial.json"
         partial = json.loads(partial_path.read_text()) if partial_path.is_file() and not only else {}
-        todo = {group: members for group, members in groups(only).items()
-                if not (partial.get(group) and all((bin_dir / b).is_file() for c in members for b in c.binaries))}
+        todo = {
+            group: members
+            for group, members in groups(only).items()
+            if not (partial.get(group) and all((bin_dir / b).is_file() for c in members for b in c.binaries))
+        }
         logs = {group: open(base / f"build-{group}.log", "a") for group in todo}
         try:
             # every group's downloads start at once; each group compiles (one after the other: the compiler
             # already uses every core) as soon as its downloads are done
             with ThreadPoolExecutor(max_workers=max(1, len(todo))) as pool:
-                fetches = {group: pool.submit(fetch_group, group, members, base / "work" / group, env, logs[group])
-                           for group, members in todo.items()}
+                fetches = {
+                    group: pool.submit(fetch_group, group, members, base / "work" / group, env, logs[group])
+                    for group, members in todo.items()
+                }
                 for group, members in todo.items():
                     names = ", ".join(f"{c.name} {c.version}" for c in members)
                     print(f"controlplane: building {group} ({names}) ...", file=out, flush=True)
                     result = fetches[group].result()
-                    result["seconds"]["compile"] = compile_group(group, members, bin_dir, base / "work" / group,
-                                                                 env, logs[group])
+                    result["seconds"]["compile"] = compile_group(
+                        group, members, bin_dir, base / "work" / group, env, logs[group]
+                    )
                     for comp in result["components"].values():
                         comp["module_dir"] = _relative(comp["module_dir"], root)
                     partial[group] = result
                     if not only:
                         partial_path.write_text(json.dumps(partial, indent=2))
                     seconds = result["seconds"]
-                    print(f"controlplane: {group} built (download {seconds['download']} s, "
-                          f"compile {seconds['compile']} s)", file=out, flush=True)
+                    print(
+                        f"controlplane: {group} built (download {seconds['download']} s, "
+                        f"compile {seconds['compile']} s)",
+                        file=out,
+                        flush=True,
+                    )
         finally:
             for log in logs.values():
                 log.close()
@@ -378,8 +422,12 @@ def ensure_built(only: list | None = None, out=sys.stderr, kubernetes: str | Non
             "cpu_seconds": round(_children_cpu() - cpu_before, 1),
             "groups": {group: result["seconds"] for group, result in partial.items()},
             "components": {name: comp for result in partial.values() for name, comp in result["components"].items()},
-            "binaries": {name: _relative(str(bin_dir / name), root)
-                         for members in groups(only).values() for c in members for name in c.binaries},
+            "binaries": {
+                name: _relative(str(bin_dir / name), root)
+                for members in groups(only).values()
+                for c in members
+                for name in c.binaries
+            },
         }
         if not only:
             (target / BUILD_INFO).write_text(json.dumps(info, indent=2))
@@ -417,20 +465,30 @@ def ensure_kubernetes(kubernetes: str, base: dict, out=sys.stderr) -> dict:
         if done.is_file():
             return combined(json.loads(done.read_text()))
         cpu_before, started = _children_cpu(), time.monotonic()
-        print(f"controlplane: building kubernetes {kubernetes} (kube-apiserver, kube-controller-manager, "
-              "kube-scheduler) ...", file=out, flush=True)
+        print(
+            f"controlplane: building kubernetes {kubernetes} (kube-apiserver, kube-controller-manager, "
+            "kube-scheduler) ...",
+            file=out,
+            flush=True,
+        )
         result = fetch_group("kubernetes", members, target / "work", env, log)
         result["seconds"]["compile"] = compile_group("kubernetes", members, target / "bin", target / "work", env, log)
-        print(f"controlplane: kubernetes {kubernetes} built (download {result['seconds']['download']} s, "
-              f"compile {result['seconds']['compile']} s)", file=out, flush=True)
+        print(
+            f"controlplane: kubernetes {kubernetes} built (download {result['seconds']['download']} s, "
+            f"compile {result['seconds']['compile']} s)",
+            file=out,
+            flush=True,
+        )
         extra = {
             "kubernetes": kubernetes,
             "go": go_version(env),
             "seconds": round(time.monotonic() - started, 1),
             "cpu_seconds": round(_children_cpu() - cpu_before, 1),
             "groups": {"kubernetes": result["seconds"]},
-            "components": {name: dict(comp, module_dir=_relative(comp["module_dir"], root))
-                           for name, comp in result["components"].items()},
+            "components": {
+                name: dict(comp, module_dir=_relative(comp["module_dir"], root))
+                for name, comp in result["components"].items()
+            },
             "binaries": {name: _relative(str(target / "bin" / name), root) for name in members[0].binaries},
         }
         done.write_text(json.dumps(extra, indent=2))
@@ -462,9 +520,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--print", action="store_true", help="print the build folder and exit")
     parser.add_argument("--only", action="append", help="build only this component (repeatable)")
-    parser.add_argument("--kubernetes", choices=versions.KUBERNETES_MATRIX,
-                        help=f"the Kubernetes release of the matrix (default: ${versions.KUBERNETES_ENV} or "
-                             f"{versions.KUBERNETES}); another than {versions.KUBERNETES} adds its three binaries")
+    parser.add_argument(
+        "--kubernetes",
+        choices=versions.KUBERNETES_MATRIX,
+        help=f"the Kubernetes release of the matrix (default: ${versions.KUBERNETES_ENV} or "
+        f"{versions.KUBERNETES}); another than {versions.KUBERNETES} adds its three binaries",
+    )
     args = parser.parse_args(argv)
     if args.print:
         print(build_dir())

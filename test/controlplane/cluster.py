@@ -120,9 +120,13 @@ class Certificates:
         ca_key = ec.generate_private_key(ec.SECP256R1())
         ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nemo-kubeflow-test-ca")])
         ca_cert = (
-            x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-            .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(self._not_before).not_valid_after(self._not_after)
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self._not_before)
+            .not_valid_after(self._not_after)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .sign(ca_key, hashes.SHA256())
@@ -133,26 +137,49 @@ class Certificates:
         self.serving_crt, self.serving_key = self.issue("serving", "127.0.0.1", server=True)
         # the API server's client certificate towards kubelets (pods/log, exec) of the node agent
         self.kubelet_client_crt, self.kubelet_client_key = self.issue(
-            "kubelet-client", "kube-apiserver-kubelet-client", organization="system:masters", server=False)
+            "kubelet-client", "kube-apiserver-kubelet-client", organization="system:masters", server=False
+        )
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.sa_key = self._write("sa.key", sa_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-        self.sa_pub = self._write("sa.pub", sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        self.sa_key = self._write(
+            "sa.key",
+            sa_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+        )
+        self.sa_pub = self._write(
+            "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
 
-    def issue(self, name: str, common_name: str, organization: str | None = None, server: bool = True,
-              hosts: tuple = ("127.0.0.1", "localhost")) -> tuple[Path, Path]:
+    def issue(
+        self,
+        name: str,
+        common_name: str,
+        organization: str | None = None,
+        server: bool = True,
+        hosts: tuple = ("127.0.0.1", "localhost"),
+    ) -> tuple[Path, Path]:
         """A certificate signed by the CA; server certificates cover `hosts`. Returns (crt, key) paths."""
         key = ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         if organization:
             attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
         builder = (
-            x509.CertificateBuilder().subject_name(x509.Name(attrs)).issuer_name(self._ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(self._not_before).not_valid_after(self._not_after)
-            .add_extension(x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(self._ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(self._not_before)
+            .not_valid_after(self._not_after)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
         )
         if server:
             sans = []
@@ -164,8 +191,12 @@ class Certificates:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self._ca_key, hashes.SHA256())
         crt = self._write(f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM))
-        keyfile = self._write(f"{name}.key", key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        keyfile = self._write(
+            f"{name}.key",
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+        )
         return crt, keyfile
 
     def _write(self, name: str, data: bytes) -> Path:
@@ -184,14 +215,18 @@ class RealControlPlane:
     #: seconds a component gets to exit after SIGTERM
     STOP_GRACE = 5.0
 
-    def __init__(self, build_info: dict, workdir: Path, kueue_v1beta1_served: bool | None = None, *,
-                 audit: bool = False):
+    def __init__(
+        self, build_info: dict, workdir: Path, kueue_v1beta1_served: bool | None = None, *, audit: bool = False
+    ):
         self.build_info = build_info
         #: Whether kube-apiserver writes an audit log of the reads a client of a job makes (``audit_events``).
         self.audit = audit
         #: Whether Kueue's CRDs serve v1beta1 (default: yes, unless $NEMO_KUBEFLOW_REAL_KUEUE_V1BETA1=unserved).
-        self.kueue_v1beta1_served = (os.environ.get(KUEUE_V1BETA1_ENV, "") != "unserved"
-                                     if kueue_v1beta1_served is None else kueue_v1beta1_served)
+        self.kueue_v1beta1_served = (
+            os.environ.get(KUEUE_V1BETA1_ENV, "") != "unserved"
+            if kueue_v1beta1_served is None
+            else kueue_v1beta1_served
+        )
         self.binaries = {k: Path(v) for k, v in build_info["binaries"].items()}
         self.module_dirs = {k: Path(v["module_dir"]) for k, v in build_info["components"].items()}
         self.workdir = Path(workdir)
@@ -238,9 +273,20 @@ class RealControlPlane:
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.certs = Certificates(self.workdir / "pki")
-        names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler",
-                 "trainer-webhook", "trainer-health", "trainer-status", "jobset-webhook", "jobset-health",
-                 "kueue-webhook", "kueue-health")
+        names = (
+            "etcd",
+            "etcd-peer",
+            "apiserver",
+            "controller-manager",
+            "scheduler",
+            "trainer-webhook",
+            "trainer-health",
+            "trainer-status",
+            "jobset-webhook",
+            "jobset-health",
+            "kueue-webhook",
+            "kueue-health",
+        )
         self.ports = dict(zip(names, free_ports(len(names))))
         self._start_etcd()
         self._start_apiserver()
@@ -261,8 +307,9 @@ class RealControlPlane:
         for name in ("trainer", "jobset", "kueue"):
             port = self.ports[f"{name}-webhook"]
             self._wait(lambda port=port: self._webhook_answers(port), name, "its webhook server")
-        self._wait(lambda: self._default_service_account_exists(), "kube-controller-manager",
-                   "the `default` ServiceAccount")
+        self._wait(
+            lambda: self._default_service_account_exists(), "kube-controller-manager", "the `default` ServiceAccount"
+        )
 
     def stop(self) -> None:
         """Stop every process group we started, in reverse order (controllers before the API server,
@@ -329,8 +376,16 @@ class RealControlPlane:
     def request(self, method: str, path: str, body: dict | None = None, content_type: str = "application/json"):
         """One authenticated call to the API server; returns the decoded JSON (or text)."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": content_type, "Accept": "application/json"})
+        req = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": content_type,
+                "Accept": "application/json",
+            },
+        )
         with urllib.request.urlopen(req, context=self._ssl_context(), timeout=30) as resp:
             text = resp.read().decode()
         try:
@@ -341,8 +396,11 @@ class RealControlPlane:
     def create_namespace(self, prefix: str = "real") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self._ensure_namespace(name)
-        self._wait(lambda: self._default_service_account_exists(name), "kube-controller-manager",
-                   f"the `default` ServiceAccount in {name}")
+        self._wait(
+            lambda: self._default_service_account_exists(name),
+            "kube-controller-manager",
+            f"the `default` ServiceAccount in {name}",
+        )
         return name
 
     def delete_namespace(self, name: str) -> None:
@@ -352,8 +410,16 @@ class RealControlPlane:
             if e.code != 404:
                 raise
 
-    def register_node(self, name: str, cpu: str = "8", memory: str = "32Gi", gpus: int = 0,
-                      labels: dict | None = None, kubelet_port: int | None = None, ready: bool = True) -> dict:
+    def register_node(
+        self,
+        name: str,
+        cpu: str = "8",
+        memory: str = "32Gi",
+        gpus: int = 0,
+        labels: dict | None = None,
+        kubelet_port: int | None = None,
+        ready: bool = True,
+    ) -> dict:
         """Create a Node with this capacity (and `nvidia.com/gpu` when gpus > 0) and mark it Ready.
 
         This only registers the object (what `kubelet --register-node` does first); a node agent must
@@ -364,23 +430,46 @@ class RealControlPlane:
         if gpus:
             capacity["nvidia.com/gpu"] = str(gpus)
         node = {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                                  "kubernetes.io/arch": "amd64", **(labels or {})}},
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **(labels or {}),
+                },
+            },
         }
         created = self.request("POST", "/api/v1/nodes", node)
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         status = {
-            "capacity": capacity, "allocatable": capacity,
+            "capacity": capacity,
+            "allocatable": capacity,
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
-                            "message": "registered by the test control plane",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "reason": "KubeletReady",
+                    "message": "registered by the test control plane",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
         }
         if kubelet_port:
             status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": kubelet_port}}
-        return self.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
-                            content_type="application/strategic-merge-patch+json") or created
+        return (
+            self.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}/status",
+                {"status": status},
+                content_type="application/strategic-merge-patch+json",
+            )
+            or created
+        )
 
     def install_trainer_runtimes(self, names: tuple = ("torch_distributed.yaml",)) -> list:
         """Install Trainer's own ClusterTrainingRuntimes from its module (through its webhook)."""
@@ -395,20 +484,36 @@ class RealControlPlane:
         logs.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path(name), "ab")
         self._logs = getattr(self, "_logs", []) + [log]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, cwd=self.workdir, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=self.workdir,
+            preexec_fn=_die_with_parent,
+        )
         self.processes[name] = proc
         return proc
 
     def _start_etcd(self) -> None:
         client = f"http://127.0.0.1:{self.ports['etcd']}"
         peer = f"http://127.0.0.1:{self.ports['etcd-peer']}"
-        self._spawn("etcd", [
-            str(self.binaries["etcd"]), "--name=default", f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}", "--unsafe-no-fsync=true", "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(self.binaries["etcd"]),
+                "--name=default",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
 
     def _start_apiserver(self) -> None:
         tokens = self.workdir / "pki" / "tokens.csv"
@@ -416,41 +521,59 @@ class RealControlPlane:
         with os.fdopen(fd, "w") as f:
             f.write(f'{self.token},test-admin,test-admin,"system:masters"\n')
         c = self.certs
-        self._spawn("kube-apiserver", [
-            str(self.binaries["kube-apiserver"]),
-            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
-            f"--tls-cert-file={c.serving_crt}", f"--tls-private-key-file={c.serving_key}",
-            f"--client-ca-file={c.ca_crt}", f"--token-auth-file={tokens}",
-            "--authorization-mode=RBAC", "--allow-privileged=true",
-            f"--service-account-key-file={c.sa_pub}", f"--service-account-signing-key-file={c.sa_key}",
-            # The first issuer signs and is discovered (/.well-known/openid-configuration): Trainer's status
-            # server verifies the pods' tokens through it, so it is this server's own address.
-            f"--service-account-issuer={self.server}", "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-jwks-uri={self.server}/openid/v1/jwks",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # loopback is not a valid Endpoints address: no `kubernetes` Service endpoints
-            "--endpoint-reconciler-type=none",
-            f"--kubelet-client-certificate={c.kubelet_client_crt}", f"--kubelet-client-key={c.kubelet_client_key}",
-            f"--kubelet-certificate-authority={c.ca_crt}",
-            "--kubelet-preferred-address-types=InternalIP,Hostname",
-            f"--cert-dir={self.workdir / 'pki' / 'apiserver'}", "--profiling=false",
-            *self._audit_flags(),
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.binaries["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports['apiserver']}",
+                f"--tls-cert-file={c.serving_crt}",
+                f"--tls-private-key-file={c.serving_key}",
+                f"--client-ca-file={c.ca_crt}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                f"--service-account-key-file={c.sa_pub}",
+                f"--service-account-signing-key-file={c.sa_key}",
+                # The first issuer signs and is discovered (/.well-known/openid-configuration): Trainer's status
+                # server verifies the pods' tokens through it, so it is this server's own address.
+                f"--service-account-issuer={self.server}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-jwks-uri={self.server}/openid/v1/jwks",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # loopback is not a valid Endpoints address: no `kubernetes` Service endpoints
+                "--endpoint-reconciler-type=none",
+                f"--kubelet-client-certificate={c.kubelet_client_crt}",
+                f"--kubelet-client-key={c.kubelet_client_key}",
+                f"--kubelet-certificate-authority={c.ca_crt}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--cert-dir={self.workdir / 'pki' / 'apiserver'}",
+                "--profiling=false",
+                *self._audit_flags(),
+            ],
+        )
 
     #: The audit policy of ``audit=True``: one event per request as it is received (so a watch or a log stream
     #: counts from its start, as the local server counts), with who sent it, for the reads a client of a job
     #: makes and ``/version``; nothing else.
     AUDIT_POLICY = {
-        "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
         "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
         "rules": [
-            {"level": "Metadata", "verbs": ["get", "list", "watch"], "resources": [
-                {"group": "", "resources": ["pods", "pods/log", "events"]},
-                {"group": "trainer.kubeflow.org", "resources": ["trainjobs"]},
-                {"group": "jobset.x-k8s.io", "resources": ["jobsets"]},
-                {"group": "batch", "resources": ["jobs"]},
-                {"group": "kueue.x-k8s.io", "resources": ["workloads"]}]},
+            {
+                "level": "Metadata",
+                "verbs": ["get", "list", "watch"],
+                "resources": [
+                    {"group": "", "resources": ["pods", "pods/log", "events"]},
+                    {"group": "trainer.kubeflow.org", "resources": ["trainjobs"]},
+                    {"group": "jobset.x-k8s.io", "resources": ["jobsets"]},
+                    {"group": "batch", "resources": ["jobs"]},
+                    {"group": "kueue.x-k8s.io", "resources": ["workloads"]},
+                ],
+            },
             {"level": "Metadata", "nonResourceURLs": ["/version"]},
             {"level": "None"},
         ],
@@ -461,8 +584,11 @@ class RealControlPlane:
             return []
         policy = self.workdir / "audit-policy.json"  # JSON is YAML
         policy.write_text(json.dumps(self.AUDIT_POLICY))
-        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.workdir / 'audit.log'}",
-                "--audit-log-format=json"]
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.workdir / 'audit.log'}",
+            "--audit-log-format=json",
+        ]
 
     def audit_events(self) -> list[dict]:
         """The audit log's events so far (``audit=True``): one per request received, with its ``verb``,
@@ -475,18 +601,28 @@ class RealControlPlane:
     def _component_flags(self, port_name: str) -> list:
         kubeconfig = str(self.kubeconfig_path)
         return [
-            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-            "--bind-address=127.0.0.1", f"--secure-port={self.ports[port_name]}",
-            f"--cert-dir={self.workdir / 'pki' / port_name}", "--profiling=false",
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.ports[port_name]}",
+            f"--cert-dir={self.workdir / 'pki' / port_name}",
+            "--profiling=false",
         ]
 
     def _start_controller_manager(self) -> None:
-        self._spawn("kube-controller-manager", [
-            str(self.binaries["kube-controller-manager"]), *self._component_flags("controller-manager"),
-            f"--service-account-private-key-file={self.certs.sa_key}", f"--root-ca-file={self.certs.ca_crt}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--controllers=*",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.binaries["kube-controller-manager"]),
+                *self._component_flags("controller-manager"),
+                f"--service-account-private-key-file={self.certs.sa_key}",
+                f"--root-ca-file={self.certs.ca_crt}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--controllers=*",
+            ],
+        )
 
     def _start_scheduler(self) -> None:
         self._spawn("kube-scheduler", [str(self.binaries["kube-scheduler"]), *self._component_flags("scheduler")])
@@ -516,40 +652,58 @@ class RealControlPlane:
         return {"KUBECONFIG": str(self.kubeconfig_path), "TMPDIR": str(tmp)}
 
     def _start_trainer(self, gates: dict = TRAINER_FEATURE_GATES) -> None:
-        config = self._write_config("trainer", {
-            "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['trainer-health']}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": self.ports["trainer-webhook"], "host": "127.0.0.1"},
-            "leaderElection": {"leaderElect": False},
-            "certManagement": {"enable": False},
-            "statusServer": {"port": self.ports["trainer-status"]},
-            "featureGates": gates,
-        })
+        config = self._write_config(
+            "trainer",
+            {
+                "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+                "kind": "Configuration",
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['trainer-health']}"},
+                "metrics": {"bindAddress": "0"},
+                "webhook": {"port": self.ports["trainer-webhook"], "host": "127.0.0.1"},
+                "leaderElection": {"leaderElect": False},
+                "certManagement": {"enable": False},
+                "statusServer": {"port": self.ports["trainer-status"]},
+                "featureGates": gates,
+            },
+        )
         if gates.get("TrainJobStatus"):
             self._trainer_status_server_prerequisites()
-        self._spawn("trainer-controller-manager", [
-            str(self.binaries["trainer-controller-manager"]), f"--config={config}"], self._controller_env("trainer"))
+        self._spawn(
+            "trainer-controller-manager",
+            [str(self.binaries["trainer-controller-manager"]), f"--config={config}"],
+            self._controller_env("trainer"),
+        )
 
     def _trainer_status_server_prerequisites(self) -> None:
         """What a Trainer install gives its status server: its serving certificate at the fixed path, a
         service-account token of its own (for the issuer), and the webhook Secret with the CA."""
         account = "kubeflow-trainer-controller-manager"
-        self._apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
-                    f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts")
-        answer = self.request("POST", f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts/{account}/token",
-                              {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                               "spec": {"expirationSeconds": 86400}})
+        self._apply(
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}},
+            f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts",
+        )
+        answer = self.request(
+            "POST",
+            f"/api/v1/namespaces/{TRAINER_NAMESPACE}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}},
+        )
         try:
             self._write_serving_pair(TRAINER_STATUS_CERT_DIR)
             _write_private(POD_SERVICE_ACCOUNT_TOKEN, answer["status"]["token"].encode())
         except OSError as e:
             raise ControlPlaneError(
                 f"Trainer's status server (gate TrainJobStatus) reads fixed paths, {TRAINER_STATUS_CERT_DIR} and "
-                f"{POD_SERVICE_ACCOUNT_TOKEN}, which cannot be written: {e}; make them writable by this user") from None
-        self._apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TRAINER_WEBHOOK_SECRET},
-                     "data": {"ca.crt": base64.b64encode(self.certs.ca_pem).decode()}},
-                    f"/api/v1/namespaces/{TRAINER_NAMESPACE}/secrets")
+                f"{POD_SERVICE_ACCOUNT_TOKEN}, which cannot be written: {e}; make them writable by this user"
+            ) from None
+        self._apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": TRAINER_WEBHOOK_SECRET},
+                "data": {"ca.crt": base64.b64encode(self.certs.ca_pem).decode()},
+            },
+            f"/api/v1/namespaces/{TRAINER_NAMESPACE}/secrets",
+        )
 
     def _write_serving_pair(self, directory: Path) -> None:
         """Our serving certificate and key as tls.crt and tls.key in ``directory`` (a fixed path a component reads)."""
@@ -557,17 +711,27 @@ class RealControlPlane:
             _write_private(directory / name, src.read_bytes())
 
     def _start_jobset(self) -> None:
-        config = self._write_config("jobset", {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['jobset-health']}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": self.ports["jobset-webhook"], "host": "127.0.0.1",
-                        "certDir": str(self._serving_cert_dir("jobset"))},
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-        })
-        self._spawn("jobset-controller-manager", [
-            str(self.binaries["jobset-controller-manager"]), f"--config={config}"], self._controller_env("jobset"))
+        config = self._write_config(
+            "jobset",
+            {
+                "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+                "kind": "Configuration",
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['jobset-health']}"},
+                "metrics": {"bindAddress": "0"},
+                "webhook": {
+                    "port": self.ports["jobset-webhook"],
+                    "host": "127.0.0.1",
+                    "certDir": str(self._serving_cert_dir("jobset")),
+                },
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+            },
+        )
+        self._spawn(
+            "jobset-controller-manager",
+            [str(self.binaries["jobset-controller-manager"]), f"--config={config}"],
+            self._controller_env("jobset"),
+        )
 
     def _kueue_metrics_certs(self) -> None:
         if (KUEUE_METRICS_CERTS / "tls.crt").is_file() and (KUEUE_METRICS_CERTS / "tls.key").is_file():
@@ -578,26 +742,37 @@ class RealControlPlane:
             raise ControlPlaneError(
                 f"Kueue needs a certificate pair in {KUEUE_METRICS_CERTS} (a fixed path in Kueue v0.19 when its "
                 f"own certificate management is off) and it cannot be written: {e}; create that folder writable "
-                "by this user (any tls.crt/tls.key pair will do: metrics are not served)") from None
+                "by this user (any tls.crt/tls.key pair will do: metrics are not served)"
+            ) from None
 
     def _start_kueue(self) -> None:
         self._kueue_metrics_certs()
-        config = self._write_config("kueue", {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
-            "namespace": KUEUE_NAMESPACE,
-            "manageJobsWithoutQueueName": False,
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue-health']}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": self.ports["kueue-webhook"], "host": "127.0.0.1",
-                        "certDir": str(self._serving_cert_dir("kueue"))},
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
-            # the visibility API is an aggregated API server of its own: not needed by the tests
-            "featureGates": {"VisibilityOnDemand": False},
-        })
-        self._spawn("kueue-controller-manager", [
-            str(self.binaries["kueue-controller-manager"]), f"--config={config}"], self._controller_env("kueue"))
+        config = self._write_config(
+            "kueue",
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                "kind": "Configuration",
+                "namespace": KUEUE_NAMESPACE,
+                "manageJobsWithoutQueueName": False,
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue-health']}"},
+                "metrics": {"bindAddress": "0"},
+                "webhook": {
+                    "port": self.ports["kueue-webhook"],
+                    "host": "127.0.0.1",
+                    "certDir": str(self._serving_cert_dir("kueue")),
+                },
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+                # the visibility API is an aggregated API server of its own: not needed by the tests
+                "featureGates": {"VisibilityOnDemand": False},
+            },
+        )
+        self._spawn(
+            "kueue-controller-manager",
+            [str(self.binaries["kueue-controller-manager"]), f"--config={config}"],
+            self._controller_env("kueue"),
+        )
 
     # ------------------------------------------------------------------ objects
     def _install_crds(self) -> None:
@@ -620,24 +795,51 @@ class RealControlPlane:
         the `system:authenticated` group may read."""
         self._ensure_namespace(TRAINER_NAMESPACE)
         base = f"/api/v1/namespaces/{TRAINER_NAMESPACE}"
-        self._apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": TRAINER_PUBLIC},
-                     "data": {"kubeflow_trainer_version": self.build_info["components"]["trainer"]["version"]}},
-                    f"{base}/configmaps")
+        self._apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": TRAINER_PUBLIC},
+                "data": {"kubeflow_trainer_version": self.build_info["components"]["trainer"]["version"]},
+            },
+            f"{base}/configmaps",
+        )
         rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{TRAINER_NAMESPACE}"
-        self._apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": TRAINER_PUBLIC},
-                     "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [TRAINER_PUBLIC],
-                                "verbs": ["get"]}]}, f"{rbac}/roles")
-        self._apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                     "metadata": {"name": TRAINER_PUBLIC},
-                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TRAINER_PUBLIC},
-                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                   "name": "system:authenticated"}]}, f"{rbac}/rolebindings")
+        self._apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": TRAINER_PUBLIC},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "resources": ["configmaps"],
+                        "resourceNames": [TRAINER_PUBLIC],
+                        "verbs": ["get"],
+                    }
+                ],
+            },
+            f"{rbac}/roles",
+        )
+        self._apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": TRAINER_PUBLIC},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TRAINER_PUBLIC},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+                ],
+            },
+            f"{rbac}/rolebindings",
+        )
 
     def _register_webhooks(self) -> None:
         for component, upstream in manifests.UPSTREAMS.items():
             port = self.ports[f"{component}-webhook"]
-            for config in manifests.webhook_configurations(self.module_dirs[component], upstream, port,
-                                                           self.certs.ca_pem):
+            for config in manifests.webhook_configurations(
+                self.module_dirs[component], upstream, port, self.certs.ca_pem
+            ):
                 plural = config["kind"].lower() + "s"
                 self._apply(config, f"/apis/admissionregistration.k8s.io/v1/{plural}")
 
@@ -648,24 +850,28 @@ class RealControlPlane:
             return self.request("POST", collection, obj)
         except urllib.error.HTTPError as e:
             if e.code != 409:
-                raise ControlPlaneError(f"cannot create {obj['kind']} {obj['metadata']['name']}: "
-                                        f"{e.code} {e.read().decode()[:500]}") from None
+                raise ControlPlaneError(
+                    f"cannot create {obj['kind']} {obj['metadata']['name']}: {e.code} {e.read().decode()[:500]}"
+                ) from None
         current = self.request("GET", f"{collection}/{obj['metadata']['name']}")
         obj = dict(obj, metadata={**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]})
         return self.request("PUT", f"{collection}/{obj['metadata']['name']}", obj)
 
     def _ensure_namespace(self, name: str) -> None:
         try:
-            self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                        "metadata": {"name": name}})
+            self.request(
+                "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
         except urllib.error.HTTPError as e:
             if e.code != 409:
                 raise
 
     def _crd_established(self, name: str) -> bool:
         crd = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or [])
+        return any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (crd.get("status") or {}).get("conditions") or []
+        )
 
     def _default_service_account_exists(self, namespace: str = "default") -> bool:
         try:
@@ -699,13 +905,22 @@ class RealControlPlane:
 
     def _write_kubeconfig(self) -> None:
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "real",
-            "clusters": [{"name": "real", "cluster": {
-                "server": self.server,
-                "certificate-authority-data": base64.b64encode(self.certs.ca_pem).decode()}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "real",
+            "clusters": [
+                {
+                    "name": "real",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": base64.b64encode(self.certs.ca_pem).decode(),
+                    },
+                }
+            ],
             "users": [{"name": "test-admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "real", "context": {"cluster": "real", "user": "test-admin",
-                                                      "namespace": "default"}}],
+            "contexts": [
+                {"name": "real", "context": {"cluster": "real", "user": "test-admin", "namespace": "default"}}
+            ],
         }
         fd = os.open(self.kubeconfig_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -721,7 +936,8 @@ class RealControlPlane:
                 if proc.poll() is not None:
                     raise ControlPlaneError(
                         f"{name} exited with code {proc.returncode} while waiting for {what}; "
-                        f"last lines of {self.log_path(name)}:\n{_tail(self.log_path(name))}")
+                        f"last lines of {self.log_path(name)}:\n{_tail(self.log_path(name))}"
+                    )
             try:
                 value = predicate()
                 if value:
@@ -730,15 +946,20 @@ class RealControlPlane:
                 pass
             time.sleep(0.25)
         log = self.log_path(_process_of(component))
-        raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}; "
-                                f"last lines of {log}:\n{_tail(log)}")
+        raise ControlPlaneError(
+            f"timed out after {timeout:.0f} s waiting for {what}; last lines of {log}:\n{_tail(log)}"
+        )
 
     def _wait(self, predicate, component: str, what: str) -> None:
         self.wait_for(predicate, f"{component}: {what}", component=component)
 
+
 def _process_of(component: str) -> str:
-    return {"trainer": "trainer-controller-manager", "jobset": "jobset-controller-manager",
-            "kueue": "kueue-controller-manager"}.get(component, component)
+    return {
+        "trainer": "trainer-controller-manager",
+        "jobset": "jobset-controller-manager",
+        "kueue": "kueue-controller-manager",
+    }.get(component, component)
 
 
 def _http_ok(url: str) -> bool:

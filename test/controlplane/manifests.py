@@ -30,12 +30,16 @@ class Upstream:
 
 UPSTREAMS = {
     "trainer": Upstream("trainer", "manifests/base/crds/kustomization.yaml", "manifests/base/webhook/manifests.yaml"),
-    "jobset": Upstream("jobset", "config/components/crd/kustomization.yaml", "config/components/webhook/manifests.yaml"),
+    "jobset": Upstream(
+        "jobset", "config/components/crd/kustomization.yaml", "config/components/webhook/manifests.yaml"
+    ),
     # Kueue ships webhooks for every framework it integrates with (pods, deployments, Ray, MPI...);
     # only the ones for the integrations we enable are registered, or every pod create would be
     # sent to a webhook path that Kueue does not serve for a disabled framework.
     "kueue": Upstream(
-        "kueue", "config/components/crd/kustomization.yaml", "config/components/webhook/manifests.yaml",
+        "kueue",
+        "config/components/crd/kustomization.yaml",
+        "config/components/webhook/manifests.yaml",
         webhook_groups=frozenset({"kueue.x-k8s.io", "batch", "jobset.x-k8s.io", "trainer.kubeflow.org"}),
     ),
 }
@@ -74,8 +78,11 @@ def webhook_configurations(module_dir: Path, upstream: Upstream, port: int, ca_p
     label), renamed `<component>-<name>` (each upstream calls its own `validating-webhook-configuration`)
     and pointed at `port` on loopback."""
     path = module_dir / upstream.webhooks
-    docs = [doc for doc in _load_all(path)
-            if doc.get("kind") in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")]
+    docs = [
+        doc
+        for doc in _load_all(path)
+        if doc.get("kind") in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+    ]
     kustomization_path = path.parent / "kustomization.yaml"
     if kustomization_path.is_file():
         for patch in yaml.safe_load(kustomization_path.read_text()).get("patches", []) or []:
@@ -84,7 +91,10 @@ def webhook_configurations(module_dir: Path, upstream: Upstream, port: int, ca_p
                 continue  # strategic-merge patches and replacements (Kueue's namespaceSelectors): not applied
             ops = yaml.safe_load((path.parent / patch["path"]).read_text())
             for doc in docs:
-                if doc["kind"] == target["kind"] and target.get("name", doc["metadata"]["name"]) == doc["metadata"]["name"]:
+                if (
+                    doc["kind"] == target["kind"]
+                    and target.get("name", doc["metadata"]["name"]) == doc["metadata"]["name"]
+                ):
                     for op in ops:
                         _json_patch(doc, op)
     result = []
@@ -98,12 +108,14 @@ def webhook_configurations(module_dir: Path, upstream: Upstream, port: int, ca_p
             hook["clientConfig"] = _client_config(hook["clientConfig"], port, ca_pem)
             hooks.append(hook)
         if hooks:
-            result.append({
-                "apiVersion": doc["apiVersion"],
-                "kind": doc["kind"],
-                "metadata": {"name": f"{upstream.component}-{doc['metadata']['name']}"},
-                "webhooks": hooks,
-            })
+            result.append(
+                {
+                    "apiVersion": doc["apiVersion"],
+                    "kind": doc["kind"],
+                    "metadata": {"name": f"{upstream.component}-{doc['metadata']['name']}"},
+                    "webhooks": hooks,
+                }
+            )
     return result
 
 

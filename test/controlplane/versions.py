@@ -42,37 +42,22 @@ KUBERNETES_CI = (KUBERNETES, "v1.37.2", "v1.32.9")
 #: out exercise Trainer, JobSet, Kueue, our node agent and the pods' own processes (in-job restarts, logs,
 #: rendezvous, TTLs), the same binaries on every entry, through the paths the listed ones already cover.
 MINOR_SENSITIVE = {
-    "test/test_controlplane_matrix.py::test_the_real_api_server_is_the_selected_release_of_the_matrix":
-        "the entry is the release it claims (/version)",
-    "test/test_real_controlplane.py::test_components_are_the_pinned_upstream_releases":
-        "kube-apiserver accepts and serves Trainer's, JobSet's and Kueue's CRDs and webhooks (CEL rules: what 1.31 "
-        "refuses)",
-    "test/test_real_controlplane.py::test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them":
-        "the Job controller's pods, the scheduler's Pending reason without nodes, the garbage collector",
-    "test/local/test_emulator_rules.py::test_the_real_api_server_words_name_refusals_as_the_emulator_does":
-        "kube-apiserver's validation and its words, which the product and the emulator repeat",
-    "test/test_backends.py::test_script_and_inline_tasks_succeed_with_logs_of_every_node":
-        "a job from submission to Succeeded: Job controller, scheduler, pods/log through kube-apiserver",
-    "test/test_backends.py::test_a_failing_rank_fails_the_job_with_its_rank_node_and_exit_code":
-        "the Job controller's podFailurePolicy and backoffLimit",
-    "test/test_backends.py::test_detach_reconnect_status_cancel_and_garbage_collection":
-        "the garbage collector deleting the JobSet's Jobs, pods and ConfigMaps",
-    "test/test_backends.py::test_secret_env_and_a_created_claim_reach_every_node":
-        "Secret env resolution and the volume-binding controller binding the created claim",
-    "test/test_backends.py::test_a_native_sidecar_starts_before_training_and_stops_after_it":
-        "restartPolicy: Always init containers (native sidecars: beta up to 1.32, GA in 1.33)",
-    "test/test_backends.py::test_pods_waiting_for_their_claim_are_described_with_the_claims_name":
-        "the scheduler's unschedulable message for an unbound claim, which describe reads",
-    "test/test_backends_resilience.py::test_a_user_error_fails_at_once_with_its_exit_code_and_no_gang_restart":
-        "the Job controller's podFailurePolicy FailJob rule",
-    "test/test_backends_resilience.py::test_a_node_fault_restarts_the_gang_and_the_next_attempt_avoids_the_node":
-        "the taint-eviction controller (its own controller since 1.29) and node affinity in the scheduler",
-    "test/test_doctor.py::test_on_the_real_control_plane_as_admin_a_job_can_run":
-        "SelfSubjectAccessReview, server-side dry run, Pod Security admission, API discovery",
-    "test/test_doctor.py::test_on_the_real_control_plane_as_a_namespaced_service_account":
-        "RBAC for a ServiceAccount with a namespaced Role, as kube-apiserver evaluates it",
-    "test/test_kueue_versions.py::test_the_real_kueue_is_read_in_the_version_it_serves":
-        "API discovery of the served CRD versions",
+    "test/test_controlplane_matrix.py::test_the_real_api_server_is_the_selected_release_of_the_matrix": "the entry is the release it claims (/version)",
+    "test/test_real_controlplane.py::test_components_are_the_pinned_upstream_releases": "kube-apiserver accepts and serves Trainer's, JobSet's and Kueue's CRDs and webhooks (CEL rules: what 1.31 "
+    "refuses)",
+    "test/test_real_controlplane.py::test_trainjob_becomes_jobset_jobs_and_pending_pods_then_cancel_collects_them": "the Job controller's pods, the scheduler's Pending reason without nodes, the garbage collector",
+    "test/local/test_emulator_rules.py::test_the_real_api_server_words_name_refusals_as_the_emulator_does": "kube-apiserver's validation and its words, which the product and the emulator repeat",
+    "test/test_backends.py::test_script_and_inline_tasks_succeed_with_logs_of_every_node": "a job from submission to Succeeded: Job controller, scheduler, pods/log through kube-apiserver",
+    "test/test_backends.py::test_a_failing_rank_fails_the_job_with_its_rank_node_and_exit_code": "the Job controller's podFailurePolicy and backoffLimit",
+    "test/test_backends.py::test_detach_reconnect_status_cancel_and_garbage_collection": "the garbage collector deleting the JobSet's Jobs, pods and ConfigMaps",
+    "test/test_backends.py::test_secret_env_and_a_created_claim_reach_every_node": "Secret env resolution and the volume-binding controller binding the created claim",
+    "test/test_backends.py::test_a_native_sidecar_starts_before_training_and_stops_after_it": "restartPolicy: Always init containers (native sidecars: beta up to 1.32, GA in 1.33)",
+    "test/test_backends.py::test_pods_waiting_for_their_claim_are_described_with_the_claims_name": "the scheduler's unschedulable message for an unbound claim, which describe reads",
+    "test/test_backends_resilience.py::test_a_user_error_fails_at_once_with_its_exit_code_and_no_gang_restart": "the Job controller's podFailurePolicy FailJob rule",
+    "test/test_backends_resilience.py::test_a_node_fault_restarts_the_gang_and_the_next_attempt_avoids_the_node": "the taint-eviction controller (its own controller since 1.29) and node affinity in the scheduler",
+    "test/test_doctor.py::test_on_the_real_control_plane_as_admin_a_job_can_run": "SelfSubjectAccessReview, server-side dry run, Pod Security admission, API discovery",
+    "test/test_doctor.py::test_on_the_real_control_plane_as_a_namespaced_service_account": "RBAC for a ServiceAccount with a namespaced Role, as kube-apiserver evaluates it",
+    "test/test_kueue_versions.py::test_the_real_kueue_is_read_in_the_version_it_serves": "API discovery of the served CRD versions",
 }
 #: The environment variable that selects the Kubernetes release of the matrix a run uses.
 KUBERNETES_ENV = "NEMO_KUBEFLOW_KUBERNETES"
@@ -98,8 +83,10 @@ def selected_kubernetes(environ=None) -> str:
 
     chosen = (os.environ if environ is None else environ).get(KUBERNETES_ENV) or KUBERNETES
     if chosen not in KUBERNETES_MATRIX:
-        raise ValueError(f"{KUBERNETES_ENV}={chosen} is not in test/controlplane/versions.py's KUBERNETES_MATRIX "
-                         f"{', '.join(KUBERNETES_MATRIX)}: add it there (pinned) to test on it")
+        raise ValueError(
+            f"{KUBERNETES_ENV}={chosen} is not in test/controlplane/versions.py's KUBERNETES_MATRIX "
+            f"{', '.join(KUBERNETES_MATRIX)}: add it there (pinned) to test on it"
+        )
     return chosen
 
 

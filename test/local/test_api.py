@@ -16,9 +16,12 @@ from localcluster_helpers import GROUP, VERSION, create_runtime, create_trainjob
 
 
 def _raw(cluster, method: str, path: str, body: bytes = b"", token: str = "") -> tuple[int, dict]:
-    request = urllib.request.Request(cluster.url + path, data=body or None, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              **({"Authorization": f"Bearer {token}"} if token else {})})
+    request = urllib.request.Request(
+        cluster.url + path,
+        data=body or None,
+        method=method,
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=5, context=cluster.ssl_context()) as response:
             return response.status, json.loads(response.read())
@@ -34,8 +37,15 @@ def test_requests_without_the_token_are_unauthorized(cluster):
     for token in ("", "wrong"):
         code, body = _raw(cluster, "GET", "/api/v1/namespaces", token=token)
         assert code == 401
-        assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+        assert body == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Unauthorized",
+            "reason": "Unauthorized",
+            "code": 401,
+        }
 
 
 def test_kubeconfig(cluster):
@@ -63,13 +73,16 @@ def test_plain_http_is_answered_with_what_to_fix(cluster):
 
 def test_crud_and_label_selectors(core, ns):
     for name, labels in (("a", {"app": "a", "tier": "x"}), ("b", {"app": "b"}), ("c", {"other": "1"})):
-        created = core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": labels},
-                                                         "data": {"k": name}})
+        created = core.create_namespaced_config_map(
+            ns, {"metadata": {"name": name, "labels": labels}, "data": {"k": name}}
+        )
         assert created.metadata.uid and created.metadata.creation_timestamp and created.metadata.resource_version
 
     def names(selector=None, fields=None):
-        return sorted(cm.metadata.name for cm in core.list_namespaced_config_map(
-            ns, label_selector=selector, field_selector=fields).items)
+        return sorted(
+            cm.metadata.name
+            for cm in core.list_namespaced_config_map(ns, label_selector=selector, field_selector=fields).items
+        )
 
     assert names() == ["a", "b", "c"]
     assert names("app=a") == names("app==a") == ["a"]
@@ -92,8 +105,10 @@ def test_crud_and_label_selectors(core, ns):
     with pytest.raises(ApiException) as error:
         core.replace_namespaced_config_map("b", ns, stale)
     assert error.value.status == 409
-    assert _status(error.value)["message"] == ('Operation cannot be fulfilled on configmaps "b": the object has been '
-                                                "modified; please apply your changes to the latest version and try again")
+    assert _status(error.value)["message"] == (
+        'Operation cannot be fulfilled on configmaps "b": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
 
     core.delete_namespaced_config_map("c", ns)
     with pytest.raises(ApiException) as error:
@@ -104,14 +119,19 @@ def test_crud_and_label_selectors(core, ns):
 def test_json_patch_and_merge_patch(core, custom, ns):
     core.create_namespaced_config_map(ns, {"metadata": {"name": "p"}, "data": {"a": "1", "b": "2"}})
     api = core.api_client
-    api.call_api(f"/api/v1/namespaces/{ns}/configmaps/p", "PATCH",
-                 body=[{"op": "remove", "path": "/data/a"}, {"op": "add", "path": "/data/c", "value": "3"}],
-                 header_params={"Content-Type": "application/json-patch+json"}, auth_settings=["BearerToken"])
+    api.call_api(
+        f"/api/v1/namespaces/{ns}/configmaps/p",
+        "PATCH",
+        body=[{"op": "remove", "path": "/data/a"}, {"op": "add", "path": "/data/c", "value": "3"}],
+        header_params={"Content-Type": "application/json-patch+json"},
+        auth_settings=["BearerToken"],
+    )
     assert core.read_namespaced_config_map("p", ns).data == {"b": "2", "c": "3"}
     name = unique("rt")
     create_runtime(custom, runtime(name))
-    custom.patch_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name,
-                                       {"metadata": {"labels": {"extra": "x"}}})
+    custom.patch_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", name, {"metadata": {"labels": {"extra": "x"}}}
+    )
     got = custom.get_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name)
     assert got["metadata"]["labels"]["extra"] == "x" and got["metadata"]["generation"] == 1
     assert "namespace" not in got["metadata"]
@@ -129,9 +149,20 @@ def test_patches_retry_internal_conflicts(custom, ns):
     def write_status():
         for i in range(rounds):
             try:
-                custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "trainjobs", "busy", {"status": {
-                    "jobsStatus": [{"name": "node", "active": i, "ready": 0, "succeeded": 0, "failed": 0,
-                                    "suspended": 0}]}})
+                custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    ns,
+                    "trainjobs",
+                    "busy",
+                    {
+                        "status": {
+                            "jobsStatus": [
+                                {"name": "node", "active": i, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}
+                            ]
+                        }
+                    },
+                )
             except ApiException as error:
                 errors.append(error)
 
@@ -142,8 +173,9 @@ def test_patches_retry_internal_conflicts(custom, ns):
     try:
         for i in range(rounds):
             try:
-                custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "busy",
-                                                      {"spec": {"suspend": i % 2 == 0}})
+                custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, ns, "trainjobs", "busy", {"spec": {"suspend": i % 2 == 0}}
+                )
             except ApiException as error:
                 errors.append(error)
     finally:
@@ -159,28 +191,43 @@ def test_patch_with_a_stale_resource_version_conflicts(core, ns):
     created = core.create_namespaced_config_map(ns, {"metadata": {"name": "locked"}, "data": {"a": "1"}})
     stale = created.metadata.resource_version
     core.patch_namespaced_config_map("locked", ns, {"data": {"a": "2"}})
-    for patch in ({"metadata": {"resourceVersion": stale}, "data": {"a": "3"}},
-                  [{"op": "replace", "path": "/metadata/resourceVersion", "value": stale},
-                   {"op": "replace", "path": "/data/a", "value": "3"}]):
+    for patch in (
+        {"metadata": {"resourceVersion": stale}, "data": {"a": "3"}},
+        [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": stale},
+            {"op": "replace", "path": "/data/a", "value": "3"},
+        ],
+    ):
         with pytest.raises(ApiException) as error:
             core.patch_namespaced_config_map("locked", ns, patch)
         status = _status(error.value)
         assert (error.value.status, status["reason"], status["message"]) == (
-            409, "Conflict", 'Operation cannot be fulfilled on configmaps "locked": the object has been modified; '
-                             "please apply your changes to the latest version and try again")
+            409,
+            "Conflict",
+            'Operation cannot be fulfilled on configmaps "locked": the object has been modified; '
+            "please apply your changes to the latest version and try again",
+        )
     assert core.read_namespaced_config_map("locked", ns).data == {"a": "2"}
     current = core.read_namespaced_config_map("locked", ns).metadata.resource_version
-    patched = core.patch_namespaced_config_map("locked", ns, {"metadata": {"resourceVersion": current},
-                                                              "data": {"a": "4"}})
+    patched = core.patch_namespaced_config_map(
+        "locked", ns, {"metadata": {"resourceVersion": current}, "data": {"a": "4"}}
+    )
     assert patched.data == {"a": "4"} and patched.metadata.resource_version != current
 
 
 def test_error_messages(cluster, core, custom, ns):
     with pytest.raises(ApiException) as error:
         core.read_namespaced_config_map("nope", ns)
-    assert _status(error.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                    "message": 'configmaps "nope" not found', "reason": "NotFound",
-                                    "details": {"name": "nope", "kind": "configmaps"}, "code": 404}
+    assert _status(error.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'configmaps "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "configmaps"},
+        "code": 404,
+    }
     with pytest.raises(ApiException) as error:
         custom.get_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "nope")
     assert _status(error.value)["message"] == 'trainjobs.trainer.kubeflow.org "nope" not found'
@@ -190,21 +237,28 @@ def test_error_messages(cluster, core, custom, ns):
     with pytest.raises(ApiException) as error:
         core.create_namespaced_config_map(ns, {"metadata": {"name": "dup"}})
     status = _status(error.value)
-    assert (error.value.status, status["reason"], status["message"]) == (409, "AlreadyExists",
-                                                                         'configmaps "dup" already exists')
+    assert (error.value.status, status["reason"], status["message"]) == (
+        409,
+        "AlreadyExists",
+        'configmaps "dup" already exists',
+    )
 
     with pytest.raises(ApiException) as error:
         core.create_namespaced_config_map(ns, {"metadata": {"name": "bad"}, "data": {"bad key": "v"}})
     status = _status(error.value)
     assert error.value.status == 422 and status["reason"] == "Invalid"
-    assert status["message"].startswith('ConfigMap "bad" is invalid: data[bad key]: Invalid value: "bad key": a '
-                                        "valid config key must consist of alphanumeric characters")
+    assert status["message"].startswith(
+        'ConfigMap "bad" is invalid: data[bad key]: Invalid value: "bad key": a '
+        "valid config key must consist of alphanumeric characters"
+    )
     assert status["details"]["causes"][0]["reason"] == "FieldValueInvalid"
     assert status["details"]["causes"][0]["field"] == "data[bad key]"
 
     with pytest.raises(ApiException) as error:
         core.create_namespaced_config_map(ns, {"metadata": {"name": "big"}, "data": {"a": "x" * (1024 * 1024 + 1)}})
-    assert _status(error.value)["message"] == 'ConfigMap "big" is invalid: []: Too long: must have at most 1048576 bytes'
+    assert (
+        _status(error.value)["message"] == 'ConfigMap "big" is invalid: []: Too long: must have at most 1048576 bytes'
+    )
 
     with pytest.raises(ApiException) as error:
         core.create_namespaced_config_map(ns, {"metadata": {"name": "Bad_Name"}})
@@ -227,23 +281,28 @@ def test_field_validation(core, custom, ns):
     with pytest.raises(ApiException) as error:
         create_trainjob(custom, ns, typo, field_validation="Strict")
     assert error.value.status == 400
-    assert _status(error.value)["message"] == ('TrainJob in version "v1alpha1" cannot be handled as a TrainJob: '
-                                                'strict decoding error: unknown field "spec.trainr"')
+    assert _status(error.value)["message"] == (
+        'TrainJob in version "v1alpha1" cannot be handled as a TrainJob: '
+        'strict decoding error: unknown field "spec.trainr"'
+    )
 
     _, code, headers = custom.create_namespaced_custom_object_with_http_info(
-        GROUP, VERSION, ns, "trainjobs", typo, field_validation="Warn")
+        GROUP, VERSION, ns, "trainjobs", typo, field_validation="Warn"
+    )
     assert code == 201 and headers["Warning"] == '299 - "unknown field \\"spec.trainr\\""'
     stored = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "typo")
     assert "trainr" not in stored["spec"] and stored["spec"]["trainer"]["numNodes"] == 2
 
     typo["metadata"]["name"] = "typo2"
-    _, _, headers = custom.create_namespaced_custom_object_with_http_info(GROUP, VERSION, ns, "trainjobs", typo,
-                                                                          field_validation="Ignore")
+    _, _, headers = custom.create_namespaced_custom_object_with_http_info(
+        GROUP, VERSION, ns, "trainjobs", typo, field_validation="Ignore"
+    )
     assert "Warning" not in headers
 
     with pytest.raises(ApiException) as error:
-        core.create_namespaced_config_map(ns, {"metadata": {"name": "cm"}, "dataa": {"a": "b"}},
-                                          field_validation="Strict")
+        core.create_namespaced_config_map(
+            ns, {"metadata": {"name": "cm"}, "dataa": {"a": "b"}}, field_validation="Strict"
+        )
     assert 'strict decoding error: unknown field "dataa"' in _status(error.value)["message"]
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "volumeMount": []}]}}
     with pytest.raises(ApiException) as error:
@@ -251,20 +310,25 @@ def test_field_validation(core, custom, ns):
     assert 'unknown field "spec.containers[0].volumeMount"' in _status(error.value)["message"]
 
 
-@pytest.mark.parametrize("name, accepted", [("MY VAR.1", True), ("1st", True), ("A=B", False), ("TAB\tX", False),
-                                            ("NAME\n", False)])
+@pytest.mark.parametrize(
+    "name, accepted", [("MY VAR.1", True), ("1st", True), ("A=B", False), ("TAB\tX", False), ("NAME\n", False)]
+)
 def test_pod_env_var_names_follow_the_relaxed_rule(core, ns, name, accepted):
     """Printable ASCII other than '=' (IsRelaxedEnvVarName, the default since Kubernetes 1.32)."""
-    pod = {"metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": name, "value": "v"}]}]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": name, "value": "v"}]}]},
+    }
     if accepted:
         assert core.create_namespaced_pod(ns, pod, dry_run="All").metadata.name == "p"
         return
     with pytest.raises(ApiException) as error:
         core.create_namespaced_pod(ns, pod, dry_run="All")
     assert error.value.status == 422
-    assert ("spec.containers[0].env[0].name: Invalid value: " in _status(error.value)["message"]
-            and "must consist only of printable ASCII characters other than '='" in _status(error.value)["message"])
+    assert (
+        "spec.containers[0].env[0].name: Invalid value: " in _status(error.value)["message"]
+        and "must consist only of printable ASCII characters other than '='" in _status(error.value)["message"]
+    )
 
 
 def test_dry_run_stores_nothing(cluster, core, custom, ns):
@@ -281,8 +345,22 @@ def test_owner_reference_garbage_collection(cluster, core, ns):
     parent = core.create_namespaced_config_map(ns, {"metadata": {"name": "parent"}})
 
     def owned(name, owner):
-        return core.create_namespaced_config_map(ns, {"metadata": {"name": name, "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid}]}})
+        return core.create_namespaced_config_map(
+            ns,
+            {
+                "metadata": {
+                    "name": name,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "name": owner.metadata.name,
+                            "uid": owner.metadata.uid,
+                        }
+                    ],
+                }
+            },
+        )
 
     child = owned("child", parent)
     owned("grandchild", child)
@@ -310,14 +388,22 @@ def test_dependents_of_a_gone_owner_are_collected(cluster, core, ns):
     core.create_namespaced_config_map(ns, {"metadata": {"name": "adopted"}})
     core.patch_namespaced_config_map("adopted", ns, {"metadata": {"ownerReferences": [gone]}})
     # An owner of a kind not served here cannot be looked up: the GC leaves its dependents alone.
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "foreign", "ownerReferences": [
-        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "6b1e5bb6"}]}})
+    core.create_namespaced_config_map(
+        ns,
+        {
+            "metadata": {
+                "name": "foreign",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "6b1e5bb6"}],
+            }
+        },
+    )
     assert [cm["metadata"]["name"] for cm in cluster.objects("configmaps", ns)] == ["foreign", "owner"]
 
 
 def test_secrets_merge_string_data(core, ns):
-    secret = core.create_namespaced_secret(ns, {"metadata": {"name": "s"}, "stringData": {"token": "abc"},
-                                                "data": {"raw": "eHl6"}})
+    secret = core.create_namespaced_secret(
+        ns, {"metadata": {"name": "s"}, "stringData": {"token": "abc"}, "data": {"raw": "eHl6"}}
+    )
     assert secret.data == {"raw": "eHl6", "token": "YWJj"} and secret.type == "Opaque"
     assert secret.string_data is None
 
@@ -338,14 +424,23 @@ def test_discovery_and_events_v1(cluster, api, core, ns):
     assert client.VersionApi(api).get_code().major == "1"
     groups = [g.name for g in client.ApisApi(api).get_api_versions().groups]
     assert GROUP in groups and "events.k8s.io" in groups
-    core.create_namespaced_event(ns, {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p"},
-                                      "reason": "Test", "message": "hello", "type": "Normal",
-                                      "firstTimestamp": "2025-01-01T00:00:00Z"})
+    core.create_namespaced_event(
+        ns,
+        {
+            "metadata": {"name": "e1"},
+            "involvedObject": {"kind": "Pod", "name": "p"},
+            "reason": "Test",
+            "message": "hello",
+            "type": "Normal",
+            "firstTimestamp": "2025-01-01T00:00:00Z",
+        },
+    )
     # Like on a real cluster, core events have no eventTime, which the typed client cannot parse.
     response = client.EventsV1Api(api).list_namespaced_event(ns, _preload_content=False)
     events = json.loads(response.data)["items"]
     assert [(e["reason"], e["note"], e["regarding"]["name"], e["eventTime"]) for e in events] == [
-        ("Test", "hello", "p", None)]
+        ("Test", "hello", "p", None)
+    ]
 
 
 def test_log_reads_from_a_second_and_of_the_last_lines_match_the_whole_log(cluster, core, ns):
@@ -353,9 +448,28 @@ def test_log_reads_from_a_second_and_of_the_last_lines_match_the_whole_log(clust
     # what it returns must be what filtering the whole log gives, to the second as the kubelet does.
     from nemo_kubeflow.cluster.client import KubernetesCluster
 
-    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "seconds"}, "spec": {
-        "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox", "command": [
-            "bash", "-c", 'for i in $(seq 1 25); do echo "line $i"; echo "line $i again"; sleep 0.1; done']}]}})
+    core.create_namespaced_pod(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "seconds"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "command": [
+                            "bash",
+                            "-c",
+                            'for i in $(seq 1 25); do echo "line $i"; echo "line $i again"; sleep 0.1; done',
+                        ],
+                    }
+                ],
+            },
+        },
+    )
     cluster.wait_for(lambda: core.read_namespaced_pod("seconds", ns).status.phase == "Succeeded", 30)
     ours = KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path))
     whole = list(ours.pod_log("seconds", ns, timestamps=True))
@@ -382,15 +496,24 @@ def test_follow_streams_end_with_the_container_or_when_cut_and_close_from_anothe
     ours = KubernetesCluster(kubeconfig=str(cluster.kubeconfig_path))
 
     def pod(name, script):
-        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
-            "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
-                                                      "command": ["bash", "-c", script]}]}})
+        core.create_namespaced_pod(
+            ns,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["bash", "-c", script]}],
+                },
+            },
+        )
         cluster.wait_for(lambda: core.read_namespaced_pod(name, ns).status.phase != "Pending", 30)
 
     def texts(chunks):
         return [line.split(" ", 1)[1] for chunk in chunks for line in chunk]
 
-    pod("bg", '(while true; do echo bg; sleep 0.1; done) & echo main; sleep 0.5')
+    pod("bg", "(while true; do echo bg; sleep 0.1; done) & echo main; sleep 0.5")
     chunks = list(ours.pod_log_stream("bg", ns))  # returns: the container ended, its background loop too
     assert texts(chunks)[0] == "main" and set(texts(chunks)[1:]) <= {"bg"}, chunks
 

@@ -26,15 +26,29 @@ from nemo_kubeflow_local.quantity import parse_quantity
 
 def _jobset_spec(*jobs: tuple[str, int, int]) -> dict:
     """A JobSet spec of Indexed replicated jobs (name, replicas, completions), as Trainer builds them."""
-    return {"replicatedJobs": [
-        {"name": name, "replicas": replicas,
-         "template": {"spec": {"completionMode": "Indexed", "completions": completions, "parallelism": completions,
-                               "template": {"spec": {"restartPolicy": "OnFailure",
-                                                     "containers": [{"name": "node", "image": "busybox"}]}}}}}
-        for name, replicas, completions in jobs]}
+    return {
+        "replicatedJobs": [
+            {
+                "name": name,
+                "replicas": replicas,
+                "template": {
+                    "spec": {
+                        "completionMode": "Indexed",
+                        "completions": completions,
+                        "parallelism": completions,
+                        "template": {
+                            "spec": {"restartPolicy": "OnFailure", "containers": [{"name": "node", "image": "busybox"}]}
+                        },
+                    }
+                },
+            }
+            for name, replicas, completions in jobs
+        ]
+    }
 
 
 # --- the real controllers' recorded refusals ---------------------------------------------------------------
+
 
 def test_a_50_character_trainjob_is_refused_as_the_real_webhook_refused_it():
     """Recorded: a 50-character TrainJob of one node; the longest pod name was 65 characters."""
@@ -42,7 +56,10 @@ def test_a_50_character_trainjob_is_refused_as_the_real_webhook_refused_it():
     [error] = names.jobset_name_errors(name, _jobset_spec(("node", 1, 1)))
     assert len(f"{name}-node-0-0-abcde") == 65
     assert (error.path, error.value, error.message) == (
-        "spec.replicatedJobs[0].name", f"{name}-node-0", names.POD_NAME_TOO_LONG)
+        "spec.replicatedJobs[0].name",
+        f"{name}-node-0",
+        names.POD_NAME_TOO_LONG,
+    )
 
 
 def test_initializers_at_37_characters_are_both_refused_as_recorded():
@@ -52,14 +69,24 @@ def test_initializers_at_37_characters_are_both_refused_as_recorded():
     errors = names.jobset_name_errors(name, spec)
     assert [(e.path, e.value) for e in errors] == [
         ("spec.replicatedJobs[0].name", f"{name}-dataset-initializer-0"),
-        ("spec.replicatedJobs[1].name", f"{name}-model-initializer-0")]
+        ("spec.replicatedJobs[1].name", f"{name}-model-initializer-0"),
+    ]
     assert {e.message for e in errors} == {names.POD_NAME_TOO_LONG}
     assert [len(f"{e.value}-0-abcde") for e in errors] == [67, 65]
 
 
-@pytest.mark.parametrize("replicated_job, completions, fits", [
-    ("node", 1, 48), ("node", 10, 48), ("node", 11, 47), ("node", 100, 47), ("node", 101, 46),
-    ("dataset-initializer", 1, 33), ("model-initializer", 1, 35)])
+@pytest.mark.parametrize(
+    "replicated_job, completions, fits",
+    [
+        ("node", 1, 48),
+        ("node", 10, 48),
+        ("node", 11, 47),
+        ("node", 100, 47),
+        ("node", 101, 46),
+        ("dataset-initializer", 1, 33),
+        ("model-initializer", 1, 35),
+    ],
+)
 def test_the_longest_name_that_fits_is_at_the_boundary(replicated_job, completions, fits):
     spec = _jobset_spec((replicated_job, 1, completions))
     assert names.jobset_name_errors("j" * fits, spec) == []
@@ -81,14 +108,25 @@ def test_the_controller_reports_the_rule_in_the_api_servers_words():
 
 # --- apimachinery's values (pkg/util/validation and its tests) ------------------------------------------------
 
-@pytest.mark.parametrize("value, errors", [
-    ("a", []), ("123-abc", []), ("a" * 63, []),
-    ("a" * 64, ["must be no more than 63 characters"]),
-    ("a.b", ["must not contain dots"]),
-    ("A", ["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
-           "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-           "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]),
-])
+
+@pytest.mark.parametrize(
+    "value, errors",
+    [
+        ("a", []),
+        ("123-abc", []),
+        ("a" * 63, []),
+        ("a" * 64, ["must be no more than 63 characters"]),
+        ("a.b", ["must not contain dots"]),
+        (
+            "A",
+            [
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+                "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+            ],
+        ),
+    ],
+)
 def test_dns1123_labels(value, errors):
     assert names.dns1123_label_errors(value) == errors
 
@@ -98,53 +136,103 @@ def test_dns1035_labels_start_with_a_letter():
     assert names.dns1035_label_errors("1abc") == [
         "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
         "character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation "
-        "is '[a-z]([-a-z0-9]*[a-z0-9])?')"]
+        "is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+    ]
 
 
-@pytest.mark.parametrize("value, valid", [
-    ("example.com", True), ("a" * 253, True), ("a" * 254, False), ("a..b", False), ("-a", False), ("a_b", False)])
+@pytest.mark.parametrize(
+    "value, valid",
+    [("example.com", True), ("a" * 253, True), ("a" * 254, False), ("a..b", False), ("-a", False), ("a_b", False)],
+)
 def test_dns1123_subdomains(value, valid):
     assert (names.dns1123_subdomain_errors(value) == []) is valid
 
 
-@pytest.mark.parametrize("key, errors", [
-    ("app.kubernetes.io/name", []), ("simple", []), ("a/b/c", 1), ("/name", 1), ("prefix/", 2),
-    ("Upper.Case/x", 1), ("x" * 64, 1), ("_x", 1)])
+@pytest.mark.parametrize(
+    "key, errors",
+    [
+        ("app.kubernetes.io/name", []),
+        ("simple", []),
+        ("a/b/c", 1),
+        ("/name", 1),
+        ("prefix/", 2),
+        ("Upper.Case/x", 1),
+        ("x" * 64, 1),
+        ("_x", 1),
+    ],
+)
 def test_label_keys(key, errors):
     assert len(names.qualified_name_errors(key)) == (errors or 0)
 
 
-@pytest.mark.parametrize("value, valid", [
-    ("", True), ("MyValue", True), ("my_value", True), ("12345", True), ("a" * 63, True), ("a" * 64, False),
-    ("-x", False), ("x.", False), ("a b", False)])
+@pytest.mark.parametrize(
+    "value, valid",
+    [
+        ("", True),
+        ("MyValue", True),
+        ("my_value", True),
+        ("12345", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("-x", False),
+        ("x.", False),
+        ("a b", False),
+    ],
+)
 def test_label_values(value, valid):
     assert (names.label_value_errors(value) == []) is valid
 
 
-@pytest.mark.parametrize("key, errors", [
-    ("key.name", []), ("KEY_NAME", []), (".", ["must not be '.'"]), ("..", ["must not be '..'"]),
-    ("..x", ["must not start with '..'"]), ("a/b", 1)])
+@pytest.mark.parametrize(
+    "key, errors",
+    [
+        ("key.name", []),
+        ("KEY_NAME", []),
+        (".", ["must not be '.'"]),
+        ("..", ["must not be '..'"]),
+        ("..x", ["must not start with '..'"]),
+        ("a/b", 1),
+    ],
+)
 def test_config_keys(key, errors):
     found = names.config_key_errors(key)
     assert (len(found) == errors) if isinstance(errors, int) else found == errors
 
 
-@pytest.mark.parametrize("name, valid", [("A_B", True), ("1A", True), ("a b", True), ("A=B", False), ("", False),
-                                         ("é", False), ("\t", False)])
+@pytest.mark.parametrize(
+    "name, valid",
+    [("A_B", True), ("1A", True), ("a b", True), ("A=B", False), ("", False), ("é", False), ("\t", False)],
+)
 def test_relaxed_env_var_names(name, valid):
     assert (names.relaxed_env_var_name_errors(name) == []) is valid
 
 
-@pytest.mark.parametrize("text, value", [
-    ("500m", "0.5"), ("64Gi", str(64 * 2**30)), ("1e3", "1000"), ("1.5Ki", "1536"), (".5", "0.5"), ("1.", "1"),
-    ("2E-2", "0.02"), ("-1", "-1"), ("3n", "0.000000003"), (8, "8"), ("1 ", None), ("1Kb", None), ("", None),
-    ("1.5.5", None)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("500m", "0.5"),
+        ("64Gi", str(64 * 2**30)),
+        ("1e3", "1000"),
+        ("1.5Ki", "1536"),
+        (".5", "0.5"),
+        ("1.", "1"),
+        ("2E-2", "0.02"),
+        ("-1", "-1"),
+        ("3n", "0.000000003"),
+        (8, "8"),
+        ("1 ", None),
+        ("1Kb", None),
+        ("", None),
+        ("1.5.5", None),
+    ],
+)
 def test_quantities_parse_as_apimachinery_does(text, value):
     parsed = parse_quantity(text)
     assert (parsed is None) if value is None else parsed == type(parsed)(value)
 
 
 # --- the same requests on the real control plane and on the local cluster ---------------------------------
+
 
 def _real(cp, method: str, path: str, body: dict) -> tuple[int, str]:
     try:
@@ -156,15 +244,25 @@ def _real(cp, method: str, path: str, body: dict) -> tuple[int, str]:
 
 def _local(api: client.ApiClient, path: str, body: dict) -> tuple[int, str]:
     try:
-        api.call_api(path, "POST", body=body, query_params=[("dryRun", "All")], auth_settings=["BearerToken"],
-                     header_params={"Content-Type": "application/json"}, _preload_content=False)
+        api.call_api(
+            path,
+            "POST",
+            body=body,
+            query_params=[("dryRun", "All")],
+            auth_settings=["BearerToken"],
+            header_params={"Content-Type": "application/json"},
+            _preload_content=False,
+        )
         return 201, ""
     except client.ApiException as error:
         return int(error.status), json.loads(error.body)["message"]
 
 
 JOBSET_SHAPES = [  # (name length, replicated jobs): at, one past and well past each boundary
-    (48, [("node", 1, 1)]), (49, [("node", 1, 1)]), (50, [("node", 1, 1)]), (48, [("node", 1, 11)]),
+    (48, [("node", 1, 1)]),
+    (49, [("node", 1, 1)]),
+    (50, [("node", 1, 1)]),
+    (48, [("node", 1, 11)]),
     (33, [("dataset-initializer", 1, 1), ("model-initializer", 1, 1), ("node", 1, 1)]),
     (37, [("dataset-initializer", 1, 1), ("model-initializer", 1, 1), ("node", 1, 1)]),
     (56, [("node", 1000, 1)]),
@@ -177,8 +275,12 @@ def test_the_real_jobset_webhook_refuses_exactly_what_the_emulator_refuses(real_
     for length, jobs in JOBSET_SHAPES:
         name = ("j" + uuid.uuid4().hex * 2)[:length]
         spec = _jobset_spec(*jobs)
-        body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                "metadata": {"name": name, "namespace": ns}, "spec": spec}
+        body = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }
         code, message = _real(cp, "POST", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets?dryRun=All", body)
         errors = jobset_pod_name_errors(name, spec)
         if not errors:
@@ -186,16 +288,20 @@ def test_the_real_jobset_webhook_refuses_exactly_what_the_emulator_refuses(real_
             continue
         # JobSet's webhook answers an Invalid status error: the API server passes on its 422.
         denial = invalid(R.JOBSETS, name, errors).message
-        assert (code, message) == (422, f'admission webhook "vjobset.kb.io" denied the request: {denial}'), \
-            (length, jobs)
+        assert (code, message) == (422, f'admission webhook "vjobset.kb.io" denied the request: {denial}'), (
+            length,
+            jobs,
+        )
 
 
 #: Bodies the real API server refuses for one name rule each (Go walks labels in map order: one per request).
 CORE_REQUESTS = [
     {"metadata": {"name": "Bad_Name"}},
     {"metadata": {"name": "a" * 254}},
-    *({"metadata": {"name": "ok", "labels": {key: "v"}}}
-      for key in ("a/b/c", "/x", "p/", "Upper.Case/x", "p/" + "n" * 64, "_x")),
+    *(
+        {"metadata": {"name": "ok", "labels": {key: "v"}}}
+        for key in ("a/b/c", "/x", "p/", "Upper.Case/x", "p/" + "n" * 64, "_x")
+    ),
     *({"metadata": {"name": "ok", "labels": {"k": value}}} for value in ("-bad", "a" * 64, "a b")),
     {"metadata": {"name": "ok", "annotations": {"not a key": "v"}}},
     *({"metadata": {"name": "ok"}, "data": {key: "v"}} for key in ("..x", "a/b", ".", "k" * 254)),
@@ -207,14 +313,17 @@ CORE_REQUESTS = [
 #: minor's. v1.37.2 words them as v1.36.3 does; v1.32.9 (run 2026-11-27) as below. A minor not listed is
 #: compared word for word.
 OTHER_MINORS_WORDS = {
-    "32": {"a valid label key must consist": "a qualified name must consist",
-           "must be no more than 63 bytes": "must be no more than 63 characters"},
+    "32": {
+        "a valid label key must consist": "a qualified name must consist",
+        "must be no more than 63 bytes": "must be no more than 63 characters",
+    },
 }
 
 
 @pytest.mark.real
-def test_the_real_api_server_words_name_refusals_as_the_emulator_does(real_control_plane, real_namespace, cluster, ns,
-                                                                     api):
+def test_the_real_api_server_words_name_refusals_as_the_emulator_does(
+    real_control_plane, real_namespace, cluster, ns, api
+):
     cp = real_control_plane
     version = cp.request("GET", "/version")
     assert version["gitVersion"].startswith("v1.")

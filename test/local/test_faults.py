@@ -88,15 +88,18 @@ def test_deny(cluster, core, ns):
         core.create_namespaced_config_map(ns, _cm("a"))
     body = json.loads(error.value.body)
     assert error.value.status == 403 and body["reason"] == "Forbidden"
-    assert body["message"] == (f'configmaps is forbidden: User "nemo-kubeflow-local" cannot create resource '
-                               f'"configmaps" in API group "" in the namespace "{ns}"')
+    assert body["message"] == (
+        f'configmaps is forbidden: User "nemo-kubeflow-local" cannot create resource '
+        f'"configmaps" in API group "" in the namespace "{ns}"'
+    )
     core.list_namespaced_config_map(ns)  # other verbs still allowed
     cluster.deny("get", "pods/log")
     with pytest.raises(ApiException) as error:
         core.read_namespaced_pod_log("p", ns)
     assert json.loads(error.value.body)["message"] == (
         f'pods "p" is forbidden: User "nemo-kubeflow-local" cannot get resource "pods/log" in API group "" in the '
-        f'namespace "{ns}"')
+        f'namespace "{ns}"'
+    )
     cluster.allow_all()
     core.create_namespaced_config_map(ns, _cm("a"))
 

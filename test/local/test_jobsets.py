@@ -37,12 +37,27 @@ def initializer_runtime(custom) -> str:
     body = runtime(name)
     jobs = body["spec"]["template"]["spec"]["replicatedJobs"]
     for step in ("model-initializer", "dataset-initializer"):
-        jobs.insert(0, {"name": step, "template": {
-            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}},
-            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
-                {"name": step, "image": "python:3.11", "command": ["true"]}]}}}}})
-    jobs[-1]["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"},
-                             {"name": "model-initializer", "status": "Complete"}]
+        jobs.insert(
+            0,
+            {
+                "name": step,
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": step}},
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": step, "image": "python:3.11", "command": ["true"]}],
+                            }
+                        }
+                    },
+                },
+            },
+        )
+    jobs[-1]["dependsOn"] = [
+        {"name": "dataset-initializer", "status": "Complete"},
+        {"name": "model-initializer", "status": "Complete"},
+    ]
     create_runtime(custom, body)
     return name
 
@@ -62,13 +77,15 @@ def _jobset(custom, ns: str, name: str):
 
 
 def _denials(core, ns: str, name: str) -> list[str]:
-    return [e.message for e in core.list_namespaced_event(ns).items
-            if e.involved_object.name == name and e.reason == "TrainJobResourcesCreationFailed"]
+    return [
+        e.message
+        for e in core.list_namespaced_event(ns).items
+        if e.involved_object.name == name and e.reason == "TrainJobResourcesCreationFailed"
+    ]
 
 
 @pytest.mark.parametrize("nodes, longest", [(1, 48), (9, 48), (10, 48), (11, 47), (128, 46)])
-def test_pod_names_at_the_limit_are_accepted_one_past_refused(cluster, core, custom, ns, echo_runtime, nodes,
-                                                              longest):
+def test_pod_names_at_the_limit_are_accepted_one_past_refused(cluster, core, custom, ns, echo_runtime, nodes, longest):
     """`<trainjob>-node-0-<last index>-<5 random>` fits in 63 characters or JobSet refuses it; the
     TrainJob is accepted and never starts. (Suspended: the JobSet is built, no pods run.)"""
     fits, too_long = _name(longest), _name(longest + 1)
@@ -80,7 +97,8 @@ def test_pod_names_at_the_limit_are_accepted_one_past_refused(cluster, core, cus
     assert _denials(core, ns, too_long)[0] == (
         'TrainJob resources reconciliation failed: admission webhook "vjobset.kb.io" denied the request: '
         f'JobSet.jobset.x-k8s.io "{too_long}" is invalid: spec.replicatedJobs[0].name: Invalid value: '
-        f'"{last_job}": {DENIED}')
+        f'"{last_job}": {DENIED}'
+    )
     assert len(f"{fits}-node-0-{nodes - 1}-abcde") == 63
 
 
@@ -107,11 +125,15 @@ def test_initializers_count_in_the_pod_name_rule(cluster, core, custom, ns, init
     for name in (fits, one_past, both):
         create_trainjob(custom, ns, trainjob(name, initializer_runtime, ["true"], num_nodes=1, suspend=True))
     cluster.wait_for(lambda: _jobset(custom, ns, fits) and _denials(core, ns, one_past) and _denials(core, ns, both))
-    assert f'spec.replicatedJobs[0].name: Invalid value: "{one_past}-dataset-initializer-0": {DENIED}' \
+    assert (
+        f'spec.replicatedJobs[0].name: Invalid value: "{one_past}-dataset-initializer-0": {DENIED}'
         in _denials(core, ns, one_past)[0]
-    assert f'is invalid: [spec.replicatedJobs[0].name: Invalid value: "{both}-dataset-initializer-0": {DENIED}, ' \
-           f'spec.replicatedJobs[1].name: Invalid value: "{both}-model-initializer-0": {DENIED}]' \
+    )
+    assert (
+        f'is invalid: [spec.replicatedJobs[0].name: Invalid value: "{both}-dataset-initializer-0": {DENIED}, '
+        f'spec.replicatedJobs[1].name: Invalid value: "{both}-model-initializer-0": {DENIED}]'
         in _denials(core, ns, both)[0]
+    )
 
 
 def test_the_rule_only_counts_indexed_jobs_with_completions():
@@ -120,7 +142,8 @@ def test_the_rule_only_counts_indexed_jobs_with_completions():
     assert jobset_pod_name_errors("x" * 55, spec) == []
     spec["replicatedJobs"][0]["template"]["spec"]["completionMode"] = "Indexed"
     assert [str(e) for e in jobset_pod_name_errors("x" * 49, spec)] == [
-        f'spec.replicatedJobs[0].name: Invalid value: "{"x" * 49}-node-0": {DENIED}']
+        f'spec.replicatedJobs[0].name: Invalid value: "{"x" * 49}-node-0": {DENIED}'
+    ]
 
 
 def test_owner_chain_and_garbage_collection(cluster, core, custom, ns, echo_runtime):
@@ -136,7 +159,10 @@ def test_owner_chain_and_garbage_collection(cluster, core, custom, ns, echo_runt
     assert job.metadata.owner_references[0].uid == jobset["metadata"]["uid"]
     for pod in pods_of(core, ns, name):
         assert pod.metadata.owner_references[0].uid == job.metadata.uid
-        assert pod.metadata.generate_name == f"{job.metadata.name}-{pod.metadata.labels['batch.kubernetes.io/job-completion-index']}-"
+        assert (
+            pod.metadata.generate_name
+            == f"{job.metadata.name}-{pod.metadata.labels['batch.kubernetes.io/job-completion-index']}-"
+        )
         assert pod.metadata.finalizers == ["batch.kubernetes.io/job-tracking"]
         assert pod.metadata.labels["jobset.sigs.k8s.io/priority"] == "0"
     assert core.read_namespaced_service(name, ns).metadata.owner_references[0].uid == jobset["metadata"]["uid"]
@@ -150,8 +176,12 @@ def test_owner_chain_and_garbage_collection(cluster, core, custom, ns, echo_runt
 
 def test_jobsets_jobs_and_services_are_read_only(core, custom, ns):
     with pytest.raises(ApiException) as raised:
-        custom.create_namespaced_custom_object(*JOBSET, ns, "jobsets", {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "mine"}, "spec": {}})
+        custom.create_namespaced_custom_object(
+            *JOBSET,
+            ns,
+            "jobsets",
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "mine"}, "spec": {}},
+        )
     assert raised.value.status == 405
     with pytest.raises(ApiException) as raised:
         client.BatchV1Api(core.api_client).create_namespaced_job(ns, {"metadata": {"name": "mine"}})
@@ -160,21 +190,40 @@ def test_jobsets_jobs_and_services_are_read_only(core, custom, ns):
 
 def test_api_server_pod_defaults(core, ns):
     """What the API server and its admission plugins fill into a created pod (seen in the recording)."""
-    pod = core.api_client.sanitize_for_serialization(core.create_namespaced_pod(ns, {
-        "metadata": {"name": "defaults"},
-        "spec": {"tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}],
-                 "containers": [{"name": "c", "image": "busybox:1", "command": ["true"], "env": [
-                     {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}],
-                 "volumes": [{"name": "h", "hostPath": {"path": "/tmp"}},
-                             {"name": "d", "downwardAPI": {"items": [
-                                 {"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}))
+    pod = core.api_client.sanitize_for_serialization(
+        core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": "defaults"},
+                "spec": {
+                    "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox:1",
+                            "command": ["true"],
+                            "env": [{"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "h", "hostPath": {"path": "/tmp"}},
+                        {
+                            "name": "d",
+                            "downwardAPI": {"items": [{"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]},
+                        },
+                    ],
+                },
+            },
+        )
+    )
     spec = pod["spec"]
     assert (spec["priority"], spec["preemptionPolicy"]) == (0, "PreemptLowerPriority")
     assert spec["serviceAccount"] == spec["serviceAccountName"] == "default"
     # The pod tolerates unreachable already (any effect): only not-ready is added.
     assert spec["tolerations"] == [
         {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    ]
     assert spec["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["apiVersion"] == "v1"
     assert spec["volumes"][0]["hostPath"] == {"path": "/tmp", "type": ""}
     assert spec["volumes"][1]["downwardAPI"]["defaultMode"] == 420
@@ -183,16 +232,21 @@ def test_api_server_pod_defaults(core, ns):
 
 
 def _node_patch(pod_spec: dict) -> dict:
-    return {"manager": "example.com/tests", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}]}}}}
+    return {
+        "manager": "example.com/tests",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}]}
+            }
+        },
+    }
 
 
 def _node_pod_spec(jobset: dict) -> dict:
     return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
 
 
-def test_a_suspended_jobset_takes_a_new_node_selector_but_not_a_new_affinity(cluster, core, custom, ns,
-                                                                               echo_runtime):
+def test_a_suspended_jobset_takes_a_new_node_selector_but_not_a_new_affinity(cluster, core, custom, ns, echo_runtime):
     """Trainer re-applies the JobSet of a suspended TrainJob; JobSet's webhook lets only the pod template's
     labels, annotations, nodeSelector, tolerations and scheduling gates change. A refused apply is refused
     whole: resumed, the JobSet stays suspended."""
@@ -200,25 +254,47 @@ def test_a_suspended_jobset_takes_a_new_node_selector_but_not_a_new_affinity(clu
     create_trainjob(custom, ns, trainjob(name, echo_runtime, ["true"], num_nodes=1, suspend=True))
     cluster.wait_for(lambda: _jobset(custom, ns, name))
     selector = {"nodeSelector": {"pool": "a"}}
-    custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name,
-                                          {"spec": {"runtimePatches": [_node_patch(selector)]}})
+    custom.patch_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name, {"spec": {"runtimePatches": [_node_patch(selector)]}}
+    )
     cluster.wait_for(lambda: _node_pod_spec(_jobset(custom, ns, name)).get("nodeSelector") == {"pool": "a"})
 
-    affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
-                                                     "values": ["n1"]}]}]}}}}
-    custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name,
-                                          {"spec": {"runtimePatches": [_node_patch({**selector, **affinity})]}})
+    affinity = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1"]}]}
+                    ]
+                }
+            }
+        }
+    }
+    custom.patch_namespaced_custom_object(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        ns,
+        "trainjobs",
+        name,
+        {"spec": {"runtimePatches": [_node_patch({**selector, **affinity})]}},
+    )
 
     def refused():
-        return [e for e in core.list_namespaced_event(ns).items if e.reason == "TrainJobResourcesCreationFailed"
-                and e.involved_object.name == name]
+        return [
+            e
+            for e in core.list_namespaced_event(ns).items
+            if e.reason == "TrainJobResourcesCreationFailed" and e.involved_object.name == name
+        ]
+
     event = cluster.wait_for(refused)[0]  # the whole denial is longer than an event keeps
-    assert event.message.startswith(f'TrainJob resources reconciliation failed: admission webhook "vjobset.kb.io" '
-                                    f'denied the request: JobSet.jobset.x-k8s.io "{name}" is invalid: '
-                                    'spec.replicatedJobs: Invalid value: '), event.message
-    custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name,
-                                          {"spec": {"suspend": False}})
+    assert event.message.startswith(
+        f'TrainJob resources reconciliation failed: admission webhook "vjobset.kb.io" '
+        f'denied the request: JobSet.jobset.x-k8s.io "{name}" is invalid: '
+        "spec.replicatedJobs: Invalid value: "
+    ), event.message
+    custom.patch_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", name, {"spec": {"suspend": False}}
+    )
     # Trainer's status says resumed (it follows the TrainJob's spec), after the resume's apply was refused.
     cluster.wait_for(lambda: (condition(get_trainjob(custom, ns, name), "Suspended") or {}).get("status") == "False")
     jobset = _jobset(custom, ns, name)

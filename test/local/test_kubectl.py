@@ -14,8 +14,10 @@ from nemo_kubeflow.cli import main as console
 from nemo_kubeflow_local.apiserver.printers import human_duration
 
 KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH (apt install kubectl, or see "
-                                                           "https://kubernetes.io/docs/tasks/tools/)")
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None,
+    reason="kubectl is not on PATH (apt install kubectl, or see https://kubernetes.io/docs/tasks/tools/)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +28,9 @@ def kubectl(cluster, tmp_path_factory):
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path)}
 
     def run(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([KUBECTL, f"--cache-dir={cache}", *args], input=stdin, capture_output=True, text=True,
-                              timeout=60, env=env)
+        proc = subprocess.run(
+            [KUBECTL, f"--cache-dir={cache}", *args], input=stdin, capture_output=True, text=True, timeout=60, env=env
+        )
         if check:
             assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
         return proc
@@ -51,8 +54,22 @@ def test_get_namespaces(kubectl, ns):
 @needs_kubectl
 def test_render_output_applies_and_runs(kubectl, cluster, ns, monkeypatch, capsys):
     monkeypatch.setenv("NEMO_KUBEFLOW_LOCAL_KUBECONFIG", str(cluster.kubeconfig_path))
-    assert console.main(["render", "--factory", "kubeflow_local", "--set", f"namespace={ns}", "--name", "hello",
-                      "--", "echo hello from kubectl"]) == 0
+    assert (
+        console.main(
+            [
+                "render",
+                "--factory",
+                "kubeflow_local",
+                "--set",
+                f"namespace={ns}",
+                "--name",
+                "hello",
+                "--",
+                "echo hello from kubectl",
+            ]
+        )
+        == 0
+    )
     manifests = capsys.readouterr().out
     runtime, trainjob, configmap = yaml.safe_load_all(manifests)
     assert [runtime["kind"], trainjob["kind"], configmap["kind"]] == ["ClusterTrainingRuntime", "TrainJob", "ConfigMap"]
@@ -82,8 +99,13 @@ def test_render_output_applies_and_runs(kubectl, cluster, ns, monkeypatch, capsy
     assert header == ["NAME", "STATE", "AGE"] and table[0][:2] == [job, "Suspended"]
     # A rendered TrainJob is created suspended (a submission resumes it once its ConfigMaps exist).
     kubectl("patch", "trainjob", job, "-n", ns, "--type=merge", "-p", '{"spec": {"suspend": false}}')
-    cluster.wait_for(lambda: kubectl("get", "trainjob", job, "-n", ns, "-o",
-                                     "jsonpath={.status.conditions[-1].type}").stdout == "Complete", timeout=60)
+    cluster.wait_for(
+        lambda: (
+            kubectl("get", "trainjob", job, "-n", ns, "-o", "jsonpath={.status.conditions[-1].type}").stdout
+            == "Complete"
+        ),
+        timeout=60,
+    )
     assert rows(kubectl("get", "trainjobs", "-n", ns).stdout)[1][:2] == [job, "Complete"]
 
     # Re-applying the same manifests patches nothing that changed.
@@ -125,6 +147,19 @@ def test_a_kubeconfig_without_the_ca_is_refused(kubectl, cluster, tmp_path):
 
 
 def test_ages_read_as_kubectl_prints_them():
-    cases = {0: "0s", 59: "59s", 119: "119s", 125: "2m5s", 180: "3m", 600: "10m", 3 * 3600: "3h", 3 * 3600 + 60: "3h1m",
-             9 * 3600: "9h", 3 * 86400 + 3600: "3d1h", 30 * 86400: "30d", 3 * 365 * 86400: "3y", 9 * 365 * 86400: "9y"}
+    cases = {
+        0: "0s",
+        59: "59s",
+        119: "119s",
+        125: "2m5s",
+        180: "3m",
+        600: "10m",
+        3 * 3600: "3h",
+        3 * 3600 + 60: "3h1m",
+        9 * 3600: "9h",
+        3 * 86400 + 3600: "3d1h",
+        30 * 86400: "30d",
+        3 * 365 * 86400: "3y",
+        9 * 365 * 86400: "9y",
+    }
     assert {seconds: human_duration(seconds) for seconds in cases} == cases

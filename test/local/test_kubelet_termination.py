@@ -50,11 +50,21 @@ def test_cancelling_a_torchrun_job_kills_a_worker_that_ignores_sigterm(cluster, 
     """torchrun starts each worker in a session of its own, and waits 30 s for workers it asked to stop."""
     name = unique("torchrun-rt")
     create_runtime(custom, runtime(name, pod_extra={"terminationGracePeriodSeconds": 2}))
-    worker = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-              f"open(os.path.join({str(tmp_path)!r}, f'pid-{{os.getpid()}}'), 'w').close(); time.sleep(600)")
+    worker = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"open(os.path.join({str(tmp_path)!r}, f'pid-{{os.getpid()}}'), 'w').close(); time.sleep(600)"
+    )
     (tmp_path / "worker.py").write_text(worker)
-    create_trainjob(custom, ns, trainjob("stubborn", name, [
-        "torchrun", "--standalone", "--nproc-per-node=2", str(tmp_path / "worker.py")], num_nodes=1))
+    create_trainjob(
+        custom,
+        ns,
+        trainjob(
+            "stubborn",
+            name,
+            ["torchrun", "--standalone", "--nproc-per-node=2", str(tmp_path / "worker.py")],
+            num_nodes=1,
+        ),
+    )
     workers = recorded_pids(tmp_path, 2, timeout=120)
     assert all(os.getsid(pid) == pid for pid in workers)  # each in a session of its own
     custom.delete_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "stubborn")
@@ -79,8 +89,11 @@ def test_killing_the_clusters_owner_leaves_no_process(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     workdir = tmp_path / "cluster"
-    owner = subprocess.Popen([sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (workdir / "kubeconfig").exists():
@@ -106,9 +119,15 @@ def test_stopping_the_cluster_under_a_detached_experiment_kills_torchrun_ranks_t
     out.mkdir()
     cluster = LocalCluster(tmp_path / "cluster").start()
     try:
-        executor = KubeflowExecutor(container_image="python:3.11", nodes=2, nprocs_per_node=1, launcher="torchrun",
-                                    kubeconfig=str(cluster.kubeconfig_path), shm_size=None,
-                                    packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"))
+        executor = KubeflowExecutor(
+            container_image="python:3.11",
+            nodes=2,
+            nprocs_per_node=1,
+            launcher="torchrun",
+            kubeconfig=str(cluster.kubeconfig_path),
+            shm_size=None,
+            packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
+        )
         with run.Experiment("stubborn", executor=executor, log_level="WARN") as exp:
             exp.add(run.Partial(workloads.ignore_sigterm, pid_dir=str(out)), name="stubborn")
             exp.run(detach=True)

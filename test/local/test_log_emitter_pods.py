@@ -12,16 +12,30 @@ from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV
 
 def emitter_pod(name: str, spec: str, command: tuple = ("false",), node: str = "7") -> dict:
     # `false` would fail the pod: a pod that succeeds shows that the command never ran.
-    return {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [{
-        "name": "node", "image": "python:3.11", "command": list(command),
-        "env": [{"name": EMITTER_ENV, "value": spec}, {"name": "PET_NODE_RANK", "value": node}]}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "node",
+                    "image": "python:3.11",
+                    "command": list(command),
+                    "env": [{"name": EMITTER_ENV, "value": spec}, {"name": "PET_NODE_RANK", "value": node}],
+                }
+            ],
+        },
+    }
 
 
 def main_state(core, ns: str, name: str) -> dict:
     pod = core.read_namespaced_pod(name, ns)
     statuses = pod.status.container_statuses or []
-    return {"phase": pod.status.phase, "state": statuses[0].state if statuses else None,
-            "id": statuses[0].container_id if statuses else None}
+    return {
+        "phase": pod.status.phase,
+        "state": statuses[0].state if statuses else None,
+        "id": statuses[0].container_id if statuses else None,
+    }
 
 
 def test_an_emitter_container_prints_its_lines_without_a_process_and_completes(cluster, core, ns):
@@ -89,8 +103,9 @@ def test_the_emitter_thread_is_one_for_many_pods(cluster, core, ns):
 
     for i in range(20):
         core.create_namespaced_pod(ns, emitter_pod(f"many-{i}", "1000 2", node=str(i)))
-    cluster.wait_for(lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(ns).items) == 20,
-                     timeout=60)
+    cluster.wait_for(
+        lambda: sum(p.status.phase == "Running" for p in core.list_namespaced_pod(ns).items) == 20, timeout=60
+    )
     assert [t.name for t in threading.enumerate()].count("log-emitters") == 1
     assert all(main_state(core, ns, f"many-{i}")["id"].startswith("local://emitter-") for i in range(20))
     core.delete_collection_namespaced_pod(ns, body=client.V1DeleteOptions(grace_period_seconds=0))

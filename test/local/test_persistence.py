@@ -40,8 +40,13 @@ class Served:
 
     def __init__(self, workdir: Path, *extra: str):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen([sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir),
-                                      *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         lines = []
         while not lines or not lines[-1].startswith("export KUBECONFIG="):
             line = self.proc.stdout.readline()
@@ -86,9 +91,13 @@ def test_a_restart_on_the_same_workdir_keeps_the_objects_and_says_what_was_runni
     ns, rt = unique("keep"), unique("rt")
     first.core.create_namespace({"metadata": {"name": ns}})
     create_runtime(first.custom, runtime(rt))
-    claim = first.core.create_namespaced_persistent_volume_claim(ns, {
-        "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    claim = first.core.create_namespaced_persistent_volume_claim(
+        ns,
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     secret = first.core.create_namespaced_secret(ns, {"metadata": {"name": "tok"}, "stringData": {"TOK": "s3"}})
     config_map = first.core.create_namespaced_config_map(ns, {"metadata": {"name": "code"}, "data": {"a.py": "x"}})
 
@@ -105,8 +114,10 @@ def test_a_restart_on_the_same_workdir_keeps_the_objects_and_says_what_was_runni
 
     second = serve()
     assert "Restored the API objects kept in" in second.banner
-    assert f"1 TrainJob(s) were running when it stopped and are now Failed ({INTERRUPTED_REASON}): {ns}/running" \
+    assert (
+        f"1 TrainJob(s) were running when it stopped and are now Failed ({INTERRUPTED_REASON}): {ns}/running"
         in second.banner
+    )
     # What clients made is there again, the same objects (uids), and the Secret's value unchanged.
     assert second.core.read_namespaced_persistent_volume_claim("data", ns).metadata.uid == claim.metadata.uid
     kept_secret = second.core.read_namespaced_secret("tok", ns)
@@ -122,8 +133,9 @@ def test_a_restart_on_the_same_workdir_keeps_the_objects_and_says_what_was_runni
     assert "restarted on the same workdir" in failed["message"] and "submit it again" in failed["message"]
     assert pods_of(second.core, ns, "running") == []
     # The one that had not started runs once resumed.
-    second.custom.patch_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "later",
-                                                 {"spec": {"suspend": False}})
+    second.custom.patch_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "later", {"spec": {"suspend": False}}
+    )
     assert condition(wait_finished(second, second.custom, ns, "later"), "Complete")["status"] == "True"
     second.stop()
 
@@ -151,8 +163,13 @@ def test_an_unreadable_store_file_stops_the_start_naming_the_file_and_the_way_ou
     workdir.mkdir()
     (workdir / STORE_FILE).write_text('{"formatVersion": 1, "objects": {')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_kubeflow_local", "serve", "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith(f"error: cannot read the API objects kept in {workdir / STORE_FILE}")
     assert "start with --forget" in done.stderr

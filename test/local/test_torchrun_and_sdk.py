@@ -17,15 +17,23 @@ from localcluster_helpers import (
     wait_finished,
 )
 
-TORCHRUN = ("torchrun --nnodes $PET_NNODES --nproc-per-node $PET_NPROC_PER_NODE --node-rank $PET_NODE_RANK "
-            "--master-addr $PET_MASTER_ADDR --master-port $PET_MASTER_PORT /workspace/script.py")
+TORCHRUN = (
+    "torchrun --nnodes $PET_NNODES --nproc-per-node $PET_NPROC_PER_NODE --node-rank $PET_NODE_RANK "
+    "--master-addr $PET_MASTER_ADDR --master-port $PET_MASTER_PORT /workspace/script.py"
+)
 
 
 @pytest.mark.needs_torch
 def test_torchrun_all_reduce_across_two_nodes(cluster, core, custom, ns):
     name = unique("torch")
-    create_runtime(custom, runtime(name, volumes=({"name": "code", "configMap": {"name": "script"}},),
-                                   mounts=({"name": "code", "mountPath": "/workspace"},)))
+    create_runtime(
+        custom,
+        runtime(
+            name,
+            volumes=({"name": "code", "configMap": {"name": "script"}},),
+            mounts=({"name": "code", "mountPath": "/workspace"},),
+        ),
+    )
     core.create_namespaced_config_map(ns, {"metadata": {"name": "script"}, "data": {"script.py": ALL_REDUCE_SCRIPT}})
     body = trainjob("allreduce", name, ["bash", "-c", TORCHRUN])
     body["spec"]["trainer"]["numProcPerNode"] = 2
@@ -34,7 +42,8 @@ def test_torchrun_all_reduce_across_two_nodes(cluster, core, custom, ns):
     logs = "".join(core.read_namespaced_pod_log(p.metadata.name, ns) for p in pods_of(core, ns, "allreduce"))
     assert condition(job, "Complete")["status"] == "True", logs
     assert sorted(line for line in logs.splitlines() if "sum=" in line) == [
-        f"rank {rank} of 4: sum=10" for rank in range(4)]
+        f"rank {rank} of 4: sum=10" for rank in range(4)
+    ]
 
 
 def test_kubeflow_sdk_reads_a_finished_job(cluster, core, custom, ns):

@@ -53,9 +53,13 @@ def test_trainjob_runs_pods_to_completion(cluster, core, custom, ns, hello_runti
     job = wait_finished(cluster, custom, ns, "hello")
     complete = condition(job, "Complete")
     assert (complete["status"], complete["reason"], complete["message"]) == (
-        "True", "AllJobsCompleted", "jobset completed successfully")
-    assert job["status"]["jobsStatus"] == [{"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0,
-                                            "suspended": 0}]
+        "True",
+        "AllJobsCompleted",
+        "jobset completed successfully",
+    )
+    assert job["status"]["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
 
     pods = pods_of(core, ns, "hello")
     assert [p.status.phase for p in pods] == ["Succeeded", "Succeeded"]
@@ -74,15 +78,19 @@ def test_trainjob_runs_pods_to_completion(cluster, core, custom, ns, hello_runti
         env = {e.name: e for e in pod.spec.containers[0].env}
         assert env["PET_NNODES"].value == "2" and env["PET_NPROC_PER_NODE"].value == "1"
         assert env["PET_NODE_RANK"].value_from.field_ref.field_path == (
-            "metadata.annotations['batch.kubernetes.io/job-completion-index']")
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        )
         assert env["PET_MASTER_ADDR"].value == "127.0.0.1" and int(env["PET_MASTER_PORT"].value) > 0
         terminated = pod.status.container_statuses[0].state.terminated
         assert (terminated.exit_code, terminated.reason) == (0, "Completed")
         assert core.read_namespaced_pod_log(pod.metadata.name, ns) == f"rank={rank} of 2\nhello from cfg\n"
         assert core.read_namespaced_pod_log(pod.metadata.name, ns, tail_lines=1) == "hello from cfg\n"
 
-    followed = list(watch.Watch().stream(core.read_namespaced_pod_log, name=pods[1].metadata.name, namespace=ns,
-                                         container="node", follow=True))
+    followed = list(
+        watch.Watch().stream(
+            core.read_namespaced_pod_log, name=pods[1].metadata.name, namespace=ns, container="node", follow=True
+        )
+    )
     assert followed == ["rank=1 of 2", "hello from cfg"]
     raw = core.read_namespaced_pod_log(pods[0].metadata.name, ns, follow=True, _preload_content=False)
     assert raw.data == b"rank=0 of 2\nhello from cfg\n"
@@ -90,7 +98,8 @@ def test_trainjob_runs_pods_to_completion(cluster, core, custom, ns, hello_runti
     # The owner chain: TrainJob -> JobSet -> Job -> pods (and the JobSet's headless Service).
     jobset = custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", "hello")
     assert [(o["kind"], o["uid"]) for o in jobset["metadata"]["ownerReferences"]] == [
-        ("TrainJob", job["metadata"]["uid"])]
+        ("TrainJob", job["metadata"]["uid"])
+    ]
     [k8s_job] = client.BatchV1Api(core.api_client).list_namespaced_job(ns).items
     assert k8s_job.metadata.name == "hello-node-0" == owner.name and k8s_job.metadata.uid == owner.uid
     assert k8s_job.metadata.owner_references[0].uid == jobset["metadata"]["uid"]
@@ -102,26 +111,32 @@ def test_trainjob_runs_pods_to_completion(cluster, core, custom, ns, hello_runti
     assert snapshot.metadata.owner_references[0].uid == job["metadata"]["uid"]
     assert f"name: {hello_runtime}" in snapshot.data["runtime"]
     reasons = {(e.involved_object.kind, e.reason) for e in core.list_namespaced_event(ns).items}
-    assert {("Pod", "Started"), ("Pod", "Scheduled"), ("Job", "SuccessfulCreate"), ("JobSet", "AllJobsCompleted")} \
-        <= reasons
+    assert {
+        ("Pod", "Started"),
+        ("Pod", "Scheduled"),
+        ("Job", "SuccessfulCreate"),
+        ("JobSet", "AllJobsCompleted"),
+    } <= reasons
 
 
 def test_follow_streams_while_running(cluster, core, custom, ns, plain_runtime):
-    create_trainjob(custom, ns, trainjob("slow", plain_runtime, ["bash", "-c", "echo one; sleep 0.5; echo two"],
-                                         num_nodes=1))
+    create_trainjob(
+        custom, ns, trainjob("slow", plain_runtime, ["bash", "-c", "echo one; sleep 0.5; echo two"], num_nodes=1)
+    )
     pod = cluster.wait_for(lambda: [p for p in pods_of(core, ns, "slow") if p.status.phase == "Running"])[0]
-    lines = list(watch.Watch().stream(core.read_namespaced_pod_log, name=pod.metadata.name, namespace=ns,
-                                      follow=True))
+    lines = list(watch.Watch().stream(core.read_namespaced_pod_log, name=pod.metadata.name, namespace=ns, follow=True))
     assert lines == ["one", "two"]
 
 
 def test_failing_command_fails_the_trainjob(cluster, core, custom, ns, plain_runtime):
-    create_trainjob(custom, ns, trainjob("boom", plain_runtime, ["bash", "-c", "echo dying >&2; exit 3"],
-                                         num_nodes=1))
+    create_trainjob(custom, ns, trainjob("boom", plain_runtime, ["bash", "-c", "echo dying >&2; exit 3"], num_nodes=1))
     job = wait_finished(cluster, custom, ns, "boom")
     failed = condition(job, "Failed")
     assert (failed["status"], failed["reason"], failed["message"]) == (
-        "True", "FailedJobs", "jobset failed due to one or more job failures (first failed job: boom-node-0)")
+        "True",
+        "FailedJobs",
+        "jobset failed due to one or more job failures (first failed job: boom-node-0)",
+    )
     assert condition(job, "Complete") is None
     (pod,) = pods_of(core, ns, "boom")
     terminated = pod.status.container_statuses[0].state.terminated
@@ -149,11 +164,22 @@ def test_on_failure_pods_restart_in_place_until_the_backoff_limit(cluster, core,
 
 def test_gang_restart_after_a_failure(cluster, core, custom, ns):
     name = unique("restart")
-    create_runtime(custom, runtime(name, max_restarts=1, volumes=({"name": "data", "persistentVolumeClaim":
-                                                                   {"claimName": "shared"}},),
-                                   mounts=({"name": "data", "mountPath": "/data"},)))
-    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "shared"}, "spec": {
-        "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    create_runtime(
+        custom,
+        runtime(
+            name,
+            max_restarts=1,
+            volumes=({"name": "data", "persistentVolumeClaim": {"claimName": "shared"}},),
+            mounts=({"name": "data", "mountPath": "/data"},),
+        ),
+    )
+    core.create_namespaced_persistent_volume_claim(
+        ns,
+        {
+            "metadata": {"name": "shared"},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     # Whichever rank runs first fails attempt 0; every rank of attempt 1 finds the marker.
     command = ["bash", "-c", "if [ -f /data/marker ]; then echo second attempt; else touch /data/marker; exit 1; fi"]
     create_trainjob(custom, ns, trainjob("gang", name, command))
@@ -172,16 +198,22 @@ def test_restarts_exhausted(cluster, custom, ns):
     create_trainjob(custom, ns, trainjob("dead", name, ["false"], num_nodes=1))
     failed = condition(wait_finished(cluster, custom, ns, "dead"), "Failed")
     assert (failed["reason"], failed["message"]) == (
-        "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts (first failed job: dead-node-0)")
+        "ReachedMaxRestarts",
+        "jobset failed due to reaching max number of restarts (first failed job: dead-node-0)",
+    )
 
 
 def test_suspend_and_resume(cluster, core, custom, ns, plain_runtime):
     create_trainjob(custom, ns, trainjob("paused", plain_runtime, ["bash", "-c", "echo ran"], suspend=True))
-    job = cluster.wait_for(lambda: (lambda o: o if condition(o, "Suspended") else None)(
-        get_trainjob(custom, ns, "paused")))
+    job = cluster.wait_for(
+        lambda: (lambda o: o if condition(o, "Suspended") else None)(get_trainjob(custom, ns, "paused"))
+    )
     suspended = condition(job, "Suspended")
     assert (suspended["status"], suspended["reason"], suspended["message"]) == (
-        "True", "Suspended", "TrainJob is suspended")
+        "True",
+        "Suspended",
+        "TrainJob is suspended",
+    )
     assert job["status"]["jobsStatus"][0]["suspended"] == 1 and pods_of(core, ns, "paused") == []
 
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "paused", {"spec": {"suspend": False}})
@@ -193,8 +225,11 @@ def test_suspend_and_resume(cluster, core, custom, ns, plain_runtime):
 
 def test_suspending_a_running_job_deletes_its_pods(cluster, core, custom, ns, plain_runtime):
     create_trainjob(custom, ns, trainjob("sleeper", plain_runtime, ["sleep", "60"]))
-    pods = cluster.wait_for(lambda: (lambda running: running if len(running) == 2 else None)(
-        [p for p in pods_of(core, ns, "sleeper") if p.status.phase == "Running"]))
+    pods = cluster.wait_for(
+        lambda: (lambda running: running if len(running) == 2 else None)(
+            [p for p in pods_of(core, ns, "sleeper") if p.status.phase == "Running"]
+        )
+    )
     pids = [container_pid(p) for p in pods_of(core, ns, "sleeper")]
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "sleeper", {"spec": {"suspend": True}})
     cluster.wait_for(lambda: not pods_of(core, ns, "sleeper") and not any(group_alive(pid) for pid in pids))
@@ -208,8 +243,17 @@ def test_deleting_a_running_trainjob_kills_its_processes(cluster, core, custom, 
     pids = [container_pid(p) for p in pods_of(core, ns, "doomed")]
     assert all(group_alive(pid) for pid in pids)
     uid = get_trainjob(custom, ns, "doomed")["metadata"]["uid"]
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "doomed-code", "ownerReferences": [
-        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "name": "doomed", "uid": uid}]}})
+    core.create_namespaced_config_map(
+        ns,
+        {
+            "metadata": {
+                "name": "doomed-code",
+                "ownerReferences": [
+                    {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob", "name": "doomed", "uid": uid}
+                ],
+            }
+        },
+    )
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "doomed")
     cluster.wait_for(lambda: not any(group_alive(pid) for pid in pids), timeout=10)
     cluster.wait_for(lambda: not pods_of(core, ns, "doomed"))
@@ -273,20 +317,37 @@ def test_pod_waits_for_its_configmap(cluster, core, custom, ns, hello_runtime):
 
 def test_environment_init_containers_and_sidecars(cluster, core, custom, ns):
     name = unique("env")
-    node = {"env": [{"name": "GREETING", "value": "hi $(CFG_WHO)"},
-                    {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
-                    {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
-            "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
-            "workingDir": "/work"}
-    pod_extra = {"initContainers": [
-        {"name": "prepare", "image": "busybox", "command": ["bash", "-c", "echo prepared > /work/ready"],
-         "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
-        {"name": "sidecar", "image": "busybox", "restartPolicy": "Always", "command": ["sleep", "60"]}]}
-    create_runtime(custom, runtime(name, node=node, pod_extra=pod_extra,
-                                   volumes=({"name": "work", "emptyDir": {}},),
-                                   mounts=({"name": "work", "mountPath": "/work"},),
-                                   ml_policy={"torch": {"envInjection": {"targets": [
-                                       {"jobName": "node", "containerNames": ["prepare"]}]}}}))
+    node = {
+        "env": [
+            {"name": "GREETING", "value": "hi $(CFG_WHO)"},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+        "workingDir": "/work",
+    }
+    pod_extra = {
+        "initContainers": [
+            {
+                "name": "prepare",
+                "image": "busybox",
+                "command": ["bash", "-c", "echo prepared > /work/ready"],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+            },
+            {"name": "sidecar", "image": "busybox", "restartPolicy": "Always", "command": ["sleep", "60"]},
+        ]
+    }
+    create_runtime(
+        custom,
+        runtime(
+            name,
+            node=node,
+            pod_extra=pod_extra,
+            volumes=({"name": "work", "emptyDir": {}},),
+            mounts=({"name": "work", "mountPath": "/work"},),
+            ml_policy={"torch": {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["prepare"]}]}}},
+        ),
+    )
     core.create_namespaced_secret(ns, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})
     core.create_namespaced_config_map(ns, {"metadata": {"name": "settings"}, "data": {"WHO": "world", "MODE": "x"}})
     script = "cat ready; echo $GREETING $TOKEN $CFG_MODE $POD $PET_NODE_RANK $JOB_COMPLETION_INDEX; pwd"
@@ -306,11 +367,27 @@ def test_runtime_edits_do_not_affect_a_started_job(cluster, core, custom, ns):
     name = unique("snap")
     create_runtime(custom, runtime(name, node={"env": [{"name": "VERSION", "value": "one"}]}))
     create_trainjob(custom, ns, trainjob("snap", name, ["bash", "-c", "echo $VERSION"], num_nodes=1, suspend=True))
-    cluster.wait_for(lambda: [c for c in cluster.objects("configmaps", ns) if c["metadata"]["name"] == "snap-runtime-snapshot"])
+    cluster.wait_for(
+        lambda: [c for c in cluster.objects("configmaps", ns) if c["metadata"]["name"] == "snap-runtime-snapshot"]
+    )
     # (Deleting it instead would make the webhook deny the resume, as Trainer does.)
-    custom.patch_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name, {"spec": {"template": {
-        "spec": {"replicatedJobs": runtime(name, node={"env": [{"name": "VERSION", "value": "two"}]})[
-            "spec"]["template"]["spec"]["replicatedJobs"]}}}})
+    custom.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "clustertrainingruntimes",
+        name,
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": runtime(name, node={"env": [{"name": "VERSION", "value": "two"}]})["spec"][
+                            "template"
+                        ]["spec"]["replicatedJobs"]
+                    }
+                }
+            }
+        },
+    )
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "snap", {"spec": {"suspend": False}})
     wait_finished(cluster, custom, ns, "snap")
     assert core.read_namespaced_pod_log(pods_of(core, ns, "snap")[0].metadata.name, ns) == "one\n"
@@ -331,37 +408,89 @@ def test_previous_logs_after_an_in_place_restart(cluster, core, custom, ns):
 
 def test_initializer_runs_before_the_trainer(cluster, core, custom, ns):
     name = unique("init")
-    body = runtime(name, volumes=({"name": "data", "persistentVolumeClaim": {"claimName": "data"}},),
-                   mounts=({"name": "data", "mountPath": "/data"},))
+    body = runtime(
+        name,
+        volumes=({"name": "data", "persistentVolumeClaim": {"claimName": "data"}},),
+        mounts=({"name": "data", "mountPath": "/data"},),
+    )
     jobs = body["spec"]["template"]["spec"]["replicatedJobs"]
     jobs[0]["dependsOn"] = [{"name": "dataset-initializer", "status": "Complete"}]
-    jobs.insert(0, {"name": "dataset-initializer", "template": {
-        "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}},
-        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
-            "name": "dataset-initializer", "image": "busybox",
-            "command": ["bash", "-c", "sleep 0.3; echo $STORAGE_URI > /data/uri"],
-            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}}}}})
+    jobs.insert(
+        0,
+        {
+            "name": "dataset-initializer",
+            "template": {
+                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "dataset-initializer",
+                                    "image": "busybox",
+                                    "command": ["bash", "-c", "sleep 0.3; echo $STORAGE_URI > /data/uri"],
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                }
+                            ],
+                            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                        }
+                    }
+                },
+            },
+        },
+    )
     create_runtime(custom, body)
-    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "data"}, "spec": {
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
-    create_trainjob(custom, ns, trainjob("initjob", name, ["cat", "/data/uri"], num_nodes=1,
-                                         initializer={"dataset": {"storageUri": "hf://org/data"}}))
+    core.create_namespaced_persistent_volume_claim(
+        ns,
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
+    create_trainjob(
+        custom,
+        ns,
+        trainjob(
+            "initjob", name, ["cat", "/data/uri"], num_nodes=1, initializer={"dataset": {"storageUri": "hf://org/data"}}
+        ),
+    )
     assert condition(wait_finished(cluster, custom, ns, "initjob"), "Complete")["status"] == "True"
     pods = pods_of(core, ns, "initjob")
-    assert [p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods] == [
-        "dataset-initializer", "node"]
+    assert [p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods] == ["dataset-initializer", "node"]
     assert core.read_namespaced_pod_log(pods[1].metadata.name, ns) == "hf://org/data\n"
 
 
 def test_runtime_patches_add_volumes_to_the_node(cluster, core, custom, ns, plain_runtime):
     _hello_configmap(core, ns)
-    patch = {"manager": "nemo-kubeflow.nvidia.com/tests", "trainingRuntimeSpec": {"template": {"spec": {
-        "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {
-            "metadata": {"labels": {"patched": "yes"}},
-            "spec": {"volumes": [CFG_VOLUME], "containers": [{"name": "node", "volumeMounts": [CFG_MOUNT]}]}}}}}]}}}}
-    create_trainjob(custom, ns, trainjob("patched", plain_runtime, ["cat", "/cfg/hello.txt"], num_nodes=1,
-                                         runtimePatches=[patch]))
+    patch = {
+        "manager": "nemo-kubeflow.nvidia.com/tests",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "metadata": {"labels": {"patched": "yes"}},
+                                        "spec": {
+                                            "volumes": [CFG_VOLUME],
+                                            "containers": [{"name": "node", "volumeMounts": [CFG_MOUNT]}],
+                                        },
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    create_trainjob(
+        custom, ns, trainjob("patched", plain_runtime, ["cat", "/cfg/hello.txt"], num_nodes=1, runtimePatches=[patch])
+    )
     assert condition(wait_finished(cluster, custom, ns, "patched"), "Complete")["status"] == "True"
     (pod,) = pods_of(core, ns, "patched")
     assert pod.metadata.labels["patched"] == "yes"

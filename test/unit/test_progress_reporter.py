@@ -29,19 +29,33 @@ class Clock:
 
 def reporter(env=None, interval=30.0, total=None):
     out, clock = io.StringIO(), Clock()
-    rep = progress.Reporter(total, interval=interval, env=IN_JOB if env is None else env, stream=out, clock=clock,
-                            wall_clock=lambda: 1_700_000_000.0 + clock.now)
+    rep = progress.Reporter(
+        total,
+        interval=interval,
+        env=IN_JOB if env is None else env,
+        stream=out,
+        clock=clock,
+        wall_clock=lambda: 1_700_000_000.0 + clock.now,
+    )
     return rep, out, clock
 
 
 def lines(out: io.StringIO) -> list[dict]:
-    return [json.loads(line[len(progress.LINE_MARKER):]) for line in out.getvalue().splitlines()
-            if line.startswith(progress.LINE_MARKER)]
+    return [
+        json.loads(line[len(progress.LINE_MARKER) :])
+        for line in out.getvalue().splitlines()
+        if line.startswith(progress.LINE_MARKER)
+    ]
 
 
 def test_outside_a_trainjob_and_on_other_ranks_nothing_is_written():
-    for env in ({}, {**IN_JOB, "RANK": "3"}, {**IN_JOB, "PET_NODE_RANK": "1"}, {**IN_JOB, "LOCAL_RANK": "1"},
-                {**IN_JOB, progress.MODE_ENV: "off"}):
+    for env in (
+        {},
+        {**IN_JOB, "RANK": "3"},
+        {**IN_JOB, "PET_NODE_RANK": "1"},
+        {**IN_JOB, "LOCAL_RANK": "1"},
+        {**IN_JOB, progress.MODE_ENV: "off"},
+    ):
         rep, out, _ = reporter(env)
         assert rep.transport == "off" and rep.report(1, 10, loss=1.0) is False
         rep.flush()
@@ -82,8 +96,11 @@ def test_trainer_status_is_the_sdk_body_with_step_total_and_rate_as_metrics():
     status = report.trainer_status()
     assert status["progressPercentage"] == 25 and status["estimatedRemainingSeconds"] == 300
     assert status["lastUpdatedTime"] == "2023-11-14T22:13:20+00:00"
-    assert status["metrics"][:3] == [{"name": "step", "value": "250"}, {"name": "total_steps", "value": "1000"},
-                                     {"name": "steps_per_second", "value": "2.5"}]
+    assert status["metrics"][:3] == [
+        {"name": "step", "value": "250"},
+        {"name": "total_steps", "value": "1000"},
+        {"name": "steps_per_second", "value": "2.5"},
+    ]
     values = {m["name"]: m["value"] for m in status["metrics"]}
     assert values["loss"] == "1.23457" and values["lr"] == "0.0003" and len(values["tag"]) == 64
     assert "progressPercentage" not in progress.Report(3, None, {}, 0.0, None).trainer_status()
@@ -110,8 +127,12 @@ def closed_port() -> int:
 def test_a_status_server_that_cannot_be_reached_is_said_once_and_the_log_line_carries_the_report(tmp_path, caplog):
     token = tmp_path / "token"
     token.write_text("secret-token-value")
-    env = {**IN_JOB, progress.SERVER_URL_ENV: f"https://127.0.0.1:{closed_port()}/apis/x/status",
-           progress.SERVER_TOKEN_ENV: str(token), progress.SERVER_CA_CERT_ENV: str(tmp_path / "missing-ca.crt")}
+    env = {
+        **IN_JOB,
+        progress.SERVER_URL_ENV: f"https://127.0.0.1:{closed_port()}/apis/x/status",
+        progress.SERVER_TOKEN_ENV: str(token),
+        progress.SERVER_CA_CERT_ENV: str(tmp_path / "missing-ca.crt"),
+    }
     rep, out, clock = reporter(env, interval=0.1)
     assert rep.transport == "status-server"
     with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.progress"):
@@ -132,11 +153,17 @@ def test_a_status_server_that_cannot_be_reached_is_said_once_and_the_log_line_ca
 
 def test_it_imports_with_the_standard_library_alone():
     """The pod's Python may have nothing else: load the file in an isolated interpreter without site packages."""
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('p', sys.argv[1]); "
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-            "r = m.Reporter(4, env={'PET_NNODES': '1'}, interval=0); r.report(4, loss=0.5)")
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(Path(progress.__file__))],
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('p', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+        "r = m.Reporter(4, env={'PET_NNODES': '1'}, interval=0); r.report(4, loss=0.5)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(Path(progress.__file__))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(progress.LINE_MARKER + '{"step":4,"total_steps":4')
 
@@ -152,6 +179,7 @@ class FakeLightningCallback:
 def fake_lightning(monkeypatch):
     try:
         import lightning.pytorch  # noqa: F401
+
         pytest.skip("lightning is installed: test_lightning_callback_with_lightning covers it")
     except ImportError:
         pass
@@ -177,14 +205,27 @@ def test_lightning_callback_against_a_fake_lightning(fake_lightning, monkeypatch
         monkeypatch.setenv(k, v)
     callback = progress.lightning_callback(interval=0)
     assert isinstance(callback, FakeLightningCallback)
-    trainer = types.SimpleNamespace(global_rank=0, global_step=7, max_steps=-1, estimated_stepping_batches=70,
-                                    callback_metrics={"train_loss": FakeTensor(0.25), "name": "text"})
+    trainer = types.SimpleNamespace(
+        global_rank=0,
+        global_step=7,
+        max_steps=-1,
+        estimated_stepping_batches=70,
+        callback_metrics={"train_loss": FakeTensor(0.25), "name": "text"},
+    )
     callback.on_train_batch_end(trainer, None, None, None, 6)
     callback.on_train_batch_end(types.SimpleNamespace(global_rank=1, global_step=8), None, None, None, 7)
     callback.on_train_end(trainer, None)
-    written = [json.loads(line[len(progress.LINE_MARKER):]) for line in capsys.readouterr().out.splitlines()]
-    assert written == [{"step": 7, "total_steps": 70, "steps_per_second": None, "eta_seconds": None,
-                        "metrics": {"train_loss": "0.25"}, "time": written[0]["time"]}]
+    written = [json.loads(line[len(progress.LINE_MARKER) :]) for line in capsys.readouterr().out.splitlines()]
+    assert written == [
+        {
+            "step": 7,
+            "total_steps": 70,
+            "steps_per_second": None,
+            "eta_seconds": None,
+            "metrics": {"train_loss": "0.25"},
+            "time": written[0]["time"],
+        }
+    ]
 
 
 def test_megatron_bridge_style_step_hook_against_a_fake_context(monkeypatch, capsys):
@@ -193,11 +234,15 @@ def test_megatron_bridge_style_step_hook_against_a_fake_context(monkeypatch, cap
     for k, v in IN_JOB.items():
         monkeypatch.setenv(k, v)
     hook = progress.step_hook(interval=0)
-    state = types.SimpleNamespace(train_state=types.SimpleNamespace(step=40),
-                                  cfg=types.SimpleNamespace(train=types.SimpleNamespace(train_iters=400)))
+    state = types.SimpleNamespace(
+        train_state=types.SimpleNamespace(step=40),
+        cfg=types.SimpleNamespace(train=types.SimpleNamespace(train_iters=400)),
+    )
     assert hook(types.SimpleNamespace(state=state, loss_dict={"lm loss": FakeTensor(2.5)}))
     assert hook(41, grad_norm=1.5)  # a NeMo-style loop calls it with the step
     assert hook(object()) is False  # not a context it knows: nothing, and no error
-    written = [json.loads(line[len(progress.LINE_MARKER):]) for line in capsys.readouterr().out.splitlines()]
+    written = [json.loads(line[len(progress.LINE_MARKER) :]) for line in capsys.readouterr().out.splitlines()]
     assert [(w["step"], w["total_steps"], w["metrics"]) for w in written] == [
-        (40, 400, {"lm loss": "2.5"}), (41, 400, {"grad_norm": "1.5"})]
+        (40, 400, {"lm loss": "2.5"}),
+        (41, 400, {"grad_norm": "1.5"}),
+    ]

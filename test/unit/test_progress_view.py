@@ -21,9 +21,18 @@ def test_trainer_status_written_as_the_reporter_writes_it_reads_back():
 
 def test_a_trainer_status_from_another_reporter_shows_its_percentage_and_metrics():
     """transformers' callback or the SDK: no step metrics, a percentage and an ETA."""
-    found = progress_view.from_trainjob({"status": {"trainerStatus": {
-        "progressPercentage": 40, "estimatedRemainingSeconds": 7300, "lastUpdatedTime": "2026-11-27T08:59:00Z",
-        "metrics": [{"name": "train_loss", "value": "0.9"}]}}})
+    found = progress_view.from_trainjob(
+        {
+            "status": {
+                "trainerStatus": {
+                    "progressPercentage": 40,
+                    "estimatedRemainingSeconds": 7300,
+                    "lastUpdatedTime": "2026-11-27T08:59:00Z",
+                    "metrics": [{"name": "train_loss", "value": "0.9"}],
+                }
+            }
+        }
+    )
     assert found.text() == "40% done, ETA 2h 1m; train_loss=0.9 (at 08:59:00 UTC)"
 
 
@@ -31,7 +40,10 @@ def test_the_last_marked_line_wins_and_a_prefix_before_the_marker_is_allowed():
     first = progress.Report(10, 100, {}, NOW.timestamp() - 30, None).as_line()
     last = progress.Report(20, 100, {"loss": 2}, NOW.timestamp() - 5, 0.5).as_line()
     found = progress_view.from_log_lines(["hello", first, "[default0]:" + last, progress.LINE_MARKER + "{broken"])
-    assert found.source == "log" and found.text() == "step 20 of 100 (20%), 0.5 steps/s, ETA 2m 40s; loss=2 (at 08:59:55 UTC)"
+    assert (
+        found.source == "log"
+        and found.text() == "step 20 of 100 (20%), 0.5 steps/s, ETA 2m 40s; loss=2 (at 08:59:55 UTC)"
+    )
     assert progress_view.from_log_lines(["nothing here"]) is None
 
 
@@ -40,9 +52,15 @@ def test_stall_is_no_new_step_for_the_threshold():
     assert progress_view.stall_message(found, 300, NOW) == ""
     assert progress_view.stall_message(found, 60, NOW) == (
         "warning: no new step for 2m 0s (stall_warning_seconds=60): rank 0 reported step 7 last (a hung collective? "
-        "a stuck data loader?); see the node logs")
+        "a stuck data loader?); see the node logs"
+    )
 
 
 def test_durations():
     assert [progress_view.format_duration(s) for s in (0, 59, 61, 3600, 3 * 86400 + 7200)] == [
-        "0 s", "59 s", "1m 1s", "1h 0m", "3d 2h"]
+        "0 s",
+        "59 s",
+        "1m 1s",
+        "1h 0m",
+        "3d 2h",
+    ]

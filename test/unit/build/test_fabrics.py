@@ -26,11 +26,15 @@ FILES = [BundleFile("code/train.py", b"print('hello')\n", 0o644)]
 GPU_NODE = dict(container_image=IMAGE, nodes=2, nprocs_per_node=8, gpus_per_node=8)
 
 PROFILES = {
-    "gke-rdma": dict(GPU_NODE, network_fabric="gke-rdma",
-                     node_selector={"cloud.google.com/gke-accelerator": "nvidia-h200-141gb"}),
+    "gke-rdma": dict(
+        GPU_NODE, network_fabric="gke-rdma", node_selector={"cloud.google.com/gke-accelerator": "nvidia-h200-141gb"}
+    ),
     "aws-efa": dict(GPU_NODE, network_fabric="aws-efa", aws_efa=EFAConfig(devices_per_node=32)),
-    "infiniband": dict(GPU_NODE, network_fabric="infiniband",
-                       infiniband=InfiniBandConfig(resource_name="rdma/rdma_shared_device_a", hca="mlx5", gid_index=3)),
+    "infiniband": dict(
+        GPU_NODE,
+        network_fabric="infiniband",
+        infiniband=InfiniBandConfig(resource_name="rdma/rdma_shared_device_a", hca="mlx5", gid_index=3),
+    ),
 }
 
 
@@ -72,15 +76,28 @@ def test_gke_rdma_attaches_the_rdma_nics_and_the_gib_plugin():
     env = {e["name"]: e["value"] for e in node["env"]}
     assert env["NCCL_NET"] == "gIB" and env["NCCL_TUNER_CONFIG_PATH"].endswith("tuner_config_a3u.txtpb")
     assert {"name": "gib", "mountPath": "/usr/local/gib"} in node["volumeMounts"]
-    assert 'export LD_LIBRARY_PATH=/usr/local/gib/lib64:/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+' in sub.launch.args[0]
+    assert (
+        'export LD_LIBRARY_PATH=/usr/local/gib/lib64:/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+' in sub.launch.args[0]
+    )
     # Custom networks and NCCL settings are parameters.
-    a4 = submission(**dict(GPU_NODE, network_fabric="gke-rdma", gke_rdma=GKERDMAConfig(
-        gvnic_network="", nic_count=2, network_names=["a", "b"], nccl_env={"NCCL_NET_GDR_LEVEL": "SYS"})))
+    a4 = submission(
+        **dict(
+            GPU_NODE,
+            network_fabric="gke-rdma",
+            gke_rdma=GKERDMAConfig(
+                gvnic_network="", nic_count=2, network_names=["a", "b"], nccl_env={"NCCL_NET_GDR_LEVEL": "SYS"}
+            ),
+        )
+    )
     [a4_node] = node_pod(a4)["spec"]["containers"]
     a4_env = {e["name"]: e["value"] for e in a4_node["env"]}
     assert a4_env["NCCL_SOCKET_IFNAME"] == "eth0" and a4_env["NCCL_NET_GDR_LEVEL"] == "SYS"
     interfaces = yaml.safe_load(node_pod(a4)["metadata"]["annotations"]["networking.gke.io/interfaces"])
-    assert [(i["interfaceName"], i["network"]) for i in interfaces] == [("eth0", "default"), ("eth1", "a"), ("eth2", "b")]
+    assert [(i["interfaceName"], i["network"]) for i in interfaces] == [
+        ("eth0", "default"),
+        ("eth1", "a"),
+        ("eth2", "b"),
+    ]
 
 
 def test_aws_efa_requests_the_devices_per_node_and_sets_libfabric():
@@ -105,16 +122,21 @@ def test_infiniband_adds_ipc_lock_the_device_and_the_nccl_ib_settings():
     assert sub.trainjob["spec"]["trainer"]["resourcesPerNode"]["limits"]["rdma/rdma_shared_device_a"] == "1"
 
 
-@pytest.mark.parametrize("profile, privileges", [
-    ("gke-tcpxo", ["the NET_ADMIN capability", "host paths"]),
-    ("gke-rdma", ["host paths"]),
-    ("aws-efa", []),
-    ("infiniband", ["the IPC_LOCK capability"]),
-])
+@pytest.mark.parametrize(
+    "profile, privileges",
+    [
+        ("gke-tcpxo", ["the NET_ADMIN capability", "host paths"]),
+        ("gke-rdma", ["host paths"]),
+        ("aws-efa", []),
+        ("infiniband", ["the IPC_LOCK capability"]),
+    ],
+)
 def test_privileges_match_the_pod_security_oracle(profile, privileges):
     executor = KubeflowExecutor(**dict(GPU_NODE, network_fabric=profile))
     assert build_fabric(executor).privileges() == privileges
-    assert bool(pss.baseline(node_pod(submission(**dict(GPU_NODE, network_fabric=profile)))["spec"])) == bool(privileges)
+    assert bool(pss.baseline(node_pod(submission(**dict(GPU_NODE, network_fabric=profile)))["spec"])) == bool(
+        privileges
+    )
 
 
 def test_efa_pods_still_pass_the_restricted_profile():
@@ -122,28 +144,47 @@ def test_efa_pods_still_pass_the_restricted_profile():
     assert pss.restricted(spec["spec"]) == []
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(network_fabric="gke-rdm"), "network_fabric='gke-rdm' is not a profile: did you mean 'gke-rdma'?"),
-    (dict(network_fabric="efa"), "choose one of none, gke-tcpxo, gke-rdma, aws-efa, infiniband"),
-    (dict(network_fabric="aws-efa", gpus_per_node=0, nprocs_per_node=1),
-     "network_fabric='aws-efa' needs gpus_per_node > 0"),
-    (dict(network_fabric="aws-efa", enable_tcpxo=True), "enable_tcpxo=True contradicts network_fabric='aws-efa'"),
-    (dict(network_fabric="infiniband", restricted_security=True),
-     "restricted_security and network_fabric='infiniband' are exclusive: infiniband needs the IPC_LOCK capability"),
-    (dict(network_fabric="gke-rdma", restricted_security=True), "gke-rdma needs host paths"),
-    (dict(network_fabric="aws-efa", extra_resources={"vpc.amazonaws.com/efa": "4"}),
-     "extra_resources['vpc.amazonaws.com/efa']: network_fabric='aws-efa' already requests it"),
-    (dict(network_fabric="aws-efa", aws_efa=EFAConfig(devices_per_node=0)),
-     "aws_efa.devices_per_node=0: must be an integer >= 1"),
-    (dict(network_fabric="infiniband", infiniband=InfiniBandConfig(resource_name="ib")),
-     "infiniband.resource_name='ib'"),
-    (dict(network_fabric="gke-rdma", gke_rdma=GKERDMAConfig(network_names=["a"])),
-     "gke_rdma.network_names has 1 names for nic_count=8: give one network per NIC"),
-    (dict(network_fabric="gke-rdma", pod_annotations={"networking.gke.io/interfaces": "[]"}),
-     "pod_annotations['networking.gke.io/interfaces']: network_fabric='gke-rdma' sets this annotation"),
-    (dict(network_fabric="aws-efa", aws_efa=InfiniBandConfig()),
-     "aws_efa: expected EFAConfig(...) for network_fabric='aws-efa', got InfiniBandConfig"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(network_fabric="gke-rdm"), "network_fabric='gke-rdm' is not a profile: did you mean 'gke-rdma'?"),
+        (dict(network_fabric="efa"), "choose one of none, gke-tcpxo, gke-rdma, aws-efa, infiniband"),
+        (
+            dict(network_fabric="aws-efa", gpus_per_node=0, nprocs_per_node=1),
+            "network_fabric='aws-efa' needs gpus_per_node > 0",
+        ),
+        (dict(network_fabric="aws-efa", enable_tcpxo=True), "enable_tcpxo=True contradicts network_fabric='aws-efa'"),
+        (
+            dict(network_fabric="infiniband", restricted_security=True),
+            "restricted_security and network_fabric='infiniband' are exclusive: infiniband needs the IPC_LOCK capability",
+        ),
+        (dict(network_fabric="gke-rdma", restricted_security=True), "gke-rdma needs host paths"),
+        (
+            dict(network_fabric="aws-efa", extra_resources={"vpc.amazonaws.com/efa": "4"}),
+            "extra_resources['vpc.amazonaws.com/efa']: network_fabric='aws-efa' already requests it",
+        ),
+        (
+            dict(network_fabric="aws-efa", aws_efa=EFAConfig(devices_per_node=0)),
+            "aws_efa.devices_per_node=0: must be an integer >= 1",
+        ),
+        (
+            dict(network_fabric="infiniband", infiniband=InfiniBandConfig(resource_name="ib")),
+            "infiniband.resource_name='ib'",
+        ),
+        (
+            dict(network_fabric="gke-rdma", gke_rdma=GKERDMAConfig(network_names=["a"])),
+            "gke_rdma.network_names has 1 names for nic_count=8: give one network per NIC",
+        ),
+        (
+            dict(network_fabric="gke-rdma", pod_annotations={"networking.gke.io/interfaces": "[]"}),
+            "pod_annotations['networking.gke.io/interfaces']: network_fabric='gke-rdma' sets this annotation",
+        ),
+        (
+            dict(network_fabric="aws-efa", aws_efa=InfiniBandConfig()),
+            "aws_efa: expected EFAConfig(...) for network_fabric='aws-efa', got InfiniBandConfig",
+        ),
+    ],
+)
 def test_invalid_combinations_are_named(kwargs, message):
     with pytest.raises(ConfigError) as err:
         KubeflowExecutor(**{**GPU_NODE, **kwargs}).validate()
@@ -175,8 +216,9 @@ def test_every_profile_is_a_field_of_the_executor_and_documented(profile):
     assert field.default is None and typing.get_args(field.type) == (profile.settings, type(None))
     assert profile.name in field_docs(KubeflowExecutor)["network_fabric"]
     docs = DOCS
-    assert fabrics_table() in (docs / "fabrics.md").read_text(), \
+    assert fabrics_table() in (docs / "fabrics.md").read_text(), (
         "run: python -m tools.docgen --fabrics-table, and paste it over the table in docs/fabrics.md"
+    )
     assert f"## {profile.settings.__name__}" in (docs / "executor.md").read_text()
 
 
@@ -185,19 +227,25 @@ def test_every_profile_refuses_settings_of_another_profile(profile):
     other = next(p for p in fabrics.PROFILES.values() if p.settings is not profile.settings)
     with pytest.raises(ConfigError) as err:
         KubeflowExecutor(**GPU_NODE, network_fabric=profile.name, **{profile.field: other.settings()}).validate()
-    assert (f"{profile.field}: expected {profile.settings.__name__}(...) for network_fabric={profile.name!r}, "
-            f"got {other.settings.__name__}") in str(err.value)
+    assert (
+        f"{profile.field}: expected {profile.settings.__name__}(...) for network_fabric={profile.name!r}, "
+        f"got {other.settings.__name__}"
+    ) in str(err.value)
 
 
-@pytest.mark.parametrize("accelerator, tuner_config, expected", [
-    ("nvidia-h200-141gb", None, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),  # A3 Ultra
-    ("nvidia-b200", None, "/usr/local/gib/configs/tuner_config_a4.txtpb"),  # A4
-    (None, None, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),
-    ("nvidia-b200", "/mine.txtpb", "/mine.txtpb"),  # given: used as is
-])
+@pytest.mark.parametrize(
+    "accelerator, tuner_config, expected",
+    [
+        ("nvidia-h200-141gb", None, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),  # A3 Ultra
+        ("nvidia-b200", None, "/usr/local/gib/configs/tuner_config_a4.txtpb"),  # A4
+        (None, None, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),
+        ("nvidia-b200", "/mine.txtpb", "/mine.txtpb"),  # given: used as is
+    ],
+)
 def test_gke_rdma_tuner_config_follows_the_machine_the_node_selector_picks(accelerator, tuner_config, expected):
     selector = {"cloud.google.com/gke-accelerator": accelerator} if accelerator else {}
-    sub = submission(**GPU_NODE, network_fabric="gke-rdma", node_selector=selector,
-                     gke_rdma=GKERDMAConfig(tuner_config=tuner_config))
+    sub = submission(
+        **GPU_NODE, network_fabric="gke-rdma", node_selector=selector, gke_rdma=GKERDMAConfig(tuner_config=tuner_config)
+    )
     [node] = node_pod(sub)["spec"]["containers"]
     assert {"name": "NCCL_TUNER_CONFIG_PATH", "value": expected} in node["env"]

@@ -32,17 +32,27 @@ from nemo_kubeflow.build import initializers as inits
 from nemo_kubeflow.build.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
-HF = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca"),
-                 model=HuggingFaceModelInitializer(storage_uri="hf://meta-llama/Llama-3.2-1B-Instruct"))
+HF = Initializer(
+    dataset=HuggingFaceDatasetInitializer(storage_uri="hf://tatsu-lab/alpaca"),
+    model=HuggingFaceModelInitializer(storage_uri="hf://meta-llama/Llama-3.2-1B-Instruct"),
+)
 
 
-SETTINGS = inits.InitializerSettings(claim_name="llm-cache", create_claim=True, claim_size="200Gi",
-                                     storage_class="standard-rwx", model_secret="hf-token")
+SETTINGS = inits.InitializerSettings(
+    claim_name="llm-cache", create_claim=True, claim_size="200Gi", storage_class="standard-rwx", model_secret="hf-token"
+)
 
 
 def executor(**kw) -> KubeflowExecutor:
-    base = dict(container_image="nvcr.io/nvidia/nemo:25.02", nodes=2, nprocs_per_node=8, gpus_per_node=8,
-                initializer=HF, initializer_settings=SETTINGS, experiment_id="finetune_1700000000")
+    base = dict(
+        container_image="nvcr.io/nvidia/nemo:25.02",
+        nodes=2,
+        nprocs_per_node=8,
+        gpus_per_node=8,
+        initializer=HF,
+        initializer_settings=SETTINGS,
+        experiment_id="finetune_1700000000",
+    )
     return KubeflowExecutor(**{**base, **kw})
 
 
@@ -66,14 +76,20 @@ def test_defaults_are_the_sdks():
     assert inits.SDK_MODEL_IMAGE == defaults.model_initializer_image
     assert (inits.DATASET_PATH, inits.MODEL_PATH) == (sdk_constants.DATASET_PATH, sdk_constants.MODEL_PATH)
     assert (inits.DATASET_INITIALIZER, inits.MODEL_INITIALIZER) == (
-        sdk_constants.DATASET_INITIALIZER, sdk_constants.MODEL_INITIALIZER)
+        sdk_constants.DATASET_INITIALIZER,
+        sdk_constants.MODEL_INITIALIZER,
+    )
 
 
 def test_executor_with_an_initializer_survives_nemo_run_serialization():
-    ex = executor(initializer=Initializer(
-        dataset=DataCacheInitializer(storage_uri="cache://schema/table", metadata_loc="s3://b/meta.json",
-                                     num_data_nodes=2),
-        model=S3ModelInitializer(storage_uri="s3://bucket/model", endpoint="https://s3.example.com")))
+    ex = executor(
+        initializer=Initializer(
+            dataset=DataCacheInitializer(
+                storage_uri="cache://schema/table", metadata_loc="s3://b/meta.json", num_data_nodes=2
+            ),
+            model=S3ModelInitializer(storage_uri="s3://bucket/model", endpoint="https://s3.example.com"),
+        )
+    )
     config = ex.to_config()
     assert fdl.build(config) == ex and ex.clone() == ex
     back = fdl.build(ZlibJSONSerializer().deserialize(ZlibJSONSerializer().serialize(config)))
@@ -107,11 +123,15 @@ def test_runtime_runs_the_initializers_before_node_on_a_shared_claim():
         assert container["name"] == step and container["image"] == f"ghcr.io/kubeflow/trainer/{step}:latest"
         assert "command" not in container  # the image's entrypoint
         # Trainer's webhook wants a mount of the volume named "initializer" in the initializer container.
-        assert container["volumeMounts"] == [{"name": "initializer", "mountPath": path, "subPath": path.rsplit("/")[-1]}]
+        assert container["volumeMounts"] == [
+            {"name": "initializer", "mountPath": path, "subPath": path.rsplit("/")[-1]}
+        ]
         assert pod(job)["volumes"] == [{"name": "initializer", "persistentVolumeClaim": {"claimName": "llm-cache"}}]
     node = js["node"]
-    assert node["dependsOn"] == [{"name": "dataset-initializer", "status": "Complete"},
-                                 {"name": "model-initializer", "status": "Complete"}]
+    assert node["dependsOn"] == [
+        {"name": "dataset-initializer", "status": "Complete"},
+        {"name": "model-initializer", "status": "Complete"},
+    ]
     [train] = pod(node)["containers"]
     assert {"name": "initializer", "mountPath": "/workspace/model", "subPath": "model"} in train["volumeMounts"]
     assert sub.pvcs[0]["metadata"]["name"] == "llm-cache" and sub.pvcs[0]["spec"]["storageClassName"] == "standard-rwx"
@@ -127,8 +147,10 @@ def test_spec_initializer_is_what_the_sdks_converters_give():
 
 
 def test_tasks_with_other_sources_share_the_runtime():
-    other = Initializer(dataset=S3DatasetInitializer(storage_uri="s3://bucket/data"),
-                        model=S3ModelInitializer(storage_uri="s3://bucket/model"))
+    other = Initializer(
+        dataset=S3DatasetInitializer(storage_uri="s3://bucket/data"),
+        model=S3ModelInitializer(storage_uri="s3://bucket/model"),
+    )
     a, b = submission(), submission(initializer=other)
     assert a.runtime["metadata"]["name"] == b.runtime["metadata"]["name"]
     assert b.trainjob["spec"]["initializer"]["dataset"]["storageUri"] == "s3://bucket/data"
@@ -140,8 +162,11 @@ def test_a_claim_listed_in_pvc_mounts_is_created_once():
 
 
 def test_data_cache_runs_with_its_service_account_and_no_claim():
-    cache = Initializer(dataset=DataCacheInitializer(storage_uri="cache://schema/table",
-                                                     metadata_loc="s3://b/meta.json", num_data_nodes=3))
+    cache = Initializer(
+        dataset=DataCacheInitializer(
+            storage_uri="cache://schema/table", metadata_loc="s3://b/meta.json", num_data_nodes=3
+        )
+    )
     sub = submission(initializer=cache, initializer_settings=None)  # None: the defaults, which have no claim
     check_manifests(sub.manifests())
     js = jobs(sub)
@@ -149,36 +174,64 @@ def test_data_cache_runs_with_its_service_account_and_no_claim():
     spec = pod(js["dataset-initializer"])
     assert spec["serviceAccountName"] == "kubeflow-trainer-cache-initializer"
     assert spec["volumes"] == [{"name": "initializer", "emptyDir": {}}]
-    assert {"name": "CACHE_IMAGE", "value": "ghcr.io/kubeflow/trainer/data-cache:v2.3.0"} in spec["containers"][0]["env"]
+    assert {"name": "CACHE_IMAGE", "value": "ghcr.io/kubeflow/trainer/data-cache:v2.3.0"} in spec["containers"][0][
+        "env"
+    ]
     [train] = pod(js["node"])["containers"]
     assert train["env"][0]["name"] == "TRAIN_JOB_NAME" and "initializer" not in str(train.get("volumeMounts"))
     env = {e["name"]: e["value"] for e in sub.trainjob["spec"]["initializer"]["dataset"]["env"]}
     assert env["CLUSTER_SIZE"] == "4" and env["METADATA_LOC"] == "s3://b/meta.json"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m", access_token="hf_secret"))),
-     "initializer.model.access_token: literal credentials are refused"),
-    (dict(initializer=Initializer(dataset=S3DatasetInitializer(storage_uri="s3://b/d", secret_access_key="k"))),
-     "put SECRET_ACCESS_KEY in a Secret and set initializer_settings.dataset_secret"),
-    (dict(initializer_settings=inits.InitializerSettings()), "initializer_settings.claim_name is not set"),
-    (dict(initializer_settings=None), "initializer_settings.claim_name is not set"),
-    (dict(initializer_settings={"claim_name": "c"}), "initializer_settings: expected InitializerSettings(...), got dict"),
-    (dict(initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="tatsu-lab/alpaca"))),
-     "write 'hf://tatsu-lab/alpaca'"),
-    (dict(initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="file:///data"))),
-     "reads hf:// URIs for HuggingFaceDatasetInitializer; use that scheme, or give initializer_settings.dataset_command"),
-    (dict(initializer_settings=inits.InitializerSettings(claim_name="c", create_claim=True)),
-     "create_claim=True needs claim_size"),
-    (dict(initializer=Initializer(dataset=HuggingFaceModelInitializer(storage_uri="hf://m"))),
-     "initializer.dataset: HuggingFaceModelInitializer is not a dataset initializer"),
-    (dict(initializer=Initializer()), "initializer has neither dataset nor model"),
-    (dict(initializer={"dataset": "hf://x"}), "initializer: expected kubeflow.trainer.Initializer"),
-    (dict(initializer_settings=inits.InitializerSettings(claim_name="c", dataset_secret="Bad_Name")),
-     "initializer_settings.dataset_secret='Bad_Name': not a valid Secret name"),
-    (dict(pvc_mounts=[PVCMount(claim_name="m", mount_path="/workspace/model")]),
-     "pvc_mounts[m]: /workspace/model is where model-initializer puts its download; mount elsewhere"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(
+                initializer=Initializer(
+                    model=HuggingFaceModelInitializer(storage_uri="hf://m", access_token="hf_secret")
+                )
+            ),
+            "initializer.model.access_token: literal credentials are refused",
+        ),
+        (
+            dict(initializer=Initializer(dataset=S3DatasetInitializer(storage_uri="s3://b/d", secret_access_key="k"))),
+            "put SECRET_ACCESS_KEY in a Secret and set initializer_settings.dataset_secret",
+        ),
+        (dict(initializer_settings=inits.InitializerSettings()), "initializer_settings.claim_name is not set"),
+        (dict(initializer_settings=None), "initializer_settings.claim_name is not set"),
+        (
+            dict(initializer_settings={"claim_name": "c"}),
+            "initializer_settings: expected InitializerSettings(...), got dict",
+        ),
+        (
+            dict(initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="tatsu-lab/alpaca"))),
+            "write 'hf://tatsu-lab/alpaca'",
+        ),
+        (
+            dict(initializer=Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="file:///data"))),
+            "reads hf:// URIs for HuggingFaceDatasetInitializer; use that scheme, or give initializer_settings.dataset_command",
+        ),
+        (
+            dict(initializer_settings=inits.InitializerSettings(claim_name="c", create_claim=True)),
+            "create_claim=True needs claim_size",
+        ),
+        (
+            dict(initializer=Initializer(dataset=HuggingFaceModelInitializer(storage_uri="hf://m"))),
+            "initializer.dataset: HuggingFaceModelInitializer is not a dataset initializer",
+        ),
+        (dict(initializer=Initializer()), "initializer has neither dataset nor model"),
+        (dict(initializer={"dataset": "hf://x"}), "initializer: expected kubeflow.trainer.Initializer"),
+        (
+            dict(initializer_settings=inits.InitializerSettings(claim_name="c", dataset_secret="Bad_Name")),
+            "initializer_settings.dataset_secret='Bad_Name': not a valid Secret name",
+        ),
+        (
+            dict(pvc_mounts=[PVCMount(claim_name="m", mount_path="/workspace/model")]),
+            "pvc_mounts[m]: /workspace/model is where model-initializer puts its download; mount elsewhere",
+        ),
+    ],
+)
 def test_invalid_initializer_settings_are_named(kwargs, message):
     with pytest.raises(ConfigError) as err:
         executor(**kwargs).validate()

@@ -36,29 +36,56 @@ CONFIGS = {
         role=lambda: torchrun_role(2, 8, {"WANDB_PROJECT": "demo"}),
     ),
     "cpu_only": dict(
-        executor=dict(container_image="python:3.11", nodes=2, nprocs_per_node=2, cpu_request="2", cpu_limit="4",
-                      memory_request="4Gi", memory_limit="8Gi", shm_size="1Gi"),
-        role=lambda: Role(name="cpu", image="", entrypoint="bash", args=["/nemo_run/scripts/pretrain.sh"],
-                          env={"LOGLEVEL": "INFO"}),
+        executor=dict(
+            container_image="python:3.11",
+            nodes=2,
+            nprocs_per_node=2,
+            cpu_request="2",
+            cpu_limit="4",
+            memory_request="4Gi",
+            memory_limit="8Gi",
+            shm_size="1Gi",
+        ),
+        role=lambda: Role(
+            name="cpu", image="", entrypoint="bash", args=["/nemo_run/scripts/pretrain.sh"], env={"LOGLEVEL": "INFO"}
+        ),
     ),
     "tcpxo": dict(
-        executor=dict(container_image=IMAGE, nodes=4, nprocs_per_node=8, gpus_per_node=8, enable_tcpxo=True,
-                      tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                      node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}, retries=2),
+        executor=dict(
+            container_image=IMAGE,
+            nodes=4,
+            nprocs_per_node=8,
+            gpus_per_node=8,
+            enable_tcpxo=True,
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"},
+            retries=2,
+        ),
         role=lambda: torchrun_role(4, 8),
     ),
     "pvc_secret": dict(
         executor=dict(
-            container_image=IMAGE, nodes=2, nprocs_per_node=4, gpus_per_node=4, namespace="team-a",
-            pvc_mounts=[PVCMount(claim_name="datasets", mount_path="/data", read_only=True),
-                        PVCMount(claim_name="ckpt", mount_path="/ckpt", create=True, size="500Gi",
-                                 storage_class="standard-rwx")],
+            container_image=IMAGE,
+            nodes=2,
+            nprocs_per_node=4,
+            gpus_per_node=4,
+            namespace="team-a",
+            pvc_mounts=[
+                PVCMount(claim_name="datasets", mount_path="/data", read_only=True),
+                PVCMount(
+                    claim_name="ckpt", mount_path="/ckpt", create=True, size="500Gi", storage_class="standard-rwx"
+                ),
+            ],
             secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"},
             secret_key_refs={"WANDB_API_KEY": "wandb/api-key"},
             secret_env_from=["team-a-creds"],
             secret_mounts=[SecretMount(secret_name="gcs-key", mount_path="/secrets/gcs", keys=["key.json"])],
-            image_pull_secrets=["ngc"], service_account="trainer", active_deadline_seconds=86400,
-            labels={"team": "a"}, pod_labels={"team": "a"}, pod_annotations={"example.com/owner": "a"},
+            image_pull_secrets=["ngc"],
+            service_account="trainer",
+            active_deadline_seconds=86400,
+            labels={"team": "a"},
+            pod_labels={"team": "a"},
+            pod_annotations={"example.com/owner": "a"},
         ),
         role=lambda: torchrun_role(2, 4),
     ),
@@ -102,12 +129,18 @@ def test_runtime_is_shared_by_identical_settings_and_differs_otherwise():
     assert a.runtime["metadata"]["name"] == b.runtime["metadata"]["name"]
     other = build_submission(
         KubeflowExecutor(**{**CONFIGS["gpu_default"]["executor"], "shm_size": "32Gi"}, experiment_id="x"),
-        torchrun_role(2, 8), FILES, task_name="other",
+        torchrun_role(2, 8),
+        FILES,
+        task_name="other",
     )
     assert other.runtime["metadata"]["name"] != a.runtime["metadata"]["name"]
     # Different tasks, same settings: different TrainJobs and ConfigMaps, one runtime.
-    t2 = build_submission(KubeflowExecutor(**CONFIGS["gpu_default"]["executor"], experiment_id="llama3_8b_1700000000"),
-                          torchrun_role(2, 8, {"WANDB_PROJECT": "demo"}), FILES, task_name="second")
+    t2 = build_submission(
+        KubeflowExecutor(**CONFIGS["gpu_default"]["executor"], experiment_id="llama3_8b_1700000000"),
+        torchrun_role(2, 8, {"WANDB_PROJECT": "demo"}),
+        FILES,
+        task_name="second",
+    )
     assert t2.runtime["metadata"]["name"] == a.runtime["metadata"]["name"]
     assert t2.name != a.name and t2.configmaps[0]["metadata"]["name"] != a.configmaps[0]["metadata"]["name"]
 
@@ -144,7 +177,10 @@ def test_tcpxo_only_when_enabled():
     [sidecar] = tcpxo["spec"]["initContainers"]
     assert sidecar["name"] == "tcpxo-daemon" and sidecar["restartPolicy"] == "Always"
     ann = tcpxo["metadata"]["annotations"]
-    assert "devices.gke.io/container.tcpxo-daemon" in ann and "/dev/nvidia7" in ann["devices.gke.io/container.tcpxo-daemon"]
+    assert (
+        "devices.gke.io/container.tcpxo-daemon" in ann
+        and "/dev/nvidia7" in ann["devices.gke.io/container.tcpxo-daemon"]
+    )
     interfaces = yaml.safe_load(ann["networking.gke.io/interfaces"])
     assert [i["network"] for i in interfaces] == ["default"] + [f"vpc{i}" for i in range(1, 9)]
     node = tcpxo["spec"]["containers"][0]
@@ -157,7 +193,10 @@ def test_tcpxo_only_when_enabled():
     assert sidecar["args"][0].endswith("/fts/entrypoint_rxdm_container.sh --num_hops=2")
     assert sidecar["image"].endswith("tcpgpudmarxd-dev:v1.0.21")
     assert "LD_LIBRARY_PATH" not in env
-    assert 'LD_LIBRARY_PATH=/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in build("tcpxo").launch.args[0]
+    assert (
+        'LD_LIBRARY_PATH=/usr/local/nvidia/lib64"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"'
+        in build("tcpxo").launch.args[0]
+    )
     assert build("tcpxo").runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
 
     plain = pod_spec(build("gpu_default"))
@@ -179,13 +218,17 @@ def test_secret_values_never_in_manifests(monkeypatch):
 def test_only_pvcs_marked_create_are_created():
     sub = build("pvc_secret")
     assert [p["metadata"]["name"] for p in sub.pvcs] == ["ckpt"]
-    assert sub.pvcs[0]["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "500Gi"}},
-                                   "storageClassName": "standard-rwx"}
+    assert sub.pvcs[0]["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "500Gi"}},
+        "storageClassName": "standard-rwx",
+    }
 
 
 def test_namespaced_runtime_option():
-    ex = KubeflowExecutor(**CONFIGS["cpu_only"]["executor"], runtime_kind="TrainingRuntime", namespace="team-b",
-                          experiment_id="e")
+    ex = KubeflowExecutor(
+        **CONFIGS["cpu_only"]["executor"], runtime_kind="TrainingRuntime", namespace="team-b", experiment_id="e"
+    )
     sub = build_submission(ex, CONFIGS["cpu_only"]["role"](), FILES, task_name="t")
     assert sub.runtime["kind"] == "TrainingRuntime" and sub.runtime["metadata"]["namespace"] == "team-b"
     assert sub.trainjob["spec"]["runtimeRef"]["kind"] == "TrainingRuntime"

@@ -8,13 +8,16 @@ from nemo_kubeflow.build.naming import ReplicatedJobShape as Job
 NODE_BUDGET = 48
 
 
-@pytest.mark.parametrize("exp, task", [
-    ("llama3_8b_1700000000", "pretrain"),
-    ("20240101-run", "Task.With.Dots"),
-    ("x" * 200, "y" * 200),
-    ("ÜBER_exp", "__"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "exp, task",
+    [
+        ("llama3_8b_1700000000", "pretrain"),
+        ("20240101-run", "Task.With.Dots"),
+        ("x" * 200, "y" * 200),
+        ("ÜBER_exp", "__"),
+        ("", ""),
+    ],
+)
 def test_trainjob_names_are_rfc1035_and_short(exp, task):
     name = naming.trainjob_name(exp, task, NODE_BUDGET)
     assert naming.is_rfc1035_label(name, NODE_BUDGET), name
@@ -50,6 +53,7 @@ def test_trailing_newline_is_not_a_valid_name():
 
 
 # --- JobSet's pod-name rule ----------------------------------------------------------------
+
 
 def test_longest_pod_names_match_what_the_real_jobset_refused():
     # Recorded against JobSet v0.12.0 (issue 12): a 50-character name gave 65-character `node` pods,
@@ -87,13 +91,14 @@ def runtime(*rjobs, ml_nodes=None):
     return {"kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"}, "spec": spec}
 
 
-TRAINER_JOB = {"name": "trainer-nodes", "template": {
-    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}, "spec": {}}}
+TRAINER_JOB = {
+    "name": "trainer-nodes",
+    "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}, "spec": {}},
+}
 
 
 def test_shapes_are_read_from_the_runtime_as_trainer_counts_pods():
-    rt = runtime({"name": "warmup", "replicas": 2, "template": {"spec": {"parallelism": 12}}}, TRAINER_JOB,
-                 ml_nodes=4)
+    rt = runtime({"name": "warmup", "replicas": 2, "template": {"spec": {"parallelism": 12}}}, TRAINER_JOB, ml_nodes=4)
     # The trainer job is found by its ancestor label, not by name; numNodes of the TrainJob wins.
     assert naming.runtime_job_shapes(rt, 16) == [Job("warmup", 2, 12), Job("trainer-nodes", 1, 16)]
     assert naming.runtime_job_shapes(rt) == [Job("warmup", 2, 12), Job("trainer-nodes", 1, 4)]

@@ -16,11 +16,16 @@ FILES = [BundleFile("code/train.py", b"print(1)\n")]
 
 def pod_spec(**kw) -> dict:
     """The node pod as Trainer would build it: the runtime's pod, plus our runtime patch."""
-    executor = KubeflowExecutor(**{"container_image": "img", "nodes": 2, "nprocs_per_node": 2, "experiment_id": "e", **kw})
-    sub = build_submission(executor, Role(name="t", image="", entrypoint="bash", args=["-c", "true"]), FILES,
-                           task_name="t")
+    executor = KubeflowExecutor(
+        **{"container_image": "img", "nodes": 2, "nprocs_per_node": 2, "experiment_id": "e", **kw}
+    )
+    sub = build_submission(
+        executor, Role(name="t", image="", entrypoint="bash", args=["-c", "true"]), FILES, task_name="t"
+    )
     check_manifests(sub.manifests())
-    pod = copy.deepcopy(sub.runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])
+    pod = copy.deepcopy(
+        sub.runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    )
     patch = sub.trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     patch_spec = patch["template"]["spec"]["template"]["spec"]
     pod.setdefault("volumes", []).extend(patch_spec.get("volumes", []))
@@ -31,7 +36,9 @@ EVERYTHING = dict(
     gpus_per_node=2,
     pvc_mounts=[PVCMount(claim_name="data", mount_path="/data")],
     secret_mounts=[SecretMount(secret_name="creds", mount_path="/creds")],
-    tolerations=[{"key": "gpu", "operator": "Exists"}], image_pull_secrets=["ngc"], service_account="sa",
+    tolerations=[{"key": "gpu", "operator": "Exists"}],
+    image_pull_secrets=["ngc"],
+    service_account="sa",
 )
 
 
@@ -49,8 +56,9 @@ def test_tcpxo_needs_privileges_and_says_so():
     assert "privileged" in field_docs(KubeflowExecutor)["enable_tcpxo"]
 
 
-@pytest.mark.parametrize("kw", [{}, EVERYTHING, dict(run_as_user=1000, fs_group=1000)],
-                         ids=["default", "everything-but-fabric", "uid"])
+@pytest.mark.parametrize(
+    "kw", [{}, EVERYTHING, dict(run_as_user=1000, fs_group=1000)], ids=["default", "everything-but-fabric", "uid"]
+)
 def test_restricted_option_passes_restricted(kw):
     spec = pod_spec(restricted_security=True, **kw)
     assert pss.restricted(spec) == []

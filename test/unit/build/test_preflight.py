@@ -13,8 +13,17 @@ SCRIPT = templates_dir() / "preflight.sh"
 
 
 def submission(**kw):
-    ex = KubeflowExecutor(**{"container_image": "img", "nodes": 2, "nprocs_per_node": 4, "gpus_per_node": 4,
-                             "preflight": True, "experiment_id": "e", **kw})
+    ex = KubeflowExecutor(
+        **{
+            "container_image": "img",
+            "nodes": 2,
+            "nprocs_per_node": 4,
+            "gpus_per_node": 4,
+            "preflight": True,
+            "experiment_id": "e",
+            **kw,
+        }
+    )
     return builders.submission(ex, role=builders.bash_role("true", name="t"), task="t", check=True)
 
 
@@ -24,9 +33,13 @@ def node_pod(sub) -> dict:
 
 
 def test_preflight_is_an_init_container_that_gets_the_pet_variables():
-    sub = submission(pvc_mounts=[PVCMount(claim_name="ckpt", mount_path="/ckpt"),
-                                 PVCMount(claim_name="data", mount_path="/data", read_only=True)],
-                     env_vars={"NCCL_SOCKET_IFNAME": "eth0", "PREFLIGHT_DNS_TIMEOUT": "600", "WANDB_PROJECT": "x"})
+    sub = submission(
+        pvc_mounts=[
+            PVCMount(claim_name="ckpt", mount_path="/ckpt"),
+            PVCMount(claim_name="data", mount_path="/data", read_only=True),
+        ],
+        env_vars={"NCCL_SOCKET_IFNAME": "eth0", "PREFLIGHT_DNS_TIMEOUT": "600", "WANDB_PROJECT": "x"},
+    )
     torch = sub.runtime["spec"]["mlPolicy"]["torch"]
     assert torch == {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["preflight"]}]}}
     [init] = node_pod(sub)["initContainers"]
@@ -42,8 +55,10 @@ def test_preflight_is_an_init_container_that_gets_the_pet_variables():
     # The task's NCCL_*/FI_*/PREFLIGHT_* variables reach it through the per-task patch.
     patch = sub.trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     [patched] = patch["template"]["spec"]["template"]["spec"]["initContainers"]
-    assert patched == {"name": "preflight", "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
-                                                    {"name": "PREFLIGHT_DNS_TIMEOUT", "value": "600"}]}
+    assert patched == {
+        "name": "preflight",
+        "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "PREFLIGHT_DNS_TIMEOUT", "value": "600"}],
+    }
 
 
 def test_a_command_of_your_own_is_kept_as_written():

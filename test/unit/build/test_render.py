@@ -16,8 +16,13 @@ def test_packaged_template_is_found():
 
 
 def test_values_are_quoted_safely():
-    rt = render_runtime(ctx(pod_labels={"team": "a: b"}, node_selector={"k": "yes"},
-                            pod_annotations={"note": "line1\nline2 # not a comment"}))
+    rt = render_runtime(
+        ctx(
+            pod_labels={"team": "a: b"},
+            node_selector={"k": "yes"},
+            pod_annotations={"note": "line1\nline2 # not a comment"},
+        )
+    )
     meta = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]
     assert meta["labels"] == {"team": "a: b"}
     assert meta["annotations"]["note"] == "line1\nline2 # not a comment"
@@ -37,13 +42,16 @@ def test_a_repeated_render_is_the_callers_own_and_follows_every_setting():
     assert render_runtime(ctx(nodes=2, fail_fast_exit_codes=[1, 2]))["metadata"]["name"] != second["metadata"]["name"]
 
 
-@pytest.mark.parametrize("body, message", [
-    ("kind: {{ kind }\n", "template syntax error"),
-    ("kind: {{ no_such_variable }}\n", "'no_such_variable' is undefined"),
-    ("kind: {{ no_such_variable | tojson }}\n", "'no_such_variable' is undefined"),
-    ("kind: [unclosed\n", "rendered invalid YAML"),
-    ("kind: Deployment\n", "must render one ClusterTrainingRuntime or TrainingRuntime"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("kind: {{ kind }\n", "template syntax error"),
+        ("kind: {{ no_such_variable }}\n", "'no_such_variable' is undefined"),
+        ("kind: {{ no_such_variable | tojson }}\n", "'no_such_variable' is undefined"),
+        ("kind: [unclosed\n", "rendered invalid YAML"),
+        ("kind: Deployment\n", "must render one ClusterTrainingRuntime or TrainingRuntime"),
+    ],
+)
 def test_broken_user_templates(tmp_path, body, message):
     path = tmp_path / "mine.yaml.j2"
     path.write_text(body)
@@ -58,7 +66,11 @@ def test_missing_user_template():
 
 
 def test_user_template_can_reuse_the_variables(tmp_path):
-    src = (templates_dir() / "training_runtime.yaml.j2").read_text().replace("backoffLimit: 0", "backoffLimit: 0\n              completionMode: Indexed")
+    src = (
+        (templates_dir() / "training_runtime.yaml.j2")
+        .read_text()
+        .replace("backoffLimit: 0", "backoffLimit: 0\n              completionMode: Indexed")
+    )
     path = tmp_path / "custom.yaml.j2"
     path.write_text(src)
     rt = render_runtime(ctx(), str(path))
@@ -84,7 +96,9 @@ def test_compiled_templates_are_kept_on_disk_and_follow_edits(tmp_path, template
     first = render_runtime(ctx(), str(path))
     assert len(list(template_cache.glob("*.cache"))) == 1
     # A later process (a new Environment) with an edited template: Jinja checks the source's checksum.
-    path.write_text(path.read_text().replace("backoffLimit: 0", "backoffLimit: 0\n              completionMode: Indexed"))
+    path.write_text(
+        path.read_text().replace("backoffLimit: 0", "backoffLimit: 0\n              completionMode: Indexed")
+    )
     render._environment.cache_clear()
     edited = render_runtime(ctx(), str(path))
     assert edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"

@@ -27,11 +27,15 @@ GPU = dict(container_image=IMAGE, nodes=4, nprocs_per_node=8, gpus_per_node=8, n
 
 CONFIGS = {
     "kueue": dict(queue_name="team-a-queue", workload_priority_class="high-priority"),
-    "coscheduling": dict(pod_group_policy="coscheduling", schedule_timeout_seconds=300,
-                         priority_class_name="training-high"),
+    "coscheduling": dict(
+        pod_group_policy="coscheduling", schedule_timeout_seconds=300, priority_class_name="training-high"
+    ),
     "volcano": dict(pod_group_policy="volcano", queue_name="team-a-queue"),
-    "topology": dict(topology_key="cloud.google.com/gce-topology-block", pod_group_policy="coscheduling",
-                     scheduler_name="default-scheduler"),
+    "topology": dict(
+        topology_key="cloud.google.com/gce-topology-block",
+        pod_group_policy="coscheduling",
+        scheduler_name="default-scheduler",
+    ),
 }
 
 
@@ -97,22 +101,28 @@ def test_topology_key_keeps_the_jobs_pods_together():
     sub = build(**CONFIGS["topology"])
     affinity = patched_pod_spec(sub.trainjob)["affinity"]
     [term] = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term == {"labelSelector": {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": sub.name,
-                                                      "jobset.sigs.k8s.io/replicatedjob-name": "node"}},
-                    "topologyKey": "cloud.google.com/gce-topology-block"}
+    assert term == {
+        "labelSelector": {
+            "matchLabels": {"jobset.sigs.k8s.io/jobset-name": sub.name, "jobset.sigs.k8s.io/replicatedjob-name": "node"}
+        },
+        "topologyKey": "cloud.google.com/gce-topology-block",
+    }
     assert "podAntiAffinity" in affinity  # GPU jobs still spread one pod per node
     assert pod_spec(sub.runtime)["schedulerName"] == "default-scheduler"
 
 
-@pytest.mark.parametrize("kw, problem", [
-    (dict(pod_group_policy="gang"), "pod_group_policy='gang': must be one of none, coscheduling, volcano"),
-    (dict(schedule_timeout_seconds=30), "schedule_timeout_seconds applies to pod_group_policy='coscheduling'"),
-    (dict(workload_priority_class="high"), "workload_priority_class needs queue_name"),
-    (dict(queue_name="Team_A"), "queue_name='Team_A': must be a Kubernetes object name"),
-    (dict(topology_key="block topology"), "topology_key='block topology': must be a node label key"),
-    (dict(runtime_name="torch-distributed", pod_group_policy="volcano"), "pod_group_policy goes into the rendered"),
-    (dict(queue_name="a", labels={"kueue.x-k8s.io/queue-name": "b"}), "disagree"),
-])
+@pytest.mark.parametrize(
+    "kw, problem",
+    [
+        (dict(pod_group_policy="gang"), "pod_group_policy='gang': must be one of none, coscheduling, volcano"),
+        (dict(schedule_timeout_seconds=30), "schedule_timeout_seconds applies to pod_group_policy='coscheduling'"),
+        (dict(workload_priority_class="high"), "workload_priority_class needs queue_name"),
+        (dict(queue_name="Team_A"), "queue_name='Team_A': must be a Kubernetes object name"),
+        (dict(topology_key="block topology"), "topology_key='block topology': must be a node label key"),
+        (dict(runtime_name="torch-distributed", pod_group_policy="volcano"), "pod_group_policy goes into the rendered"),
+        (dict(queue_name="a", labels={"kueue.x-k8s.io/queue-name": "b"}), "disagree"),
+    ],
+)
 def test_bad_scheduling_settings_are_refused(kw, problem):
     with pytest.raises(ConfigError) as info:
         KubeflowExecutor(**{**GPU, **kw}).validate()
@@ -127,8 +137,10 @@ def test_timeout_defaults_are_exported_unless_the_task_sets_them():
     for name, value in TIMEOUT_DEFAULTS.items():
         assert f"export {name}=" in script and value in script
     # Set by the task (under torch's older spelling too): not exported, the task's value stands.
-    sub = build(env_vars={"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "1200"},
-                task_env={"NCCL_ASYNC_ERROR_HANDLING": "1", "PET_RDZV_CONF": "timeout=60"})
+    sub = build(
+        env_vars={"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "1200"},
+        task_env={"NCCL_ASYNC_ERROR_HANDLING": "1", "PET_RDZV_CONF": "timeout=60"},
+    )
     script = sub.launch.args[0]
     assert "export TORCH_NCCL_ENABLE_MONITORING=" in script
     for name in ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PET_RDZV_CONF"):

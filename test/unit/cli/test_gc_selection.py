@@ -11,8 +11,10 @@ from nemo_kubeflow.cli import main as console
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, MANAGED_BY_LABEL
 
 
-@pytest.mark.parametrize("text, seconds", [("30s", 30), ("45m", 2700), ("12h", 43200), ("7d", 604800),
-                                           ("2w", 1209600), ("1d12h", 129600), ("0s", 0)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("30s", 30), ("45m", 2700), ("12h", 43200), ("7d", 604800), ("2w", 1209600), ("1d12h", 129600), ("0s", 0)],
+)
 def test_older_than_reads_durations(text, seconds):
     assert console.parse_duration(text) == seconds
 
@@ -30,8 +32,10 @@ def test_older_than_error_on_the_command_line_names_the_option(capsys):
     assert "argument --older-than: '7days': expected a duration" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("seconds, text", [(5, "5s"), (59, "59s"), (61, "1m1s"), (3 * 3600 + 125, "3h2m"),
-                                           (8 * 86400 + 30, "8d"), (86400 + 3600, "1d1h")])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(5, "5s"), (59, "59s"), (61, "1m1s"), (3 * 3600 + 125, "3h2m"), (8 * 86400 + 30, "8d"), (86400 + 3600, "1d1h")],
+)
 def test_ages_print_like_kubectl(seconds, text):
     assert console.format_age(seconds) == text
 
@@ -58,11 +62,15 @@ def test_experiment_selection_by_a_long_title_uses_this_machines_experiments(nem
 def test_select_finished_jobs_never_selects_objects_without_our_label():
     now = datetime.now(timezone.utc)
     done = {"type": "Complete", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}
-    ours = {"metadata": {"name": "ours", "labels": {MANAGED_BY_LABEL: "nemo-kubeflow", EXPERIMENT_LABEL: "x_1"}},
-            "status": {"conditions": [done]}}
+    ours = {
+        "metadata": {"name": "ours", "labels": {MANAGED_BY_LABEL: "nemo-kubeflow", EXPERIMENT_LABEL: "x_1"}},
+        "status": {"conditions": [done]},
+    }
     theirs = {"metadata": {"name": "theirs", "labels": {EXPERIMENT_LABEL: "x_1"}}, "status": {"conditions": [done]}}
-    running = {"metadata": {"name": "running", "labels": ours["metadata"]["labels"]},
-               "status": {"jobsStatus": [{"name": "node", "ready": 1}]}}
+    running = {
+        "metadata": {"name": "running", "labels": ours["metadata"]["labels"]},
+        "status": {"jobsStatus": [{"name": "node", "ready": 1}]},
+    }
     result = console.select_finished_jobs([("ns", ours), ("ns", theirs), ("ns", running)], now, experiments=["x"])
     assert [job["metadata"]["name"] for _, job, _, _ in result.selected] == ["ours"]
     assert result.unfinished == 1

@@ -56,13 +56,33 @@ def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
         dryrun = load_dir(Path(exp.jobs[0].executor.job_dir) / "manifests")
 
     out = tmp_path / "rendered"
-    code = console.main(["render", "--factory", "kubeflow_cpu", "--set", "nodes=2", "--set", "namespace=team",
-                      "--experiment-id", experiment_id, "--name", "train", "--out", str(out), "--", *COMMAND])
+    code = console.main(
+        [
+            "render",
+            "--factory",
+            "kubeflow_cpu",
+            "--set",
+            "nodes=2",
+            "--set",
+            "namespace=team",
+            "--experiment-id",
+            experiment_id,
+            "--name",
+            "train",
+            "--out",
+            str(out),
+            "--",
+            *COMMAND,
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     rendered = load_dir(out)
 
-    assert [o["kind"] for o in rendered] == [o["kind"] for o in dryrun] == [
-        "ClusterTrainingRuntime", "TrainJob", "ConfigMap"]
+    assert (
+        [o["kind"] for o in rendered]
+        == [o["kind"] for o in dryrun]
+        == ["ClusterTrainingRuntime", "TrainJob", "ConfigMap"]
+    )
     assert by_kind(rendered, "ClusterTrainingRuntime") == by_kind(dryrun, "ClusterTrainingRuntime")
     job = by_kind(rendered, "TrainJob")
     assert job == without_nemo_run_metadata(by_kind(dryrun, "TrainJob"))
@@ -76,8 +96,17 @@ def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
 
 def test_render_masks_secrets(monkeypatch, capsys):
     monkeypatch.setenv("HF_TOKEN", "canary-5f1d2e")
-    code = console.main(["render", "--factory", "kubeflow_cpu", "--set", 'secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"}',
-                      "--", "echo hello"])
+    code = console.main(
+        [
+            "render",
+            "--factory",
+            "kubeflow_cpu",
+            "--set",
+            'secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"}',
+            "--",
+            "echo hello",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     secret = next(o for o in yaml.safe_load_all(out) if o["kind"] == "Secret")
@@ -87,13 +116,15 @@ def test_render_masks_secrets(monkeypatch, capsys):
 
 def test_render_from_an_executor_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "my_executors.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_executors.py").write_text(
+        textwrap.dedent("""
         from nemo_kubeflow import KubeflowExecutor
 
         def gpu():
             return KubeflowExecutor(container_image="example.com/train:1", nodes=3, nprocs_per_node=4,
                                     gpus_per_node=4, runtime_kind="TrainingRuntime", namespace="team")
-    """))
+    """)
+    )
     code = console.main(["render", "--executor-file", "my_executors.py:gpu", "--set", "nodes=2", "--", "echo hi"])
     assert code == 0, capsys.readouterr().err
     objs = list(yaml.safe_load_all(capsys.readouterr().out))
@@ -104,22 +135,29 @@ def test_render_from_an_executor_file(tmp_path, monkeypatch, capsys):
 
 def test_set_reaches_into_profile_settings_left_at_their_defaults():
     # kubeflow_gpu leaves gke_rdma unset (None: GKERDMAConfig()); --set starts from those defaults.
-    executor = console.load_executor("kubeflow_gpu", overrides=["network_fabric=gke-rdma", "gke_rdma.nic_count=4",
-                                                              "gke_rdma.tuner_config=/t.txtpb"])
+    executor = console.load_executor(
+        "kubeflow_gpu", overrides=["network_fabric=gke-rdma", "gke_rdma.nic_count=4", "gke_rdma.tuner_config=/t.txtpb"]
+    )
     assert (executor.gke_rdma.nic_count, executor.gke_rdma.tuner_config) == (4, "/t.txtpb")
     assert executor.gke_rdma.default_network == "default" and executor.aws_efa is None
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["render", "--factory", "nope", "--", "x"], "no executor factory of that name; known: "),
-    (["render", "--set", "gke_rdma.nic_cont=4", "--", "x"], "GKERDMAConfig has no field 'nic_cont'; did you mean nic_count?"),
-    (["render", "--set", "nodes.count=4", "--", "x"], "nodes is not a run.Config in this configuration"),
-    (["render", "--set", "nodez=2", "--", "x"], "has no field 'nodez'; did you mean nodes?"),
-    (["render", "--set", "nodes=two", "--", "x"], "cannot read 'two' as int"),
-    (["render", "--set", "nodes=0", "--", "x"], "nodes=0: must be an integer >= 1"),
-    (["render", "--factory", "kubeflow_cpu"], "give the command to run after --"),
-    (["render", "--executor-file", "missing.py:gpu", "--", "x"], "missing.py does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["render", "--factory", "nope", "--", "x"], "no executor factory of that name; known: "),
+        (
+            ["render", "--set", "gke_rdma.nic_cont=4", "--", "x"],
+            "GKERDMAConfig has no field 'nic_cont'; did you mean nic_count?",
+        ),
+        (["render", "--set", "nodes.count=4", "--", "x"], "nodes is not a run.Config in this configuration"),
+        (["render", "--set", "nodez=2", "--", "x"], "has no field 'nodez'; did you mean nodes?"),
+        (["render", "--set", "nodes=two", "--", "x"], "cannot read 'two' as int"),
+        (["render", "--set", "nodes=0", "--", "x"], "nodes=0: must be an integer >= 1"),
+        (["render", "--factory", "kubeflow_cpu"], "give the command to run after --"),
+        (["render", "--executor-file", "missing.py:gpu", "--", "x"], "missing.py does not exist"),
+    ],
+)
 def test_errors_are_one_message_and_exit_code_2(argv, message, capsys):
     assert console.main(argv) == 2
     err = capsys.readouterr().err
@@ -138,7 +176,8 @@ def test_validate_reports_a_typo_in_a_trainjob_with_exit_code_1(tmp_path, capsys
     assert console.main(["validate", *files]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines() == [
-        f"{job_file}: TrainJob/{name}: spec.trainer.numProcsPerNode: unknown field; did you mean numProcPerNode?"]
+        f"{job_file}: TrainJob/{name}: spec.trainer.numProcsPerNode: unknown field; did you mean numProcPerNode?"
+    ]
     assert "1 problem(s) in 3 object(s)" in err
 
 

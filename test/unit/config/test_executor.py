@@ -14,30 +14,35 @@ def ok(**kw):
     return KubeflowExecutor(**{"container_image": "img", **kw})
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(nodes=0), "nodes=0: must be an integer >= 1"),
-    (dict(nprocs_per_node=-1), "nprocs_per_node=-1"),
-    (dict(gpus_per_node=4, nprocs_per_node=8), "exceeds gpus_per_node=4"),
-    (dict(namespace="Team_A"), "namespace='Team_A': must be a DNS-1123 label"),
-    (dict(cpu_request="eight"), "cpu_request='eight': not a Kubernetes quantity"),
-    (dict(cpu_request="1e99999999999"), "cpu_request='1e99999999999': not a Kubernetes quantity"),
-    (dict(memory_request="8Gi", memory_limit="4Gi"), "memory_request='8Gi' is larger than memory_limit='4Gi'"),
-    (dict(env_vars={"PET_NODE_RANK": "0"}),
-     "environment variable PET_NODE_RANK is set by Kubeflow Trainer's torch plugin"),
-    (dict(env_vars={"1BAD": "x"}), "environment variable '1BAD'"),
-    (dict(secret_env_vars={"TOKEN": "hunter2"}), "literal values are refused"),
-    (dict(secret_key_refs={"K": "no-key"}), "expected 'secret-name/key'"),
-    (dict(env_vars={"K": "1"}, secret_key_refs={"K": "s/k"}), "K is set twice"),
-    (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="/nemo_run")]), "already used by workspace_mount_path"),
-    (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="/d", create=True)]), "create=True needs size"),
-    (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="rel")]), "must be an absolute path"),
-    (dict(runtime_kind="MyRuntime"), "runtime_kind='MyRuntime'"),
-    (dict(active_deadline_seconds=0), "active_deadline_seconds=0"),
-    (dict(enable_tcpxo=True), "enable_tcpxo needs gpus_per_node > 0"),
-    (dict(shm_size="lots"), "shm_size='lots'"),
-    (dict(extra_resources={"nvidia.com/gpu": "8"}), "set GPUs with gpus_per_node"),
-    (dict(labels={"team": "x" * 70}), "label values are at most 63"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(nodes=0), "nodes=0: must be an integer >= 1"),
+        (dict(nprocs_per_node=-1), "nprocs_per_node=-1"),
+        (dict(gpus_per_node=4, nprocs_per_node=8), "exceeds gpus_per_node=4"),
+        (dict(namespace="Team_A"), "namespace='Team_A': must be a DNS-1123 label"),
+        (dict(cpu_request="eight"), "cpu_request='eight': not a Kubernetes quantity"),
+        (dict(cpu_request="1e99999999999"), "cpu_request='1e99999999999': not a Kubernetes quantity"),
+        (dict(memory_request="8Gi", memory_limit="4Gi"), "memory_request='8Gi' is larger than memory_limit='4Gi'"),
+        (
+            dict(env_vars={"PET_NODE_RANK": "0"}),
+            "environment variable PET_NODE_RANK is set by Kubeflow Trainer's torch plugin",
+        ),
+        (dict(env_vars={"1BAD": "x"}), "environment variable '1BAD'"),
+        (dict(secret_env_vars={"TOKEN": "hunter2"}), "literal values are refused"),
+        (dict(secret_key_refs={"K": "no-key"}), "expected 'secret-name/key'"),
+        (dict(env_vars={"K": "1"}, secret_key_refs={"K": "s/k"}), "K is set twice"),
+        (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="/nemo_run")]), "already used by workspace_mount_path"),
+        (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="/d", create=True)]), "create=True needs size"),
+        (dict(pvc_mounts=[PVCMount(claim_name="d", mount_path="rel")]), "must be an absolute path"),
+        (dict(runtime_kind="MyRuntime"), "runtime_kind='MyRuntime'"),
+        (dict(active_deadline_seconds=0), "active_deadline_seconds=0"),
+        (dict(enable_tcpxo=True), "enable_tcpxo needs gpus_per_node > 0"),
+        (dict(shm_size="lots"), "shm_size='lots'"),
+        (dict(extra_resources={"nvidia.com/gpu": "8"}), "set GPUs with gpus_per_node"),
+        (dict(labels={"team": "x" * 70}), "label values are at most 63"),
+    ],
+)
 def test_invalid_configurations_are_named(kwargs, message):
     with pytest.raises(ConfigError, match=None) as err:
         ok(**kwargs).validate()
@@ -95,12 +100,22 @@ def every_field_set() -> KubeflowExecutor:
     from nemo_kubeflow.build.fabrics import TCPXOConfig
     from nemo_kubeflow.build.initializers import InitializerSettings
 
-    ex = ok(nodes=3, nprocs_per_node=4, gpus_per_node=4, secret_env_vars={"T": "env:T"},
-            pvc_mounts=[PVCMount(claim_name="d", mount_path="/d")],
-            secret_mounts=[SecretMount(secret_name="s", mount_path="/s")], tcpxo=TCPXOConfig(nic_count=4),
-            initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m")),
-            initializer_settings=InitializerSettings(claim_name="c"), packager=ConfigMapPackager(mode="sharded"),
-            env_vars={"A": "1"}, retries=2, labels={"team": "x"}, queue_name="q")
+    ex = ok(
+        nodes=3,
+        nprocs_per_node=4,
+        gpus_per_node=4,
+        secret_env_vars={"T": "env:T"},
+        pvc_mounts=[PVCMount(claim_name="d", mount_path="/d")],
+        secret_mounts=[SecretMount(secret_name="s", mount_path="/s")],
+        tcpxo=TCPXOConfig(nic_count=4),
+        initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m")),
+        initializer_settings=InitializerSettings(claim_name="c"),
+        packager=ConfigMapPackager(mode="sharded"),
+        env_vars={"A": "1"},
+        retries=2,
+        labels={"team": "x"},
+        queue_name="q",
+    )
     ex.assign("exp_1", "/tmp/exp_1", "t", "t")
     return ex
 
@@ -161,29 +176,42 @@ def test_configuration_reference_is_up_to_date():
 
 
 # --- image references (github.com/distribution/reference grammar) ---------------------------------
-@pytest.mark.parametrize("image", [
-    "python:3.11", "busybox", "nvcr.io/nvidia/nemo:25.02", "localhost:5000/team/img:dev", "[::1]:5000/img",
-    "MyRegistry.example.com/team/img", "ghcr.io/org/a__b/c-d--e.f:v1.2_x", "img@sha256:" + "a" * 64,
-    "img:tag@sha512:" + "0" * 128, "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21",
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "python:3.11",
+        "busybox",
+        "nvcr.io/nvidia/nemo:25.02",
+        "localhost:5000/team/img:dev",
+        "[::1]:5000/img",
+        "MyRegistry.example.com/team/img",
+        "ghcr.io/org/a__b/c-d--e.f:v1.2_x",
+        "img@sha256:" + "a" * 64,
+        "img:tag@sha512:" + "0" * 128,
+        "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21",
+    ],
+)
 def test_valid_image_references_pass(image):
     ok(container_image=image).validate()
 
 
-@pytest.mark.parametrize("image, message", [
-    ("Python:3.11", "the repository 'Python' must be lowercase (write 'python')"),
-    ("docker.io/Library/python", "the repository 'Library/python' must be lowercase"),
-    ("img@sha256:" + "A" * 64, "sha256 takes exactly 64 lowercase hex digits"),
-    ("img@sha256:" + "a" * 63, "sha256 takes exactly 64 lowercase hex digits"),
-    ("img@sha1:" + "a" * 40, "with algorithm one of sha256, sha384, sha512"),
-    ("img@latest", "the digest 'latest' must be <algorithm>:<hex>"),
-    ("img:" + "t" * 129, "the tag 'ttt"),
-    ("img:.hidden", "the tag '.hidden'"),
-    ("team//img", "the repository 'team//img'"),
-    ("a___b", "the repository 'a___b'"),
-    ("reg-.io/img", "registry 'reg-.io' is not a host name"),
-    ("reg.io/" + "a" * 250, "at most 255 are allowed"),
-])
+@pytest.mark.parametrize(
+    "image, message",
+    [
+        ("Python:3.11", "the repository 'Python' must be lowercase (write 'python')"),
+        ("docker.io/Library/python", "the repository 'Library/python' must be lowercase"),
+        ("img@sha256:" + "A" * 64, "sha256 takes exactly 64 lowercase hex digits"),
+        ("img@sha256:" + "a" * 63, "sha256 takes exactly 64 lowercase hex digits"),
+        ("img@sha1:" + "a" * 40, "with algorithm one of sha256, sha384, sha512"),
+        ("img@latest", "the digest 'latest' must be <algorithm>:<hex>"),
+        ("img:" + "t" * 129, "the tag 'ttt"),
+        ("img:.hidden", "the tag '.hidden'"),
+        ("team//img", "the repository 'team//img'"),
+        ("a___b", "the repository 'a___b'"),
+        ("reg-.io/img", "registry 'reg-.io' is not a host name"),
+        ("reg.io/" + "a" * 250, "at most 255 are allowed"),
+    ],
+)
 def test_invalid_image_references_name_the_part_at_fault(image, message):
     with pytest.raises(ConfigError) as err:
         ok(container_image=image).validate()
@@ -196,9 +224,14 @@ def test_initializer_and_fabric_images_use_the_same_grammar():
     from nemo_kubeflow.build.fabrics import TCPXOConfig
     from nemo_kubeflow.build.initializers import InitializerSettings
 
-    ex = ok(gpus_per_node=8, nprocs_per_node=8, network_fabric="gke-tcpxo", tcpxo=TCPXOConfig(daemon_image="Daemon:1"),
-            initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m")),
-            initializer_settings=InitializerSettings(claim_name="c", model_image="ghcr.io/Kubeflow/init"))
+    ex = ok(
+        gpus_per_node=8,
+        nprocs_per_node=8,
+        network_fabric="gke-tcpxo",
+        tcpxo=TCPXOConfig(daemon_image="Daemon:1"),
+        initializer=Initializer(model=HuggingFaceModelInitializer(storage_uri="hf://m")),
+        initializer_settings=InitializerSettings(claim_name="c", model_image="ghcr.io/Kubeflow/init"),
+    )
     with pytest.raises(ConfigError) as err:
         ex.validate()
     assert "tcpxo.daemon_image='Daemon:1': the repository 'Daemon' must be lowercase" in str(err.value)
@@ -206,25 +239,34 @@ def test_initializer_and_fabric_images_use_the_same_grammar():
 
 
 # --- types of the fields -------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(gpus_per_node=True), "gpus_per_node=True: must be an integer, not bool"),
-    (dict(gpus_per_node="8"), "gpus_per_node='8': must be an integer, not str (write 8, without quotes)"),
-    (dict(container_image=["img"]), "container_image=['img']: must be a string, not list"),
-    (dict(env_vars={"A": 1.5}), "env_vars['A']=1.5: must be a string, not float (quote it: '1.5')"),
-    (dict(env_vars={1: "x"}), "env_vars key=1: must be a string, not int (quote it: '1')"),
-    (dict(preflight=1), "preflight=1: must be True, False or a string, not int"),
-    (dict(one_pod_per_node="no"), "one_pod_per_node='no': must be True or False, not str"),
-    (dict(shm_size=True), "shm_size=True: must be a quantity (a string such as '8Gi', or a number), not bool"),
-    (dict(extra_resources={"x.com/y": None}), "extra_resources['x.com/y']=None: must be a quantity"),
-    (dict(secret_mounts=[{"secret_name": "s"}]), "secret_mounts[0]={'secret_name': 's'}: must be a SecretMount"),
-    (dict(tolerations=["nvidia.com/gpu"]), "tolerations[0]='nvidia.com/gpu': must be a dict, not str"),
-    (dict(active_deadline_seconds="600"), "active_deadline_seconds='600': must be an integer, not str (write 600,"),
-    (dict(service_account=5), "service_account=5: must be a string, not int (quote it: '5')"),
-    (dict(cpu_request=True), "cpu_request=True: must be a quantity (a string such as '8Gi', or a number), not bool"),
-    (dict(packager=ConfigMapPackager(include_pattern=["*.py", 3])), "packager.include_pattern[1]=3: must be a string"),
-    (dict(packager=ConfigMapPackager(use_git="yes")), "packager.use_git='yes': must be True or False, not str"),
-    (dict(launcher=5), "launcher=5: must be a Launcher, a string or None, not int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(gpus_per_node=True), "gpus_per_node=True: must be an integer, not bool"),
+        (dict(gpus_per_node="8"), "gpus_per_node='8': must be an integer, not str (write 8, without quotes)"),
+        (dict(container_image=["img"]), "container_image=['img']: must be a string, not list"),
+        (dict(env_vars={"A": 1.5}), "env_vars['A']=1.5: must be a string, not float (quote it: '1.5')"),
+        (dict(env_vars={1: "x"}), "env_vars key=1: must be a string, not int (quote it: '1')"),
+        (dict(preflight=1), "preflight=1: must be True, False or a string, not int"),
+        (dict(one_pod_per_node="no"), "one_pod_per_node='no': must be True or False, not str"),
+        (dict(shm_size=True), "shm_size=True: must be a quantity (a string such as '8Gi', or a number), not bool"),
+        (dict(extra_resources={"x.com/y": None}), "extra_resources['x.com/y']=None: must be a quantity"),
+        (dict(secret_mounts=[{"secret_name": "s"}]), "secret_mounts[0]={'secret_name': 's'}: must be a SecretMount"),
+        (dict(tolerations=["nvidia.com/gpu"]), "tolerations[0]='nvidia.com/gpu': must be a dict, not str"),
+        (dict(active_deadline_seconds="600"), "active_deadline_seconds='600': must be an integer, not str (write 600,"),
+        (dict(service_account=5), "service_account=5: must be a string, not int (quote it: '5')"),
+        (
+            dict(cpu_request=True),
+            "cpu_request=True: must be a quantity (a string such as '8Gi', or a number), not bool",
+        ),
+        (
+            dict(packager=ConfigMapPackager(include_pattern=["*.py", 3])),
+            "packager.include_pattern[1]=3: must be a string",
+        ),
+        (dict(packager=ConfigMapPackager(use_git="yes")), "packager.use_git='yes': must be True or False, not str"),
+        (dict(launcher=5), "launcher=5: must be a Launcher, a string or None, not int"),
+    ],
+)
 def test_wrong_types_name_the_field_and_the_type_expected(kwargs, message):
     with pytest.raises(ConfigError) as err:
         ok(**kwargs).validate()
@@ -239,8 +281,15 @@ def test_a_wrong_type_is_reported_once_and_the_other_problems_still_are():
     from nemo_kubeflow.build.fabrics import TCPXOConfig
 
     with pytest.raises(ConfigError) as err:
-        KubeflowExecutor(container_image=5, nodes="2", namespace="BAD", network_fabric="gke-tcpxo", gpus_per_node=8,
-                         nprocs_per_node=8, tcpxo=TCPXOConfig(nic_count="8")).validate()
+        KubeflowExecutor(
+            container_image=5,
+            nodes="2",
+            namespace="BAD",
+            network_fabric="gke-tcpxo",
+            gpus_per_node=8,
+            nprocs_per_node=8,
+            tcpxo=TCPXOConfig(nic_count="8"),
+        ).validate()
     lines = str(err.value).splitlines()[1:]
     assert lines == [
         "  - nodes='2': must be an integer, not str (write 2, without quotes)",

@@ -14,11 +14,17 @@ from nemo_kubeflow.schema.validation import check_manifests
 CONFIGS = {
     "gpu": dict(container_image="nvcr.io/nvidia/nemo:25.02", nodes=2, nprocs_per_node=8, gpus_per_node=8),
     "cpu": dict(container_image="python:3.11", nodes=2, nprocs_per_node=2, cpu_request="2", memory_request="4Gi"),
-    "tcpxo": dict(container_image="nvcr.io/nvidia/nemo:25.02", nodes=2, nprocs_per_node=8, gpus_per_node=8,
-                  enable_tcpxo=True),
-    "pvc_secret": dict(container_image="nvcr.io/nvidia/nemo:25.02", nodes=2, nprocs_per_node=8, gpus_per_node=8,
-                       pvc_mounts=[PVCMount(claim_name="ckpt", mount_path="/ckpt", create=True, size="1Ti")],
-                       secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"}),
+    "tcpxo": dict(
+        container_image="nvcr.io/nvidia/nemo:25.02", nodes=2, nprocs_per_node=8, gpus_per_node=8, enable_tcpxo=True
+    ),
+    "pvc_secret": dict(
+        container_image="nvcr.io/nvidia/nemo:25.02",
+        nodes=2,
+        nprocs_per_node=8,
+        gpus_per_node=8,
+        pvc_mounts=[PVCMount(claim_name="ckpt", mount_path="/ckpt", create=True, size="1Ti")],
+        secret_env_vars={"HF_TOKEN": "env:HF_TOKEN"},
+    ),
 }
 
 

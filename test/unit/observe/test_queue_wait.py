@@ -7,27 +7,51 @@ from nemo_kubeflow.observe.status import owned_workload, queue_wait_message
 
 
 def _workload(*conditions):
-    return {"metadata": {"ownerReferences": [{"kind": "TrainJob", "uid": "u1"}]},
-            "status": {"conditions": [dict(zip(("type", "status", "reason", "message"), c)) for c in conditions]}}
+    return {
+        "metadata": {"ownerReferences": [{"kind": "TrainJob", "uid": "u1"}]},
+        "status": {"conditions": [dict(zip(("type", "status", "reason", "message"), c)) for c in conditions]},
+    }
 
 
-@pytest.mark.parametrize("conditions, message", [
-    ((), "waiting for queue q to admit it"),
-    ((("QuotaReserved", "False", "Pending", "couldn't assign flavors to pod set node: insufficient unused quota "
-       "for nvidia.com/gpu in flavor h100, 8 more needed"),),
-     "waiting for queue q to admit it: Pending: couldn't assign flavors to pod set node: insufficient unused quota "
-     "for nvidia.com/gpu in flavor h100, 8 more needed"),
-    ((("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cq"),
-      ("Admitted", "False", "NoChecks", "The workload has not all checks ready")),
-     "waiting for queue q to admit it: quota reserved, waiting for admission checks "
-     "(NoChecks: The workload has not all checks ready)"),
-    ((("Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: x) due to prioritization"),
-      ("QuotaReserved", "False", "Pending", "Preempted")),
-     "preempted, waiting for queue q to admit it again (Preempted: Preempted to accommodate a workload (UID: x) "
-     "due to prioritization)"),
-    ((("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout"),),
-     "waiting for queue q to admit it again (evicted: PodsReadyTimeout: Exceeded the PodsReady timeout)"),
-])
+@pytest.mark.parametrize(
+    "conditions, message",
+    [
+        ((), "waiting for queue q to admit it"),
+        (
+            (
+                (
+                    "QuotaReserved",
+                    "False",
+                    "Pending",
+                    "couldn't assign flavors to pod set node: insufficient unused quota "
+                    "for nvidia.com/gpu in flavor h100, 8 more needed",
+                ),
+            ),
+            "waiting for queue q to admit it: Pending: couldn't assign flavors to pod set node: insufficient unused quota "
+            "for nvidia.com/gpu in flavor h100, 8 more needed",
+        ),
+        (
+            (
+                ("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cq"),
+                ("Admitted", "False", "NoChecks", "The workload has not all checks ready"),
+            ),
+            "waiting for queue q to admit it: quota reserved, waiting for admission checks "
+            "(NoChecks: The workload has not all checks ready)",
+        ),
+        (
+            (
+                ("Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: x) due to prioritization"),
+                ("QuotaReserved", "False", "Pending", "Preempted"),
+            ),
+            "preempted, waiting for queue q to admit it again (Preempted: Preempted to accommodate a workload (UID: x) "
+            "due to prioritization)",
+        ),
+        (
+            (("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout"),),
+            "waiting for queue q to admit it again (evicted: PodsReadyTimeout: Exceeded the PodsReady timeout)",
+        ),
+    ],
+)
 def test_queue_wait_message_carries_kueues_reason(conditions, message):
     trainjob = {"metadata": {"uid": "u1"}}
     workload = owned_workload([_workload(*conditions), {"metadata": {"ownerReferences": [{"uid": "other"}]}}], trainjob)

@@ -25,38 +25,65 @@ def test_events_blame_the_node_the_pod_was_scheduled_on_else_the_events_source_o
     events = [
         _event("j-node-0-1-b", "NodeNotReady", eventTime="2026-01-01T00:00:09Z", source={"host": "n2"}),
         _event("j-node-0-0-a", "Scheduled", "Successfully assigned ns/j-node-0-0-a to n1"),
-        _event("j-node-0-0-a", "TaintManagerEviction", "Marking for deletion", lastTimestamp="2026-01-01T00:00:05Z",
-               source={"host": "elsewhere"}),
+        _event(
+            "j-node-0-0-a",
+            "TaintManagerEviction",
+            "Marking for deletion",
+            lastTimestamp="2026-01-01T00:00:05Z",
+            source={"host": "elsewhere"},
+        ),
         _event("j-node-0-2-c", "Evicted", source={}),  # no node to blame
         _event("j-node-0-3-d", "Evicted", kind="Node", source={"host": "n4"}),  # not a pod's event
         _event("other-node-0-0-e", "Evicted", source={"host": "n5"}),  # another job's pod
     ]
     assert node_faults([], events, "j") == [
         NodeFault("n1", "j-node-0-0-a", "TaintManagerEviction (Marking for deletion)"),
-        NodeFault("n2", "j-node-0-1-b", "NodeNotReady ()")]
+        NodeFault("n2", "j-node-0-1-b", "NodeNotReady ()"),
+    ]
 
 
 def test_a_pod_still_there_blames_its_node_once_and_before_the_events():
-    pod = {"metadata": {"name": "j-node-0-0-a"}, "spec": {"nodeName": "n1"}, "status": {"conditions": [
-        {"type": "Ready", "status": "False"},
-        {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]}}
-    not_disrupted = {"metadata": {"name": "j-node-0-1-b"}, "spec": {"nodeName": "n2"}, "status": {"conditions": [
-        {"type": "DisruptionTarget", "status": "False", "reason": "DeletionByTaintManager"}]}}
-    unscheduled = {"metadata": {"name": "j-node-0-2-c"}, "spec": {}, "status": {"conditions": [
-        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]}}
+    pod = {
+        "metadata": {"name": "j-node-0-0-a"},
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"},
+            ]
+        },
+    }
+    not_disrupted = {
+        "metadata": {"name": "j-node-0-1-b"},
+        "spec": {"nodeName": "n2"},
+        "status": {"conditions": [{"type": "DisruptionTarget", "status": "False", "reason": "DeletionByTaintManager"}]},
+    }
+    unscheduled = {
+        "metadata": {"name": "j-node-0-2-c"},
+        "spec": {},
+        "status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]},
+    }
     events = [_event("j-node-0-0-a", "Evicted", "later", source={"host": "n1"})]
     assert node_faults([pod, not_disrupted, unscheduled], events, "j") == [
-        NodeFault("n1", "j-node-0-0-a", "DisruptionTarget (TerminationByKubelet)")]
+        NodeFault("n1", "j-node-0-0-a", "DisruptionTarget (TerminationByKubelet)")
+    ]
 
 
 def test_only_ready_uncordoned_nodes_with_the_selectors_labels_take_pods():
     def node(name, ready="True", unschedulable=False, labels=None):
-        return {"metadata": {"name": name, "labels": labels or {"pool": "gpu"}},
-                "spec": {"unschedulable": unschedulable} if unschedulable else {},
-                "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+        return {
+            "metadata": {"name": name, "labels": labels or {"pool": "gpu"}},
+            "spec": {"unschedulable": unschedulable} if unschedulable else {},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        }
 
-    nodes = [node("n1"), node("n2", ready="False"), node("n3", unschedulable=True), node("n4", labels={"pool": "cpu"}),
-             {"metadata": {"name": "n5"}}]
+    nodes = [
+        node("n1"),
+        node("n2", ready="False"),
+        node("n3", unschedulable=True),
+        node("n4", labels={"pool": "cpu"}),
+        {"metadata": {"name": "n5"}},
+    ]
     assert schedulable_nodes(nodes, {"pool": "gpu"}) == ["n1"]
     assert schedulable_nodes(nodes, {}) == ["n1", "n4"]
 
@@ -84,11 +111,15 @@ def test_the_annotation_round_trips_and_anything_else_starts_from_nothing():
 def test_status_names_the_avoided_nodes_the_restarts_before_and_why_some_are_not():
     fault = NodeFault("n1", "p1", "Evicted (m)")
     assert status_line(Avoidance()) == ""
-    assert status_line(Avoidance((fault,), restarts_before=1)) == \
-        "avoiding node n1 after its pod p1 failed with Evicted (m); 1 gang restart before the move"
-    assert status_line(Avoidance((fault,), restarts_before=2, capped="not avoiding node n2: x")) == \
-        "avoiding node n1 after its pod p1 failed with Evicted (m); 2 gang restarts before the move; " \
+    assert (
+        status_line(Avoidance((fault,), restarts_before=1))
+        == "avoiding node n1 after its pod p1 failed with Evicted (m); 1 gang restart before the move"
+    )
+    assert (
+        status_line(Avoidance((fault,), restarts_before=2, capped="not avoiding node n2: x"))
+        == "avoiding node n1 after its pod p1 failed with Evicted (m); 2 gang restarts before the move; "
         "not avoiding node n2: x"
+    )
 
 
 def test_the_gang_attempt_is_the_newest_numeric_label():

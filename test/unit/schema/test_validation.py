@@ -50,9 +50,7 @@ TORCH_DISTRIBUTED: dict[str, Any] = {
                     {
                         "name": "node",
                         "template": {
-                            "metadata": {
-                                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-                            },
+                            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                             "spec": {
                                 "template": {
                                     "spec": {
@@ -500,20 +498,49 @@ BROKEN = [
         "pods of replicated job 'node' would be named up to 64 characters",
         "name-over-pod-name-budget",
     ),
-    case("configmap", [("set", ("metadata", "name"), "abc\n")], "metadata.name", "not a DNS-1123 subdomain",
-         "name-trailing-newline"),
-    case("trainjob", [("set", ("metadata", "name"), "abc\n")], "metadata.name", "not an RFC 1035 label",
-         "trainjob-name-trailing-newline"),
-    case("trainjob", [("set", ("metadata", "namespace"), "team-a\n")], "metadata.namespace",
-         "not a DNS-1123 label", "namespace-trailing-newline"),
-    case("trainjob", [("set", ("spec", "trainer", "env", 0, "name"), "NCCL_DEBUG\n")], "spec.trainer.env[0].name",
-         "not a valid environment variable name", "env-name-trailing-newline"),
-    case("configmap", [("set", ("data", "key\n"), "x")], 'data["key\\n"]', "invalid key",
-         "data-key-trailing-newline"),
-    case("trainjob", [("set", ("metadata", "labels"), {"team\n": "a"})], 'metadata.labels["team\\n"]',
-         "invalid label key", "label-key-trailing-newline"),
-    case("trainjob", [("set", ("metadata", "labels"), {"team": "a\n"})], "metadata.labels.team",
-         "invalid label value", "label-value-trailing-newline"),
+    case(
+        "configmap",
+        [("set", ("metadata", "name"), "abc\n")],
+        "metadata.name",
+        "not a DNS-1123 subdomain",
+        "name-trailing-newline",
+    ),
+    case(
+        "trainjob",
+        [("set", ("metadata", "name"), "abc\n")],
+        "metadata.name",
+        "not an RFC 1035 label",
+        "trainjob-name-trailing-newline",
+    ),
+    case(
+        "trainjob",
+        [("set", ("metadata", "namespace"), "team-a\n")],
+        "metadata.namespace",
+        "not a DNS-1123 label",
+        "namespace-trailing-newline",
+    ),
+    case(
+        "trainjob",
+        [("set", ("spec", "trainer", "env", 0, "name"), "NCCL_DEBUG\n")],
+        "spec.trainer.env[0].name",
+        "not a valid environment variable name",
+        "env-name-trailing-newline",
+    ),
+    case("configmap", [("set", ("data", "key\n"), "x")], 'data["key\\n"]', "invalid key", "data-key-trailing-newline"),
+    case(
+        "trainjob",
+        [("set", ("metadata", "labels"), {"team\n": "a"})],
+        'metadata.labels["team\\n"]',
+        "invalid label key",
+        "label-key-trailing-newline",
+    ),
+    case(
+        "trainjob",
+        [("set", ("metadata", "labels"), {"team": "a\n"})],
+        "metadata.labels.team",
+        "invalid label value",
+        "label-value-trailing-newline",
+    ),
     case(
         "trainjob",
         [("set", ("metadata", "name"), "a" * 64)],
@@ -600,9 +627,7 @@ BROKEN = [
         "also in data",
         "configmap-key-twice",
     ),
-    case(
-        "secret", [("set", ("data", "token"), "abc")], "data.token", "not valid base64", "secret-bad-base64"
-    ),
+    case("secret", [("set", ("data", "token"), "abc")], "data.token", "not valid base64", "secret-bad-base64"),
     case("secret", [("set", ("type",), "opaque")], "type", "did you mean Opaque?", "secret-type"),
     case(
         "pvc",
@@ -644,9 +669,39 @@ BROKEN = [
     ),
     case(
         "trainjob",
-        [("set", ("spec", "runtimePatches"), [{"manager": "example.com/x", "trainingRuntimeSpec": {"template": {
-            "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {
-                "containers": [{"name": "sidecar", "imagePullPolicy": "Sometimes"}]}}}}}]}}}}])],
+        [
+            (
+                "set",
+                ("spec", "runtimePatches"),
+                [
+                    {
+                        "manager": "example.com/x",
+                        "trainingRuntimeSpec": {
+                            "template": {
+                                "spec": {
+                                    "replicatedJobs": [
+                                        {
+                                            "name": "node",
+                                            "template": {
+                                                "spec": {
+                                                    "template": {
+                                                        "spec": {
+                                                            "containers": [
+                                                                {"name": "sidecar", "imagePullPolicy": "Sometimes"}
+                                                            ]
+                                                        }
+                                                    }
+                                                }
+                                            },
+                                        }
+                                    ]
+                                }
+                            }
+                        },
+                    }
+                ],
+            )
+        ],
         "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
         ".containers[0].imagePullPolicy",
         "unknown field; remove it (known fields: env, name, securityContext, volumeMounts)",
@@ -734,9 +789,7 @@ def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> OrderedDict:
     return cache
 
 
-def test_identical_objects_are_validated_once(
-    fresh_cache: OrderedDict, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_identical_objects_are_validated_once(fresh_cache: OrderedDict, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = validation._validate
     monkeypatch.setattr(validation, "_validate", lambda obj: calls.append(obj) or real(obj))
@@ -772,10 +825,21 @@ def _planned(nodes: int, with_initializers: bool, experiment_id: str = NEMO_RUN_
     from nemo_kubeflow.build.initializers import InitializerSettings
     from nemo_kubeflow.build.plan import build_submission
 
-    init = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri="hf://org/data"),
-                       model=HuggingFaceModelInitializer(storage_uri="hf://org/model")) if with_initializers else None
-    executor = KubeflowExecutor(container_image="img", nodes=nodes, shm_size=None, initializer=init,
-                                initializer_settings=InitializerSettings(claim_name="cache") if init else None)
+    init = (
+        Initializer(
+            dataset=HuggingFaceDatasetInitializer(storage_uri="hf://org/data"),
+            model=HuggingFaceModelInitializer(storage_uri="hf://org/model"),
+        )
+        if with_initializers
+        else None
+    )
+    executor = KubeflowExecutor(
+        container_image="img",
+        nodes=nodes,
+        shm_size=None,
+        initializer=init,
+        initializer_settings=InitializerSettings(claim_name="cache") if init else None,
+    )
     executor.validate()
     role = Role(name=task, image="", entrypoint="bash", args=["-c", "true"])
     return build_submission(executor, role, [], task_name=task, experiment_id=experiment_id)
@@ -817,10 +881,17 @@ def _renamed(sub, name: str) -> dict:
     return trainjob
 
 
-@pytest.mark.parametrize("nodes, with_initializers, budget, longest_job",
-                         [(1, False, 48, "node"), (10, False, 48, "node"), (11, False, 47, "node"),
-                          (128, False, 46, "node"), (1, True, 33, "dataset-initializer"),
-                          (128, True, 33, "dataset-initializer")])
+@pytest.mark.parametrize(
+    "nodes, with_initializers, budget, longest_job",
+    [
+        (1, False, 48, "node"),
+        (10, False, 48, "node"),
+        (11, False, 47, "node"),
+        (128, False, 46, "node"),
+        (1, True, 33, "dataset-initializer"),
+        (128, True, 33, "dataset-initializer"),
+    ],
+)
 def test_a_name_at_the_limit_validates_and_one_past_it_is_refused(nodes, with_initializers, budget, longest_job):
     sub = _planned(nodes, with_initializers)
     at_limit = _renamed(sub, "j" * budget)
@@ -832,8 +903,9 @@ def test_a_name_at_the_limit_validates_and_one_past_it_is_refused(nodes, with_in
     # The TrainJob, the replicated job, the pod-name length and the fix.
     assert message.startswith(f'metadata.name: TrainJob "{"j" * (budget + 1)}": pods of replicated job')
     assert "would be named up to 64 characters" in message and "over the 63 JobSet allows" in message
-    assert message.endswith(f"shorten the TrainJob name to at most {budget} characters, "
-                            f"or rename replicated job {longest_job!r}")
+    assert message.endswith(
+        f"shorten the TrainJob name to at most {budget} characters, or rename replicated job {longest_job!r}"
+    )
     with pytest.raises(ManifestValidationError, match="64 characters"):
         check_manifests([sub.runtime, past])
 
@@ -879,7 +951,8 @@ def test_a_runtime_whose_job_names_leave_no_room_for_any_name_is_refused(tmp_pat
     template.write_text(text.replace("        - name: node\n", f"        - name: {long_job}\n", 1))
     executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, runtime_template=str(template))
     role = Role(name="t", image="", entrypoint="bash", args=["-c", "true"])
-    with pytest.raises(ConfigError, match=f"replicated job '{long_job}' of the runtime leaves -9 characters"
-                                          " for the TrainJob name") as err:
+    with pytest.raises(
+        ConfigError, match=f"replicated job '{long_job}' of the runtime leaves -9 characters for the TrainJob name"
+    ) as err:
         build_submission(executor, role, [], task_name="t", experiment_id="e")
     assert "give the runtime's replicated jobs shorter names" in str(err.value)

@@ -21,6 +21,7 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "nemo_kubeflow/templates/training_runtime.yaml.j2" in names
     assert "nemo_kubeflow/schema/schemas.json" in names  # the compiled schemas offline validation reads
+    assert "nemo_kubeflow/py.typed" in names  # type checkers read the package's annotations (PEP 561)
     assert not any(n.startswith(("test/", "templates/")) for n in names)
 
     # Unpacked outside the repository, like site-packages: only the wheel's own files are found.

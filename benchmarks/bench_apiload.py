@@ -64,7 +64,7 @@ def _sleeper():
 
 
 def _keeping_logs(record) -> bool:
-    """A request of the node log keeper (``logs.NodeLogKeeper`` through the job's log follower, threads of their
+    """A request of the node log keeper (``kept_logs.NodeLogKeeper`` through the job's log follower, threads of their
     own in an attached wait or a watch): its log reads and its lists of every pod (the looks' pod lists carry
     a field selector)."""
     return record.resource == "pods/log" or (

@@ -290,7 +290,7 @@ LARGE_NODES, LARGE_RATE = 1024, 200
 
 
 def scale(ctx):
-    from nemo_kubeflow.observe.logs import LOG_READERS
+    from nemo_kubeflow.observe.log_follower import LOG_READERS
 
     # (nodes, seconds, lines/s per node, emulated pods, beside busy loops)
     cases = (

@@ -27,7 +27,7 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
 
 
 def _log_keeping(request) -> bool:
-    """A request of the waiting process's log keeper (``logs.NodeLogKeeper``, through the job's log follower and
+    """A request of the waiting process's log keeper (``kept_logs.NodeLogKeeper``, through the job's log follower and
     watches: its streams and its timestamped log reads, of this job or of the one before), not of the describe
     being counted: the keeper runs in threads of its own. (A list of one node's pod is the describe's own: node 0's,
     for its progress line.)"""

@@ -353,7 +353,7 @@ def test_what_a_describe_costs_in_each_state(local):
 def test_following_many_nodes_uses_a_fixed_pool_and_delivers_each_line_once_in_order(local):
     # 10 nodes, more than LOG_READERS: lines printed over several reads, identical lines included (one
     # pipe read's lines share a timestamp: only their count tells copies from lines read again).
-    from nemo_kubeflow.observe.logs import LOG_READERS
+    from nemo_kubeflow.observe.log_follower import LOG_READERS
 
     script = 'for i in $(seq 1 300); do echo "line $i"; echo "same"; if [ $((i % 60)) = 0 ]; then sleep 0.4; fi; done'
     nodes = 10

@@ -14,7 +14,7 @@ from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
-from nemo_kubeflow.observe.logs import LOG_READERS
+from nemo_kubeflow.observe.log_follower import LOG_READERS
 
 
 def submit(local, name, script, nodes=2, **kw):
@@ -291,7 +291,7 @@ def test_the_logs_command_follows_every_node_of_every_task_with_nemo_runs_prefix
     # The jobs cleaned up (a TTL, gc): the logs the follower kept next to each job, each line once.
     from nemo_kubeflow.cluster.client import KubernetesCluster
     from nemo_kubeflow.constants import TRAINJOB_KIND
-    from nemo_kubeflow.observe.logs import node_selector
+    from nemo_kubeflow.observe.log_follower import node_selector
 
     cluster = KubernetesCluster(str(local.kubeconfig_path))
     names = [parse_app_handle(job.handle)[2].split(":", 1)[1] for job in exp.jobs]
@@ -319,7 +319,7 @@ def test_two_followers_of_a_node_keep_its_log_once(local):
     """The submitting run and `nemo-kubeflow logs -f` may follow the same node: one of them writes the
     node's log next to the job (a lock on the file), so it holds each line once."""
     from nemo_kubeflow.cluster import records
-    from nemo_kubeflow.observe.logs import node_log_path
+    from nemo_kubeflow.observe.kept_logs import node_log_path
 
     app_id = submit(local, "twice", NUMBERED.format(n=40), nodes=1)
     received = [{0: []}, {0: []}]

@@ -1,4 +1,4 @@
-"""The node log keeper of a waiting process (``observe/logs.py`` ``NodeLogKeeper``) on a local cluster whose pods
+"""The node log keeper of a waiting process (``observe/kept_logs.py`` ``NodeLogKeeper``) on a local cluster whose pods
 run: node 0 followed with one stream, the other nodes read only when the job's pod watch tells of trouble (a pod
 failed, or is being deleted), counted at the HTTP level; their last lines still saved when a failure deletes
 their pods; and, without the right to watch pods, every node read in rounds as before."""

@@ -18,7 +18,7 @@ from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 from nemo_kubeflow.observe.diagnosis import NOT_PENDING, NOT_RUNNING, RUNNING, STARTING, UNSCHEDULED
-from nemo_kubeflow.observe.logs import node_selector
+from nemo_kubeflow.observe.log_follower import node_selector
 
 NODES = 4
 
@@ -255,7 +255,7 @@ def test_a_process_watches_at_most_so_many_jobs_and_reads_the_others(local, monk
 def test_the_node_log_keeper_of_a_watched_job_shares_the_follower_of_the_client_it_reads_through(local):
     """A waiting process that keeps the node logs (through its watched reader) and follows them live (through
     the client, `tail_logs`) reads each node's log once: one follower for both."""
-    from nemo_kubeflow.observe import logs
+    from nemo_kubeflow.observe import log_follower
 
     app_id, name = _running_job(local, "wj-keeper")
     scheduler = create_scheduler("wj-keeper")
@@ -263,10 +263,10 @@ def test_the_node_log_keeper_of_a_watched_job_shares_the_follower_of_the_client_
         scheduler.look_after(app_id)
     watch = scheduler._watches[app_id]
     assert watch.keeper is not None and watch.job_cache is not None
-    [follower] = logs._followers[(id(watch.job_cache.cluster), "default", name)]
+    [follower] = log_follower._followers[(id(watch.job_cache.cluster), "default", name)]
     assert set(watch.keeper._followers.values()) == {follower}
     sink = queue.SimpleQueue()
-    live = logs._subscribe(watch.job_cache.cluster, "default", name, 0, sink)  # as log_iter subscribes
+    live = log_follower.subscribe_node(watch.job_cache.cluster, "default", name, 0, sink)  # as log_iter subscribes
     live.unsubscribe(0, sink)
     assert live is follower
     scheduler.cancel(app_id)

@@ -1077,7 +1077,7 @@ def _print_log(scheduler: Any, follow: bool, printing: threading.Lock, app_id: s
 
 def _follow_logs(streams: Sequence[tuple[str, str, int]], show: Callable[[str, str, int], None]) -> None:
     """``show`` each stream in a thread of its own until all end, as NeMo-Run follows them; the scheduler's
-    log follower reads them all with a fixed number of connections (logs.LOG_READERS)."""
+    log follower reads them all with a fixed number of connections (log_follower.LOG_READERS)."""
     threads = [
         threading.Thread(target=show, args=stream, daemon=True, name=f"follow-{stream[2]}") for stream in streams
     ]

@@ -883,7 +883,7 @@ class LogStream:
 #: watch`` of a large experiment) read the API server, as a status query does, until one of these ends.
 MAX_WATCHED_JOBS = 4
 
-#: Connections one API client keeps open: the log follower's readers (``logs.LOG_READERS``, 8, each
+#: Connections one API client keeps open: the log follower's readers (``log_follower.LOG_READERS``, 8, each
 #: holding one stream or read) plus the describes and lists beside them, plus the watches of the jobs
 #: watched at once. The kubernetes client's default is 5 per CPU: 5 on a 1-CPU machine, where urllib3
 #: would drop and reopen connections.

@@ -179,7 +179,7 @@ class WatchedJob:
     """A ``ClusterReader`` for one job's repeated looks: its TrainJob, JobSet and pods from watches while
     they are current, everything else (and those too, while not) from ``cluster``. ``stop`` when done.
 
-    With ``pod_shape``, only what it keeps of each pod is held and answered (``logs.JobLogFollower``'s
+    With ``pod_shape``, only what it keeps of each pod is held and answered (``log_follower.JobLogFollower``'s
     lists of a large job: names, labels and phases): a reader for the one who chose the shape, no other."""
 
     def __init__(

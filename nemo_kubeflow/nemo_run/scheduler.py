@@ -707,7 +707,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         call does not), keep every node's last lines in memory, for the failure summary (``NodeLogKeeper``)."""
         watch.running_seen += 1
         if watch.running_seen >= 2 and watch.keeper is None:
-            from nemo_kubeflow.observe.logs import NodeLogKeeper
+            from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
 
             watch.keeper = NodeLogKeeper(cluster, namespace, name, nodes, os.path.join(job_dir, "logs"))
 
@@ -810,7 +810,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         should_tail: bool = False,
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
-        from nemo_kubeflow.observe.logs import node_log_lines, node_log_path, tee_to_file
+        from nemo_kubeflow.observe.kept_logs import node_log_path, tee_to_file
+        from nemo_kubeflow.observe.log_follower import node_log_lines
 
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
@@ -830,7 +831,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     @classmethod
     def _kept_or_no_log(cls, cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
         """Node ``k``'s log as kept next to the job, or why it has none (``_no_log``)."""
-        from nemo_kubeflow.observe.logs import kept_node_log
+        from nemo_kubeflow.observe.kept_logs import kept_node_log
 
         kept = kept_node_log(job_dir, k) if job_dir else []
         return kept or cls._no_log(cluster, namespace, name, k, job_dir)
@@ -838,7 +839,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     @staticmethod
     def _no_log(cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
         """Why node ``k`` has no log to show: its pod is gone and none was kept, or it printed nothing."""
-        from nemo_kubeflow.observe.logs import node_log_path, node_selector
+        from nemo_kubeflow.observe.kept_logs import node_log_path
+        from nemo_kubeflow.observe.log_follower import node_selector
 
         if cluster.list("Pod", namespace, node_selector(name, k)):
             return []  # the pod is there and printed nothing (yet)

@@ -53,7 +53,7 @@ from nemo_kubeflow.pod.warm_start import NOT_APPLIED
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.client import ClusterReader
-    from nemo_kubeflow.observe.logs import NodeLogKeeper
+    from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
 
 ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
 #: Exceptions the launcher's agent logs that are never the root cause: torchrun's own, raised after a
@@ -1442,7 +1442,7 @@ def _kept_nodes(keeper: Optional["NodeLogKeeper"]) -> set[int]:
 def nodes_without_log(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:
     """The nodes of a finished job whose log nobody can give any more: no pod to read, no file kept next to
     the job, no last lines kept by this process."""
-    from nemo_kubeflow.observe.logs import node_log_path
+    from nemo_kubeflow.observe.kept_logs import node_log_path
 
     on_disk = {i for i in range(view.nodes) if os.path.exists(node_log_path(job_dir, i))} if job_dir else set()
     return sorted(set(range(view.nodes)) - set(view.newest_nodes()) - _kept_nodes(keeper) - on_disk)
@@ -1451,7 +1451,7 @@ def nodes_without_log(view: JobView, job_dir: str, keeper: Optional["NodeLogKeep
 def logs_to_keep(view: JobView, job_dir: str, keeper: Optional["NodeLogKeeper"] = None) -> list[int]:
     """The nodes of a finished job whose log can still be read (a pod, or lines kept in this process) and has
     no file next to the job yet: what a repair step saves (``repair.steps``)."""
-    from nemo_kubeflow.observe.logs import node_log_path
+    from nemo_kubeflow.observe.kept_logs import node_log_path
 
     if not job_dir:
         return []

@@ -33,7 +33,7 @@ from nemo_kubeflow.repair import node_avoidance
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.client import Cluster
-    from nemo_kubeflow.observe.logs import NodeLogKeeper
+    from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def delete_unstartable(
 def keep_node_logs(cluster: Cluster, namespace: str, name: str, job_dir: str, keeper: Optional[NodeLogKeeper]) -> str:
     """Save each node's log that has no file yet: from its pod, else the last lines kept while waiting (also
     for a pod gone between its list and its read: the Job controller deletes a failed Job's running pods)."""
-    from nemo_kubeflow.observe.logs import save_node_logs
+    from nemo_kubeflow.observe.kept_logs import save_node_logs
 
     directory = os.path.join(job_dir, "logs")
     pods = _pods_by_node(cluster, namespace, name)
@@ -108,7 +108,7 @@ def keep_node_logs(cluster: Cluster, namespace: str, name: str, job_dir: str, ke
 
 def _pods_by_node(cluster: Cluster, namespace: str, name: str) -> dict[int, dict]:
     """The newest pod of the job on each node; none when they cannot be listed (the kept lines serve then)."""
-    from nemo_kubeflow.observe.logs import node_selector
+    from nemo_kubeflow.observe.log_follower import node_selector
 
     try:
         return newest_pods_by_node(cluster.list("Pod", namespace, node_selector(name)))

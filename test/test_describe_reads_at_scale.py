@@ -12,7 +12,8 @@ from torchx.specs import AppState
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
-from nemo_kubeflow.observe.diagnosis import NOT_RUNNING, RUNNING, JobView, why_failed
+from nemo_kubeflow.observe.job_view import NOT_RUNNING, RUNNING, JobView
+from nemo_kubeflow.observe.rank_failure import why_failed
 
 NODES = 12
 

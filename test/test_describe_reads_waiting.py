@@ -10,7 +10,7 @@ from torchx.specs import AppState
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
-from nemo_kubeflow.observe.diagnosis import (
+from nemo_kubeflow.observe.job_view import (
     NOT_PENDING,
     STARTING,
     UNSCHEDULED,

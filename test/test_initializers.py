@@ -16,7 +16,7 @@ from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.build import initializers as inits
 from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
-from nemo_kubeflow.observe.diagnosis import failed_step
+from nemo_kubeflow.observe.pod_states import failed_step
 from nemo_kubeflow_local.kubelet import initializer_image as local_initializer
 
 # --- the local cluster's stand-in of the initializer images ----------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_kubeflow.observe.diagnosis import Restarts, read_in_job_restarts
+from nemo_kubeflow.observe.restarts import Restarts, read_in_job_restarts
 from nemo_kubeflow.pod import warm_start
 
 # The stand-in's clock: it records the waits instead of sleeping, so what the rendezvous would wait is seen

@@ -20,7 +20,7 @@ from torchx.specs import AppState
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
 from nemo_kubeflow.nemo_run.scheduler import ANSWER_REUSE_S, create_scheduler
-from nemo_kubeflow.observe.diagnosis import IN_JOB_TAIL
+from nemo_kubeflow.observe.job_view import IN_JOB_TAIL
 
 REPO = Path(__file__).resolve().parent.parent
 

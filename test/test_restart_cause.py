@@ -1,7 +1,7 @@
 """The cause of an in-job restart is the node whose worker died, named with its node: a signal over an exit code
 (a peer's collective fails after a rank is killed), then the earliest; every node's restart lines are read."""
 
-from nemo_kubeflow.observe.diagnosis import InJobRestarts, first_failure, read_in_job_restarts
+from nemo_kubeflow.observe.restarts import InJobRestarts, first_failure, read_in_job_restarts
 
 #: ft_launcher's agents, after a SIGKILL of the rank on node 1: node 0's worker fails on the broken collective.
 NODE_0 = [

@@ -11,7 +11,7 @@ from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.constants import JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
-from nemo_kubeflow.observe.diagnosis import NOT_PENDING, NOT_RUNNING, RUNNING, STARTING, UNSCHEDULED
+from nemo_kubeflow.observe.job_view import NOT_PENDING, NOT_RUNNING, RUNNING, STARTING, UNSCHEDULED
 from nemo_kubeflow.observe.log_follower import node_selector
 
 

@@ -141,7 +141,7 @@ export -f torchrun""".replace("VALUE_FLAGS", "|".join(sorted(_VALUE_FLAGS)))
 
 # torchrun and ft_launcher prefix each line they tee (NeMo-Run's launcher passes `--tee 3`) with
 # `[<role><local rank>]:`; this template makes it the global rank, `[rank3]:`, the prefix torch itself
-# puts on its C++ warnings and the one diagnosis.py reads. A template the task sets itself is kept.
+# puts on its C++ warnings and the one rank_failure.py reads. A template the task sets itself is kept.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
 RANK_PREFIX_EXPORT = (
     '[ -n "${TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE+set}" ] || '

@@ -1,6 +1,6 @@
 """The steps of a TrainJob besides training: the initializer jobs and the preflight init container.
 
-Their names, and how to find each step's pods; why a step failed is ``diagnosis.failed_step``.
+Their names, and how to find each step's pods; why a step failed is ``pod_states.failed_step``.
 """
 
 from __future__ import annotations

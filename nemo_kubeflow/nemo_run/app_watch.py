@@ -19,8 +19,8 @@ from nemo_kubeflow.observe.progress_view import ProgressSeen
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.watched import WatchedJob
-    from nemo_kubeflow.observe.diagnosis import InJobRestarts
     from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
+    from nemo_kubeflow.observe.restarts import InJobRestarts
 
 
 @dataclass

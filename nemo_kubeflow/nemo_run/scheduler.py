@@ -60,7 +60,8 @@ from nemo_kubeflow.observe.status import (
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import Submission
-    from nemo_kubeflow.observe.diagnosis import JobView, Restarts
+    from nemo_kubeflow.observe.job_view import JobView
+    from nemo_kubeflow.observe.restarts import Restarts
 
 # The build and apply half (plan, manifests, validation, submit) is imported where it is used:
 # `nemo experiment status|logs|cancel` never needs it (bench_imports times both halves). So are
@@ -553,7 +554,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     @staticmethod
     def _diagnose_waiting(look: _Look, cluster: ClusterReader, trainjob: dict, nodes: int) -> None:
-        from nemo_kubeflow.observe.diagnosis import JobView, why_waiting
+        from nemo_kubeflow.observe.job_view import JobView, why_waiting
 
         look.view = JobView.read_waiting(cluster, trainjob)
         verdict = why_waiting(look.view, nodes, look.state)
@@ -568,7 +569,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _diagnose_failed(
         self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch, trainjob: dict
     ) -> None:
-        from nemo_kubeflow.observe.diagnosis import logs_to_keep, why_failed
+        from nemo_kubeflow.observe.rank_failure import logs_to_keep, why_failed
 
         look.view = view = self._view(watch, cluster, trainjob, failed=True)
         job_dir = _job_dir(record)
@@ -622,7 +623,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         """Whether a look at a running job reads every pod: only when what is shown needs the running ones (a
         stall check that is due, or ft_launcher's restarts without the kept logs); else the JobSet and the
         pods not running do."""
-        from nemo_kubeflow.observe.diagnosis import runs_ft_launcher
+        from nemo_kubeflow.observe.restarts import runs_ft_launcher
 
         if stall_after and self._stall_check_due(watch, trainjob, stall_after):
             return True
@@ -660,7 +661,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         """The job's pods (one read; without ``every_pod``, of a running job, its JobSet and the pods not
         running: ``JobView.read_running``; of a ``failed`` one, ``JobView.read_failed``), noting how each gang
         attempt's failed pod ended while it is at hand."""
-        from nemo_kubeflow.observe.diagnosis import JobView
+        from nemo_kubeflow.observe.job_view import JobView
 
         if failed:
             view = JobView.read_failed(cluster, trainjob)
@@ -675,7 +676,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
         the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
         from every node's last lines, one log read per node, for a job that runs ft_launcher only."""
-        from nemo_kubeflow.observe.diagnosis import keeper_in_job_restarts
+        from nemo_kubeflow.observe.restarts import keeper_in_job_restarts
 
         keeper = watch.keeper
         in_job = (

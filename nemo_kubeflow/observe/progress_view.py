@@ -32,7 +32,7 @@ from nemo_kubeflow.observe.status import newest_pods_by_node
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.client import ClusterReader
-    from nemo_kubeflow.observe.diagnosis import JobView
+    from nemo_kubeflow.observe.job_view import JobView
     from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
 
 #: How many of node 0's last lines the fallback reads: a progress line followed by more lines is not seen (the

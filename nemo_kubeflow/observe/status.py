@@ -5,7 +5,7 @@ Trainer v2.3 sets only three condition types on a TrainJob (``Suspended``,
 from the JobSet) and the pods. The table below is checked in order; the first
 row that matches wins.
 
-| TrainJob                          | AppState  | why                                        | ``describe`` also reads (``diagnosis``)      |
+| TrainJob                          | AppState  | why                                        | ``describe`` also reads (``job_view``)       |
 |-----------------------------------|-----------|--------------------------------------------|----------------------------------------------|
 | not found (404)                   | CANCELLED | deleted: cancelled, or removed by someone  | nothing                                      |
 | condition Complete=True           | SUCCEEDED | every node finished with exit code 0       | nothing                                      |
@@ -20,7 +20,7 @@ row that matches wins.
 ``replicatedJobsStatus``, which counts child *Jobs*, not pods: our runtime has one Job of
 N pods, and JobSet counts it ready once all its pods are ready or succeeded. What ``describe``
 adds (why a job waits or failed, how often it restarted and why) needs the pods: the last
-column is what one describe reads besides the TrainJob, each at most once (``diagnosis.JobView``).
+column is what one describe reads besides the TrainJob, each at most once (``job_view.JobView``).
 A suspended TrainJob with Kueue's queue-name label waits for its queue: describe then lists the
 namespace's Workloads and ``queue_wait_message`` says why. A job that can never start (an image
 the registry does not have) is reported FAILED; describe only recommends deleting it, and the repair

@@ -366,7 +366,7 @@ RENDEZVOUS_BY_RELEASE: Dict[Tuple[int, int], Tuple[str, ...]] = {
     (0, 6): ("legacy", "barrier"),
     (0, 7): ("barrier",),
 }
-#: How the pod's log says that a warm-start setting was not applied (read by observe/diagnosis.py for status).
+#: How the pod's log says that a warm-start setting was not applied (read by observe/restarts.py for status).
 NOT_APPLIED = "nemo-kubeflow: not applied:"
 
 

@@ -83,7 +83,7 @@ def _carry_out(
 def delete_unstartable(
     cluster: Cluster, namespace: str, name: str, record: Optional[records.AppRecord], why: str
 ) -> str:
-    """A job that can never start as configured (``diagnosis.why_waiting`` says fatal: an image the registry
+    """A job that can never start as configured (``job_view.why_waiting`` says fatal: an image the registry
     does not have): stop waiting and free the cluster. The app record keeps the outcome, so that later looks
     (which find no TrainJob) still report it."""
     cluster.delete(TRAINJOB_KIND, name, namespace)

@@ -57,7 +57,7 @@ def pod(index, name, code=None, finished="2026-01-01T00:00:01Z", reason="Error")
 
 
 def test_failure_detail_names_the_first_failed_node():
-    from nemo_kubeflow.observe.diagnosis import failure_detail
+    from nemo_kubeflow.observe.pod_states import failure_detail
 
     pods = [
         pod(0, "j-node-0-0-a", 137, "2026-01-01T00:00:05Z", "OOMKilled"),
@@ -72,7 +72,7 @@ def test_failure_detail_names_the_first_failed_node():
 def test_of_nodes_that_ended_in_the_same_second_the_one_whose_pod_was_not_being_deleted_failed_first():
     # Node 2 exits 5; the Job fails and its controller deletes the running pods, whose SIGTERM ends node 0 in
     # the same second (finishedAt is to the second) before node 2 in the list.
-    from nemo_kubeflow.observe.diagnosis import failure_detail
+    from nemo_kubeflow.observe.pod_states import failure_detail
 
     second = "2026-01-01T00:00:07Z"
     deleted = pod(0, "j-node-0-0-a", 143, second)
@@ -86,7 +86,7 @@ def test_of_nodes_that_ended_in_the_same_second_the_one_whose_pod_was_not_being_
 
 
 def test_initializer_progress():
-    from nemo_kubeflow.observe.diagnosis import initializer_progress
+    from nemo_kubeflow.observe.pod_states import initializer_progress
 
     def p(step, phase):
         return {"metadata": {"labels": {"jobset.sigs.k8s.io/replicatedjob-name": step}}, "status": {"phase": phase}}
@@ -124,7 +124,7 @@ Root Cause (first observed failure):
 
 def test_rank_failure_from_an_error_file_traceback():
     """With @record, torchrun prints the worker's error file: its exception is the root cause."""
-    from nemo_kubeflow.observe.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.rank_failure import read_rank_failure
 
     why = read_rank_failure(ROOT_CAUSE_WITH_RECORD.splitlines(), 1)
     assert (why.rank, why.local_rank, why.exitcode) == (5, 1, 1)
@@ -133,7 +133,7 @@ def test_rank_failure_from_an_error_file_traceback():
 
 
 def test_rank_failure_picks_the_root_cause_rank_among_prefixed_tracebacks():
-    from nemo_kubeflow.observe.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.rank_failure import read_rank_failure
 
     log = [
         "[rank0]:Traceback (most recent call last):",
@@ -155,7 +155,7 @@ def test_rank_failure_picks_the_root_cause_rank_among_prefixed_tracebacks():
 
 
 def test_rank_failure_without_torchrun_and_without_a_traceback():
-    from nemo_kubeflow.observe.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.rank_failure import read_rank_failure
 
     plain = [
         "step 1",
@@ -168,7 +168,7 @@ def test_rank_failure_without_torchrun_and_without_a_traceback():
     assert read_rank_failure(["sh: 1: exec: torchrun: not found"], 127).missing_command == "torchrun"
 
 
-# --- restarts: how many, of which kind, why (diagnosis.Restarts) ------------------------------------------
+# --- restarts: how many, of which kind, why (restarts.Restarts) ------------------------------------------
 
 
 def node_pod(index, attempt, *, code=None, conditions=(), reason="", restarts=0, job_uid=""):
@@ -219,7 +219,7 @@ def fail_job_event(pod, code, uid, at, rule=2):
 
 
 def view(pods, events=()):
-    from nemo_kubeflow.observe.diagnosis import JobView
+    from nemo_kubeflow.observe.job_view import JobView
 
     return JobView(
         cluster=None, trainjob={"metadata": {"name": "j", "namespace": "ns"}}, pods=list(pods), _events=list(events)
@@ -227,7 +227,7 @@ def view(pods, events=()):
 
 
 def test_how_a_node_pod_ended_names_disruptions_before_exit_codes():
-    from nemo_kubeflow.observe.diagnosis import pod_end
+    from nemo_kubeflow.observe.pod_states import pod_end
 
     disrupted = node_pod(
         0,
@@ -273,7 +273,7 @@ def test_the_nodes_of_the_newest_gang_attempt_still_pending_are_counted_as_start
 def test_a_jobset_that_says_it_restarts_is_restarting_before_the_new_attempts_pods_exist():
     # JobSet v0.12 sets RestartingJobSet True at the restart, before it creates the new attempt's Jobs: the
     # pods not running are the previous attempt's, being deleted, and none of the new one is there to count.
-    from nemo_kubeflow.observe.diagnosis import JobView
+    from nemo_kubeflow.observe.job_view import JobView
 
     def with_jobset(pods, restarting, restarts=1):
         condition = {"type": "RestartingJobSet", "status": restarting, "reason": "DefaultFailurePolicy"}
@@ -360,7 +360,7 @@ def test_each_gang_restart_gets_its_exit_code_from_the_failed_jobs_event_after_i
 
 
 def test_restart_notes_by_kind():
-    from nemo_kubeflow.observe.diagnosis import InJobRestarts, Restarts
+    from nemo_kubeflow.observe.restarts import InJobRestarts, Restarts
 
     assert Restarts().note(finished=False) == ""  # a running job that never restarted: nothing to say
     assert Restarts().note(finished=True) == "no gang restart"
@@ -394,7 +394,7 @@ I1124 01:50:09.200000 700 launcher.py:443] 1/2 restart attempts left; restarting
 
 
 def test_in_job_restarts_are_read_from_ft_launchers_log():
-    from nemo_kubeflow.observe.diagnosis import InJobRestarts, read_in_job_restarts
+    from nemo_kubeflow.observe.restarts import InJobRestarts, read_in_job_restarts
 
     assert read_in_job_restarts(FT_NODE_1) == InJobRestarts(2, "local rank 0 killed by signal 9")
     assert read_in_job_restarts(FT_NODE_0) == InJobRestarts(2, "")
@@ -406,7 +406,7 @@ def test_in_job_restarts_are_read_from_ft_launchers_log():
 
 
 def test_of_the_nodes_in_job_restarts_a_rank_killed_by_a_signal_says_why_before_a_peer_that_exited():
-    from nemo_kubeflow.observe.diagnosis import InJobRestarts, most_telling
+    from nemo_kubeflow.observe.restarts import InJobRestarts, most_telling
 
     # Rank 1 got SIGKILL; rank 0's all-reduce then failed and its worker exited 1 before its agent stopped it.
     peer, killed = (
@@ -448,7 +448,7 @@ OSError: libnvidia-ml.so.1: cannot open shared object file: No such file or dire
 
 
 def test_ft_launchers_failed_rank_is_read_past_its_nvml_check():
-    from nemo_kubeflow.observe.diagnosis import read_rank_failure
+    from nemo_kubeflow.observe.rank_failure import read_rank_failure
 
     why = read_rank_failure(FT_FAILED_LOG, 1)
     assert (why.rank, why.local_rank, why.exitcode) == (1, 0, 1)
@@ -460,7 +460,7 @@ def test_ft_launchers_failed_rank_is_read_past_its_nvml_check():
 def test_a_node_failed_beside_nodes_being_stopped_reads_as_failing_until_the_job_controller_fails_the_job():
     # The Job's Failed condition waits until every pod ended (Kubernetes 1.31 on); meanwhile the TrainJob counts
     # no node active or ready, and the pods tell: node 1 failed on its own, node 0's pod is being deleted.
-    from nemo_kubeflow.observe.diagnosis import why_waiting
+    from nemo_kubeflow.observe.job_view import why_waiting
 
     failed, stopping = (
         with_phase(node_pod(1, 0, code=3), "Failed"),

@@ -175,8 +175,8 @@ def _serialization(variants) -> Metric:
 
         return median(once() for _ in range(30)) * 1000
 
-    from nemo_kubeflow.build.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
-    from nemo_kubeflow.build.initializers import InitializerSettings
+    from nemo_kubeflow.parts.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+    from nemo_kubeflow.parts.initializers import InitializerSettings
 
     mine = variants["ours"]()
     # For scale: every nested settings object set (they default to None, the class defaults).

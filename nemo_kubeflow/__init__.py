@@ -56,8 +56,8 @@ _MOVED = {
     "nemo_kubeflow.executor": "nemo_kubeflow.config.executor",
     "nemo_kubeflow.factories": "nemo_kubeflow.config.factories",
     "nemo_kubeflow.packaging": "nemo_kubeflow.build.packaging",
-    "nemo_kubeflow.fabrics": "nemo_kubeflow.build.fabrics",
-    "nemo_kubeflow.initializers": "nemo_kubeflow.build.initializers",
+    "nemo_kubeflow.fabrics": "nemo_kubeflow.parts.fabrics",
+    "nemo_kubeflow.initializers": "nemo_kubeflow.parts.initializers",
 }
 
 

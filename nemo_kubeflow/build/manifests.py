@@ -11,9 +11,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.command import LaunchSpec, literal_env
-from nemo_kubeflow.build.steps import PREFLIGHT_CONTAINER
+from nemo_kubeflow.build.command import LaunchSpec
 from nemo_kubeflow.constants import (
     EXPERIMENT_LABEL,
     JOBSET_NAME_LABEL,
@@ -37,15 +35,17 @@ from nemo_kubeflow.constants import (
     TTL_ANNOTATION,
 )
 from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.escapes import literal_env
+from nemo_kubeflow.parts.naming import PATCH_MANAGER
+from nemo_kubeflow.parts.steps import PREFLIGHT_CONTAINER
 from nemo_kubeflow.schema import compiled as schemas
 
 if TYPE_CHECKING:
     from kubeflow_trainer_api import models as m
 
-    from nemo_kubeflow.build.fabrics import Fabric
+    from nemo_kubeflow.parts.fabrics import Fabric
 
-#: The field manager of our runtime patch (Trainer requires a domain-prefixed path).
-PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 #: Shown instead of secret values wherever a manifest is printed or written.
 MASK = "<masked>"
 

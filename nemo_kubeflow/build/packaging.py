@@ -36,9 +36,10 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 import yaml
 from nemo_run.core.packaging.base import Packager
 
-from nemo_kubeflow.build import naming, yamlio
+from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, DNS_LABEL_MAX, NEMO_RUN_POD_DIR
 from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
+from nemo_kubeflow.parts import naming
 
 logger = logging.getLogger(__name__)
 

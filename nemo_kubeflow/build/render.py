@@ -25,9 +25,7 @@ import jinja2
 import jinja2.bccache
 import yaml
 
-from nemo_kubeflow.build import initializers, yamlio
-from nemo_kubeflow.build.command import kube_escape, literal_env
-from nemo_kubeflow.build.fabrics import Fabric
+from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     GANG_SCHEDULERS,
@@ -38,26 +36,16 @@ from nemo_kubeflow.constants import (
     USER_ERROR_MESSAGE_PATTERN,
 )
 from nemo_kubeflow.errors import TemplateError
+from nemo_kubeflow.parts import initializers
+from nemo_kubeflow.parts.escapes import kube_escape, literal_env
+from nemo_kubeflow.parts.fabrics import Fabric
+from nemo_kubeflow.parts.templates import DEFAULT_TEMPLATE, templates_dir
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import ExecutorFacts
 
-DEFAULT_TEMPLATE = "training_runtime.yaml.j2"
 RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
 SHM_VOLUME = "dshm"
-
-
-@functools.lru_cache(maxsize=None)
-def templates_dir() -> Path:
-    """The packaged templates (inside the wheel), or the repository's ``templates/``."""
-    package = Path(__file__).resolve().parent.parent
-    for candidate in (package / "templates", package.parent / "templates"):
-        if (candidate / DEFAULT_TEMPLATE).is_file():
-            return candidate
-    raise TemplateError(
-        f"the runtime templates are missing (looked in {package / 'templates'} and "
-        f"{package.parent / 'templates'}); reinstall nemo-kubeflow"
-    )
 
 
 def _tojson(value: Any) -> str:

@@ -28,18 +28,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 from nemo_run.core.execution.base import Executor, ExecutorMacros
 from nemo_run.core.packaging.base import Packager
 
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.fabrics import (
-    PROFILES,
-    EFAConfig,
-    GKERDMAConfig,
-    InfiniBandConfig,
-    TCPXOConfig,
-    fabric_name,
-    fabric_problems,
-    profile_settings,
-)
-from nemo_kubeflow.build.initializers import InitializerSettings, initializer_problems, refused_access_modes
 from nemo_kubeflow.config.landing import LANDINGS, REFUSED, Landing
 from nemo_kubeflow.constants import (
     ANNOTATIONS_MAX_BYTES,
@@ -62,6 +50,18 @@ from nemo_kubeflow.constants import (
     TOLERATION_OPERATORS,
 )
 from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.fabrics import (
+    PROFILES,
+    EFAConfig,
+    GKERDMAConfig,
+    InfiniBandConfig,
+    TCPXOConfig,
+    fabric_name,
+    fabric_problems,
+    profile_settings,
+)
+from nemo_kubeflow.parts.initializers import InitializerSettings, initializer_problems, refused_access_modes
 from nemo_kubeflow.quantity import parse_quantity
 
 if TYPE_CHECKING:
@@ -589,7 +589,7 @@ class KubeflowExecutor(Executor):
 
     def _initializer_images(self) -> list[tuple[str, str]]:
         """``(field, image)`` of each initializer image, with an ``initializer`` (and settings of the right class)."""
-        from nemo_kubeflow.build.initializers import settings
+        from nemo_kubeflow.parts.initializers import settings
 
         if self.initializer is None or not isinstance(init := settings(self), InitializerSettings):
             return []

@@ -161,7 +161,7 @@ def _own_template() -> str:
     import tempfile
     from pathlib import Path
 
-    from nemo_kubeflow.build.render import DEFAULT_TEMPLATE, templates_dir
+    from nemo_kubeflow.parts.templates import DEFAULT_TEMPLATE, templates_dir
 
     text = (templates_dir() / DEFAULT_TEMPLATE).read_text()
     path = Path(tempfile.mkdtemp(prefix="nemo-kubeflow-example-")) / "runtime.yaml.j2"
@@ -270,23 +270,23 @@ LANDINGS: dict[str, Landing] = {
     # --- network fabric ---------------------------------------------------------------------------
     "network_fabric": _fabric("aws-efa"),
     "enable_tcpxo": _fabric(True),
-    "tcpxo": _fabric(_settings("nemo_kubeflow.build.fabrics.TCPXOConfig", nccl_env=_NCCL), "gke-tcpxo"),
-    "gke_rdma": _fabric(_settings("nemo_kubeflow.build.fabrics.GKERDMAConfig", nccl_env=_NCCL), "gke-rdma"),
-    "aws_efa": _fabric(_settings("nemo_kubeflow.build.fabrics.EFAConfig", nccl_env=_NCCL), "aws-efa"),
-    "infiniband": _fabric(_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig", nccl_env=_NCCL), "infiniband"),
+    "tcpxo": _fabric(_settings("nemo_kubeflow.parts.fabrics.TCPXOConfig", nccl_env=_NCCL), "gke-tcpxo"),
+    "gke_rdma": _fabric(_settings("nemo_kubeflow.parts.fabrics.GKERDMAConfig", nccl_env=_NCCL), "gke-rdma"),
+    "aws_efa": _fabric(_settings("nemo_kubeflow.parts.fabrics.EFAConfig", nccl_env=_NCCL), "aws-efa"),
+    "infiniband": _fabric(_settings("nemo_kubeflow.parts.fabrics.InfiniBandConfig", nccl_env=_NCCL), "infiniband"),
     # --- before training -------------------------------------------------------------------------
     "initializer": _runtime_only(
         "spec.template.spec.replicatedJobs",
         "the initializer jobs and their claim are replicated jobs of the runtime",
         example=_initializer,
         example_with={
-            "initializer_settings": _settings("nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data")
+            "initializer_settings": _settings("nemo_kubeflow.parts.initializers.InitializerSettings", claim_name="data")
         },
     ),
     "initializer_settings": _runtime_only(
         "spec.template.spec.replicatedJobs",
         "the initializer jobs and their claim are replicated jobs of the runtime",
-        example=_settings("nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data"),
+        example=_settings("nemo_kubeflow.parts.initializers.InitializerSettings", claim_name="data"),
         example_with={"initializer": _initializer},
     ),
     "preflight": _runtime_only(

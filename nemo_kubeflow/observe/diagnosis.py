@@ -34,8 +34,6 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from torchx.specs import AppState
 
-from nemo_kubeflow.build.naming import pod_completion_index
-from nemo_kubeflow.build.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,
     JOBSET_KIND,
@@ -49,6 +47,8 @@ from nemo_kubeflow.constants import (
 )
 from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.observe.status import condition_text, nested, newest_pods_by_node, true_condition
+from nemo_kubeflow.parts.naming import pod_completion_index
+from nemo_kubeflow.parts.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
 from nemo_kubeflow.pod.warm_start import NOT_APPLIED
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ annotations at run time.
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.command import literal_env
-from nemo_kubeflow.build.steps import DATASET_INITIALIZER, MODEL_INITIALIZER
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.escapes import literal_env
+from nemo_kubeflow.parts.steps import DATASET_INITIALIZER, MODEL_INITIALIZER
 from nemo_kubeflow.quantity import parse_quantity
 
 if TYPE_CHECKING:

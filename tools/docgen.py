@@ -81,8 +81,8 @@ def reference(cls: type, inherited: bool = False, landing: bool = False) -> str:
 
 
 def render() -> str:
-    from nemo_kubeflow.build.packaging import ConfigMapPackager
     from nemo_kubeflow.config.executor import KubeflowExecutor, PVCMount, SecretMount
+    from nemo_kubeflow.config.packager import ConfigMapPackager
     from nemo_kubeflow.parts.fabrics import PROFILES
     from nemo_kubeflow.parts.initializers import InitializerSettings
 

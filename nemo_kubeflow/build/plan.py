@@ -31,9 +31,10 @@ from nemo_kubeflow.build.command import (
     substitute_macros,
     warm_start_problem,
 )
-from nemo_kubeflow.build.packaging import BundleFile, CodePackage, build_code_package, describe_package
+from nemo_kubeflow.build.packaging import CodePackage, build_code_package, describe_package
 from nemo_kubeflow.build.render import existing_runtime_pod, render_runtime, runtime_context, runtime_volumes
 from nemo_kubeflow.config.executor import type_problem
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
 from nemo_kubeflow.errors import ConfigError, PackagingError
 from nemo_kubeflow.parts import initializers, naming

@@ -25,7 +25,6 @@ import jinja2
 import jinja2.bccache
 import yaml
 
-from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     GANG_SCHEDULERS,
@@ -36,7 +35,7 @@ from nemo_kubeflow.constants import (
     USER_ERROR_MESSAGE_PATTERN,
 )
 from nemo_kubeflow.errors import TemplateError
-from nemo_kubeflow.parts import initializers
+from nemo_kubeflow.parts import initializers, yamlio
 from nemo_kubeflow.parts.escapes import kube_escape, literal_env
 from nemo_kubeflow.parts.fabrics import Fabric
 from nemo_kubeflow.parts.templates import DEFAULT_TEMPLATE, templates_dir

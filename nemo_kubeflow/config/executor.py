@@ -358,7 +358,7 @@ class KubeflowExecutor(Executor):
     def __post_init__(self) -> None:
         # Only normalisation: this runs on every clone and deserialisation, so no I/O.
         if self.packager is None or type(self.packager) is Packager:
-            from nemo_kubeflow.build.packaging import ConfigMapPackager
+            from nemo_kubeflow.config.packager import ConfigMapPackager
 
             self.packager: Packager = ConfigMapPackager()
 

@@ -27,8 +27,8 @@ from typing import Any, Optional
 
 import nemo_run as run
 
-from nemo_kubeflow.build.packaging import ConfigMapPackager
 from nemo_kubeflow.config.executor import KubeflowExecutor, TCPXOConfig
+from nemo_kubeflow.config.packager import ConfigMapPackager
 from nemo_kubeflow.errors import NemoKubeflowError
 
 #: The image of the GPU and CPU factories: it has torch and nemo_run, which Partial tasks need.

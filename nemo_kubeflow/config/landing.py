@@ -139,7 +139,7 @@ def _secret_mount() -> list:
 
 
 def _packager() -> Any:
-    from nemo_kubeflow.build.packaging import ConfigMapPackager
+    from nemo_kubeflow.config.packager import ConfigMapPackager
 
     return ConfigMapPackager(max_shards=4)
 

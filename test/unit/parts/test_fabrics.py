@@ -15,10 +15,10 @@ import yaml
 from locations import DOCS, GOLDEN
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor
-from nemo_kubeflow.build.packaging import BundleFile
-from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.parts import fabrics
 from nemo_kubeflow.parts.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
+from nemo_kubeflow.parts.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
 IMAGE = "nvcr.io/nvidia/nemo:25.02"

@@ -28,8 +28,8 @@ from nemo_run.core.serialization.yaml import YamlSerializer
 from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow.build.yamlio import dump_all
 from nemo_kubeflow.parts import initializers as inits
+from nemo_kubeflow.parts.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
 HF = Initializer(

@@ -20,7 +20,7 @@ _EXPORTS = {
     "KubeflowExecutor": "nemo_kubeflow.config.executor",
     "PVCMount": "nemo_kubeflow.config.executor",
     "SecretMount": "nemo_kubeflow.config.executor",
-    "TCPXOConfig": "nemo_kubeflow.config.executor",
+    "TCPXOConfig": "nemo_kubeflow.parts.fabrics",
     "ConfigMapPackager": "nemo_kubeflow.config.packager",
     "AdmissionDeniedError": "nemo_kubeflow.errors",
     "ClusterError": "nemo_kubeflow.errors",

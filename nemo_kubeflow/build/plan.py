@@ -33,7 +33,7 @@ from nemo_kubeflow.build.command import (
 )
 from nemo_kubeflow.build.packaging import CodePackage, build_code_package, describe_package
 from nemo_kubeflow.build.render import existing_runtime_pod, render_runtime, runtime_context, runtime_volumes
-from nemo_kubeflow.config.executor import type_problem
+from nemo_kubeflow.config.field_types import type_problem
 from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
 from nemo_kubeflow.errors import ConfigError, PackagingError

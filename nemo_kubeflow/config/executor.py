@@ -431,6 +431,6 @@ class KubeflowExecutor(Executor):
 
 # Registration must happen when the module defining the class is imported: fiddle
 # imports this module when NeMo-Run deserialises an experiment in a new process.
-from nemo_kubeflow.nemo_run.registration import register_executor  # noqa: E402
+from nemo_kubeflow.config.registration import register_executor  # noqa: E402
 
 register_executor(KubeflowExecutor)

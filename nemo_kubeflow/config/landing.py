@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from nemo_kubeflow.constants import INT_FORMAT_RANGES, JOBSET_TTL_MAX
+from nemo_kubeflow.parts.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+from nemo_kubeflow.parts.initializers import InitializerSettings
 
 #: The kinds of place a value lands in.
 TRAINJOB = "trainjob"  # the TrainJob (metadata, spec.trainer, spec.*): honoured with any runtime
@@ -144,14 +146,11 @@ def _packager() -> Any:
     return ConfigMapPackager(max_shards=4)
 
 
-def _settings(cls_path: str, **values: Any) -> Callable[[], Any]:
-    """A settings object built at use (its module imports this one's users)."""
+def _settings(cls: type, **values: Any) -> Callable[[], Any]:
+    """A settings object built at use (a new one each time)."""
 
     def build() -> Any:
-        import importlib
-
-        module, _, name = cls_path.rpartition(".")
-        return getattr(importlib.import_module(module), name)(**values)
+        return cls(**values)
 
     return build
 
@@ -270,23 +269,21 @@ LANDINGS: dict[str, Landing] = {
     # --- network fabric ---------------------------------------------------------------------------
     "network_fabric": _fabric("aws-efa"),
     "enable_tcpxo": _fabric(True),
-    "tcpxo": _fabric(_settings("nemo_kubeflow.parts.fabrics.TCPXOConfig", nccl_env=_NCCL), "gke-tcpxo"),
-    "gke_rdma": _fabric(_settings("nemo_kubeflow.parts.fabrics.GKERDMAConfig", nccl_env=_NCCL), "gke-rdma"),
-    "aws_efa": _fabric(_settings("nemo_kubeflow.parts.fabrics.EFAConfig", nccl_env=_NCCL), "aws-efa"),
-    "infiniband": _fabric(_settings("nemo_kubeflow.parts.fabrics.InfiniBandConfig", nccl_env=_NCCL), "infiniband"),
+    "tcpxo": _fabric(_settings(TCPXOConfig, nccl_env=_NCCL), "gke-tcpxo"),
+    "gke_rdma": _fabric(_settings(GKERDMAConfig, nccl_env=_NCCL), "gke-rdma"),
+    "aws_efa": _fabric(_settings(EFAConfig, nccl_env=_NCCL), "aws-efa"),
+    "infiniband": _fabric(_settings(InfiniBandConfig, nccl_env=_NCCL), "infiniband"),
     # --- before training -------------------------------------------------------------------------
     "initializer": _runtime_only(
         "spec.template.spec.replicatedJobs",
         "the initializer jobs and their claim are replicated jobs of the runtime",
         example=_initializer,
-        example_with={
-            "initializer_settings": _settings("nemo_kubeflow.parts.initializers.InitializerSettings", claim_name="data")
-        },
+        example_with={"initializer_settings": _settings(InitializerSettings, claim_name="data")},
     ),
     "initializer_settings": _runtime_only(
         "spec.template.spec.replicatedJobs",
         "the initializer jobs and their claim are replicated jobs of the runtime",
-        example=_settings("nemo_kubeflow.parts.initializers.InitializerSettings", claim_name="data"),
+        example=_settings(InitializerSettings, claim_name="data"),
         example_with={"initializer": _initializer},
     ),
     "preflight": _runtime_only(

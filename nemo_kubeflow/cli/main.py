@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import yaml
 
+# Only light modules at the top: `--help` and `validate FILE` must not pay for importing
+# NeMo-Run, fiddle, torchx or the Trainer models (seconds); each command imports what it uses.
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
@@ -48,9 +50,6 @@ from nemo_kubeflow.constants import (
     TTL_ANNOTATION,
 )
 from nemo_kubeflow.errors import ClusterError, ConfigError, NemoKubeflowError, TemplateError
-
-# Only light modules at the top: `--help` and `validate FILE` must not pay for importing
-# NeMo-Run, fiddle, torchx or the Trainer models (seconds); each command imports what it uses.
 from nemo_kubeflow.parts import naming, yamlio
 
 if TYPE_CHECKING:

@@ -175,8 +175,8 @@ def _serialization(variants) -> Metric:
 
         return median(once() for _ in range(30)) * 1000
 
-    from nemo_kubeflow.build.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
-    from nemo_kubeflow.build.initializers import InitializerSettings
+    from nemo_kubeflow.parts.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+    from nemo_kubeflow.parts.initializers import InitializerSettings
 
     mine = variants["ours"]()
     # For scale: every nested settings object set (they default to None, the class defaults).
@@ -237,10 +237,10 @@ print(json.dumps({"import": imported[0], "dryrun": dry, "schedule": sched, "firs
 
 def _stages():
     """(label, owner, attribute, depth): the functions timed, nested as they call each other."""
-    from nemo_kubeflow.build import manifests, packaging, plan
+    from nemo_kubeflow.build import manifests, plan
     from nemo_kubeflow.cluster import client as cluster
     from nemo_kubeflow.cluster import records, submit
-    from nemo_kubeflow.config import executor
+    from nemo_kubeflow.config import executor, packager
     from nemo_kubeflow.nemo_run import scheduler
     from nemo_kubeflow.schema import validation
 
@@ -248,8 +248,8 @@ def _stages():
 
     return [
         ("executor.validate", executor.KubeflowExecutor, "validate", 1),
-        ("packager.collect (disk reads)", packaging.ConfigMapPackager, "collect", 1),
-        ("redact_executor_yaml (YAML load + dump)", packaging, "redact_executor_yaml", 2),
+        ("packager.collect (disk reads)", packager.ConfigMapPackager, "collect", 1),
+        ("redact_executor_yaml (YAML load + dump)", packager, "redact_executor_yaml", 2),
         ("build_submission", plan, "build_submission", 1),
         ("build_code_package", plan, "build_code_package", 2),
         ("build_launch", plan, "build_launch", 2),

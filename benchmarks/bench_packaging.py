@@ -288,7 +288,7 @@ def _stdlib_sample(limit: int = 20 * MiB) -> list[bytes]:
 
 
 def _bundle(pairs, prefix: str = "code/"):
-    from nemo_kubeflow.build.packaging import BundleFile
+    from nemo_kubeflow.config.packager import BundleFile
 
     return [BundleFile(path=prefix + rel, data=data) for rel, data in pairs]
 

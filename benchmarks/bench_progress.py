@@ -102,9 +102,9 @@ def run(ctx):
         from torchx.specs import Role
 
         from nemo_kubeflow import KubeflowExecutor
-        from nemo_kubeflow.build.packaging import BundleFile
         from nemo_kubeflow.cluster.client import KubernetesCluster
         from nemo_kubeflow.cluster.submit import submit
+        from nemo_kubeflow.config.packager import BundleFile
 
         cluster.create_namespace("bench")
         executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, namespace="bench")

@@ -20,8 +20,8 @@ _EXPORTS = {
     "KubeflowExecutor": "nemo_kubeflow.config.executor",
     "PVCMount": "nemo_kubeflow.config.executor",
     "SecretMount": "nemo_kubeflow.config.executor",
-    "TCPXOConfig": "nemo_kubeflow.config.executor",
-    "ConfigMapPackager": "nemo_kubeflow.build.packaging",
+    "TCPXOConfig": "nemo_kubeflow.parts.fabrics",
+    "ConfigMapPackager": "nemo_kubeflow.config.packager",
     "AdmissionDeniedError": "nemo_kubeflow.errors",
     "ClusterError": "nemo_kubeflow.errors",
     "ConfigError": "nemo_kubeflow.errors",
@@ -55,9 +55,9 @@ def __dir__() -> list[str]:
 _MOVED = {
     "nemo_kubeflow.executor": "nemo_kubeflow.config.executor",
     "nemo_kubeflow.factories": "nemo_kubeflow.config.factories",
-    "nemo_kubeflow.packaging": "nemo_kubeflow.build.packaging",
-    "nemo_kubeflow.fabrics": "nemo_kubeflow.build.fabrics",
-    "nemo_kubeflow.initializers": "nemo_kubeflow.build.initializers",
+    "nemo_kubeflow.packaging": "nemo_kubeflow.config.packager",
+    "nemo_kubeflow.fabrics": "nemo_kubeflow.parts.fabrics",
+    "nemo_kubeflow.initializers": "nemo_kubeflow.parts.initializers",
 }
 
 

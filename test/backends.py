@@ -12,8 +12,8 @@ from kueue_api import kueue_version
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
-from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.parts.steps import step_selector
 
 # Where each kind of object lives on an API server (the real one has no `objects()` back door).
 API_PATHS = {

@@ -8,8 +8,8 @@ from nemo_run.run.torchx_backend.components import torchrun as nr_torchrun
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import Submission, build_submission
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.schema.validation import check_manifests
 
 

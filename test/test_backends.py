@@ -17,8 +17,8 @@ from kubernetes.config import new_client_from_config
 from torchx.specs import AppState
 
 from nemo_kubeflow import ConfigMapPackager, PVCMount
-from nemo_kubeflow.build import initializers as inits
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.parts import initializers as inits
 from nemo_kubeflow_local.kubelet import initializer_image as local_initializer
 
 # ---------------------------------------------------------------- (1) script and inline tasks

@@ -14,7 +14,7 @@ import nemo_run as run
 import pytest
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount, SecretMount, TCPXOConfig
-from nemo_kubeflow.build.render import templates_dir
+from nemo_kubeflow.parts.templates import templates_dir
 
 RESOURCES = (
     "configmaps",

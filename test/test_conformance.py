@@ -25,8 +25,8 @@ from polling import wait_for
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor, PVCMount
-from nemo_kubeflow.build import initializers as inits
 from nemo_kubeflow.build.command import RANK_PREFIX_EXPORT
+from nemo_kubeflow.parts import initializers as inits
 from nemo_kubeflow_local import LocalCluster
 
 DATA = Path(__file__).parent / "data" / "real-trainer"

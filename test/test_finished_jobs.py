@@ -12,12 +12,12 @@ from kubernetes.client import CustomObjectsApi
 from polling import wait_for
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build.naming import label_value
 from nemo_kubeflow.cli import main as console
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, TRAINJOB_KIND, TTL_ANNOTATION
 from nemo_kubeflow.errors import ClusterError, ConfigError
+from nemo_kubeflow.parts.naming import label_value
 
 
 @pytest.fixture()

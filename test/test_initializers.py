@@ -1,7 +1,7 @@
 """Dataset and model initializers on the local cluster: run before training (from ``file://`` sources,
 with the stand-in of nemo_kubeflow_local.kubelet.initializer_image), and a failing one failing the job.
 The pure builders (the SDK's types, the runtime's initializer jobs, the golden file) are in
-test/unit/build/test_initializers.py."""
+test/unit/parts/test_initializers.py."""
 
 import nemo_run as run
 from kubeflow.trainer import (
@@ -13,10 +13,10 @@ from kubernetes import client
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build import initializers as inits
-from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 from nemo_kubeflow.observe.pod_states import failed_step
+from nemo_kubeflow.parts import initializers as inits
+from nemo_kubeflow.parts.steps import step_selector
 from nemo_kubeflow_local.kubelet import initializer_image as local_initializer
 
 # --- the local cluster's stand-in of the initializer images ----------------------------------------------

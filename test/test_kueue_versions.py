@@ -11,10 +11,10 @@ from kueue_api import kueue_version
 from nemo_run.run.torchx_backend.components import torchrun
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import check_queue, submit
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import KUEUE_GROUP
 from nemo_kubeflow.errors import NotFoundError
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler

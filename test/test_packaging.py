@@ -1,4 +1,4 @@
-"""Tests for nemo_kubeflow.build.packaging: ConfigMap manifests, the unpack prologue, and collect().
+"""Tests for nemo_kubeflow.build.packaging and nemo_kubeflow.config.packager: ConfigMap manifests, the unpack prologue, and collect().
 
 Golden files live in test/data/packaging/; set NEMO_KUBEFLOW_UPDATE_GOLDEN=1 to rewrite them.
 """
@@ -22,14 +22,9 @@ from nemo_run.core.serialization.yaml import YamlSerializer
 from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
 
 from nemo_kubeflow.build import packaging
-from nemo_kubeflow.build.packaging import (
-    BundleFile,
-    CodePackage,
-    ConfigMapPackager,
-    build_code_package,
-    describe_package,
-    redact_executor_yaml,
-)
+from nemo_kubeflow.build.packaging import CodePackage, build_code_package, describe_package
+from nemo_kubeflow.config import packager
+from nemo_kubeflow.config.packager import BundleFile, ConfigMapPackager, redact_executor_yaml
 from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES
 from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
 
@@ -158,7 +153,7 @@ def job_dir(tmp_path: Path) -> Path:
         "_target_: nemo_kubeflow.config.executor.KubeflowExecutor\n"
         f"env_vars:\n  HF_TOKEN: {CANARY}\n  WANDB_API_KEY: {CANARY}-2\n"
         "namespace: team-a\nretries: 2\n"
-        "packager:\n  _target_: nemo_kubeflow.build.packaging.ConfigMapPackager\n  mode: auto\n"
+        "packager:\n  _target_: nemo_kubeflow.config.packager.ConfigMapPackager\n  mode: auto\n"
     )
     script = job / "scripts" / "task-0.sh"
     script.write_text("#!/usr/bin/bash\necho hello\n")
@@ -600,7 +595,7 @@ def test_collect_unreadable_file(job_dir: Path, repo: Path, monkeypatch: pytest.
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(packaging, "open", deny_train, raising=False)
+    monkeypatch.setattr(packager, "open", deny_train, raising=False)
     with pytest.raises(PackagingError, match=r"cannot read .*train\.py: Permission denied"):
         collect(ConfigMapPackager(include_pattern="*.py"), job_dir, repo)
 
@@ -692,7 +687,7 @@ def test_redaction_skips_the_yaml_round_trip_only_when_every_env_vars_is_empty()
 
 def test_unparsable_executor_yaml_is_not_shipped(job_dir: Path, repo: Path, caplog: pytest.LogCaptureFixture):
     (job_dir / "configs" / "task-0_executor.yaml").write_text(f"env_vars: {{HF_TOKEN: {CANARY}\n  : [")
-    with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.build.packaging"):
+    with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.config.packager"):
         files = collect(ConfigMapPackager(), job_dir, repo)
     assert "task-0/configs/task-0_executor.yaml" not in files
     assert "task-0_executor.yaml" in caplog.text and "redacted" in caplog.text

@@ -11,9 +11,9 @@ from kubernetes import client
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount
-from nemo_kubeflow.build.render import templates_dir
-from nemo_kubeflow.build.steps import step_selector
 from nemo_kubeflow.observe.pod_states import failed_step
+from nemo_kubeflow.parts.steps import step_selector
+from nemo_kubeflow.parts.templates import templates_dir
 
 SCRIPT = templates_dir() / "preflight.sh"
 

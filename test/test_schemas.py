@@ -121,7 +121,7 @@ def test_first_dry_run_builds_and_validates_without_the_sdk_models():
 def test_initializers_still_go_through_the_sdk():
     setup = (
         "from kubeflow.trainer import Initializer, HuggingFaceDatasetInitializer\n"
-        "from nemo_kubeflow.build.initializers import InitializerSettings\n"
+        "from nemo_kubeflow.parts.initializers import InitializerSettings\n"
         "executor.initializer = Initializer(dataset=HuggingFaceDatasetInitializer(storage_uri='hf://org/data'))\n"
         "executor.initializer_settings = InitializerSettings(claim_name='cache')"
     )

@@ -15,10 +15,10 @@ from polling import wait_for
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
+from nemo_kubeflow.config.packager import BundleFile
 
 
 @pytest.fixture()

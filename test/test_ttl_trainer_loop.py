@@ -14,11 +14,11 @@ from kubernetes import client
 from torchx.specs import AppState
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cli.main import main as cli_main
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import (
     JOBSET_UID_LABEL,
     TRAINER_PUBLIC_CONFIGMAP,

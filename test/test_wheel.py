@@ -29,12 +29,13 @@ def test_wheel_ships_templates_and_renders_from_them(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = (
         "import nemo_kubeflow, nemo_kubeflow.build.plan as plan, nemo_kubeflow.build.render as r\n"
+        "from nemo_kubeflow.parts.templates import templates_dir\n"
         f"assert nemo_kubeflow.__file__.startswith({str(site)!r}), nemo_kubeflow.__file__\n"
         "from nemo_kubeflow import KubeflowExecutor\n"
         "rt = r.render_runtime(r.runtime_context(plan.resolve(KubeflowExecutor(container_image='img', nodes=2))))\n"
         "from nemo_kubeflow.schema.validation import validate_manifest\n"
         "assert validate_manifest(rt) == [] and validate_manifest({**rt, 'spek': 1}) != [], 'schemas.json'\n"
-        "print(r.templates_dir(), rt['metadata']['name'])\n"
+        "print(templates_dir(), rt['metadata']['name'])\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", code],

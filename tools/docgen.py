@@ -81,10 +81,10 @@ def reference(cls: type, inherited: bool = False, landing: bool = False) -> str:
 
 
 def render() -> str:
-    from nemo_kubeflow.build.fabrics import PROFILES
-    from nemo_kubeflow.build.initializers import InitializerSettings
-    from nemo_kubeflow.build.packaging import ConfigMapPackager
     from nemo_kubeflow.config.executor import KubeflowExecutor, PVCMount, SecretMount
+    from nemo_kubeflow.config.packager import ConfigMapPackager
+    from nemo_kubeflow.parts.fabrics import PROFILES
+    from nemo_kubeflow.parts.initializers import InitializerSettings
 
     parts = [
         "# Configuration reference",
@@ -122,8 +122,8 @@ def render() -> str:
 def fabrics_table() -> str:
     """The profiles of docs/fabrics.md: machines, settings, and the Pod Security profile their pods pass
     (from what each profile's default settings build)."""
-    from nemo_kubeflow.build.fabrics import PROFILES, build_fabric
     from nemo_kubeflow.config.executor import KubeflowExecutor
+    from nemo_kubeflow.parts.fabrics import PROFILES, build_fabric
 
     rows = [
         "| `network_fabric` | Machines | Parameters | Pod Security profile the namespace must allow |",

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from nemo_kubeflow.constants import NEMO_RUN_POD_DIR, RESTART_ATTEMPT_ENV
+from nemo_kubeflow.parts.escapes import kube_escape
 from nemo_kubeflow.pod import warm_start
 
 #: torchrun's flags, in the order they are added, with the PET variable that feeds each.
@@ -156,18 +157,6 @@ _WARM_START_SOURCE = Path(warm_start.__file__)
 # ft_launcher's flags that say how the worker program is started.
 _MODULE_FLAGS = ("-m", "--module")
 _NO_PYTHON_FLAGS = ("--no-python", "--no_python")
-
-
-def kube_escape(text: str) -> str:
-    """Protect text from Kubernetes' expansion in a container's command, args and env values, where
-    ``$(VAR)`` is replaced and ``$$`` becomes ``$``: a ``$`` before ``(`` or ``$`` is doubled, so the
-    process gets the text as written. Every piece of text we put into a container goes through this."""
-    return re.sub(r"\$(?=[$(])", "$$", text)
-
-
-def literal_env(name: str, value: object) -> dict[str, str]:
-    """An env entry whose value reaches the process as written (no ``$(VAR)`` reference)."""
-    return {"name": name, "value": kube_escape(str(value))}
 
 
 def substitute_macros(text: str, values: Mapping[str, str]) -> str:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.command import LaunchSpec, literal_env
-from nemo_kubeflow.build.steps import PREFLIGHT_CONTAINER
+from nemo_kubeflow.build.command import LaunchSpec
 from nemo_kubeflow.constants import (
     EXPERIMENT_LABEL,
     JOBSET_NAME_LABEL,
@@ -37,15 +35,18 @@ from nemo_kubeflow.constants import (
     TTL_ANNOTATION,
 )
 from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.escapes import literal_env
+from nemo_kubeflow.parts.naming import PATCH_MANAGER
+from nemo_kubeflow.parts.steps import PREFLIGHT_CONTAINER
 from nemo_kubeflow.schema import compiled as schemas
 
 if TYPE_CHECKING:
     from kubeflow_trainer_api import models as m
 
-    from nemo_kubeflow.build.fabrics import Fabric
+    from nemo_kubeflow.config.executor import KubeflowExecutor
+    from nemo_kubeflow.parts.fabrics import Fabric
 
-#: The field manager of our runtime patch (Trainer requires a domain-prefixed path).
-PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 #: Shown instead of secret values wherever a manifest is printed or written.
 MASK = "<masked>"
 
@@ -59,7 +60,7 @@ def common_labels(experiment_id: str, task_name: str, trainjob: str) -> dict[str
     }
 
 
-def resources_per_node(executor, fabric: Fabric) -> Optional[dict[str, dict[str, str]]]:
+def resources_per_node(executor: KubeflowExecutor, fabric: Fabric) -> Optional[dict[str, dict[str, str]]]:
     """The TrainJob's ``resourcesPerNode``: CPU, memory, GPUs, the fabric's devices, ``extra_resources``."""
     sections: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
     for fname, (section, resource) in _CPU_MEMORY_FIELDS.items():
@@ -71,7 +72,7 @@ def resources_per_node(executor, fabric: Fabric) -> Optional[dict[str, dict[str,
     return {k: v for k, v in sections.items() if v} or None
 
 
-def _extended_resources(executor, fabric: Fabric) -> dict[str, object]:
+def _extended_resources(executor: KubeflowExecutor, fabric: Fabric) -> dict[str, object]:
     """The extended resources per node: GPUs, the fabric's devices, ``extra_resources``."""
     # The fabric's devices (EFA, RDMA) follow the TrainJob like GPUs: a runtime whose node limits
     # name no cpu or gpu makes the Kubeflow SDK refuse it.
@@ -426,7 +427,7 @@ def with_owner(obj: dict, owner: dict) -> dict:
     return out
 
 
-def ttl_annotations(executor: Any) -> dict[str, str]:
+def ttl_annotations(executor: KubeflowExecutor) -> dict[str, str]:
     """The TrainJob annotation with the executor's ``ttl_seconds_after_finished`` (none when unset).
     Never a JobSet TTL: Trainer v2.3.0 and older build a failed job's JobSet again once its TTL
     deletes it, and rerun the job forever (trainer#3779)."""
@@ -434,6 +435,6 @@ def ttl_annotations(executor: Any) -> dict[str, str]:
     return {} if ttl is None else {TTL_ANNOTATION: str(ttl)}
 
 
-def node_avoidance_annotations(executor: Any) -> dict[str, str]:
+def node_avoidance_annotations(executor: KubeflowExecutor) -> dict[str, str]:
     """The TrainJob annotation that turns node avoidance off (none when it is on)."""
     return {} if executor.avoid_failed_nodes else {NODE_AVOIDANCE_ANNOTATION: NODE_AVOIDANCE_OFF}

@@ -23,22 +23,23 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from torchx.specs import AppDef, Role
 
-from nemo_kubeflow.build import initializers, naming
 from nemo_kubeflow.build import manifests as mf
 from nemo_kubeflow.build.command import (
     LaunchSpec,
     build_launch,
-    literal_env,
     split_torchrun_args,
     substitute_macros,
     warm_start_problem,
 )
-from nemo_kubeflow.build.fabrics import Fabric, build_fabric
-from nemo_kubeflow.build.packaging import BundleFile, CodePackage, build_code_package, describe_package
+from nemo_kubeflow.build.packaging import CodePackage, build_code_package, describe_package
 from nemo_kubeflow.build.render import existing_runtime_pod, render_runtime, runtime_context, runtime_volumes
-from nemo_kubeflow.config.executor import type_problem
+from nemo_kubeflow.config.field_types import type_problem
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import DNS_LABEL_MAX, TRAINER_NODE, queue_name
 from nemo_kubeflow.errors import ConfigError, PackagingError
+from nemo_kubeflow.parts import initializers, naming
+from nemo_kubeflow.parts.escapes import literal_env
+from nemo_kubeflow.parts.fabrics import Fabric, build_fabric
 
 if TYPE_CHECKING:
     from nemo_run.core.execution.base import ExecutorMacros

@@ -25,9 +25,6 @@ import jinja2
 import jinja2.bccache
 import yaml
 
-from nemo_kubeflow.build import initializers, yamlio
-from nemo_kubeflow.build.command import kube_escape, literal_env
-from nemo_kubeflow.build.fabrics import Fabric
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
     GANG_SCHEDULERS,
@@ -38,26 +35,17 @@ from nemo_kubeflow.constants import (
     USER_ERROR_MESSAGE_PATTERN,
 )
 from nemo_kubeflow.errors import TemplateError
+from nemo_kubeflow.parts import initializers, yamlio
+from nemo_kubeflow.parts.escapes import kube_escape, literal_env
+from nemo_kubeflow.parts.fabrics import Fabric
+from nemo_kubeflow.parts.templates import DEFAULT_TEMPLATE, templates_dir
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import ExecutorFacts
+    from nemo_kubeflow.config.executor import KubeflowExecutor
 
-DEFAULT_TEMPLATE = "training_runtime.yaml.j2"
 RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
 SHM_VOLUME = "dshm"
-
-
-@functools.lru_cache(maxsize=None)
-def templates_dir() -> Path:
-    """The packaged templates (inside the wheel), or the repository's ``templates/``."""
-    package = Path(__file__).resolve().parent.parent
-    for candidate in (package / "templates", package.parent / "templates"):
-        if (candidate / DEFAULT_TEMPLATE).is_file():
-            return candidate
-    raise TemplateError(
-        f"the runtime templates are missing (looked in {package / 'templates'} and "
-        f"{package.parent / 'templates'}); reinstall nemo-kubeflow"
-    )
 
 
 def _tojson(value: Any) -> str:
@@ -142,13 +130,13 @@ def runtime_volumes(
     return volumes, mounts
 
 
-def _pvc_volumes(executor) -> tuple[list[dict], list[dict]]:
+def _pvc_volumes(executor: KubeflowExecutor) -> tuple[list[dict], list[dict]]:
     volumes: list[dict] = []
     mounts: list[dict] = []
     for i, pvc in enumerate(executor.pvc_mounts):
         name = f"pvc-{i}"
         claim: dict[str, Any] = {"claimName": pvc.claim_name}
-        mount = {"name": name, "mountPath": pvc.mount_path}
+        mount: dict[str, Any] = {"name": name, "mountPath": pvc.mount_path}
         if pvc.read_only:
             claim["readOnly"] = mount["readOnly"] = True
         volumes.append({"name": name, "persistentVolumeClaim": claim})
@@ -158,7 +146,7 @@ def _pvc_volumes(executor) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def _secret_volumes(executor) -> tuple[list[dict], list[dict]]:
+def _secret_volumes(executor: KubeflowExecutor) -> tuple[list[dict], list[dict]]:
     """The volumes of ``secret_mounts`` and their read-only mounts."""
     volumes: list[dict] = []
     mounts: list[dict] = []
@@ -172,7 +160,7 @@ def _secret_volumes(executor) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def pod_security_context(executor) -> dict[str, Any]:
+def pod_security_context(executor: KubeflowExecutor) -> dict[str, Any]:
     ctx: dict[str, Any] = {}
     if executor.restricted_security:
         ctx["runAsNonRoot"] = True
@@ -184,13 +172,13 @@ def pod_security_context(executor) -> dict[str, Any]:
     return ctx
 
 
-def container_security_context(executor) -> dict[str, Any]:
+def container_security_context(executor: KubeflowExecutor) -> dict[str, Any]:
     if not executor.restricted_security:
         return {}
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def node_security_context(executor, fabric: Fabric) -> dict[str, Any]:
+def node_security_context(executor: KubeflowExecutor, fabric: Fabric) -> dict[str, Any]:
     """The training container's: the restricted settings, or the capabilities the fabric adds
     (``validate`` refuses both at once)."""
     if fabric.capabilities:
@@ -218,7 +206,7 @@ def existing_runtime_pod(facts: ExecutorFacts) -> dict[str, Any]:
     return {"pod": pod, "metadata": _pod_metadata(executor), "node_security": container_security_context(executor)}
 
 
-def _pod_metadata(executor) -> dict[str, dict[str, str]]:
+def _pod_metadata(executor: KubeflowExecutor) -> dict[str, dict[str, str]]:
     """The pod template's labels and annotations that the executor sets (``pod_labels``, ``pod_annotations``)."""
     return {
         k: dict(sorted(v.items()))
@@ -227,7 +215,7 @@ def _pod_metadata(executor) -> dict[str, dict[str, str]]:
     }
 
 
-def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
+def preflight_context(executor: KubeflowExecutor, fabric: Fabric) -> Optional[dict[str, Any]]:
     """The ``preflight`` init container's settings, or ``None`` when it is off.
 
     It requests the GPUs and fabric devices of the training container (the kubelet hands the same
@@ -245,7 +233,7 @@ def preflight_context(executor, fabric: Fabric) -> Optional[dict[str, Any]]:
     }
 
 
-def _preflight_env(executor, fabric: Fabric) -> list[dict]:
+def _preflight_env(executor: KubeflowExecutor, fabric: Fabric) -> list[dict]:
     """The preflight checks' settings (the GPUs to find, the claims to write) and the fabric's variables."""
     writable = [p.mount_path for p in executor.pvc_mounts if not p.read_only]
     return [
@@ -254,7 +242,7 @@ def _preflight_env(executor, fabric: Fabric) -> list[dict]:
     ] + [literal_env(k, v) for k, v in sorted(fabric.env.items())]
 
 
-def _preflight_devices(executor, fabric: Fabric) -> dict[str, str]:
+def _preflight_devices(executor: KubeflowExecutor, fabric: Fabric) -> dict[str, str]:
     """The devices the preflight container requests: the GPUs, then the fabric's."""
     devices = dict(fabric.resources)
     if executor.gpus_per_node > 0:
@@ -262,7 +250,7 @@ def _preflight_devices(executor, fabric: Fabric) -> dict[str, str]:
     return devices
 
 
-def pod_group_policy(executor) -> Optional[dict[str, Any]]:
+def pod_group_policy(executor: KubeflowExecutor) -> Optional[dict[str, Any]]:
     """The runtime's ``spec.podGroupPolicy`` (gang scheduling), or ``None`` when off."""
     policy = getattr(executor, "pod_group_policy", "none") or "none"
     if policy == "none":
@@ -273,7 +261,7 @@ def pod_group_policy(executor) -> Optional[dict[str, Any]]:
     return {policy: settings}
 
 
-def scheduler_name(executor) -> Optional[str]:
+def scheduler_name(executor: KubeflowExecutor) -> Optional[str]:
     """The pods' ``schedulerName``: the executor's, else the gang scheduler's, else none (the default)."""
     return executor.scheduler_name or GANG_SCHEDULERS.get(executor.pod_group_policy)
 
@@ -317,7 +305,7 @@ def runtime_context(facts: ExecutorFacts) -> dict[str, Any]:
     }
 
 
-def fail_fast_exit_codes(executor) -> list[int]:
+def fail_fast_exit_codes(executor: KubeflowExecutor) -> list[int]:
     """The exit codes of the FailJob rule: the user's, plus OOMKilled's unless it restarts the gang."""
     codes = set(executor.fail_fast_exit_codes)
     if not executor.restart_on_oom_kill:

@@ -334,7 +334,7 @@ def _report_right(report: Report, right: Right, allowed: bool, where: str) -> No
 
 def needed_pod_security(executor: Any) -> tuple[str, str]:
     """The least Pod Security level the job's pods pass, and why."""
-    from nemo_kubeflow.build import fabrics
+    from nemo_kubeflow.parts import fabrics
 
     privileges = fabrics.build_fabric(executor).privileges()
     if privileges:

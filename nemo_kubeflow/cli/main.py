@@ -39,7 +39,6 @@ import yaml
 
 # Only light modules at the top: `--help` and `validate FILE` must not pay for importing
 # NeMo-Run, fiddle, torchx or the Trainer models (seconds); each command imports what it uses.
-from nemo_kubeflow.build import naming, yamlio
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,
@@ -51,6 +50,7 @@ from nemo_kubeflow.constants import (
     TTL_ANNOTATION,
 )
 from nemo_kubeflow.errors import ClusterError, ConfigError, NemoKubeflowError, TemplateError
+from nemo_kubeflow.parts import naming, yamlio
 
 if TYPE_CHECKING:
     import fiddle as fdl

@@ -27,9 +27,10 @@ from typing import Any, Optional
 
 import nemo_run as run
 
-from nemo_kubeflow.build.packaging import ConfigMapPackager
-from nemo_kubeflow.config.executor import KubeflowExecutor, TCPXOConfig
+from nemo_kubeflow.config.executor import KubeflowExecutor
+from nemo_kubeflow.config.packager import ConfigMapPackager
 from nemo_kubeflow.errors import NemoKubeflowError
+from nemo_kubeflow.parts.fabrics import TCPXOConfig
 
 #: The image of the GPU and CPU factories: it has torch and nemo_run, which Partial tasks need.
 DEFAULT_IMAGE = "nvcr.io/nvidia/nemo:25.02"

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from nemo_kubeflow.constants import INT_FORMAT_RANGES, JOBSET_TTL_MAX
+from nemo_kubeflow.parts.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, TCPXOConfig
+from nemo_kubeflow.parts.initializers import InitializerSettings
 
 #: The kinds of place a value lands in.
 TRAINJOB = "trainjob"  # the TrainJob (metadata, spec.trainer, spec.*): honoured with any runtime
@@ -139,19 +141,16 @@ def _secret_mount() -> list:
 
 
 def _packager() -> Any:
-    from nemo_kubeflow.build.packaging import ConfigMapPackager
+    from nemo_kubeflow.config.packager import ConfigMapPackager
 
     return ConfigMapPackager(max_shards=4)
 
 
-def _settings(cls_path: str, **values: Any) -> Callable[[], Any]:
-    """A settings object built at use (its module imports this one's users)."""
+def _settings(cls: type, **values: Any) -> Callable[[], Any]:
+    """A settings object built at use (a new one each time)."""
 
     def build() -> Any:
-        import importlib
-
-        module, _, name = cls_path.rpartition(".")
-        return getattr(importlib.import_module(module), name)(**values)
+        return cls(**values)
 
     return build
 
@@ -161,7 +160,7 @@ def _own_template() -> str:
     import tempfile
     from pathlib import Path
 
-    from nemo_kubeflow.build.render import DEFAULT_TEMPLATE, templates_dir
+    from nemo_kubeflow.parts.templates import DEFAULT_TEMPLATE, templates_dir
 
     text = (templates_dir() / DEFAULT_TEMPLATE).read_text()
     path = Path(tempfile.mkdtemp(prefix="nemo-kubeflow-example-")) / "runtime.yaml.j2"
@@ -270,23 +269,21 @@ LANDINGS: dict[str, Landing] = {
     # --- network fabric ---------------------------------------------------------------------------
     "network_fabric": _fabric("aws-efa"),
     "enable_tcpxo": _fabric(True),
-    "tcpxo": _fabric(_settings("nemo_kubeflow.build.fabrics.TCPXOConfig", nccl_env=_NCCL), "gke-tcpxo"),
-    "gke_rdma": _fabric(_settings("nemo_kubeflow.build.fabrics.GKERDMAConfig", nccl_env=_NCCL), "gke-rdma"),
-    "aws_efa": _fabric(_settings("nemo_kubeflow.build.fabrics.EFAConfig", nccl_env=_NCCL), "aws-efa"),
-    "infiniband": _fabric(_settings("nemo_kubeflow.build.fabrics.InfiniBandConfig", nccl_env=_NCCL), "infiniband"),
+    "tcpxo": _fabric(_settings(TCPXOConfig, nccl_env=_NCCL), "gke-tcpxo"),
+    "gke_rdma": _fabric(_settings(GKERDMAConfig, nccl_env=_NCCL), "gke-rdma"),
+    "aws_efa": _fabric(_settings(EFAConfig, nccl_env=_NCCL), "aws-efa"),
+    "infiniband": _fabric(_settings(InfiniBandConfig, nccl_env=_NCCL), "infiniband"),
     # --- before training -------------------------------------------------------------------------
     "initializer": _runtime_only(
         "spec.template.spec.replicatedJobs",
         "the initializer jobs and their claim are replicated jobs of the runtime",
         example=_initializer,
-        example_with={
-            "initializer_settings": _settings("nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data")
-        },
+        example_with={"initializer_settings": _settings(InitializerSettings, claim_name="data")},
     ),
     "initializer_settings": _runtime_only(
         "spec.template.spec.replicatedJobs",
         "the initializer jobs and their claim are replicated jobs of the runtime",
-        example=_settings("nemo_kubeflow.build.initializers.InitializerSettings", claim_name="data"),
+        example=_settings(InitializerSettings, claim_name="data"),
         example_with={"initializer": _initializer},
     ),
     "preflight": _runtime_only(

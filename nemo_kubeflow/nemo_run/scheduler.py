@@ -33,7 +33,6 @@ from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
 from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_terminal, make_app_handle, runopts
 
-from nemo_kubeflow.build import yamlio
 from nemo_kubeflow.cluster import records
 from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster, kubectl_delete
 from nemo_kubeflow.cluster.watched import WatchedJob
@@ -57,6 +56,7 @@ from nemo_kubeflow.observe.status import (
     running_for_at_least,
     stall_message,
 )
+from nemo_kubeflow.parts import yamlio
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import Submission

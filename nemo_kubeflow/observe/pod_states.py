@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from nemo_kubeflow.build.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
 from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, REPLICATED_JOB_LABEL, RESTART_ATTEMPT_LABEL, TRAINER_NODE
 from nemo_kubeflow.observe.events import event_object, event_text
 from nemo_kubeflow.observe.status import condition_text, nested, newest_pods_by_node, true_condition
+from nemo_kubeflow.parts.steps import INITIALIZER_STEPS, PREFLIGHT_CONTAINER
 
 
 def terminated_state(container_status: dict) -> Optional[dict]:

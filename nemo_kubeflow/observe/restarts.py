@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
-from nemo_kubeflow.build.naming import pod_completion_index
 from nemo_kubeflow.constants import JOBSET_RESTARTING_CONDITION, RESTART_ATTEMPT_ENV, TRAINER_NODE
 from nemo_kubeflow.observe.events import event_object, event_text, event_time
 from nemo_kubeflow.observe.pod_states import NodeFailure
 from nemo_kubeflow.observe.status import nested, true_condition
+from nemo_kubeflow.parts.naming import pod_completion_index
 from nemo_kubeflow.pod.warm_start import NOT_APPLIED
 
 if TYPE_CHECKING:

@@ -38,9 +38,9 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator, Optional, Sequence, TypeGuard, Union
 
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.manifests import PATCH_MANAGER
 from nemo_kubeflow.errors import ManifestValidationError
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.naming import PATCH_MANAGER
 from nemo_kubeflow.quantity import parse_quantity
 from nemo_kubeflow.schema import compiled as schemas
 

@@ -14,9 +14,9 @@ from locations import GOLDEN
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount, SecretMount
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import build_submission
-from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.config.packager import BundleFile
+from nemo_kubeflow.parts.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
 IMAGE = "nvcr.io/nvidia/nemo:25.02"

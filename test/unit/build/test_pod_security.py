@@ -7,8 +7,8 @@ import pytest
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor, PVCMount, SecretMount
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import build_submission
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.schema.validation import check_manifests
 
 FILES = [BundleFile("code/train.py", b"print(1)\n")]

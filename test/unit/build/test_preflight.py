@@ -6,7 +6,7 @@ import pss
 import pytest
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow.build.render import templates_dir
+from nemo_kubeflow.parts.templates import templates_dir
 from nemo_kubeflow_local.kubelet.environment import expand
 
 SCRIPT = templates_dir() / "preflight.sh"

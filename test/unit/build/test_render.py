@@ -4,7 +4,8 @@ import pytest
 
 from nemo_kubeflow import KubeflowExecutor, TemplateError
 from nemo_kubeflow.build.plan import resolve
-from nemo_kubeflow.build.render import render_runtime, runtime_context, templates_dir
+from nemo_kubeflow.build.render import render_runtime, runtime_context
+from nemo_kubeflow.parts.templates import templates_dir
 
 
 def ctx(**kw):

@@ -9,11 +9,11 @@ import pytest
 from locations import GOLDEN
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.build.packaging import BundleFile
 from nemo_kubeflow.build.plan import build_submission
-from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import TIMEOUT_DEFAULTS
 from nemo_kubeflow.errors import ConfigError
+from nemo_kubeflow.parts.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
 IMAGE = "nvcr.io/nvidia/nemo:25.02"

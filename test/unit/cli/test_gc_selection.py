@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nemo_kubeflow.build.naming import label_value
 from nemo_kubeflow.cli import main as console
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, MANAGED_BY_LABEL
+from nemo_kubeflow.parts.naming import label_value
 
 
 @pytest.mark.parametrize(

@@ -97,8 +97,8 @@ def every_field_set() -> KubeflowExecutor:
     from kubeflow.trainer import HuggingFaceModelInitializer, Initializer
 
     from nemo_kubeflow import SecretMount
-    from nemo_kubeflow.build.fabrics import TCPXOConfig
-    from nemo_kubeflow.build.initializers import InitializerSettings
+    from nemo_kubeflow.parts.fabrics import TCPXOConfig
+    from nemo_kubeflow.parts.initializers import InitializerSettings
 
     ex = ok(
         nodes=3,
@@ -221,8 +221,8 @@ def test_invalid_image_references_name_the_part_at_fault(image, message):
 def test_initializer_and_fabric_images_use_the_same_grammar():
     from kubeflow.trainer import HuggingFaceModelInitializer, Initializer
 
-    from nemo_kubeflow.build.fabrics import TCPXOConfig
-    from nemo_kubeflow.build.initializers import InitializerSettings
+    from nemo_kubeflow.parts.fabrics import TCPXOConfig
+    from nemo_kubeflow.parts.initializers import InitializerSettings
 
     ex = ok(
         gpus_per_node=8,
@@ -278,7 +278,7 @@ def test_numbers_are_quantities():
 
 
 def test_a_wrong_type_is_reported_once_and_the_other_problems_still_are():
-    from nemo_kubeflow.build.fabrics import TCPXOConfig
+    from nemo_kubeflow.parts.fabrics import TCPXOConfig
 
     with pytest.raises(ConfigError) as err:
         KubeflowExecutor(

@@ -822,8 +822,8 @@ def _planned(nodes: int, with_initializers: bool, experiment_id: str = NEMO_RUN_
     from torchx.specs import Role
 
     from nemo_kubeflow import KubeflowExecutor
-    from nemo_kubeflow.build.initializers import InitializerSettings
     from nemo_kubeflow.build.plan import build_submission
+    from nemo_kubeflow.parts.initializers import InitializerSettings
 
     init = (
         Initializer(
@@ -847,7 +847,7 @@ def _planned(nodes: int, with_initializers: bool, experiment_id: str = NEMO_RUN_
 
 def _pod_names(sub) -> dict[str, int]:
     """The longest pod name of each replicated job, as JobSet's webhook computes it."""
-    from nemo_kubeflow.build import naming
+    from nemo_kubeflow.parts import naming
 
     jobs = naming.runtime_job_shapes(sub.runtime, sub.trainjob["spec"]["trainer"]["numNodes"])
     return {job.name: len(naming.longest_pod_name(sub.name, job)) for job in jobs}
@@ -943,7 +943,7 @@ def test_a_runtime_whose_job_names_leave_no_room_for_any_name_is_refused(tmp_pat
 
     from nemo_kubeflow import KubeflowExecutor
     from nemo_kubeflow.build.plan import build_submission
-    from nemo_kubeflow.build.render import templates_dir
+    from nemo_kubeflow.parts.templates import templates_dir
 
     long_job = "node-of-a-runtime-whose-replicated-job-names-are-far-too-long"
     text = (templates_dir() / "training_runtime.yaml.j2").read_text()

@@ -1,7 +1,7 @@
 """Network fabric profiles: one golden file per profile, offline validation, Pod Security, bad combinations.
 
 Regenerate the golden files after an intended change with:
-    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/unit/build/test_fabrics.py
+    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/unit/parts/test_fabrics.py
 and review the diff.
 """
 
@@ -15,10 +15,10 @@ import yaml
 from locations import DOCS, GOLDEN
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor
-from nemo_kubeflow.build import fabrics
-from nemo_kubeflow.build.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
-from nemo_kubeflow.build.packaging import BundleFile
-from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.config.packager import BundleFile
+from nemo_kubeflow.parts import fabrics
+from nemo_kubeflow.parts.fabrics import EFAConfig, GKERDMAConfig, InfiniBandConfig, build_fabric
+from nemo_kubeflow.parts.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
 IMAGE = "nvcr.io/nvidia/nemo:25.02"

@@ -30,6 +30,8 @@ DNS_SUBDOMAIN_MAX = 253
 
 #: Length of the hash suffix that keeps sanitised names unique.
 HASH_LEN = 6
+#: The field manager of our runtime patch (Trainer requires a domain-prefixed path).
+PATCH_MANAGER = "nemo-kubeflow.nvidia.com/executor"
 
 
 def short_hash(*parts: Any, length: int = HASH_LEN) -> str:

@@ -1,8 +1,8 @@
 import pytest
 
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.naming import ReplicatedJobShape as Job
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.naming import ReplicatedJobShape as Job
 
 #: The budget of a runtime with only the trainer's `node` job, on one node.
 NODE_BUDGET = 48

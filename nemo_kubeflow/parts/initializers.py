@@ -12,11 +12,11 @@ annotations at run time.
 """
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol, Sequence
 
-from nemo_kubeflow.build import naming
-from nemo_kubeflow.build.command import literal_env
-from nemo_kubeflow.build.steps import DATASET_INITIALIZER, MODEL_INITIALIZER
+from nemo_kubeflow.parts import naming
+from nemo_kubeflow.parts.escapes import literal_env
+from nemo_kubeflow.parts.steps import DATASET_INITIALIZER, MODEL_INITIALIZER
 from nemo_kubeflow.quantity import parse_quantity
 
 if TYPE_CHECKING:
@@ -106,7 +106,23 @@ class Step:
         return {"name": VOLUME, "mountPath": self.mount_path, "subPath": self.sub_path}
 
 
-def settings(executor) -> InitializerSettings:
+class InitializerExecutor(Protocol):
+    """What the initializer checks read of an executor (``KubeflowExecutor`` has it; config sits above this
+    package): its initializer, their settings, and the paths its other volumes are mounted at."""
+
+    @property
+    def initializer(self) -> Any: ...
+    @property
+    def initializer_settings(self) -> Optional["InitializerSettings"]: ...
+    @property
+    def workspace_mount_path(self) -> str: ...
+    @property
+    def pvc_mounts(self) -> Sequence[Any]: ...
+    @property
+    def secret_mounts(self) -> Sequence[Any]: ...
+
+
+def settings(executor: InitializerExecutor) -> InitializerSettings:
     """The executor's ``initializer_settings``, or the defaults where it has ``None``."""
     value = executor.initializer_settings
     return InitializerSettings() if value is None else value
@@ -207,7 +223,7 @@ _SCHEMES = {
 }
 
 
-def initializer_problems(executor) -> Iterator[str]:
+def initializer_problems(executor: InitializerExecutor) -> Iterator[str]:
     """Configuration problems of ``initializer``/``initializer_settings`` (pure; part of ``validate()``)."""
     init = executor.initializer
     s = settings(executor)
@@ -282,7 +298,7 @@ def _step_problems(step: str, value: object, command: list[str], secret: Optiona
         yield f"initializer_settings.{step}_secret={secret!r}: not a valid Secret name"
 
 
-def _download_path_problems(executor, planned: list[Step]) -> Iterator[str]:
+def _download_path_problems(executor: InitializerExecutor, planned: list[Step]) -> Iterator[str]:
     """The executor's mounts at a path where the training pods mount a download."""
     taken = {executor.workspace_mount_path: "workspace_mount_path"}
     taken.update({m.mount_path: f"pvc_mounts[{m.claim_name}]" for m in executor.pvc_mounts})

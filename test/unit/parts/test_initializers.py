@@ -3,7 +3,7 @@ initializer jobs, ``spec.initializer`` through the SDK's converters (test/test_i
 on the local cluster).
 
 Regenerate the golden file after an intended change with:
-    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/unit/build/test_initializers.py
+    NEMO_KUBEFLOW_UPDATE_GOLDEN=1 pytest test/unit/parts/test_initializers.py
 """
 
 import os
@@ -28,8 +28,8 @@ from nemo_run.core.serialization.yaml import YamlSerializer
 from nemo_run.core.serialization.zlib_json import ZlibJSONSerializer
 
 from nemo_kubeflow import ConfigError, KubeflowExecutor, PVCMount
-from nemo_kubeflow.build import initializers as inits
-from nemo_kubeflow.build.yamlio import dump_all
+from nemo_kubeflow.parts import initializers as inits
+from nemo_kubeflow.parts.yamlio import dump_all
 from nemo_kubeflow.schema.validation import check_manifests
 
 HF = Initializer(

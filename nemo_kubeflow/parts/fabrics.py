@@ -19,7 +19,7 @@ annotations at run time (``run.executor.gke_rdma.nic_count=4``).
 import difflib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Protocol
 
 NONE = "none"
 GKE_TCPXO = "gke-tcpxo"
@@ -185,24 +185,43 @@ class Fabric:
         return found
 
 
-def fabric_name(executor) -> str:
+class FabricExecutor(Protocol):
+    """What the profiles read of an executor (``KubeflowExecutor`` has it; config sits above this package)."""
+
+    @property
+    def network_fabric(self) -> str: ...
+    @property
+    def enable_tcpxo(self) -> bool: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def restricted_security(self) -> bool: ...
+    @property
+    def extra_resources(self) -> Mapping[str, str]: ...
+    @property
+    def node_selector(self) -> Mapping[str, str]: ...
+    @property
+    def pod_annotations(self) -> Mapping[str, str]: ...
+
+
+def fabric_name(executor: FabricExecutor) -> str:
     """The profile in effect: ``enable_tcpxo`` is the older spelling of ``network_fabric="gke-tcpxo"``."""
     return GKE_TCPXO if executor.enable_tcpxo else executor.network_fabric
 
 
-def fabric_label(executor) -> str:
+def fabric_label(executor: FabricExecutor) -> str:
     """How the user chose the profile, for error messages."""
     return "enable_tcpxo" if executor.enable_tcpxo else f"network_fabric={executor.network_fabric!r}"
 
 
-def profile_settings(executor, name: str):
+def profile_settings(executor: FabricExecutor, name: str):
     """The settings of profile ``name``: the executor's, or the class defaults where it has ``None``."""
     profile = PROFILES[name]
     value = getattr(executor, profile.field)
     return profile.settings() if value is None else value
 
 
-def build_fabric(executor) -> Fabric:
+def build_fabric(executor: FabricExecutor) -> Fabric:
     """The ``Fabric`` of ``executor``'s profile; ``Fabric()`` for ``"none"``. Pure."""
     name = fabric_name(executor)
     if name == NONE:
@@ -376,7 +395,7 @@ def _infiniband(cfg: InfiniBandConfig) -> Fabric:
     )
 
 
-def fabric_problems(executor) -> Iterator[str]:
+def fabric_problems(executor: FabricExecutor) -> Iterator[str]:
     """Configuration problems of the network fabric (pure; part of ``executor.validate()``)."""
     if executor.network_fabric not in FABRICS:
         close = difflib.get_close_matches(str(executor.network_fabric), FABRICS, n=1)
@@ -413,7 +432,7 @@ def fabric_problems(executor) -> Iterator[str]:
             yield f"pod_annotations[{key!r}]: {label} sets this annotation; remove it"
 
 
-def _profile_problems(executor, name: str) -> Iterator[str]:
+def _profile_problems(executor: FabricExecutor, name: str) -> Iterator[str]:
     profile = PROFILES[name]
     cfg = profile_settings(executor, name)
     if not isinstance(cfg, profile.settings):

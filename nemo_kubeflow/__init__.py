@@ -49,15 +49,18 @@ def __dir__() -> list[str]:
     return sorted(list(globals()) + __all__)
 
 
-#: Modules of the flat layout (before 0.2) whose names live on outside this package: experiments
-#: NeMo-Run saved name their executor and packager classes by module (fiddle), and `nemo` command
-#: lines name factories (``nemo_kubeflow.factories.kubeflow_gpu``). Each imports as its new module.
+#: Modules of earlier layouts whose names live on outside this package: experiments NeMo-Run saved name
+#: their executor's classes by module (fiddle), and `nemo` command lines name factories
+#: (``nemo_kubeflow.factories.kubeflow_gpu``). Each imports as its new module. First the flat layout, then
+#: the stage packages before parts/ (``build.packaging`` still exists: it names ``ConfigMapPackager`` itself).
 _MOVED = {
     "nemo_kubeflow.executor": "nemo_kubeflow.config.executor",
     "nemo_kubeflow.factories": "nemo_kubeflow.config.factories",
     "nemo_kubeflow.packaging": "nemo_kubeflow.config.packager",
     "nemo_kubeflow.fabrics": "nemo_kubeflow.parts.fabrics",
     "nemo_kubeflow.initializers": "nemo_kubeflow.parts.initializers",
+    "nemo_kubeflow.build.fabrics": "nemo_kubeflow.parts.fabrics",
+    "nemo_kubeflow.build.initializers": "nemo_kubeflow.parts.initializers",
 }
 
 

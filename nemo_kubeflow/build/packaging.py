@@ -25,6 +25,9 @@ from pathlib import PurePosixPath
 from typing import Callable, Mapping, Sequence
 
 from nemo_kubeflow.config.packager import MODES, BundleFile, human_bytes
+
+# Experiments saved before parts/ name their packager here (fiddle stores a class by module).
+from nemo_kubeflow.config.packager import ConfigMapPackager as ConfigMapPackager
 from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, DNS_LABEL_MAX, NEMO_RUN_POD_DIR
 from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
 from nemo_kubeflow.parts import naming

@@ -62,7 +62,8 @@ from nemo_kubeflow.errors import (
     SubmissionError,
     SubmissionStopped,
 )
-from nemo_kubeflow.schema.validation import pod_name_problems, runtime_patch_conflicts
+from nemo_kubeflow.schema.names import pod_name_problems
+from nemo_kubeflow.schema.patch_conflicts import runtime_patch_conflicts
 
 log = logging.getLogger(__name__)
 

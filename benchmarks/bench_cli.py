@@ -5,7 +5,7 @@ busy loop per core.
 The baselines are measured in the same run and alternated with ours: a bare ``python`` for ``--help``
 and ``validate`` (Python's own start), and ``import nemo_run`` (without torch, all of it) for ``render``,
 which builds the executor through NeMo-Run (a ``run.Executor``, its factories, its packaging) and
-imports NeMo-Run with what only its other executors use deferred (``console.NEMO_RUN_DEFERRED``).
+imports NeMo-Run with what only its other executors use deferred (``nemo_run_import.NEMO_RUN_DEFERRED``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ RENDER_TARGET_MS = 1000
 _CONSOLE_SCRIPT = "import sys\nfrom nemo_kubeflow.cli.main import main\nsys.exit(main())"
 
 
-#: NeMo-Run's import as ``render`` does it: without torch (see ``console._import_nemo_run``).
+#: NeMo-Run's import as ``render`` does it: without torch (see ``nemo_run_import._import_nemo_run``).
 _NEMO_RUN = "import sys\nsys.modules['torch'] = None\nimport nemo_run"
 
 

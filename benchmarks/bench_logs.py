@@ -142,7 +142,7 @@ SCALE_BATCH = 0.1  # seconds between the emitter's writes (each line carries its
 _FOLLOWER = r"""
 import array, json, os, sys, threading, time
 nodes, lines, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-from nemo_kubeflow.cli.main import _import_nemo_run
+from nemo_kubeflow.cli.nemo_run_import import _import_nemo_run
 _import_nemo_run()  # as `nemo-kubeflow logs` imports it: without torch
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 print("ready", flush=True)
@@ -258,7 +258,7 @@ def _follow_scale(ctx, nodes: int, seconds: int, rate: float = SCALE_RATE, emula
 _RSS_AFTER_IMPORT = """
 import sys
 if sys.argv[1] == "without":
-    from nemo_kubeflow.cli.main import _import_nemo_run
+    from nemo_kubeflow.cli.nemo_run_import import _import_nemo_run
     _import_nemo_run()
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024)

@@ -12,6 +12,7 @@ import yaml
 from unit.cli.test_render import COMMAND, TRAIN_PY, load_dir
 
 from nemo_kubeflow.cli import main as console
+from nemo_kubeflow.cli.nemo_run_import import NEMO_RUN_DEFERRED
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.schema.validation import validate_manifest
 
@@ -56,7 +57,8 @@ def test_render_console_script_prints_yaml_for_kubectl(tmp_path, nemorun_home, c
 
 _RENDER_AND_REPORT_IMPORTS = """
 import json, sys
-from nemo_kubeflow.cli.main import NEMO_RUN_DEFERRED, main
+from nemo_kubeflow.cli.main import main
+from nemo_kubeflow.cli.nemo_run_import import NEMO_RUN_DEFERRED
 code = main(sys.argv[1:])
 imported = sorted({name.partition(".")[0] for name in sys.modules} & set(NEMO_RUN_DEFERRED))
 print(json.dumps(imported), file=sys.stderr)
@@ -83,7 +85,7 @@ def test_render_defers_what_nemo_run_imports_for_other_executors_and_renders_the
         assert proc.returncode == 0, proc.stderr[-3000:]
         outputs[mode] = (proc.stdout, json.loads(proc.stderr.strip().splitlines()[-1]))
     assert outputs["deferred"][1] == []
-    assert outputs["full"][1] == sorted(console.NEMO_RUN_DEFERRED)
+    assert outputs["full"][1] == sorted(NEMO_RUN_DEFERRED)
     assert outputs["deferred"][0] == outputs["full"][0]
     assert [o["kind"] for o in yaml.safe_load_all(outputs["deferred"][0])] == [
         "ClusterTrainingRuntime",

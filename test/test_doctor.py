@@ -10,8 +10,9 @@ import yaml
 from kubernetes import client
 from kueue_api import kueue_version
 
-from nemo_kubeflow.cli.main import load_executor, render_submission
+from nemo_kubeflow.cli.executor_config import load_executor
 from nemo_kubeflow.cli.main import main as cli_main
+from nemo_kubeflow.cli.render import render_submission
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import KUEUE_GROUP
 from nemo_kubeflow_local import LocalCluster

@@ -13,6 +13,7 @@ from polling import wait_for
 
 from nemo_kubeflow import KubeflowExecutor
 from nemo_kubeflow.cli import main as console
+from nemo_kubeflow.cli.render import render_submission
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL, TRAINJOB_KIND, TTL_ANNOTATION
@@ -38,9 +39,7 @@ def executor(cluster, namespace: str, **fields) -> KubeflowExecutor:
 
 def submit_job(cluster, client, namespace: str, experiment_id: str, script: str = "echo done", **fields):
     """Submit one task the way the scheduler does; returns the Submission."""
-    sub = console.render_submission(
-        executor(cluster, namespace, **fields), [script], name="task", experiment_id=experiment_id
-    )
+    sub = render_submission(executor(cluster, namespace, **fields), [script], name="task", experiment_id=experiment_id)
     submit(client, sub)
     return sub
 

@@ -224,14 +224,14 @@ def admin_trainjob(tmp_path, **settings: Any) -> dict:
 def test_a_patch_that_would_replace_the_admins_setting_is_refused_naming_the_field(
     tmp_path, settings, admin_pod, field
 ):
-    from nemo_kubeflow.schema.validation import runtime_patch_conflicts
+    from nemo_kubeflow.schema.patch_conflicts import runtime_patch_conflicts
 
     problems = runtime_patch_conflicts(admin_trainjob(tmp_path, **settings), admin_runtime(**admin_pod))
     assert any(p.startswith(f"{field}:") for p in problems), problems
 
 
 def test_a_patch_that_only_adds_passes(tmp_path):
-    from nemo_kubeflow.schema.validation import runtime_patch_conflicts
+    from nemo_kubeflow.schema.patch_conflicts import runtime_patch_conflicts
 
     trainjob = admin_trainjob(
         tmp_path,
@@ -249,7 +249,7 @@ def test_a_patch_that_only_adds_passes(tmp_path):
 
 
 def test_a_runtime_without_the_node_job_is_refused(tmp_path):
-    from nemo_kubeflow.schema.validation import runtime_patch_conflicts
+    from nemo_kubeflow.schema.patch_conflicts import runtime_patch_conflicts
 
     runtime = admin_runtime()
     runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["name"] = "trainer"

@@ -17,7 +17,7 @@ Sources, all pinned (a test checks the shipped file is what this produces from t
   older API server), ConfigMap, Secret and PersistentVolumeClaim.
 
 The output is data: a table of schema nodes, each stored once and referred to by index (the pod
-spec recurs across the three CRDs), without descriptions. nemo_kubeflow/schema/validation.py reads it with
+spec recurs across the three CRDs), without descriptions. nemo_kubeflow/schema/walk.py reads it with
 one ``json.load``; importing the ~400 pydantic models or the 1.3 MB of core definitions costs a fresh
 process 0.5 s and more. Node keys (all optional):
 
@@ -32,7 +32,7 @@ process 0.5 s and more. Node keys (all optional):
     The node of a list's items.
 ``enum`` / ``enum_soft``
     Allowed values: ``enum`` from the models and the core schemas (reported as such), ``enum_soft``
-    from the CRDs (reported unless a more specific rule of validation.py already reported the field).
+    from the CRDs (reported unless a more specific rule of nemo_kubeflow/schema/ already reported the field).
 ``minimum``, ``maximum``, ``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``pattern``
     The CRDs' constraints, reported like ``enum_soft``.
 ``format``
@@ -111,7 +111,7 @@ CORE_KINDS = {
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 #: The CRDs' int-or-string fields with this pattern are quantities.
 _QUANTITY_PATTERN_START = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-#: Integer formats kept: the ranges of Go's int32 and int64 (validation.py checks them).
+#: Integer formats kept: the ranges of Go's int32 and int64 (schema/walk.py checks them).
 _INT_FORMATS = ("int32", "int64")
 _CONSTRAINTS = ("minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern")
 

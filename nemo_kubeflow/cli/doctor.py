@@ -524,7 +524,7 @@ def _has_labels(node: dict, selector: dict[str, str]) -> bool:
 def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
     """A server-side dry run of the job's runtime (when rendered) and TrainJob: CRD schemas, Trainer's
     webhooks (and JobSet's through the runtime's JobSet template)."""
-    from nemo_kubeflow.cli.main import render_submission
+    from nemo_kubeflow.cli.render import render_submission
 
     sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
     objects = ([sub.runtime] if sub.runtime is not None else []) + [sub.trainjob]
@@ -591,7 +591,7 @@ def run_doctor(
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from nemo_kubeflow.cli.main import load_executor
+    from nemo_kubeflow.cli.executor_config import load_executor
 
     executor = load_executor(args.factory, args.executor_file, args.set)
     if args.namespace:

@@ -62,7 +62,8 @@ from nemo_kubeflow.errors import (
     SubmissionError,
     SubmissionStopped,
 )
-from nemo_kubeflow.schema.validation import pod_name_problems, runtime_patch_conflicts
+from nemo_kubeflow.schema.names import pod_name_problems
+from nemo_kubeflow.schema.patch_conflicts import runtime_patch_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +336,7 @@ def runtime_key(runtime: dict) -> tuple[str, Optional[str], str]:
 def check_existing_runtime(cluster: Cluster, sub: Submission) -> Optional[dict]:
     """With ``runtime_name``, the runtime must exist: say so before writing anything,
     and list the runtimes that do exist. Its replicated jobs must leave room for the pod names
-    (JobSet's rule, validation.pod_name_problems): else ``ManifestValidationError``, also before writing."""
+    (JobSet's rule, names.pod_name_problems): else ``ManifestValidationError``, also before writing."""
     ref = sub.trainjob["spec"]["runtimeRef"]
     kind, name = ref.get("kind", CLUSTER_RUNTIME_KIND), ref["name"]
     namespace = None if kind == CLUSTER_RUNTIME_KIND else sub.namespace

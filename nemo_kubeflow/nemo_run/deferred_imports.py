@@ -1,6 +1,6 @@
 """Importing a module while some packages it names are stand-ins, for a command that never uses them.
 
-``import nemo_run`` imports every executor NeMo-Run has and what each needs (``console.NEMO_RUN_DEFERRED``
+``import nemo_run`` imports every executor NeMo-Run has and what each needs (``nemo_run_import.NEMO_RUN_DEFERRED``
 lists the packages ``render`` and ``validate`` never call: most of NeMo-Run's import time). For the span
 of that one import (``import_deferring``) those packages answer with stand-in modules; on leaving, the
 stand-ins leave ``sys.modules``, and any later ``import`` gets the real package.

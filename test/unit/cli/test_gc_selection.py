@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from nemo_kubeflow.cli import gc
 from nemo_kubeflow.cli import main as console
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, MANAGED_BY_LABEL
 from nemo_kubeflow.parts.naming import label_value
@@ -16,13 +17,13 @@ from nemo_kubeflow.parts.naming import label_value
     [("30s", 30), ("45m", 2700), ("12h", 43200), ("7d", 604800), ("2w", 1209600), ("1d12h", 129600), ("0s", 0)],
 )
 def test_older_than_reads_durations(text, seconds):
-    assert console.parse_duration(text) == seconds
+    assert gc.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["7", "7x", "d", "-1d", "1.5h", ""])
 def test_older_than_refuses_what_is_not_a_duration(text):
     with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as 30m, 12h, 7d or 1d12h"):
-        console.parse_duration(text)
+        gc.parse_duration(text)
 
 
 def test_older_than_error_on_the_command_line_names_the_option(capsys):
@@ -37,15 +38,15 @@ def test_older_than_error_on_the_command_line_names_the_option(capsys):
     [(5, "5s"), (59, "59s"), (61, "1m1s"), (3 * 3600 + 125, "3h2m"), (8 * 86400 + 30, "8d"), (86400 + 3600, "1d1h")],
 )
 def test_ages_print_like_kubectl(seconds, text):
-    assert console.format_age(seconds) == text
+    assert gc.format_age(seconds) == text
 
 
 def test_experiment_selection_by_id_or_title():
-    by_title = console.experiment_labels("llama3 8b")
+    by_title = gc.experiment_labels("llama3 8b")
     assert by_title(label_value("llama3 8b_1795319744650370646"))
     assert not by_title(label_value("llama3 8b-sft_1795319744650370646"))
     assert not by_title(label_value("llama3_1795319744650370646"))
-    by_id = console.experiment_labels("llama3 8b_1795319744650370646")
+    by_id = gc.experiment_labels("llama3 8b_1795319744650370646")
     assert by_id(label_value("llama3 8b_1795319744650370646")) and not by_id("llama3-8b_1")
 
 
@@ -55,8 +56,8 @@ def test_experiment_selection_by_a_long_title_uses_this_machines_experiments(nem
     (nemorun_home / "experiments" / title / exp_id).mkdir(parents=True)
     label = label_value(exp_id)
     assert len(label) <= 63 and "1795319744650370646" not in label  # shortened with a hash
-    assert console.experiment_labels(title)(label)
-    assert not console.experiment_labels("another-title")(label)
+    assert gc.experiment_labels(title)(label)
+    assert not gc.experiment_labels("another-title")(label)
 
 
 def test_select_finished_jobs_never_selects_objects_without_our_label():
@@ -71,6 +72,6 @@ def test_select_finished_jobs_never_selects_objects_without_our_label():
         "metadata": {"name": "running", "labels": ours["metadata"]["labels"]},
         "status": {"jobsStatus": [{"name": "node", "ready": 1}]},
     }
-    result = console.select_finished_jobs([("ns", ours), ("ns", theirs), ("ns", running)], now, experiments=["x"])
+    result = gc.select_finished_jobs([("ns", ours), ("ns", theirs), ("ns", running)], now, experiments=["x"])
     assert [job["metadata"]["name"] for _, job, _, _ in result.selected] == ["ours"]
     assert result.unfinished == 1

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from nemo_kubeflow.cli import main as console
+from nemo_kubeflow.cli.executor_config import load_executor
 from nemo_kubeflow.schema.validation import validate_manifest
 
 TRAIN_PY = "print('training')\n"
@@ -48,7 +49,7 @@ def without_nemo_run_metadata(trainjob: dict) -> dict:
 def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(TRAIN_PY)
-    executor = console.load_executor("kubeflow_cpu", overrides=["nodes=2", "namespace=team"])
+    executor = load_executor("kubeflow_cpu", overrides=["nodes=2", "namespace=team"])
     with run.Experiment("render-match", executor=executor, log_level="WARN") as exp:
         exp.add(run.Script(path="train.py", args=COMMAND[2:], entrypoint="python"), name="train")
         exp.dryrun(delete_exp_dir=False)
@@ -135,7 +136,7 @@ def test_render_from_an_executor_file(tmp_path, monkeypatch, capsys):
 
 def test_set_reaches_into_profile_settings_left_at_their_defaults():
     # kubeflow_gpu leaves gke_rdma unset (None: GKERDMAConfig()); --set starts from those defaults.
-    executor = console.load_executor(
+    executor = load_executor(
         "kubeflow_gpu", overrides=["network_fabric=gke-rdma", "gke_rdma.nic_count=4", "gke_rdma.tuner_config=/t.txtpb"]
     )
     assert (executor.gke_rdma.nic_count, executor.gke_rdma.tuner_config) == (4, "/t.txtpb")

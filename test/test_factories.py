@@ -68,6 +68,8 @@ def test_factories_resolve_in_a_fresh_process_without_importing_the_package(tmp_
         "nemo_kubeflow.cli.main",
     }
     assert heavy.isdisjoint(out["imported"]), heavy & set(out["imported"])
+    # nor any of offline validation's modules (schema/ is a module per what it validates)
+    assert not [m for m in out["imported"] if m.startswith("nemo_kubeflow.schema.")]
 
 
 def test_nemo_console_script_dry_runs_another_packages_entrypoint(tmp_path, nemorun_home, console_script):

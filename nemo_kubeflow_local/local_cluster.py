@@ -13,8 +13,10 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import yaml
 
+from nemo_kubeflow_local import virtual_nodes
 from nemo_kubeflow_local.apiserver import persistence
 from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.container_logs import LogStore
 from nemo_kubeflow_local.apiserver.faults import (
     USER,
     ApiCount,
@@ -30,12 +32,11 @@ from nemo_kubeflow_local.apiserver.server import ApiServer
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credentials
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT
-from nemo_kubeflow_local.controllers import trainjob_status, virtual_nodes
+from nemo_kubeflow_local.controllers import trainjob_status
 from nemo_kubeflow_local.controllers.kueue import KueueController
 from nemo_kubeflow_local.controllers.status_only_pods import StatusOnlyKubelet
 from nemo_kubeflow_local.controllers.trainer import TrainerController
 from nemo_kubeflow_local.events import EventRecorder
-from nemo_kubeflow_local.kubelet.container_logs import LogStore
 from nemo_kubeflow_local.kubelet.kubelet import LocalKubelet
 
 T = TypeVar("T")

@@ -19,11 +19,11 @@ from kubeflow_trainer_api import models as trainer_models
 
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local import names as name_rules
+from nemo_kubeflow_local.apiserver import kueue_schema
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request, invalid
 from nemo_kubeflow_local.apiserver.core_schemas import strict_validator
 from nemo_kubeflow_local.apiserver.resources import ResourceType
-from nemo_kubeflow_local.controllers import kueue
 
 Path = tuple  # keys and list indexes from the object root
 
@@ -72,7 +72,7 @@ def _json_type(value: Any) -> str:
 def decode(rt: ResourceType, obj: dict) -> list[Path]:
     """Decode like the API server: raise for type errors, return the unknown fields' paths."""
     if rt.is_custom and not rt.is_trainer:
-        return kueue.unknown_fields(rt, obj)
+        return kueue_schema.unknown_fields(rt, obj)
     model = _TRAINER_MODELS.get(rt.key)
     if model is not None:
         try:

@@ -23,6 +23,7 @@ from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import metadata_only
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
+from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
 from nemo_kubeflow_local.apiserver.printers import to_table, wants_table
 from nemo_kubeflow_local.apiserver.registry import Registry, Result, event_v1
@@ -31,7 +32,6 @@ from nemo_kubeflow_local.apiserver.selectors import field_matcher, label_matcher
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT, list_from_storage, to_storage
-from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
 
 #: A client that went away while it was answered (a follower closing its connection mid-list): TLS reports it
 #: as an EOF, plain TCP as a broken pipe or a reset.

@@ -35,6 +35,7 @@ from nemo_kubeflow_local.apiserver.core_validation import pod_spec_errors
 from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
+from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow_local.controllers.job import (
     DEFAULT_BACKOFF_LIMIT,
     JOB_NAME_LABEL,
@@ -65,8 +66,6 @@ from nemo_kubeflow_local.controllers.objects import (
 )
 from nemo_kubeflow_local.controllers.trainjob_status import StatusServer
 from nemo_kubeflow_local.events import EventRecorder
-from nemo_kubeflow_local.kubelet.environment import POD_IP
-from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START
 from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 

@@ -11,11 +11,9 @@ from typing import Optional, Protocol
 
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.resources import ResourceType
+from nemo_kubeflow_local.constants import POD_IP
 from nemo_kubeflow_local.events import NODE_NAME
 from nemo_kubeflow_local.quantity import parse_quantity
-
-#: Every pod and node of the local cluster has this address (the host's loopback).
-POD_IP = "127.0.0.1"
 
 
 class ContainerConfigError(Exception):

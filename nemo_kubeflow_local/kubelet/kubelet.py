@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Union
 
+from nemo_kubeflow_local import virtual_nodes
 from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.container_logs import ContainerLog, LogStore
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.controllers import virtual_nodes
+from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder
-from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, LogStore
-from nemo_kubeflow_local.kubelet.environment import POD_IP, ContainerConfigError, Objects, container_env, expand
+from nemo_kubeflow_local.kubelet.environment import ContainerConfigError, Objects, container_env, expand
 from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV, EmitterRun, EmitterSpecError, LogEmitters
 from nemo_kubeflow_local.kubelet.process import ContainerRun
 from nemo_kubeflow_local.kubelet.volumes import MountError, PathMap, Volumes
@@ -43,8 +44,6 @@ logger = logging.getLogger(__name__)
 #: A container run: a process tree, or an emulated log emitter (log_emitters.py) without one.
 Run = Union[ContainerRun, EmitterRun]
 
-#: CrashLoopBackOff starts at 10 s and doubles to 5 min on a real kubelet; scaled down here.
-BACKOFF_START, BACKOFF_MAX = 0.1, 1.0
 #: The longest grace period honoured when the cluster stops.
 STOP_GRACE = 1.0
 

@@ -231,7 +231,7 @@ class LogStore:
             return SilentLog(self._store, meta["namespace"], name, meta["uid"], container)
         if not runs:
             statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
-            state = next((s.get("state", {}) for s in statuses if s.get("name") == container), {})
+            state: dict = next((s.get("state", {}) for s in statuses if s.get("name") == container), {})
             reason = (state.get("waiting") or {}).get("reason") or (
                 "PodInitializing" if container in names and init_names else "ContainerCreating"
             )

@@ -44,7 +44,7 @@ def unknown_fields(rt: ResourceType, obj: dict) -> list[tuple]:
     """Decode a Kueue object: the paths of unknown fields (the CRD schema would prune them)."""
     if rt is R.WORKLOAD_PRIORITY_CLASSES:
         return sorted((key,) for key in obj if key not in _PRIORITY_CLASS_FIELDS)
-    unknown = [(key,) for key in obj if key not in _TOP_FIELDS]
+    unknown: list[tuple] = [(key,) for key in obj if key not in _TOP_FIELDS]
     spec = obj.get("spec", {})
     if not isinstance(spec, dict):
         raise bad_request(

@@ -5,6 +5,7 @@ The HTTP layer (`server.py`) turns requests into calls here; controllers write t
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import random
@@ -390,7 +391,7 @@ class Registry:
             meta.pop("namespace", None)  # cluster-scoped objects never carry one
         return obj
 
-    def _prune_unknown(self, rt: ResourceType, obj: dict, query: dict) -> list[str]:
+    def _prune_unknown(self, rt: ResourceType, obj: dict, query: dict) -> builtins.list[str]:  # `list`: the method
         mode = query.get("fieldValidation") or "Warn"
         if mode not in ("Strict", "Warn", "Ignore"):
             raise bad_request(f"fieldValidation parameter unsupported: {mode}")

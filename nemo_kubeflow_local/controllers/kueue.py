@@ -46,7 +46,7 @@ import logging
 import queue
 import threading
 from decimal import Decimal
-from typing import Optional
+from typing import Callable, Optional
 
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import resources as R
@@ -139,6 +139,11 @@ def _fits(wanted: dict[str, Decimal], quota: dict[str, Decimal], holding: list[d
     return all(r in quota and _sum(holding, r) + wanted[r] <= quota[r] for r in wanted)
 
 
+def _in_queue(name: str) -> Callable[[dict], bool]:
+    """Whether a TrainJob names LocalQueue ``name`` (its ``kueue.x-k8s.io/queue-name`` label)."""
+    return lambda obj: (obj["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == name
+
+
 class KueueController:
     def __init__(self, store: Store, events: EventRecorder):
         self.store, self.events = store, events
@@ -197,7 +202,7 @@ class KueueController:
                         for tj in self.store.list(
                             R.TRAINJOBS,
                             namespace,
-                            lambda o, q=name: (o["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == q,
+                            _in_queue(name),
                         )[0]:
                             self._reconcile(namespace, tj["metadata"]["name"])
                     elif kind == "cluster-queue":

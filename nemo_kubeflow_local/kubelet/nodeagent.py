@@ -27,6 +27,7 @@ and in `host:port` strings of the mapped names.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
@@ -446,7 +447,7 @@ class NodeAgent:
             self._register(node)
         self._spawn(self._heartbeats, "node-heartbeat")
         for node in self.nodes:
-            self._spawn(lambda n=node.name: self._follow_pods(n), f"pods-of-{node.name}")
+            self._spawn(functools.partial(self._follow_pods, node.name), f"pods-of-{node.name}")
         return self
 
     def stop(self) -> None:

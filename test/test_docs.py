@@ -93,7 +93,7 @@ def test_the_local_cluster_page_names_every_module_of_the_local_cluster_and_no_o
     section = text.split("\n## How it is built\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     named = set(re.findall(r"`([\w/]+\.py)`", "\n".join(row.split(" | ", 1)[0] for row in rows)))
-    modules = _modules(REPO / "nemo_kubeflow_local")
+    modules = _modules(REPO / "local" / "nemo_kubeflow_local")
     assert sorted(modules - named) == [], "add these modules to docs/local-cluster.md's module table"
     assert sorted(named - modules) == [], "docs/local-cluster.md's module table names modules that do not exist"
 

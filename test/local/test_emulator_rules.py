@@ -1,4 +1,4 @@
-"""The emulator's own name rules (nemo_kubeflow_local/names.py), checked against what the real
+"""The emulator's own name rules (local/nemo_kubeflow_local/names.py), checked against what the real
 components said, never against the product's code.
 
 * Offline: what the real Trainer v2.3.0 + JobSet v0.12.0 refused when test/data/real-trainer was

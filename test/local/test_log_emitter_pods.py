@@ -1,4 +1,4 @@
-"""Emulated log-emitter containers (nemo_kubeflow_local/kubelet/log_emitters.py): a container with
+"""Emulated log-emitter containers (local/nemo_kubeflow_local/kubelet/log_emitters.py): a container with
 NEMO_KUBEFLOW_LOCAL_LOG_EMITTER="LINES RATE" runs no process, its lines are written by the kubelet's
 one emitter thread, and the API serves the pod as any other (status, events, logs, deletion)."""
 

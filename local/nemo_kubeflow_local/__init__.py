@@ -6,6 +6,8 @@ Kubeflow SDK work against it through a kubeconfig. See docs/local-cluster.md for
 and every way it differs from a real cluster.
 """
 
+__version__ = "0.1.0"
+
 from nemo_kubeflow_local.apiserver.faults import FaultHandle, RequestRecord
 from nemo_kubeflow_local.local_cluster import LocalCluster
 

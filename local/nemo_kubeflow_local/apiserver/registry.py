@@ -5,6 +5,7 @@ The HTTP layer (`server.py`) turns requests into calls here; controllers write t
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import random
@@ -12,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from nemo_kubeflow_local.apiserver import admission, chunking
+from nemo_kubeflow_local.apiserver import admission, chunking, kueue_schema
 from nemo_kubeflow_local.apiserver import core_validation as validation
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request, conflict, invalid, not_found
@@ -20,7 +21,6 @@ from nemo_kubeflow_local.apiserver.patch import json_patch, merge_patch, strateg
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.selectors import field_matcher, label_matcher
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.controllers import kueue
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
 #: How often a patch is applied again after losing a race with another writer before the 409 is
@@ -153,7 +153,7 @@ def _prepare_for_create(rt: ResourceType, obj: dict) -> None:
     elif rt.status_subresource:
         obj.pop("status", None)  # the status subresource owns it
     if rt is R.TRAINJOBS:
-        kueue.default_trainjob(obj)  # Kueue's mutating webhook (create only)
+        kueue_schema.default_trainjob(obj)  # Kueue's mutating webhook (create only)
     if rt.is_custom:
         admission.apply_defaults(rt, obj)
 
@@ -391,7 +391,7 @@ class Registry:
             meta.pop("namespace", None)  # cluster-scoped objects never carry one
         return obj
 
-    def _prune_unknown(self, rt: ResourceType, obj: dict, query: dict) -> list[str]:
+    def _prune_unknown(self, rt: ResourceType, obj: dict, query: dict) -> builtins.list[str]:  # `list`: the method
         mode = query.get("fieldValidation") or "Warn"
         if mode not in ("Strict", "Warn", "Ignore"):
             raise bad_request(f"fieldValidation parameter unsupported: {mode}")

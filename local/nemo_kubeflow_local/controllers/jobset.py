@@ -78,6 +78,13 @@ class JobSetState:
     #: the JobSet's RestartingJobSet condition (status, reason, message) once it restarted
     restarting: Optional[tuple[str, str, str]] = None
 
+    @property
+    def built(self) -> dict:
+        """``spec``, for the steps that run only once the JobSet is built (its Jobs exist only then)."""
+        if self.spec is None:
+            raise RuntimeError("the JobSet is not built yet")
+        return self.spec
+
 
 def build_job(jobset: dict, state: JobSetState, job: JobState) -> dict:
     """The Job the JobSet controller creates for `job`, as the API server stores it (uid `job.uid`):

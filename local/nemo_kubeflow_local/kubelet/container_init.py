@@ -29,6 +29,7 @@ import os
 import select
 import sys
 import time
+from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -39,15 +40,19 @@ def prctl(option: int, value: int) -> int:
     try:
         import _ctypes
 
-        class CInt(_ctypes._SimpleCData):
+        # The private module's stubs admit neither dlopen(None) (the program itself, as ctypes.CDLL(None)
+        # opens it) nor a library given as an object with a `_handle`, which CFuncPtr reads as CDLL does.
+        private: Any = _ctypes
+
+        class CInt(private._SimpleCData):
             _type_ = "i"
 
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL
+        class Function(private.CFuncPtr):
+            _flags_ = private.FUNCFLAG_CDECL
             _restype_ = CInt
 
         class Libc:
-            _handle = _ctypes.dlopen(None, 0)
+            _handle = private.dlopen(None, 0)
 
         return Function(("prctl", Libc()))(option, value, 0, 0, 0)
     except (ImportError, AttributeError, TypeError, OSError):

@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Union
 
+from nemo_kubeflow_local import virtual_nodes
 from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.container_logs import ContainerLog, LogStore
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.controllers import virtual_nodes
-from nemo_kubeflow_local.events import NODE_NAME, EventRecorder
-from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, LogStore
-from nemo_kubeflow_local.kubelet.environment import POD_IP, ContainerConfigError, Objects, container_env, expand
+from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow_local.events import NODE_NAME, EventRecorder, Recorder
+from nemo_kubeflow_local.kubelet.environment import ContainerConfigError, Objects, container_env, expand
 from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV, EmitterRun, EmitterSpecError, LogEmitters
 from nemo_kubeflow_local.kubelet.process import ContainerRun
 from nemo_kubeflow_local.kubelet.volumes import MountError, PathMap, Volumes
@@ -43,8 +44,6 @@ logger = logging.getLogger(__name__)
 #: A container run: a process tree, or an emulated log emitter (log_emitters.py) without one.
 Run = Union[ContainerRun, EmitterRun]
 
-#: CrashLoopBackOff starts at 10 s and doubles to 5 min on a real kubelet; scaled down here.
-BACKOFF_START, BACKOFF_MAX = 0.1, 1.0
 #: The longest grace period honoured when the cluster stops.
 STOP_GRACE = 1.0
 
@@ -577,8 +576,11 @@ def _termination_message(path: Path, container: dict, log: ContainerLog, code: i
 class Backend(Objects, Protocol):
     """What the kubelet needs from the cluster it serves."""
 
-    #: Records events (`record(involved, type, reason, message, component, field_path)`).
-    events: EventRecorder
+    @property
+    def events(self) -> Recorder:
+        """Records events (`record(involved, type, reason, message, component, field_path)`)."""
+        ...
+
     #: The API server, for the containers' KUBERNETES_SERVICE_HOST/PORT.
     api_url: str
 
@@ -770,19 +772,7 @@ class StoreBackend:
                 message = "0/1 nodes are available: " + ", ".join(f"1 Insufficient {r}" for r in short) + "."
             else:
                 message = f'0/1 nodes are available: persistentvolumeclaim "{missing[0]}" not found.'
-            worker._set_status(
-                lambda status, message=message: status.update(
-                    conditions=[
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": message,
-                            "lastTransitionTime": now_rfc3339(),
-                        }
-                    ]
-                )
-            )
+            worker._set_status(_unschedulable(message))
             worker._event(
                 "Warning",
                 "FailedScheduling",
@@ -828,22 +818,29 @@ class StoreBackend:
             name, message = virtual_nodes.choose(worker.pod, nodes, load)
             if name is not None:
                 return name
-            worker._set_status(
-                lambda status, message=message: status.update(
-                    conditions=[
-                        {
-                            "type": "PodScheduled",
-                            "status": "False",
-                            "reason": "Unschedulable",
-                            "message": message,
-                            "lastTransitionTime": now_rfc3339(),
-                        }
-                    ]
-                )
-            )
+            worker._set_status(_unschedulable(message))
             worker._event("Warning", "FailedScheduling", message, "default-scheduler")
             worker.terminating.wait(1.0)
         return None
+
+
+def _unschedulable(message: str) -> Callable[[dict], None]:
+    """The status change of a pod that fits no node: ``PodScheduled=False``, reason ``Unschedulable``."""
+
+    def change(status: dict) -> None:
+        status.update(
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ]
+        )
+
+    return change
 
 
 class LocalKubelet(Kubelet):

@@ -73,6 +73,19 @@ def _pod_status(pod: dict) -> str:
     """What the STATUS column shows: a waiting or terminated container's reason over the phase."""
     status = pod.get("status") or {}
     reason = status.get("reason") or status.get("phase") or "Unknown"
+    reason = _init_reason(pod, status) or _containers_reason(status, reason)
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        reason = "Terminating"
+    return reason
+
+
+def _exit_reason(terminated: dict) -> str:
+    """A terminated container without a reason: its signal, else its exit code."""
+    return f"Signal:{terminated['signal']}" if terminated.get("signal") else f"ExitCode:{terminated.get('exitCode')}"
+
+
+def _init_reason(pod: dict, status: dict) -> Optional[str]:
+    """``Init:...`` for the first init container that has not succeeded; None once all have."""
     init_statuses = status.get("initContainerStatuses") or []
     for i, cs in enumerate(init_statuses):
         state = cs.get("state") or {}
@@ -80,40 +93,30 @@ def _pod_status(pod: dict) -> str:
         if terminated and terminated.get("exitCode") == 0:
             continue
         if terminated:
-            reason = "Init:" + (
-                terminated.get("reason")
-                or (
-                    f"Signal:{terminated['signal']}"
-                    if terminated.get("signal")
-                    else f"ExitCode:{terminated.get('exitCode')}"
-                )
-            )
-        elif waiting and waiting.get("reason") and waiting["reason"] != "PodInitializing":
-            reason = "Init:" + waiting["reason"]
-        else:
-            reason = f"Init:{i}/{len(pod.get('spec', {}).get('initContainers') or init_statuses)}"
-        break
-    else:
-        running = False
-        for cs in reversed(status.get("containerStatuses") or []):
-            state = cs.get("state") or {}
-            terminated, waiting = state.get("terminated"), state.get("waiting")
-            if waiting and waiting.get("reason"):
-                reason = waiting["reason"]
-            elif terminated and terminated.get("reason"):
-                reason = terminated["reason"]
-            elif terminated:
-                reason = (
-                    f"Signal:{terminated['signal']}"
-                    if terminated.get("signal")
-                    else f"ExitCode:{terminated.get('exitCode')}"
-                )
-            elif state.get("running") and cs.get("ready"):
-                running = True
-        if reason == "Completed" and running:
-            reason = "Running"
-    if pod.get("metadata", {}).get("deletionTimestamp"):
-        reason = "Terminating"
+            return "Init:" + (terminated.get("reason") or _exit_reason(terminated))
+        if waiting and waiting.get("reason") and waiting["reason"] != "PodInitializing":
+            return "Init:" + waiting["reason"]
+        return f"Init:{i}/{len(pod.get('spec', {}).get('initContainers') or init_statuses)}"
+    return None
+
+
+def _containers_reason(status: dict, reason: str) -> str:
+    """The reason of the first container (in order) that waits or ended, over ``reason`` (the pod's);
+    ``Completed`` reads ``Running`` while a container still runs ready."""
+    running = False
+    for cs in reversed(status.get("containerStatuses") or []):
+        state = cs.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if waiting and waiting.get("reason"):
+            reason = waiting["reason"]
+        elif terminated and terminated.get("reason"):
+            reason = terminated["reason"]
+        elif terminated:
+            reason = _exit_reason(terminated)
+        elif state.get("running") and cs.get("ready"):
+            running = True
+    if reason == "Completed" and running:
+        reason = "Running"
     return reason
 
 
@@ -233,7 +236,7 @@ def _row_object(obj: dict, include: str) -> Optional[dict]:
 def to_table(rt: ResourceType, body: dict, include_object: str = "PartialObjectMetadata") -> dict:
     """A Table of one object (a GET) or of a list's items (a LIST), keeping the list's metadata."""
     columns, cells = _COLUMNS.get(rt, ([], lambda _: []))
-    items = body.get("items") if "items" in body else [body]
+    items = (body.get("items") or []) if "items" in body else [body]
     at = now()
     definitions = _EVENT_COLUMNS if rt is R.EVENTS else [_NAME, *columns, _AGE] + (_POD_WIDE if rt is R.PODS else [])
     rows = []

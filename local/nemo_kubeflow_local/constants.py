@@ -91,3 +91,10 @@ DNS_SUBDOMAIN_MAX = 253
 CONFIGMAP_MAX_BYTES = 1024 * 1024
 #: An object's annotations, keys and values together (TotalAnnotationSizeLimitB).
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+# --- the local node (shared by the kubelet and the controllers that plan for its pods) ----------------------
+#: Every pod and node of the local cluster has this address (the host's loopback).
+POD_IP = "127.0.0.1"
+#: CrashLoopBackOff starts at 10 s and doubles to 5 min on a real kubelet; scaled down here (the Trainer
+#: controller's restart of a failed status-only pod waits the same).
+BACKOFF_START, BACKOFF_MAX = 0.1, 1.0

@@ -5,6 +5,9 @@ Without virtual nodes every pod is bound to the one local node, as before. With 
 (`LocalCluster.add_virtual_nodes`), the scheduler's part of the kubelet binds each pod to a
 Ready, schedulable virtual node that satisfies its ``nodeSelector`` and required node affinity,
 the least loaded first; every pod still runs as local processes on this machine.
+
+Shared by the kubelet and the status-only pods controller (controllers/status_only_pods.py), which bind
+pods alike: it sits below both (docs/local-cluster.md, "Layers").
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ and in `host:port` strings of the mapped names.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
@@ -42,12 +43,11 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from nemo_kubeflow_local.apiserver.apierrors import ApiError
+from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.tls import make_credentials
-from nemo_kubeflow_local.constants import HOSTNAME_LABEL, KUBELET_VERSION
+from nemo_kubeflow_local.constants import HOSTNAME_LABEL, KUBELET_VERSION, POD_IP
 from nemo_kubeflow_local.kubelet.apiclient import ApiClient, ApiRequestError, NotFound
-from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
-from nemo_kubeflow_local.kubelet.environment import POD_IP
 from nemo_kubeflow_local.kubelet.kubelet import Kubelet, PodWorker
 from nemo_kubeflow_local.names import DNS1123_LABEL_FORMAT
 from nemo_kubeflow_local.quantity import parse_quantity
@@ -447,7 +447,7 @@ class NodeAgent:
             self._register(node)
         self._spawn(self._heartbeats, "node-heartbeat")
         for node in self.nodes:
-            self._spawn(lambda n=node.name: self._follow_pods(n), f"pods-of-{node.name}")
+            self._spawn(functools.partial(self._follow_pods, node.name), f"pods-of-{node.name}")
         return self
 
     def stop(self) -> None:

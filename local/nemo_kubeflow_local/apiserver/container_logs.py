@@ -2,6 +2,9 @@
 
 Each container run (restart) gets its own file, `<pod dir>/logs/<container>/<restartCount>.log`, in
 the CRI format `<RFC3339Nano time> stdout <F|P> <text>` (P marks a line split without a newline).
+
+The kubelet writes them (kubelet/process.py, log_emitters.py) and the API server serves them: the store
+of logs sits with the API server, below the kubelet (docs/local-cluster.md, "Layers").
 """
 
 from __future__ import annotations
@@ -228,7 +231,7 @@ class LogStore:
             return SilentLog(self._store, meta["namespace"], name, meta["uid"], container)
         if not runs:
             statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
-            state = next((s.get("state", {}) for s in statuses if s.get("name") == container), {})
+            state: dict = next((s.get("state", {}) for s in statuses if s.get("name") == container), {})
             reason = (state.get("waiting") or {}).get("reason") or (
                 "PodInitializing" if container in names and init_names else "ContainerCreating"
             )

@@ -7,15 +7,14 @@ import base64
 import math
 import os
 import re
-from typing import Optional, Protocol
+from decimal import Decimal
+from typing import Optional, Protocol, Union
 
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.resources import ResourceType
+from nemo_kubeflow_local.constants import POD_IP
 from nemo_kubeflow_local.events import NODE_NAME
 from nemo_kubeflow_local.quantity import parse_quantity
-
-#: Every pod and node of the local cluster has this address (the host's loopback).
-POD_IP = "127.0.0.1"
 
 
 class ContainerConfigError(Exception):
@@ -57,8 +56,11 @@ def _resource_ref(pod: dict, container: dict, ref: dict) -> str:
     name = ref.get("containerName") or container["name"]
     target = next((c for c in pod["spec"].get("containers", []) if c["name"] == name), container)
     kind, _, resource = ref["resource"].partition(".")
-    value = parse_quantity(str((target.get("resources", {}).get(kind) or {}).get(resource, "")))
-    if value is None:  # unset limits report the node's allocatable
+    given = parse_quantity(str((target.get("resources", {}).get(kind) or {}).get(resource, "")))
+    value: Union[Decimal, int]
+    if given is not None:
+        value = given
+    else:  # unset limits report the node's allocatable
         value = (os.cpu_count() or 1) if resource == "cpu" else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     divisor = parse_quantity(str(ref.get("divisor", "1"))) or 1
     return str(max(1, math.ceil(value / divisor)) if resource == "cpu" else math.ceil(value / divisor))

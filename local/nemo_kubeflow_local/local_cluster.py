@@ -8,13 +8,16 @@ import secrets
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar, Union
 
 import yaml
 
+from nemo_kubeflow_local import virtual_nodes
 from nemo_kubeflow_local.apiserver import persistence
 from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.container_logs import LogStore
 from nemo_kubeflow_local.apiserver.faults import (
     USER,
     ApiCount,
@@ -30,12 +33,11 @@ from nemo_kubeflow_local.apiserver.server import ApiServer
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credentials
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT
-from nemo_kubeflow_local.controllers import trainjob_status, virtual_nodes
+from nemo_kubeflow_local.controllers import trainjob_status
 from nemo_kubeflow_local.controllers.kueue import KueueController
 from nemo_kubeflow_local.controllers.status_only_pods import StatusOnlyKubelet
 from nemo_kubeflow_local.controllers.trainer import TrainerController
 from nemo_kubeflow_local.events import EventRecorder
-from nemo_kubeflow_local.kubelet.container_logs import LogStore
 from nemo_kubeflow_local.kubelet.kubelet import LocalKubelet
 
 T = TypeVar("T")
@@ -45,6 +47,18 @@ CONTEXT = "nemo-kubeflow-local"
 TRAINER_SYSTEM_NAMESPACE = "kubeflow-system"
 TRAINER_PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
 TRAINER_VERSION = "v2.3.0"
+
+
+@dataclass
+class _Running:
+    """The parts of a started cluster: ``LocalCluster._running`` from start() to stop()."""
+
+    workdir: Path
+    store: Store
+    server: ApiServer
+    credentials: ServerCredentials
+    controller: TrainerController
+    kueue: KueueController
 
 
 class LocalCluster:
@@ -100,26 +114,21 @@ class LocalCluster:
         #: ("v1beta2",) as Kueue v0.20 ships, ("v1beta1",) as Kueue before v0.15.
         self._kueue_versions = tuple(kueue_versions)
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
-        self._workdir: Optional[Path] = None
         self._token = secrets.token_urlsafe(32)
-        self._credentials: Optional[ServerCredentials] = None
         self._hooks = Hooks()
-        self._store: Optional[Store] = None
-        self._server: Optional[ApiServer] = None
+        self._running: Optional[_Running] = None
         self._kubelet: Optional[LocalKubelet] = None
-        self._controller: Optional[TrainerController] = None
-        self._kueue: Optional[KueueController] = None
 
     # -- lifecycle --
 
     def start(self) -> "LocalCluster":
-        if self._server is not None:
+        if self._running is not None:
             return self
-        self._workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="nemo-kubeflow-local-"))
-        self._workdir.mkdir(parents=True, exist_ok=True)
-        store = self._store = Store()
+        workdir = self._given_workdir or Path(tempfile.mkdtemp(prefix="nemo-kubeflow-local-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        store = Store()
         if self._persist:
-            self.restored = persistence.restore(store, self._workdir)
+            self.restored = persistence.restore(store, workdir)
         registry = Registry(store)
         for namespace in ("default", "kube-system", "kube-public", TRAINER_SYSTEM_NAMESPACE):
             if not store.namespace_exists(namespace):
@@ -132,36 +141,36 @@ class LocalCluster:
                 {},
             )
         if self._persist:
-            self._saver = persistence.Saver(store, self._workdir)
+            self._saver = persistence.Saver(store, workdir)
             self._saver.start()
         events, logs = EventRecorder(store), LogStore(silent_running=self._status_only_pods)
-        self._credentials = make_credentials()
-        self._server = ApiServer(
-            store, registry, self._hooks, logs, self._token, self._credentials, self._kueue_versions
-        )
-        self._server.start()
+        credentials = make_credentials()
+        server = ApiServer(store, registry, self._hooks, logs, self._token, credentials, self._kueue_versions)
+        server.start()
         if self._status_only_pods:
             self._status_only = StatusOnlyKubelet(store, events)
             self._status_only.start()
         elif self._run_kubelet:
-            self._kubelet = LocalKubelet(store, self._workdir, events, logs, self._server.url, self.tokens.issue)
+            self._kubelet = LocalKubelet(store, workdir, events, logs, server.url, self.tokens.issue)
         if trainjob_status.FEATURE_GATE in self._feature_gates:
             self.status_server = trainjob_status.StatusServer(store, tokens=self.tokens)
             self.status_server.start()
-        self._controller = TrainerController(store, events, self.status_server)
-        self._controller.start()
-        self._kueue = KueueController(store, events)
-        self._kueue.start()
+        controller = TrainerController(store, events, self.status_server)
+        controller.start()
+        kueue = KueueController(store, events)
+        kueue.start()
+        self._running = _Running(workdir, store, server, credentials, controller, kueue)
         self._write_kubeconfig()
         return self
 
     def stop(self) -> None:
         """Stop the server, the controller and every pod's processes; remove a temporary workdir."""
-        if self._server is None:
+        running = self._running
+        if running is None:
             return
-        self._server.stop()
-        self._kueue.stop()
-        self._controller.stop()
+        running.server.stop()
+        running.kueue.stop()
+        running.controller.stop()
         if self.status_server is not None:
             self.status_server.stop()
             self.status_server = None
@@ -172,9 +181,9 @@ class LocalCluster:
             self._kubelet.stop()
         if self._status_only is not None:
             self._status_only.stop()
-        self._server = self._controller = self._kubelet = self._kueue = self._status_only = None
-        if self._given_workdir is None and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        self._running = self._kubelet = self._status_only = None
+        if self._given_workdir is None:
+            shutil.rmtree(running.workdir, ignore_errors=True)
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
@@ -194,8 +203,7 @@ class LocalCluster:
 
     @property
     def workdir(self) -> Path:
-        self._require_started()
-        return self._workdir
+        return self._started().workdir
 
     @property
     def persists(self) -> bool:
@@ -204,19 +212,16 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        self._require_started()
-        return self._server.url
+        return self._started().server.url
 
     @property
     def ca_pem(self) -> bytes:
         """The CA (PEM) that signed the API server's certificate; the kubeconfig carries it too."""
-        self._require_started()
-        return self._credentials.ca_pem
+        return self._started().credentials.ca_pem
 
     def ssl_context(self):
         """An `ssl.SSLContext` that trusts this cluster's API server (for raw HTTPS clients)."""
-        self._require_started()
-        return self._credentials.client_context()
+        return self._started().credentials.client_context()
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -294,8 +299,7 @@ class LocalCluster:
 
     def objects(self, resource: str, namespace: Optional[str] = None) -> list[dict]:
         """Copies of the stored objects of `resource` ("configmaps", "trainjobs", ...)."""
-        self._require_started()
-        return self._store.list(R.by_name(resource), namespace)[0]
+        return self._started().store.list(R.by_name(resource), namespace)[0]
 
     def pod_dir(self, name: str, namespace: str = "default") -> Path:
         """Where a pod's volumes, logs and home directory are."""
@@ -362,14 +366,14 @@ class LocalCluster:
     def add_virtual_nodes(self, *names: str) -> None:
         """Nodes the local kubelet schedules onto (virtual_nodes.py): from now on each pod is bound to
         one of them that fits its node selector and affinity, instead of the one local node."""
-        self._require_started()
+        store = self._started().store
         for name in names:
-            self._store.create(R.NODES, virtual_nodes.node_object(name))
+            store.create(R.NODES, virtual_nodes.node_object(name))
 
     def end_pods(self, label_selector: str, exit_code: int = 0, namespace: str = "default") -> list[str]:
         """With `status_only_pods`: end the running pods matching `label_selector` as if their containers
         exited with `exit_code` (0: Succeeded, else Failed). Returns their names."""
-        self._require_started()
+        self._started()
         if self._status_only is None:
             raise RuntimeError("end_pods needs LocalCluster(status_only_pods=True): other pods end by themselves")
         return self._status_only.end_pods(namespace, label_selector, exit_code)
@@ -377,32 +381,34 @@ class LocalCluster:
     def lose_node(self, name: str) -> list[str]:
         """Fault a node the way a lost (then returning) node is handled: its pods are marked
         ``DisruptionTarget`` and deleted (faults.lose_node). Returns the pods' names."""
-        self._require_processes("lose_node")
-        return lose_node(self._store, self._kubelet.events, self._kubelet, name)
+        kubelet = self._processes("lose_node")
+        return lose_node(self._started().store, kubelet.events, kubelet, name)
 
     def rebuild_from_older_copy(self, name: str, namespace: str = "default") -> None:
         """The next time Trainer builds TrainJob ``name``'s JobSet again after a delete, it builds it from the
         TrainJob as it was before its last spec change, once: as the real Trainer does when its informer
         cache has the JobSet's delete before that change."""
-        self._require_started()
-        self._controller.older_copy_next(namespace, name)  # type: ignore[union-attr] - started: it is there
+        self._started().controller.older_copy_next(namespace, name)
 
     def oom_kill(self, pod: str, container: str = "node", namespace: str = "default") -> None:
         """Kill a running container as the kernel's OOM killer does (exit 137, reason OOMKilled)."""
-        self._require_processes("oom_kill")
-        oom_kill(self._kubelet, self._store, namespace, pod, container)
+        kubelet = self._processes("oom_kill")
+        oom_kill(kubelet, self._started().store, namespace, pod, container)
 
     def create_namespace(self, name: str) -> dict:
-        self._require_started()
-        return self._server.registry.create(R.NAMESPACES, "", {"metadata": {"name": name}}, {}).body
+        return self._started().server.registry.create(R.NAMESPACES, "", {"metadata": {"name": name}}, {}).body
 
-    def _require_processes(self, hook: str) -> None:
-        self._require_started()
+    def _processes(self, hook: str) -> LocalKubelet:
+        """The kubelet that runs pods as processes; RuntimeError if the cluster runs none (or is not started)."""
+        self._started()
         if self._kubelet is None:
             raise RuntimeError(
                 f"{hook} needs pods that run as processes: not with status_only_pods=True or run_kubelet=False"
             )
+        return self._kubelet
 
-    def _require_started(self) -> None:
-        if self._server is None:
+    def _started(self) -> _Running:
+        """The running parts; RuntimeError before start() or after stop()."""
+        if self._running is None:
             raise RuntimeError("the local cluster is not started: call start() or use it as a context manager")
+        return self._running

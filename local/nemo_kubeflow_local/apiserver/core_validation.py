@@ -19,11 +19,11 @@ from kubeflow_trainer_api import models as trainer_models
 
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local import names as name_rules
+from nemo_kubeflow_local.apiserver import kueue_schema
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request, invalid
 from nemo_kubeflow_local.apiserver.core_schemas import strict_validator
 from nemo_kubeflow_local.apiserver.resources import ResourceType
-from nemo_kubeflow_local.controllers import kueue
 
 Path = tuple  # keys and list indexes from the object root
 
@@ -72,7 +72,7 @@ def _json_type(value: Any) -> str:
 def decode(rt: ResourceType, obj: dict) -> list[Path]:
     """Decode like the API server: raise for type errors, return the unknown fields' paths."""
     if rt.is_custom and not rt.is_trainer:
-        return kueue.unknown_fields(rt, obj)
+        return kueue_schema.unknown_fields(rt, obj)
     model = _TRAINER_MODELS.get(rt.key)
     if model is not None:
         try:
@@ -83,19 +83,19 @@ def decode(rt: ResourceType, obj: dict) -> list[Path]:
     unknown: list[Path] = []
     decode_errors: list[str] = []
     required: list[FieldError] = []
-    for error in strict_validator(rt.kind, rt.api_version).iter_errors(obj):
-        path = tuple(error.absolute_path)
-        if error.validator == "additionalProperties":
-            allowed = set(error.schema.get("properties", {}))
-            unknown.extend(path + (key,) for key in error.instance if key not in allowed)
-        elif error.validator == "required":
-            missing = re.findall(r"'([^']+)' is a required property", error.message)
+    for issue in strict_validator(rt.kind, rt.api_version).iter_errors(obj):
+        path = tuple(issue.absolute_path)
+        if issue.validator == "additionalProperties":
+            allowed = set(issue.schema.get("properties", {}))
+            unknown.extend(path + (key,) for key in issue.instance if key not in allowed)
+        elif issue.validator == "required":
+            missing = re.findall(r"'([^']+)' is a required property", issue.message)
             required.extend(FieldError.required(format_path(path + (m,))) for m in missing)
-        elif error.validator in ("type", "oneOf"):
-            expected = error.validator_value if error.validator == "type" else "string"
+        elif issue.validator in ("type", "oneOf"):
+            expected = issue.validator_value if issue.validator == "type" else "string"
             expected = next((t for t in expected if t != "null"), "value") if isinstance(expected, list) else expected
             decode_errors.append(
-                f"json: cannot unmarshal {_json_type(error.instance)} into Go struct field "
+                f"json: cannot unmarshal {_json_type(issue.instance)} into Go struct field "
                 f"{rt.kind}.{format_path(tuple(p for p in path if isinstance(p, str)))} of type {expected}"
             )
     if decode_errors:

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from nemo_kubeflow_local.kubelet.container_logs import ContainerLog, pump
+from nemo_kubeflow_local.apiserver.container_logs import ContainerLog, pump
 
 _CONTAINER_INIT = Path(__file__).with_name("container_init.py")
 

@@ -11,11 +11,11 @@ import re
 from typing import Any, Optional
 
 from nemo_kubeflow_local import constants as C
+from nemo_kubeflow_local.apiserver import kueue_schema
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, webhook_denied
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.controllers import kueue
 from nemo_kubeflow_local.names import DNS1035_LABEL_FORMAT
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
@@ -66,7 +66,7 @@ def apply_defaults(rt: ResourceType, obj: dict) -> None:
 
 def crd_errors(rt: ResourceType, obj: dict, old: Optional[dict]) -> list[FieldError]:
     if not rt.is_trainer:
-        return kueue.crd_errors(rt, obj)
+        return kueue_schema.crd_errors(rt, obj)
     if rt is R.TRAINJOBS:
         return _trainjob_crd_errors(obj, old)
     return _runtime_crd_errors(obj)

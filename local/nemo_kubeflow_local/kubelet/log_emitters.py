@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Optional
 
-from nemo_kubeflow_local.kubelet.container_logs import ContainerLog
+from nemo_kubeflow_local.apiserver.container_logs import ContainerLog
 
 #: The container variable that makes a container an emulated log emitter: "LINES RATE".
 EMITTER_ENV = "NEMO_KUBEFLOW_LOCAL_LOG_EMITTER"

@@ -16,13 +16,14 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 from urllib.parse import parse_qs, urlsplit
 
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import metadata_only
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
+from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
 from nemo_kubeflow_local.apiserver.printers import to_table, wants_table
 from nemo_kubeflow_local.apiserver.registry import Registry, Result, event_v1
@@ -31,7 +32,6 @@ from nemo_kubeflow_local.apiserver.selectors import field_matcher, label_matcher
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.apiserver.tls import ServerCredentials
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT, list_from_storage, to_storage
-from nemo_kubeflow_local.kubelet.container_logs import LogStore, stream
 
 #: A client that went away while it was answered (a follower closing its connection mid-list): TLS reports it
 #: as an EOF, plain TCP as a broken pipe or a reset.
@@ -466,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
         if denied is not None:
             return self._send(denied)
         try:
-            return self._dispatch(api, method, target, verb, query, raw)
+            return self._dispatch(api, method, target, target.rt, verb, query, raw)
         except ApiError as error:
             return self._send(error)
         except CLIENT_GONE:
@@ -475,8 +475,16 @@ class _Handler(BaseHTTPRequestHandler):
             logger.exception("%s %s", method, self.path)
             return self._send(ApiError(500, f"Internal error occurred: {error}"))
 
-    def _dispatch(self, api: ApiServer, method: str, target: Route, verb: str, query: dict, raw: bytes) -> int:
-        rt, namespace, name, sub = target.rt, target.namespace or "", target.name, target.subresource
+    def _dispatch(
+        self, api: ApiServer, method: str, target: Route, rt: ResourceType, verb: str, query: dict, raw: bytes
+    ) -> int:
+        """Serve a request for resource `rt` (target.rt, known)."""
+        namespace, sub = target.namespace or "", target.subresource
+        if target.name is None and verb not in ("create", "list", "watch", "deletecollection"):
+            # a PUT or PATCH on a collection's path (a get or a delete without a name is a list or a
+            # deletecollection): as kube-apiserver answers
+            raise ApiError(405, "the server does not allow this method on the requested resource")
+        name = target.name or ""  # the object's name, for the verbs that name one
         body = None
         if raw:
             try:
@@ -517,7 +525,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(406, "metadata-only watches are not emulated by the local cluster")
             return self._send_watch(api, rt, target.namespace, query)
         if verb == "create":
-            if name or (rt.namespaced and target.namespace is None):
+            if target.name or (rt.namespaced and target.namespace is None):
                 raise ApiError(405, "the server does not allow this method on the requested resource")
             return self._send(registry.create(rt, namespace, body, query))
         if verb == "update":
@@ -566,7 +574,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- responses --
 
-    def _send(self, answer) -> int:
+    def _send(self, answer: Union[ApiError, Result]) -> int:
+        headers: dict[str, Any]  # a header's value, or a list of values sent as one header each
         if isinstance(answer, ApiError):
             code, body, headers = answer.code, answer.status(), dict(answer.headers)
         else:

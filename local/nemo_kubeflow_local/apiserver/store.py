@@ -130,7 +130,7 @@ class Store:
         with self._lock:
             return self._stored(R.NAMESPACES, "", name) is not None
 
-    def restore(self, objects: dict[ResourceType, list[dict]], resource_version: int) -> None:
+    def restore(self, objects: dict[ResourceType, builtins.list[dict]], resource_version: int) -> None:
         """Load objects kept by a previous run (persistence.py) into this empty store, with their uids
         and resourceVersions; later writes continue from ``resource_version``. No watch can resume
         from before it (no history): clients list again, as after an etcd compaction."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from nemo_kubeflow_local.apiserver.apierrors import bad_request
 
@@ -103,7 +103,7 @@ FIELD_LABELS = {
 def _field_value(obj: dict, path: str) -> str:
     if path == "source":
         return str((obj.get("source") or {}).get("component", ""))
-    value = obj
+    value: Any = obj
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return "" if value is None else str(value)

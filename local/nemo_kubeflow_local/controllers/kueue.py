@@ -46,11 +46,11 @@ import logging
 import queue
 import threading
 from decimal import Decimal
-from typing import Optional
+from typing import Callable, Optional
 
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import resources as R
-from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request
+from nemo_kubeflow_local.apiserver.apierrors import ApiError
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.events import EventRecorder
@@ -60,75 +60,7 @@ from nemo_kubeflow_local.timeutil import set_condition
 logger = logging.getLogger(__name__)
 
 JOB_UID_LABEL = f"{C.KUEUE_GROUP}/job-uid"
-STOP_POLICIES = ("None", "Hold", "HoldAndDrain")
 COMPONENT = "kueue-admission"
-
-#: Fields of the CRDs' `spec` as stored (v1beta2: versions.py converts a v1beta1 client's objects);
-#: anything else is an unknown field.
-_SPEC_FIELDS = {
-    R.LOCALQUEUES.key: {"clusterQueue", "stopPolicy", "fairSharing"},
-    R.WORKLOADS.key: {"podSets", "queueName", "priorityClassRef", "priority", "active", "maximumExecutionTimeSeconds"},
-    R.CLUSTERQUEUES.key: {
-        "namespaceSelector",
-        "resourceGroups",
-        "preemption",
-        "queueingStrategy",
-        "cohortName",
-        "flavorFungibility",
-        "stopPolicy",
-        "fairSharing",
-        "admissionChecksStrategy",
-        "admissionScope",
-        "concurrentAdmissionPolicy",
-    },
-    R.RESOURCEFLAVORS.key: {"nodeLabels", "nodeTaints", "tolerations", "topologyName"},
-}
-_TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
-#: A WorkloadPriorityClass has no spec: its value sits at the top.
-_PRIORITY_CLASS_FIELDS = {"apiVersion", "kind", "metadata", "value", "description"}
-
-
-# --- the API side -----------------------------------------------------------------------------------
-
-
-def unknown_fields(rt: ResourceType, obj: dict) -> list[tuple]:
-    """Decode a Kueue object: the paths of unknown fields (the CRD schema would prune them)."""
-    if rt is R.WORKLOAD_PRIORITY_CLASSES:
-        return sorted((key,) for key in obj if key not in _PRIORITY_CLASS_FIELDS)
-    unknown = [(key,) for key in obj if key not in _TOP_FIELDS]
-    spec = obj.get("spec", {})
-    if not isinstance(spec, dict):
-        raise bad_request(
-            f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: json: cannot '
-            f"unmarshal {type(spec).__name__} into Go struct field {rt.kind}.spec of type object"
-        )
-    unknown += [("spec", key) for key in spec if key not in _SPEC_FIELDS[rt.key]]
-    return sorted(unknown)
-
-
-def crd_errors(rt: ResourceType, obj: dict) -> list[FieldError]:
-    spec = obj.get("spec") or {}
-    errors = []
-    if rt is R.LOCALQUEUES and spec.get("stopPolicy", "None") not in STOP_POLICIES:
-        errors.append(
-            FieldError(
-                "spec.stopPolicy",
-                "Unsupported value",
-                "supported values: " + ", ".join(f'"{p}"' for p in STOP_POLICIES),
-                spec.get("stopPolicy"),
-            )
-        )
-    if rt is R.WORKLOADS and not spec.get("podSets"):
-        errors.append(FieldError.required("spec.podSets"))
-    if rt is R.WORKLOAD_PRIORITY_CLASSES and (not isinstance(obj.get("value"), int) or isinstance(obj["value"], bool)):
-        errors.append(FieldError.required("value"))
-    return errors
-
-
-def default_trainjob(obj: dict) -> None:
-    """Kueue's mutating webhook (on create): a job that names a queue starts suspended."""
-    if (obj.get("metadata", {}).get("labels") or {}).get(C.QUEUE_LABEL) and isinstance(obj.get("spec"), dict):
-        obj["spec"]["suspend"] = True
 
 
 def workload_name(trainjob_name: str, uid: str) -> str:
@@ -207,6 +139,11 @@ def _fits(wanted: dict[str, Decimal], quota: dict[str, Decimal], holding: list[d
     return all(r in quota and _sum(holding, r) + wanted[r] <= quota[r] for r in wanted)
 
 
+def _in_queue(name: str) -> Callable[[dict], bool]:
+    """Whether a TrainJob names LocalQueue ``name`` (its ``kueue.x-k8s.io/queue-name`` label)."""
+    return lambda obj: (obj["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == name
+
+
 class KueueController:
     def __init__(self, store: Store, events: EventRecorder):
         self.store, self.events = store, events
@@ -265,7 +202,7 @@ class KueueController:
                         for tj in self.store.list(
                             R.TRAINJOBS,
                             namespace,
-                            lambda o, q=name: (o["metadata"].get("labels") or {}).get(C.QUEUE_LABEL) == q,
+                            _in_queue(name),
                         )[0]:
                             self._reconcile(namespace, tj["metadata"]["name"])
                     elif kind == "cluster-queue":

@@ -20,10 +20,10 @@ import threading
 from collections import Counter
 from typing import Callable, Optional
 
+from nemo_kubeflow_local import virtual_nodes
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.selectors import label_matcher
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.controllers import virtual_nodes
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder
 from nemo_kubeflow_local.timeutil import now_rfc3339
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional, Protocol
 
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError
@@ -21,6 +21,14 @@ from nemo_kubeflow_local.timeutil import now_micro, now_rfc3339
 NODE_NAME = "nemo-kubeflow-local"
 #: Components that record through events.k8s.io/v1.
 NEW_API_COMPONENTS = {"default-scheduler", "trainjob-controller"}
+
+
+class Recorder(Protocol):
+    """What records events: the local cluster's EventRecorder (into the store), or a node agent's over the API."""
+
+    def record(
+        self, involved: dict, type_: str, reason: str, message: str, component: str, field_path: Optional[str] = None
+    ) -> None: ...
 
 
 class EventRecorder:
@@ -62,7 +70,7 @@ class EventRecorder:
             if len(self._names) > 4096:  # client-go's correlator keeps an LRU of this size
                 self._names.clear()
             self._names[key] = name
-        event = {
+        event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},

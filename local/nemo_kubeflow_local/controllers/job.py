@@ -170,7 +170,7 @@ def build_pod(job: dict, index: int) -> dict:
             env.append(
                 {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {"fieldPath": JOB_COMPLETION_INDEX_FIELD}}}
             )
-    pod = {
+    pod: dict = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {

@@ -15,6 +15,7 @@ one before, so deleting the TrainJob collects everything.
 from __future__ import annotations
 
 import copy
+import functools
 import heapq
 import logging
 import math
@@ -35,6 +36,7 @@ from nemo_kubeflow_local.apiserver.core_validation import pod_spec_errors
 from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
+from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
 from nemo_kubeflow_local.controllers.job import (
     DEFAULT_BACKOFF_LIMIT,
     JOB_NAME_LABEL,
@@ -65,8 +67,6 @@ from nemo_kubeflow_local.controllers.objects import (
 )
 from nemo_kubeflow_local.controllers.trainjob_status import StatusServer
 from nemo_kubeflow_local.events import EventRecorder
-from nemo_kubeflow_local.kubelet.environment import POD_IP
-from nemo_kubeflow_local.kubelet.kubelet import BACKOFF_MAX, BACKOFF_START
 from nemo_kubeflow_local.quantity import parse_quantity
 from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 
@@ -125,17 +125,10 @@ def _num_cpu(resources: dict) -> int:
 
 def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: int) -> dict:
     """The JobSet spec Trainer would apply for `trainjob` (PET_MASTER_* pointed at this host)."""
-    spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
+    spec = _runtime_jobset_spec(trainjob, runtime)
     tj_spec = trainjob["spec"]
     trainer = tj_spec.get("trainer")
     ml_policy = runtime["spec"].get("mlPolicy")
-    order = {rjob["name"]: i for i, rjob in enumerate(spec.get("replicatedJobs") or [])}
-    for patch in tj_spec.get("runtimePatches") or []:
-        patch_spec = (((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}).get("spec")
-        if patch_spec:
-            spec = strategic_merge_patch(spec, patch_spec)
-    spec["replicatedJobs"].sort(key=lambda rjob: order.get(rjob["name"], len(order)))
-
     node_resources: dict = {}
     trainer_count = None
     for rjob in spec["replicatedJobs"]:
@@ -146,79 +139,119 @@ def build_jobset(trainjob: dict, runtime: dict, master_addr: str, master_port: i
         node = _container(pod_spec, C.TRAINER_NODE, init=False)
         if ancestor == C.ANCESTOR_TRAINER:
             rjob["replicas"] = 1
-            if ml_policy is not None:
-                count = ml_policy.get("numNodes", 1)
-            if trainer and trainer.get("numNodes") is not None:
-                count = trainer["numNodes"]
-            trainer_count = count
+            count = trainer_count = _trainer_nodes(count, trainer, ml_policy)
             if node is not None:
                 node_resources = copy.deepcopy(node.get("resources") or {})
-                if trainer and trainer.get("resourcesPerNode") and ml_policy is not None:
-                    merged = node.setdefault("resources", {})
-                    for bag in ("limits", "requests"):
-                        if trainer["resourcesPerNode"].get(bag):
-                            merged[bag] = {**(merged.get(bag) or {}), **trainer["resourcesPerNode"][bag]}
-                if trainer:
-                    for key in ("image", "command", "args"):
-                        if trainer.get(key) is not None:
-                            node[key] = copy.deepcopy(trainer[key])
-                    _upsert(node.setdefault("env", []), trainer.get("env") or [])
+                _apply_trainer(node, trainer, ml_policy)
         elif ancestor in ("dataset-initializer", "model-initializer"):
             rjob["replicas"] = 1
-            config = ((tj_spec.get("initializer") or {}).get(ancestor.split("-")[0])) or None
-            container = _container(pod_spec, ancestor, init=False)
-            if config is not None and container is not None:
-                env = container.setdefault("env", [])
-                if config.get("storageUri") is not None:
-                    _upsert(env, [{"name": "STORAGE_URI", "value": config["storageUri"]}])
-                _upsert(env, config.get("env") or [])
-                if config.get("secretRef"):
-                    container.setdefault("envFrom", []).append({"secretRef": {"name": config["secretRef"]["name"]}})
+            _apply_initializer(pod_spec, ancestor, tj_spec.get("initializer") or {})
         job_spec["parallelism"] = job_spec["completions"] = count
-
     torch = (ml_policy or {}).get("torch")
     if torch is not None:
         proc = trainer.get("numProcPerNode") if trainer else None
         resources = trainer.get("resourcesPerNode") if trainer and trainer.get("resourcesPerNode") else node_resources
         if proc is None:
             proc = "auto" if _num_gpu(resources) else max(1, _num_cpu(resources))
-        pet = [
-            {"name": C.PET_NNODES, "value": str(trainer_count if trainer_count is not None else 1)},
-            {"name": C.PET_NPROC_PER_NODE, "value": str(proc)},
-            {"name": C.PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
-        ]
-        master = [
-            {"name": C.PET_MASTER_ADDR, "value": master_addr},
-            {"name": C.PET_MASTER_PORT, "value": str(master_port)},
-        ]
-        for rjob in spec["replicatedJobs"]:
-            node = _container(_pod_spec(rjob), C.TRAINER_NODE, init=False)
-            if _ancestor(rjob) == C.ANCESTOR_TRAINER and node is not None and trainer is not None:
-                _upsert(node.setdefault("env", []), pet + master)
-                _upsert(
-                    node.setdefault("ports", []),
-                    [{"containerPort": master_port, "protocol": "TCP"}],
-                    key="containerPort",
-                )
-        for target in ((torch.get("envInjection") or {}).get("targets")) or []:
-            rjob = next((r for r in spec["replicatedJobs"] if r["name"] == target.get("jobName")), None)
-            for name in target.get("containerNames") or []:
-                container = _container(_pod_spec(rjob), name) if rjob else None
-                if container is not None:
-                    _upsert(container.setdefault("env", []), pet + master)
-    # Gang scheduling: the coscheduling and volcano plugins tie every pod to the job's PodGroup (there
-    # is no PodGroup object and no gang scheduler here: pods are scheduled one by one as always).
-    group = runtime["spec"].get("podGroupPolicy") or {}
+        env = _torch_env(trainer_count if trainer_count is not None else 1, proc, master_addr, master_port)
+        _inject_torch_env(spec, torch, env, master_port, with_trainer=trainer is not None)
+    _tie_to_pod_group(spec, runtime["spec"].get("podGroupPolicy") or {}, trainjob["metadata"]["name"])
+    spec["suspend"] = bool(tj_spec.get("suspend"))
+    return spec
+
+
+def _runtime_jobset_spec(trainjob: dict, runtime: dict) -> dict:
+    """The runtime's JobSet template with the TrainJob's runtimePatches applied, its replicated jobs in the
+    runtime's order (new ones last)."""
+    spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
+    order = {rjob["name"]: i for i, rjob in enumerate(spec.get("replicatedJobs") or [])}
+    for patch in trainjob["spec"].get("runtimePatches") or []:
+        patch_spec = (((patch.get("trainingRuntimeSpec") or {}).get("template")) or {}).get("spec")
+        if patch_spec:
+            spec = strategic_merge_patch(spec, patch_spec)
+    spec["replicatedJobs"].sort(key=lambda rjob: order.get(rjob["name"], len(order)))
+    return spec
+
+
+def _trainer_nodes(count: int, trainer: Optional[dict], ml_policy: Optional[dict]) -> int:
+    """The trainer's node count: the TrainJob's ``numNodes``, else the runtime's mlPolicy's, else the Job's
+    parallelism."""
+    if ml_policy is not None:
+        count = ml_policy.get("numNodes", 1)
+    if trainer and trainer.get("numNodes") is not None:
+        count = trainer["numNodes"]
+    return count
+
+
+def _apply_trainer(node: dict, trainer: Optional[dict], ml_policy: Optional[dict]) -> None:
+    """The TrainJob's ``trainer`` on the runtime's node container: resourcesPerNode (with an mlPolicy),
+    image, command, args, env."""
+    if not trainer:
+        return
+    if trainer.get("resourcesPerNode") and ml_policy is not None:
+        merged = node.setdefault("resources", {})
+        for bag in ("limits", "requests"):
+            if trainer["resourcesPerNode"].get(bag):
+                merged[bag] = {**(merged.get(bag) or {}), **trainer["resourcesPerNode"][bag]}
+    for key in ("image", "command", "args"):
+        if trainer.get(key) is not None:
+            node[key] = copy.deepcopy(trainer[key])
+    _upsert(node.setdefault("env", []), trainer.get("env") or [])
+
+
+def _apply_initializer(pod_spec: dict, ancestor: str, initializer: dict) -> None:
+    """The TrainJob's ``initializer.dataset`` or ``.model`` on its initializer container: STORAGE_URI, env,
+    the secret's envFrom."""
+    config = initializer.get(ancestor.split("-")[0]) or None
+    container = _container(pod_spec, ancestor, init=False)
+    if config is None or container is None:
+        return
+    env = container.setdefault("env", [])
+    if config.get("storageUri") is not None:
+        _upsert(env, [{"name": "STORAGE_URI", "value": config["storageUri"]}])
+    _upsert(env, config.get("env") or [])
+    if config.get("secretRef"):
+        container.setdefault("envFrom", []).append({"secretRef": {"name": config["secretRef"]["name"]}})
+
+
+def _torch_env(nnodes: int, proc: object, master_addr: str, master_port: int) -> list[dict]:
+    """The PET_* variables of the torch plugin: node count, processes per node, node rank, master."""
+    return [
+        {"name": C.PET_NNODES, "value": str(nnodes)},
+        {"name": C.PET_NPROC_PER_NODE, "value": str(proc)},
+        {"name": C.PET_NODE_RANK, "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX_FIELD}}},
+        {"name": C.PET_MASTER_ADDR, "value": master_addr},
+        {"name": C.PET_MASTER_PORT, "value": str(master_port)},
+    ]
+
+
+def _inject_torch_env(spec: dict, torch: dict, env: list[dict], master_port: int, with_trainer: bool) -> None:
+    """The torch plugin: ``env`` and the master port on the trainer's node container (when the TrainJob has a
+    ``trainer``), ``env`` on the containers of ``torch.envInjection.targets``."""
+    for rjob in spec["replicatedJobs"]:
+        node = _container(_pod_spec(rjob), C.TRAINER_NODE, init=False)
+        if _ancestor(rjob) == C.ANCESTOR_TRAINER and node is not None and with_trainer:
+            _upsert(node.setdefault("env", []), env)
+            _upsert(
+                node.setdefault("ports", []), [{"containerPort": master_port, "protocol": "TCP"}], key="containerPort"
+            )
+    for target in ((torch.get("envInjection") or {}).get("targets")) or []:
+        rjob = next((r for r in spec["replicatedJobs"] if r["name"] == target.get("jobName")), None)
+        for name in target.get("containerNames") or []:
+            container = _container(_pod_spec(rjob), name) if rjob else None
+            if container is not None:
+                _upsert(container.setdefault("env", []), env)
+
+
+def _tie_to_pod_group(spec: dict, group: dict, name: str) -> None:
+    """Gang scheduling: the coscheduling and volcano plugins tie every pod to the job's PodGroup (there is no
+    PodGroup object and no gang scheduler here: pods are scheduled one by one as always)."""
     for rjob in spec["replicatedJobs"]:
         template = rjob["template"]["spec"]["template"]
         if "coscheduling" in group:
-            template.setdefault("metadata", {}).setdefault("labels", {})[POD_GROUP_LABEL] = trainjob["metadata"]["name"]
+            template.setdefault("metadata", {}).setdefault("labels", {})[POD_GROUP_LABEL] = name
         if "volcano" in group:
-            template.setdefault("metadata", {}).setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = trainjob[
-                "metadata"
-            ]["name"]
-    spec["suspend"] = bool(tj_spec.get("suspend"))
-    return spec
+            template.setdefault("metadata", {}).setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = name
 
 
 # --- the JobSet webhooks (JobSet v0.12) -----------------------------------------------------------------
@@ -267,6 +300,21 @@ def _pruned(value):
     if isinstance(value, list):
         return [_pruned(v) for v in value]
     return value
+
+
+def _matching_rule(rules: list[dict], rjob: str, reason: str, message: str) -> Optional[dict]:
+    """The first rule of JobSet's failurePolicy that a failed Job of replicated job ``rjob`` matches (its
+    targetReplicatedJobs, onJobFailureReasons, onJobFailureMessagePatterns); None if none does."""
+    for rule in rules:
+        if rule.get("targetReplicatedJobs") and rjob not in rule["targetReplicatedJobs"]:
+            continue
+        if rule.get("onJobFailureReasons") and reason not in rule["onJobFailureReasons"]:
+            continue
+        patterns = rule.get("onJobFailureMessagePatterns") or []
+        if patterns and not any(re.search(p, message) for p in patterns):
+            continue
+        return rule
+    return None
 
 
 class TrainerController:
@@ -345,6 +393,27 @@ class TrainerController:
             return
         if tj["spec"].get("managedBy", C.TRAINJOB_CONTROLLER) != C.TRAINJOB_CONTROLLER:
             return
+        current = self._current_state(key, tj)
+        if current is None:
+            return  # finished
+        tj, state = current
+        self._note_copy(key, tj)
+        state, source = self._after_jobset_delete(key, tj, state)
+        suspended = bool(tj["spec"].get("suspend"))
+        if not self._apply(tj, source, state, suspended):
+            self._write_status(tj, state)
+            return
+        self._suspend_jobset(tj, state, suspended)
+        self._check_deadline(tj, state)
+        if state.terminal is None and suspended:
+            self._stop_suspended_pods(tj, state)
+        elif state.terminal is None:
+            self._sync(tj, state)
+        self._write_status(tj, state)
+
+    def _current_state(self, key: tuple[str, str], tj: dict) -> Optional[tuple[dict, JobSetState]]:
+        """The TrainJob (read again if its Failed condition was cleared) and its JobSet's state, a new one for a
+        new TrainJob; None for a finished TrainJob (its JobSet's TTL looked after)."""
         state = self._states.get(key)
         if state is None or state.trainjob_uid != tj["metadata"]["uid"]:
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], _free_port())
@@ -360,44 +429,44 @@ class TrainerController:
             # job runs again (trainer#3779; #3891 made Failed terminal after v2.3). Complete stays.
             self._clear_failed(tj)
             state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
-            tj = self.store.find(R.TRAINJOBS, namespace, name) or tj
+            tj = self.store.find(R.TRAINJOBS, *key) or tj
         elif is_true(tj, "Complete") or is_true(tj, "Failed"):
             self._expire_after_ttl(tj, state)
-            return
-        self._note_copy(key, tj)
-        source = tj
-        if state.spec is not None and state.terminal is None and not self._jobset_exists(tj, state):
-            # Deleted by someone else (node_avoidance.py does so): Trainer builds it again, from the
-            # TrainJob as its cache has it (runtimePatches included; see older_copy_next); the new JobSet's
-            # restarts start at 0.
-            state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
-            if key in self._older_copy_next:
-                self._older_copy_next.discard(key)
-                source = self._copies[key][1] or tj
-        suspended = bool(tj["spec"].get("suspend"))
-        # Trainer builds the JobSet once, and re-applies it only while it is suspended.
+            return None
+        return tj, state
+
+    def _after_jobset_delete(self, key: tuple[str, str], tj: dict, state: JobSetState) -> tuple[JobSetState, dict]:
+        """The JobSet's state and the TrainJob copy to build it from: a new state when someone else deleted the
+        JobSet (node_avoidance.py does so) and Trainer builds it again, from the TrainJob as its cache has it
+        (runtimePatches included; see older_copy_next); the new JobSet's restarts start at 0."""
+        if state.spec is None or state.terminal is not None or self._jobset_exists(tj, state):
+            return state, tj
+        state = self._states[key] = JobSetState(tj["metadata"]["uid"], state.master_port)
+        if key in self._older_copy_next:
+            self._older_copy_next.discard(key)
+            return state, self._copies[key][1] or tj
+        return state, tj
+
+    def _apply(self, tj: dict, source: dict, state: JobSetState, suspended: bool) -> bool:
+        """Trainer builds the JobSet (from ``source``) once, and re-applies it only while it is suspended: whether
+        the JobSet is there to act on (not when it cannot be built, or when the apply that resumes it is
+        refused)."""
         if state.spec is None or (suspended and not any(job.created for job in state.jobs)):
-            if not self._build(source, state):
-                self._write_status(tj, state)
-                return
-        elif not suspended and not self._resume_applies(tj, state):
-            self._write_status(tj, state)
-            return
-        self._suspend_jobset(tj, state, suspended)
-        self._check_deadline(tj, state)
-        if state.terminal is None and suspended:
-            jobs = {job.name: job for job in state.jobs}
-            for pod in self._pods(tj, state):
-                if not gone_or_going(pod):
-                    self._delete_pod(pod)  # suspending a Job deletes its running pods
-                job = jobs.get(pod["metadata"]["labels"].get(JOB_NAME_LABEL))
-                if job is not None:  # ... which end Failed (the kubelet), but are no failure of the Job
-                    job.suspended_pods.add(pod["metadata"]["uid"])
-                if terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
-                    self._release(pod)
-        elif state.terminal is None:
-            self._sync(tj, state)
-        self._write_status(tj, state)
+            return self._build(source, state)
+        return suspended or self._resume_applies(tj, state)
+
+    def _stop_suspended_pods(self, tj: dict, state: JobSetState) -> None:
+        """Suspending a Job deletes its running pods, which end Failed (the kubelet) but are no failure of the
+        Job; their tracking finalizers are released once they ended."""
+        jobs = {job.name: job for job in state.jobs}
+        for pod in self._pods(tj, state):
+            if not gone_or_going(pod):
+                self._delete_pod(pod)
+            job = jobs.get(pod["metadata"]["labels"].get(JOB_NAME_LABEL))
+            if job is not None:
+                job.suspended_pods.add(pod["metadata"]["uid"])
+            if terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                self._release(pod)
 
     def _note_copy(self, key: tuple[str, str], tj: dict) -> None:
         """Note ``tj`` as this reconcile sees it, keeping the copy of the spec change before (for
@@ -620,7 +689,7 @@ class TrainerController:
                     R.JOBS,
                     tj["metadata"]["namespace"],
                     job.name,
-                    lambda obj, uid=job.uid: set_job_suspend(obj, uid, suspended),
+                    functools.partial(set_job_suspend, uid=job.uid, suspended=suspended),
                 )
 
     def _create_job(self, tj: dict, state: JobSetState, job: JobState) -> bool:
@@ -628,11 +697,12 @@ class TrainerController:
         jobset = self.store.find(R.JOBSETS, tj["metadata"]["namespace"], tj["metadata"]["name"])
         if jobset is None or jobset["metadata"]["uid"] != state.jobset_uid:
             return False  # going with its TrainJob
-        rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
+        spec = state.built
+        rjob = next(r for r in spec["replicatedJobs"] if r["name"] == job.rjob)
         waits = (
             bool(rjob.get("dependsOn"))
-            or (state.spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
-            and state.spec["replicatedJobs"].index(rjob) > 0
+            or (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder"
+            and spec["replicatedJobs"].index(rjob) > 0
         )
         job.resumed = state.created_suspended and state.restarts == 0 and not waits
         job.start_time = now_rfc3339()
@@ -735,23 +805,7 @@ class TrainerController:
 
     def _observe(self, tj: dict, state: JobSetState, job: JobState, pods: list[dict]) -> None:
         """Job controller bookkeeping: succeeded indexes, failures against backoffLimit."""
-        restarts, failed_by_policy = 0, False
-        for pod in pods:
-            status = pod.get("status") or {}
-            index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
-            if terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
-                self._release(pod)
-            if status.get("phase") == "Succeeded":
-                job.succeeded.add(index)
-            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | job.suspended_pods:
-                job.failed_pods.add(pod["metadata"]["uid"])
-                job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
-                failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
-            elif status.get("phase") in ("Pending", "Running"):
-                restarts += sum(
-                    s.get("restartCount", 0)
-                    for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
-                )
+        restarts, failed_by_policy = self._count_pods(tj, state, job, pods)
         active = [p for p in pods if not gone_or_going(p)]
         job.active = len(active)
         job.terminating = sum(1 for p in pods if p["metadata"].get("deletionTimestamp") and not terminal(p))
@@ -783,6 +837,29 @@ class TrainerController:
                 self._job_ref(tj, job.name, job.uid), "Normal", "Completed", "Job completed", "job-controller"
             )
 
+    def _count_pods(self, tj: dict, state: JobSetState, job: JobState, pods: list[dict]) -> tuple[int, bool]:
+        """The Job's pods counted: succeeded indexes, newly failed pods (with their back-off and the
+        podFailurePolicy), ended pods' tracking finalizers released. Returns the running pods' container
+        restarts, and whether the podFailurePolicy failed the Job."""
+        restarts, failed_by_policy = 0, False
+        for pod in pods:
+            status = pod.get("status") or {}
+            index = int(pod["metadata"]["labels"][C.COMPLETION_INDEX_LABEL])
+            if terminal(pod) and JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                self._release(pod)
+            if status.get("phase") == "Succeeded":
+                job.succeeded.add(index)
+            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | job.suspended_pods:
+                job.failed_pods.add(pod["metadata"]["uid"])
+                job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
+                failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
+            elif status.get("phase") in ("Pending", "Running"):
+                restarts += sum(
+                    s.get("restartCount", 0)
+                    for s in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+                )
+        return restarts, failed_by_policy
+
     def _stop_failed_job(self, job: JobState, active: list[dict]) -> None:
         """A failing Job's running pods are deleted (the real Job controller counts them as failed too); it
         fails (``failure``) once none is left terminating: at once when there was none."""
@@ -797,7 +874,7 @@ class TrainerController:
     def _apply_pod_failure_policy(self, tj: dict, state: JobSetState, job: JobState, pod: dict) -> bool:
         """The Job's ``podFailurePolicy`` for one newly failed pod: FailJob fails the Job at once
         (reason ``PodFailurePolicy``; True), Ignore does not count the failure, Count (or no match) counts it."""
-        rjob = next(r for r in state.spec["replicatedJobs"] if r["name"] == job.rjob)
+        rjob = next(r for r in state.built["replicatedJobs"] if r["name"] == job.rjob)
         matched = pod_failure_policy_match(rjob["template"]["spec"], pod)
         if matched is None or job.failure_target is not None:
             return False
@@ -815,10 +892,10 @@ class TrainerController:
 
     def _may_start(self, state: JobSetState, job: JobState) -> bool:
         """JobSet creates a replicated job's Jobs once its dependsOn (or InOrder startup) is met."""
-        rjobs = state.spec["replicatedJobs"]
+        rjobs = state.built["replicatedJobs"]
         rjob = next(r for r in rjobs if r["name"] == job.rjob)
         needs = [(d["name"], d.get("status", "Complete")) for d in rjob.get("dependsOn") or []]
-        if (state.spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder":
+        if (state.built.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder":
             position = rjobs.index(rjob)
             needs += [(r["name"], "Ready") for r in rjobs[:position]]
         for dep_name, wanted in needs:
@@ -828,30 +905,23 @@ class TrainerController:
         return True
 
     def _succeeded(self, state: JobSetState) -> bool:
-        policy = state.spec.get("successPolicy") or {}
-        targets = set(policy.get("targetReplicatedJobs") or [r["name"] for r in state.spec["replicatedJobs"]])
+        policy = state.built.get("successPolicy") or {}
+        targets = set(policy.get("targetReplicatedJobs") or [r["name"] for r in state.built["replicatedJobs"]])
         jobs = [j for j in state.jobs if j.rjob in targets]
         if policy.get("operator") == "Any":
             return any(j.complete for j in jobs)
         return bool(jobs) and all(j.complete for j in jobs)
 
     def _apply_failure_policy(self, tj: dict, state: JobSetState, job: JobState) -> None:
+        if job.failure is None:
+            return  # only a failed Job comes here
         first = f" (first failed job: {job.name})"
-        policy = state.spec.get("failurePolicy")
+        policy = state.built.get("failurePolicy")
         if policy is None:
             self._finish(tj, state, "Failed", "FailedJobs", "jobset failed due to one or more job failures" + first)
             return
-        action, matched = "RestartJobSet", None
-        for rule in policy.get("rules") or []:
-            if rule.get("targetReplicatedJobs") and job.rjob not in rule["targetReplicatedJobs"]:
-                continue
-            if rule.get("onJobFailureReasons") and job.failure[0] not in rule["onJobFailureReasons"]:
-                continue
-            patterns = rule.get("onJobFailureMessagePatterns") or []
-            if patterns and not any(re.search(p, job.failure[1]) for p in patterns):
-                continue
-            action, matched = rule.get("action", action), rule
-            break
+        matched = _matching_rule(policy.get("rules") or [], job.rjob, *job.failure)
+        action = matched.get("action", "RestartJobSet") if matched else "RestartJobSet"
         if action == "FailJobSet":
             self._finish(
                 tj,
@@ -887,7 +957,7 @@ class TrainerController:
             "jobset-controller",
         )
         self._delete_jobs(tj, state.jobs)  # their pods go with them
-        state.jobs = self._new_jobs(tj, state.spec)
+        state.jobs = self._new_jobs(tj, state.built)
         for pod in self._pods(tj, state):
             if not pod["metadata"].get("deletionTimestamp"):
                 self._delete_pod(pod)
@@ -943,10 +1013,10 @@ class TrainerController:
         no new JobSet and keeps its conditions and last jobsStatus; a Failed one is built again (the
         reconcile above: Trainer v2.3.0's loop)."""
         ttl = (state.spec or {}).get("ttlSecondsAfterFinished")
-        if ttl is None:
+        finished = condition(tj, "Complete") if is_true(tj, "Complete") else condition(tj, "Failed")
+        if ttl is None or finished is None:
             return
         namespace, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
-        finished = condition(tj, "Complete") if is_true(tj, "Complete") else condition(tj, "Failed")
         left = parse(finished["lastTransitionTime"]).timestamp() + ttl - time.time()
         if left > 0:
             self._after(left, (namespace, name))
@@ -1121,6 +1191,8 @@ class TrainerController:
 
     def _create_pod(self, tj: dict, state: JobSetState, job: JobState, index: int) -> bool:
         """Create the pod for `index`; False when the TrainJob or the Job went since they were read."""
+        if job.obj is None:  # _sync creates the Job first
+            raise RuntimeError(f"Job {job.name} is not created")
         pod = build_pod(job.obj, index)
         namespace, name, uid = tj["metadata"]["namespace"], tj["metadata"]["name"], tj["metadata"]["uid"]
         # Checked and created under the store lock: the TrainJob and the Job cannot go in between. (A

@@ -1,7 +1,8 @@
 """nemo_kubeflow: run NeMo-Run experiments on Kubernetes through Kubeflow Trainer v2.
 
-Names are imported on first use (PEP 562), so ``import nemo_kubeflow`` and the local
-cluster (``python -m nemo_kubeflow_local``) don't pay for importing NeMo-Run. Using
+Names are imported on first use (PEP 562), so ``import nemo_kubeflow`` and the local cluster
+(``python -m nemo_kubeflow_local``, its own distribution in the repository's ``local/``) don't pay for
+importing NeMo-Run. Using
 ``KubeflowExecutor`` imports ``nemo_kubeflow.config.executor``, which registers it with NeMo-Run;
 so does fiddle when it rebuilds a saved experiment.
 """

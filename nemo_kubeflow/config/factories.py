@@ -145,7 +145,8 @@ def kubeflow_local(
     namespace: str = "default",
     kubeconfig: Optional[str] = None,
 ) -> run.Config[KubeflowExecutor]:
-    """A CPU job on a running local cluster (``python -m nemo_kubeflow_local serve``).
+    """A CPU job on a running local cluster (``python -m nemo_kubeflow_local serve``; the local cluster is the
+    repository's second distribution: ``pip install ./local``).
 
     The kubeconfig comes from ``$NEMO_KUBEFLOW_LOCAL_KUBECONFIG`` unless given.
     """
@@ -154,7 +155,8 @@ def kubeflow_local(
         raise LocalClusterNotConfiguredError(
             f"kubeflow_local needs a running local cluster: start one with "
             f"`python -m nemo_kubeflow_local serve` and export {LOCAL_KUBECONFIG_ENV} "
-            "to the kubeconfig path it prints"
+            "to the kubeconfig path it prints (the local cluster is installed from the repository's local/ "
+            "folder: `pip install ./local`)"
         )
     if not os.path.isfile(path):
         raise LocalClusterNotConfiguredError(

@@ -5,9 +5,10 @@
   ``<job_dir>/manifests/``. NeMo-Run calls it on every real run too, so it never
   contacts a cluster.
 * ``schedule`` only applies what the dry run built (``submit.submit``).
-* ``describe`` only reads: it returns the state and why (``observe``), and the repairs it
-  recommends are applied by ``look_after``'s repair step (``repair.steps``), which NeMo-Run's
-  attached wait (torchx's ``Runner.wait``) and ``nemo-kubeflow watch`` run, never a status query.
+* ``describe`` only reads: it returns the state and why (``observe.look``, mapped to torchx's
+  answer), and the repairs it recommends are applied by ``look_after``'s repair step (``repair.steps``),
+  which NeMo-Run's attached wait (torchx's ``Runner.wait``, run inside ``attached_wait`` by
+  ``registration.wrap_runner_wait``) and ``nemo-kubeflow watch`` run, never a status query.
 * ``describe``/``log_iter``/``_cancel_existing`` need nothing from an earlier call: the app id is
   ``<namespace>:<trainjob>``, and the kubeconfig comes from a small per-app record,
   so status, logs and cancel work from ``Experiment.from_id`` in a new process and
@@ -24,10 +25,11 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
@@ -197,6 +199,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         #: app id -> (when, ``_looks`` then, the answer) of its last status query (``describe`` outside an
         #: attached wait).
         self._answered: dict[str, tuple[float, int, DescribeAppResponse]] = {}
+        #: ``waits``: the attached waits (``attached_wait``) the current thread is in.
+        self._attached = threading.local()
         _quiet_urllib3_retries()
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
@@ -285,8 +289,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """A look at the job: reads only. Called by NeMo-Run's attached wait (torchx's ``Runner.wait``), the
         look is followed by the repair step (``look_after``); a status query never writes, and the same query
-        again within ``ANSWER_REUSE_S`` gets the same answer without a read."""
-        if _in_attached_wait():
+        again within ``ANSWER_REUSE_S`` gets the same answer without a read. Which describes
+        are an attached wait's is said by ``attached_wait``, not guessed."""
+        if getattr(self._attached, "waits", 0):
             return self.look_after(app_id)[0]
         answered = self._answered.get(app_id)
         if answered is not None and time.monotonic() - answered[0] < ANSWER_REUSE_S and answered[1] == _looks[0]:
@@ -294,6 +299,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         response = self.look_after(app_id, repair=False)[0]
         self._answered[app_id] = (time.monotonic(), _looks[0], copy.deepcopy(response))
         return response
+
+    @contextmanager
+    def attached_wait(self) -> Iterator[None]:
+        """While in it, the describes of this thread are an attached wait's (torchx's ``Runner.wait``, which
+        ``registration.wrap_runner_wait`` runs inside it): each is ``look_after``, its look then its repair."""
+        self._attached.waits = getattr(self._attached, "waits", 0) + 1
+        try:
+            yield
+        finally:
+            self._attached.waits -= 1
 
     def look_after(self, app_id: str, *, repair: bool = True) -> tuple[DescribeAppResponse, list[str]]:
         """Look at the job (``observe``: reads only) and, with ``repair``, apply what the look recommends
@@ -618,20 +633,6 @@ _looks = [0]
 
 def _looked_or_wrote() -> None:
     _looks[0] += 1
-
-
-def _in_attached_wait() -> bool:
-    """Whether this call comes from torchx's ``Runner.wait``: NeMo-Run's attached wait (``wait_and_exit``),
-    the one caller of ``describe`` that repairs; a status query (``Runner.status`` alone) only reads."""
-    from torchx.runner.api import Runner
-
-    wait = Runner.wait.__code__
-    frame: Optional[FrameType] = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is wait:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _short_error(error: ClusterError) -> str:

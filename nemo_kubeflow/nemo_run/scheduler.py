@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
 from nemo_kubeflow.nemo_run.app_watch import AppWatch, Outage
+from nemo_kubeflow.nemo_run.status_answers import LooksAndWrites, StatusAnswers
 from nemo_kubeflow.observe import look
 from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, MOVE_OFF_NODES, Observation
 
@@ -185,7 +185,9 @@ def _runtime_yaml(runtime: dict) -> str:
 
 
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
-    def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
+    def __init__(
+        self, session_name: str, cluster: Optional[Cluster] = None, looks: Optional[LooksAndWrites] = None
+    ) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
         #: Injected for tests; otherwise one client per (kubeconfig, context).
         self._fixed_cluster = cluster
@@ -196,9 +198,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._watches: dict[str, AppWatch] = {}
         #: id(cluster) -> its API server's outage, while it does not answer.
         self._outages: dict[int, Outage] = {}
-        #: app id -> (when, ``_looks`` then, the answer) of its last status query (``describe`` outside an
-        #: attached wait).
-        self._answered: dict[str, tuple[float, int, DescribeAppResponse]] = {}
+        #: The answers of its status queries (``describe`` outside an attached wait), given again without a read
+        #: when no look or write counted in ``looks`` came since (status_answers.py): shared by the schedulers of
+        #: this process's runners (``create_scheduler``), else this scheduler's own.
+        self._answers = StatusAnswers(looks or LooksAndWrites())
         #: ``waits``: the attached waits (``attached_wait``) the current thread is in.
         self._attached = threading.local()
         _quiet_urllib3_retries()
@@ -289,15 +292,15 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """A look at the job: reads only. Called by NeMo-Run's attached wait (torchx's ``Runner.wait``), the
         look is followed by the repair step (``look_after``); a status query never writes, and the same query
-        again within ``ANSWER_REUSE_S`` gets the same answer without a read. Which describes
+        again within ``ANSWER_REUSE_S`` gets the same answer without a read (``StatusAnswers``). Which describes
         are an attached wait's is said by ``attached_wait``, not guessed."""
         if getattr(self._attached, "waits", 0):
             return self.look_after(app_id)[0]
-        answered = self._answered.get(app_id)
-        if answered is not None and time.monotonic() - answered[0] < ANSWER_REUSE_S and answered[1] == _looks[0]:
-            return copy.deepcopy(answered[2])
+        again = self._answers.again(app_id)
+        if again is not None:
+            return again
         response = self.look_after(app_id, repair=False)[0]
-        self._answered[app_id] = (time.monotonic(), _looks[0], copy.deepcopy(response))
+        self._answers.keep(app_id, response)
         return response
 
     @contextmanager
@@ -318,7 +321,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
-        _looked_or_wrote()
+        self._answers.looks.looked_or_wrote()
         observation = self._observe_or_unknown(
             app_id,
             cluster,
@@ -592,7 +595,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         finished_jobs.note_cancelled(app_id)
         watch = self._watches.setdefault(app_id, AppWatch())
         watch.cancelled_here = True
-        _looked_or_wrote()
+        self._answers.looks.looked_or_wrote()
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
         if watch.job_cache is not None:
@@ -621,20 +624,6 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return self._cluster(record.kubeconfig, record.context)
 
 
-#: A status query answered this recently is answered again without a read: NeMo-Run's ``Experiment.status`` asks
-#: each task's state twice in a row (its table and its dict), and each look reads the TrainJob, its JobSet, pods
-#: and node 0's progress line.
-ANSWER_REUSE_S = 1.0
-#: Looks at any job (an attached wait's, a status query's) and writes to one (a cancel, a repair) by any
-#: scheduler of this process: a status answer is given again only if none came after it (NeMo-Run cancels
-#: through another runner's scheduler, and waits through a third).
-_looks = [0]
-
-
-def _looked_or_wrote() -> None:
-    _looks[0] += 1
-
-
 def _short_error(error: ClusterError) -> str:
     """The error without its advice (said once, with the time it started)."""
     return str(error).split("; check the kubeconfig")[0]
@@ -657,5 +646,12 @@ def _abs(path: Optional[str]) -> Optional[str]:
     return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
+#: The looks and writes of the schedulers torchx makes for this process's runners: NeMo-Run cancels through
+#: another runner's scheduler, and waits through a third, and a status answer is given again only if none of
+#: them looked or wrote since (status_answers.py).
+RUNNERS_LOOKS = LooksAndWrites()
+
+
 def create_scheduler(session_name: str, **kwargs: Any) -> KubeflowTrainerScheduler:
-    return KubeflowTrainerScheduler(session_name=session_name)
+    """torchx's factory of our scheduler (one per NeMo-Run runner), sharing ``RUNNERS_LOOKS``."""
+    return KubeflowTrainerScheduler(session_name=session_name, looks=RUNNERS_LOOKS)

@@ -23,7 +23,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,10 +41,11 @@ from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
-from nemo_kubeflow.nemo_run.app_watch import AppWatch, Outage
+from nemo_kubeflow.nemo_run.app_watch import AppWatch
 from nemo_kubeflow.nemo_run.status_answers import LooksAndWrites, StatusAnswers
 from nemo_kubeflow.observe import look
 from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, MOVE_OFF_NODES, Observation
+from nemo_kubeflow.observe.outage import Outage, short_error
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import Submission
@@ -425,22 +425,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             return self._unknown(app_id, record, watch, self._outage_seen(app_id, cluster, error))
         if outage is not None:
             del self._outages[id(cluster)]
-            self._say(
-                app_id,
-                observation.state.name.lower(),
-                f"the API server answers again (unreachable from {outage.since_text()} for "
-                f"{time.time() - outage.since:.0f} s)",
-                always=True,
-            )
+            self._say(app_id, observation.state.name.lower(), outage.over_message(), always=True)
         return observation
 
     def _outage_seen(self, app_id: str, cluster: ClusterReader, error: ClusterUnreachableError) -> Outage:
         """The API server of ``cluster`` did not answer: its outage (begun now, or going on), said once."""
         outage = self._outages.get(id(cluster))
         if outage is None:
-            outage = self._outages[id(cluster)] = Outage(_short_error(error))
+            outage = self._outages[id(cluster)] = Outage(short_error(error))
         else:
-            outage.failed_again(_short_error(error))
+            outage.failed_again(short_error(error))
         if not outage.said:
             outage.said = True
             self._say(app_id, "unknown", outage.message(), always=True)
@@ -547,6 +541,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         streams: Optional[Stream] = None,
     ) -> Iterable[str]:
         from nemo_kubeflow.observe.logs import node_log_lines, node_log_path, tee_to_file
+        from nemo_kubeflow.observe.no_log import kept_or_no_log
 
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
@@ -560,35 +555,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             lines = tee_to_file(iter(lines), node_log_path(job_dir, k))
         elif not should_tail:
             # A finished job cleaned up (its TTL, gc, a failure that deleted the pods): what was kept.
-            lines = list(lines) or self._kept_or_no_log(cluster, namespace, name, k, job_dir)
+            lines = list(lines) or kept_or_no_log(cluster, namespace, name, k, job_dir)
         return filter_regex(regex, lines) if regex else lines
-
-    @classmethod
-    def _kept_or_no_log(cls, cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
-        """Node ``k``'s log as kept next to the job, or why it has none (``_no_log``)."""
-        from nemo_kubeflow.observe.logs import kept_node_log
-
-        kept = kept_node_log(job_dir, k) if job_dir else []
-        return kept or cls._no_log(cluster, namespace, name, k, job_dir)
-
-    @staticmethod
-    def _no_log(cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
-        """Why node ``k`` has no log to show: its pod is gone and none was kept, or it printed nothing."""
-        from nemo_kubeflow.observe.logs import node_log_path, node_selector
-
-        if cluster.list("Pod", namespace, node_selector(name, k)):
-            return []  # the pod is there and printed nothing (yet)
-        gone = "no longer exists" if cluster.get(TRAINJOB_KIND, name, namespace) is None else "has no pod for it"
-        where = (
-            f"logs are kept in {node_log_path(job_dir, k)} when they are followed (an attached run, "
-            "`nemo-kubeflow logs -f`) or saved when the job fails"
-            if job_dir
-            else "this job has no job directory to keep logs in"
-        )
-        return [
-            f"--- node {k}: no log: TrainJob {namespace}/{name} {gone}, so its pods and their logs are gone, "
-            f"and no log was kept ({where})\n"
-        ]
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = records.parse_app_id(app_id)
@@ -622,11 +590,6 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if record is None:
             return self._cluster(None, None)
         return self._cluster(record.kubeconfig, record.context)
-
-
-def _short_error(error: ClusterError) -> str:
-    """The error without its advice (said once, with the time it started)."""
-    return str(error).split("; check the kubeconfig")[0]
 
 
 class _DropRetryWarnings(logging.Filter):

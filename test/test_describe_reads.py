@@ -11,7 +11,8 @@ from test_resilience import two_running_pods, waiting_nodes
 from torchx.specs import AppState
 
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.nemo_run.scheduler import ANSWER_REUSE_S, create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.status_answers import ANSWER_REUSE_S
 
 READS = {"get", "list"}
 

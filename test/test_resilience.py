@@ -19,7 +19,8 @@ from torchx.specs import AppState
 
 from nemo_kubeflow import ConfigMapPackager, KubeflowExecutor
 from nemo_kubeflow import constants as C
-from nemo_kubeflow.nemo_run.scheduler import ANSWER_REUSE_S, create_scheduler
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.status_answers import ANSWER_REUSE_S
 from nemo_kubeflow.observe.job_view import IN_JOB_TAIL
 
 REPO = Path(__file__).resolve().parent.parent

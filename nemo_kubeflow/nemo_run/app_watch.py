@@ -1,92 +1,36 @@
-"""What the scheduler remembers about one app between looks, and about a cluster that stopped answering.
+"""What the scheduler remembers about one app between looks.
 
 Lifetime: an ``AppWatch`` is made at the first look at an app (``describe``) in a scheduler, and lives as
 long as that scheduler: one per NeMo-Run runner, so the process that waits for the job, or one
 ``nemo experiment status`` call. Nothing in it is needed to report a job right: a new process reads the
 state and the reason from the cluster alone. What it adds is what only a process that keeps looking can
 see: the failed pods of gang attempts JobSet has since deleted, the node logs it follows, what it already
-said (each progress line and a failure once), and how far node faults were looked at.
+said (each progress line and a failure once), and how far node faults were looked at. What the look itself
+remembers is its ``LookMemory`` (observe/look_memory.py); the rest is the scheduler's.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from nemo_kubeflow.observe.progress_view import ProgressSeen
+from nemo_kubeflow.observe.look_memory import LookMemory
 
 if TYPE_CHECKING:
     from nemo_kubeflow.cluster.watched import WatchedJob
-    from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
-    from nemo_kubeflow.observe.restarts import InJobRestarts
 
 
 @dataclass
-class AppWatch:
-    #: Looks that found the job running (from the second, its node logs are kept: a wait polls).
-    running_seen: int = 0
-    #: Follows each node's log while the job runs; stopped when the job is seen finished.
-    keeper: Optional[NodeLogKeeper] = None
+class AppWatch(LookMemory):
+    """What the look remembers (``LookMemory``), and what the scheduler said and how it reads the job."""
+
     #: The last progress line shown in NeMo-Run's console.
     last_progress: str = ""
     #: The end (failure, deletion outside NeMo-Run) was said in the console.
     reported_end: bool = False
     #: The last repair line shown.
     last_repair: str = ""
-    #: When node 0's progress line was last read, and what it said (observe/progress_view.py).
-    progress: ProgressSeen = field(default_factory=ProgressSeen)
-    #: (when, warning) of the last stall check: NeMo-Run's wait loop polls often.
-    stall_checked: tuple[float, str] = (float("-inf"), "")
-    #: gang attempt -> how its failed pod ended, as this process saw it: JobSet deletes an attempt's pods
-    #: when it restarts the gang, so later looks only have the events.
-    failures_seen: dict[int, str] = field(default_factory=dict)
-    #: The most ft_launcher restarts the kept node logs showed (old lines leave the keeper).
-    in_job_seen: Optional[InJobRestarts] = None
-    #: (ft_launcher restarts counted, reads of every node for the last one's cause so far): a cause not read
-    #: with the look that counts a restart (the failing node's line not yet logged, a slow read) is read again.
-    in_job_cause_reads: tuple[int, int] = (0, 0)
-    #: (namespace, TrainJob uid, JobSet uids) -> the gang attempt whose node faults were looked at.
-    checked_attempts: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    #: The task's role, read from its TrainJob while it existed.
-    role: str = ""
-    #: This process cancelled the job (a TrainJob gone otherwise was deleted outside NeMo-Run).
-    cancelled_here: bool = False
     #: The job's TrainJob, JobSet and pods from watches, for the looks that repeat (``cluster/watched.py``).
     job_cache: Optional[WatchedJob] = None
     #: Looks of an attached wait or ``nemo-kubeflow watch`` so far (``look_after`` with its repair step).
     looks_after: int = 0
-
-
-#: After a look finds the API server unreachable, the next look waits this long, doubling up to the most.
-OUTAGE_FIRST_BACKOFF_S = 2.0
-OUTAGE_MAX_BACKOFF_S = 30.0
-
-
-@dataclass
-class Outage:
-    """A cluster whose API server did not answer: since when, and when to look again (backoff)."""
-
-    error: str
-    since: float = field(default_factory=time.time)
-    delay: float = OUTAGE_FIRST_BACKOFF_S
-    next_look: float = field(default_factory=lambda: time.monotonic() + OUTAGE_FIRST_BACKOFF_S)
-    said: bool = False
-
-    def failed_again(self, error: str) -> None:
-        self.error = error
-        self.delay = min(self.delay * 2, OUTAGE_MAX_BACKOFF_S)
-        self.next_look = time.monotonic() + self.delay
-
-    def due(self) -> bool:
-        return time.monotonic() >= self.next_look
-
-    def since_text(self) -> str:
-        return datetime.fromtimestamp(self.since, timezone.utc).strftime("%H:%M:%S UTC")
-
-    def message(self) -> str:
-        return (
-            f"the API server cannot be reached since {self.since_text()} ({self.error}); the job's state is "
-            "unknown, not changed: looking again with backoff"
-        )

@@ -5,9 +5,10 @@
   ``<job_dir>/manifests/``. NeMo-Run calls it on every real run too, so it never
   contacts a cluster.
 * ``schedule`` only applies what the dry run built (``submit.submit``).
-* ``describe`` only reads: it returns the state and why (``observe``), and the repairs it
-  recommends are applied by ``look_after``'s repair step (``repair.steps``), which NeMo-Run's
-  attached wait (torchx's ``Runner.wait``) and ``nemo-kubeflow watch`` run, never a status query.
+* ``describe`` only reads: it returns the state and why (``observe.look``, mapped to torchx's
+  answer), and the repairs it recommends are applied by ``look_after``'s repair step (``repair.steps``),
+  which NeMo-Run's attached wait (torchx's ``Runner.wait``, run inside ``attached_wait`` by
+  ``registration.wrap_runner_wait``) and ``nemo-kubeflow watch`` run, never a status query.
 * ``describe``/``log_iter``/``_cancel_existing`` need nothing from an earlier call: the app id is
   ``<namespace>:<trainjob>``, and the kubeconfig comes from a small per-app record,
   so status, logs and cancel work from ``Experiment.from_id`` in a new process and
@@ -17,55 +18,42 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
 import sys
 import threading
-import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from nemo_run.run.torchx_backend.schedulers.api import SchedulerMixin
 from torchx.schedulers.api import AppDryRunInfo, DescribeAppResponse, Scheduler, Stream, filter_regex
 from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_terminal, make_app_handle, runopts
 
 from nemo_kubeflow.cluster import records
-from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster, kubectl_delete
+from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster
 from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.config.executor import KubeflowExecutor
-from nemo_kubeflow.constants import SCHEDULER_NAME, TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND, queue_name
+from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
-from nemo_kubeflow.nemo_run.app_watch import AppWatch, Outage
-from nemo_kubeflow.observe import progress_view
-from nemo_kubeflow.observe.observation import (
-    DELETE_UNSTARTABLE,
-    KEEP_NODE_LOGS,
-    MOVE_OFF_NODES,
-    Observation,
-    RepairAction,
-)
-from nemo_kubeflow.observe.status import (
-    job_status,
-    owned_workload,
-    queue_wait_message,
-    running_for_at_least,
-    stall_message,
-)
+from nemo_kubeflow.nemo_run.app_watch import AppWatch
+from nemo_kubeflow.nemo_run.status_answers import LooksAndWrites, StatusAnswers
+from nemo_kubeflow.observe import look
+from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, MOVE_OFF_NODES, Observation
+from nemo_kubeflow.observe.outage import Outage, short_error
 from nemo_kubeflow.parts import yamlio
 
 if TYPE_CHECKING:
     from nemo_kubeflow.build.plan import Submission
-    from nemo_kubeflow.observe.job_view import JobView
-    from nemo_kubeflow.observe.restarts import Restarts
 
 # The build and apply half (plan, manifests, validation, submit) is imported where it is used:
 # `nemo experiment status|logs|cancel` never needs it (bench_imports times both halves). So are
-# diagnosis, node_avoidance and logs, which a submission never needs (the first task of a process).
+# node_avoidance and logs (and, in observe/look.py, diagnosis), which a submission never needs (the first task of
+# a process).
 
 log = logging.getLogger(__name__)
 
@@ -196,21 +184,10 @@ def _runtime_yaml(runtime: dict) -> str:
     return text
 
 
-@dataclass
-class _Look:
-    """What one look at TrainJob ``namespace/name`` has found so far: its state and why, its pods where
-    they were read (at most once per look), and the repairs it needs."""
-
-    namespace: str
-    name: str
-    state: AppState
-    message: str
-    view: Optional[JobView] = None
-    actions: list[RepairAction] = field(default_factory=list)
-
-
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
-    def __init__(self, session_name: str, cluster: Optional[Cluster] = None) -> None:
+    def __init__(
+        self, session_name: str, cluster: Optional[Cluster] = None, looks: Optional[LooksAndWrites] = None
+    ) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
         #: Injected for tests; otherwise one client per (kubeconfig, context).
         self._fixed_cluster = cluster
@@ -221,9 +198,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._watches: dict[str, AppWatch] = {}
         #: id(cluster) -> its API server's outage, while it does not answer.
         self._outages: dict[int, Outage] = {}
-        #: app id -> (when, ``_looks`` then, the answer) of its last status query (``describe`` outside an
-        #: attached wait).
-        self._answered: dict[str, tuple[float, int, DescribeAppResponse]] = {}
+        #: The answers of its status queries (``describe`` outside an attached wait), given again without a read
+        #: when no look or write counted in ``looks`` came since (status_answers.py): shared by the schedulers of
+        #: this process's runners (``create_scheduler``), else this scheduler's own.
+        self._answers = StatusAnswers(looks or LooksAndWrites())
+        #: ``waits``: the attached waits (``attached_wait``) the current thread is in.
+        self._attached = threading.local()
         _quiet_urllib3_retries()
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
@@ -295,7 +275,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     nodes=req.nodes,
                     job_dir=req.job_dir,
                     stall_warning_seconds=req.stall_warning_seconds,
-                    task=role_of(sub.trainjob),
+                    task=look.role_of(sub.trainjob),
                 )
             )
         log.info(
@@ -312,15 +292,26 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         """A look at the job: reads only. Called by NeMo-Run's attached wait (torchx's ``Runner.wait``), the
         look is followed by the repair step (``look_after``); a status query never writes, and the same query
-        again within ``ANSWER_REUSE_S`` gets the same answer without a read."""
-        if _in_attached_wait():
+        again within ``ANSWER_REUSE_S`` gets the same answer without a read (``StatusAnswers``). Which describes
+        are an attached wait's is said by ``attached_wait``, not guessed."""
+        if getattr(self._attached, "waits", 0):
             return self.look_after(app_id)[0]
-        answered = self._answered.get(app_id)
-        if answered is not None and time.monotonic() - answered[0] < ANSWER_REUSE_S and answered[1] == _looks[0]:
-            return copy.deepcopy(answered[2])
+        again = self._answers.again(app_id)
+        if again is not None:
+            return again
         response = self.look_after(app_id, repair=False)[0]
-        self._answered[app_id] = (time.monotonic(), _looks[0], copy.deepcopy(response))
+        self._answers.keep(app_id, response)
         return response
+
+    @contextmanager
+    def attached_wait(self) -> Iterator[None]:
+        """While in it, the describes of this thread are an attached wait's (torchx's ``Runner.wait``, which
+        ``registration.wrap_runner_wait`` runs inside it): each is ``look_after``, its look then its repair."""
+        self._attached.waits = getattr(self._attached, "waits", 0) + 1
+        try:
+            yield
+        finally:
+            self._attached.waits -= 1
 
     def look_after(self, app_id: str, *, repair: bool = True) -> tuple[DescribeAppResponse, list[str]]:
         """Look at the job (``observe``: reads only) and, with ``repair``, apply what the look recommends
@@ -330,7 +321,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
-        _looked_or_wrote()
+        self._answers.looks.looked_or_wrote()
         observation = self._observe_or_unknown(
             app_id,
             cluster,
@@ -347,7 +338,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             if watch.job_cache is not None:
                 watch.job_cache.wrote()
         state = observation.state
-        message = _joined((message, *notes))
+        message = look.joined((message, *notes))
         self._say_repairs(watch, app_id, lines)
         self._report(watch, app_id, observation, message)
         if is_terminal(state):
@@ -434,22 +425,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             return self._unknown(app_id, record, watch, self._outage_seen(app_id, cluster, error))
         if outage is not None:
             del self._outages[id(cluster)]
-            self._say(
-                app_id,
-                observation.state.name.lower(),
-                f"the API server answers again (unreachable from {outage.since_text()} for "
-                f"{time.time() - outage.since:.0f} s)",
-                always=True,
-            )
+            self._say(app_id, observation.state.name.lower(), outage.over_message(), always=True)
         return observation
 
     def _outage_seen(self, app_id: str, cluster: ClusterReader, error: ClusterUnreachableError) -> Outage:
         """The API server of ``cluster`` did not answer: its outage (begun now, or going on), said once."""
         outage = self._outages.get(id(cluster))
         if outage is None:
-            outage = self._outages[id(cluster)] = Outage(_short_error(error))
+            outage = self._outages[id(cluster)] = Outage(short_error(error))
         else:
-            outage.failed_again(_short_error(error))
+            outage.failed_again(short_error(error))
         if not outage.said:
             outage.said = True
             self._say(app_id, "unknown", outage.message(), always=True)
@@ -457,9 +442,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     @staticmethod
     def _unknown(app_id: str, record: Optional[records.AppRecord], watch: AppWatch, outage: Outage) -> Observation:
-        return Observation(
-            app_id, AppState.UNKNOWN, outage.message(), nodes_of(None, record), _role(None, record, watch)
-        )
+        return look.unknown(app_id, record, watch, outage.message())
 
     @staticmethod
     def _outcome_of(observation: Observation) -> str:
@@ -474,243 +457,38 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         *,
         keeps_logs: bool = True,
     ) -> Observation:
-        """The job's state and why, and the repairs it needs: GETs and LISTs (and log reads) only. With
-        ``keeps_logs`` (a look that repairs: the attached wait, ``nemo-kubeflow watch``), a running job's node
-        logs are kept from its second look on; a status query (NeMo-Run's describes each job twice) does not
-        start following them."""
+        """The job's state and why, and the repairs it needs (``observe/look.py``): GETs and LISTs (and log
+        reads) only. The TrainJob is read here, for ``finished_jobs`` to note how it stands; with
+        ``keeps_logs`` (a look that repairs), a running job's node logs are kept from its second look on."""
         namespace, name = records.parse_app_id(app_id)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
         finished_jobs.note_described(app_id, trainjob)
-        nodes, role = nodes_of(trainjob, record), _role(trainjob, record, watch)
-        if trainjob is None:
-            return self._gone(app_id, record, watch, nodes, role)
-        status = job_status(trainjob, name=f"{namespace}/{name}")
-        look = _Look(namespace, name, status.state, status.message)
-        if is_terminal(status.state):
-            # Why it ended is read from the API server, once: each watch is a stream of its own, so the pods' last
-            # changes may not have reached the held copies when the TrainJob's verdict did.
-            cluster = getattr(cluster, "server_reader", cluster)
-        self._diagnose(look, cluster, record, watch, trainjob, nodes, keeps_logs)
-        notes = self._assess_nodes(look, cluster, watch, trainjob, nodes) if not is_terminal(look.state) else ()
-        return Observation(
-            app_id, look.state, look.message, nodes, role, trainjob=trainjob, actions=tuple(look.actions), notes=notes
-        )
-
-    def _gone(
-        self, app_id: str, record: Optional[records.AppRecord], watch: AppWatch, nodes: int, role: str
-    ) -> Observation:
-        """A job whose TrainJob no longer exists: the fatal error a repair deleted it for, else why it is gone."""
-        if record is not None and record.outcome_state:
-            # A repair deleted it after a fatal error: keep reporting that error.
-            return Observation(app_id, AppState[record.outcome_state], record.outcome_message, nodes, role)
-        namespace, name = records.parse_app_id(app_id)
-        status = job_status(None, name=f"{namespace}/{name}")
-        return Observation(app_id, status.state, self._gone_message(app_id, watch, status.message), nodes, role)
+        found = look.look_at(app_id, trainjob, cluster, record, watch, keeps_logs=keeps_logs)
+        if trainjob is not None and not is_terminal(found.state):
+            found.notes = self._assess_nodes(found, cluster, watch, trainjob)
+        return found.observation()
 
     @staticmethod
-    def _assess_nodes(
-        look: _Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict, nodes: int
-    ) -> tuple[str, ...]:
+    def _assess_nodes(found: look.Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict) -> tuple[str, ...]:
         """Whether a job not over keeps failing on the same nodes (``node_avoidance.assess``, with the pods the
-        look read, if any): the note to show, and the repair added to ``look``."""
+        look read, if any): the note to show, and the repair added to ``found``. Called here, not in the look:
+        the assessment reads the move's progress that ``node_avoidance.move`` writes, in repair/, which observe/
+        may not import."""
         from nemo_kubeflow.repair import node_avoidance
 
-        view = look.view
+        view = found.view
         line, action = node_avoidance.assess(
             cluster,
-            look.namespace,
-            look.name,
+            found.namespace,
+            found.name,
             trainjob,
-            nodes,
+            found.nodes,
             pods=view.pods if view else None,
             checked=watch.checked_attempts,
             jobset=view.jobset if view else None,
         )
-        look.actions += [action] if action else []
+        found.actions += [action] if action else []
         return (line,) if line else ()
-
-    def _diagnose(
-        self,
-        look: _Look,
-        cluster: ClusterReader,
-        record: Optional[records.AppRecord],
-        watch: AppWatch,
-        trainjob: dict,
-        nodes: int,
-        keeps_logs: bool = True,
-    ) -> None:
-        """Say in ``look`` why the job is in its state, reading its pods (``look.view``) where that tells more."""
-        waiting = look.state in (AppState.SUBMITTED, AppState.PENDING)
-        queue = _held_by_queue(trainjob)
-        if waiting and queue:
-            # Suspended until Kueue admits it: say why it waits, from its Workload.
-            look.state, look.message = AppState.PENDING, self._why_queued(cluster, look.namespace, trainjob, queue)
-        elif waiting and not look.message.startswith("suspended"):
-            self._diagnose_waiting(look, cluster, trainjob, nodes)
-        elif look.state == AppState.FAILED:
-            self._diagnose_failed(look, cluster, record, watch, trainjob)
-        elif look.state == AppState.RUNNING:
-            self._diagnose_running(look, cluster, record, watch, trainjob, nodes, keeps_logs)
-
-    @staticmethod
-    def _diagnose_waiting(look: _Look, cluster: ClusterReader, trainjob: dict, nodes: int) -> None:
-        from nemo_kubeflow.observe.job_view import JobView, why_waiting
-
-        look.view = JobView.read_waiting(cluster, trainjob)
-        verdict = why_waiting(look.view, nodes, look.state)
-        look.state, look.message = verdict.state, verdict.message
-        if verdict.fatal:
-            look.actions.append(RepairAction(DELETE_UNSTARTABLE, f"{look.message}; the TrainJob was deleted"))
-            look.message += (
-                f"; it can never start as configured: an attached run or `nemo-kubeflow watch` deletes "
-                f"it, or delete it yourself ({kubectl_delete(TRAINJOB_KIND, look.name, look.namespace)})"
-            )
-
-    def _diagnose_failed(
-        self, look: _Look, cluster: ClusterReader, record: Optional[records.AppRecord], watch: AppWatch, trainjob: dict
-    ) -> None:
-        from nemo_kubeflow.observe.rank_failure import logs_to_keep, why_failed
-
-        look.view = view = self._view(watch, cluster, trainjob, failed=True)
-        job_dir = _job_dir(record)
-        look.message = why_failed(view, look.message, job_dir, keeper=watch.keeper, seen=watch.failures_seen)
-        keep = logs_to_keep(view, job_dir, watch.keeper)
-        if keep:
-            look.actions.append(
-                RepairAction(KEEP_NODE_LOGS, "save the node logs next to the job", tuple(map(str, keep)))
-            )
-        elif job_dir and os.path.isdir(os.path.join(job_dir, "logs")):
-            look.message += f"; node logs kept in {os.path.join(job_dir, 'logs')}"
-
-    def _diagnose_running(
-        self,
-        look: _Look,
-        cluster: ClusterReader,
-        record: Optional[records.AppRecord],
-        watch: AppWatch,
-        trainjob: dict,
-        nodes: int,
-        keeps_logs: bool = True,
-    ) -> None:
-        stall_after, job_dir = _stall_after(record), _job_dir(record)
-        look.view = view = self._view(
-            watch, cluster, trainjob, every_pod=self._needs_every_pod(watch, trainjob, stall_after)
-        )
-        if keeps_logs and job_dir:
-            self._keep_logs(watch, cluster, look.namespace, look.name, nodes, job_dir)
-        restarts = self._restarts(watch, view).note(finished=False)
-        if view.restarting():
-            # The TrainJob's counts still speak of the attempt before the restart: the JobSet, or the new
-            # attempt's pending pods, say it starts again.
-            starting = view.nodes_starting()
-            look.state = AppState.PENDING
-            look.message = _joined(
-                [
-                    f"restarting: {starting} of {nodes} nodes of the new attempt starting"
-                    if starting
-                    else "restarting: the new attempt's nodes are not all ready yet",
-                    restarts,
-                ]
-            )
-            return
-        reported = progress_view.read(cluster, view, watch.progress, watch.keeper)
-        facts = [reported.text() if reported else "", restarts]
-        if stall_after:
-            facts.insert(0, self._stall_fact(watch, cluster, view, reported, stall_after))
-        look.message = _joined(facts) or look.message
-
-    def _needs_every_pod(self, watch: AppWatch, trainjob: dict, stall_after: Optional[int]) -> bool:
-        """Whether a look at a running job reads every pod: only when what is shown needs the running ones (a
-        stall check that is due, or ft_launcher's restarts without the kept logs); else the JobSet and the
-        pods not running do."""
-        from nemo_kubeflow.observe.restarts import runs_ft_launcher
-
-        if stall_after and self._stall_check_due(watch, trainjob, stall_after):
-            return True
-        return watch.keeper is None and runs_ft_launcher(trainjob)
-
-    def _stall_fact(
-        self,
-        watch: AppWatch,
-        cluster: ClusterReader,
-        view: JobView,
-        reported: Optional[progress_view.Progress],
-        seconds: int,
-    ) -> str:
-        """Whether the job stalls: progress says whether steps go on; without it (or with a step not known to be
-        current), log silence is the sign."""
-        if reported and not reported.stale:
-            return progress_view.stall_message(reported, seconds, datetime.now(timezone.utc))
-        return self._stall_warning_throttled(watch, cluster, view, seconds)
-
-    @staticmethod
-    def _gone_message(app_id: str, watch: AppWatch, message: str) -> str:
-        """Why a TrainJob no longer exists, as far as this process knows."""
-        if watch.cancelled_here:
-            return f"TrainJob {app_id.replace(':', '/')} was cancelled: it no longer exists"
-        if watch.role:  # this process saw it exist, and did not cancel it
-            return (
-                f"TrainJob {app_id.replace(':', '/')} no longer exists: it was deleted outside this NeMo-Run "
-                "process (kubectl delete, nemo-kubeflow gc, or a cancel from another process)"
-            )
-        return message
-
-    def _view(
-        self, watch: AppWatch, cluster: ClusterReader, trainjob: dict, *, every_pod: bool = True, failed: bool = False
-    ) -> JobView:
-        """The job's pods (one read; without ``every_pod``, of a running job, its JobSet and the pods not
-        running: ``JobView.read_running``; of a ``failed`` one, ``JobView.read_failed``), noting how each gang
-        attempt's failed pod ended while it is at hand."""
-        from nemo_kubeflow.observe.job_view import JobView
-
-        if failed:
-            view = JobView.read_failed(cluster, trainjob)
-        else:
-            view = JobView.read(cluster, trainjob) if every_pod else JobView.read_running(cluster, trainjob)
-        for attempt, how in view.failures_by_attempt().items():
-            watch.failures_seen.setdefault(attempt, how)
-        return view
-
-    @staticmethod
-    def _restarts(watch: AppWatch, view: JobView) -> Restarts:
-        """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
-        the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
-        from every node's last lines, one log read per node, for a job that runs ft_launcher only."""
-        from nemo_kubeflow.observe.restarts import keeper_in_job_restarts
-
-        keeper = watch.keeper
-        in_job = (
-            keeper_in_job_restarts(keeper)
-            if keeper is not None
-            else view.in_job_restarts_of_nodes()
-            if view.runs_ft_launcher()
-            else None
-        )
-        best = watch.in_job_seen
-        if keeper is not None and in_job is not None and not in_job.why and in_job.count:
-            # A restart in node 0's lines (every agent logs each one); its cause is in the failing node's, which
-            # the keeper reads on trouble only: read them now, and at the next look if the cause was not there yet.
-            counted, reads = watch.in_job_cause_reads
-            reads = reads + 1 if in_job.count == counted else 1
-            if reads <= IN_JOB_CAUSE_READS:
-                watch.in_job_cause_reads = (in_job.count, reads)
-                keeper.read_every_node()
-                in_job = keeper_in_job_restarts(keeper)
-        if in_job is not None and (best is None or in_job.count >= best.count):
-            watch.in_job_seen = best = in_job
-        return view.restarts(seen=watch.failures_seen, in_job=best)
-
-    @staticmethod
-    def _keep_logs(
-        watch: AppWatch, cluster: ClusterReader, namespace: str, name: str, nodes: int, job_dir: str
-    ) -> None:
-        """From the second time a running job is looked at in this process (a wait polls; one status
-        call does not), keep every node's last lines in memory, for the failure summary (``NodeLogKeeper``)."""
-        watch.running_seen += 1
-        if watch.running_seen >= 2 and watch.keeper is None:
-            from nemo_kubeflow.observe.kept_logs import NodeLogKeeper
-
-            watch.keeper = NodeLogKeeper(cluster, namespace, name, nodes, os.path.join(job_dir, "logs"))
 
     def _report_end(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
         """Say why a job failed, or that its TrainJob was deleted, once, in NeMo-Run's console, when this
@@ -729,55 +507,6 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         from rich.markup import escape
 
         CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {what}: {escape(message)}", highlight=False)
-
-    @staticmethod
-    def _stall_check_due(watch: AppWatch, trainjob: dict, seconds: int) -> bool:
-        """Whether this look checks for silent nodes (``_stall_warning_throttled`` then reads their logs)."""
-        if time.monotonic() - watch.stall_checked[0] < min(30.0, seconds / 10):
-            return False
-        created = trainjob["metadata"].get("creationTimestamp")
-        return (
-            bool(created)
-            and (datetime.now(timezone.utc) - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds()
-            >= seconds
-        )
-
-    def _stall_warning_throttled(self, watch: AppWatch, cluster: ClusterReader, view: JobView, seconds: int) -> str:
-        """``_stall_warning``, not checked again before a tenth of the threshold (30 s at most) has passed."""
-        checked_at, warning = watch.stall_checked
-        if time.monotonic() - checked_at >= min(30.0, seconds / 10):
-            warning = self._stall_warning(cluster, view, seconds)
-            watch.stall_checked = (time.monotonic(), warning)
-        return warning
-
-    @staticmethod
-    def _stall_warning(cluster: ClusterReader, view: JobView, seconds: int) -> str:
-        """Which running nodes printed nothing for ``seconds``: no log read while the job is younger
-        than that, then one short log read (``sinceSeconds``) per node (the pods are the view's)."""
-        now = datetime.now(timezone.utc)
-        created = view.trainjob["metadata"].get("creationTimestamp")
-        if not created or (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() < seconds:
-            return ""
-        namespace, pods = view.namespace, view.node_pods
-        silent = [
-            index
-            for index, pod in sorted(running_for_at_least(pods, seconds, now).items())
-            if not any(
-                True
-                for _ in cluster.pod_log(pod, namespace, container=TRAINER_NODE, tail_lines=1, since_seconds=seconds)
-            )
-        ]
-        return stall_message(silent, seconds)
-
-    @staticmethod
-    def _why_queued(cluster: ClusterReader, namespace: str, trainjob: dict, queue: str) -> str:
-        """While Kueue holds the job: the Workload's reason (one read; none if Workloads cannot be read)."""
-        try:
-            workloads = cluster.list("Workload", namespace)
-        except ClusterError as e:
-            log.debug("cannot read Kueue Workloads in %s: %s", namespace, e)
-            workloads = []
-        return queue_wait_message(queue, owned_workload(workloads, trainjob))
 
     def _report_progress(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
         """Show what a waiting job waits for, or how often a running one restarted, in NeMo-Run's console,
@@ -813,56 +542,29 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     ) -> Iterable[str]:
         from nemo_kubeflow.observe.kept_logs import node_log_path, tee_to_file
         from nemo_kubeflow.observe.log_follower import node_log_lines
+        from nemo_kubeflow.observe.no_log import kept_or_no_log
 
         namespace, name = records.parse_app_id(app_id)
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
-        job_dir = _job_dir(record)
+        job_dir = look.job_dir_of(record)
         lines: Iterable[str] = node_log_lines(
-            cluster, namespace, name, k, follow=should_tail, stall_after=_stall_after(record)
+            cluster, namespace, name, k, follow=should_tail, stall_after=look.stall_after_of(record)
         )
         if should_tail and job_dir:
             # Kept next to the job: pods, and their logs, go when the job is deleted or fails.
             lines = tee_to_file(iter(lines), node_log_path(job_dir, k))
         elif not should_tail:
             # A finished job cleaned up (its TTL, gc, a failure that deleted the pods): what was kept.
-            lines = list(lines) or self._kept_or_no_log(cluster, namespace, name, k, job_dir)
+            lines = list(lines) or kept_or_no_log(cluster, namespace, name, k, job_dir)
         return filter_regex(regex, lines) if regex else lines
-
-    @classmethod
-    def _kept_or_no_log(cls, cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
-        """Node ``k``'s log as kept next to the job, or why it has none (``_no_log``)."""
-        from nemo_kubeflow.observe.kept_logs import kept_node_log
-
-        kept = kept_node_log(job_dir, k) if job_dir else []
-        return kept or cls._no_log(cluster, namespace, name, k, job_dir)
-
-    @staticmethod
-    def _no_log(cluster: ClusterReader, namespace: str, name: str, k: int, job_dir: str) -> list[str]:
-        """Why node ``k`` has no log to show: its pod is gone and none was kept, or it printed nothing."""
-        from nemo_kubeflow.observe.kept_logs import node_log_path
-        from nemo_kubeflow.observe.log_follower import node_selector
-
-        if cluster.list("Pod", namespace, node_selector(name, k)):
-            return []  # the pod is there and printed nothing (yet)
-        gone = "no longer exists" if cluster.get(TRAINJOB_KIND, name, namespace) is None else "has no pod for it"
-        where = (
-            f"logs are kept in {node_log_path(job_dir, k)} when they are followed (an attached run, "
-            "`nemo-kubeflow logs -f`) or saved when the job fails"
-            if job_dir
-            else "this job has no job directory to keep logs in"
-        )
-        return [
-            f"--- node {k}: no log: TrainJob {namespace}/{name} {gone}, so its pods and their logs are gone, "
-            f"and no log was kept ({where})\n"
-        ]
 
     def _cancel_existing(self, app_id: str) -> None:
         namespace, name = records.parse_app_id(app_id)
         finished_jobs.note_cancelled(app_id)
         watch = self._watches.setdefault(app_id, AppWatch())
         watch.cancelled_here = True
-        _looked_or_wrote()
+        self._answers.looks.looked_or_wrote()
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
         if watch.job_cache is not None:
@@ -891,78 +593,6 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         return self._cluster(record.kubeconfig, record.context)
 
 
-def _held_by_queue(trainjob: dict) -> Optional[str]:
-    """The Kueue queue of a job suspended until Kueue admits it; None for a job no queue holds."""
-    queue = queue_name(trainjob)
-    return queue if queue and (trainjob.get("spec") or {}).get("suspend") else None
-
-
-def _joined(parts: Iterable[str]) -> str:
-    """The parts of a message that say something, joined by "; "."""
-    return "; ".join(part for part in parts if part)
-
-
-def _job_dir(record: Optional[records.AppRecord]) -> str:
-    """The job's directory (its logs, its manifests); "" without a record."""
-    return record.job_dir if record is not None else ""
-
-
-def _stall_after(record: Optional[records.AppRecord]) -> Optional[int]:
-    """The job's ``stall_warning_seconds``; None without a record."""
-    return record.stall_warning_seconds if record is not None else None
-
-
-def role_of(trainjob: Optional[dict]) -> str:
-    """The role a described job reports: its task's name, as in the AppDef NeMo-Run submitted. NeMo-Run and
-    `torchx log` print `<role>/<replica>` before each log line (the role cut to its last 10 characters),
-    so a followed line reads `train/1 ...` in the submitting process and in any later one alike."""
-    return ((trainjob or {}).get("metadata", {}).get("labels") or {}).get(TASK_LABEL) or TRAINER_NODE
-
-
-def _role(trainjob: Optional[dict], record: Optional[records.AppRecord], watch: AppWatch) -> str:
-    """The task's role: from its TrainJob, remembered once seen; from the app record once the TrainJob is gone
-    (so kept log lines read ``<task>/<node>`` too)."""
-    if trainjob is not None:
-        watch.role = role_of(trainjob)
-    return watch.role or (record.task if record is not None else "") or TRAINER_NODE
-
-
-#: Reads of every node's last lines for the cause of an ft_launcher restart counted in node 0's lines: at the
-#: look that counts it and, if the cause was not there yet, at the next (each read is a log read per node).
-IN_JOB_CAUSE_READS = 2
-#: A status query answered this recently is answered again without a read: NeMo-Run's ``Experiment.status`` asks
-#: each task's state twice in a row (its table and its dict), and each look reads the TrainJob, its JobSet, pods
-#: and node 0's progress line.
-ANSWER_REUSE_S = 1.0
-#: Looks at any job (an attached wait's, a status query's) and writes to one (a cancel, a repair) by any
-#: scheduler of this process: a status answer is given again only if none came after it (NeMo-Run cancels
-#: through another runner's scheduler, and waits through a third).
-_looks = [0]
-
-
-def _looked_or_wrote() -> None:
-    _looks[0] += 1
-
-
-def _in_attached_wait() -> bool:
-    """Whether this call comes from torchx's ``Runner.wait``: NeMo-Run's attached wait (``wait_and_exit``),
-    the one caller of ``describe`` that repairs; a status query (``Runner.status`` alone) only reads."""
-    from torchx.runner.api import Runner
-
-    wait = Runner.wait.__code__
-    frame: Optional[FrameType] = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is wait:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _short_error(error: ClusterError) -> str:
-    """The error without its advice (said once, with the time it started)."""
-    return str(error).split("; check the kubeconfig")[0]
-
-
 class _DropRetryWarnings(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Retrying")
@@ -976,14 +606,16 @@ def _quiet_urllib3_retries() -> None:
         connections.addFilter(_DropRetryWarnings())
 
 
-def nodes_of(trainjob: Optional[dict], record: Optional[records.AppRecord]) -> int:
-    trainer = ((trainjob or {}).get("spec") or {}).get("trainer") or {}
-    return trainer.get("numNodes") or (record.nodes if record else 1)
-
-
 def _abs(path: Optional[str]) -> Optional[str]:
     return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
+#: The looks and writes of the schedulers torchx makes for this process's runners: NeMo-Run cancels through
+#: another runner's scheduler, and waits through a third, and a status answer is given again only if none of
+#: them looked or wrote since (status_answers.py).
+RUNNERS_LOOKS = LooksAndWrites()
+
+
 def create_scheduler(session_name: str, **kwargs: Any) -> KubeflowTrainerScheduler:
-    return KubeflowTrainerScheduler(session_name=session_name)
+    """torchx's factory of our scheduler (one per NeMo-Run runner), sharing ``RUNNERS_LOOKS``."""
+    return KubeflowTrainerScheduler(session_name=session_name, looks=RUNNERS_LOOKS)

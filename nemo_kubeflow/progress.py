@@ -480,15 +480,17 @@ def lightning_callback(total_steps: Optional[int] = None, *, interval: float = D
 
 
 def step_hook(total_steps: Optional[int] = None, *, interval: float = DEFAULT_INTERVAL_S) -> Callable[..., bool]:
-    """A step-end hook for NeMo / Megatron-Bridge style loops: ``hook(step_or_context, **metrics)``.
+    """A step-end hook for NeMo / Megatron-Bridge style loops: ``hook(step_or_context, total_steps=None, **metrics)``.
 
     Given a Megatron-Bridge callback context (``context.state.train_state.step``, the total from
     ``context.state.cfg.train.train_iters``, metrics from ``context.loss_dict``), it reads those; given an
     int, it reports that step. Register it as Megatron-Bridge's ``on_train_step_end`` callback, or call it
-    from your own loop."""
+    from your own loop. A ``total_steps`` given to the hook is the run's total, as ``report``'s (not a metric):
+    it replaces the one given to ``step_hook`` and the context's."""
     hook_reporter = Reporter(total_steps, interval=interval)
+    hook_total = total_steps
 
-    def hook(context: Any, **metrics: Any) -> bool:
+    def hook(context: Any, total_steps: Optional[int] = None, **metrics: Any) -> bool:
         try:
             if isinstance(context, int):
                 return hook_reporter.report(context, total_steps, **metrics)
@@ -497,7 +499,8 @@ def step_hook(total_steps: Optional[int] = None, *, interval: float = DEFAULT_IN
             step = getattr(train_state, "step", None)
             if step is None:
                 return False
-            total = total_steps or getattr(getattr(getattr(state, "cfg", None), "train", None), "train_iters", None)
+            total = total_steps or hook_total
+            total = total or getattr(getattr(getattr(state, "cfg", None), "train", None), "train_iters", None)
             found = _scalar_metrics(getattr(context, "loss_dict", None) or {})
             return hook_reporter.report(step, total, **{**found, **metrics})
         except Exception as error:  # noqa: BLE001

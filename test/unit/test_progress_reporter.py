@@ -246,3 +246,36 @@ def test_megatron_bridge_style_step_hook_against_a_fake_context(monkeypatch, cap
         (40, 400, {"lm loss": "2.5"}),
         (41, 400, {"grad_norm": "1.5"}),
     ]
+
+
+def test_a_step_hook_takes_total_steps_given_as_a_keyword_as_the_total(monkeypatch, capsys, caplog):
+    """``hook(step, total_steps=M, loss=...)`` (docs/progress.md): the total, not a metric, and no error; status
+    shows "of M" and the ETA from the line it writes."""
+    from nemo_kubeflow.observe import progress_view
+
+    for k, v in IN_JOB.items():
+        monkeypatch.setenv(k, v)
+    hook = progress.step_hook(interval=0)
+    with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.progress"):
+        assert hook(10, total_steps=100, loss=2.5)
+        time.sleep(0.05)
+        assert hook(20, total_steps=100, loss=2.25)
+        assert hook(30, loss=2.0)  # the total given once holds
+    assert not caplog.records
+    out = capsys.readouterr().out.splitlines()
+    written = [json.loads(line[len(progress.LINE_MARKER) :]) for line in out]
+    assert [(w["step"], w["total_steps"], w["metrics"]) for w in written] == [
+        (10, 100, {"loss": "2.5"}),
+        (20, 100, {"loss": "2.25"}),
+        (30, 100, {"loss": "2"}),
+    ]
+    shown = progress_view.from_log_lines(out[:2])
+    assert shown is not None and shown.eta_seconds is not None
+    assert shown.text().startswith("step 20 of 100 (20%), ") and ", ETA " in shown.text()
+    # The context a Megatron-Bridge callback passes: a total given to the hook replaces train_iters.
+    state = types.SimpleNamespace(
+        train_state=types.SimpleNamespace(step=40),
+        cfg=types.SimpleNamespace(train=types.SimpleNamespace(train_iters=400)),
+    )
+    assert hook(types.SimpleNamespace(state=state, loss_dict={}), total_steps=500)
+    assert json.loads(capsys.readouterr().out[len(progress.LINE_MARKER) :])["total_steps"] == 500

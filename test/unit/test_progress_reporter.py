@@ -279,3 +279,61 @@ def test_a_step_hook_takes_total_steps_given_as_a_keyword_as_the_total(monkeypat
     )
     assert hook(types.SimpleNamespace(state=state, loss_dict={}), total_steps=500)
     assert json.loads(capsys.readouterr().out[len(progress.LINE_MARKER) :])["total_steps"] == 500
+
+
+def test_a_step_held_back_is_written_when_the_interval_ends_without_another_call():
+    """A loop that reaches step 10 and hangs: the steps after the first write were held back by the interval;
+    the timer writes the last one reached, so status and its stall warning name step 10, not step 1."""
+    from datetime import datetime, timezone
+
+    from nemo_kubeflow.observe import progress_view
+
+    armed: list = []
+    out, clock = io.StringIO(), Clock()
+    rep = progress.Reporter(
+        100,
+        env=IN_JOB,
+        stream=out,
+        clock=clock,
+        wall_clock=lambda: 1_700_000_000.0 + clock.now,
+        timer=lambda delay, write: armed.append((clock.now + delay, write)),
+    )
+    assert rep.report(1, loss=3.0)
+    for step in range(2, 11):
+        clock.now += 1
+        assert not rep.report(step, loss=3.0 - step / 10)
+    assert [at for at, _ in armed] == [1030.0]  # armed once, for the end of the interval
+    clock.now = 1030.0
+    armed.pop()[1]()  # the timer fires: no call came since step 10
+    written = lines(out)
+    assert [w["step"] for w in written] == [1, 10]
+    assert written[1]["metrics"] == {"loss": "2"} and written[1]["steps_per_second"] == pytest.approx(1.0)
+    # Status's stall warning, 20 minutes later, names step 10 and its age.
+    shown = progress_view.from_log_lines(out.getvalue().splitlines())
+    assert shown is not None and shown.step == 10
+    now = datetime.fromtimestamp(1_700_000_000.0 + 1009.0 + 1200, timezone.utc)
+    assert "no new step for 20m 0s" in progress_view.stall_message(shown, 900, now)
+    assert "reported step 10 last" in progress_view.stall_message(shown, 900, now)
+    # A call that writes before the timer fires leaves it nothing to write.
+    clock.now += 40
+    assert not armed and rep.report(11) and not armed
+    clock.now += 1
+    rep.report(12)
+    clock.now += 1
+    rep.report(13)
+    at, write = armed.pop()
+    assert at == clock.now - 2 + 30
+    clock.now += 40
+    assert rep.report(14)
+    write()
+    assert [w["step"] for w in lines(out)] == [1, 10, 11, 14]
+
+
+def test_the_default_timer_writes_a_held_back_step_on_its_own():
+    out = io.StringIO()
+    rep = progress.Reporter(100, interval=0.2, env=IN_JOB, stream=out)
+    assert rep.report(1) and not rep.report(2)
+    deadline = time.monotonic() + 10
+    while len(lines(out)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [w["step"] for w in lines(out)] == [1, 2]

@@ -8,7 +8,8 @@ M, the rate, the ETA and the latest metrics (docs/progress.md).
 * **Does nothing outside a TrainJob** (no ``PET_NNODES`` nor Trainer status server in the environment),
   and nothing on any rank but global rank 0 (``RANK``; else node 0, local rank 0).
 * **Cheap**: at most one write per ``interval`` seconds (30 s by default; the last step is always written);
-  calls in between only note the step.
+  calls in between only note the step. A step held back is written when the interval ends even if no call
+  comes (a timer thread, armed once per interval): a loop that hangs is seen at the last step it reached.
 * **Never crashes or blocks training**: the status server is written from a background thread (the call
   only hands over the latest report); every error is caught, logged once, and the server is tried again
   only after a backoff (doubling up to ``MAX_BACKOFF_S``); meanwhile reports go to the log line.
@@ -281,8 +282,13 @@ class Reporter:
         stream: Optional[IO[str]] = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        timer: Optional[Callable[[float, Callable[[], None]], None]] = None,
     ):
+        """``timer(delay, write)`` calls ``write`` after ``delay`` seconds of ``clock`` (the held-back step's
+        write); by default a daemon thread, with the default clock only (a test's own clock brings its timer)."""
         env = os.environ if env is None else env
+        self._timer = timer if timer is not None else (_thread_timer if clock is time.monotonic else None)
+        self._timer_armed = False
         self.total_steps, self.interval = total_steps, max(0.0, float(interval))
         self._stream, self._clock, self._wall = stream, clock, wall_clock
         mode = (env.get(MODE_ENV) or "").strip().lower()
@@ -292,6 +298,7 @@ class Reporter:
         self._first: Optional[tuple[int, float]] = None
         self._written: Optional[tuple[int, float]] = None
         self._unwritten: Optional[Report] = None
+        self._unwritten_at = 0.0
         self._server_back_at = float("-inf")
         self._backoff = 0.0
         self._failed_said = False
@@ -335,11 +342,37 @@ class Reporter:
             rate = _rate(self._written or self._first, step, now)
             report = Report(step, self.total_steps, metrics, self._wall(), rate)
             if not self._due(step, now):
-                self._unwritten = report
+                self._unwritten, self._unwritten_at = report, now
+                self._arm_timer(now)
                 return False
             self._written, self._unwritten = (step, now), None
         self._write(report)
         return True
+
+    def _arm_timer(self, now: float) -> None:
+        """Have the held-back report written when the interval ends (once armed, until it fires). Under the lock."""
+        if self._timer is None or self._timer_armed or self._written is None:
+            return
+        self._timer_armed = True
+        self._timer(max(0.0, self._written[1] + self.interval - now), self._write_held)
+
+    def _write_held(self) -> None:
+        """The timer's: write the report the interval held back, unless a call wrote since (or the interval has
+        not ended since the last write: armed again for the rest). Never raises."""
+        try:
+            with self._lock:
+                self._timer_armed = False
+                report, now = self._unwritten, self._clock()
+                if report is None or self._written is None:
+                    return
+                if now - self._written[1] < self.interval:
+                    self._arm_timer(now)
+                    return
+                # When the step was reached: the next rate is measured from it.
+                self._written, self._unwritten = (report.step, self._unwritten_at), None
+            self._write(report)
+        except Exception as error:  # noqa: BLE001
+            self._say_once(f"progress report failed ({describe_error(error)}); training goes on")
 
     def _due(self, step: int, now: float) -> bool:
         """Whether ``step`` is written now: the first write, the interval passed since the last, or the last step."""
@@ -390,6 +423,13 @@ class Reporter:
         if not self._failed_said:
             self._failed_said = True
             log.warning("nemo-kubeflow progress: %s", message)
+
+
+def _thread_timer(delay: float, call: Callable[[], None]) -> None:
+    """``Reporter``'s default timer: ``call`` in a daemon thread after ``delay`` seconds."""
+    thread = threading.Timer(delay, call)
+    thread.daemon = True
+    thread.start()
 
 
 _default: Optional[Reporter] = None
@@ -480,15 +520,17 @@ def lightning_callback(total_steps: Optional[int] = None, *, interval: float = D
 
 
 def step_hook(total_steps: Optional[int] = None, *, interval: float = DEFAULT_INTERVAL_S) -> Callable[..., bool]:
-    """A step-end hook for NeMo / Megatron-Bridge style loops: ``hook(step_or_context, **metrics)``.
+    """A step-end hook for NeMo / Megatron-Bridge style loops: ``hook(step_or_context, total_steps=None, **metrics)``.
 
     Given a Megatron-Bridge callback context (``context.state.train_state.step``, the total from
     ``context.state.cfg.train.train_iters``, metrics from ``context.loss_dict``), it reads those; given an
     int, it reports that step. Register it as Megatron-Bridge's ``on_train_step_end`` callback, or call it
-    from your own loop."""
+    from your own loop. A ``total_steps`` given to the hook is the run's total, as ``report``'s (not a metric):
+    it replaces the one given to ``step_hook`` and the context's."""
     hook_reporter = Reporter(total_steps, interval=interval)
+    hook_total = total_steps
 
-    def hook(context: Any, **metrics: Any) -> bool:
+    def hook(context: Any, total_steps: Optional[int] = None, **metrics: Any) -> bool:
         try:
             if isinstance(context, int):
                 return hook_reporter.report(context, total_steps, **metrics)
@@ -497,7 +539,8 @@ def step_hook(total_steps: Optional[int] = None, *, interval: float = DEFAULT_IN
             step = getattr(train_state, "step", None)
             if step is None:
                 return False
-            total = total_steps or getattr(getattr(getattr(state, "cfg", None), "train", None), "train_iters", None)
+            total = total_steps or hook_total
+            total = total or getattr(getattr(getattr(state, "cfg", None), "train", None), "train_iters", None)
             found = _scalar_metrics(getattr(context, "loss_dict", None) or {})
             return hook_reporter.report(step, total, **{**found, **metrics})
         except Exception as error:  # noqa: BLE001

@@ -1,6 +1,7 @@
 """The failing rank's exception (type, message, last frame) reaches every status view: the attached run,
 `exp.status()`/describe, `nemo experiment status` and `nemo-kubeflow status` in another process, for Partial,
-Script and inline tasks, under torchrun and ft_launcher."""
+Script and inline tasks, under torchrun and ft_launcher, raised before or after ``init_process_group`` (after it,
+torch prefixes the exception's lines with its own ``[rank1]: ``)."""
 
 import os
 import subprocess
@@ -55,6 +56,7 @@ def test_the_failing_ranks_exception_reaches_every_status(local, tmp_path, nemor
     with run.Experiment("s3boom", executor=base, log_level="WARN") as exp:
         exp.add(run.Partial(rank_failures.raise_on_rank, 1, MESSAGE), name="partial")
         exp.add(run.Partial(rank_failures.raise_on_rank, 1, MESSAGE), name="partialft", executor=ft)
+        exp.add(run.Partial(rank_failures.raise_on_rank_after_init, 1, MESSAGE), name="afterinit")
         exp.add(run.Script(path=str(tmp_path / "boom.py"), entrypoint="python"), name="script", executor=script)
         exp.add(run.Script(inline=f"python3 -c '{SCRIPT}'"), name="inline", executor=inline)
         exp.run(sequential=False)
@@ -64,6 +66,7 @@ def test_the_failing_ranks_exception_reaches_every_status(local, tmp_path, nemor
     expected = {
         "partial": f"rank 1 on node 1: {ERROR}",
         "partialft": f"rank 1 on node {ft_node}: {ERROR}",
+        "afterinit": f"rank 1 on node 1: {ERROR}",
         "script": f"rank 1 on node 1: {ERROR}",
         "inline": f"node 0: {ERROR}",
     }

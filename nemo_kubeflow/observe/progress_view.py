@@ -43,6 +43,8 @@ TAIL_LINES = 500
 LOG_READ_BYTES = 16 * 1024
 #: A process that keeps looking (an attached wait) reads the log line again at most this often.
 RECHECK_S = 10.0
+#: The most characters of a metric's name or value that status shows (control characters escaped first).
+MAX_SHOWN_CHARS = 80
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ class Progress:
         (why); rank 0 last reported step 250 of 1000 (25%), ...``."""
         text = ", ".join([self._where(), *self._pace()])
         if self.metrics:
-            text += "; " + ", ".join(f"{k}={v}" for k, v in self.metrics.items())
+            text += "; " + ", ".join(f"{shown(k)}={shown(v)}" for k, v in self.metrics.items())
         text += f" (at {self.updated.strftime('%H:%M:%S')} UTC)" if self.updated else ""
         return f"progress unknown ({self.stale}); rank 0 last reported {text}" if self.stale else text
 
@@ -88,6 +90,15 @@ class Progress:
         """The rate and the ETA, those known."""
         pace = [f"{self.steps_per_second:.3g} steps/s"] if self.steps_per_second is not None else []
         return pace + ([f"ETA {format_duration(self.eta_seconds)}"] if self.eta_seconds is not None else [])
+
+
+def shown(text: str) -> str:
+    """A metric's name or value as status prints it, on one line of a terminal: what is not printable (a
+    newline, a carriage return, an ANSI escape) escaped as Python writes it (``\\n``, ``\\r``, ``\\x1b``), at
+    most ``MAX_SHOWN_CHARS`` characters (cut with "...", ASCII as every terminal can print). Any reporter can write the metrics (Trainer's status
+    server takes any text), and a value may be anything the training loop had at hand."""
+    safe = "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+    return safe if len(safe) <= MAX_SHOWN_CHARS else safe[: MAX_SHOWN_CHARS - 3] + "..."
 
 
 def format_duration(seconds: int) -> str:

@@ -15,8 +15,12 @@ signal). What the user needs is in the log:
   the error file (``TORCHELASTIC_ERROR_FILE``, set by torchrun for every worker) and torchrun
   prints that traceback as the report's ``traceback``; otherwise it says "To enable traceback see".
 * The worker's own traceback, whose last line is the exception ("RuntimeError: ..."). With
-  ``--tee``/``--redirects`` (NeMo-Run's torchrun launcher passes ``--tee 3``) torchrun prefixes
-  each line with ``[<role><local_rank>]:``; newer torch versions may use ``[rank<N>]:``.
+  ``--tee``/``--redirects`` (NeMo-Run's torchrun launcher passes ``--tee 3``) torchrun and ft_launcher
+  prefix each line with ``[<role><local_rank>]:``, or with ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``'s
+  prefix: ``[rank<global rank>]:`` in this project's pods (``build/command.py``). After
+  ``init_process_group``, torch (2.3 on) writes an uncaught exception's traceback with its own
+  ``[rank<global rank>]: `` (a space after the colon) before each line, inside the launcher's prefix:
+  ``[rank1]:[rank1]: ValueError: ...`` (test/data/torch-output/ holds such logs, as torch 2.13 wrote them).
 * A shell that cannot find a command exits with 127 and says ``torchrun: command not found``
   (bash) or ``torchrun: not found`` (sh).
 """
@@ -49,7 +53,11 @@ ROOT_CAUSE_HEADER = "Root Cause (first observed failure):"
 _AGENT_ERRORS = ("ChildFailedError", "NVMLError_LibraryNotFound", "libnvidia-ml.so")
 #: A log line of torchrun's or ft_launcher's agent (the launcher ran on this node).
 _AGENT_LOG = re.compile(r"torch[/.]distributed[/.]elastic|fault_tolerance[/.]")
-_PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:")
+#: The launcher's prefix of a line it tees: ``[<role><local rank>]:`` or the template's ``[rank<rank>]:``.
+_LAUNCHER_PREFIX = re.compile(r"\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*?)(?P<local>\d+))\]:")
+#: torch's own prefix of the lines of an exception its ``sys.excepthook`` writes (after ``init_process_group``).
+_TORCH_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ")
+_TRACEBACK = "Traceback (most recent call last):"
 _FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|traceback)\s*:\s?(?P<value>.*)$")
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
@@ -123,12 +131,19 @@ def missing_command_hint(command: str) -> str:
 
 
 def _strip(line: str) -> tuple[Optional[str], str]:
-    """(worker key of torchrun's prefix or None, line without it)."""
-    m = _PREFIX.match(line)
-    if not m:
-        return None, line
-    key = f"rank{m['rank']}" if m["rank"] is not None else f"local{m['local']}"
-    return key, line[m.end() :]
+    """(worker key or None, line without its prefixes): the launcher's (``_LAUNCHER_PREFIX``), then torch's
+    (``_TORCH_PREFIX``). The key is ``rank<N>`` when a prefix names the global rank, else ``local<N>``.
+
+    A line with torch's prefix alone (no launcher tee), ``[rank1]: Traceback...``, reads as the launcher's
+    prefix and " Traceback...": ``_tracebacks`` drops that space from each line of the traceback."""
+    key: Optional[str] = None
+    if m := _LAUNCHER_PREFIX.match(line):
+        key = f"rank{m['rank']}" if m["rank"] is not None else f"local{m['local']}"
+        line = line[m.end() :]
+    if m := _TORCH_PREFIX.match(line):
+        key = f"rank{m['rank']}"
+        line = line[m.end() :]
+    return key, line
 
 
 def _last_match(pattern: re.Pattern[str], lines: Sequence[str]) -> Optional[re.Match[str]]:
@@ -244,18 +259,21 @@ def _ft_launcher_failure(lines: Sequence[str]) -> dict:
 
 
 def _tracebacks(lines: Sequence[str]) -> dict[Optional[str], list[list[str]]]:
-    """Python tracebacks in the log, by torchrun worker prefix (None: unprefixed), each as its
-    lines from "Traceback (most recent call last):" to the exception line."""
+    """Python tracebacks in the log, by worker prefix (``_strip``; None: unprefixed), each as its lines from
+    "Traceback (most recent call last):" to the exception line."""
     found: dict[Optional[str], list[list[str]]] = {}
-    open_tb: dict[Optional[str], list[str]] = {}
+    #: Each worker's open traceback, and what is left of torch's prefix before its lines ("" or " ").
+    open_tb: dict[Optional[str], tuple[list[str], str]] = {}
     for raw in lines:
         key, line = _strip(raw)
-        if line.startswith("Traceback (most recent call last):"):
-            open_tb[key] = [line]
+        opening = line.removeprefix(" ") if key else line
+        if opening.startswith(_TRACEBACK):
+            open_tb[key] = ([opening], line[: len(line) - len(opening)])
             continue
-        current = open_tb.get(key)
-        if current is None:
+        if key not in open_tb:
             continue
+        current, left = open_tb[key]
+        line = line.removeprefix(left)
         current.append(line)
         if line and not line[0].isspace():
             # The first unindented line after the frames is the exception.
@@ -279,7 +297,7 @@ def _agent_error(tb: Sequence[str]) -> bool:
 
 
 def _worker_keys(root: dict) -> list[str]:
-    """The failed worker's keys of torchrun's prefix (``_strip``): its global rank's, then its local rank's."""
+    """The failed worker's keys of its lines' prefixes (``_strip``): its global rank's, then its local rank's."""
     return [
         f"{key}{root[field]}"
         for key, field in (("rank", "rank"), ("local", "local_rank"))

@@ -246,3 +246,94 @@ def test_megatron_bridge_style_step_hook_against_a_fake_context(monkeypatch, cap
         (40, 400, {"lm loss": "2.5"}),
         (41, 400, {"grad_norm": "1.5"}),
     ]
+
+
+def test_a_step_hook_takes_total_steps_given_as_a_keyword_as_the_total(monkeypatch, capsys, caplog):
+    """``hook(step, total_steps=M, loss=...)`` (docs/progress.md): the total, not a metric, and no error; status
+    shows "of M" and the ETA from the line it writes."""
+    from nemo_kubeflow.observe import progress_view
+
+    for k, v in IN_JOB.items():
+        monkeypatch.setenv(k, v)
+    hook = progress.step_hook(interval=0)
+    with caplog.at_level(logging.WARNING, logger="nemo_kubeflow.progress"):
+        assert hook(10, total_steps=100, loss=2.5)
+        time.sleep(0.05)
+        assert hook(20, total_steps=100, loss=2.25)
+        assert hook(30, loss=2.0)  # the total given once holds
+    assert not caplog.records
+    out = capsys.readouterr().out.splitlines()
+    written = [json.loads(line[len(progress.LINE_MARKER) :]) for line in out]
+    assert [(w["step"], w["total_steps"], w["metrics"]) for w in written] == [
+        (10, 100, {"loss": "2.5"}),
+        (20, 100, {"loss": "2.25"}),
+        (30, 100, {"loss": "2"}),
+    ]
+    shown = progress_view.from_log_lines(out[:2])
+    assert shown is not None and shown.eta_seconds is not None
+    assert shown.text().startswith("step 20 of 100 (20%), ") and ", ETA " in shown.text()
+    # The context a Megatron-Bridge callback passes: a total given to the hook replaces train_iters.
+    state = types.SimpleNamespace(
+        train_state=types.SimpleNamespace(step=40),
+        cfg=types.SimpleNamespace(train=types.SimpleNamespace(train_iters=400)),
+    )
+    assert hook(types.SimpleNamespace(state=state, loss_dict={}), total_steps=500)
+    assert json.loads(capsys.readouterr().out[len(progress.LINE_MARKER) :])["total_steps"] == 500
+
+
+def test_a_step_held_back_is_written_when_the_interval_ends_without_another_call():
+    """A loop that reaches step 10 and hangs: the steps after the first write were held back by the interval;
+    the timer writes the last one reached, so status and its stall warning name step 10, not step 1."""
+    from datetime import datetime, timezone
+
+    from nemo_kubeflow.observe import progress_view
+
+    armed: list = []
+    out, clock = io.StringIO(), Clock()
+    rep = progress.Reporter(
+        100,
+        env=IN_JOB,
+        stream=out,
+        clock=clock,
+        wall_clock=lambda: 1_700_000_000.0 + clock.now,
+        timer=lambda delay, write: armed.append((clock.now + delay, write)),
+    )
+    assert rep.report(1, loss=3.0)
+    for step in range(2, 11):
+        clock.now += 1
+        assert not rep.report(step, loss=3.0 - step / 10)
+    assert [at for at, _ in armed] == [1030.0]  # armed once, for the end of the interval
+    clock.now = 1030.0
+    armed.pop()[1]()  # the timer fires: no call came since step 10
+    written = lines(out)
+    assert [w["step"] for w in written] == [1, 10]
+    assert written[1]["metrics"] == {"loss": "2"} and written[1]["steps_per_second"] == pytest.approx(1.0)
+    # Status's stall warning, 20 minutes later, names step 10 and its age.
+    shown = progress_view.from_log_lines(out.getvalue().splitlines())
+    assert shown is not None and shown.step == 10
+    now = datetime.fromtimestamp(1_700_000_000.0 + 1009.0 + 1200, timezone.utc)
+    assert "no new step for 20m 0s" in progress_view.stall_message(shown, 900, now)
+    assert "reported step 10 last" in progress_view.stall_message(shown, 900, now)
+    # A call that writes before the timer fires leaves it nothing to write.
+    clock.now += 40
+    assert not armed and rep.report(11) and not armed
+    clock.now += 1
+    rep.report(12)
+    clock.now += 1
+    rep.report(13)
+    at, write = armed.pop()
+    assert at == clock.now - 2 + 30
+    clock.now += 40
+    assert rep.report(14)
+    write()
+    assert [w["step"] for w in lines(out)] == [1, 10, 11, 14]
+
+
+def test_the_default_timer_writes_a_held_back_step_on_its_own():
+    out = io.StringIO()
+    rep = progress.Reporter(100, interval=0.2, env=IN_JOB, stream=out)
+    assert rep.report(1) and not rep.report(2)
+    deadline = time.monotonic() + 10
+    while len(lines(out)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [w["step"] for w in lines(out)] == [1, 2]

@@ -64,3 +64,22 @@ def test_durations():
         "1h 0m",
         "3d 2h",
     ]
+
+
+def test_metric_names_and_values_print_on_one_line_without_terminal_escapes():
+    """A value holding a newline, a carriage return or an ANSI escape, from the log line or from trainerStatus,
+    is shown escaped; a long one is cut (status and watch print this text on a terminal)."""
+    metrics = {"loss": "1.5\nERROR: fake line", "note": "\x1b[31mred\x1b[0m\r", "bad\tname": "2"}
+    line = progress.Report(250, 1000, metrics, NOW.timestamp(), None).as_line()
+    status = {"trainerStatus": {"metrics": [{"name": k, "value": v} for k, v in metrics.items()]}}
+    for found in (progress_view.from_log_lines([line]), progress_view.from_trainjob({"status": status})):
+        assert found is not None
+        text = found.text()
+        assert text.isprintable(), text  # no newline, CR, tab or escape character left
+        assert "; loss=1.5\\nERROR: fake line, note=\\x1b[31mred\\x1b[0m\\r, bad\\tname=2" in text
+    # Our reporter cuts a value to 64 characters (Trainer's limit); another reporter's may be longer.
+    long = {"trainerStatus": {"metrics": [{"name": "text", "value": "x" * 200 + "\n"}]}}
+    found = progress_view.from_trainjob({"status": long})
+    assert found is not None
+    cut = "x" * (progress_view.MAX_SHOWN_CHARS - 3) + "..."
+    assert found.text() == f"progress reported; text={cut}"

@@ -24,88 +24,29 @@ import math
 import os
 import random
 import re
-import socket
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol
 
+from nemo_kubeflow.cluster.api_errors import translate_api_exception
+from nemo_kubeflow.cluster.kinds import KINDS, Kind, describe_target
+from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.constants import (
-    CLUSTER_RUNTIME_KIND,
-    CLUSTER_RUNTIME_PLURAL,
-    CLUSTERQUEUE_KIND,
     KUEUE_GROUP,
     KUEUE_VERSIONS,
-    LOCALQUEUE_KIND,
-    RUNTIME_KIND,
-    RUNTIME_PLURAL,
-    TRAINER_GROUP,
-    TRAINER_VERSION,
-    TRAINJOB_KIND,
-    TRAINJOB_PLURAL,
-    WORKLOAD_KIND,
 )
 from nemo_kubeflow.errors import (
-    AdmissionDeniedError,
-    AlreadyExistsError,
     ClusterError,
     ClusterUnreachableError,
     DeadlineExceededError,
     KubeconfigError,
     NotFoundError,
-    PermissionDeniedError,
 )
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    group: str  # "" for core
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: Optional[str], name: Optional[str] = None, sub: Optional[str] = None) -> str:
-        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
-        if self.namespaced and namespace is not None:  # None: across all namespaces (list only)
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if sub:
-            base += f"/{sub}"
-        return base
-
-
-KINDS: dict[str, Kind] = {
-    k.name: k
-    for k in (
-        Kind("ConfigMap", "", "v1", "configmaps"),
-        Kind("Secret", "", "v1", "secrets"),
-        Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims"),
-        Kind("Pod", "", "v1", "pods"),
-        Kind("Event", "", "v1", "events"),
-        Kind("Namespace", "", "v1", "namespaces", namespaced=False),
-        Kind("Node", "", "v1", "nodes", namespaced=False),
-        # A JobSet's Jobs, read as metadata only (``list_metadata``): which is the running attempt's.
-        Kind("Job", "batch", "v1", "jobs"),
-        # Read by `nemo-kubeflow doctor` (the TrainJob CRD's fields), where the user may.
-        Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False),
-        # JobSet: read, and deleted to have Trainer build it again (node_avoidance.py).
-        Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
-        Kind(TRAINJOB_KIND, TRAINER_GROUP, TRAINER_VERSION, TRAINJOB_PLURAL),
-        Kind(RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, RUNTIME_PLURAL),
-        Kind(CLUSTER_RUNTIME_KIND, TRAINER_GROUP, TRAINER_VERSION, CLUSTER_RUNTIME_PLURAL, namespaced=False),
-        # Kueue, read only: the queue a job waits in, the Workload it waits as, the ClusterQueue
-        # behind a queue. The version is the first of KUEUE_VERSIONS the server serves (_kind).
-        Kind(LOCALQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "localqueues"),
-        Kind(WORKLOAD_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "workloads"),
-        Kind(CLUSTERQUEUE_KIND, KUEUE_GROUP, KUEUE_VERSIONS[0], "clusterqueues", namespaced=False),
-    )
-}
 
 #: The group of SelfSubjectAccessReview (``may``).
 ACCESS_REVIEW_GROUP = "authorization.k8s.io"
@@ -212,104 +153,6 @@ class Cluster(ClusterReader, Protocol):
     def create(self, obj: dict, *, dry_run: bool = False) -> dict: ...
     def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict: ...
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool: ...
-
-
-def _scope(kind: str, namespace: Optional[str]) -> Optional[str]:
-    """The namespace that a request on ``kind`` in ``namespace`` is about: none for a cluster-scoped kind."""
-    spec = KINDS.get(kind)
-    return namespace if namespace and (spec is None or spec.namespaced) else None
-
-
-def describe_target(kind: str, name: Optional[str], namespace: Optional[str]) -> str:
-    scoped = _scope(kind, namespace)
-    where = f" in namespace {scoped!r}" if scoped else ""
-    return f"{kind} {name!r}{where}" if name else f"{kind} objects{where}"
-
-
-def kubectl_delete(kind: str, name: str, namespace: Optional[str]) -> str:
-    """The kubectl command that deletes one object, for messages that ask a user to clean up."""
-    spec = KINDS.get(kind)
-    resource = (f"{spec.plural}.{spec.group}" if spec.group else spec.plural) if spec else kind.lower()
-    scoped = _scope(kind, namespace)
-    return f"kubectl delete {resource} {name}" + (f" -n {scoped}" if scoped else "")
-
-
-def _status_of(body: Any) -> dict:
-    if isinstance(body, (bytes, bytearray)):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str):
-        try:
-            parsed = json.loads(body)
-            return parsed if isinstance(parsed, dict) else {}
-        except ValueError:
-            return {"message": body.strip()[:500]}
-    return {}
-
-
-def _webhook_denial(status: int, message: str) -> bool:
-    """Whether a refusal is an admission webhook's: a 403 too, but nothing RBAC can fix (the object was refused)."""
-    return status == 403 and "admission webhook" in message
-
-
-def _forbidden_hint(kind: str, verb: str, namespace: Optional[str]) -> str:
-    """How to get the RBAC permission a request was refused (403)."""
-    spec = KINDS.get(kind)
-    plural = spec.plural if spec else kind.lower()
-    scoped = _scope(kind, namespace)
-    hint = f"ask a cluster admin for RBAC permission to {verb} {plural}" + (
-        f" in namespace {scoped!r}" if scoped else ""
-    )
-    if kind == CLUSTER_RUNTIME_KIND:
-        hint += ", or set runtime_kind='TrainingRuntime' to use a namespaced runtime instead"
-    return hint
-
-
-def _hint(status: int, reason: str, kind: str, verb: str, namespace: Optional[str], message: str) -> str:
-    """How to fix the usual causes of a refused request; "" when there is nothing to say."""
-    if status == 401:
-        return "the credentials in the kubeconfig were refused; refresh them (e.g. log in again)"
-    if _webhook_denial(status, message):
-        return "an admission webhook refused the object; fix what its message names"
-    if status == 403:
-        return _forbidden_hint(kind, verb, namespace)
-    if status == 404 and "namespaces" in message and "not found" in message:
-        return f"create the namespace ({namespace!r}) or set the executor's namespace to an existing one"
-    if status == 404 and kind in (CLUSTER_RUNTIME_KIND, RUNTIME_KIND):
-        return "check runtime_name, or leave it unset to let nemo_kubeflow render a runtime"
-    if status == 422 or reason == "Invalid":
-        return "the server rejected the manifest; run a dry run to see what was sent"
-    return ""
-
-
-def translate_api_exception(
-    e: Exception, *, verb: str, kind: str, name: Optional[str], namespace: Optional[str]
-) -> ClusterError:
-    """An ``ApiException`` as one of our errors, with the server's message and a fix."""
-    status, reason, message = _server_answer(e)
-    target = describe_target(kind, name, namespace)
-    hint = _hint(status, reason, kind, verb, namespace, message)
-    text = f"cannot {verb} {target}: {message} (HTTP {status} {reason})".rstrip()
-    if hint:
-        text += f"; {hint}"
-    return _error_class(status, verb, message)(text, status=status, reason=reason, server_message=message)
-
-
-def _server_answer(e: Exception) -> tuple[int, str, str]:
-    """An ``ApiException``'s HTTP status, reason and message: the server's ``Status`` body's where it sent one."""
-    status = int(getattr(e, "status", 0) or 0)
-    body = _status_of(getattr(e, "body", None))
-    reason = body.get("reason") or getattr(e, "reason", None) or ""
-    message = body.get("message") or str(reason) or "no message"
-    return status, reason, message
-
-
-def _error_class(status: int, verb: str, message: str) -> type[ClusterError]:
-    """Which of our errors a refused request raises."""
-    if status == 409 and verb == "create":  # on other verbs a 409 is a Conflict, not a name clash
-        return AlreadyExistsError
-    if _webhook_denial(status, message):
-        return AdmissionDeniedError
-    return {403: PermissionDeniedError, 404: NotFoundError}.get(status, ClusterError)
 
 
 class KubernetesCluster:
@@ -823,60 +666,6 @@ class KubernetesCluster:
             stream_timeout=idle_timeout,
         )
         return LogStream(resp)
-
-
-class LogStream:
-    """An open ``follow`` stream of a pod's log (or a ``watch``'s events). Iterating gives the complete lines (without newlines)
-    of each chunk the server sends, one list per chunk; a line the stream ends in the middle of is
-    left out (a read from its second gets it whole). A stream that breaks raises urllib3's
-    ``HTTPError`` (or ``OSError``). ``close`` may be called from any thread: it ends an iteration
-    waiting for the next chunk at once, and closes the connection."""
-
-    def __init__(self, resp) -> None:
-        self._resp = resp
-        self._lock = threading.Lock()
-        self._reading = False
-        self._done = False  # closed, or read to its end: the connection went back to the pool
-        #: Set by ``close`` while the stream was open: it did not end by itself.
-        self.interrupted = False
-
-    def __iter__(self) -> Iterator[list[str]]:
-        with self._lock:
-            if self._done:
-                return  # closed before it was read
-            self._reading = True
-        pending = b""
-        complete = False
-        try:
-            for chunk in self._resp.stream(64 * 1024, decode_content=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if lines:
-                    yield [line.decode("utf-8", "replace") for line in lines]
-            complete = True
-        finally:
-            with self._lock:
-                self._done = True
-                if not complete or self.interrupted:
-                    self._resp.close()  # not reused: it may be half read, or shut down
-                self._resp.release_conn()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._done = self.interrupted = True
-            if not self._reading:
-                self._resp.close()
-                self._resp.release_conn()
-                return
-            # Shutting the socket down wakes a read blocked in another thread (closing it would not).
-            sock = getattr(getattr(self._resp, "_connection", None), "sock", None)
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 #: Jobs one process watches at once (``watched.py``: 3 watches each); the looks of more jobs (``nemo-kubeflow

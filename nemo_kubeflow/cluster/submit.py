@@ -41,7 +41,8 @@ from typing import Callable, Optional
 
 from nemo_kubeflow.build import manifests as mf
 from nemo_kubeflow.build.plan import Submission
-from nemo_kubeflow.cluster.client import Cluster, describe_target, kubectl_delete
+from nemo_kubeflow.cluster.client import Cluster
+from nemo_kubeflow.cluster.kinds import describe_target, kubectl_delete
 from nemo_kubeflow.cluster.versions import check_runtime_ttl
 from nemo_kubeflow.constants import (
     CLUSTER_RUNTIME_KIND,

@@ -24,7 +24,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_kubeflow.cluster.client import MAX_WATCHED_JOBS, ClusterReader, LogStream
+from nemo_kubeflow.cluster.client import MAX_WATCHED_JOBS, ClusterReader
+from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.constants import JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, NotFoundError, PermissionDeniedError
 

@@ -35,7 +35,7 @@ from typing import Iterator, Optional
 from torchx.specs import parse_app_handle
 
 from nemo_kubeflow.cluster import records
-from nemo_kubeflow.cluster.client import kubectl_delete
+from nemo_kubeflow.cluster.kinds import kubectl_delete
 from nemo_kubeflow.constants import TRAINJOB_KIND
 
 #: A job counts as waited for while its status was polled from a worker thread this recently (NeMo-Run

@@ -18,7 +18,8 @@ import time
 from collections import Counter
 from typing import Any, Iterator, Optional
 
-from nemo_kubeflow.cluster.client import ClusterReader, LogStream
+from nemo_kubeflow.cluster.client import ClusterReader
+from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.constants import (
     COMPLETION_INDEX_LABEL,

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from torchx.specs import AppState, is_terminal
 
 from nemo_kubeflow.cluster import records
-from nemo_kubeflow.cluster.client import ClusterReader, kubectl_delete
+from nemo_kubeflow.cluster.client import ClusterReader
+from nemo_kubeflow.cluster.kinds import kubectl_delete
 from nemo_kubeflow.constants import TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND, queue_name
 from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.observe import progress_view

@@ -5,7 +5,8 @@ log reads only; docs/architecture.md, "The describe path").
 reads what else the state needs (Kueue's Workloads while queued, the pods and events of a job that waits or
 failed, the JobSet and the pods not running of a running one, node logs for restarts and stalls) and says why,
 with what this process remembers of the app (``LookMemory``). A new failure or waiting message is written here
-or in ``diagnosis``; the scheduler only maps the ``Observation`` to torchx's answer.
+or in the module of its source (``pod_states``, ``events``, ``rank_failure``, ``restarts``); the scheduler only
+maps the ``Observation`` to torchx's answer.
 """
 
 from __future__ import annotations

@@ -50,10 +50,11 @@ def test_the_scheduler_writes_only_to_submit_cancel_and_through_the_repair_step(
 def test_describe_and_observe_are_typed_to_read():
     from nemo_kubeflow.cluster.client import ClusterReader
     from nemo_kubeflow.nemo_run.scheduler import KubeflowTrainerScheduler
+    from nemo_kubeflow.observe import node_faults
     from nemo_kubeflow.repair import node_avoidance
 
     # Annotations are strings (`from __future__ import annotations`): the name mypy checks against.
     assert KubeflowTrainerScheduler.observe.__annotations__["cluster"] == "ClusterReader"
-    assert node_avoidance.assess.__annotations__["cluster"] == "ClusterReader"
+    assert node_faults.assess.__annotations__["cluster"] == "ClusterReader"
     assert node_avoidance.move.__annotations__["cluster"] == "Cluster"
     assert not {"create", "patch", "delete"} & set(dir(ClusterReader))

@@ -470,14 +470,12 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     @staticmethod
     def _assess_nodes(found: look.Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict) -> tuple[str, ...]:
-        """Whether a job not over keeps failing on the same nodes (``node_avoidance.assess``, with the pods the
-        look read, if any): the note to show, and the repair added to ``found``. Called here, not in the look:
-        the assessment reads the move's progress that ``node_avoidance.move`` writes, in repair/, which observe/
-        may not import."""
-        from nemo_kubeflow.repair import node_avoidance
+        """Whether a job not over keeps failing on the same nodes (``node_faults.assess``, with the pods the
+        look read, if any): the note to show, and the repair added to ``found``."""
+        from nemo_kubeflow.observe import node_faults
 
         view = found.view
-        line, action = node_avoidance.assess(
+        line, action = node_faults.assess(
             cluster,
             found.namespace,
             found.name,

@@ -45,7 +45,7 @@ def test_the_avoidance_term_keeps_the_runtimes_own_node_affinity_and_replaces_it
 
 
 def test_only_node_faults_count_and_never_so_many_that_the_job_no_longer_fits():
-    from nemo_kubeflow.repair.node_avoidance import NodeFault, capped, node_faults
+    from nemo_kubeflow.observe.node_faults import NodeFault, capped, node_faults
 
     def pod(name, node, reason):
         return {
@@ -88,7 +88,7 @@ def test_only_node_faults_count_and_never_so_many_that_the_job_no_longer_fits():
 def test_avoid_failed_nodes_false_marks_the_trainjob_and_a_non_bool_is_refused():
     from nemo_kubeflow.build.manifests import node_avoidance_annotations as submit_annotations
     from nemo_kubeflow.errors import ConfigError
-    from nemo_kubeflow.repair.node_avoidance import ANNOTATION, OFF
+    from nemo_kubeflow.observe.node_faults import ANNOTATION, OFF
 
     assert submit_annotations(KubeflowExecutor(container_image="img", avoid_failed_nodes=False)) == {ANNOTATION: OFF}
     assert submit_annotations(KubeflowExecutor(container_image="img")) == {}
@@ -153,7 +153,7 @@ def test_the_term_built_again_from_a_pod_spec_that_has_it_is_not_doubled_and_kee
 def test_the_annotation_says_replacing_only_while_the_move_waits_for_the_rebuilt_jobset():
     import json
 
-    from nemo_kubeflow.repair.node_avoidance import ANNOTATION, Avoidance, NodeFault
+    from nemo_kubeflow.observe.node_faults import ANNOTATION, Avoidance, NodeFault
 
     moving = Avoidance((), (NodeFault("n1", "p1", "Evicted (m)"),), restarts_before=1)
     replacing = moving.replaced(restarts=2)

@@ -2,7 +2,7 @@
 the job's pods, what the TrainJob's annotation holds and what status says about it (the moves themselves run
 on the local cluster in test/test_resilience.py)."""
 
-from nemo_kubeflow.repair.node_avoidance import (
+from nemo_kubeflow.observe.node_faults import (
     ANNOTATION,
     OFF,
     Avoidance,
@@ -10,10 +10,10 @@ from nemo_kubeflow.repair.node_avoidance import (
     capped,
     gang_attempt,
     node_faults,
-    runtime_patches,
     schedulable_nodes,
     status_line,
 )
+from nemo_kubeflow.repair.node_avoidance import runtime_patches
 
 
 def _event(pod, reason, message=None, kind="Pod", **fields):

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 
 # The build and apply half (plan, manifests, validation, submit) is imported where it is used:
 # `nemo experiment status|logs|cancel` never needs it (bench_imports times both halves). So are
-# node_avoidance and logs (and, in observe/look.py, diagnosis), which a submission never needs (the first task of
-# a process).
+# the repair steps and logs (and, in observe/look.py, diagnosis and node faults), which a submission never needs
+# (the first task of a process).
 
 log = logging.getLogger(__name__)
 
@@ -463,30 +463,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         namespace, name = records.parse_app_id(app_id)
         trainjob = cluster.get(TRAINJOB_KIND, name, namespace)
         finished_jobs.note_described(app_id, trainjob)
-        found = look.look_at(app_id, trainjob, cluster, record, watch, keeps_logs=keeps_logs)
-        if trainjob is not None and not is_terminal(found.state):
-            found.notes = self._assess_nodes(found, cluster, watch, trainjob)
-        return found.observation()
-
-    @staticmethod
-    def _assess_nodes(found: look.Look, cluster: ClusterReader, watch: AppWatch, trainjob: dict) -> tuple[str, ...]:
-        """Whether a job not over keeps failing on the same nodes (``node_faults.assess``, with the pods the
-        look read, if any): the note to show, and the repair added to ``found``."""
-        from nemo_kubeflow.observe import node_faults
-
-        view = found.view
-        line, action = node_faults.assess(
-            cluster,
-            found.namespace,
-            found.name,
-            trainjob,
-            found.nodes,
-            pods=view.pods if view else None,
-            checked=watch.checked_attempts,
-            jobset=view.jobset if view else None,
-        )
-        found.actions += [action] if action else []
-        return (line,) if line else ()
+        return look.look_at(app_id, trainjob, cluster, record, watch, keeps_logs=keeps_logs).observation()
 
     def _report_end(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
         """Say why a job failed, or that its TrainJob was deleted, once, in NeMo-Run's console, when this

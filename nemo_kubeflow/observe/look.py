@@ -4,7 +4,8 @@ log reads only; docs/architecture.md, "The describe path").
 ``look_at`` is what ``describe`` (nemo_run/scheduler.py) shows for a TrainJob the scheduler has just read: it
 reads what else the state needs (Kueue's Workloads while queued, the pods and events of a job that waits or
 failed, the JobSet and the pods not running of a running one, node logs for restarts and stalls) and says why,
-with what this process remembers of the app (``LookMemory``). A new failure or waiting message is written here
+with what this process remembers of the app (``LookMemory``); for a job not over, whether it keeps failing on
+the same nodes (``node_faults.assess``). A new failure or waiting message is written here
 or in the module of its source (``pod_states``, ``events``, ``rank_failure``, ``restarts``); the scheduler only
 maps the ``Observation`` to torchx's answer.
 """
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from nemo_kubeflow.observe.job_view import JobView
     from nemo_kubeflow.observe.restarts import Restarts
 
-# diagnosis and logs are imported where they are used: a submission never needs them (bench_imports).
+# diagnosis, logs and node faults are imported where they are used: a submission never needs them (bench_imports).
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ def look_at(
         # changes may not have reached the held copies when the TrainJob's verdict did.
         cluster = getattr(cluster, "server_reader", cluster)
     _diagnose(found, cluster, record, watch, trainjob, nodes, keeps_logs)
+    if not is_terminal(found.state):
+        _assess_nodes(found, cluster, watch, trainjob)
     return found
 
 
@@ -144,6 +147,26 @@ def _diagnose(
         _diagnose_failed(look, cluster, record, watch, trainjob)
     elif look.state == AppState.RUNNING:
         _diagnose_running(look, cluster, record, watch, trainjob, nodes, keeps_logs)
+
+
+def _assess_nodes(look: Look, cluster: ClusterReader, watch: LookMemory, trainjob: dict) -> None:
+    """Whether a job not over keeps failing on the same nodes (``node_faults.assess``, with the pods the look
+    read, if any): the note to show in ``look.notes``, and the repair added to ``look.actions``."""
+    from nemo_kubeflow.observe.node_faults import assess
+
+    view = look.view
+    line, action = assess(
+        cluster,
+        look.namespace,
+        look.name,
+        trainjob,
+        look.nodes,
+        pods=view.pods if view else None,
+        checked=watch.checked_attempts,
+        jobset=view.jobset if view else None,
+    )
+    look.actions += [action] if action else []
+    look.notes = (line,) if line else ()
 
 
 def _diagnose_waiting(look: Look, cluster: ClusterReader, trainjob: dict, nodes: int) -> None:

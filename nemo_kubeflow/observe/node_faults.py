@@ -65,14 +65,14 @@ class NodeFault:
         return tuple(cls(**row) for row in rows)
 
 
-def _avoiding(faults: Sequence[NodeFault]) -> str:
+def avoiding_line(faults: Sequence[NodeFault]) -> str:
     """The line that says which nodes ``faults`` has the job avoid, and why."""
     return "; ".join(f.avoiding() for f in faults)
 
 
 def _move_action(faults: Sequence[NodeFault]) -> RepairAction:
     """The repair that moves the job off the nodes of ``faults``."""
-    return RepairAction(MOVE_OFF_NODES, _avoiding(faults), tuple(f.node for f in faults))
+    return RepairAction(MOVE_OFF_NODES, avoiding_line(faults), tuple(f.node for f in faults))
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,12 @@ class Avoidance:
         return [f.node for f in self.avoided + self.moving]
 
 
-def _is_off(trainjob: dict) -> bool:
+def is_off(trainjob: dict) -> bool:
     """Whether the job was submitted with avoid_failed_nodes=False (the annotation's marker)."""
     return nested(trainjob, "metadata", "annotations", ANNOTATION) == OFF
 
 
-def _restarts(jobset: Optional[dict]) -> int:
+def gang_restarts(jobset: Optional[dict]) -> int:
     """The JobSet's gang restarts so far (0 without a JobSet)."""
     return int(nested(jobset, "status", "restarts") or 0)
 
@@ -274,7 +274,7 @@ def _plural(count: int) -> str:
     return "" if count == 1 else "s"
 
 
-def _node_pod_spec(jobset: Optional[dict]) -> dict:
+def node_pod_spec(jobset: Optional[dict]) -> dict:
     """The pod spec of the JobSet's ``node`` replicated job ({} if none)."""
     for rjob in nested(jobset, "spec", "replicatedJobs") or []:
         if rjob.get("name") == TRAINER_NODE:
@@ -303,11 +303,11 @@ def assess(
     ``pods``: the job's pods when the caller has just read them (with ``jobset``, the JobSet just read: only its
     pods that are not running); ``checked``: the caller's memory of the gang attempts already looked at (events
     are listed only for a new attempt or a disrupted pod)."""
-    if _is_off(trainjob):
+    if is_off(trainjob):
         return "", None
     avoidance = Avoidance.of(trainjob)
     if avoidance.moving:
-        return f"{_avoiding(avoidance.moving)}: the move is under way", _move_action(avoidance.moving)
+        return f"{avoiding_line(avoidance.moving)}: the move is under way", _move_action(avoidance.moving)
     try:
         return _assess(
             cluster,
@@ -336,7 +336,7 @@ def _assess(
     jobset: Optional[dict] = None,
 ) -> Assessment:
     if pods is None:
-        pods, jobset = _pods(cluster, namespace, name), None
+        pods, jobset = jobset_pods(cluster, namespace, name), None
     key, attempt = _gang_key(namespace, trainjob, pods, jobset)
     if attempt <= checked.get(key, 0) and not any(true_condition(p, "DisruptionTarget") for p in pods):
         return status_line(avoidance), None  # looked at already, and no pod disrupted since
@@ -356,7 +356,7 @@ def _gang_key(
         attempt = gang_attempt(pods)
     else:
         jobset_uids = {jobset["metadata"].get("uid", "")}
-        attempt = max(gang_attempt(pods), _restarts(jobset))
+        attempt = max(gang_attempt(pods), gang_restarts(jobset))
     return (namespace, trainjob["metadata"].get("uid", ""), ",".join(sorted(jobset_uids))), attempt
 
 
@@ -371,12 +371,12 @@ def _recommend(
 ) -> tuple[str, Optional[RepairAction], bool]:
     """The status line and the repair for the pods' node faults not avoided yet, and whether that settles
     their gang attempt (not while a move is recommended, nor when the nodes could not be listed)."""
-    faults = _new_faults(cluster, namespace, name, pods, avoidance)
+    faults = new_faults(cluster, namespace, name, pods, avoidance)
     if not faults:
         return status_line(avoidance), None, True
     if queue_name(trainjob):
         return f"not avoiding {faults[0].described()}: Kueue admits this job and owns its suspension", None, True
-    node_selector = _node_selector(cluster, namespace, name)
+    node_selector = jobset_node_selector(cluster, namespace, name)
     try:
         schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
     except Exception as error:  # noqa: BLE001 - no right to list nodes: say so, do nothing
@@ -390,16 +390,16 @@ def _recommend(
     if not taken:
         # A new reason not to avoid a node is recorded on the TrainJob, for whoever looks next.
         return line, (RepairAction(MOVE_OFF_NODES, why) if why != avoidance.capped else None), True
-    to_move = f"{_avoiding(taken)}: to be moved (an attached run or `nemo-kubeflow watch` moves it)"
+    to_move = f"{avoiding_line(taken)}: to be moved (an attached run or `nemo-kubeflow watch` moves it)"
     return f"{line}; {to_move}" if line else to_move, _move_action(taken), False
 
 
-def _pods(cluster: ClusterReader, namespace: str, name: str) -> list[dict]:
+def jobset_pods(cluster: ClusterReader, namespace: str, name: str) -> list[dict]:
     """The pods of the job's JobSet."""
     return cluster.list("Pod", namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
 
 
-def _new_faults(
+def new_faults(
     cluster: ClusterReader, namespace: str, name: str, pods: Sequence[dict], avoidance: Avoidance
 ) -> list[NodeFault]:
     """The node faults that failed the job's pods, on nodes it does not avoid yet, oldest first."""
@@ -407,6 +407,6 @@ def _new_faults(
     return [f for f in node_faults(pods, events, name) if f.node not in avoidance.nodes()]
 
 
-def _node_selector(cluster: ClusterReader, namespace: str, name: str) -> dict:
+def jobset_node_selector(cluster: ClusterReader, namespace: str, name: str) -> dict:
     """The nodeSelector of the job's pods, as its JobSet has it."""
-    return _node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}
+    return node_pod_spec(cluster.get(JOBSET_KIND, name, namespace)).get("nodeSelector") or {}

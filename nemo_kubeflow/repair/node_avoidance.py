@@ -35,14 +35,14 @@ from nemo_kubeflow.observe.node_faults import (
     ANNOTATION,
     NODE_KIND,
     Avoidance,
-    _avoiding,
-    _is_off,
-    _new_faults,
-    _node_pod_spec,
-    _node_selector,
-    _pods,
-    _restarts,
+    avoiding_line,
     capped,
+    gang_restarts,
+    is_off,
+    jobset_node_selector,
+    jobset_pods,
+    new_faults,
+    node_pod_spec,
     schedulable_nodes,
     status_line,
 )
@@ -118,7 +118,7 @@ def runtime_patches(trainjob: dict, affinity: dict) -> list[dict]:
 def move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wanted: int) -> str:
     """Move an unfinished TrainJob off the nodes that failed it, step by step (each call does what it can
     without waiting): the repair ``assess`` recommends. Returns the status line."""
-    if _is_off(trainjob):
+    if is_off(trainjob):
         return ""
     try:
         # Each step goes on from the last one's writes, which a held copy (a watch's) may not have yet.
@@ -132,10 +132,10 @@ def _move(cluster: Cluster, namespace: str, name: str, trainjob: dict, nodes_wan
     avoidance = Avoidance.of(trainjob)
     if avoidance.moving:
         return _continue_move(cluster, namespace, name, trainjob, avoidance)
-    faults = _new_faults(cluster, namespace, name, _pods(cluster, namespace, name), avoidance)
+    faults = new_faults(cluster, namespace, name, jobset_pods(cluster, namespace, name), avoidance)
     if not faults or queue_name(trainjob):
         return status_line(avoidance)
-    node_selector = _node_selector(cluster, namespace, name)
+    node_selector = jobset_node_selector(cluster, namespace, name)
     try:
         schedulable = schedulable_nodes(cluster.list(NODE_KIND, None), node_selector)
     except Exception:  # noqa: BLE001 - as assess said: no right to list nodes, do nothing
@@ -166,17 +166,17 @@ def _continue_move(cluster: Cluster, namespace: str, name: str, trainjob: dict, 
         cluster.patch(TRAINJOB_KIND, name, namespace, {"spec": {"suspend": True}})
     if avoidance.replacing:
         return _await_rebuilt_jobset(cluster, namespace, name, avoidance)
-    if not _stopped(_pods(cluster, namespace, name)):
-        return f"{_avoiding(avoidance.moving)}: suspended, waiting for its pods to stop"
+    if not _stopped(jobset_pods(cluster, namespace, name)):
+        return f"{avoiding_line(avoidance.moving)}: suspended, waiting for its pods to stop"
     jobset = cluster.get(JOBSET_KIND, name, namespace)
     patches = runtime_patches(
-        trainjob, avoidance_affinity(_node_pod_spec(jobset), avoidance.all_nodes(), avoidance.nodes())
+        trainjob, avoidance_affinity(node_pod_spec(jobset), avoidance.all_nodes(), avoidance.nodes())
     )
     refused = patch_problems(trainjob, patches)
     if refused:  # what Trainer's webhook would refuse is not sent: give up the move, resume as it was
         moving = ", ".join(f.node for f in avoidance.moving)
         return _resume(cluster, namespace, name, avoidance.settled(f"not avoiding node {moving}: {refused[0]}"))
-    replacing = avoidance.replaced(_restarts(jobset))
+    replacing = avoidance.replaced(gang_restarts(jobset))
     cluster.patch(
         TRAINJOB_KIND,
         name,
@@ -194,13 +194,13 @@ def _await_rebuilt_jobset(cluster: Cluster, namespace: str, name: str, avoidance
     """Resume once Trainer has built the JobSet again with the term; delete one built without it."""
     jobset = cluster.get(JOBSET_KIND, name, namespace)
     if jobset is None:
-        return f"{_avoiding(avoidance.moving)}: suspended, waiting for Trainer to build the JobSet again"
-    if not keeps_off(_node_pod_spec(jobset), avoidance.all_nodes()):
+        return f"{avoiding_line(avoidance.moving)}: suspended, waiting for Trainer to build the JobSet again"
+    if not keeps_off(node_pod_spec(jobset), avoidance.all_nodes()):
         # Built from a copy of the TrainJob older than the runtime patch (or the delete did not happen):
         # no apply can add the term to it, so it goes again.
         cluster.delete(JOBSET_KIND, name, namespace, uid=jobset["metadata"]["uid"])
         return (
-            f"{_avoiding(avoidance.moving)}: suspended; the JobSet was built again without the node affinity "
+            f"{avoiding_line(avoidance.moving)}: suspended; the JobSet was built again without the node affinity "
             "(from an older copy of the TrainJob), deleted it, waiting for Trainer to build it again"
         )
     return _resume(cluster, namespace, name, avoidance.moved())

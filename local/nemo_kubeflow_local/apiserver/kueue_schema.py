@@ -40,6 +40,14 @@ _TOP_FIELDS = {"apiVersion", "kind", "metadata", "spec", "status"}
 _PRIORITY_CLASS_FIELDS = {"apiVersion", "kind", "metadata", "value", "description"}
 
 
+def fields(rt: ResourceType) -> tuple[list[str], list[str]]:
+    """A Kueue kind's fields as stored (v1beta2), sorted: those at the top, and those of its spec (none for a
+    WorkloadPriorityClass). What the OpenAPI documents list (openapi.py)."""
+    if rt is R.WORKLOAD_PRIORITY_CLASSES:
+        return sorted(_PRIORITY_CLASS_FIELDS), []
+    return sorted(_TOP_FIELDS), sorted(_SPEC_FIELDS[rt.key])
+
+
 def unknown_fields(rt: ResourceType, obj: dict) -> list[tuple]:
     """Decode a Kueue object: the paths of unknown fields (the CRD schema would prune them)."""
     if rt is R.WORKLOAD_PRIORITY_CLASSES:

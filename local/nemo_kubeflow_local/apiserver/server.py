@@ -4,8 +4,6 @@ a bearer token over HTTPS only)."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import logging
 import queue
@@ -20,7 +18,7 @@ from typing import Any, Iterator, Optional, Union
 from urllib.parse import parse_qs, urlsplit
 
 from nemo_kubeflow_local import constants as C
-from nemo_kubeflow_local.apiserver import metadata_only
+from nemo_kubeflow_local.apiserver import metadata_only, openapi
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
 from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
@@ -154,54 +152,6 @@ def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
-def _gv_path(group: str, version: str) -> str:
-    return f"apis/{group}/{version}" if group else f"api/{version}"
-
-
-@functools.lru_cache(maxsize=None)
-def _openapi_v3() -> dict[str, dict]:
-    """The OpenAPI v3 documents, by group-version path ("api/v1", "apis/<group>/<version>").
-
-    Only what kubectl reads before `apply` and `create`: for each kind, its PATCH operation
-    with the `fieldValidation` parameter. Seeing that, kubectl leaves validation to the server
-    (`fieldValidation=Strict`, the same checks as our other clients get) instead of downloading
-    schemas. There are no schemas here: `kubectl explain` has nothing to show.
-    """
-    docs: dict[str, dict] = {}
-    for rt in R.ALL:
-        gv = _gv_path(rt.group, rt.version)
-        doc = docs.setdefault(
-            gv,
-            {
-                "openapi": "3.0.0",
-                "info": {"title": "Kubernetes", "version": KUBERNETES_VERSION["gitVersion"]},
-                "paths": {},
-                "components": {"schemas": {}},
-            },
-        )
-        scope = "/namespaces/{namespace}" if rt.namespaced else ""
-        doc["paths"][f"/{gv}{scope}/{rt.plural}/{{name}}"] = {
-            "patch": {
-                "x-kubernetes-action": "patch",
-                "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
-                "parameters": [
-                    {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-                    for name in ("dryRun", "fieldManager", "fieldValidation")
-                ],
-                "responses": {"200": {"description": "OK"}},
-            }
-        }
-    return docs
-
-
-def _openapi_v3_index() -> dict:
-    paths = {}
-    for gv, doc in _openapi_v3().items():
-        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32].upper()
-        paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}
-    return {"paths": paths}
-
-
 def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT) -> Optional[dict]:
     groups: dict[tuple[str, str], list[ResourceType]] = {}
     for rt in R.ALL:
@@ -210,10 +160,8 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
     by_group: dict[str, list[str]] = {}
     for group, version in groups:
         by_group.setdefault(group, []).append(version)
-    if path == "/openapi/v3":
-        return _openapi_v3_index()
-    if path.startswith("/openapi/v3/"):
-        return _openapi_v3().get(path[len("/openapi/v3/") :])
+    if path.startswith(openapi.PREFIX):
+        return openapi.answer(path, kueue_versions, KUBERNETES_VERSION["gitVersion"])
     if path == "/version":
         return KUBERNETES_VERSION
     if path == "/api":

@@ -60,6 +60,8 @@ class Right:
     disables: str = ""
     #: Without it no job can be submitted (with this executor configuration).
     required: bool = False
+    #: The other way out of a missing required right (a setting to drop), for its fix.
+    instead: str = ""
 
     def __str__(self) -> str:
         what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
@@ -94,8 +96,9 @@ def rights(executor: Any) -> list[Right]:
         Right(
             "create",
             "secrets",
-            disables="secret_env (values sent as a Secret)",
-            required=bool(getattr(executor, "secret_env", None)),
+            disables="secret_env_vars (their values are sent as a Secret)",
+            required=bool(executor.secret_env_vars),
+            instead="drop secret_env_vars (secret_env_from or secret_key_refs use Secrets that exist)",
         ),
         Right("create", "persistentvolumeclaims", disables="volumes the executor creates (pvcs with a size)"),
         Right(
@@ -324,7 +327,8 @@ def _report_right(report: Report, right: Right, allowed: bool, where: str) -> No
     if allowed:
         report.ok(f"may {right}{where}")
     elif right.required:
-        report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}")
+        instead = f", or {right.instead}" if right.instead else ""
+        report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}{instead}")
     else:
         report.warn(
             f"may not {right}{where}: unavailable: {right.disables}",

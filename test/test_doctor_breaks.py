@@ -11,6 +11,8 @@ import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from nemo_kubeflow.cli.doctor import ANSWER_WITHIN_S, DOCTOR_WITHIN_S
 
 CPU = ["--factory", "kubeflow_cpu", "--set", "shm_size=None"]
@@ -141,6 +143,7 @@ def test_secret_env_vars_without_create_secrets_fails_with_its_fix(local):
         "fix: ask an admin for RBAC: create secrets in default, or drop secret_env_vars"
     ) in "\n".join(lines)
     assert "check(s) failed" in lines[-1]
+    assert_well_formed(lines)
 
 
 def test_a_configuration_error_is_one_fail_before_any_cluster_check(local):
@@ -205,3 +208,30 @@ def line_starting(lines, start):
     found = [entry for entry in lines if entry.startswith(start)]
     assert found, "\n".join(lines)
     return found[0]
+
+
+@pytest.mark.parametrize(
+    "situation",
+    ["healthy", "namespace missing", "rights denied", "unreachable", "bad config", "queue missing"],
+)
+def test_every_warn_and_fail_line_carries_its_fix(situation, local, tmp_path):
+    kubeconfig, argv = local.kubeconfig_path, []
+    if situation == "namespace missing":
+        argv = ["--namespace", "no-such-namespace"]
+    elif situation == "unreachable":
+        kubeconfig = kubeconfig_at(tmp_path, f"http://127.0.0.1:{dead_port()}")
+    elif situation == "bad config":
+        argv = ["--set", "nodes=0"]
+    elif situation == "queue missing":
+        argv = ["--set", "queue_name=no-such-queue", "--set", "runtime_name=no-such-runtime"]
+    elif situation == "rights denied":
+        for verb, resource in (("create", "trainjobs"), ("get", "namespaces"), ("list", "pods")):
+            local.deny(verb, resource, "default" if resource != "namespaces" else None)
+    try:
+        code, lines = run_doctor(kubeconfig, *argv)
+    finally:
+        local.allow_all()
+    assert code == (0 if situation == "healthy" else 1), "\n".join(lines)
+    assert_well_formed(lines)
+    if situation != "healthy":
+        assert findings(lines), "\n".join(lines)

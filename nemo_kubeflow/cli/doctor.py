@@ -168,16 +168,16 @@ class Report:
     def ok(self, text: str) -> None:
         self._out(f"ok    {text}")
 
-    def warn(self, text: str, fix: str = "") -> None:
+    def warn(self, text: str, fix: str) -> None:
         self.warned += 1
         self._say("warn  ", text, fix)
 
-    def fail(self, text: str, fix: str = "") -> None:
+    def fail(self, text: str, fix: str) -> None:
         self.failed += 1
         self._say("FAIL  ", text, fix)
 
     def _say(self, tag: str, text: str, fix: str) -> None:
-        self._out(f"{tag}{text}" + (f"; fix: {fix}" if fix else ""))
+        self._out(f"{tag}{text}; fix: {fix}")
 
     def conclude(self) -> int:
         """Print the verdict and the count of warnings; the exit code (1 when a check failed)."""
@@ -196,7 +196,10 @@ def _read(what: str, report: Report, look: Callable[[], Any]) -> tuple[bool, Any
     except ClusterUnreachableError:
         raise
     except ClusterError as e:
-        report.warn(f"{what}: could not look ({e})")
+        report.warn(
+            f"{what}: could not look ({e})",
+            "with 'forbidden' ask an admin for the right to read it, else what the message names",
+        )
         return False, None
 
 
@@ -304,7 +307,8 @@ def _report_patches_by_version(report: Report, version: Optional[tuple]) -> None
     if version is None:
         report.warn(
             "whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
-            "the Trainer version is unknown); the dry run below tries a TrainJob"
+            "the Trainer version is unknown); the dry run below tries a TrainJob",
+            "ask an admin for the right to read CustomResourceDefinitions, or which Trainer version is installed",
         )
     elif version < TRAINER_FOR_KUEUE_017:
         report.fail(f"Trainer {format_version(version)} has no TrainJob runtimePatches", "upgrade Trainer")
@@ -376,7 +380,10 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
     level, why = needed_pod_security(executor)
     looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
     if not looked:
-        report.warn(f"Pod Security of namespace {namespace} unknown; the pods need {level!r} ({why})")
+        report.warn(
+            f"Pod Security of namespace {namespace} unknown; the pods need {level!r} ({why})",
+            f"ask an admin for RBAC: get namespaces, or which {POD_SECURITY_ENFORCE_LABEL} level {namespace} has",
+        )
         return
     if ns is None:
         report.fail(f"namespace {namespace} does not exist", "create it, or set the executor's namespace")
@@ -499,7 +506,11 @@ def _report_runtime_ttl(report: Report, what: str, runtime: dict, version: Optio
     again forever on this Trainer."""
     problem = ttl_loop_problem(runtime, version, why_unknown)
     if problem:
-        report.fail(problem)
+        report.fail(
+            problem,
+            "remove the JobSet ttlSecondsAfterFinished from that runtime (use the executor's "
+            "ttl_seconds_after_finished with gc --expired), or upgrade Trainer to v2.4.0 or later",
+        )
         return
     ttl = jobset_ttl(runtime)
     report.ok(f"runtime {what} exists" + (f" (JobSet TTL {ttl}, safe on this Trainer)" if ttl else ""))
@@ -516,7 +527,8 @@ def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> No
     if not nodes:
         report.warn(
             "the cluster lists no nodes (a local cluster without node agents?): the GPU and node "
-            "selector check found nothing to look at"
+            "selector check found nothing to look at",
+            "on a real cluster, ask an admin why no nodes are listed; on the local cluster, nothing to do",
         )
     elif len(fitting) >= needed:
         report.ok(f"{len(fitting)} node(s) offer {what} (the job needs {needed})")
@@ -582,7 +594,7 @@ def _report_refused_dry_run(report: Report, what: str, error: ClusterError, runt
     elif runtime_pending and "not found" in text.lower():
         report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at submission)")
     elif error.status == 403 and "admission webhook" not in text:
-        report.warn(f"dry run of {what}: not allowed ({text})")
+        report.warn(f"dry run of {what}: not allowed ({text})", f"ask an admin for RBAC: create {what.split()[0]}")
     else:
         report.fail(f"dry run of {what} refused: {text}", "fix what the message names")
 

@@ -163,6 +163,13 @@ def test_a_value_the_executor_cannot_be_built_from_is_one_fail(local):
     assert_well_formed(lines)
 
 
+def test_a_job_that_cannot_be_rendered_is_a_fail_with_its_fix(local, tmp_path):
+    code, lines = run_doctor(local.kubeconfig_path, "--set", f"runtime_template={tmp_path / 'no-such.yaml.j2'}")
+    assert code == 1
+    assert line_starting(lines, "FAIL  cannot render the job: ")
+    assert_well_formed(lines)
+
+
 def test_a_kubeconfig_that_does_not_exist_is_one_fail(tmp_path):
     code, lines = run_doctor(tmp_path / "no-such-kubeconfig")
     assert code == 1

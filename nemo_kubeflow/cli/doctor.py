@@ -48,6 +48,7 @@ from nemo_kubeflow.errors import (
     ConfigError,
     DeadlineExceededError,
     KubeconfigError,
+    NemoKubeflowError,
 )
 
 #: The Pod Security Standards levels, least to most permissive, and the namespace label that enforces one.
@@ -564,7 +565,11 @@ def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, nam
     webhooks (and JobSet's through the runtime's JobSet template)."""
     from nemo_kubeflow.cli.render import render_submission
 
-    sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    try:
+        sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    except NemoKubeflowError as e:  # e.g. a runtime_template that cannot be read or rendered
+        report.fail(f"cannot render the job: {_first_clause(e)}", "fix the setting or template the message names")
+        return
     objects = ([sub.runtime] if sub.runtime is not None else []) + [sub.trainjob]
     for obj in objects:
         what = f"{obj['kind']} {obj['metadata']['name']}"

@@ -3,14 +3,16 @@
 Each check prints one line: ``ok``, ``warn`` (a feature is unavailable, or something could not be
 looked at) or ``FAIL`` (a job cannot run as configured), each warn and FAIL with its fix. The exit code
 is 1 when any check failed, else 0. Every look is a read, or a server-side dry run (nothing is written);
-a look that fails says so and is never read as a state.
+a look that fails says so and is never read as a state. The configuration is checked first; a kubeconfig
+that cannot be read or a server that does not answer is one FAIL; every run ends, in a verdict line,
+within ``DOCTOR_WITHIN_S`` seconds of requests.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import sys
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -40,11 +42,29 @@ from nemo_kubeflow.constants import (
     TRAINER_VERSION,
     TRAINJOB_PLURAL,
 )
-from nemo_kubeflow.errors import ClusterError, NemoKubeflowError
+from nemo_kubeflow.errors import (
+    ClusterError,
+    ClusterUnreachableError,
+    ConfigError,
+    DeadlineExceededError,
+    KubeconfigError,
+    NemoKubeflowError,
+)
 
 #: The Pod Security Standards levels, least to most permissive, and the namespace label that enforces one.
 POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 POD_SECURITY_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+
+#: The API server must answer doctor's first request (its tries and waits together) within this many seconds.
+ANSWER_WITHIN_S = 10
+#: All of doctor's requests together end within this many seconds (the first's included): doctor is bounded.
+DOCTOR_WITHIN_S = 30
+
+#: The fix of an unreachable cluster or an unreadable kubeconfig.
+REACH_FIX = (
+    "check the kubeconfig path (--kubeconfig, the executor's kubeconfig=, $KUBECONFIG) and its context "
+    "(--context), the server address in it, your network/VPN, and that the cluster is up (kubectl cluster-info)"
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,8 @@ class Right:
     disables: str = ""
     #: Without it no job can be submitted (with this executor configuration).
     required: bool = False
+    #: The other way out of a missing required right (a setting to drop), for its fix.
+    instead: str = ""
 
     def __str__(self) -> str:
         what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
@@ -94,8 +116,9 @@ def rights(executor: Any) -> list[Right]:
         Right(
             "create",
             "secrets",
-            disables="secret_env (values sent as a Secret)",
-            required=bool(getattr(executor, "secret_env", None)),
+            disables="secret_env_vars (their values are sent as a Secret)",
+            required=bool(executor.secret_env_vars),
+            instead="drop secret_env_vars (secret_env_from or secret_key_refs use Secrets that exist)",
         ),
         Right("create", "persistentvolumeclaims", disables="volumes the executor creates (pvcs with a size)"),
         Right(
@@ -146,16 +169,16 @@ class Report:
     def ok(self, text: str) -> None:
         self._out(f"ok    {text}")
 
-    def warn(self, text: str, fix: str = "") -> None:
+    def warn(self, text: str, fix: str) -> None:
         self.warned += 1
         self._say("warn  ", text, fix)
 
-    def fail(self, text: str, fix: str = "") -> None:
+    def fail(self, text: str, fix: str) -> None:
         self.failed += 1
         self._say("FAIL  ", text, fix)
 
     def _say(self, tag: str, text: str, fix: str) -> None:
-        self._out(f"{tag}{text}" + (f"; fix: {fix}" if fix else ""))
+        self._out(f"{tag}{text}; fix: {fix}")
 
     def conclude(self) -> int:
         """Print the verdict and the count of warnings; the exit code (1 when a check failed)."""
@@ -167,11 +190,17 @@ class Report:
 
 
 def _read(what: str, report: Report, look: Callable[[], Any]) -> tuple[bool, Any]:
-    """(True, the answer), or (False, None) with a warning that the look failed."""
+    """(True, the answer), or (False, None) with a warning that the look failed. A server that stopped
+    answering (``ClusterUnreachableError``) ends the checks: raised."""
     try:
         return True, look()
+    except ClusterUnreachableError:
+        raise
     except ClusterError as e:
-        report.warn(f"{what}: could not look ({e})")
+        report.warn(
+            f"{what}: could not look ({e})",
+            "with 'forbidden' ask an admin for the right to read it, else what the message names",
+        )
         return False, None
 
 
@@ -279,7 +308,8 @@ def _report_patches_by_version(report: Report, version: Optional[tuple]) -> None
     if version is None:
         report.warn(
             "whether the TrainJob CRD has spec.runtimePatches is unknown (the CRD could not be read, "
-            "the Trainer version is unknown); the dry run below tries a TrainJob"
+            "the Trainer version is unknown); the dry run below tries a TrainJob",
+            "ask an admin for the right to read CustomResourceDefinitions, or which Trainer version is installed",
         )
     elif version < TRAINER_FOR_KUEUE_017:
         report.fail(f"Trainer {format_version(version)} has no TrainJob runtimePatches", "upgrade Trainer")
@@ -324,7 +354,8 @@ def _report_right(report: Report, right: Right, allowed: bool, where: str) -> No
     if allowed:
         report.ok(f"may {right}{where}")
     elif right.required:
-        report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}")
+        instead = f", or {right.instead}" if right.instead else ""
+        report.fail(f"may not {right}{where}: no {right.disables}", f"ask an admin for RBAC: {right}{where}{instead}")
     else:
         report.warn(
             f"may not {right}{where}: unavailable: {right.disables}",
@@ -350,7 +381,10 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
     level, why = needed_pod_security(executor)
     looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
     if not looked:
-        report.warn(f"Pod Security of namespace {namespace} unknown; the pods need {level!r} ({why})")
+        report.warn(
+            f"Pod Security of namespace {namespace} unknown; the pods need {level!r} ({why})",
+            f"ask an admin for RBAC: get namespaces, or which {POD_SECURITY_ENFORCE_LABEL} level {namespace} has",
+        )
         return
     if ns is None:
         report.fail(f"namespace {namespace} does not exist", "create it, or set the executor's namespace")
@@ -473,7 +507,11 @@ def _report_runtime_ttl(report: Report, what: str, runtime: dict, version: Optio
     again forever on this Trainer."""
     problem = ttl_loop_problem(runtime, version, why_unknown)
     if problem:
-        report.fail(problem)
+        report.fail(
+            problem,
+            "remove the JobSet ttlSecondsAfterFinished from that runtime (use the executor's "
+            "ttl_seconds_after_finished with gc --expired), or upgrade Trainer to v2.4.0 or later",
+        )
         return
     ttl = jobset_ttl(runtime)
     report.ok(f"runtime {what} exists" + (f" (JobSet TTL {ttl}, safe on this Trainer)" if ttl else ""))
@@ -490,7 +528,8 @@ def check_nodes(cluster: KubernetesCluster, report: Report, executor: Any) -> No
     if not nodes:
         report.warn(
             "the cluster lists no nodes (a local cluster without node agents?): the GPU and node "
-            "selector check found nothing to look at"
+            "selector check found nothing to look at",
+            "on a real cluster, ask an admin why no nodes are listed; on the local cluster, nothing to do",
         )
     elif len(fitting) >= needed:
         report.ok(f"{len(fitting)} node(s) offer {what} (the job needs {needed})")
@@ -526,12 +565,18 @@ def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, nam
     webhooks (and JobSet's through the runtime's JobSet template)."""
     from nemo_kubeflow.cli.render import render_submission
 
-    sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    try:
+        sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    except NemoKubeflowError as e:  # e.g. a runtime_template that cannot be read or rendered
+        report.fail(f"cannot render the job: {_first_clause(e)}", "fix the setting or template the message names")
+        return
     objects = ([sub.runtime] if sub.runtime is not None else []) + [sub.trainjob]
     for obj in objects:
         what = f"{obj['kind']} {obj['metadata']['name']}"
         try:
             cluster.create(obj, dry_run=True)
+        except ClusterUnreachableError:
+            raise
         except ClusterError as e:
             # A TrainJob whose rendered runtime is not there yet: the runtime is created at submission.
             _report_refused_dry_run(report, what, e, runtime_pending=obj is sub.trainjob and sub.runtime is not None)
@@ -554,7 +599,7 @@ def _report_refused_dry_run(report: Report, what: str, error: ClusterError, runt
     elif runtime_pending and "not found" in text.lower():
         report.ok(f"dry run of {what}: Trainer's webhook answered (the rendered runtime is created at submission)")
     elif error.status == 403 and "admission webhook" not in text:
-        report.warn(f"dry run of {what}: not allowed ({text})")
+        report.warn(f"dry run of {what}: not allowed ({text})", f"ask an admin for RBAC: create {what.split()[0]}")
     else:
         report.fail(f"dry run of {what} refused: {text}", "fix what the message names")
 
@@ -573,10 +618,23 @@ def run_doctor(
     context: Optional[str] = None,
     out: Callable[[str], None] = print,
 ) -> int:
-    """Check the cluster for ``executor``; 0 when a job can run, 1 otherwise."""
-    namespace = namespace or executor.namespace
-    cluster = KubernetesCluster(kubeconfig or executor.kubeconfig, context or executor.kube_context)
+    """Check the cluster for ``executor``; 0 when a job can run, 1 otherwise. The configuration is checked
+    first, then whether the cluster answers (each one FAIL line, then the verdict); every request ends within
+    ``DOCTOR_WITHIN_S`` seconds, the first within ``ANSWER_WITHIN_S``."""
     report = Report(out)
+    if check_config(report, executor):
+        namespace = namespace or executor.namespace
+        cluster = KubernetesCluster(kubeconfig or executor.kubeconfig, context or executor.kube_context)
+        try:
+            with cluster.deadline(DOCTOR_WITHIN_S):
+                if check_reach(cluster, report):
+                    _check_cluster(cluster, report, executor, namespace)
+        except ClusterUnreachableError as e:
+            _report_stopped(report, cluster, e)
+    return report.conclude()
+
+
+def _check_cluster(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
     served = check_apis(cluster, report)
     version = check_trainer(cluster, report, served)
     _, why_unknown = trainer_version(cluster) if version is None else (None, "")
@@ -587,17 +645,81 @@ def run_doctor(
     check_runtime(cluster, report, executor, namespace, version, why_unknown)
     check_nodes(cluster, report, executor)
     check_dry_run(cluster, report, executor, namespace)
-    return report.conclude()
+
+
+def check_config(report: Report, executor: Any) -> bool:
+    """Whether the executor configuration is valid; each problem a FAIL naming its field (before any look at
+    the cluster)."""
+    try:
+        executor.validate()
+        return True
+    except ConfigError as e:
+        problems = [p.strip()[2:] for p in str(e).splitlines() if p.strip().startswith("- ")] or [str(e)]
+    for problem in problems:
+        report_config_problem(report, problem)
+    return False
+
+
+def report_config_problem(report: Report, problem: str) -> None:
+    """A configuration problem (it names its field first) as a FAIL with its fix."""
+    field = re.match(r"[A-Za-z_]\w*", problem)
+    name = field.group(0) if field else "the field"
+    report.fail(
+        f"configuration: {problem}",
+        f"give {name} a valid value (--set {name}=..., or in the executor file or factory)",
+    )
+
+
+def check_reach(cluster: KubernetesCluster, report: Report) -> bool:
+    """Whether the kubeconfig loads and the API server answers one request within ``ANSWER_WITHIN_S``; else
+    one FAIL saying which."""
+    try:
+        with cluster.deadline(ANSWER_WITHIN_S):
+            cluster.served_versions(TRAINER_GROUP)
+        return True
+    except KubeconfigError as e:
+        report.fail(f"cannot read the kubeconfig: {_first_clause(e)}", REACH_FIX)
+    except ClusterUnreachableError as e:
+        report.fail(f"cannot reach the cluster: {_unanswered(cluster, e, ANSWER_WITHIN_S)}", REACH_FIX)
+    except ClusterError as e:
+        report.fail(
+            f"the API server refused doctor's first request: {_first_clause(e)}",
+            "check the credentials of the kubeconfig's user (expired token?) and its context",
+        )
+    return False
+
+
+def _report_stopped(report: Report, cluster: KubernetesCluster, error: ClusterUnreachableError) -> None:
+    """The server stopped answering midway (or doctor ran out of ``DOCTOR_WITHIN_S``): one FAIL."""
+    report.fail(
+        f"the cluster stopped answering: {_unanswered(cluster, error, DOCTOR_WITHIN_S)}; the checks above are "
+        "all that were made",
+        "check that the API server is healthy (kubectl get --raw /readyz), then run doctor again",
+    )
+
+
+def _unanswered(cluster: KubernetesCluster, error: ClusterUnreachableError, seconds: float) -> str:
+    host = getattr(cluster.api_client.configuration, "host", "?")
+    how = "" if isinstance(error, DeadlineExceededError) else " (it refused or dropped the connection)"
+    return f"the API server at {host} did not answer within {seconds:g} s{how}"
+
+
+def _first_clause(error: Exception) -> str:
+    """An error's message up to its own advice (after the first '; '): doctor gives the fix."""
+    return str(error).split("; ")[0]
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from nemo_kubeflow.cli.executor_config import load_executor
 
-    executor = load_executor(args.factory, args.executor_file, args.set)
+    try:
+        executor = load_executor(args.factory, args.executor_file, args.set)
+    except ConfigError as e:  # a --set or file the executor cannot be built from: before any cluster check
+        report = Report()
+        report.fail(
+            f"configuration: {_first_clause(e)}", "correct the --set, factory or executor file the message names"
+        )
+        return report.conclude()
     if args.namespace:
         executor.namespace = args.namespace
-    try:
-        return run_doctor(executor, namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
-    except NemoKubeflowError as e:  # the cluster could not be reached at all
-        print(f"FAIL  {e}", file=sys.stderr)
-        return 1
+    return run_doctor(executor, namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)

@@ -169,7 +169,8 @@ def test_it_imports_with_the_standard_library_alone():
 
 
 class FakeLightningCallback:
-    """Stands in for lightning.pytorch.Callback: lightning is not installed in this environment."""
+    """Stands in for lightning.pytorch.Callback (the unit tier runs no framework): the real Lightning runs the
+    callback in test/test_frameworks.py's framework tier."""
 
     def __init__(self) -> None:
         pass
@@ -177,12 +178,7 @@ class FakeLightningCallback:
 
 @pytest.fixture()
 def fake_lightning(monkeypatch):
-    try:
-        import lightning.pytorch  # noqa: F401
-
-        pytest.skip("lightning is installed: test_lightning_callback_with_lightning covers it")
-    except ImportError:
-        pass
+    """The fake in place of ``lightning.pytorch``, whether Lightning is installed or not."""
     pkg = types.ModuleType("lightning")
     sub = types.ModuleType("lightning.pytorch")
     sub.Callback = FakeLightningCallback
@@ -200,7 +196,7 @@ class FakeTensor:
 
 
 def test_lightning_callback_against_a_fake_lightning(fake_lightning, monkeypatch, capsys):
-    """A fake (lightning is not installed here): the callback's hooks as Lightning calls them."""
+    """A fake: the callback's hooks as Lightning calls them (the real Lightning: test/test_frameworks.py)."""
     for k, v in IN_JOB.items():
         monkeypatch.setenv(k, v)
     callback = progress.lightning_callback(interval=0)
@@ -229,8 +225,8 @@ def test_lightning_callback_against_a_fake_lightning(fake_lightning, monkeypatch
 
 
 def test_megatron_bridge_style_step_hook_against_a_fake_context(monkeypatch, capsys):
-    """A fake of Megatron-Bridge's CallbackContext (the package cannot be installed here): its
-    ``state.train_state.step``, ``state.cfg.train.train_iters`` and ``loss_dict``."""
+    """A fake of Megatron-Bridge's CallbackContext (without Megatron-Bridge installed; a loop of its shape runs in
+    test/test_frameworks.py): its ``state.train_state.step``, ``state.cfg.train.train_iters`` and ``loss_dict``."""
     for k, v in IN_JOB.items():
         monkeypatch.setenv(k, v)
     hook = progress.step_hook(interval=0)

@@ -149,7 +149,8 @@ def test_lightning_ddp_2x1_reports_step_n_of_m_to_a_new_process(backend, console
     assert sorted(s.split(" (node ")[1].split(")")[0] for s in ranks) == ["0", "1"], ranks
     status = trainer_status(backend, job)
     metrics = {m["name"]: m["value"] for m in status.get("metrics") or []}
-    assert metrics.get("total_steps") == str(steps) and "train_loss" in metrics, status
+    said_of_progress = [line for line in lines if "progress" in line][-5:]
+    assert metrics.get("total_steps") == str(steps) and "train_loss" in metrics, (status, said_of_progress)
 
 
 # ---------------------------------------------------------------- transformers

@@ -17,6 +17,7 @@ The workloads are in framework_workloads.py."""
 import os
 import signal
 import subprocess
+import time
 
 import framework_workloads
 import nemo_run as run
@@ -119,6 +120,7 @@ def run_released(backend, name, function, steps, tmp_path, console_script, nemor
     job = exp.jobs[0]
     shown = running_progress(job, steps)
     out = status_cli(console_script, nemorun_home, exp._id)
+    print(f"{name} on {backend.name}: describe: {shown}\n{out}")  # for the record (pytest -rP)
     release.touch()
     wait_for(lambda: create_scheduler("t").describe(app_id_of(job)).state == AppState.SUCCEEDED, "the end", 300)
     return job, shown, out
@@ -255,8 +257,10 @@ def test_lightning_under_ft_launcher_resumes_from_last_ckpt_after_rank_1_is_kill
     first = wait_for(lambda: len(pid_files()) == 2 and pid_files(), "both ranks to start", timeout=60)
     pods_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in backend.objects("pods", trainjob_of(job))}
     victim = next(p for p in first if p.name.startswith("rank1-"))
+    killed_at = time.monotonic()
     os.kill(int(victim.read_text()), signal.SIGKILL)
     wait_for(lambda: len(pid_files()) == 4, "every rank to start again", timeout=240)
+    print(f"in-job restart: both ranks training again {time.monotonic() - killed_at:.1f} s after the SIGKILL")
     final = wait_for(
         lambda: (
             (d := create_scheduler("t").describe(app_id_of(job))).state in (AppState.SUCCEEDED, AppState.FAILED) and d

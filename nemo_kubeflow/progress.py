@@ -519,6 +519,41 @@ def lightning_callback(total_steps: Optional[int] = None, *, interval: float = D
     return ProgressCallback()
 
 
+def hf_callback(total_steps: Optional[int] = None, *, interval: float = DEFAULT_INTERVAL_S) -> Any:
+    """A transformers ``TrainerCallback`` that reports each optimizer step's ``global_step`` with the last logged
+    scalars (``loss``, ``learning_rate``, ``grad_norm``...), as ``lightning_callback`` does for Lightning.
+
+    Imports ``transformers`` only when called. The total is ``total_steps``, else the trainer's ``max_steps``.
+    Where Trainer's status server is offered, transformers adds its own ``KubeflowCallback`` as well (status reads
+    either as step N of M; this one adds the rate, the log line where there is no server, and our interval)."""
+    from transformers import TrainerCallback
+
+    class ProgressCallback(TrainerCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reporter = Reporter(total_steps, interval=interval)
+            self.metrics: dict[str, Any] = {}
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if getattr(state, "is_world_process_zero", True) and logs:
+                self.metrics.update(_scalar_metrics(logs))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if not getattr(state, "is_world_process_zero", True):
+                return
+            try:
+                max_steps = getattr(state, "max_steps", 0) or 0
+                total = total_steps or (int(max_steps) if max_steps > 0 else None)
+                self.reporter.report(state.global_step, total, **self.metrics)
+            except Exception as error:  # noqa: BLE001
+                self.reporter._say_once(f"progress report failed ({describe_error(error)}); training goes on")
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.reporter.flush()
+
+    return ProgressCallback()
+
+
 def step_hook(total_steps: Optional[int] = None, *, interval: float = DEFAULT_INTERVAL_S) -> Callable[..., bool]:
     """A step-end hook for NeMo / Megatron-Bridge style loops: ``hook(step_or_context, total_steps=None, **metrics)``.
 

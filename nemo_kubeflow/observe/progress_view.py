@@ -145,18 +145,38 @@ def from_trainjob(trainjob: dict) -> Optional[Progress]:
     if not status:
         return None
     metrics = _named_metrics(status.get("metrics"))
-    step, total = _int(metrics.pop(reporting.STEP_METRIC, None)), _int(metrics.pop(reporting.TOTAL_METRIC, None))
-    rate = _float(metrics.pop(reporting.RATE_METRIC, None))
+    eta = status.get("estimatedRemainingSeconds")
+    step, total, rate = _step_total_rate(metrics, eta)
     return Progress(
         step,
         total,
         status.get("progressPercentage"),
         rate,
-        status.get("estimatedRemainingSeconds"),
+        eta,
         metrics,
         _time(status.get("lastUpdatedTime")),
         "trainerStatus",
     )
+
+
+#: The step's metric name of each reporter that writes ``trainerStatus``, ours first: transformers' own
+#: ``KubeflowCallback`` (``transformers.integrations``, added by ``Trainer`` wherever the status server is offered)
+#: sends ``current_step`` and ``total_steps``, an ETA, and no rate (test/data/transformers-status/ has what it sends).
+STEP_METRICS = (reporting.STEP_METRIC, "current_step")
+
+
+def _step_total_rate(
+    metrics: dict[str, str], eta: Optional[int]
+) -> tuple[Optional[int], Optional[int], Optional[float]]:
+    """The step, the total and the rate that ``trainerStatus``'s metrics carry (taken out of ``metrics``: they are
+    shown as ``step N of M``, not as metrics), whichever reporter wrote them. Without a rate (transformers'), the
+    rate that its ETA implies: the steps left over the seconds left."""
+    steps = [_int(metrics.pop(name)) for name in STEP_METRICS if name in metrics]
+    step = next((s for s in steps if s is not None), None)
+    total, rate = _int(metrics.pop(reporting.TOTAL_METRIC, None)), _float(metrics.pop(reporting.RATE_METRIC, None))
+    if rate is None and step is not None and total is not None and isinstance(eta, int) and eta > 0 and total > step:
+        rate = (total - step) / eta
+    return step, total, rate
 
 
 def _named_metrics(items: Optional[list]) -> dict[str, str]:

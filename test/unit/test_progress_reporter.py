@@ -169,7 +169,8 @@ def test_it_imports_with_the_standard_library_alone():
 
 
 class FakeLightningCallback:
-    """Stands in for lightning.pytorch.Callback: lightning is not installed in this environment."""
+    """Stands in for lightning.pytorch.Callback (the unit tier runs no framework): the real Lightning runs the
+    callback in test/test_frameworks.py's framework tier."""
 
     def __init__(self) -> None:
         pass
@@ -177,12 +178,7 @@ class FakeLightningCallback:
 
 @pytest.fixture()
 def fake_lightning(monkeypatch):
-    try:
-        import lightning.pytorch  # noqa: F401
-
-        pytest.skip("lightning is installed: test_lightning_callback_with_lightning covers it")
-    except ImportError:
-        pass
+    """The fake in place of ``lightning.pytorch``, whether Lightning is installed or not."""
     pkg = types.ModuleType("lightning")
     sub = types.ModuleType("lightning.pytorch")
     sub.Callback = FakeLightningCallback
@@ -200,7 +196,7 @@ class FakeTensor:
 
 
 def test_lightning_callback_against_a_fake_lightning(fake_lightning, monkeypatch, capsys):
-    """A fake (lightning is not installed here): the callback's hooks as Lightning calls them."""
+    """A fake: the callback's hooks as Lightning calls them (the real Lightning: test/test_frameworks.py)."""
     for k, v in IN_JOB.items():
         monkeypatch.setenv(k, v)
     callback = progress.lightning_callback(interval=0)
@@ -228,9 +224,40 @@ def test_lightning_callback_against_a_fake_lightning(fake_lightning, monkeypatch
     ]
 
 
+class FakeTrainerCallback:
+    """Stands in for transformers.TrainerCallback (the unit tier runs no framework): the real Trainer runs the
+    callback in test/test_frameworks.py's framework tier."""
+
+
+def test_hf_callback_against_a_fake_transformers(monkeypatch, capsys):
+    """The callback's events as transformers' Trainer calls them: ``on_log`` after ``on_step_end`` of the same step
+    (so a step carries the scalars logged before it), ``is_world_process_zero`` on rank 0 only."""
+    for k, v in IN_JOB.items():
+        monkeypatch.setenv(k, v)
+    fake = types.ModuleType("transformers")
+    fake.TrainerCallback = FakeTrainerCallback
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    callback = progress.hf_callback(interval=0)
+    assert isinstance(callback, FakeTrainerCallback)
+    state = types.SimpleNamespace(is_world_process_zero=True, global_step=1, max_steps=30)
+    callback.on_step_end(None, state, None)
+    callback.on_log(None, state, None, logs={"loss": 2.5, "learning_rate": FakeTensor(0.001), "note": "text"})
+    state.global_step = 2
+    callback.on_step_end(None, state, None)
+    other = types.SimpleNamespace(is_world_process_zero=False, global_step=3, max_steps=30)
+    callback.on_log(None, other, None, logs={"loss": 9.0})
+    callback.on_step_end(None, other, None)
+    callback.on_train_end(None, state, None)
+    written = [json.loads(line[len(progress.LINE_MARKER) :]) for line in capsys.readouterr().out.splitlines()]
+    assert [(w["step"], w["total_steps"], w["metrics"]) for w in written] == [
+        (1, 30, {}),
+        (2, 30, {"loss": "2.5", "learning_rate": "0.001"}),
+    ]
+
+
 def test_megatron_bridge_style_step_hook_against_a_fake_context(monkeypatch, capsys):
-    """A fake of Megatron-Bridge's CallbackContext (the package cannot be installed here): its
-    ``state.train_state.step``, ``state.cfg.train.train_iters`` and ``loss_dict``."""
+    """A fake of Megatron-Bridge's CallbackContext (without Megatron-Bridge installed; a loop of its shape runs in
+    test/test_frameworks.py): its ``state.train_state.step``, ``state.cfg.train.train_iters`` and ``loss_dict``."""
     for k, v in IN_JOB.items():
         monkeypatch.setenv(k, v)
     hook = progress.step_hook(interval=0)

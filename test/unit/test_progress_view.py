@@ -2,7 +2,10 @@
 marked log line, as status shows it, and the stall rule it allows. Pure; the reads over HTTP are in
 test/test_progress.py."""
 
+import json
 from datetime import datetime, timedelta, timezone
+
+import locations
 
 from nemo_kubeflow import progress
 from nemo_kubeflow.observe import progress_view
@@ -34,6 +37,31 @@ def test_a_trainer_status_from_another_reporter_shows_its_percentage_and_metrics
         }
     )
     assert found.text() == "40% done, ETA 2h 1m; train_loss=0.9 (at 08:59:00 UTC)"
+
+
+#: What transformers' own KubeflowCallback sent from a real Trainer run (test/data/transformers-status/capture.py).
+TRANSFORMERS = json.loads((locations.DATA / "transformers-status" / "trainer-status.json").read_text())["bodies"]
+
+
+def test_transformers_own_callback_reads_as_step_n_of_m_with_the_rate_its_eta_implies():
+    """Its ``current_step`` and ``total_steps`` are the step and the total (not metrics), its ETA gives the rate;
+    its first report (a total, no step) is its percentage, as is its last (100%, without the step)."""
+    seen = [progress_view.from_trainjob({"status": body}) for body in TRANSFORMERS]
+    assert all(found is not None and found.source == "trainerStatus" for found in seen)
+    running = [found for found in seen if found.step is not None]
+    assert len(running) >= 2, TRANSFORMERS
+    for found, body in zip(running, [b for b in TRANSFORMERS if "current_step" in json.dumps(b)]):
+        sent = {m["name"]: m["value"] for m in body["trainerStatus"]["metrics"]}
+        status = body["trainerStatus"]
+        step, total, eta = int(sent["current_step"]), int(sent["total_steps"]), status["estimatedRemainingSeconds"]
+        assert (found.step, found.total_steps, found.percent) == (step, total, status["progressPercentage"])
+        assert found.steps_per_second == (total - step) / eta and found.eta_seconds == eta
+        assert "current_step" not in found.metrics and "total_steps" not in found.metrics
+        assert found.metrics["loss"] == sent["loss"]
+        assert found.text().startswith(f"step {step} of {total} ({status['progressPercentage']}%), ")
+        assert f" steps/s, ETA {eta} s; loss=" in found.text() and "% done" not in found.text()
+    assert seen[0].text().startswith("0% done")
+    assert seen[-1].text().startswith("100% done, ETA 0 s; loss=")
 
 
 def test_the_last_marked_line_wins_and_a_prefix_before_the_marker_is_allowed():

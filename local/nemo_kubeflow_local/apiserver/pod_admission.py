@@ -696,8 +696,23 @@ def _quotas(store: Store, namespace: str) -> list[dict]:
     return sorted((q for q in quotas if not (q.get("spec") or {}).get("scopes")), key=lambda q: q["metadata"]["name"])
 
 
+def _counted(key: str) -> Optional[R.ResourceType]:
+    """The kind an object-count quota (`count/jobs.batch`, `count/configmaps`) counts; pods are counted apart."""
+    if not key.startswith("count/") or key == "count/pods":
+        return None
+    try:
+        rt = R.by_name(key[len("count/") :])
+    except KeyError:
+        return None
+    return rt if rt.namespaced and rt.storage is None and rt.qualified == key[len("count/") :] else None
+
+
 def _used(store: Store, namespace: str, hard: dict) -> dict[str, tuple[Decimal, bool]]:
     used: dict[str, tuple[Decimal, bool]] = {}
+    for key in hard:
+        rt = _counted(key)
+        if rt is not None:
+            used[key] = (Decimal(len(store.list(rt, namespace)[0])), False)
     for pod in store.list(R.PODS, namespace)[0]:
         for name, (value, binary) in pod_usage(pod).items():
             if name in hard:
@@ -738,6 +753,35 @@ def _quota(store: Store, namespace: str, pod: dict) -> None:
                 f"exceeded quota: {name}, requested: {_pretty(requested)}, used: {_pretty(now)}, "
                 f"limited: {_pretty(limited)}",
             )
+
+
+def create_counted(
+    store: Store, rt: R.ResourceType, obj: dict, uid: Optional[str] = None, dry_run: bool = False
+) -> dict:
+    """Store a new namespaced object (not a pod) past the object-count quotas of its namespace
+    (`count/jobs.batch`): `jobs.batch "NAME" is forbidden: exceeded quota: ...` when one is full."""
+    meta = obj["metadata"]
+    key = f"count/{rt.qualified}"
+    with store.lock:
+        quotas = [q for q in _quotas(store, meta["namespace"]) if key in ((q.get("spec") or {}).get("hard") or {})]
+        for quota in quotas:
+            hard = _text(quota["spec"]["hard"][key])
+            used = len(store.list(rt, meta["namespace"])[0])
+            if used + 1 > _q(hard):
+                name = meta.get("name", "")
+                details = {"name": name, "group": rt.group, "kind": rt.plural} if rt.group else None
+                raise ApiError(
+                    403,
+                    f'{rt.qualified} "{name}" is forbidden: exceeded quota: {quota["metadata"]["name"]}, requested: '
+                    f"{key}=1, used: {key}={used}, limited: {key}={hard}",
+                    details=details or {"name": name, "kind": rt.plural},
+                )
+        if dry_run:
+            return obj
+        created = store.create(rt, obj, uid=uid)
+        if quotas:
+            sync_quotas(store, meta["namespace"])
+        return created
 
 
 def sync_quotas(store: Store, namespace: str) -> None:

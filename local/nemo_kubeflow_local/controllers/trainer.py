@@ -334,6 +334,8 @@ class TrainerController:
         self._copies: dict[tuple[str, str], tuple[dict, Optional[dict]]] = {}
         #: TrainJobs whose JobSet, built again, is built from the older copy (``older_copy_next``).
         self._older_copy_next: set[tuple[str, str]] = set()
+        #: TrainJobs whose JobSet or a Job the API server refused, and how many times in a row (the back-off)
+        self._refused: dict[tuple[str, str], int] = {}
         self._thread = threading.Thread(target=self._loop, name="trainer-controller", daemon=True)
         self._stopped = threading.Event()
         store.add_listener(self._on_change)
@@ -639,10 +641,13 @@ class TrainerController:
             }
             state.created_suspended = bool(spec.get("suspend"))
             try:
-                existing = self.store.create(R.JOBSETS, jobset, uid=state.jobset_uid)
-            except ApiError as error:  # the namespace is going
-                self._creation_failed(tj, f"creating the JobSet: {error}")
+                existing = pod_admission.create_counted(self.store, R.JOBSETS, jobset, uid=state.jobset_uid)
+            except ApiError as error:  # a quota on JobSets (Trainer says the server's words and tries again)
+                self._creation_failed(tj, error.message if error.code == 403 else f"creating the JobSet: {error}")
+                if error.code == 403:
+                    self._retry_refused((namespace, name))
                 return False
+            self._refused.pop((namespace, name), None)
         else:
             if self._refused_update(tj, existing, spec):
                 return False
@@ -711,11 +716,25 @@ class TrainerController:
         job.resumed = state.created_suspended and state.restarts == 0 and not waits
         job.start_time = now_rfc3339()
         try:
-            job.obj = self.store.create(R.JOBS, build_job(jobset, state, job), uid=job.uid)
-        except ApiError as error:
-            logger.warning("creating job %s: %s", job.name, error)
+            job.obj = pod_admission.create_counted(self.store, R.JOBS, build_job(jobset, state, job), uid=job.uid)
+        except ApiError as error:  # a quota on Jobs: JobSet says so on the JobSet and tries again
+            self.events.record(
+                self._jobset_ref(tj, state),
+                "Warning",
+                "JobCreationFailed",
+                f'job "{job.name}" creation failed with error: {error.message}',
+                "jobset-controller",
+            )
+            if error.code == 403:
+                self._retry_refused((tj["metadata"]["namespace"], tj["metadata"]["name"]))
             return False
+        self._refused.pop((tj["metadata"]["namespace"], tj["metadata"]["name"]), None)
         return True
+
+    def _retry_refused(self, key: tuple[str, str]) -> None:
+        """Try a refused JobSet or Job again after a back-off (1 s doubling, at most 10 s)."""
+        self._refused[key] = self._refused.get(key, 0) + 1
+        self._after(min(CREATE_BACKOFF_MAX_S, CREATE_BACKOFF_START_S * 2 ** (self._refused[key] - 1)), key)
 
     def _delete_jobs(self, tj: dict, jobs: list[JobState]) -> None:
         """Delete Job objects; the garbage collector takes their pods."""

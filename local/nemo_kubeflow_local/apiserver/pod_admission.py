@@ -593,11 +593,13 @@ def _activation(namespace: dict, pod: dict, variables: list[dict]) -> dict:
             }
         ),
     }
-    computed: dict[str, Any] = {}
+    # Each variable may use the ones before it (`variables.<name>`), as for real.
+    computed = celpy.celtypes.MapType({})
     for variable in variables:
-        computed[variable["name"]] = _cel(variable["expression"], {**values, "variables": celpy.json_to_cel({})})
-        values["variables"] = computed
-    values.setdefault("variables", {})
+        computed[celpy.celtypes.StringType(variable["name"])] = _cel(
+            variable["expression"], {**values, "variables": computed}
+        )
+    values["variables"] = computed
     return values
 
 

@@ -111,6 +111,8 @@ REFUSALS = [
             "FailedCreate",
             'Error creating: pods "tj-node-0-0-xxxxx" is forbidden: exceeded quota: objects, requested: pods=1, '
             "used: pods=0, limited: pods=0",
+            "job-controller",
+            "v1",
         ),
         id="pods",
     ),
@@ -126,6 +128,8 @@ REFUSALS = [
             'securityContext.capabilities.drop=["ALL"]), runAsNonRoot != true (pod or container "node" must set '
             'securityContext.runAsNonRoot=true), seccompProfile (pod or container "node" must set '
             'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")',
+            "job-controller",
+            "v1",
         ),
         id="pod-security",
     ),
@@ -137,6 +141,8 @@ REFUSALS = [
             "JobCreationFailed",
             'job "tj-node-0" creation failed with error: jobs.batch "tj-node-0" is forbidden: exceeded quota: '
             "objects, requested: count/jobs.batch=1, used: count/jobs.batch=0, limited: count/jobs.batch=0",
+            "jobset",
+            "events.k8s.io",
         ),
         id="jobs",
     ),
@@ -149,6 +155,8 @@ REFUSALS = [
             'TrainJob resources reconciliation failed: jobsets.jobset.x-k8s.io "tj" is forbidden: exceeded quota: '
             "objects, requested: count/jobsets.jobset.x-k8s.io=1, used: count/jobsets.jobset.x-k8s.io=0, "
             "limited: count/jobsets.jobset.x-k8s.io=0",
+            "trainer-trainjob-controller",
+            "events.k8s.io",
         ),
         id="jobsets",
     ),
@@ -156,7 +164,7 @@ REFUSALS = [
 _REASONS = ("FailedCreate", "JobCreationFailed", "TrainJobResourcesCreationFailed")
 
 
-def first_refusal(send: Send, ns: str, runtime_name: str, labels: dict, hard: dict) -> tuple[str, str, str]:
+def first_refusal(send: Send, ns: str, runtime_name: str, labels: dict, hard: dict) -> tuple[str, ...]:
     if labels:
         send("PATCH", f"/api/v1/namespaces/{ns}", {"metadata": {"labels": labels}}, "application/merge-patch+json")
     if hard:
@@ -182,7 +190,9 @@ def first_refusal(send: Send, ns: str, runtime_name: str, labels: dict, hard: di
 
     event = _poll(refused)
     message = GENERATED.sub(r'pods "\1-xxxxx"', event["message"]).replace(ns, "{ns}")
-    return event["involvedObject"]["kind"], event["reason"], message
+    # who signs it, and through which API (an events.k8s.io event has no firstTimestamp in the core view)
+    signed = (event.get("reportingComponent"), "events.k8s.io" if event.get("firstTimestamp") is None else "v1")
+    return event["involvedObject"]["kind"], event["reason"], message, *signed
 
 
 def _poll(found: Callable, timeout: float = 30.0):

@@ -75,6 +75,8 @@ from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
+#: How Trainer's and JobSet's controllers sign their events (events.k8s.io `reportingController`, as for real).
+TRAINER_COMPONENT, JOBSET_COMPONENT = "trainer-trainjob-controller", "jobset"
 #: The Job controller's back-off after the API server refused a pod (FailedCreate).
 CREATE_BACKOFF_START_S, CREATE_BACKOFF_MAX_S = 1.0, 10.0
 #: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
@@ -557,7 +559,7 @@ class TrainerController:
                     "JobCreationFailed",
                     f'Job.batch "{job_name}" is invalid: spec.template.spec.restartPolicy: Unsupported '
                     f'value: "{policy}": supported values: "OnFailure", "Never"',
-                    "jobset-controller",
+                    JOBSET_COMPONENT,
                 )
                 return False
             errors = pod_spec_errors(_pod_spec(rjob), "spec.template.spec")
@@ -618,7 +620,7 @@ class TrainerController:
             "Warning",
             "TrainJobResourcesCreationFailed",
             f"TrainJob resources reconciliation failed: {error}"[:1024],
-            "trainjob-controller",
+            TRAINER_COMPONENT,
         )
 
     # -- the JobSet, its Service and the Jobs as objects --
@@ -723,7 +725,7 @@ class TrainerController:
                 "Warning",
                 "JobCreationFailed",
                 f'job "{job.name}" creation failed with error: {error.message}',
-                "jobset-controller",
+                JOBSET_COMPONENT,
             )
             if error.code == 403:
                 self._retry_refused((tj["metadata"]["namespace"], tj["metadata"]["name"]))
@@ -979,7 +981,7 @@ class TrainerController:
             "Warning",
             "RestartJobSetFailurePolicyAction",
             "applying RestartJobSet failure policy action" + first,
-            "jobset-controller",
+            JOBSET_COMPONENT,
         )
         self._delete_jobs(tj, state.jobs)  # their pods go with them
         state.jobs = self._new_jobs(tj, state.built)
@@ -994,7 +996,7 @@ class TrainerController:
             "Normal" if type_ == "Complete" else "Warning",
             reason,
             message,
-            "jobset-controller",
+            JOBSET_COMPONENT,
         )
         self._delete_jobs(tj, [job for job in state.jobs if not job.finished])  # a finished JobSet deletes its
         for pod in self._pods(tj, state):  # active Jobs, and with them their pods

@@ -14,8 +14,10 @@ import time
 import urllib.error
 from typing import Callable, Optional
 
+import nemo_run as run
 import pytest
 from kubernetes import client
+from torchx.specs import AppState
 
 Send = Callable[[str, str, Optional[dict], str], tuple[int, dict]]
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -438,3 +440,18 @@ def test_a_policy_the_local_cluster_cannot_evaluate_is_refused_at_its_creation(a
     code, answer = local_sender(api)("POST", f"{ADMISSION}/validatingadmissionpolicies", policy)
     assert (code, answer["reason"]) == (422, "Invalid")
     assert "spec.paramKind: Forbidden: the local cluster does not evaluate policies with params" in answer["message"]
+
+
+def test_a_restricted_security_job_runs_where_pod_security_enforces_restricted(backend):
+    """The product's `restricted_security=True` pods pass the restricted level on both back ends: the emulation
+    refuses no more than the real admission does."""
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    backend.core().patch_namespace(backend.namespace, {"metadata": {"labels": labels}})
+    executor = backend.executor(restricted_security=True)
+    with run.Experiment("restricted", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline="echo admitted"), name="restricted")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED
+    events = backend.core().list_namespaced_event(backend.namespace).items
+    assert [e.message for e in events if e.reason == "FailedCreate"] == []

@@ -240,10 +240,10 @@ class Registry:
                 meta["generation"] = 1
             return Result(201, obj, warnings)
         if rt is R.NAMESPACES:
-            self._default_service_account(created["metadata"]["name"])
+            self.default_service_account(created["metadata"]["name"])
         return Result(201, created, warnings)
 
-    def _default_service_account(self, namespace: str) -> None:
+    def default_service_account(self, namespace: str) -> None:
         """The ServiceAccount controller's `default` in each new namespace (at once here; kube-controller-manager
         makes it within a second), which pods run as unless they name another."""
         if self.store.find(R.SERVICEACCOUNTS, namespace, "default") is None:

@@ -6,7 +6,8 @@ when the cluster stops; a restart reads it back before any controller runs. A cr
 last second of writes.
 
 Kept: what clients create and what the controllers keep in it (namespaces, ConfigMaps, Secrets,
-claims, TrainJobs and their status, runtimes, Kueue's queues, quotas and Workloads). Not kept: what
+claims, TrainJobs and their status, runtimes, Kueue's queues, quotas and Workloads, and what a namespace's
+admission reads: ServiceAccounts, ResourceQuotas, LimitRanges, PriorityClasses, policies). Not kept: what
 lived with the processes of the stopped cluster (pods, and the Jobs, JobSets and Services the
 emulated controllers built around them, whose progress they held in memory), Nodes (registered at
 each start) and Events (a real cluster drops them after an hour).

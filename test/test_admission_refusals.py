@@ -43,29 +43,11 @@ def status_cli(console_script, nemorun_home):
 
 def held_queue(backend) -> None:
     """A LocalQueue that holds what is submitted to it until `release`."""
-    backend.custom_objects().create_namespaced_custom_object(
-        "kueue.x-k8s.io",
-        backend.kueue_version(),
-        backend.namespace,
-        "localqueues",
-        {
-            "apiVersion": f"kueue.x-k8s.io/{backend.kueue_version()}",
-            "kind": "LocalQueue",
-            "metadata": {"name": HELD},
-            "spec": {"clusterQueue": backend.provide_cluster_queue(), "stopPolicy": "Hold"},
-        },
-    )
+    backend.queue(HELD, {"clusterQueue": backend.provide_cluster_queue(), "stopPolicy": "Hold"})
 
 
 def release(backend) -> None:
-    backend.custom_objects().patch_namespaced_custom_object(
-        "kueue.x-k8s.io",
-        backend.kueue_version(),
-        backend.namespace,
-        "localqueues",
-        HELD,
-        {"spec": {"stopPolicy": "None"}},
-    )
+    backend.queue(HELD, {"stopPolicy": "None"})
 
 
 def submit_held(backend, name: str, script: str = "sleep 120", **executor):

@@ -31,6 +31,11 @@ from nemo_kubeflow.quantity import parse_quantity
 FAILED_CREATE = "FailedCreate"
 #: What the Job controller puts before the API server's answer.
 _CREATING = "Error creating: "
+#: What the event recorder puts before a message it stands for more than ten similar events.
+_COMBINED = "(combined from similar events): "
+#: A refused pod's name: its Job's ``generateName`` and the API server's five random characters, new at each try
+#: (said as ``*``, so that a look says the same while the refusal lasts).
+_GENERATED = re.compile(r'pods "([^"]+)-[a-z0-9]{5}" is forbidden')
 _QUOTA = re.compile(
     r"exceeded quota: (?P<quota>[^,]+), requested: (?P<requested>\S+), used: \S+, limited: (?P<limited>\S+)"
 )
@@ -129,14 +134,21 @@ def _refusal(event: dict, who: str, namespace: str, pods: int) -> Refusal:
     for Trainer's Warning about the TrainJob itself), the
     admission's own words, and the fix (``refusal_fix``); ``pods``: how many pods the refused Job asks for
     (0: not a Job's pods)."""
-    text = event_text(event)
-    text = text[len(_CREATING) :] if text.startswith(_CREATING) else text
+    text = _GENERATED.sub(r'pods "\1-*" is forbidden', _words(event_text(event)))
     about = event_object(event)
     fix, fatal = refusal_fix(text, namespace, pods)
     reason = event.get("reason") or "Warning"
     # Trainer's Warning about the TrainJob is shown as it is ("Reason: message"): the object is the job itself.
     head = f"{who} ({about.get('kind')} {about.get('name')}, {reason}): {text}" if who else f"{reason}: {text}"
     return Refusal(f"{head}; {fix}", fatal, _second(event_time(event)))
+
+
+def _words(text: str) -> str:
+    """The API server's answer in an event: without the Job controller's ``Error creating: `` and the event
+    recorder's ``(combined from similar events): `` before it."""
+    for prefix in (_COMBINED, _CREATING):
+        text = text[len(prefix) :] if text.startswith(prefix) else text
+    return text
 
 
 def refusal_fix(text: str, namespace: str, pods: int = 0) -> tuple[str, bool]:

@@ -344,7 +344,8 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
     (``pending_reason``).
 
     The state never steps back while the job waits: SUBMITTED only before its JobSet exists, PENDING from then
-    on (its Jobs make its pods; a pod the cluster refused, or one gone since, leaves it PENDING)."""
+    on (its Jobs make its pods; a pod the cluster refused, or one gone since, leaves it PENDING), also while a
+    JobSet that Trainer counted in the TrainJob's ``jobsStatus`` is built again."""
     if (failed := view.failing()) is not None:
         stopping = view.nodes_stopping()
         stops = (
@@ -364,7 +365,9 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
         return Verdict(AppState.FAILED, reason.message, fatal=True)
     # JobSet recreates the gang: its new pods wait, the message says why they do.
     restarting = "restarting: " if jobset_restarting(view.jobset) else ""
-    waiting = AppState.PENDING if pods or restarting or view.jobset is not None else state
+    # A JobSet that exists, or that Trainer has counted (rebuilt by a move off failed nodes), makes its pods.
+    built = view.jobset is not None or bool(nested(view.trainjob, "status", "jobsStatus"))
+    waiting = AppState.PENDING if pods or restarting or built else state
     if refusal is not None:
         return Verdict(AppState.PENDING, restarting + refusal.message)
     if not pods and (initializing := initializer_progress(view.pods)):

@@ -183,6 +183,9 @@ def test_a_waiting_job_never_steps_back_from_pending_to_submitted():
     assert looked([]).state == AppState.PENDING
     # Only before its JobSet exists is a job merely submitted.
     assert looked([], with_jobset=False).state == AppState.SUBMITTED
+    # A JobSet built again (a move off failed nodes deletes it) was counted by Trainer before: still PENDING.
+    counted = JobView(None, {**trainjob(), "status": {"jobsStatus": [{"name": "node", "active": 0}]}}, [], _events=[])
+    assert why_waiting(counted, 2, AppState.SUBMITTED).state == AppState.PENDING
 
 
 def test_what_is_not_an_admission_rule_waits():

@@ -1,7 +1,8 @@
 """What a namespace's own rules refuse reaches status in the admission's words, at the first look after the Job
 controller's first ``FailedCreate``: a ResourceQuota the job does not fit (PENDING), one that fits one pod of two
 (PENDING, naming the quota, not only "1/2 nodes running"), Pod Security's ``restricted`` level for pods without
-``restricted_security`` (FAILED, with that fix), a ServiceAccount that does not exist (FAILED). Each on both back
+``restricted_security`` (FAILED, with that fix), a ServiceAccount that does not exist, a LimitRange's maximum and a ValidatingAdmissionPolicy
+that denies the pods (FAILED). Each on both back
 ends (the `backend` fixture): on the real control plane, kube-apiserver's ResourceQuota, PodSecurity, LimitRanger
 and ServiceAccount admission plugins and kube-controller-manager's quota controller decide.
 
@@ -16,6 +17,8 @@ import subprocess
 import nemo_run as run
 import pytest
 from backends import app_id_of, trainjob_of, wait_for
+from kubernetes import client
+from kubernetes.config import new_client_from_config
 
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
@@ -190,3 +193,76 @@ def test_a_service_account_that_does_not_exist_fails_the_job(backend, status_cli
     )
     assert f"fix: create ServiceAccount ar-trainer in namespace {backend.namespace}" in why, why
     cancel(job)
+
+
+def test_a_limit_range_ratio_fails_the_job_with_its_bounds(backend, status_cli):
+    # A LimitRange's maximum made while the job is held kept the job from being admitted by Kueue on the real
+    # control plane (no pod made in 60 s: Kueue weighs a LimitRange's bounds before it admits); a limit/request
+    # ratio is left to the LimitRanger admission of each pod, which refuses it.
+    exp_id, job = submit_held(backend, "ar-limits", cpu_request="500m", cpu_limit="1")
+    backend.core().create_namespaced_limit_range(
+        backend.namespace,
+        {
+            "metadata": {"name": "ar-bounds"},
+            "spec": {"limits": [{"type": "Container", "maxLimitRequestRatio": {"cpu": "1"}}]},
+        },
+    )
+    release(backend)
+    refused = first_failed_create(backend, job)
+    assert "cpu max limit to request ratio per Container is 1, but provided ratio is 2" in refused, refused
+    state, why = looked(backend, status_cli, exp_id, job)
+    assert state == "FAILED", (state, why)
+    assert "cpu max limit to request ratio per Container is 1, but provided ratio is 2" in why, why
+    assert f"within the namespace's LimitRange (`kubectl describe limitrange -n {backend.namespace}`)" in why, why
+    cancel(job)
+
+
+def test_a_validating_admission_policy_that_denies_the_pods_fails_the_job_in_its_words(backend, status_cli):
+    policy, binding = f"{backend.namespace}-no-pods", f"{backend.namespace}-no-pods-binding"
+    api = client.AdmissionregistrationV1Api(new_client_from_config(config_file=backend.kubeconfig))
+    exp_id, job = submit_held(backend, "ar-policy")
+    api.create_validating_admission_policy(
+        {
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                    ]
+                },
+                "validations": [{"expression": "false", "message": "training pods need the platform team's label"}],
+            },
+        }
+    )
+    try:
+        api.create_validating_admission_policy_binding(
+            {
+                "metadata": {"name": binding},
+                "spec": {
+                    "policyName": policy,
+                    "validationActions": ["Deny"],
+                    "matchResources": {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": backend.namespace}}
+                    },
+                },
+            }
+        )
+        release(backend)
+        refused = first_failed_create(backend, job)
+        assert f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request" in refused, refused
+        state, why = looked(backend, status_cli, exp_id, job)
+        assert state == "FAILED", (state, why)
+        assert "denied request: training pods need the platform team's label" in why, why
+        assert f"`kubectl get validatingadmissionpolicy {policy} -o yaml`" in why, why
+        cancel(job)
+    finally:
+        for delete, name in (
+            (api.delete_validating_admission_policy_binding, binding),
+            (api.delete_validating_admission_policy, policy),
+        ):
+            try:
+                delete(name)
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise

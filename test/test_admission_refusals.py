@@ -11,6 +11,7 @@ admission, not a check of the submission: the job waits in a held Kueue queue (s
 made, then the queue lets it go. Each look is from a new process (`nemo-kubeflow status`), and the looks of this
 process (the scheduler's describe) say the same."""
 
+import json
 import os
 import subprocess
 
@@ -116,6 +117,7 @@ def cancel(job) -> None:
 def test_a_quota_the_job_does_not_fit_is_pending_in_the_quotas_words(backend, status_cli):
     exp_id, job = submit_held(backend, "ar-quota", cpu_request="1")
     make_quota(backend, "500m")
+    in_force(backend, f"exceeded quota: {QUOTA}", {"requests": {"cpu": "1"}})
     release(backend)
     refused = first_failed_create(backend, job)
     assert f"exceeded quota: {QUOTA}" in refused, refused
@@ -131,6 +133,7 @@ def test_a_quota_the_job_does_not_fit_is_pending_in_the_quotas_words(backend, st
 def test_a_quota_that_fits_one_pod_of_two_names_the_quota(backend, status_cli):
     exp_id, job = submit_held(backend, "ar-half", cpu_request="1")
     make_quota(backend, "1500m")
+    in_force(backend, f"exceeded quota: {QUOTA}", {"requests": {"cpu": "2"}})
     release(backend)
     wait_for(lambda: backend.objects("pods", trainjob_of(job)), "the pod that fits")
     refused = first_failed_create(backend, job)
@@ -149,6 +152,7 @@ def test_pod_security_restricted_fails_a_job_without_restricted_security_with_th
     backend.core().patch_namespace(
         backend.namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
     )
+    in_force(backend, 'violates PodSecurity "restricted:latest"')
     release(backend)
     refused = first_failed_create(backend, job)
     assert 'violates PodSecurity "restricted:latest"' in refused, refused
@@ -176,13 +180,7 @@ def test_a_service_account_that_does_not_exist_fails_the_job(backend, status_cli
     core.create_namespaced_service_account(backend.namespace, {"metadata": {"name": "ar-trainer"}})
     exp_id, job = submit_held(backend, "ar-sa", service_account="ar-trainer")
     core.delete_namespaced_service_account("ar-trainer", backend.namespace)
-    wait_for(
-        lambda: (
-            "ar-trainer"
-            not in {sa.metadata.name for sa in core.list_namespaced_service_account(backend.namespace).items}
-        ),
-        "the ServiceAccount to be gone",
-    )
+    in_force(backend, 'serviceaccount "ar-trainer" not found', serviceAccountName="ar-trainer")
     release(backend)
     refused = first_failed_create(backend, job)
     assert 'serviceaccount "ar-trainer" not found' in refused, refused
@@ -207,6 +205,7 @@ def test_a_limit_range_ratio_fails_the_job_with_its_bounds(backend, status_cli):
             "spec": {"limits": [{"type": "Container", "maxLimitRequestRatio": {"cpu": "1"}}]},
         },
     )
+    in_force(backend, "max limit to request ratio", {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}})
     release(backend)
     refused = first_failed_create(backend, job)
     assert "cpu max limit to request ratio per Container is 1, but provided ratio is 2" in refused, refused
@@ -248,6 +247,7 @@ def test_a_validating_admission_policy_that_denies_the_pods_fails_the_job_in_its
                 },
             }
         )
+        in_force(backend, f"ValidatingAdmissionPolicy '{policy}'")
         release(backend)
         refused = first_failed_create(backend, job)
         assert f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request" in refused, refused
@@ -266,3 +266,20 @@ def test_a_validating_admission_policy_that_denies_the_pods_fails_the_job_in_its
             except client.ApiException as error:
                 if error.status != 404:
                     raise
+
+
+def in_force(backend, words: str, resources: dict = None, **spec) -> None:
+    """Waits until the API server refuses a pod like the job's with `words` (a pod created with dryRun: nothing is
+    stored). A rule takes a moment to reach kube-apiserver's admission (its caches of namespaces, LimitRanges,
+    ServiceAccounts, policies): a pod made before that would be admitted."""
+    container = {"name": "node", "image": "python:3.11", "resources": resources or {}}
+    probe = {"metadata": {"name": "ar-probe"}, "spec": {"containers": [container], **spec}}
+
+    def refused() -> bool:
+        try:
+            backend.core().create_namespaced_pod(backend.namespace, probe, dry_run="All")
+        except client.ApiException as error:
+            return words in json.loads(error.body or "{}").get("message", "")
+        return False
+
+    wait_for(refused, f"the API server to refuse pods with {words!r}")

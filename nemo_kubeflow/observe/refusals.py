@@ -29,6 +29,9 @@ from nemo_kubeflow.quantity import parse_quantity
 
 #: The Job controller's reason for a pod it could not create.
 FAILED_CREATE = "FailedCreate"
+#: JobSet's reason for a Job it could not create (its other Warnings, e.g. ``RestartJobSetAction`` at a gang
+#: restart, say no refusal).
+JOB_NOT_CREATED = "JobCreationFailed"
 #: What the Job controller puts before the API server's answer.
 _CREATING = "Error creating: "
 #: What the event recorder puts before a message it stands for more than ten similar events.
@@ -102,8 +105,9 @@ def chain_refusal(
     events: Sequence[dict], trainjob: dict, jobset: Optional[dict], pods: Sequence[dict]
 ) -> Optional[Refusal]:
     """The newest refusal of the chain TrainJob -> JobSet -> Jobs -> pods that still holds (None when none
-    does): Trainer's Warning about the TrainJob while there is no JobSet, JobSet's Warning about the JobSet while
-    it has no pods, the Job controller's ``FailedCreate`` about one of its Jobs while that Job's pods are missing."""
+    does): Trainer's Warning about the TrainJob while there is no JobSet, JobSet's ``JobCreationFailed`` about the
+    JobSet while it has no pods, the Job controller's ``FailedCreate`` about one of its Jobs while that Job's pods
+    are missing."""
     meta = trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if jobset is None:
@@ -118,7 +122,7 @@ def chain_refusal(
         if failed and _pods_missing(pods, replicated, attempt, event_time(newest := max(failed, key=event_time))):
             who = f"the Job controller cannot create the {replicated.get('name')} pods"
             refusals.append(_refusal(newest, who, namespace, _pod_count(replicated)))
-    on_jobset = _warnings_about(events, JOBSET_KIND, [name], since)
+    on_jobset = [e for e in _warnings_about(events, JOBSET_KIND, [name], since) if e.get("reason") == JOB_NOT_CREATED]
     if on_jobset and not any(_job_pods(pods, r.get("name", ""), attempt) for r in jobs):
         refusals.append(_refusal(max(on_jobset, key=event_time), f"JobSet {name} cannot create its Jobs", namespace, 0))
     return max(refusals, key=lambda r: r.when) if refusals else None

@@ -165,6 +165,13 @@ def test_jobsets_and_trainers_warnings_are_said_while_the_object_below_is_missin
     verdict = looked([jobset_event])
     assert verdict.state == AppState.FAILED
     assert verdict.message.startswith("JobSet j cannot create its Jobs (JobSet j, JobCreationFailed): jobs.batch")
+    # JobSet's other Warnings say no refusal: a gang restart's, while the new attempt's pods are not made yet.
+    restart = {
+        **jobset_event,
+        "reason": "RestartJobSetAction",
+        "message": "restarting jobset, first failed job: j-node-0",
+    }
+    assert chain_refusal([restart], trainjob(), jobset(), []) is None
     trainer_event = {
         "type": "Warning",
         "reason": "TrainJobResourcesCreationFailed",

@@ -1,10 +1,10 @@
 """What a namespace's own rules refuse reaches status in the admission's words, at the first look after the Job
 controller's first ``FailedCreate``: a ResourceQuota the job does not fit (PENDING), one that fits one pod of two
 (PENDING, naming the quota, not only "1/2 nodes running"), Pod Security's ``restricted`` level for pods without
-``restricted_security`` (FAILED, with that fix), a ServiceAccount that does not exist, a LimitRange's maximum and a ValidatingAdmissionPolicy
-that denies the pods (FAILED). Each on both back
-ends (the `backend` fixture): on the real control plane, kube-apiserver's ResourceQuota, PodSecurity, LimitRanger
-and ServiceAccount admission plugins and kube-controller-manager's quota controller decide.
+``restricted_security`` (FAILED, with that fix), a ServiceAccount that does not exist, a LimitRange's
+limit/request ratio and a ValidatingAdmissionPolicy that denies the pods (FAILED). Each on both back ends (the
+`backend` fixture): on the real control plane, kube-apiserver's ResourceQuota, PodSecurity, LimitRanger,
+ServiceAccount and ValidatingAdmissionPolicy admission and kube-controller-manager's quota controller decide.
 
 The rule is put in place after the submission and before any pod exists, so that what refuses the pods is the
 admission, not a check of the submission: the job waits in a held Kueue queue (stopPolicy Hold) while the rule is

@@ -91,13 +91,16 @@ def _job_pods(pods: Sequence[dict], replicated_job: str, attempt: int) -> list[d
 
 
 def _pods_missing(pods: Sequence[dict], replicated_job: dict, attempt: int, refused_at: str) -> bool:
-    """Whether a replicated job's refused pods are still missing: fewer of its pods than it asks for, and none
-    created after the refusal (a sample of the pending pods may hold fewer than exist: a pod created since the
-    refusal says it has passed)."""
+    """Whether a replicated job's refused pods are still missing: fewer of its current attempt's pods than it asks
+    for, and none of any attempt created after the refusal (a sample of the pending pods may hold fewer than
+    exist: a pod created since the refusal says it has passed)."""
     spec = nested(replicated_job, "template", "spec", default={})
     wanted = (replicated_job.get("replicas") or 1) * (spec.get("parallelism") or spec.get("completions") or 1)
-    have = _job_pods(pods, replicated_job.get("name", ""), attempt)
-    newest = max((_second(nested(p, "metadata", "creationTimestamp", default="")) for p in have), default="")
+    step = replicated_job.get("name", "")
+    have = _job_pods(pods, step, attempt)
+    # Of any attempt: a refusal that an earlier attempt's pods came after had passed before a gang restart.
+    made = [p for p in pods if step_of(p) == step]
+    newest = max((_second(nested(p, "metadata", "creationTimestamp", default="")) for p in made), default="")
     return len(have) < wanted and newest <= _second(refused_at)
 
 

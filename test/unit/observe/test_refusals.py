@@ -150,6 +150,11 @@ def test_a_refusal_that_has_passed_is_not_said():
     assert looked([failed_create(QUOTA)], pods).message == "0/2 nodes running"
     # Events of an earlier TrainJob of the same name (before this JobSet was created) are not this job's.
     assert chain_refusal([failed_create(QUOTA, at="2025-12-31T23:59:00Z")], trainjob(), jobset(), []) is None
+    # A refusal of the first attempt that had passed (its pods came after it) is not said while a gang restart's
+    # new pods are not made yet.
+    restarted = {**jobset(), "status": {"restarts": 1}}
+    first_attempt = [node_pod(0, created="2026-01-01T00:00:07Z"), node_pod(1, created="2026-01-01T00:00:07Z")]
+    assert chain_refusal([failed_create(QUOTA)], trainjob(), restarted, first_attempt) is None
     # Events about another job's Jobs are not this job's.
     assert chain_refusal([failed_create(PSA, job="j-other-node-0")], trainjob(), jobset(), []) is None
 

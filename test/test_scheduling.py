@@ -187,6 +187,10 @@ def test_held_queue_then_released_runs_without_our_resume(local):
 
 
 def test_gang_scheduled_job_runs_on_the_local_cluster(local):
+    # The pods name a PriorityClass: it must exist (the Priority admission plugin refuses them otherwise).
+    client.SchedulingV1Api(local.api_client()).create_priority_class(
+        {"metadata": {"name": "training-high"}, "value": 1000}
+    )
     executor = local_executor(
         local,
         pod_group_policy="coscheduling",

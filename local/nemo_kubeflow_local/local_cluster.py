@@ -146,6 +146,8 @@ class LocalCluster:
         for namespace in ("default", "kube-system", "kube-public", TRAINER_SYSTEM_NAMESPACE):
             if not store.namespace_exists(namespace):
                 registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
+        for kept in store.stored_objects(R.NAMESPACES):  # restored from a workdir kept before they existed
+            registry.default_service_account(kept["metadata"]["name"])
         for name, (value, description) in SYSTEM_PRIORITY_CLASSES.items():
             if store.find(R.PRIORITYCLASSES, "", name) is None:
                 registry.create(

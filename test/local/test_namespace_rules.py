@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from nemo_kubeflow_local import LocalCluster
+
 ADMISSION = "admissionregistration.k8s.io"
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
@@ -99,3 +101,14 @@ def test_discovery_and_openapi_list_them(api, group_version, resources):
     assert resources <= {r["name"] for r in listed["resources"]}
     index = _get(api, "/openapi/v3")["paths"]
     assert ("api/v1" if group_version == "v1" else f"apis/{group_version}") in index
+
+
+def test_a_namespace_kept_without_its_default_service_account_gets_it_back_at_the_restart(tmp_path):
+    """A workdir kept by a local cluster that served no ServiceAccounts: its namespaces' pods must not all be
+    refused ("error looking up service account") after the restart."""
+    with LocalCluster(tmp_path, persist=True) as first:
+        first.create_namespace("kept")
+        client.CoreV1Api(first.api_client()).delete_namespaced_service_account("default", "kept")
+    with LocalCluster(tmp_path, persist=True) as second:
+        accounts = client.CoreV1Api(second.api_client()).list_namespaced_service_account("kept").items
+        assert [sa.metadata.name for sa in accounts] == ["default"]

@@ -62,6 +62,12 @@ class Refusal:
     when: str
 
 
+def _last_seen(event: dict) -> str:
+    """When an event was last recorded: a series' last observation (events.k8s.io, as JobSet and Trainer record
+    them: ``eventTime`` is the first), else the event's own time."""
+    return nested(event, "series", "lastObservedTime") or event_time(event)
+
+
 def _second(time: str) -> str:
     """An event's or an object's time to the second (events.k8s.io times carry microseconds)."""
     return time[:19]
@@ -75,7 +81,7 @@ def _warnings_about(events: Sequence[dict], kind: str, names: Sequence[str], sin
         if e.get("type") == "Warning"
         and event_object(e).get("kind") == kind
         and event_object(e).get("name") in names
-        and _second(event_time(e)) >= _second(since)
+        and _second(_last_seen(e)) >= _second(since)
     ]
 
 
@@ -115,19 +121,19 @@ def chain_refusal(
     namespace, name = meta["namespace"], meta["name"]
     if jobset is None:
         found = _warnings_about(events, TRAINJOB_KIND, [name], meta.get("creationTimestamp", ""))
-        return _refusal(max(found, key=event_time), "", namespace, 0) if found else None
+        return _refusal(max(found, key=_last_seen), "", namespace, 0) if found else None
     since, attempt = nested(jobset, "metadata", "creationTimestamp", default=""), jobset_restarts(jobset)
     refusals = []
     jobs = nested(jobset, "spec", "replicatedJobs", default=[])
     for replicated in jobs:
         job_names = [f"{name}-{replicated.get('name')}-{i}" for i in range(replicated.get("replicas") or 1)]
         failed = [e for e in _warnings_about(events, "Job", job_names, since) if e.get("reason") == FAILED_CREATE]
-        if failed and _pods_missing(pods, replicated, attempt, event_time(newest := max(failed, key=event_time))):
+        if failed and _pods_missing(pods, replicated, attempt, _last_seen(newest := max(failed, key=_last_seen))):
             who = f"the Job controller cannot create the {replicated.get('name')} pods"
             refusals.append(_refusal(newest, who, namespace, _pod_count(replicated)))
     on_jobset = [e for e in _warnings_about(events, JOBSET_KIND, [name], since) if e.get("reason") == JOB_NOT_CREATED]
     if on_jobset and not any(_job_pods(pods, r.get("name", ""), attempt) for r in jobs):
-        refusals.append(_refusal(max(on_jobset, key=event_time), f"JobSet {name} cannot create its Jobs", namespace, 0))
+        refusals.append(_refusal(max(on_jobset, key=_last_seen), f"JobSet {name} cannot create its Jobs", namespace, 0))
     return max(refusals, key=lambda r: r.when) if refusals else None
 
 
@@ -147,7 +153,7 @@ def _refusal(event: dict, who: str, namespace: str, pods: int) -> Refusal:
     reason = event.get("reason") or "Warning"
     # Trainer's Warning about the TrainJob is shown as it is ("Reason: message"): the object is the job itself.
     head = f"{who} ({about.get('kind')} {about.get('name')}, {reason}): {text}" if who else f"{reason}: {text}"
-    return Refusal(f"{head}; {fix}", fatal, _second(event_time(event)))
+    return Refusal(f"{head}; {fix}", fatal, _second(_last_seen(event)))
 
 
 def _words(text: str) -> str:

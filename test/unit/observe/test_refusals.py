@@ -137,6 +137,21 @@ def test_a_refusal_reads_the_same_at_each_try_of_the_job_controller():
     assert 'pods "j-node-0-0-*" is forbidden: exceeded quota' in looked([again]).message
 
 
+def test_a_series_of_events_is_as_new_as_its_last_observation():
+    # JobSet records with events.k8s.io: a repeated refusal is one event whose series says when it was last seen.
+    jobset_event = {
+        "type": "Warning",
+        "reason": "JobCreationFailed",
+        "note": 'jobs.batch "j-node-0" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1, used: '
+        "count/jobs.batch=4, limited: count/jobs.batch=4",
+        "regarding": {"kind": "JobSet", "name": "j"},
+        "eventTime": "2026-01-01T00:00:01.000000Z",
+        "series": {"count": 5, "lastObservedTime": "2026-01-01T00:00:09.000000Z"},
+    }
+    refusal = chain_refusal([failed_create(PSA), jobset_event], trainjob(), jobset(), [])
+    assert refusal is not None and refusal.when == "2026-01-01T00:00:09" and "exceeded quota: jobs" in refusal.message
+
+
 def test_the_newest_refusal_of_the_chain_is_the_one_said():
     older, newer = failed_create(QUOTA, at="2026-01-01T00:00:05Z"), failed_create(PSA, at="2026-01-01T00:00:09Z")
     assert "violates PodSecurity" in looked([newer, older]).message

@@ -121,6 +121,17 @@ class Backend:
         self.made.append(("workloadpriorityclasses", name))
         return name
 
+    def queue(self, name: str, spec: dict) -> None:
+        """A LocalQueue of this namespace named `name`, with `spec` (created, or its spec merged if it exists)."""
+        custom, version = self.custom_objects(), self.kueue_version()
+        try:
+            custom.patch_namespaced_custom_object(KUEUE, version, self.namespace, "localqueues", name, {"spec": spec})
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+            queue = {"apiVersion": f"{KUEUE}/{version}", "kind": "LocalQueue", "metadata": {"name": name}, "spec": spec}
+            custom.create_namespaced_custom_object(KUEUE, version, self.namespace, "localqueues", queue)
+
     def clean_up(self) -> None:
         custom = self.custom_objects()
         for plural, name in reversed(self.made):

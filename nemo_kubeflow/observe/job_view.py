@@ -21,7 +21,6 @@ from nemo_kubeflow.constants import (
     TRAINER_NODE,
 )
 from nemo_kubeflow.errors import ClusterError
-from nemo_kubeflow.observe.events import trainjob_warning
 from nemo_kubeflow.observe.pod_states import (
     NodeFailure,
     first_failed_node,
@@ -33,6 +32,7 @@ from nemo_kubeflow.observe.pod_states import (
     restart_attempt,
     step_of,
 )
+from nemo_kubeflow.observe.refusals import chain_refusal
 from nemo_kubeflow.observe.restarts import (
     FAIL_FAST_REASON,
     InJobRestarts,
@@ -336,16 +336,16 @@ class Verdict:
     fatal: bool = False
 
 
-def _before_pods(view: JobView) -> str:
-    """What a job without ``node`` pods yet waits for: its initializers, else Trainer's Warning about the
-    TrainJob (Trainer reports a JobSet it cannot build only as a Warning event on it); "" when neither."""
-    return initializer_progress(view.pods) or trainjob_warning(view.events, view.name)
-
-
 def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
     """What a job whose TrainJob counts no node running waits for: a failure whose Job still stops its other
-    nodes (``JobView.failing``: running, failing), its initializers, Trainer's Warning about the TrainJob (a
-    JobSet it cannot build), then its pods (``pending_reason``)."""
+    nodes (``JobView.failing``: running, failing); a refusal of the chain TrainJob -> JobSet -> Jobs -> pods
+    (``refusals.chain_refusal``: fatal where the job can never start as submitted); a pod that can never start
+    (``pending_reason`` fatal); a refusal that may pass (a quota in use); its initializers; then its pods
+    (``pending_reason``).
+
+    The state never steps back while the job waits: SUBMITTED only before its JobSet exists, PENDING from then
+    on (its Jobs make its pods; a pod the cluster refused, or one gone since, leaves it PENDING), also while a
+    JobSet that Trainer counted in the TrainJob's ``jobsStatus`` is built again."""
     if (failed := view.failing()) is not None:
         stopping = view.nodes_stopping()
         stops = (
@@ -356,12 +356,20 @@ def why_waiting(view: JobView, nodes: int, state: AppState) -> Verdict:
         return Verdict(
             AppState.RUNNING, f"failing: {failed.detail()}; {stops}, then JobSet restarts the gang or fails the job"
         )
+    refusal = chain_refusal(view.events, view.trainjob, view.jobset, view.pods)
+    if refusal is not None and refusal.fatal:
+        return Verdict(AppState.FAILED, refusal.message, fatal=True)
     pods = view.node_pods
-    if not pods and (waits_for := _before_pods(view)):
-        return Verdict(AppState.PENDING, waits_for)
     reason = pending_reason(pods, view.events, nodes)
     if reason.fatal:
         return Verdict(AppState.FAILED, reason.message, fatal=True)
     # JobSet recreates the gang: its new pods wait, the message says why they do.
     restarting = "restarting: " if jobset_restarting(view.jobset) else ""
-    return Verdict(AppState.PENDING if pods or restarting else state, restarting + reason.message)
+    # A JobSet that exists, or that Trainer has counted (rebuilt by a move off failed nodes), makes its pods.
+    built = view.jobset is not None or bool(nested(view.trainjob, "status", "jobsStatus"))
+    waiting = AppState.PENDING if pods or restarting or built else state
+    if refusal is not None:
+        return Verdict(AppState.PENDING, restarting + refusal.message)
+    if not pods and (initializing := initializer_progress(view.pods)):
+        return Verdict(AppState.PENDING, initializing)
+    return Verdict(waiting, restarting + reason.message)

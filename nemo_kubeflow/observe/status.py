@@ -14,7 +14,7 @@ row that matches wins.
 | condition Suspended=True          | PENDING   | waiting for resume or a queue's admission  | nothing; Kueue's Workloads in a queue        |
 | ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | the JobSet and the pods not running (``JobView.read_running``; every pod when a stall check is due, for ft_launcher's restarts, or with in-place restarts); without ``trainerStatus``, node 0's last 500 lines for rank 0's progress line, at most 16 KiB a read and two reads (``progress_view``); Warning events and the current Job's metadata after a gang restart; an ft_launcher job whose logs this process does not keep: every node's last 2000 lines (one log read per node); past ``stall_warning_seconds``, one short log read per node (throttled). After a gang restart, PENDING ("restarting") while the JobSet's ``RestartingJobSet`` condition is True (v0.12 on) or pods of the new attempt are pending: the counts mirror the JobSet's a reconcile late |
 | ``node`` job active, not ready    | PENDING   | pods starting                              | the JobSet, the pods not pending, the first 8 of those not placed and of those starting (``JobView.read_waiting``; every pod before the JobSet), Warning events but kube-scheduler's |
-| anything else                     | SUBMITTED | created, pods not there yet                | the same. A node failed on its own beside pods being deleted: RUNNING, "failing" (``JobView.failing``): the Job's ``Failed`` condition, and so JobSet's restart or verdict, waits until its pods ended (Kubernetes 1.31 on) while the counts say no node is active |
+| anything else                     | SUBMITTED | created, pods not there yet                | the same. A node failed on its own beside pods being deleted: RUNNING, "failing" (``JobView.failing``): the Job's ``Failed`` condition, and so JobSet's restart or verdict, waits until its pods ended (Kubernetes 1.31 on) while the counts say no node is active. PENDING once the JobSet exists (a waiting job's state never steps back). The newest refusal of the chain TrainJob -> JobSet -> Jobs -> pods in those Warning events (``refusals.chain_refusal``: a quota, Pod Security, a LimitRange, a ServiceAccount, a policy): PENDING, FAILED where the job can never start as submitted |
 
 ``job_status`` needs only the TrainJob (one GET). ``jobsStatus`` mirrors JobSet's
 ``replicatedJobsStatus``, which counts child *Jobs*, not pods: our runtime has one Job of
@@ -23,7 +23,7 @@ adds (why a job waits or failed, how often it restarted and why) needs the pods:
 column is what one describe reads besides the TrainJob, each at most once (``job_view.JobView``).
 A suspended TrainJob with Kueue's queue-name label waits for its queue: describe then lists the
 namespace's Workloads and ``queue_wait_message`` says why. A job that can never start (an image
-the registry does not have) is reported FAILED; describe only recommends deleting it, and the repair
+the registry does not have, a pod the namespace's rules refuse) is reported FAILED; describe only recommends deleting it, and the repair
 step of an attached wait or ``nemo-kubeflow watch`` deletes it (``repair.steps``).
 
 A pod that fails while the JobSet restarts the gang is *not* a job failure: only the

@@ -41,6 +41,7 @@ from typing import Callable, Optional
 
 from nemo_kubeflow.build import manifests as mf
 from nemo_kubeflow.build.plan import Submission
+from nemo_kubeflow.cluster.admission import check_admission
 from nemo_kubeflow.cluster.client import Cluster
 from nemo_kubeflow.cluster.kinds import describe_target, kubectl_delete
 from nemo_kubeflow.cluster.versions import check_runtime_ttl
@@ -179,8 +180,10 @@ def submit(
     secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else mf.SecretValues()
     applying = _Applying(cluster, sub, stop, known_runtimes if known_runtimes is not None else set())
     with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
-        queue = _check_before_writing(cluster, sub)
+        queue, checked = _check_before_writing(cluster, sub)
         try:
+            # Reads only; inside the try so that a server that stops answering is a SubmissionError like the rest.
+            check_admission(cluster, sub.trainjob, checked, sub.gpu_resource)
             applying.create_pvcs()
             applying.send_runtime()
             trainjob = applying.create_trainjob(runtime_wait, sleep)
@@ -196,16 +199,17 @@ def submit(
             raise
 
 
-def _check_before_writing(cluster: Cluster, sub: Submission) -> str:
+def _check_before_writing(cluster: Cluster, sub: Submission) -> tuple[str, Optional[dict]]:
     """The checks that need the cluster, before anything is written: the runtime's JobSet TTL (and, with
-    ``runtime_name``, that runtime), the LocalQueue. The job's queue name ("" without Kueue)."""
+    ``runtime_name``, that runtime), the LocalQueue. The job's queue name ("" without Kueue) and its runtime
+    (``None``: an admin's that could not be read), for what the namespace admits (cluster/admission.py)."""
     # With runtime_name the admin's runtime is read once, for the checks only: never sent back.
     checked = sub.runtime if sub.runtime is not None else check_existing_runtime(cluster, sub)
     check_runtime_ttl(cluster, checked)
     queue = queue_name(sub.trainjob)
     if queue:
         check_queue(cluster, sub.namespace, queue)
-    return queue
+    return queue, checked
 
 
 @dataclass

@@ -22,8 +22,7 @@ def test_pod_settings_reach_the_pods_of_a_job_on_trainers_torch_distributed(back
     custom, core = backend.custom_objects(), backend.core()
     custom.create_cluster_custom_object(*TRAINER, runtime)
     try:
-        if backend.name == "real":  # the local API server serves no ServiceAccounts, nor requires them
-            core.create_namespaced_service_account(backend.namespace, {"metadata": {"name": "trainer-sa"}})
+        core.create_namespaced_service_account(backend.namespace, {"metadata": {"name": "trainer-sa"}})
         core.create_namespaced_secret(
             backend.namespace, {"metadata": {"name": "creds"}, "stringData": {"user": "someone"}}
         )

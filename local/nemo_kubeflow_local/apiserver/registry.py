@@ -225,7 +225,19 @@ class Registry:
             if rt.has_generation:
                 meta["generation"] = 1
             return Result(201, obj, warnings)
-        return Result(201, self.store.create(rt, obj), warnings)
+        created = self.store.create(rt, obj)
+        if rt is R.NAMESPACES:
+            self._default_service_account(created["metadata"]["name"])
+        return Result(201, created, warnings)
+
+    def _default_service_account(self, namespace: str) -> None:
+        """The ServiceAccount controller's `default` in each new namespace (at once here; kube-controller-manager
+        makes it within a second), which pods run as unless they name another."""
+        if self.store.find(R.SERVICEACCOUNTS, namespace, "default") is None:
+            self.store.create(
+                R.SERVICEACCOUNTS,
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}},
+            )
 
     def update(
         self, rt: ResourceType, namespace: str, name: str, body: Any, query: dict, subresource: str = ""

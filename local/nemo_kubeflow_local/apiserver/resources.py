@@ -95,6 +95,51 @@ CLUSTER_RUNTIMES = ResourceType(
     C.TRAINER_GROUP, C.TRAINER_VERSION, C.CLUSTER_RUNTIME_PLURAL, C.CLUSTER_RUNTIME_KIND, False, has_generation=True
 )
 
+#: What a namespace's admission reads (pod_admission.py): the identities its pods run as (the
+#: ServiceAccount controller makes `default` in each namespace), its ResourceQuotas (the quota
+#: controller writes their status) and LimitRanges.
+SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True)
+RESOURCEQUOTAS = ResourceType("", "v1", "resourcequotas", "ResourceQuota", True, status_subresource=True)
+LIMITRANGES = ResourceType("", "v1", "limitranges", "LimitRange", True)
+#: The Priority admission plugin's classes (cluster-scoped).
+PRIORITYCLASSES = ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+#: Policies and webhooks: ValidatingAdmissionPolicies (with their bindings) are evaluated on pod creation;
+#: webhook configurations are only stored (no webhook is called).
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+VALIDATING_POLICIES = ResourceType(
+    ADMISSION_GROUP,
+    "v1",
+    "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicy",
+    False,
+    status_subresource=True,
+    has_generation=True,
+)
+VALIDATING_POLICY_BINDINGS = ResourceType(
+    ADMISSION_GROUP,
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    False,
+    has_generation=True,
+)
+VALIDATING_WEBHOOKS = ResourceType(
+    ADMISSION_GROUP,
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+    has_generation=True,
+)
+MUTATING_WEBHOOKS = ResourceType(
+    ADMISSION_GROUP,
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+    has_generation=True,
+)
+
 KUEUE_GROUP = C.KUEUE_GROUP
 #: Kueue's queue of a namespace, and the Workload that stands for a job in it (the local Kueue
 #: emulation, kueue.py). Stored as v1beta2; the server also serves v1beta1 unless told otherwise
@@ -157,6 +202,14 @@ ALL = (
     RESOURCEFLAVORS,
     CLUSTERQUEUES,
     WORKLOAD_PRIORITY_CLASSES,
+    SERVICEACCOUNTS,
+    RESOURCEQUOTAS,
+    LIMITRANGES,
+    PRIORITYCLASSES,
+    VALIDATING_POLICIES,
+    VALIDATING_POLICY_BINDINGS,
+    VALIDATING_WEBHOOKS,
+    MUTATING_WEBHOOKS,
 )
 _BY_GROUP_PLURAL = {(rt.group, rt.plural): rt for rt in ALL}
 _BY_GROUP_KIND = {(rt.group, rt.kind): rt for rt in ALL}

@@ -63,6 +63,8 @@ _SUBRESOURCES = {
     "localqueues": {"status"},
     "workloads": {"status"},
     "nodes": {"status"},
+    "resourcequotas": {"status"},
+    "validatingadmissionpolicies": {"status"},
 }
 #: kubectl resolves `kubectl get ns` through these (the real server's; the Trainer CRDs declare none).
 _SHORT_NAMES = {
@@ -72,6 +74,10 @@ _SHORT_NAMES = {
     ("", "pods"): ["po"],
     ("", "events"): ["ev"],
     ("events.k8s.io", "events"): ["ev"],
+    ("", "serviceaccounts"): ["sa"],
+    ("", "resourcequotas"): ["quota"],
+    ("", "limitranges"): ["limits"],
+    ("scheduling.k8s.io", "priorityclasses"): ["pc"],
 }
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 #: `kubectl auth can-i`'s question: may I? (authorization.k8s.io, served for the doctor's rights check)
@@ -139,7 +145,7 @@ def _resource_list(group_version: str, types: list[ResourceType]) -> dict:
         if rt is R.PODS:
             resource["categories"] = ["all"]  # `kubectl get all`
         resources.append(resource)
-        for sub in sorted(_SUBRESOURCES.get(rt.plural, ()) if not rt.group or rt.is_custom else ()):
+        for sub in sorted(_SUBRESOURCES.get(rt.plural, ()) if rt.storage is None else ()):
             resources.append(
                 {
                     "name": f"{rt.plural}/{sub}",

@@ -67,18 +67,17 @@ class Violation:
 
 
 def violations(level: str, pod: dict) -> list[Violation]:
-    """What ``pod`` (a pod spec) violates at Pod Security ``level``, in the admission's order (by check id);
-    [] at ``privileged`` or an unknown level."""
+    """What ``pod`` (a pod spec) violates at Pod Security ``level``, in the admission's order (the baseline
+    checks that restricted keeps, by check id, then restricted's own, by check id); [] at ``privileged`` or
+    an unknown level."""
     if level not in ("baseline", "restricted"):
         return []
-    checks = dict(_BASELINE)
+    checks = [(check_id, _BASELINE[check_id]) for check_id in sorted(_BASELINE)]
     if level == "restricted":
-        for check_id, (overrides, check) in _RESTRICTED.items():
-            for replaced in overrides:
-                checks.pop(replaced, None)
-            checks[check_id] = check
-    found = [v for check_id in sorted(checks) if (v := checks[check_id](check_id, pod)) is not None]
-    return found
+        replaced = {r for overrides, _ in _RESTRICTED.values() for r in overrides}
+        checks = [c for c in checks if c[0] not in replaced]
+        checks += [(check_id, _RESTRICTED[check_id][1]) for check_id in sorted(_RESTRICTED)]
+    return [v for check_id, check in checks if (v := check(check_id, pod)) is not None]
 
 
 def enforced_level(namespace: dict) -> tuple[str, str]:

@@ -560,6 +560,110 @@ def _has_labels(node: dict, selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def check_namespace_fit(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
+    """The namespace's LimitRanges (their bounds) and ResourceQuotas (used/hard of each resource, and what one
+    job of this configuration asks) against the job's pods; FAIL for what the submission would refuse."""
+    from nemo_kubeflow.schema import namespace_fit
+
+    pods = _job_pods(cluster, report, executor, namespace)
+    if pods is None:
+        return
+    looked, limit_ranges = _read(f"LimitRanges in {namespace}", report, lambda: cluster.list("LimitRange", namespace))
+    if looked:
+        _report_limit_ranges(report, namespace, limit_ranges)
+        pods = namespace_fit.with_limit_range_defaults(pods, limit_ranges)
+        for problem in namespace_fit.limit_range_problems(pods, limit_ranges, executor.gpu_resource_name):
+            report.fail(*problem.split("; fix: ", 1))
+    looked, quotas = _read(f"ResourceQuotas in {namespace}", report, lambda: cluster.list("ResourceQuota", namespace))
+    if looked:
+        _report_quotas(report, namespace, pods, quotas, executor.gpu_resource_name)
+
+
+def _job_pods(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> Optional[list]:
+    """The pods of one job of this configuration (with ``runtime_name``, on that runtime as read); ``None``
+    (said) when they cannot be known."""
+    from nemo_kubeflow.cli.render import render_submission
+    from nemo_kubeflow.schema.job_pods import job_pods
+
+    try:
+        sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    except NemoKubeflowError:
+        return None  # the dry run below says why
+    runtime = sub.runtime
+    if runtime is None:
+        kind, name = executor.runtime_kind, executor.runtime_name
+        where = None if kind == CLUSTER_RUNTIME_KIND else namespace
+        looked, runtime = _read(f"{kind} {name}", report, lambda: cluster.get(kind, name, where))
+        if not looked or runtime is None:
+            return None  # said: by _read, or by the runtime check above
+    return job_pods(sub.trainjob, runtime)
+
+
+def _report_limit_ranges(report: Report, namespace: str, limit_ranges: list[dict]) -> None:
+    if not limit_ranges:
+        report.ok(f"no LimitRanges in {namespace}")
+    for lr in limit_ranges:
+        for item in lr.get("spec", {}).get("limits") or []:
+            bounds = ", ".join(
+                f"{key} {', '.join(f'{r}={v}' for r, v in sorted(item[key].items()))}"
+                for key in ("min", "max", "default", "defaultRequest", "maxLimitRequestRatio")
+                if item.get(key)
+            )
+            report.ok(f"LimitRange {lr['metadata']['name']} ({item.get('type')}): {bounds or 'no bounds'}")
+
+
+def _report_quotas(report: Report, namespace: str, pods: list, quotas: list[dict], gpu_resource: str) -> None:
+    """Each quota's headroom against one job: ok when it fits what is free, warn when it waits for more, FAIL
+    when it asks more than the quota's hard limit (or sets no cpu/memory that a quota counts)."""
+    from nemo_kubeflow.schema import namespace_fit
+
+    if not quotas:
+        report.ok(f"no ResourceQuotas in {namespace}")
+        return
+    for line in namespace_fit.quota_lines(pods, quotas):
+        if line.asked > line.hard:
+            report.fail(
+                f"{line}: more than its hard limit",
+                "lower what one job asks (nodes, resources), or ask an admin to raise the quota",
+            )
+        elif line.asked > line.hard - line.used:
+            report.warn(f"{line}: more than is free now (the job waits)", "wait for other jobs to end, or ask less")
+        else:
+            report.ok(str(line))
+    for refusal in namespace_fit.quota_fit(pods, quotas, gpu_resource).refusals:
+        if "must specify" in refusal:
+            report.fail(*refusal.split("; fix: ", 1))
+
+
+def check_policies(cluster: KubernetesCluster, report: Report, namespace: str) -> None:
+    """The policy engines that take part in creating a job's objects in ``namespace``: admission webhooks
+    (Kyverno, Gatekeeper and others register as these) and bound ValidatingAdmissionPolicies, as facts."""
+    from nemo_kubeflow.observe.status import nested
+    from nemo_kubeflow.schema import policy_match
+
+    looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
+    if not looked or ns is None:
+        return
+    labels = nested(ns, "metadata", "labels", default={})
+    found: list = []
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        looked, configs = _read(f"{kind}s", report, functools.partial(cluster.list, kind, None))
+        if looked:
+            found += policy_match.matching_webhooks(kind, configs, labels)
+    looked, policies = _read(
+        "ValidatingAdmissionPolicies", report, lambda: cluster.list("ValidatingAdmissionPolicy", None)
+    )
+    if looked and policies:
+        looked, bindings = _read(
+            "ValidatingAdmissionPolicyBindings", report, lambda: cluster.list("ValidatingAdmissionPolicyBinding", None)
+        )
+        found += policy_match.matching_policies(policies, bindings or [], labels)
+    for match in found:
+        report.ok(f"admission: {match} in {namespace}")
+    if not found:
+        report.ok(f"admission: no webhook or ValidatingAdmissionPolicy matches a job's objects in {namespace}")
+
+
 def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
     """A server-side dry run of the job's runtime (when rendered) and TrainJob: CRD schemas, Trainer's
     webhooks (and JobSet's through the runtime's JobSet template)."""
@@ -644,6 +748,8 @@ def _check_cluster(cluster: KubernetesCluster, report: Report, executor: Any, na
     check_queue(cluster, report, executor, namespace, served)
     check_runtime(cluster, report, executor, namespace, version, why_unknown)
     check_nodes(cluster, report, executor)
+    check_namespace_fit(cluster, report, executor, namespace)
+    check_policies(cluster, report, namespace)
     check_dry_run(cluster, report, executor, namespace)
 
 

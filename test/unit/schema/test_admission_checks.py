@@ -6,7 +6,7 @@ by test/test_admission_presubmit.py (`-m real`)."""
 from builders import submission
 
 from nemo_kubeflow import KubeflowExecutor
-from nemo_kubeflow.schema import namespace_fit, pod_security
+from nemo_kubeflow.schema import namespace_fit, pod_security, policy_match
 from nemo_kubeflow.schema.job_pods import job_pods, merge
 
 GPU = "nvidia.com/gpu"
@@ -211,3 +211,54 @@ def test_quota_lines_say_used_hard_and_what_one_job_asks():
         "ResourceQuota team-quota: requests.cpu used 1 of 8; one job asks 3",
         "ResourceQuota team-quota: pods used 0 of 10; one job asks 2",
     ]
+
+
+# ------------------------------------------------------------------------------------ the policies that match
+
+
+POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+
+
+def test_webhooks_match_by_rule_and_namespace_selector():
+    labels = {"team": "a"}
+    configs = [
+        {
+            "metadata": {"name": "kyverno"},
+            "webhooks": [
+                {
+                    "name": "all",
+                    "rules": [{**POD_RULE, "apiGroups": ["*"], "resources": ["*"]}],
+                    "failurePolicy": "Fail",
+                },
+                {"name": "updates", "rules": [{**POD_RULE, "operations": ["UPDATE"]}]},
+                {"name": "other-team", "rules": [POD_RULE], "namespaceSelector": {"matchLabels": {"team": "b"}}},
+                {
+                    "name": "not-system",
+                    "rules": [{**POD_RULE, "apiGroups": ["batch"], "resources": ["jobs"]}],
+                    "namespaceSelector": {"matchExpressions": [{"key": "system", "operator": "DoesNotExist"}]},
+                    "failurePolicy": "Ignore",
+                },
+            ],
+        }
+    ]
+    found = policy_match.matching_webhooks("ValidatingWebhookConfiguration", configs, labels)
+    assert [str(m) for m in found] == [
+        "ValidatingWebhookConfiguration kyverno/all matches trainjobs, jobsets, jobs, pods (failurePolicy Fail)",
+        "ValidatingWebhookConfiguration kyverno/not-system matches jobs (failurePolicy Ignore)",
+    ]
+
+
+def test_a_policy_counts_only_when_a_binding_takes_in_the_namespace():
+    policy = {"metadata": {"name": "p"}, "spec": {"matchConstraints": {"resourceRules": [POD_RULE]}}}
+    elsewhere = {
+        "metadata": {"name": "b1"},
+        "spec": {
+            "policyName": "p",
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"x": "y"}}},
+        },
+    }
+    assert policy_match.matching_policies([policy], [elsewhere], {}) == []
+    here = {"metadata": {"name": "b2"}, "spec": {"policyName": "p", "validationActions": ["Warn", "Audit"]}}
+    (found,) = policy_match.matching_policies([policy], [elsewhere, here], {})
+    assert str(found) == "ValidatingAdmissionPolicy p matches pods (failurePolicy Fail, binding b2: Warn/Audit)"

@@ -4,6 +4,7 @@ exist; it warns of a quota the job waits for and of an image pull Secret that is
 a note, never a failure. On both back ends (`backend`); the words of each check are compared with the real
 admission plugins' own (PodSecurity, LimitRanger, ResourceQuota) on the real control plane (`-m real`)."""
 
+import copy
 import json
 import logging
 
@@ -138,6 +139,38 @@ def test_a_missing_service_account_and_priority_class_refuse_before_writing(back
     ]
     backend.core().create_namespaced_service_account(backend.namespace, {"metadata": {"name": "trainer"}})
     submit_to(backend, service_account="trainer", resume=False)
+
+
+def test_an_admin_runtime_container_a_baseline_namespace_refuses_is_named_by_the_submission_and_doctor(backend, capsys):
+    from unit.schema.test_validation import TORCH_DISTRIBUTED
+
+    from nemo_kubeflow.cli.main import main as cli_main
+
+    runtime = copy.deepcopy(TORCH_DISTRIBUTED)
+    runtime["metadata"]["name"] = name = f"{backend.namespace}-with-fetch"  # cluster-scoped: one per test
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    fetch = {"name": "fetch", "image": "busybox", "command": ["true"], "securityContext": {"privileged": True}}
+    pod["initContainers"] = [fetch]
+    custom = backend.custom_objects()
+    custom.create_cluster_custom_object("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", runtime)
+    label_pod_security(backend, "baseline")
+    words = 'violates PodSecurity "baseline:latest": privileged (container "fetch" must not set securityContext.privileged=true)'
+    try:
+        (problem,) = refused(backend, runtime_name=name).problems
+        assert words in problem and pod_security.ADMIN_RUNTIME_NOTE in problem
+        capsys.readouterr()
+        code = cli_main(
+            ["doctor", "--factory", "kubeflow_cpu", "--kubeconfig", backend.kubeconfig, "-n", backend.namespace]
+            + ["--set", f"runtime_name={name}"]
+        )
+        lines = capsys.readouterr().out.splitlines()
+    finally:
+        custom.delete_cluster_custom_object("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", name)
+    assert code == 1
+    assert (
+        f'FAIL  namespace {backend.namespace} refuses the pods of replicated job "node": {words}; fix: '
+        f"{pod_security.PRIVILEGE_FIX}; or {pod_security.ADMIN_RUNTIME_NOTE}"
+    ) in lines, "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------- the local cluster's RBAC

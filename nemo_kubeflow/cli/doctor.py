@@ -391,12 +391,36 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
         return
     enforced = nested(ns, "metadata", "labels", default={}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
     if _admits(enforced, level):
-        report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
+        if not _report_pod_security_violations(cluster, report, executor, namespace, ns):
+            report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
     else:
         report.fail(
             f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
             _pod_security_fix(level),
         )
+
+
+def _report_pod_security_violations(
+    cluster: KubernetesCluster, report: Report, executor: Any, namespace: str, ns: dict
+) -> bool:
+    """The Pod Security Standards' checks of the namespace's level on the job's pods (as the submission runs
+    them): a FAIL per replicated job whose pods break it, in PodSecurity admission's words. Whether any did."""
+    from nemo_kubeflow.schema import pod_security
+
+    level, version = pod_security.enforced_level(ns)
+    if level not in ("baseline", "restricted"):
+        return False
+    failed = False
+    for jp in _job_pods(cluster, report, executor, namespace) or []:
+        found = pod_security.violations(level, jp.spec)
+        if found:
+            failed = True
+            report.fail(
+                f'namespace {namespace} refuses the pods of replicated job "{jp.job}": '
+                f"{pod_security.message(level, version, found)}",
+                "; or ".join(pod_security.fixes(found, admin_runtime=executor.runtime_name is not None)),
+            )
+    return failed
 
 
 def _pod_security_fix(level: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader
-from nemo_kubeflow.constants import TRAINJOB_KIND
+from nemo_kubeflow.constants import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TRAINJOB_KIND
 from nemo_kubeflow.errors import NotAdmittedError, NotFoundError, PermissionDeniedError
 from nemo_kubeflow.schema import namespace_fit, pod_security
 from nemo_kubeflow.schema.job_pods import JobPods, job_pods
@@ -42,7 +42,8 @@ def check_admission(cluster: ClusterReader, trainjob: dict, runtime: Optional[di
             "Security level, LimitRanges, ResourceQuotas and the objects they name (the cluster still enforces them)",
             namespace,
         )
-    findings = admission_findings(cluster, namespace, job_pods(trainjob, runtime) if runtime else [], gpu_resource)
+    pods = job_pods(trainjob, runtime) if runtime else []
+    findings = admission_findings(cluster, namespace, pods, gpu_resource, admin_runtime=_is_admins(runtime))
     for line in findings.skipped + findings.warnings:
         log.warning("%s", line)
     if findings.refusals:
@@ -50,13 +51,21 @@ def check_admission(cluster: ClusterReader, trainjob: dict, runtime: Optional[di
     return findings
 
 
-def admission_findings(cluster: ClusterReader, namespace: str, pods: list[JobPods], gpu_resource: str) -> Findings:
+def _is_admins(runtime: Optional[dict]) -> bool:
+    """Whether ``runtime`` is one we did not render (``runtime_name``: no label of ours)."""
+    labels = ((runtime or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
+
+
+def admission_findings(
+    cluster: ClusterReader, namespace: str, pods: list[JobPods], gpu_resource: str, admin_runtime: bool = False
+) -> Findings:
     """The reads and the checks, without raising."""
     found = Findings()
     if not pods:
         return found
     reader = _Reader(cluster, namespace, found)
-    _pod_security(reader, namespace, pods, found)
+    _pod_security(reader, namespace, pods, found, admin_runtime)
     limit_ranges = reader.list("LimitRange", "the LimitRanges' bounds and defaults")
     defaulted = namespace_fit.with_limit_range_defaults(pods, limit_ranges or [])
     found.refusals += namespace_fit.limit_range_problems(defaulted, limit_ranges or [], gpu_resource)
@@ -68,7 +77,7 @@ def admission_findings(cluster: ClusterReader, namespace: str, pods: list[JobPod
     return found
 
 
-def _pod_security(reader: "_Reader", namespace: str, pods: list[JobPods], found: Findings) -> None:
+def _pod_security(reader: "_Reader", namespace: str, pods: list[JobPods], found: Findings, admin_runtime: bool) -> None:
     ns = reader.get("Namespace", namespace, None, "the namespace's Pod Security level")
     if ns is None:
         return
@@ -80,7 +89,7 @@ def _pod_security(reader: "_Reader", namespace: str, pods: list[JobPods], found:
                 f"namespace {namespace!r} enforces Pod Security {level!r} (label "
                 f'{pod_security.ENFORCE_LABEL}={level}), which refuses the pods of replicated job "{jp.job}": '
                 f"{pod_security.message(level, version, violations)}; fix: "
-                + "; or ".join(pod_security.fixes(violations))
+                + "; or ".join(pod_security.fixes(violations, admin_runtime))
             )
 
 

@@ -92,9 +92,16 @@ def message(level: str, version: str, found: list[Violation]) -> str:
     return f'violates PodSecurity "{level}:{version}": ' + ", ".join(str(v) for v in found)
 
 
-def fixes(found: list[Violation]) -> list[str]:
-    """The distinct fixes of ``found``, in order."""
-    return list(dict.fromkeys(v.fix for v in found))
+#: What a fix adds on an admin's runtime (``runtime_name``): its own containers keep their own settings.
+ADMIN_RUNTIME_NOTE = (
+    "on an admin's runtime (runtime_name) the executor sets only the node container's and the pod's: "
+    "another container the message names needs the runtime's owner to set it"
+)
+
+
+def fixes(found: list[Violation], admin_runtime: bool = False) -> list[str]:
+    """The distinct fixes of ``found``, in order; with ``admin_runtime``, what the executor cannot fix there."""
+    return list(dict.fromkeys(v.fix for v in found)) + ([ADMIN_RUNTIME_NOTE] if admin_runtime else [])
 
 
 # ------------------------------------------------------------------------------------------- the checks

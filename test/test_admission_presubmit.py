@@ -79,6 +79,18 @@ def test_a_restricted_namespace_refuses_a_job_without_restricted_security_before
     assert ("create", "TrainJob", result.trainjob["metadata"]["name"]) in result.actions
 
 
+def test_exp_run_raises_the_refusal_and_writes_nothing(backend):
+    import nemo_run as run
+
+    label_pod_security(backend, "baseline")
+    executor = backend.executor(network_fabric="none", service_account="not-here")
+    with pytest.raises(NotAdmittedError, match="ServiceAccount 'not-here' does not exist"):
+        with run.Experiment("refused", executor=executor, log_level="WARN") as exp:
+            exp.add(run.Script(inline="echo never"), name="never")
+            exp.run(detach=True)
+    assert_nothing_written(backend)
+
+
 def test_a_job_over_a_quota_is_refused_and_one_over_what_is_free_now_is_warned(backend, caplog):
     create_quota(backend, {"requests.cpu": "1500m"}, name="hard-cap")
     error = refused(backend, cpu_request="1")

@@ -35,6 +35,7 @@ from nemo_kubeflow_local.apiserver.tls import ServerCredentials, make_credential
 from nemo_kubeflow_local.apiserver.versions import KUEUE_SERVED_DEFAULT
 from nemo_kubeflow_local.controllers import trainjob_status
 from nemo_kubeflow_local.controllers.kueue import KueueController
+from nemo_kubeflow_local.controllers.quota import QuotaController
 from nemo_kubeflow_local.controllers.status_only_pods import StatusOnlyKubelet
 from nemo_kubeflow_local.controllers.trainer import TrainerController
 from nemo_kubeflow_local.events import EventRecorder
@@ -47,6 +48,17 @@ CONTEXT = "nemo-kubeflow-local"
 TRAINER_SYSTEM_NAMESPACE = "kubeflow-system"
 TRAINER_PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
 TRAINER_VERSION = "v2.3.0"
+#: The PriorityClasses kube-apiserver makes at start.
+SYSTEM_PRIORITY_CLASSES = {
+    "system-node-critical": (
+        2000001000,
+        "Used for system critical pods that must not be moved from their current node.",
+    ),
+    "system-cluster-critical": (
+        2000000000,
+        "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+    ),
+}
 
 
 @dataclass
@@ -59,6 +71,7 @@ class _Running:
     credentials: ServerCredentials
     controller: TrainerController
     kueue: KueueController
+    quota: QuotaController
 
 
 class LocalCluster:
@@ -133,6 +146,11 @@ class LocalCluster:
         for namespace in ("default", "kube-system", "kube-public", TRAINER_SYSTEM_NAMESPACE):
             if not store.namespace_exists(namespace):
                 registry.create(R.NAMESPACES, "", {"metadata": {"name": namespace}}, {})
+        for name, (value, description) in SYSTEM_PRIORITY_CLASSES.items():
+            if store.find(R.PRIORITYCLASSES, "", name) is None:
+                registry.create(
+                    R.PRIORITYCLASSES, "", {"metadata": {"name": name}, "value": value, "description": description}, {}
+                )
         if store.find(R.CONFIGMAPS, TRAINER_SYSTEM_NAMESPACE, TRAINER_PUBLIC_CONFIGMAP) is None:
             registry.create(
                 R.CONFIGMAPS,
@@ -159,7 +177,9 @@ class LocalCluster:
         controller.start()
         kueue = KueueController(store, events)
         kueue.start()
-        self._running = _Running(workdir, store, server, credentials, controller, kueue)
+        quota = QuotaController(store)
+        quota.start()
+        self._running = _Running(workdir, store, server, credentials, controller, kueue, quota)
         self._write_kubeconfig()
         return self
 
@@ -170,6 +190,7 @@ class LocalCluster:
             return
         running.server.stop()
         running.kueue.stop()
+        running.quota.stop()
         running.controller.stop()
         if self.status_server is not None:
             self.status_server.stop()

@@ -39,3 +39,29 @@ def parse_quantity(text: Union[str, int, float, None]) -> Optional[Decimal]:
         return value * (2 ** _BINARY[suffix])
     exponent = _EXPONENT.fullmatch(suffix)
     return value.scaleb(int(exponent.group(1))) if exponent else None
+
+
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""), (-3, "m"), (-6, "u"))
+
+
+def is_binary(text: Union[str, int, float, None]) -> bool:
+    """Whether a quantity is written with a binary suffix (``Mi``): Go keeps that format through sums."""
+    return isinstance(text, str) and text[-2:] in _BINARY
+
+
+def format_quantity(value: Decimal, binary: bool = False) -> str:
+    """A quantity's canonical text, as Go's ``Quantity.String()`` gives it: ``500m``, ``1``, ``1k``, ``100Mi``;
+    a binary one that is not a whole number of at least 1024 is written as a decimal one."""
+    if binary and value == value.to_integral_value() and abs(value) >= 1024:
+        whole, power = int(value), 0
+        while whole % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+            whole, power = whole // 1024, power + 1
+        return f"{whole}{_BINARY_SUFFIXES[power]}"
+    if value == 0:
+        return "0"
+    for exponent, suffix in _DECIMAL_SUFFIXES:
+        scaled = value.scaleb(-exponent)
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{suffix}"
+    return f"{int(value.scaleb(9).to_integral_value(rounding='ROUND_CEILING'))}n"

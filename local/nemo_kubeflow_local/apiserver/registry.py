@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from nemo_kubeflow_local.apiserver import admission, chunking, kueue_schema
+from nemo_kubeflow_local.apiserver import admission, chunking, kueue_schema, pod_admission
 from nemo_kubeflow_local.apiserver import core_validation as validation
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, bad_request, conflict, invalid, not_found
@@ -152,6 +152,8 @@ def _prepare_for_create(rt: ResourceType, obj: dict) -> None:
         }
     elif rt.status_subresource:
         obj.pop("status", None)  # the status subresource owns it
+    if rt is R.LIMITRANGES:
+        pod_admission.default_limit_range(obj)
     if rt is R.TRAINJOBS:
         kueue_schema.default_trainjob(obj)  # Kueue's mutating webhook (create only)
     if rt.is_custom:
@@ -211,16 +213,24 @@ class Registry:
             raise ApiError(500, "resourceVersion should not be set on objects to be created")
         for key in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
             meta.pop(key, None)
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + random_suffix()
+        if not meta.get("name") and meta.get("generateName") and rt is not R.PODS:
+            meta["name"] = meta["generateName"] + random_suffix()  # a pod's after its mutating admission
         warnings = self._prune_unknown(rt, obj, query)
         if rt.namespaced and not self.store.namespace_exists(namespace):
             raise not_found(R.NAMESPACES, namespace)
         _prepare_for_create(rt, obj)
+        dry_run = query.get("dryRun") == "All"
+        if rt is R.PODS:
+            created, more = pod_admission.create_pod(
+                self.store, obj, random_suffix, validate_spec=lambda pod: self._validate(rt, pod, None), dry_run=dry_run
+            )
+            if dry_run:
+                meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+            return Result(201, created, warnings + more)
         self._validate(rt, obj, None)
         if rt.is_custom:
             warnings += admission.admit(self.store, rt, obj, None)
-        if query.get("dryRun") == "All":
+        if dry_run:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
             if rt.has_generation:
                 meta["generation"] = 1
@@ -323,6 +333,8 @@ class Registry:
                 obj["status"] = old["status"]
         if rt is R.SECRETS:
             validation.normalize_secret(obj)
+        if rt is R.LIMITRANGES:
+            pod_admission.default_limit_range(obj)
         if rt.is_custom:
             admission.apply_defaults(rt, obj)
         obj["metadata"]["resourceVersion"] = expected or old["metadata"]["resourceVersion"]
@@ -422,6 +434,10 @@ class Registry:
 
     def _validate(self, rt: ResourceType, obj: dict, old: Optional[dict]) -> None:
         errors = validation.validate(rt, obj, old)
+        if rt is R.NAMESPACES:
+            errors += pod_admission.namespace_label_errors(obj)
+        elif rt is R.VALIDATING_POLICIES:
+            errors += pod_admission.policy_errors(obj)
         if rt.is_custom:
             errors += admission.crd_errors(rt, obj, old)
         if errors:

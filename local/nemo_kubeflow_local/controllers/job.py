@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from nemo_kubeflow_local import constants as C
-from nemo_kubeflow_local.apiserver.registry import apply_pod_defaults, random_suffix
+from nemo_kubeflow_local.apiserver.registry import apply_pod_defaults
 from nemo_kubeflow_local.controllers.objects import controller_ref
 from nemo_kubeflow_local.timeutil import now_rfc3339, set_condition
 
@@ -50,6 +50,8 @@ class JobState:
     suspended_pods: set = field(default_factory=set)
     succeeded: set = field(default_factory=set)
     retry_at: float = 0.0
+    #: pod creations the API server refused in a row (admission: a quota, Pod Security, ...), for the back-off
+    refused_creates: int = 0
     #: (reason, message) once the Job met a failure criterion (condition FailureTarget): the Job controller
     #: deletes its running pods, and adds the terminal Failed condition (``failure``) only once none of its
     #: pods is terminating (Kubernetes 1.31 on, "Terminal Job conditions"); JobSet waits for that one.
@@ -174,8 +176,7 @@ def build_pod(job: dict, index: int) -> dict:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{name}-{index}-",
-            "name": f"{name}-{index}-{random_suffix()}",
+            "generateName": f"{name}-{index}-",  # the API server names it, after its mutating admission
             "namespace": job["metadata"]["namespace"],
             "labels": {**(metadata.get("labels") or {}), C.COMPLETION_INDEX_LABEL: str(index)},
             "annotations": {**(metadata.get("annotations") or {}), C.COMPLETION_INDEX_ANNOTATION: str(index)},
@@ -185,5 +186,9 @@ def build_pod(job: dict, index: int) -> dict:
         "spec": pod_spec,
     }
     apply_pod_defaults(pod)
-    pod["metadata"]["labels"][PRIORITY_LABEL] = str(pod["spec"]["priority"])
     return pod
+
+
+def label_priority(pod: dict) -> None:
+    """JobSet's pod webhook (a mutating webhook: after the Priority plugin set the pod's priority)."""
+    pod["metadata"]["labels"][PRIORITY_LABEL] = str(pod["spec"]["priority"])

@@ -29,11 +29,12 @@ from typing import Optional
 import yaml
 
 from nemo_kubeflow_local import constants as C
-from nemo_kubeflow_local.apiserver import admission
+from nemo_kubeflow_local.apiserver import admission, pod_admission
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, invalid
 from nemo_kubeflow_local.apiserver.core_validation import pod_spec_errors
 from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
+from nemo_kubeflow_local.apiserver.registry import random_suffix
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
@@ -44,6 +45,7 @@ from nemo_kubeflow_local.controllers.job import (
     JobState,
     build_pod,
     completed_indexes,
+    label_priority,
     pod_failure_policy_match,
     set_job_condition,
     set_job_suspend,
@@ -73,6 +75,8 @@ from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
+#: The Job controller's back-off after the API server refused a pod (FailedCreate).
+CREATE_BACKOFF_START_S, CREATE_BACKOFF_MAX_S = 1.0, 10.0
 #: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{C.COMPLETION_INDEX_ANNOTATION}']"
 #: What Trainer's coscheduling and volcano plugins put on every pod (scheduler-plugins, Volcano).
@@ -797,6 +801,8 @@ class TrainerController:
                     break
                 if not self._create_pod(tj, state, job, index):
                     return  # the TrainJob is gone: nothing more to create
+                if job.refused_creates:
+                    break  # refused: the next try after the back-off
         failed = sorted((j for j in state.jobs if j.failure), key=lambda j: j.failed_at)
         if failed:
             self._apply_failure_policy(tj, state, failed[0])
@@ -1204,16 +1210,22 @@ class TrainerController:
             owner = self.store.find(R.JOBS, namespace, job.name)
             if owner is None or owner["metadata"]["uid"] != job.uid:
                 return False
+            refusal: Optional[ApiError] = None
             try:
-                created = self.store.create(R.PODS, pod)
+                created, _ = pod_admission.create_pod(self.store, pod, random_suffix, mutated=label_priority)
+                job.refused_creates = 0
             except ApiError as error:
-                logger.warning("creating pod %s: %s", pod["metadata"]["name"], error)
-                return True
-        self.events.record(
-            self._job_ref(tj, job.name, job.uid),
-            "Normal",
-            "SuccessfulCreate",
-            f"Created pod: {created['metadata']['name']}",
-            "job-controller",
-        )
+                refusal = error
+        if refusal is not None:
+            # The Job controller says so on the Job and tries again, backing off (1 s doubling, at most 10 s
+            # here; the real one's goes to 60 s): a quota that frees up lets the pod in.
+            job.refused_creates += 1
+            job.retry_at = time.monotonic() + min(
+                CREATE_BACKOFF_MAX_S, CREATE_BACKOFF_START_S * 2 ** (job.refused_creates - 1)
+            )
+            self._after(job.retry_at - time.monotonic(), (namespace, name))
+            said = ("Warning", "FailedCreate", f"Error creating: {refusal.message}")
+        else:
+            said = ("Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
+        self.events.record(self._job_ref(tj, job.name, job.uid), *said, "job-controller")
         return True

@@ -48,19 +48,35 @@ def label_pod_security(backend, level):
     backend.core().patch_namespace(backend.namespace, {"metadata": {"labels": {pod_security.ENFORCE_LABEL: level}}})
 
 
-def create_quota(backend, hard, used=None, name="team-quota"):
-    """A ResourceQuota; with ``used``, its status says that much is in use (written through the status
-    subresource once the quota controller, on the real back end, has written its own first)."""
+def create_quota(backend, hard, name="team-quota"):
+    backend.core().create_namespaced_resource_quota(
+        backend.namespace, {"metadata": {"name": name}, "spec": {"hard": hard}}
+    )
+
+
+def occupy(backend, pods, quota):
+    """``pods`` pods of someone else's in the namespace, once the quota controller counts them in ``quota``."""
     core = backend.core()
-    core.create_namespaced_resource_quota(backend.namespace, {"metadata": {"name": name}, "spec": {"hard": hard}})
-    if used is None:
-        return
-    if backend.name == "real":
-        wait_for(
-            lambda: getattr(core.read_namespaced_resource_quota(name, backend.namespace).status, "hard", None),
-            "the quota controller to write the quota's status",
+    for i in range(pods):
+        core.create_namespaced_pod(
+            backend.namespace,
+            {
+                "metadata": {"name": f"other-{i}"},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "python:3.11", "command": ["sleep", "600"]}],
+                },
+            },
         )
-    core.patch_namespaced_resource_quota_status(name, backend.namespace, {"status": {"hard": hard, "used": used}})
+    wait_for(
+        lambda: (
+            (getattr(core.read_namespaced_resource_quota(quota, backend.namespace).status, "used", None) or {}).get(
+                "pods"
+            )
+            == str(pods)
+        ),
+        f"the quota controller to count {pods} pods in {quota}",
+    )
 
 
 # --------------------------------------------------------------------------------------------- both back ends
@@ -110,7 +126,8 @@ def test_a_job_over_a_quota_is_refused_and_one_over_what_is_free_now_is_warned(b
     ) in caplog.text
     backend.core().delete_namespaced_resource_quota("hard-cap", backend.namespace)
     caplog.clear()
-    create_quota(backend, {"pods": "4"}, used={"pods": "3"}, name="busy")
+    create_quota(backend, {"pods": "4"}, name="busy")
+    occupy(backend, 3, "busy")
     submit_to(backend, cpu_request="500m", resume=False, task="second")
     assert (
         "ResourceQuota 'busy': the job's pods (2 pod(s) of replicated job \"node\") ask pods=2, more than is free "

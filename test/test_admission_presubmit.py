@@ -399,3 +399,21 @@ def test_doctor_reports_quota_headroom_limit_ranges_and_the_policies_that_match(
     ) in lines, text
     assert lines[-1].startswith("1 check(s) failed"), text
     assert all("; fix: " in entry for entry in lines if entry.startswith(("warn  ", "FAIL  "))), text
+
+
+def test_the_tasks_of_one_process_read_the_namespaces_rules_once(local, cluster):
+    ns = "admission-reads"
+    local.create_namespace(ns)
+    rules_read: dict = {}
+    reads = []
+    for task in ("first", "second"):
+        local.clear_requests()
+        submit(
+            KubernetesCluster(str(local.kubeconfig_path)),
+            submission(submission_executor(local, ns), task=task),
+            resume=False,
+            rules_read=rules_read,
+        )
+        reads.append(sorted(r.resource for r in local.requests if r.verb in ("get", "list")))
+    assert reads[0] == ["limitranges", "namespaces", "resourcequotas"]
+    assert reads[1] == []

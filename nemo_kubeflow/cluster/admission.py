@@ -10,6 +10,7 @@ is a warning."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -31,7 +32,13 @@ class Findings:
     skipped: list[str] = field(default_factory=list)
 
 
-def check_admission(cluster: ClusterReader, trainjob: dict, runtime: Optional[dict], gpu_resource: str) -> Findings:
+def check_admission(
+    cluster: ClusterReader,
+    trainjob: dict,
+    runtime: Optional[dict],
+    gpu_resource: str,
+    read_lately: Optional[dict[str, "NamespaceRules"]] = None,
+) -> Findings:
     """Check the pods of ``trainjob`` on ``runtime`` against what the namespace admits; raise ``NotAdmittedError``
     for what it refuses, log the warnings and skipped reads. ``runtime`` ``None`` (an admin's runtime that could
     not be read): there are no pods to check (said)."""
@@ -43,7 +50,9 @@ def check_admission(cluster: ClusterReader, trainjob: dict, runtime: Optional[di
             namespace,
         )
     pods = job_pods(trainjob, runtime) if runtime else []
-    findings = admission_findings(cluster, namespace, pods, gpu_resource, admin_runtime=_is_admins(runtime))
+    findings = admission_findings(
+        cluster, namespace, pods, gpu_resource, admin_runtime=_is_admins(runtime), read_lately=read_lately
+    )
     for line in findings.skipped + findings.warnings:
         log.warning("%s", line)
     if findings.refusals:
@@ -57,28 +66,64 @@ def _is_admins(runtime: Optional[dict]) -> bool:
     return labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE
 
 
+#: How long a process reuses a namespace's rules it read (its Pod Security label, LimitRanges, ResourceQuotas):
+#: the tasks of one experiment, submitted one after the other, read them once.
+RULES_FRESH_S = 10.0
+
+
+@dataclass
+class NamespaceRules:
+    """What a namespace admits, as read: ``None`` where the read failed (said in ``skipped``)."""
+
+    namespace: Optional[dict]
+    limit_ranges: Optional[list[dict]]
+    quotas: Optional[list[dict]]
+    read_at: float
+
+
 def admission_findings(
-    cluster: ClusterReader, namespace: str, pods: list[JobPods], gpu_resource: str, admin_runtime: bool = False
+    cluster: ClusterReader,
+    namespace: str,
+    pods: list[JobPods],
+    gpu_resource: str,
+    admin_runtime: bool = False,
+    read_lately: Optional[dict[str, NamespaceRules]] = None,
 ) -> Findings:
     """The reads and the checks, without raising."""
     found = Findings()
     if not pods:
         return found
     reader = _Reader(cluster, namespace, found)
-    _pod_security(reader, namespace, pods, found, admin_runtime)
-    limit_ranges = reader.list("LimitRange", "the LimitRanges' bounds and defaults")
-    defaulted = namespace_fit.with_limit_range_defaults(pods, limit_ranges or [])
-    found.refusals += namespace_fit.limit_range_problems(defaulted, limit_ranges or [], gpu_resource)
-    quotas = reader.list("ResourceQuota", "whether the job fits the namespace's ResourceQuotas")
-    fit = namespace_fit.quota_fit(defaulted, quotas or [], gpu_resource)
+    rules = _rules(reader, namespace, {} if read_lately is None else read_lately)
+    _pod_security(rules.namespace, namespace, pods, found, admin_runtime)
+    limit_ranges = rules.limit_ranges or []
+    defaulted = namespace_fit.with_limit_range_defaults(pods, limit_ranges)
+    found.refusals += namespace_fit.limit_range_problems(defaulted, limit_ranges, gpu_resource)
+    fit = namespace_fit.quota_fit(defaulted, rules.quotas or [], gpu_resource)
     found.refusals += fit.refusals
     found.warnings += fit.warnings
     _named_objects(reader, namespace, pods, found)
     return found
 
 
-def _pod_security(reader: "_Reader", namespace: str, pods: list[JobPods], found: Findings, admin_runtime: bool) -> None:
-    ns = reader.get("Namespace", namespace, None, "the namespace's Pod Security level")
+def _rules(reader: "_Reader", namespace: str, read_lately: dict[str, NamespaceRules]) -> NamespaceRules:
+    """The namespace's rules: read again when this process has none of the last ``RULES_FRESH_S`` seconds."""
+    known = read_lately.get(namespace)
+    if known is not None and time.monotonic() - known.read_at < RULES_FRESH_S:
+        return known
+    rules = NamespaceRules(
+        reader.get("Namespace", namespace, None, "the namespace's Pod Security level"),
+        reader.list("LimitRange", "the LimitRanges' bounds and defaults"),
+        reader.list("ResourceQuota", "whether the job fits the namespace's ResourceQuotas"),
+        time.monotonic(),
+    )
+    read_lately[namespace] = rules
+    return rules
+
+
+def _pod_security(
+    ns: Optional[dict], namespace: str, pods: list[JobPods], found: Findings, admin_runtime: bool
+) -> None:
     if ns is None:
         return
     level, version = pod_security.enforced_level(ns)

@@ -169,13 +169,15 @@ def submit(
     known_runtimes: Optional[set] = None,
     timeout: float = SUBMIT_TIMEOUT_S,
     stop: Optional[Callable[[], bool]] = None,
+    rules_read: Optional[dict] = None,
 ) -> SubmitResult:
     """Create everything in ``sub``; on failure remove what was created and raise.
 
     ``known_runtimes``: runtimes (``runtime_key``) that earlier submissions to the same cluster
     created or reused; theirs is not sent again. Updated in place. ``timeout``: seconds the whole
     submission may take (``submit_timeout_seconds``). ``stop``: asked before each write up to the
-    resume; ``True`` removes what was created and raises ``SubmissionStopped``.
+    resume; ``True`` removes what was created and raises ``SubmissionStopped``. ``rules_read``: the namespaces'
+    rules earlier submissions to the same cluster read lately (cluster/admission.py), reused; updated in place.
     """
     secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else mf.SecretValues()
     applying = _Applying(cluster, sub, stop, known_runtimes if known_runtimes is not None else set())
@@ -183,7 +185,7 @@ def submit(
         queue, checked = _check_before_writing(cluster, sub)
         try:
             # Reads only; inside the try so that a server that stops answering is a SubmissionError like the rest.
-            check_admission(cluster, sub.trainjob, checked, sub.gpu_resource)
+            check_admission(cluster, sub.trainjob, checked, sub.gpu_resource, rules_read)
             applying.create_pvcs()
             applying.send_runtime()
             trainjob = applying.create_trainjob(runtime_wait, sleep)

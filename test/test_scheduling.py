@@ -9,7 +9,6 @@ import sys
 import nemo_run as run
 import pytest
 from kubernetes import client
-from kubernetes.config import new_client_from_config
 from kueue_api import kueue_version
 from polling import wait_for_status
 from torchx.specs import AppState, parse_app_handle
@@ -188,13 +187,10 @@ def test_held_queue_then_released_runs_without_our_resume(local):
 
 
 def test_gang_scheduled_job_runs_on_the_local_cluster(local):
-    # A PriorityClass the pods name must exist (Kubernetes' Priority admission, checked before submitting).
-    scheduling = client.SchedulingV1Api(new_client_from_config(config_file=str(local.kubeconfig_path)))
-    try:
-        scheduling.create_priority_class({"metadata": {"name": "training-high"}, "value": 1000})
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
+    # The pods name a PriorityClass: it must exist (the Priority admission plugin refuses them otherwise).
+    client.SchedulingV1Api(local.api_client()).create_priority_class(
+        {"metadata": {"name": "training-high"}, "value": 1000}
+    )
     executor = local_executor(
         local,
         pod_group_policy="coscheduling",

@@ -1,9 +1,9 @@
 """Events, recorded the way each component's client-go recorder does.
 
-The kubelet, the Job and the JobSet controllers use the core/v1 recorder: `firstTimestamp`,
-`lastTimestamp` and `count`. kube-scheduler and the Trainer controller use the events.k8s.io/v1
-recorder: `eventTime`, `action` and `series`, with `firstTimestamp` null in the core/v1 view (so the
-Kubeflow SDK's `get_job_events`, which drops events without it, does not show them).
+The kubelet and the Job controller use the core/v1 recorder: `firstTimestamp`, `lastTimestamp` and `count`.
+kube-scheduler and the Trainer and JobSet controllers (`trainer-trainjob-controller`, `jobset`, as they sign them
+for real) use the events.k8s.io/v1 recorder: `eventTime`, `action` and `series`, with `firstTimestamp` null in the
+core/v1 view (so the Kubeflow SDK's `get_job_events`, which drops events without it, does not show them).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ NODE_NAME = "nemo-kubeflow-local"
 #: client-go's EventAggregator: from the 10th different message of alike events in 10 minutes, one combined event.
 AGGREGATE_AFTER, AGGREGATE_INTERVAL_S = 10, 600.0
 #: Components that record through events.k8s.io/v1.
-NEW_API_COMPONENTS = {"default-scheduler", "trainjob-controller"}
+NEW_API_COMPONENTS = {"default-scheduler", "trainer-trainjob-controller", "jobset"}
 
 
 class Recorder(Protocol):

@@ -14,8 +14,10 @@ import time
 import urllib.error
 from typing import Callable, Optional
 
+import nemo_run as run
 import pytest
 from kubernetes import client
+from torchx.specs import AppState
 
 Send = Callable[[str, str, Optional[dict], str], tuple[int, dict]]
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -381,3 +383,75 @@ def test_a_refused_pod_leaves_nothing_behind_and_a_dry_run_is_admitted_the_same(
     assert refusal(send, ns, pod("real"))[0] == 403
     assert core.list_namespaced_pod(ns).items == []
     assert core.read_namespaced_resource_quota("q", ns).status.used == {"pods": "0"}
+
+
+def test_a_warning_policy_admits_with_the_real_warning_and_its_variables_and_conditions_apply(api, ns):
+    send = local_sender(api)
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    policy = {
+        "metadata": {"name": f"{ns}-warn"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [rule]},
+            "matchConditions": [
+                {"name": "labelled", "expression": "has(object.metadata.labels) && 'team' in object.metadata.labels"}
+            ],
+            "variables": [{"name": "images", "expression": "object.spec.containers.map(c, c.image)"}],
+            "validations": [{"expression": "variables.images.all(i, i.contains(':'))"}],
+        },
+    }
+    binding = {"metadata": {"name": f"{ns}-warn"}, "spec": {"policyName": f"{ns}-warn", "validationActions": ["Warn"]}}
+    assert send("POST", f"{ADMISSION}/validatingadmissionpolicies", policy)[0] == 201
+    assert send("POST", f"{ADMISSION}/validatingadmissionpolicybindings", binding)[0] == 201
+    try:
+        labelled = dict(pod("untagged"), metadata={"name": "untagged", "labels": {"team": "a"}})
+        response = api.call_api(
+            f"/api/v1/namespaces/{ns}/pods",
+            "POST",
+            body=labelled,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        assert response[1] == 201
+        assert response[2]["Warning"] == (
+            f"299 - \"Validation failed for ValidatingAdmissionPolicy '{ns}-warn' with binding '{ns}-warn': failed "
+            "expression: variables.images.all(i, i.contains(':'))\""
+        )
+        unlabelled = api.call_api(
+            f"/api/v1/namespaces/{ns}/pods",
+            "POST",
+            body=pod("other"),
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        assert "Warning" not in unlabelled[2]  # its match condition does not hold: not evaluated
+    finally:
+        send("DELETE", f"{ADMISSION}/validatingadmissionpolicybindings/{ns}-warn", None)
+        send("DELETE", f"{ADMISSION}/validatingadmissionpolicies/{ns}-warn", None)
+
+
+def test_a_policy_the_local_cluster_cannot_evaluate_is_refused_at_its_creation(api, ns):
+    policy = {
+        "metadata": {"name": f"{ns}-params"},
+        "spec": {
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "validations": [{"expression": "object.metadata.name == params.data.name"}],
+        },
+    }
+    code, answer = local_sender(api)("POST", f"{ADMISSION}/validatingadmissionpolicies", policy)
+    assert (code, answer["reason"]) == (422, "Invalid")
+    assert "spec.paramKind: Forbidden: the local cluster does not evaluate policies with params" in answer["message"]
+
+
+def test_a_restricted_security_job_runs_where_pod_security_enforces_restricted(backend):
+    """The product's `restricted_security=True` pods pass the restricted level on both back ends: the emulation
+    refuses no more than the real admission does."""
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    backend.core().patch_namespace(backend.namespace, {"metadata": {"labels": labels}})
+    executor = backend.executor(restricted_security=True)
+    with run.Experiment("restricted", executor=executor, log_level="WARN") as exp:
+        exp.add(run.Script(inline="echo admitted"), name="restricted")
+        exp.run(sequential=True)
+        job = exp.jobs[0]
+    assert exp.status(return_dict=True)[job.id]["status"] == AppState.SUCCEEDED
+    events = backend.core().list_namespaced_event(backend.namespace).items
+    assert [e.message for e in events if e.reason == "FailedCreate"] == []

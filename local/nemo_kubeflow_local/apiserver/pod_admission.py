@@ -56,11 +56,19 @@ def create_pod(
         mutated(pod)
         _generate_name(pod, generate_suffix)
         validate_spec(pod)
-        warnings = validate(store, pod)
+        warnings, counted = validate(store, pod)
         if dry_run:
             return pod, warnings
         created = store.create(R.PODS, pod)
-        sync_quotas(store, created["metadata"]["namespace"])
+        for quota in _quotas(store, created["metadata"]["namespace"]):  # counted in, as the quota admission does
+            hard = (quota.get("spec") or {}).get("hard") or {}
+            _write_status(
+                store,
+                quota["metadata"]["namespace"],
+                quota["metadata"]["name"],
+                hard,
+                counted[quota["metadata"]["name"]],
+            )
         return created, warnings
 
 
@@ -99,7 +107,7 @@ def _priority(store: Store, pod: dict) -> None:
         spec["priority"] = found.get("value", 0)
         spec["preemptionPolicy"] = found.get("preemptionPolicy") or "PreemptLowerPriority"
         return
-    default = next((pc for pc in store.list(R.PRIORITYCLASSES, None)[0] if pc.get("globalDefault")), None)
+    default = next((pc for pc in store.stored_list(R.PRIORITYCLASSES, None)[0] if pc.get("globalDefault")), None)
     if default is not None:
         spec["priorityClassName"] = default["metadata"]["name"]
         spec["priority"] = default.get("value", 0)
@@ -126,7 +134,7 @@ def default_limit_range(limit_range: dict) -> None:
 
 
 def _limit_ranges(store: Store, namespace: str) -> list[dict]:
-    return sorted(store.list(R.LIMITRANGES, namespace)[0], key=lambda lr: lr["metadata"]["name"])
+    return sorted(store.stored_list(R.LIMITRANGES, namespace)[0], key=lambda lr: lr["metadata"]["name"])
 
 
 def _containers(spec: dict) -> list[tuple[str, dict]]:
@@ -168,8 +176,9 @@ def _limit_range_defaults(store: Store, namespace: str, pod: dict) -> None:
 # --- the validating phase ---------------------------------------------------------------------------------
 
 
-def validate(store: Store, pod: dict) -> list[str]:
-    """The validating plugins in order; returns the warnings of policies bound with `Warn`."""
+def validate(store: Store, pod: dict) -> tuple[list[str], dict[str, Usage]]:
+    """The validating plugins in order: the warnings of policies bound with `Warn`, and the quotas' use with the
+    pod counted in."""
     namespace = pod["metadata"]["namespace"]
     errors = _limit_range_errors(store, namespace, pod)
     if errors:
@@ -179,8 +188,7 @@ def validate(store: Store, pod: dict) -> list[str]:
     if violation:
         raise _forbidden(pod, violation)
     warnings = _policies(store, ns, pod)
-    _quota(store, namespace, pod)
-    return warnings
+    return warnings, _quota(store, namespace, pod)
 
 
 def _q(value: Any) -> Decimal:
@@ -585,18 +593,22 @@ def _activation(namespace: dict, pod: dict, variables: list[dict]) -> dict:
             }
         ),
     }
-    computed: dict[str, Any] = {}
+    # Each variable may use the ones before it (`variables.<name>`), as for real.
+    computed = celpy.celtypes.MapType({})
     for variable in variables:
-        computed[variable["name"]] = _cel(variable["expression"], {**values, "variables": celpy.json_to_cel({})})
-        values["variables"] = computed
-    values.setdefault("variables", {})
+        computed[celpy.celtypes.StringType(variable["name"])] = _cel(
+            variable["expression"], {**values, "variables": computed}
+        )
+    values["variables"] = computed
     return values
 
 
 def _policies(store: Store, namespace: dict, pod: dict) -> list[str]:
     warnings: list[str] = []
-    policies = {p["metadata"]["name"]: p for p in store.list(R.VALIDATING_POLICIES, None)[0]}
-    for binding in sorted(store.list(R.VALIDATING_POLICY_BINDINGS, None)[0], key=lambda b: b["metadata"]["name"]):
+    policies = {p["metadata"]["name"]: p for p in store.stored_list(R.VALIDATING_POLICIES, None)[0]}
+    for binding in sorted(
+        store.stored_list(R.VALIDATING_POLICY_BINDINGS, None)[0], key=lambda b: b["metadata"]["name"]
+    ):
         bspec = binding.get("spec") or {}
         policy = policies.get(bspec.get("policyName", ""))
         if policy is None:
@@ -691,15 +703,46 @@ def pod_usage(pod: dict) -> dict[str, tuple[Decimal, bool]]:
     return usage
 
 
+#: A stored pod's usage by (uid, generation, phase): what it counts changes with them only (a namespace's pods are
+#: counted at each pod admitted there while a quota applies).
+_USAGE_CACHE: dict[tuple, dict[str, tuple[Decimal, bool]]] = {}
+
+
+def _stored_pod_usage(pod: dict) -> dict[str, tuple[Decimal, bool]]:
+    meta = pod["metadata"]
+    key = (meta.get("uid"), meta.get("generation"), (pod.get("status") or {}).get("phase"))
+    usage = _USAGE_CACHE.get(key)
+    if usage is None:
+        if len(_USAGE_CACHE) > 65536:
+            _USAGE_CACHE.clear()
+        usage = _USAGE_CACHE[key] = pod_usage(pod)
+    return usage
+
+
 def _quotas(store: Store, namespace: str) -> list[dict]:
-    quotas = store.list(R.RESOURCEQUOTAS, namespace)[0]
+    quotas = store.stored_list(R.RESOURCEQUOTAS, namespace)[0]
     return sorted((q for q in quotas if not (q.get("spec") or {}).get("scopes")), key=lambda q: q["metadata"]["name"])
+
+
+def _counted(key: str) -> Optional[R.ResourceType]:
+    """The kind an object-count quota (`count/jobs.batch`, `count/configmaps`) counts; pods are counted apart."""
+    if not key.startswith("count/") or key == "count/pods":
+        return None
+    try:
+        rt = R.by_name(key[len("count/") :])
+    except KeyError:
+        return None
+    return rt if rt.namespaced and rt.storage is None and rt.qualified == key[len("count/") :] else None
 
 
 def _used(store: Store, namespace: str, hard: dict) -> dict[str, tuple[Decimal, bool]]:
     used: dict[str, tuple[Decimal, bool]] = {}
-    for pod in store.list(R.PODS, namespace)[0]:
-        for name, (value, binary) in pod_usage(pod).items():
+    for key in hard:
+        rt = _counted(key)
+        if rt is not None:
+            used[key] = (Decimal(len(store.stored_list(rt, namespace)[0])), False)
+    for pod in store.stored_list(R.PODS, namespace)[0]:
+        for name, (value, binary) in _stored_pod_usage(pod).items():
             if name in hard:
                 before = used.get(name)
                 used[name] = (value + (before[0] if before else 0), before[1] if before else binary)
@@ -710,7 +753,12 @@ def _pretty(values: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
-def _quota(store: Store, namespace: str, pod: dict) -> None:
+Usage = dict[str, tuple[Decimal, bool]]  # resource -> (amount, written in binary units)
+
+
+def _quota(store: Store, namespace: str, pod: dict) -> dict[str, Usage]:
+    """Refuse what a quota does not admit; return each quota's use with the pod counted in (by the quota's name)."""
+    counted: dict[str, Usage] = {}
     usage = pod_usage(pod)
     for quota in _quotas(store, namespace):
         name = quota["metadata"]["name"]
@@ -738,20 +786,58 @@ def _quota(store: Store, namespace: str, pod: dict) -> None:
                 f"exceeded quota: {name}, requested: {_pretty(requested)}, used: {_pretty(now)}, "
                 f"limited: {_pretty(limited)}",
             )
+        counted[name] = {
+            r: (used.get(r, (Decimal(0), False))[0] + usage[r][0], used.get(r, usage[r])[1]) if r in usage else used[r]
+            for r in hard
+            if r in usage or r in used
+        }
+    return counted
+
+
+def create_counted(
+    store: Store, rt: R.ResourceType, obj: dict, uid: Optional[str] = None, dry_run: bool = False
+) -> dict:
+    """Store a new namespaced object (not a pod) past the object-count quotas of its namespace
+    (`count/jobs.batch`): `jobs.batch "NAME" is forbidden: exceeded quota: ...` when one is full."""
+    meta = obj["metadata"]
+    key = f"count/{rt.qualified}"
+    with store.lock:
+        quotas = [q for q in _quotas(store, meta["namespace"]) if key in ((q.get("spec") or {}).get("hard") or {})]
+        for quota in quotas:
+            hard = _text(quota["spec"]["hard"][key])
+            used = len(store.stored_list(rt, meta["namespace"])[0])
+            if used + 1 > _q(hard):
+                name = meta.get("name", "")
+                details = {"name": name, "group": rt.group, "kind": rt.plural} if rt.group else None
+                raise ApiError(
+                    403,
+                    f'{rt.qualified} "{name}" is forbidden: exceeded quota: {quota["metadata"]["name"]}, requested: '
+                    f"{key}=1, used: {key}={used}, limited: {key}={hard}",
+                    details=details or {"name": name, "kind": rt.plural},
+                )
+        if dry_run:
+            return obj
+        created = store.create(rt, obj, uid=uid)
+        if quotas:
+            sync_quotas(store, meta["namespace"])
+        return created
 
 
 def sync_quotas(store: Store, namespace: str) -> None:
     """The quota controller's part: each quota's `status.hard` (its spec's) and `status.used` (every resource
     it names, 0 when nothing uses it), from the namespace's pods now."""
-    for quota in store.list(R.RESOURCEQUOTAS, namespace)[0]:
+    for quota in store.stored_list(R.RESOURCEQUOTAS, namespace)[0]:
         hard = (quota.get("spec") or {}).get("hard") or {}
-        used = _used(store, namespace, hard)
-        status = {
-            "hard": {k: _text(v) for k, v in hard.items()},
-            "used": {k: format_quantity(*used.get(k, (Decimal(0), False))) for k in hard},
-        }
+        _write_status(store, namespace, quota["metadata"]["name"], hard, _used(store, namespace, hard))
 
-        def change(stored: dict, status: dict = status) -> Optional[dict]:
-            return None if stored.get("status") == status else {**stored, "status": status}
 
-        store.mutate(R.RESOURCEQUOTAS, namespace, quota["metadata"]["name"], change)
+def _write_status(store: Store, namespace: str, name: str, hard: dict, used: Usage) -> None:
+    status = {
+        "hard": {k: _text(v) for k, v in hard.items()},
+        "used": {k: format_quantity(*used.get(k, (Decimal(0), False))) for k in hard},
+    }
+
+    def change(stored: dict) -> Optional[dict]:
+        return None if stored.get("status") == status else {**stored, "status": status}
+
+    store.mutate(R.RESOURCEQUOTAS, namespace, name, change)

@@ -230,12 +230,15 @@ class Registry:
         self._validate(rt, obj, None)
         if rt.is_custom:
             warnings += admission.admit(self.store, rt, obj, None)
+        if rt.namespaced and rt is not R.EVENTS:
+            created = pod_admission.create_counted(self.store, rt, obj, dry_run=dry_run)
+        else:
+            created = obj if dry_run else self.store.create(rt, obj)
         if dry_run:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
             if rt.has_generation:
                 meta["generation"] = 1
             return Result(201, obj, warnings)
-        created = self.store.create(rt, obj)
         if rt is R.NAMESPACES:
             self._default_service_account(created["metadata"]["name"])
         return Result(201, created, warnings)

@@ -38,6 +38,8 @@ class QuotaController:
             self._namespaces.put(obj["metadata"]["namespace"])  # its own status write makes one sync more, a no-op
         elif rt is R.PODS and (event == "DELETED" or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
             self._namespaces.put(obj["metadata"]["namespace"])
+        elif event == "DELETED" and rt.namespaced and rt is not R.EVENTS:  # an object-count quota's object
+            self._namespaces.put(obj["metadata"]["namespace"])
 
     def _run(self) -> None:
         while True:

@@ -75,6 +75,8 @@ from nemo_kubeflow_local.timeutil import now_rfc3339, parse, set_condition
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
+#: How Trainer's and JobSet's controllers sign their events (events.k8s.io `reportingController`, as for real).
+TRAINER_COMPONENT, JOBSET_COMPONENT = "trainer-trainjob-controller", "jobset"
 #: The Job controller's back-off after the API server refused a pod (FailedCreate).
 CREATE_BACKOFF_START_S, CREATE_BACKOFF_MAX_S = 1.0, 10.0
 #: Where Trainer's PET_NODE_RANK reads the completion index from (the annotation) ...
@@ -334,6 +336,8 @@ class TrainerController:
         self._copies: dict[tuple[str, str], tuple[dict, Optional[dict]]] = {}
         #: TrainJobs whose JobSet, built again, is built from the older copy (``older_copy_next``).
         self._older_copy_next: set[tuple[str, str]] = set()
+        #: TrainJobs whose JobSet or a Job the API server refused, and how many times in a row (the back-off)
+        self._refused: dict[tuple[str, str], int] = {}
         self._thread = threading.Thread(target=self._loop, name="trainer-controller", daemon=True)
         self._stopped = threading.Event()
         store.add_listener(self._on_change)
@@ -555,7 +559,7 @@ class TrainerController:
                     "JobCreationFailed",
                     f'Job.batch "{job_name}" is invalid: spec.template.spec.restartPolicy: Unsupported '
                     f'value: "{policy}": supported values: "OnFailure", "Never"',
-                    "jobset-controller",
+                    JOBSET_COMPONENT,
                 )
                 return False
             errors = pod_spec_errors(_pod_spec(rjob), "spec.template.spec")
@@ -616,7 +620,7 @@ class TrainerController:
             "Warning",
             "TrainJobResourcesCreationFailed",
             f"TrainJob resources reconciliation failed: {error}"[:1024],
-            "trainjob-controller",
+            TRAINER_COMPONENT,
         )
 
     # -- the JobSet, its Service and the Jobs as objects --
@@ -639,10 +643,13 @@ class TrainerController:
             }
             state.created_suspended = bool(spec.get("suspend"))
             try:
-                existing = self.store.create(R.JOBSETS, jobset, uid=state.jobset_uid)
-            except ApiError as error:  # the namespace is going
-                self._creation_failed(tj, f"creating the JobSet: {error}")
+                existing = pod_admission.create_counted(self.store, R.JOBSETS, jobset, uid=state.jobset_uid)
+            except ApiError as error:  # a quota on JobSets (Trainer says the server's words and tries again)
+                self._creation_failed(tj, error.message if error.code == 403 else f"creating the JobSet: {error}")
+                if error.code == 403:
+                    self._retry_refused((namespace, name))
                 return False
+            self._refused.pop((namespace, name), None)
         else:
             if self._refused_update(tj, existing, spec):
                 return False
@@ -711,11 +718,25 @@ class TrainerController:
         job.resumed = state.created_suspended and state.restarts == 0 and not waits
         job.start_time = now_rfc3339()
         try:
-            job.obj = self.store.create(R.JOBS, build_job(jobset, state, job), uid=job.uid)
-        except ApiError as error:
-            logger.warning("creating job %s: %s", job.name, error)
+            job.obj = pod_admission.create_counted(self.store, R.JOBS, build_job(jobset, state, job), uid=job.uid)
+        except ApiError as error:  # a quota on Jobs: JobSet says so on the JobSet and tries again
+            self.events.record(
+                self._jobset_ref(tj, state),
+                "Warning",
+                "JobCreationFailed",
+                f'job "{job.name}" creation failed with error: {error.message}',
+                JOBSET_COMPONENT,
+            )
+            if error.code == 403:
+                self._retry_refused((tj["metadata"]["namespace"], tj["metadata"]["name"]))
             return False
+        self._refused.pop((tj["metadata"]["namespace"], tj["metadata"]["name"]), None)
         return True
+
+    def _retry_refused(self, key: tuple[str, str]) -> None:
+        """Try a refused JobSet or Job again after a back-off (1 s doubling, at most 10 s)."""
+        self._refused[key] = self._refused.get(key, 0) + 1
+        self._after(min(CREATE_BACKOFF_MAX_S, CREATE_BACKOFF_START_S * 2 ** (self._refused[key] - 1)), key)
 
     def _delete_jobs(self, tj: dict, jobs: list[JobState]) -> None:
         """Delete Job objects; the garbage collector takes their pods."""
@@ -960,7 +981,7 @@ class TrainerController:
             "Warning",
             "RestartJobSetFailurePolicyAction",
             "applying RestartJobSet failure policy action" + first,
-            "jobset-controller",
+            JOBSET_COMPONENT,
         )
         self._delete_jobs(tj, state.jobs)  # their pods go with them
         state.jobs = self._new_jobs(tj, state.built)
@@ -975,7 +996,7 @@ class TrainerController:
             "Normal" if type_ == "Complete" else "Warning",
             reason,
             message,
-            "jobset-controller",
+            JOBSET_COMPONENT,
         )
         self._delete_jobs(tj, [job for job in state.jobs if not job.finished])  # a finished JobSet deletes its
         for pod in self._pods(tj, state):  # active Jobs, and with them their pods

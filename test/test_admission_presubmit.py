@@ -417,3 +417,23 @@ def test_the_tasks_of_one_process_read_the_namespaces_rules_once(local, cluster)
         reads.append(sorted(r.resource for r in local.requests if r.verb in ("get", "list")))
     assert reads[0] == ["limitranges", "namespaces", "resourcequotas"]
     assert reads[1] == []
+
+
+def test_doctor_says_which_policy_kinds_it_could_not_list_never_none(local, cluster, capsys):
+    from nemo_kubeflow.cli.main import main as cli_main
+
+    local.deny("list", "validatingwebhookconfigurations")
+    local.deny("list", "validatingadmissionpolicies")
+    try:
+        capsys.readouterr()
+        cli_main(["doctor", "--factory", "kubeflow_cpu", "--kubeconfig", str(local.kubeconfig_path)])
+        lines = capsys.readouterr().out.splitlines()
+    finally:
+        local.allow_all()
+    assert (
+        "warn  admission: could not list validatingwebhookconfigurations (Forbidden), validatingadmissionpolicies "
+        "(Forbidden): the policy engines that may refuse a job's objects in default are unknown; fix: ask an admin "
+        "for a ClusterRole with list on those admissionregistration.k8s.io resources, or which webhooks and "
+        "policies apply to the namespace"
+    ) in lines, "\n".join(lines)
+    assert not [entry for entry in lines if "no webhook or ValidatingAdmissionPolicy matches" in entry]

@@ -659,32 +659,52 @@ def _report_quotas(report: Report, namespace: str, pods: list, quotas: list[dict
             report.fail(*refusal.split("; fix: ", 1))
 
 
+#: The policy engines' kinds doctor lists (cluster-scoped, admissionregistration.k8s.io), and their plurals.
+_POLICY_KINDS = {
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
+
+
 def check_policies(cluster: KubernetesCluster, report: Report, namespace: str) -> None:
     """The policy engines that take part in creating a job's objects in ``namespace``: admission webhooks
-    (Kyverno, Gatekeeper and others register as these) and bound ValidatingAdmissionPolicies, as facts."""
+    (Kyverno, Gatekeeper and others register as these) and bound ValidatingAdmissionPolicies, as facts. Kinds
+    that could not be listed are one warning naming them: never read as "none"."""
     from nemo_kubeflow.observe.status import nested
     from nemo_kubeflow.schema import policy_match
 
     looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
     if not looked or ns is None:
         return
+    listed: dict[str, list[dict]] = {}
+    unlisted: list[str] = []
+    for kind in _POLICY_KINDS:
+        try:
+            listed[kind] = cluster.list(kind, None)
+        except ClusterUnreachableError:
+            raise
+        except ClusterError as e:
+            unlisted.append(f"{_POLICY_KINDS[kind]} ({e.reason or e.status})")
     labels = nested(ns, "metadata", "labels", default={})
-    found: list = []
-    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        looked, configs = _read(f"{kind}s", report, functools.partial(cluster.list, kind, None))
-        if looked:
-            found += policy_match.matching_webhooks(kind, configs, labels)
-    looked, policies = _read(
-        "ValidatingAdmissionPolicies", report, lambda: cluster.list("ValidatingAdmissionPolicy", None)
+    found = [
+        m
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        for m in policy_match.matching_webhooks(kind, listed.get(kind, []), labels)
+    ] + policy_match.matching_policies(
+        listed.get("ValidatingAdmissionPolicy", []), listed.get("ValidatingAdmissionPolicyBinding", []), labels
     )
-    if looked and policies:
-        looked, bindings = _read(
-            "ValidatingAdmissionPolicyBindings", report, lambda: cluster.list("ValidatingAdmissionPolicyBinding", None)
-        )
-        found += policy_match.matching_policies(policies, bindings or [], labels)
     for match in found:
         report.ok(f"admission: {match} in {namespace}")
-    if not found:
+    if unlisted:
+        report.warn(
+            f"admission: could not list {', '.join(unlisted)}: the policy engines that may refuse a job's objects "
+            f"in {namespace} are unknown{' beyond those above' if found else ''}",
+            "ask an admin for a ClusterRole with list on those admissionregistration.k8s.io resources, or which "
+            "webhooks and policies apply to the namespace",
+        )
+    elif not found:
         report.ok(f"admission: no webhook or ValidatingAdmissionPolicy matches a job's objects in {namespace}")
 
 

@@ -437,3 +437,31 @@ def test_doctor_says_which_policy_kinds_it_could_not_list_never_none(local, clus
         "policies apply to the namespace"
     ) in lines, "\n".join(lines)
     assert not [entry for entry in lines if "no webhook or ValidatingAdmissionPolicy matches" in entry]
+
+
+@pytest.mark.real
+def test_as_a_namespaced_service_account_the_denied_reads_are_notes_and_the_job_is_submitted(
+    real_control_plane, real_namespace, tmp_path, caplog
+):
+    from test_doctor import _service_account_kubeconfig
+
+    kubeconfig = _service_account_kubeconfig(real_control_plane, real_namespace, tmp_path)
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=2,
+        namespace=real_namespace,
+        kubeconfig=str(kubeconfig),
+        shm_size=None,
+        runtime_kind="TrainingRuntime",  # the Role allows these, not ClusterTrainingRuntimes
+        packager=ConfigMapPackager(relative_path="test", include_pattern="workloads.py"),
+    )
+    caplog.set_level(logging.WARNING, logger="nemo_kubeflow")
+    result = submit(KubernetesCluster(str(kubeconfig)), submission(executor), resume=False)
+    assert ("create", "TrainJob", result.trainjob["metadata"]["name"]) in result.actions
+    for read in (
+        "cannot get namespaces (Forbidden), so the namespace's Pod Security level was not checked",
+        f"cannot list limitranges in namespace {real_namespace!r} (Forbidden), so whether the pods keep within the "
+        "LimitRanges' bounds was not checked",
+        f"cannot list resourcequotas in namespace {real_namespace!r} (Forbidden)",
+    ):
+        assert read in caplog.text, caplog.text

@@ -113,7 +113,7 @@ def _rules(reader: "_Reader", namespace: str, read_lately: dict[str, NamespaceRu
         return known
     rules = NamespaceRules(
         reader.get("Namespace", namespace, None, "the namespace's Pod Security level"),
-        reader.list("LimitRange", "the LimitRanges' bounds and defaults"),
+        reader.list("LimitRange", "whether the pods keep within the LimitRanges' bounds"),
         reader.list("ResourceQuota", "whether the job fits the namespace's ResourceQuotas"),
         time.monotonic(),
     )

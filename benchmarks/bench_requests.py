@@ -11,6 +11,9 @@ from harness import NAMESPACE, UPSTREAM_RUNTIME, Detail, Metric, TaskSubmitter, 
 
 NAME = "requests"
 RUNTIMES = "clustertrainingruntimes"
+#: What a process's first submission to a namespace reads before writing (cluster/admission.py): the namespace
+#: (its Pod Security level), its LimitRanges and ResourceQuotas; later tasks of the experiment reuse them.
+ADMISSION_READS = 3
 
 
 def _requests_per_task(ctx, executor, tasks: int = 1) -> list[list]:
@@ -56,16 +59,16 @@ def run(ctx):
         len(first),
         len(base),
         "req",
-        at_most=4,
-        note="baseline ships no code",
+        at_most=4 + ADMISSION_READS,
+        note=f"baseline ships no code; {ADMISSION_READS} reads of what the namespace admits, before writing",
     )
     yield Metric(
         "requests per task, ships code (runtime exists: 409)",
         len(again),
         len(base),
         "req",
-        at_most=4,
-        note="first task of another process",
+        at_most=4 + ADMISSION_READS,
+        note=f"first task of another process; {ADMISSION_READS} reads of what the namespace admits",
     )
     yield Metric(
         "requests per task, ships code (next task of the experiment)",
@@ -73,7 +76,7 @@ def run(ctx):
         len(base),
         "req",
         at_most=4,
-        note="the runtime this process created or reused is not sent again",
+        note="the runtime this process created or reused is not sent again, the namespace's rules not read again",
     )
     yield Detail(
         "Requests of one task",

@@ -215,3 +215,12 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 #: The most bytes an object's annotations may hold, keys and values together (TotalAnnotationSizeLimitB).
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+# --- the policy engines of a namespace (read by doctor): (kind, API group, version) ----------------
+#: admissionregistration.k8s.io's kinds: ValidatingAdmissionPolicy (GA in Kubernetes 1.30) and its bindings,
+#: and the admission webhooks (Kyverno, Gatekeeper and others register as these).
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+ADMISSION_POLICY = ("ValidatingAdmissionPolicy", ADMISSION_GROUP, "v1")
+ADMISSION_POLICY_BINDING = ("ValidatingAdmissionPolicyBinding", ADMISSION_GROUP, "v1")
+VALIDATING_WEBHOOKS = ("ValidatingWebhookConfiguration", ADMISSION_GROUP, "v1")
+MUTATING_WEBHOOKS = ("MutatingWebhookConfiguration", ADMISSION_GROUP, "v1")

@@ -46,6 +46,21 @@ class ManifestValidationError(ConfigError):
         super().__init__(f"{kind} {name!r} is invalid:\n{listing}")
 
 
+class NotAdmittedError(ManifestValidationError):
+    """The namespace would refuse the job's pods (its Pod Security level, a ResourceQuota, a LimitRange, a
+    ServiceAccount or PriorityClass that does not exist): found by reads before anything was written.
+    ``problems`` lists each refusal, naming the policy object, the numbers and the executor field to change."""
+
+    def __init__(self, kind: str, name: str, namespace: str, problems: Sequence[str]):
+        super().__init__(kind, name, problems)
+        self.namespace = namespace
+        listing = "\n".join(f"  - {p}" for p in self.problems)
+        self.args = (
+            f"{kind} {name!r} was not submitted (nothing was written): namespace {namespace!r} would refuse "
+            f"its pods:\n{listing}",
+        )
+
+
 class ClusterError(NemoKubeflowError):
     """The cluster refused or failed a request.
 

@@ -47,3 +47,19 @@ def _multiplier(suffix: str) -> Decimal:
     if suffix[:1] in ("e", "E") and suffix not in _SUFFIX:
         return Decimal(10) ** int(suffix[1:])
     return _SUFFIX[suffix]
+
+
+_BINARY = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+
+
+def format_quantity(value: Decimal) -> str:
+    """A quantity as Kubernetes writes one: a whole number in the largest binary unit that divides it exactly
+    (``64Gi``), else plain (``2``); a fraction in thousandths (``500m``), rounded up as the API server does."""
+    if value == value.to_integral_value():
+        whole = int(value)
+        for suffix, power in _BINARY:
+            if whole and whole % (1 << power) == 0:
+                return f"{whole >> power}{suffix}"
+        return str(whole)
+    millis = (value * 1000).to_integral_value(rounding="ROUND_CEILING")
+    return f"{millis}m"

@@ -72,6 +72,8 @@ class Submission:
     pvcs: list[dict]
     launch: LaunchSpec
     summary: dict[str, Any] = field(default_factory=dict)
+    #: The executor's ``gpu_resource_name``: what the checks before writing name ``gpus_per_node`` by.
+    gpu_resource: str = "nvidia.com/gpu"
 
     @property
     def name(self) -> str:
@@ -183,6 +185,7 @@ def build_submission(
             code,
             launch,
         ),
+        gpu_resource=executor.gpu_resource_name,
     )
 
 

@@ -391,12 +391,36 @@ def check_pod_security(cluster: KubernetesCluster, report: Report, executor: Any
         return
     enforced = nested(ns, "metadata", "labels", default={}).get(POD_SECURITY_ENFORCE_LABEL, "privileged")
     if _admits(enforced, level):
-        report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
+        if not _report_pod_security_violations(cluster, report, executor, namespace, ns):
+            report.ok(f"namespace {namespace} enforces Pod Security {enforced!r}; the pods need {level!r} ({why})")
     else:
         report.fail(
             f"namespace {namespace} enforces Pod Security {enforced!r}, the pods need {level!r} ({why})",
             _pod_security_fix(level),
         )
+
+
+def _report_pod_security_violations(
+    cluster: KubernetesCluster, report: Report, executor: Any, namespace: str, ns: dict
+) -> bool:
+    """The Pod Security Standards' checks of the namespace's level on the job's pods (as the submission runs
+    them): a FAIL per replicated job whose pods break it, in PodSecurity admission's words. Whether any did."""
+    from nemo_kubeflow.schema import pod_security
+
+    level, version = pod_security.enforced_level(ns)
+    if level not in ("baseline", "restricted"):
+        return False
+    failed = False
+    for jp in _job_pods(cluster, report, executor, namespace) or []:
+        found = pod_security.violations(level, jp.spec)
+        if found:
+            failed = True
+            report.fail(
+                f'namespace {namespace} refuses the pods of replicated job "{jp.job}": '
+                f"{pod_security.message(level, version, found)}",
+                "; or ".join(pod_security.fixes(found, admin_runtime=executor.runtime_name is not None)),
+            )
+    return failed
 
 
 def _pod_security_fix(level: str) -> str:
@@ -560,6 +584,130 @@ def _has_labels(node: dict, selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def check_namespace_fit(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
+    """The namespace's LimitRanges (their bounds) and ResourceQuotas (used/hard of each resource, and what one
+    job of this configuration asks) against the job's pods; FAIL for what the submission would refuse."""
+    from nemo_kubeflow.schema import namespace_fit
+
+    pods = _job_pods(cluster, report, executor, namespace)
+    if pods is None:
+        return
+    looked, limit_ranges = _read(f"LimitRanges in {namespace}", report, lambda: cluster.list("LimitRange", namespace))
+    if looked:
+        _report_limit_ranges(report, namespace, limit_ranges)
+        pods = namespace_fit.with_limit_range_defaults(pods, limit_ranges)
+        for problem in namespace_fit.limit_range_problems(pods, limit_ranges, executor.gpu_resource_name):
+            report.fail(*problem.split("; fix: ", 1))
+    looked, quotas = _read(f"ResourceQuotas in {namespace}", report, lambda: cluster.list("ResourceQuota", namespace))
+    if looked:
+        _report_quotas(report, namespace, pods, quotas, executor.gpu_resource_name)
+
+
+def _job_pods(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> Optional[list]:
+    """The pods of one job of this configuration (with ``runtime_name``, on that runtime as read); ``None``
+    (said) when they cannot be known."""
+    from nemo_kubeflow.cli.render import render_submission
+    from nemo_kubeflow.schema.job_pods import job_pods
+
+    try:
+        sub = render_submission(executor, ["true"], name="doctor", experiment_id="doctor_0")
+    except NemoKubeflowError:
+        return None  # the dry run below says why
+    runtime = sub.runtime
+    if runtime is None:
+        kind, name = executor.runtime_kind, executor.runtime_name
+        where = None if kind == CLUSTER_RUNTIME_KIND else namespace
+        looked, runtime = _read(f"{kind} {name}", report, lambda: cluster.get(kind, name, where))
+        if not looked or runtime is None:
+            return None  # said: by _read, or by the runtime check above
+    return job_pods(sub.trainjob, runtime)
+
+
+def _report_limit_ranges(report: Report, namespace: str, limit_ranges: list[dict]) -> None:
+    if not limit_ranges:
+        report.ok(f"no LimitRanges in {namespace}")
+    for lr in limit_ranges:
+        for item in lr.get("spec", {}).get("limits") or []:
+            bounds = ", ".join(
+                f"{key} {', '.join(f'{r}={v}' for r, v in sorted(item[key].items()))}"
+                for key in ("min", "max", "default", "defaultRequest", "maxLimitRequestRatio")
+                if item.get(key)
+            )
+            report.ok(f"LimitRange {lr['metadata']['name']} ({item.get('type')}): {bounds or 'no bounds'}")
+
+
+def _report_quotas(report: Report, namespace: str, pods: list, quotas: list[dict], gpu_resource: str) -> None:
+    """Each quota's headroom against one job: ok when it fits what is free, warn when it waits for more, FAIL
+    when it asks more than the quota's hard limit (or sets no cpu/memory that a quota counts)."""
+    from nemo_kubeflow.schema import namespace_fit
+
+    if not quotas:
+        report.ok(f"no ResourceQuotas in {namespace}")
+        return
+    for line in namespace_fit.quota_lines(pods, quotas):
+        if line.asked > line.hard:
+            report.fail(
+                f"{line}: more than its hard limit",
+                "lower what one job asks (nodes, resources), or ask an admin to raise the quota",
+            )
+        elif line.asked > line.hard - line.used:
+            report.warn(f"{line}: more than is free now (the job waits)", "wait for other jobs to end, or ask less")
+        else:
+            report.ok(str(line))
+    for refusal in namespace_fit.quota_fit(pods, quotas, gpu_resource).refusals:
+        if "must specify" in refusal:
+            report.fail(*refusal.split("; fix: ", 1))
+
+
+#: The policy engines' kinds doctor lists (cluster-scoped, admissionregistration.k8s.io), and their plurals.
+_POLICY_KINDS = {
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
+
+
+def check_policies(cluster: KubernetesCluster, report: Report, namespace: str) -> None:
+    """The policy engines that take part in creating a job's objects in ``namespace``: admission webhooks
+    (Kyverno, Gatekeeper and others register as these) and bound ValidatingAdmissionPolicies, as facts. Kinds
+    that could not be listed are one warning naming them: never read as "none"."""
+    from nemo_kubeflow.observe.status import nested
+    from nemo_kubeflow.schema import policy_match
+
+    looked, ns = _read(f"namespace {namespace}", report, lambda: cluster.get("Namespace", namespace))
+    if not looked or ns is None:
+        return
+    listed: dict[str, list[dict]] = {}
+    unlisted: list[str] = []
+    for kind in _POLICY_KINDS:
+        try:
+            listed[kind] = cluster.list(kind, None)
+        except ClusterUnreachableError:
+            raise
+        except ClusterError as e:
+            unlisted.append(f"{_POLICY_KINDS[kind]} ({e.reason or e.status})")
+    labels = nested(ns, "metadata", "labels", default={})
+    found = [
+        m
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        for m in policy_match.matching_webhooks(kind, listed.get(kind, []), labels)
+    ] + policy_match.matching_policies(
+        listed.get("ValidatingAdmissionPolicy", []), listed.get("ValidatingAdmissionPolicyBinding", []), labels
+    )
+    for match in found:
+        report.ok(f"admission: {match} in {namespace}")
+    if unlisted:
+        report.warn(
+            f"admission: could not list {', '.join(unlisted)}: the policy engines that may refuse a job's objects "
+            f"in {namespace} are unknown{' beyond those above' if found else ''}",
+            "ask an admin for a ClusterRole with list on those admissionregistration.k8s.io resources, or which "
+            "webhooks and policies apply to the namespace",
+        )
+    elif not found:
+        report.ok(f"admission: no webhook or ValidatingAdmissionPolicy matches a job's objects in {namespace}")
+
+
 def check_dry_run(cluster: KubernetesCluster, report: Report, executor: Any, namespace: str) -> None:
     """A server-side dry run of the job's runtime (when rendered) and TrainJob: CRD schemas, Trainer's
     webhooks (and JobSet's through the runtime's JobSet template)."""
@@ -644,6 +792,8 @@ def _check_cluster(cluster: KubernetesCluster, report: Report, executor: Any, na
     check_queue(cluster, report, executor, namespace, served)
     check_runtime(cluster, report, executor, namespace, version, why_unknown)
     check_nodes(cluster, report, executor)
+    check_namespace_fit(cluster, report, executor, namespace)
+    check_policies(cluster, report, namespace)
     check_dry_run(cluster, report, executor, namespace)
 
 

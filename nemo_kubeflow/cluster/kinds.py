@@ -7,18 +7,22 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_kubeflow.constants import (
+    ADMISSION_POLICY,
+    ADMISSION_POLICY_BINDING,
     CLUSTER_RUNTIME_KIND,
     CLUSTER_RUNTIME_PLURAL,
     CLUSTERQUEUE_KIND,
     KUEUE_GROUP,
     KUEUE_VERSIONS,
     LOCALQUEUE_KIND,
+    MUTATING_WEBHOOKS,
     RUNTIME_KIND,
     RUNTIME_PLURAL,
     TRAINER_GROUP,
     TRAINER_VERSION,
     TRAINJOB_KIND,
     TRAINJOB_PLURAL,
+    VALIDATING_WEBHOOKS,
     WORKLOAD_KIND,
 )
 
@@ -53,6 +57,16 @@ KINDS: dict[str, Kind] = {
         Kind("Event", "", "v1", "events"),
         Kind("Namespace", "", "v1", "namespaces", namespaced=False),
         Kind("Node", "", "v1", "nodes", namespaced=False),
+        # What a namespace admits, read before a submission writes (cluster/admission.py) and by doctor.
+        Kind("ResourceQuota", "", "v1", "resourcequotas"),
+        Kind("LimitRange", "", "v1", "limitranges"),
+        Kind("ServiceAccount", "", "v1", "serviceaccounts"),
+        Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
+        # The policy engines doctor reports (read only).
+        Kind(*ADMISSION_POLICY, "validatingadmissionpolicies", namespaced=False),
+        Kind(*ADMISSION_POLICY_BINDING, "validatingadmissionpolicybindings", namespaced=False),
+        Kind(*VALIDATING_WEBHOOKS, "validatingwebhookconfigurations", namespaced=False),
+        Kind(*MUTATING_WEBHOOKS, "mutatingwebhookconfigurations", namespaced=False),
         # A JobSet's Jobs, read as metadata only (``list_metadata``): which is the running attempt's.
         Kind("Job", "batch", "v1", "jobs"),
         # Read by `nemo-kubeflow doctor` (the TrainJob CRD's fields), where the user may.

@@ -41,6 +41,7 @@ from typing import Callable, Optional
 
 from nemo_kubeflow.build import manifests as mf
 from nemo_kubeflow.build.plan import Submission
+from nemo_kubeflow.cluster.admission import check_admission
 from nemo_kubeflow.cluster.client import Cluster
 from nemo_kubeflow.cluster.kinds import describe_target, kubectl_delete
 from nemo_kubeflow.cluster.versions import check_runtime_ttl
@@ -168,19 +169,23 @@ def submit(
     known_runtimes: Optional[set] = None,
     timeout: float = SUBMIT_TIMEOUT_S,
     stop: Optional[Callable[[], bool]] = None,
+    rules_read: Optional[dict] = None,
 ) -> SubmitResult:
     """Create everything in ``sub``; on failure remove what was created and raise.
 
     ``known_runtimes``: runtimes (``runtime_key``) that earlier submissions to the same cluster
     created or reused; theirs is not sent again. Updated in place. ``timeout``: seconds the whole
     submission may take (``submit_timeout_seconds``). ``stop``: asked before each write up to the
-    resume; ``True`` removes what was created and raises ``SubmissionStopped``.
+    resume; ``True`` removes what was created and raises ``SubmissionStopped``. ``rules_read``: the namespaces'
+    rules earlier submissions to the same cluster read lately (cluster/admission.py), reused; updated in place.
     """
     secret_values = read_secret_values(sub.secret_sources) if sub.secret_sources else mf.SecretValues()
     applying = _Applying(cluster, sub, stop, known_runtimes if known_runtimes is not None else set())
     with cluster.deadline(timeout, TIMEOUT_SETTING):  # the rollback below has its own
-        queue = _check_before_writing(cluster, sub)
+        queue, checked = _check_before_writing(cluster, sub)
         try:
+            # Reads only; inside the try so that a server that stops answering is a SubmissionError like the rest.
+            check_admission(cluster, sub.trainjob, checked, sub.gpu_resource, rules_read)
             applying.create_pvcs()
             applying.send_runtime()
             trainjob = applying.create_trainjob(runtime_wait, sleep)
@@ -196,16 +201,17 @@ def submit(
             raise
 
 
-def _check_before_writing(cluster: Cluster, sub: Submission) -> str:
+def _check_before_writing(cluster: Cluster, sub: Submission) -> tuple[str, Optional[dict]]:
     """The checks that need the cluster, before anything is written: the runtime's JobSet TTL (and, with
-    ``runtime_name``, that runtime), the LocalQueue. The job's queue name ("" without Kueue)."""
+    ``runtime_name``, that runtime), the LocalQueue. The job's queue name ("" without Kueue) and its runtime
+    (``None``: an admin's that could not be read), for what the namespace admits (cluster/admission.py)."""
     # With runtime_name the admin's runtime is read once, for the checks only: never sent back.
     checked = sub.runtime if sub.runtime is not None else check_existing_runtime(cluster, sub)
     check_runtime_ttl(cluster, checked)
     queue = queue_name(sub.trainjob)
     if queue:
         check_queue(cluster, sub.namespace, queue)
-    return queue
+    return queue, checked
 
 
 @dataclass

@@ -194,6 +194,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._clusters: dict[tuple, Cluster] = {}
         #: Per cluster: the runtimes this scheduler created or reused, not sent again (submit.py).
         self._known_runtimes: dict[tuple, set] = {}
+        #: Per cluster, the namespaces' rules submissions read lately (cluster/admission.py).
+        self._rules_read: dict[tuple, dict] = {}
         #: What this scheduler remembers of each app it looked at (app_watch.py says how long).
         self._watches: dict[str, AppWatch] = {}
         #: id(cluster) -> its API server's outage, while it does not answer.
@@ -253,6 +255,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         sub = req.submission
         cluster = self._cluster(req.kubeconfig, req.context)
         known = self._known_runtimes.setdefault((_abs(req.kubeconfig), req.context), set())
+        rules_read = self._rules_read.setdefault((_abs(req.kubeconfig), req.context), {})
         with interrupt.submitting(f"{sub.namespace}/{sub.name}"):
             try:
                 result = submit(
@@ -261,6 +264,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     known_runtimes=known,
                     timeout=req.submit_timeout_seconds,
                     stop=interrupt.stop_requested,
+                    rules_read=rules_read,
                 )
             except SubmissionStopped as stopped:
                 interrupt.stopped(stopped)

@@ -324,8 +324,13 @@ class KubernetesCluster:
             changes = _config_changes(used.configuration, fresh.configuration)
             self._api_client = fresh
         where = path or "the in-cluster service account"
-        log.warning(
-            "kubeconfig read again: %s after %s: %s", where, why, ", ".join(changes) if changes else "nothing changed"
+        # A change is news (the requests go on with it); an unchanged kubeconfig is the error's to tell.
+        log.log(
+            logging.WARNING if changes else logging.INFO,
+            "kubeconfig read again: %s after %s: %s",
+            where,
+            why,
+            ", ".join(changes) if changes else "nothing changed",
         )
         return bool(changes)
 
@@ -782,8 +787,9 @@ def _config_changes(old, new) -> builtins.list[str]:
     changes = []
     if old.host != new.host:
         changes.append(f"server {old.host} -> {new.host}")
-    if old.api_key.get("authorization") != new.api_key.get("authorization"):
-        changes.append("a new token")
+    token = new.api_key.get("authorization")
+    if old.api_key.get("authorization") != token:
+        changes.append("a new token" if token else "no token (the exec plugin or token file gave none)")
     for attribute, words in _CONFIG_PARTS.items():
         if getattr(old, attribute, None) != getattr(new, attribute, None):
             changes.append(words)

@@ -319,7 +319,8 @@ class KubernetesCluster:
                 with _KUBECONFIG_LOADING:
                     fresh = self._load()
             except KubeconfigError as e:
-                log.warning("kubeconfig read again after %s, and it cannot be used: %s", why, e)
+                # The request's own error follows, as it would have without this read.
+                log.info("kubeconfig read again after %s, and it cannot be used: %s", why, e)
                 return False
             changes = _config_changes(used.configuration, fresh.configuration)
             self._api_client = fresh

@@ -5,6 +5,8 @@ upstream kube-apiserver.
 - (a) The local cluster restarted on its workdir (a new port, token and CA, the kubeconfig rewritten) under an
   attached `exp.run()`: the wait reads the kubeconfig again and goes on to the job's real end state, which a
   new process reads too. Before, it retried the old port for as long as it waited.
+- A rotated CA: a kubeconfig that carries another CA than the server's fails the TLS handshake; once the
+  file carries the server's CA, the next request reads it again and goes on.
 - (b) A kubeconfig whose exec plugin hands out tokens that are revoked (local: `LocalCluster.issue_api_token`;
   real: a bound service-account token, TokenRequest bound to a Secret, revoked by deleting the Secret, so
   kube-apiserver answers 401): the next looks run the plugin again, once for threads failing together, and
@@ -33,8 +35,11 @@ from test_e2e import plain
 from test_outages_and_gone_jobs import ATTACHED, running_trainjob
 from torchx.specs import AppState
 
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 from nemo_kubeflow_local import LocalCluster
+from nemo_kubeflow_local.apiserver.tls import make_credentials
 
 #: The exec plugin: hands out the token in the file argv[1] (as a cloud CLI hands out its cached token), and
 #: appends a line to argv[2] each time it runs.
@@ -271,6 +276,42 @@ def test_an_attached_wait_reads_the_kubeconfig_again_after_the_local_cluster_res
         ]
     finally:
         cluster.stop()
+
+
+def with_ca(kubeconfig: Path, ca_pem: bytes, to: Path) -> None:
+    """``kubeconfig`` with its cluster's CA replaced by ``ca_pem``, written to ``to`` (renamed into place, as a
+    tool that rotates it does)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    partial = to.with_suffix(".partial")
+    partial.write_text(yaml.safe_dump(config))
+    os.replace(partial, to)
+
+
+def test_a_rotated_ca_is_read_again_after_the_tls_failure(local, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    with_ca(local.kubeconfig_path, make_credentials().ca_pem, kubeconfig)  # another CA than the server's
+    cluster = KubernetesCluster(str(kubeconfig), max_attempts=2, backoff=0.01)
+    said, client_log = Said(), logging.getLogger("nemo_kubeflow.cluster.client")
+    client_log.addHandler(said)
+    level = client_log.level
+    client_log.setLevel(logging.INFO)  # "nothing changed" is said at INFO
+    try:
+        with pytest.raises(ClusterError, match="CERTIFICATE_VERIFY_FAILED"):
+            cluster.list("Namespace", None)
+        unchanged = [m for m in said.messages if "kubeconfig read again" in m]
+        with_ca(local.kubeconfig_path, local.ca_pem, kubeconfig)  # the CA rotated in the file
+        names = [ns["metadata"]["name"] for ns in cluster.list("Namespace", None)]
+    finally:
+        client_log.removeHandler(said)
+        client_log.setLevel(level)
+    assert "default" in names
+    # One read in the failing burst (its tries did not read again), one more once the file changed.
+    tls = f"kubeconfig read again: {kubeconfig} after a TLS failure ([SSL: CERTIFICATE_VERIFY_FAILED] certificate"
+    assert len(unchanged) == 1 and unchanged[0].startswith(tls), unchanged
+    assert unchanged[0].endswith(": nothing changed"), unchanged
+    read_again = [m for m in said.messages if "kubeconfig read again" in m]
+    assert len(read_again) == 2 and read_again[1].startswith(tls) and read_again[1].endswith(": a new CA"), read_again
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -284,7 +284,8 @@ class KubernetesCluster:
                 return resp if stream else _json_body(resp)
             except ApiException as e:
                 status = int(e.status or 0)
-                if status == 401 and not read_again and self._read_again(api, "HTTP 401 Unauthorized"):
+                sign = "HTTP 401 Unauthorized" if status == 401 else _tls_failure(e)
+                if sign and not read_again and self._read_again(api, sign):
                     read_again = True  # a try with what the kubeconfig says now, not counted
                     continue
                 if status not in TRANSIENT_STATUS or attempt == attempts:
@@ -795,6 +796,16 @@ def _config_changes(old, new) -> builtins.list[str]:
         if getattr(old, attribute, None) != getattr(new, attribute, None):
             changes.append(words)
     return changes
+
+
+def _tls_failure(e: Exception) -> Optional[str]:
+    """A failed TLS handshake (a CA that is not the server's), which the kubernetes client raises as an
+    ``ApiException`` of status 0 whose reason starts with ``SSLError``: in words; ``None`` for other answers."""
+    reason = str(getattr(e, "reason", "") or "")
+    if int(getattr(e, "status", 0) or 0) != 0 or not reason.startswith("SSLError"):
+        return None
+    detail = reason.partition("\n")[2].split(" (_ssl.c")[0].strip()
+    return f"a TLS failure ({detail[:200] or 'SSLError'})"
 
 
 def _stale_config_sign(e: Exception) -> Optional[str]:

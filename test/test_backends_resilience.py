@@ -210,8 +210,9 @@ def assert_rebuilt_without_restarts(backend, trainjob: str, before_move: dict, j
     JobSet it read (by uid) and what it holds."""
     old_uid, uid, status = before_move["metadata"]["uid"], jobset["metadata"]["uid"], jobset.get("status") or {}
     assert uid != old_uid, (
-        f"the product: the move did not build the JobSet again: JobSet {uid} is the one that ran before the node "
-        f"fault (restarts {status.get('restarts', 0)}, status {status})"
+        f"the product: JobSet {uid} is the one that ran before the node fault, not a new one: the move did not "
+        "delete it, or Trainer built it again under its old uid and restart count (the local cluster's Trainer did, "
+        f"under load, before its fix); restarts {status.get('restarts', 0)}, status {status}"
     )
     warnings = [
         f"{e['involvedObject']['kind']} {e['involvedObject']['name']}: {e.get('reason')}: {e.get('message')}"

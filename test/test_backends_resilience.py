@@ -166,6 +166,7 @@ def test_a_node_fault_restarts_the_gang_and_the_next_attempt_avoids_the_node(bac
             lost = next(
                 p["spec"]["nodeName"] for p in first if p["metadata"]["labels"][C.COMPLETION_INDEX_LABEL] == "0"
             )
+            (before_move,) = backend.objects("jobsets", name)
             backend.fail_node(lost)
             # Both waits end within the test's timeout (300 s), so that a miss reads as itself.
             message, pods = polling.wait_for(
@@ -200,9 +201,29 @@ def test_a_node_fault_restarts_the_gang_and_the_next_attempt_avoids_the_node(bac
     assert [p["manager"] for p in trainjob["spec"]["runtimePatches"]][-1] == PATCH_MANAGER
     assert trainjob["spec"].get("suspend") in (False, None), trainjob["spec"]
     (jobset,) = backend.objects("jobsets", name)
-    assert jobset["status"].get("restarts", 0) == 0 and jobset["status"].get("terminalState") == "Completed", jobset[
-        "status"
-    ]  # a new JobSet: its restart count starts again
+    assert_rebuilt_without_restarts(backend, name, before_move, jobset)
+
+
+def assert_rebuilt_without_restarts(backend, trainjob: str, before_move: dict, jobset: dict) -> None:
+    """The JobSet after the move is a new one (the product deleted the old one and Trainer built it again) whose
+    restart count started again and stayed 0 (the test's pods ran once and completed); each failure says which
+    JobSet it read (by uid) and what it holds."""
+    old_uid, uid, status = before_move["metadata"]["uid"], jobset["metadata"]["uid"], jobset.get("status") or {}
+    assert uid != old_uid, (
+        f"the product: JobSet {uid} is the one that ran before the node fault, not a new one: the move did not "
+        "delete it, or Trainer built it again under its old uid and restart count (the local cluster's Trainer did, "
+        f"under load, before its fix); restarts {status.get('restarts', 0)}, status {status}"
+    )
+    warnings = [
+        f"{e['involvedObject']['kind']} {e['involvedObject']['name']}: {e.get('reason')}: {e.get('message')}"
+        for e in backend.objects("events")
+        if e.get("type") == "Warning" and e["involvedObject"]["name"].startswith(trainjob)
+    ]
+    assert status.get("restarts", 0) == 0 and status.get("terminalState") == "Completed", (
+        f"JobSet {uid} (built by the move; the one before it: {old_uid}) restarted {status.get('restarts', 0)} "
+        f"time(s) after the move, RestartingJobSet {condition(jobset, 'RestartingJobSet')}, terminalState "
+        f"{status.get('terminalState')}; the job's Warning events: {warnings}"
+    )
 
 
 # ---------------------------------------------------------------- (4) a Kueue preemption, resumed from a checkpoint

@@ -418,6 +418,15 @@ class LocalCluster:
         kubelet = self._processes("oom_kill")
         oom_kill(kubelet, self._started().store, namespace, pod, container)
 
+    def issue_api_token(self, seconds: float = 3600) -> str:
+        """A bearer token the API server takes for ``seconds`` (or until ``revoke_api_token``) as the
+        kubeconfig's user; then a request with it gets ``401 Unauthorized``, as a revoked or expired bound
+        service-account token does on kube-apiserver. Until this server stops."""
+        return self._started().server.api_tokens.issue(seconds)
+
+    def revoke_api_token(self, token: str) -> None:
+        self._started().server.api_tokens.revoke(token)
+
     def create_namespace(self, name: str) -> dict:
         return self._started().server.registry.create(R.NAMESPACES, "", {"metadata": {"name": name}}, {}).body
 

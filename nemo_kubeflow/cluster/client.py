@@ -12,6 +12,13 @@ Retry-After, 500/502/503/504, dropped connections, timeouts) are retried with a
 bounded exponential backoff, here only: urllib3's own retries are off, so a stalled
 server costs ``max_attempts`` tries, not that many times urllib3's. Inside ``deadline``
 every try and every wait ends by the deadline (a submission's total time).
+
+Credentials and servers change under a long-lived client: an exec plugin's token is revoked, a cluster's
+CA is rotated, a local cluster restarts on a new port and rewrites its kubeconfig. A refused credential
+(401), a refused connection or a failed TLS handshake reads the kubeconfig again (running its exec plugin
+again) before it counts as an error: once per failure burst (until a request is answered), and once more
+each time the kubeconfig file changes during one, or ``READ_AGAIN_EVERY_S`` after the last read (an exec
+plugin that hands out a good token again once its user logs in again).
 """
 
 from __future__ import annotations
@@ -66,6 +73,9 @@ METADATA_LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;g=meta.k8s
 #: A watch that sends nothing this long past its own timeout is taken as broken (a server or network gone
 #: silent): what it kept is not trusted from then on.
 WATCH_SILENCE_S = 15
+
+#: How long a failure burst waits before it reads an unchanged kubeconfig again (``KubernetesCluster._read_again``).
+READ_AGAIN_EVERY_S = 60.0
 
 #: HTTP codes worth retrying: the request may succeed later unchanged.
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -176,7 +186,13 @@ class KubernetesCluster:
         self.max_backoff = max_backoff
         self.request_timeout = request_timeout
         self._sleep = sleep
-        self._api_client = None
+        self._api_client: Any = None
+        #: The kubeconfig file (inode, size, mtime) when it was last read; None: not read, or in-cluster.
+        self._kubeconfig_stamp: Optional[tuple[int, int, int]] = None
+        #: Whether the kubeconfig was read again since the last answered request (``_read_again``).
+        self._read_again_in_burst = False
+        self._read_again_at = -math.inf  # time.monotonic()
+        self._read_again_lock = threading.Lock()
         #: Per thread: the ``Deadline`` its requests must meet, if any (one client serves parallel submissions).
         self._local = threading.local()
 
@@ -194,6 +210,7 @@ class KubernetesCluster:
         from kubernetes.config.config_exception import ConfigException
 
         path = self._kubeconfig_path()
+        self._kubeconfig_stamp = _file_stamp(path)
         if path is not None and not os.path.exists(path):
             raise KubeconfigError(
                 f"kubeconfig {path!r} does not exist; set the executor's kubeconfig= or $KUBECONFIG "
@@ -246,10 +263,12 @@ class KubernetesCluster:
         request = _Request(
             verb, kind, name, namespace, None if stream else getattr(self._local, "deadline", None), delay=self.backoff
         )
-        for attempt in range(1, attempts + 1):
+        attempt, read_again = 1, False
+        while True:
             timeout = self._try_timeout(request, attempt - 1, stream, stream_timeout)
+            api = self.api_client
             try:
-                resp = self.api_client.call_api(
+                resp = api.call_api(
                     path,
                     method,
                     query_params=query or [],
@@ -260,14 +279,62 @@ class KubernetesCluster:
                     _return_http_data_only=True,
                     _request_timeout=timeout,
                 )
+                if self._read_again_in_burst:
+                    self._read_again_in_burst = False
                 return resp if stream else _json_body(resp)
             except ApiException as e:
-                if int(e.status or 0) not in TRANSIENT_STATUS or attempt == attempts:
+                status = int(e.status or 0)
+                sign = "HTTP 401 Unauthorized" if status == 401 else _tls_failure(e)
+                if sign and not read_again and self._read_again(api, sign):
+                    read_again = True  # a try with what the kubeconfig says now, not counted
+                    continue
+                if status not in TRANSIENT_STATUS or attempt == attempts:
                     raise translate_api_exception(e, verb=verb, kind=kind, name=name, namespace=namespace) from None
                 self._wait_to_retry(request, e, path, attempt, attempts)
             except (Urllib3Error, OSError) as e:
+                sign = _stale_config_sign(e)
+                if sign and not read_again and self._read_again(api, sign):
+                    read_again = True
+                    continue
                 self._wait_to_reconnect(request, e, path, attempt, attempts)
-        raise AssertionError("unreachable")  # pragma: no cover
+            attempt += 1
+
+    def _read_again(self, used, why: str) -> bool:
+        """After ``why`` (a refused credential or connection, a failed TLS handshake) answered a request made
+        with the API client ``used``: read the kubeconfig again (running its exec plugin again), once per
+        failure burst and once more each time the file changes or ``READ_AGAIN_EVERY_S`` after the last read;
+        whether the request is worth another try at once (the kubeconfig now says something else, or another
+        thread read it again meanwhile). Threads failing together read it once."""
+        with self._read_again_lock:
+            if self._api_client is not used:
+                return True
+            path = self._kubeconfig_path()
+            if (
+                self._read_again_in_burst
+                and _file_stamp(path) == self._kubeconfig_stamp
+                and time.monotonic() - self._read_again_at < READ_AGAIN_EVERY_S
+            ):
+                return False
+            self._read_again_in_burst, self._read_again_at = True, time.monotonic()
+            try:
+                with _KUBECONFIG_LOADING:
+                    fresh = self._load()
+            except KubeconfigError as e:
+                # The request's own error follows, as it would have without this read.
+                log.info("kubeconfig read again after %s, and it cannot be used: %s", why, e)
+                return False
+            changes = _config_changes(used.configuration, fresh.configuration)
+            self._api_client = fresh
+        where = path or "the in-cluster service account"
+        # A change is news (the requests go on with it); an unchanged kubeconfig is the error's to tell.
+        log.log(
+            logging.WARNING if changes else logging.INFO,
+            "kubeconfig read again: %s after %s: %s",
+            where,
+            why,
+            ", ".join(changes) if changes else "nothing changed",
+        )
+        return bool(changes)
 
     def _try_timeout(
         self, request: _Request, tries: int, stream: bool, stream_timeout: Optional[float]
@@ -697,6 +764,62 @@ def _api_client(configuration):
     api = client.ApiClient(configuration)
     api.user_agent = user_agent()
     return api
+
+
+def _file_stamp(path: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """What tells a rewritten file from the one read before: its inode, size and modification time."""
+    try:
+        found = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns) if found else None
+
+
+#: The parts of an API client's configuration that a kubeconfig read again may change, and how they are named
+#: in the log line (the credentials' values never are).
+_CONFIG_PARTS = {
+    "ssl_ca_cert": "a new CA",
+    "cert_file": "a new client certificate",
+    "key_file": "a new client key",
+}
+
+
+def _config_changes(old, new) -> builtins.list[str]:
+    """What differs between two clients' configurations, in words that show no credential."""
+    changes = []
+    if old.host != new.host:
+        changes.append(f"server {old.host} -> {new.host}")
+    token = new.api_key.get("authorization")
+    if old.api_key.get("authorization") != token:
+        changes.append("a new token" if token else "no token (the exec plugin or token file gave none)")
+    for attribute, words in _CONFIG_PARTS.items():
+        if getattr(old, attribute, None) != getattr(new, attribute, None):
+            changes.append(words)
+    return changes
+
+
+def _tls_failure(e: Exception) -> Optional[str]:
+    """A failed TLS handshake (a CA that is not the server's), which the kubernetes client raises as an
+    ``ApiException`` of status 0 whose reason starts with ``SSLError``: in words; ``None`` for other answers."""
+    reason = str(getattr(e, "reason", "") or "")
+    if int(getattr(e, "status", 0) or 0) != 0 or not reason.startswith("SSLError"):
+        return None
+    detail = reason.partition("\n")[2].split(" (_ssl.c")[0].strip()
+    return f"a TLS failure ({detail[:200] or 'SSLError'})"
+
+
+def _stale_config_sign(e: Exception) -> Optional[str]:
+    """What in a connection error says that the kubeconfig may be out of date (the server moved, or its CA
+    changed): a refused connection or a failed TLS handshake; ``None`` for others (a drop, a timeout: the
+    server is there, slow or restarting)."""
+    from urllib3.exceptions import SSLError
+
+    reason = getattr(e, "reason", None) or e
+    if isinstance(reason, SSLError) or isinstance(e, SSLError) or "SSL" in type(reason).__name__:
+        return f"a TLS failure ({_short(e)})"
+    if isinstance(reason, ConnectionRefusedError) or "Connection refused" in str(reason):
+        return "a refused connection"
+    return None
 
 
 def _selector_query(label_selector: Optional[str], field_selector: Optional[str]) -> builtins.list:

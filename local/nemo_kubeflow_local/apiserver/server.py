@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import metadata_only, openapi
 from nemo_kubeflow_local.apiserver import resources as R
+from nemo_kubeflow_local.apiserver.api_tokens import ApiTokens
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
 from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
@@ -268,6 +269,8 @@ class ApiServer:
         kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT,
     ):
         self.store, self.registry, self.hooks, self.logs, self.token = store, registry, hooks, logs, token
+        #: Tokens taken besides ``token``, each for a while (``LocalCluster.issue_api_token``).
+        self.api_tokens = ApiTokens()
         self.credentials = credentials
         #: The Kueue versions served, preferred first (("v1beta2",): as Kueue v0.20 ships).
         self.kueue_versions = kueue_versions
@@ -391,7 +394,8 @@ class _Handler(BaseHTTPRequestHandler):
             log_request(code)
 
     def _serve(self, api: ApiServer, method: str, target: Route, verb: str, query: dict, raw: bytes) -> Optional[int]:
-        if self.headers.get("Authorization") != f"Bearer {api.token}":
+        presented = self.headers.get("Authorization") or ""
+        if presented != f"Bearer {api.token}" and not api.api_tokens.accepts(presented):
             return self._send(ApiError(401, "Unauthorized"))
         fault = api.hooks.take_fault(verb, target.resource, target.name)
         if fault is not None:

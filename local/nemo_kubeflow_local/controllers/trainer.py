@@ -635,6 +635,10 @@ class TrainerController:
             )
             return False
         if existing is None:
+            if state.spec is not None:
+                # This state's JobSet was deleted since the reconcile looked (node avoidance deletes it): not
+                # created again under its old uid with its old restarts; the delete's reconcile builds a new one.
+                return False
             jobset = {
                 "apiVersion": C.JOBSET_API_VERSION,
                 "kind": "JobSet",

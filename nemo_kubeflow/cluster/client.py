@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 from nemo_kubeflow.cluster.api_errors import translate_api_exception
 from nemo_kubeflow.cluster.kinds import KINDS, Kind, describe_target
 from nemo_kubeflow.cluster.log_stream import LogStream
+from nemo_kubeflow.cluster.unanswered import Unanswered
 from nemo_kubeflow.constants import (
     KUEUE_GROUP,
     KUEUE_VERSIONS,
@@ -179,6 +180,8 @@ class KubernetesCluster:
         self._api_client = None
         #: Per thread: the ``Deadline`` its requests must meet, if any (one client serves parallel submissions).
         self._local = threading.local()
+        #: Its API server's outage, said once (cluster/unanswered.py).
+        self._unanswered = Unanswered(log)
 
     # --- connection ---------------------------------------------------------
     @property
@@ -260,8 +263,10 @@ class KubernetesCluster:
                     _return_http_data_only=True,
                     _request_timeout=timeout,
                 )
+                self._unanswered.answered()
                 return resp if stream else _json_body(resp)
             except ApiException as e:
+                self._unanswered.answered()
                 if int(e.status or 0) not in TRANSIENT_STATUS or attempt == attempts:
                     raise translate_api_exception(e, verb=verb, kind=kind, name=name, namespace=namespace) from None
                 self._wait_to_retry(request, e, path, attempt, attempts)
@@ -307,7 +312,8 @@ class KubernetesCluster:
                 f"did not answer ({_short(e)}); check the kubeconfig's server "
                 "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
             ) from None
-        log.info(
+        self._unanswered.retrying(
+            self._host(),
             "%s %s: %s, retrying in %.1fs (%d/%d)",
             request.verb,
             path,
@@ -318,6 +324,9 @@ class KubernetesCluster:
         )
         self._sleep(request.delay * (1 + random.random() * 0.1))
         request.delay = min(request.delay * 2, self.max_backoff)
+
+    def _host(self) -> str:
+        return str(getattr(self.api_client.configuration, "host", "?"))
 
     def _fit_in_deadline(self, request: _Request, wait: float, tries: int) -> None:
         """``DeadlineExceededError`` (after ``tries``) unless the request's deadline, if any, leaves more than

@@ -12,7 +12,8 @@ Where it comes from, cheapest first:
   not running, a metadata-only list of node 0's pods for its name).
 * Rank 0 need not run in node 0: ft_launcher ranks its agents by host name, then pid (NVRx 0.4), so global
   rank 0 can run in any node's pod. The node where its line was found is read first at the next look
-  (``ProgressSeen.node``); the other nodes are searched (at most ``SEARCH_NODES`` reads a look) only where
+  (``ProgressSeen.node``); the other nodes are searched (at most ``SEARCH_NODES`` reads a look, and after a
+  search that found nothing not again for ``SEARCH_AGAIN_S``) only where
   node 0's agent says it joined the rendezvous as a rank other than 0: a job whose rank 0 runs in node 0
   costs no read more.
 
@@ -53,6 +54,8 @@ RECHECK_S = 10.0
 MAX_SHOWN_CHARS = 80
 #: The most nodes one look reads in search of rank 0's line (ft_launcher can rank any node's agent first).
 SEARCH_NODES = 8
+#: After a search of several nodes found no line, a process that keeps looking reads logs again only this late.
+SEARCH_AGAIN_S = 60.0
 #: An elastic agent's line as it joins a rendezvous round (torch's c10d handler, and ft_launcher's copy of it):
 #: the agent of rank 0 runs global rank 0. ``The node 'host_123_0' has joined round 0 of the rendezvous
 #: 'nemo-0' as rank 1 in a world of size 2.``
@@ -272,8 +275,10 @@ def read(
         return seen.note(LogLook(found, why="no progress line in the node log lines at hand"))
     if time.monotonic() - seen.read_at < RECHECK_S:
         return seen.shown
-    look = _search(cluster, view, seen, at_hand)
-    seen.read_at = time.monotonic()
+    look, reads = _search(cluster, view, seen, at_hand)
+    # A search of several nodes that found no line (a job that reports nothing yet) is not made again soon.
+    fruitless = reads > 1 and look.current is None and look.older is None
+    seen.read_at = time.monotonic() + (SEARCH_AGAIN_S - RECHECK_S if fruitless else 0.0)
     return seen.note(look)
 
 
@@ -291,11 +296,14 @@ def _rank_zero_elsewhere(at_hand: dict[int, list[str]]) -> bool:
     return bool(ranks) and ranks[-1] != 0
 
 
-def _search(cluster: "ClusterReader", view: "JobView", seen: ProgressSeen, at_hand: dict[int, list[str]]) -> LogLook:
+def _search(
+    cluster: "ClusterReader", view: "JobView", seen: ProgressSeen, at_hand: dict[int, list[str]]
+) -> tuple[LogLook, int]:
     """Read the nodes that may hold rank 0's line (``_to_read``; node 0 when its lines are not at hand), one
     bounded read each and at most ``SEARCH_NODES``, until one has it: that node is noted in ``seen``. Node 0's
     lines read here can send the search on (its agent is not rank 0); the remembered node without the line
-    (rank 0 moved at an in-job restart) sends it back to node 0. What the first read said when none has it."""
+    (rank 0 moved at an in-job restart) sends it back to node 0. What the first read said when none has it, and
+    how many nodes were read."""
     order = _to_read(at_hand, seen, view.nodes) or ([0] if 0 not in at_hand else [])
     looks: dict[int, LogLook] = {}
     while order and len(looks) < SEARCH_NODES:
@@ -304,10 +312,10 @@ def _search(cluster: "ClusterReader", view: "JobView", seen: ProgressSeen, at_ha
         looks[node] = look
         if look.current is not None or look.older is not None:
             seen.node = node
-            return look
+            return look, len(looks)
         more = _after_a_miss(node, lines, at_hand, seen, view.nodes)
         order += [n for n in more if n not in order and n not in looks]
-    return next(iter(looks.values()), LogLook(why="no progress line in the node log lines at hand"))
+    return next(iter(looks.values()), LogLook(why="no progress line in the node log lines at hand")), len(looks)
 
 
 def _after_a_miss(

@@ -23,7 +23,8 @@ Two transports, chosen at run time:
    bearer token, verified against that CA; Trainer applies it to the TrainJob's ``status.trainerStatus``,
    which status reads with the TrainJob itself (no extra request).
 2. **A marked line on rank 0's log** (``LINE_MARKER`` + JSON), where the gate is off: no cluster feature,
-   no RBAC. Status reads it from node 0's log (one short log read per look at a running job).
+   no RBAC. Status reads it from node 0's log (one short log read per look at a running job), or from the
+   node where rank 0 runs (ft_launcher can rank any node's agent first: observe/progress_view.py).
 """
 
 from __future__ import annotations

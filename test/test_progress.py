@@ -90,6 +90,8 @@ def check_progress_everywhere(backend, console_script, nemorun_home, name, **exe
     out = cli(console_script, nemorun_home, "nemo-kubeflow", "status", exp._id)
     assert out.returncode == 0, out.stderr
     assert "state: RUNNING" in out.stdout and f" of {steps} (" in out.stdout and "ETA " in out.stdout, out.stdout
+    # Said once: the command's own lines, not NeMo-Run's console line of the same look beside them.
+    assert out.stdout.count(f" of {steps} (") == 1 and "scheduler.py" not in out.stdout, out.stdout
 
     out = cli(console_script, nemorun_home, "nemo", "experiment", "status", exp._id)
     shown = " ".join((out.stdout + out.stderr).split())
@@ -102,6 +104,9 @@ def check_progress_everywhere(backend, console_script, nemorun_home, name, **exe
         watch.kill()
     assert watch.returncode == 0, watched
     running = [line for line in watched.splitlines() if ": RUNNING: step " in line]
+    # Each change once: every line that shows a step is watch's own "Task 0:" line.
+    stepped = [line for line in watched.splitlines() if f" of {steps} (" in line]
+    assert all(" Task 0: " in line for line in stepped) and "scheduler.py" not in watched, watched
     assert running and "ETA " in running[-1], watched
     assert "SUCCEEDED" in watched.splitlines()[-1], watched
     return job

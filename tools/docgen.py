@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import re
 import textwrap
+import typing
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -46,7 +47,8 @@ def _default(f: dataclasses.Field) -> str:
 
 def _type(f: dataclasses.Field) -> str:
     t = f.type
-    text = t.__name__ if isinstance(t, type) else str(t)
+    # A plain class by its name; ``dict[str, str]`` as written (on Python 3.10 it also passes ``isinstance(t, type)``).
+    text = t.__name__ if isinstance(t, type) and not typing.get_args(t) else str(t)
     text = re.sub(r"ForwardRef\('([\w.]+)'\)", r"\1", text)  # Optional["Initializer"]
     return re.sub(r"\b(typing|nemo_kubeflow(\.\w+)+)\.", "", text)
 

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import threading
 from pathlib import Path
@@ -48,10 +49,16 @@ RUNTIME_NAME_PREFIX = "nemo-kubeflow-"
 SHM_VOLUME = "dshm"
 
 
+#: What JSON leaves as it is but YAML reads otherwise: NEL, LS and PS are YAML line breaks (a double-quoted
+#: scalar folds a line break into a space), DEL and the other C1 controls are not printable in YAML (its reader
+#: refuses them), nor are a BOM and the noncharacters U+FFFE and U+FFFF. Escaped, they reach the pod as written.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
 def _tojson(value: Any) -> str:
     if isinstance(value, jinja2.Undefined):
         value._fail_with_undefined_error()  # a misspelled variable: UndefinedError, not TypeError
-    return json.dumps(value, ensure_ascii=False)
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
 
 
 #: Where compiled templates are kept between processes (``$XDG_CACHE_HOME``, else ``~/.cache``).

@@ -15,6 +15,9 @@ def _experiment_tasks(experiment_id: str, session: str):
     from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 
     scheduler = create_scheduler(session)
+    # status and watch print each answer themselves, logs only the lines: NeMo-Run's console lines would say
+    # each change a second time
+    scheduler.says_in_console = False
     # (index, job, app id or None, why not)
     tasks: list[tuple[int, Any, Optional[str], str]] = [
         (index, job, *_app_id_of(job, scheduler.backend)) for index, job in enumerate(exp.jobs)

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 from nemo_kubeflow.cluster.api_errors import translate_api_exception
 from nemo_kubeflow.cluster.kinds import KINDS, Kind, describe_target
 from nemo_kubeflow.cluster.log_stream import LogStream
+from nemo_kubeflow.cluster.unanswered import Unanswered
 from nemo_kubeflow.constants import (
     KUEUE_GROUP,
     KUEUE_VERSIONS,
@@ -195,6 +196,8 @@ class KubernetesCluster:
         self._read_again_lock = threading.Lock()
         #: Per thread: the ``Deadline`` its requests must meet, if any (one client serves parallel submissions).
         self._local = threading.local()
+        #: Its API server's outage, said once (cluster/unanswered.py).
+        self._unanswered = Unanswered(log)
 
     # --- connection ---------------------------------------------------------
     @property
@@ -281,9 +284,12 @@ class KubernetesCluster:
                 )
                 if self._read_again_in_burst:
                     self._read_again_in_burst = False
+                self._unanswered.answered()
                 return resp if stream else _json_body(resp)
             except ApiException as e:
                 status = int(e.status or 0)
+                if status:  # status 0: no answer came (a failed TLS handshake)
+                    self._unanswered.answered()
                 sign = "HTTP 401 Unauthorized" if status == 401 else _tls_failure(e)
                 if sign and not read_again and self._read_again(api, sign):
                     read_again = True  # a try with what the kubeconfig says now, not counted
@@ -374,7 +380,8 @@ class KubernetesCluster:
                 f"did not answer ({_short(e)}); check the kubeconfig's server "
                 "address, your network/VPN, and that the cluster is up (kubectl cluster-info)"
             ) from None
-        log.info(
+        self._unanswered.retrying(
+            self._host(),
             "%s %s: %s, retrying in %.1fs (%d/%d)",
             request.verb,
             path,
@@ -385,6 +392,9 @@ class KubernetesCluster:
         )
         self._sleep(request.delay * (1 + random.random() * 0.1))
         request.delay = min(request.delay * 2, self.max_backoff)
+
+    def _host(self) -> str:
+        return str(getattr(self.api_client.configuration, "host", "?"))
 
     def _fit_in_deadline(self, request: _Request, wait: float, tries: int) -> None:
         """``DeadlineExceededError`` (after ``tries``) unless the request's deadline, if any, leaves more than

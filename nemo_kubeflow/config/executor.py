@@ -318,8 +318,11 @@ class KubeflowExecutor(Executor):
     #: while the agents wait; from 0.05 to 1. Written for nvidia-resiliency-ext 0.4
     #: (docs/resilience.md#warm-worker-starts).
     rendezvous_poll_seconds: Optional[float] = None
-    #: Following the logs (``nemo experiment logs -f``), warn when a running node has printed nothing
-    #: for this many seconds (a hung collective, a stuck data loader). ``None``: never warn.
+    #: Warn when a running job has made no new training step for this many seconds (a hung collective,
+    #: a stuck data loader): status, ``watch`` and an attached wait say it, naming the last step rank 0
+    #: reached (docs/progress.md). A job that reports no progress is judged by log silence instead: no
+    #: line from a running node for as long (also while following its logs, ``nemo experiment logs -f``).
+    #: ``None``: never warn.
     stall_warning_seconds: Optional[int] = 900
 
     # --- cluster access ---------------------------------------------------------------

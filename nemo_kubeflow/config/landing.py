@@ -331,7 +331,7 @@ LANDINGS: dict[str, Landing] = {
     "rendezvous_poll_seconds": _same(SCRIPT, _TRAINER, example=0.1, example_with={"launcher": "ft"}),
     "stall_warning_seconds": _same(
         CLIENT,
-        "log following (`nemo experiment logs -f`)",
+        "the stall warning of status, watch, an attached wait and log following",
         int_range=(1, _INT64),
         seconds=True,
         hint=", e.g. 900 (15 minutes); None turns the warning off",

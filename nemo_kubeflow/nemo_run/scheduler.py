@@ -206,6 +206,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._answers = StatusAnswers(looks or LooksAndWrites())
         #: ``waits``: the attached waits (``attached_wait``) the current thread is in.
         self._attached = threading.local()
+        #: Whether what it sees is said in NeMo-Run's console (``_say``, ``_report_progress``): off where the
+        #: caller prints each answer itself (``nemo-kubeflow status`` and ``watch``), else each change shows twice.
+        self.says_in_console = True
         _quiet_urllib3_retries()
         finished_jobs.watch_cancels()  # tell a cancel of a finished job what to do instead
 
@@ -477,10 +480,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         watch.reported_end = True
         self._say(app_id, "failed" if state == AppState.FAILED else state.name.lower(), message)
 
-    @staticmethod
-    def _say(app_id: str, what: str, message: str, *, always: bool = False) -> None:
+    def _say(self, app_id: str, what: str, message: str, *, always: bool = False) -> None:
         """One line in NeMo-Run's console: ``<trainjob> <what>: <message>`` (``always``: from any thread)."""
-        if not always and threading.current_thread() is threading.main_thread():
+        if not self.says_in_console or (not always and threading.current_thread() is threading.main_thread()):
             return
         from nemo_run.core.frontend.console.api import CONSOLE
         from rich.markup import escape
@@ -490,7 +492,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _report_progress(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
         """Show what a waiting job waits for, or how often a running one restarted, in NeMo-Run's console,
         when it changes."""
-        if message and watch.last_progress != message:
+        if message and watch.last_progress != message and self.says_in_console:
             watch.last_progress = message
             from nemo_run.core.frontend.console.api import CONSOLE
             from rich.markup import escape

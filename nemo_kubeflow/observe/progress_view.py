@@ -5,11 +5,17 @@ Where it comes from, cheapest first:
 
 * ``status.trainerStatus`` (Trainer's TrainJobStatus feature gate on): in the TrainJob that ``describe``
   has already read, so no request at all.
-* Else rank 0's marked log line (``progress.LINE_MARKER``): from node 0's lines this process already has
-  (a waiting process follows the node logs; an ft_launcher job's look reads them for its restarts), else
-  node 0's newest pod's log: its last ``TAIL_LINES`` lines, never more than ``LOG_READ_BYTES`` a read (the
-  pod log API's ``limitBytes``), at most once per ``RECHECK_S`` (and, where the look read only the pods not
-  running, a metadata-only list of node 0's pods for its name).
+* Else rank 0's marked log line (``progress.LINE_MARKER``): from the node lines this process already has
+  (a waiting process follows node 0's log; an ft_launcher job's look reads every node's for its restarts),
+  else node 0's newest pod's log: its last ``TAIL_LINES`` lines, never more than ``LOG_READ_BYTES`` a read
+  (the pod log API's ``limitBytes``), at most once per ``RECHECK_S`` (and, where the look read only the pods
+  not running, a metadata-only list of node 0's pods for its name).
+* Rank 0 need not run in node 0: ft_launcher ranks its agents by host name, then pid (NVRx 0.4), so global
+  rank 0 can run in any node's pod. The node where its line was found is read first at the next look
+  (``ProgressSeen.node``); the other nodes are searched (at most ``SEARCH_NODES`` reads a look, and after a
+  search that found nothing not again for ``SEARCH_AGAIN_S``) only where
+  node 0's agent says it joined the rendezvous as a rank other than 0: a job whose rank 0 runs in node 0
+  costs no read more.
 
 A job that reports nothing reads as no progress, and the stall warning then falls back to log silence. A
 step that is no longer known to be current (no progress line among the newest lines that could be read)
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -45,6 +52,14 @@ LOG_READ_BYTES = 16 * 1024
 RECHECK_S = 10.0
 #: The most characters of a metric's name or value that status shows (control characters escaped first).
 MAX_SHOWN_CHARS = 80
+#: The most nodes one look reads in search of rank 0's line (ft_launcher can rank any node's agent first).
+SEARCH_NODES = 8
+#: After a search of several nodes found no line, a process that keeps looking reads logs again only this late.
+SEARCH_AGAIN_S = 60.0
+#: An elastic agent's line as it joins a rendezvous round (torch's c10d handler, and ft_launcher's copy of it):
+#: the agent of rank 0 runs global rank 0. ``The node 'host_123_0' has joined round 0 of the rendezvous
+#: 'nemo-0' as rank 1 in a world of size 2.``
+RENDEZVOUS_RANK = re.compile(r"has joined round \d+ of the rendezvous '[^']*' as rank (\d+) in a world of size")
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +247,12 @@ class LogLook:
 
 @dataclass
 class ProgressSeen:
-    """What a process that keeps looking remembers: when it last read the log line, and what it found."""
+    """What a process that keeps looking remembers: when it last read the log line, where, and what it found."""
 
     read_at: float = float("-inf")
+    #: The node whose log had rank 0's line last: read first (ft_launcher ranks its agents by host name and
+    #: pid, so global rank 0 can run in any node's pod).
+    node: int = 0
     #: Kept across looks: a new pod's log (after a gang restart) has no line until rank 0 reports again.
     last: Optional[Progress] = None
     #: What the last look showed (shown again until the next read).
@@ -263,41 +281,110 @@ def read(
     seen: Optional[ProgressSeen] = None,
     keeper: Optional["NodeLogKeeper"] = None,
 ) -> Optional[Progress]:
-    """The job's progress: its TrainJob's ``trainerStatus``; else node 0's log line, from the lines this
-    process already has (the ``keeper`` of a waiting process, or those this look read for ft_launcher's
-    restarts), else from a bounded log read (throttled with ``seen``)."""
+    """The job's progress: its TrainJob's ``trainerStatus``; else rank 0's log line, in whichever node's log
+    it is: from the lines this process already has (the ``keeper`` of a waiting process, or every node's lines
+    this look read for ft_launcher's restarts), else from bounded log reads (throttled with ``seen``): node 0's,
+    or the node where it was found last, and the others only where node 0's agent says it is not rank 0."""
     reported = from_trainjob(view.trainjob)
     if reported is not None:
         return reported
     seen = seen if seen is not None else ProgressSeen()
-    at_hand = _node_zero_lines_at_hand(view, keeper)
-    if at_hand is not None:
-        return seen.note(LogLook(from_log_lines(at_hand), why="no progress line in node 0's log lines at hand"))
+    at_hand = _lines_at_hand(view, keeper)
+    found = _newest_in_nodes(at_hand, seen)
+    if found is not None or (0 in at_hand and not _to_read(at_hand, seen, view.nodes)):
+        return seen.note(LogLook(found, why="no progress line in the node log lines at hand"))
     if time.monotonic() - seen.read_at < RECHECK_S:
         return seen.shown
-    look = _read_node_zero_log(cluster, view)
-    seen.read_at = time.monotonic()
+    look, reads = _search(cluster, view, seen, at_hand)
+    # A search of several nodes that found no line (a job that reports nothing yet) is not made again soon.
+    fruitless = reads > 1 and look.current is None and look.older is None
+    seen.read_at = time.monotonic() + (SEARCH_AGAIN_S - RECHECK_S if fruitless else 0.0)
     return seen.note(look)
 
 
-def _node_zero_lines_at_hand(view: "JobView", keeper: Optional["NodeLogKeeper"]) -> Optional[list[str]]:
-    """Node 0's lines this process already has: those a waiting process keeps, else those the look read."""
-    return keeper.kept_lines().get(0) if keeper is not None else view.node_lines.get(0)
+def _to_read(at_hand: dict[int, list[str]], seen: ProgressSeen, nodes: int) -> list[int]:
+    """The nodes whose log may hold rank 0's line and is not at hand, in the order to read them: the node
+    where it was seen last; then, where node 0's agent says it is not rank 0 of the rendezvous (ft_launcher's
+    ranking), each other node, at most ``SEARCH_NODES``. Empty for a job whose rank 0 runs in node 0."""
+    order = [seen.node] + ([n for n in range(1, nodes) if n != seen.node] if _rank_zero_elsewhere(at_hand) else [])
+    return [n for n in order if n not in at_hand][:SEARCH_NODES]
 
 
-def _read_node_zero_log(cluster: "ClusterReader", view: "JobView") -> LogLook:
-    """Progress in node 0's newest lines, at most two reads of ``LOG_READ_BYTES``; a log that cannot be read
-    now is no progress to show (not a state); an API server that cannot be reached is raised (describe says)."""
+def _rank_zero_elsewhere(at_hand: dict[int, list[str]]) -> bool:
+    """Whether node 0's lines say its agent joined the newest rendezvous round as a rank other than 0."""
+    ranks = [int(m.group(1)) for line in at_hand.get(0) or [] if (m := RENDEZVOUS_RANK.search(line))]
+    return bool(ranks) and ranks[-1] != 0
+
+
+def _search(
+    cluster: "ClusterReader", view: "JobView", seen: ProgressSeen, at_hand: dict[int, list[str]]
+) -> tuple[LogLook, int]:
+    """Read the nodes that may hold rank 0's line (``_to_read``; node 0 when its lines are not at hand), one
+    bounded read each and at most ``SEARCH_NODES``, until one has it: that node is noted in ``seen``. Node 0's
+    lines read here can send the search on (its agent is not rank 0); the remembered node without the line
+    (rank 0 moved at an in-job restart) sends it back to node 0. What the first read said when none has it, and
+    how many nodes were read."""
+    order = _to_read(at_hand, seen, view.nodes) or ([0] if 0 not in at_hand else [])
+    looks: dict[int, LogLook] = {}
+    while order and len(looks) < SEARCH_NODES:
+        node = order.pop(0)
+        look, lines = _read_node_log(cluster, view, node)
+        looks[node] = look
+        if look.current is not None or look.older is not None:
+            seen.node = node
+            return look, len(looks)
+        more = _after_a_miss(node, lines, at_hand, seen, view.nodes)
+        order += [n for n in more if n not in order and n not in looks]
+    return next(iter(looks.values()), LogLook(why="no progress line in the node log lines at hand")), len(looks)
+
+
+def _after_a_miss(
+    node: int, lines: list[str], at_hand: dict[int, list[str]], seen: ProgressSeen, nodes: int
+) -> list[int]:
+    """The nodes to read after ``node``'s log had no progress line: the others where node 0's lines, just read,
+    say its agent is not rank 0; node 0 where the remembered node had none (rank 0 moved at an in-job restart),
+    as a new process would read it."""
+    if node == 0:
+        return _to_read({**at_hand, 0: lines}, ProgressSeen(), nodes) if lines else []
+    if node == seen.node:
+        seen.node = 0
+        return [0] if 0 not in at_hand else []
+    return []
+
+
+def _lines_at_hand(view: "JobView", keeper: Optional["NodeLogKeeper"]) -> dict[int, list[str]]:
+    """The node lines this process already has: those a waiting process keeps, else those the look read
+    (every node's, for ft_launcher's restarts)."""
+    if keeper is None:
+        return view.node_lines
+    # The keeper follows node 0 (its lines are at hand, even none); the others are read only in trouble.
+    return {node: lines for node, lines in keeper.kept_lines().items() if lines or node == 0}
+
+
+def _newest_in_nodes(lines_by_node: dict[int, list[str]], seen: ProgressSeen) -> Optional[Progress]:
+    """The newest progress line among the nodes' lines (rank 0's clock), wherever rank 0 runs; its node is
+    noted in ``seen`` (read first when no lines are at hand)."""
+    found = {node: p for node, lines in lines_by_node.items() if (p := from_log_lines(lines)) is not None}
+    newest = _newest(*found.values())
+    if newest is not None:
+        seen.node = next(node for node, p in found.items() if p is newest)
+    return newest
+
+
+def _read_node_log(cluster: "ClusterReader", view: "JobView", node: int) -> tuple[LogLook, list[str]]:
+    """Progress in ``node``'s newest lines, at most two reads of ``LOG_READ_BYTES``, and the lines read; a log
+    that cannot be read now is no progress to show (not a state); an API server that cannot be reached is
+    raised (describe says)."""
     try:
-        pod = _node_zero_pod(cluster, view)
+        pod = _node_pod(cluster, view, node)
         if pod is None:
-            return LogLook(why="node 0 has no pod")
-        return _look_in_log(cluster, pod["metadata"]["name"], view.namespace)
+            return LogLook(why=f"node {node} has no pod"), []
+        return _look_in_log(cluster, pod["metadata"]["name"], view.namespace, node)
     except ClusterUnreachableError:
         raise
     except ClusterError as error:
-        log.debug("cannot read node 0's log of %s: %s", view.name, error)
-        return LogLook(why="node 0's log cannot be read now")
+        log.debug("cannot read node %d's log of %s: %s", node, view.name, error)
+        return LogLook(why=f"node {node}'s log cannot be read now"), []
 
 
 @dataclass(frozen=True)
@@ -319,27 +406,28 @@ def _read_tail(cluster: "ClusterReader", pod: str, namespace: str, tail_lines: i
     return _Tail(lines[:-1], False)
 
 
-def _look_in_log(cluster: "ClusterReader", pod: str, namespace: str) -> LogLook:
-    """Node 0's last ``TAIL_LINES`` lines; where they are more than ``LOG_READ_BYTES``, a second read of as many
-    of the newest lines as are likely to fit (three quarters of what the first read got)."""
+def _look_in_log(cluster: "ClusterReader", pod: str, namespace: str, node: int) -> tuple[LogLook, list[str]]:
+    """The node's last ``TAIL_LINES`` lines; where they are more than ``LOG_READ_BYTES``, a second read of as
+    many of the newest lines as are likely to fit (three quarters of what the first read got)."""
     first = _read_tail(cluster, pod, namespace, TAIL_LINES)
     newest = first if first.complete else _read_tail(cluster, pod, namespace, max(1, len(first.lines) * 3 // 4))
     if newest.complete:
         found = from_log_lines(newest.lines)
-        return LogLook(found, why="" if found else f"no progress line in node 0's last {len(newest.lines)} lines")
+        why = "" if found else f"no progress line in node {node}'s last {len(newest.lines)} lines"
+        return LogLook(found, why=why), newest.lines
     return LogLook(
         older=_newest(from_log_lines(first.lines), from_log_lines(newest.lines)),
-        why=f"node 0's newest lines are more than the {LOG_READ_BYTES // 1024} KiB a log read takes",
-    )
+        why=f"node {node}'s newest lines are more than the {LOG_READ_BYTES // 1024} KiB a log read takes",
+    ), first.lines
 
 
-def _node_zero_pod(cluster: "ClusterReader", view: "JobView") -> Optional[dict]:
-    """Node 0's newest pod: among the pods the look read, or, where a running job's look read only the pods
-    that are not running (``JobView.read_running``), from the metadata of node 0's pods (one small list)."""
+def _node_pod(cluster: "ClusterReader", view: "JobView", node: int) -> Optional[dict]:
+    """The node's newest pod: among the pods the look read, or, where a running job's look read only the pods
+    that are not running (``JobView.read_running``), from the metadata of that node's pods (one small list)."""
     if view.jobset is None:
-        return newest_pods_by_node(view.node_pods).get(0)
-    selector = f"{JOBSET_NAME_LABEL}={view.name},{REPLICATED_JOB_LABEL}={TRAINER_NODE},{COMPLETION_INDEX_LABEL}=0"
-    return newest_pods_by_node(cluster.list_metadata("Pod", view.namespace, selector)).get(0)
+        return newest_pods_by_node(view.node_pods).get(node)
+    selector = f"{JOBSET_NAME_LABEL}={view.name},{REPLICATED_JOB_LABEL}={TRAINER_NODE},{COMPLETION_INDEX_LABEL}={node}"
+    return newest_pods_by_node(cluster.list_metadata("Pod", view.namespace, selector)).get(node)
 
 
 def stall_message(found: Progress, seconds: int, now: datetime) -> str:

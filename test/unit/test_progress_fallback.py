@@ -3,9 +3,11 @@ known to be current is said to be so, and which transport a reporter picks. Pure
 are in test/test_progress_log_bound.py."""
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from nemo_kubeflow import progress
 from nemo_kubeflow.observe import progress_view
+from nemo_kubeflow.observe.job_view import JobView
 from nemo_kubeflow.observe.progress_view import LogLook, ProgressSeen
 
 NOW = datetime(2026, 11, 27, 9, 0, 0, tzinfo=timezone.utc)
@@ -70,3 +72,42 @@ def test_the_log_line_can_be_forced_where_the_status_server_is_offered():
     forced = progress.Reporter(env={**offered, progress.MODE_ENV: "log"})
     assert forced.transport == "log" and forced.server is None
     assert progress.Reporter(env={k: v for k, v in offered.items() if k != progress.SERVER_URL_ENV}).transport == "log"
+
+
+# --- rank 0 in any node's pod (ft_launcher ranks its agents by host name, then pid) --------------------------
+
+#: ft_launcher's own log (test/data/torch-output/README.md): its agent's line as it joins the rendezvous.
+FT_LOG = Path(__file__).resolve().parents[1] / "data" / "torch-output" / "ft_launcher-raise-after-init.log"
+
+
+def view_with_lines(nodes, node_lines):
+    trainjob = {"metadata": {"name": "j", "namespace": "n"}, "spec": {"trainer": {"numNodes": nodes}}, "status": {}}
+    return JobView(cluster=None, trainjob=trainjob, pods=[], node_lines=node_lines)  # no read: every line at hand
+
+
+def test_rank_zeros_line_is_found_in_any_nodes_lines_at_hand_and_its_node_remembered():
+    seen = ProgressSeen()
+    lines = {0: ["node 0 trains"], 1: ["[default0]:" + line_of(12, 30)], 2: []}
+    assert progress_view.read(None, view_with_lines(3, lines), seen).step == 12 and seen.node == 1
+    # After an in-job restart rank 0 runs elsewhere: the newest line (rank 0's clock) wins, wherever it is.
+    lines = {0: [line_of(40, 2)], 1: [line_of(12, 30)]}
+    assert progress_view.read(None, view_with_lines(2, lines), seen).step == 40 and seen.node == 0
+
+
+def test_other_nodes_are_read_only_where_node_0s_agent_is_not_rank_0():
+    real = [line for line in FT_LOG.read_text().splitlines() if "has joined round" in line]
+    assert real and " as rank 0 in a world of size 1." in real[0]
+    # Node 0's agent is rank 0 (or nothing says): its lines at hand are the only place to look.
+    assert progress_view._to_read({0: real}, ProgressSeen(), nodes=4) == []
+    assert progress_view._to_read({0: ["no rendezvous line"]}, ProgressSeen(), nodes=4) == []
+    # Its newest round ranked it 1: the others, the node where the line was seen last first, bounded.
+    ranked_second = real + [real[0].replace("round 0", "round 1").replace("as rank 0", "as rank 1")]
+    assert progress_view._to_read({0: ranked_second}, ProgressSeen(node=2), nodes=4) == [2, 1, 3]
+    assert len(progress_view._to_read({0: ranked_second}, ProgressSeen(), nodes=100)) == progress_view.SEARCH_NODES
+    # Node 0 not at hand: node 0 is read first, as before; ranked first again, rank 0 is back in node 0.
+    assert progress_view._to_read({}, ProgressSeen(), nodes=4) == [0]
+    assert progress_view._to_read({0: ranked_second + real}, ProgressSeen(), nodes=4) == []
+
+
+def line_of(step, seconds_ago):
+    return progress.Report(step, 100, {}, NOW.timestamp() - seconds_ago, 1.0).as_line()

@@ -31,6 +31,15 @@ def test_values_are_quoted_safely():
     assert spec["nodeSelector"] == {"k": "yes"}  # a string, not YAML's boolean
 
 
+def test_characters_yaml_reads_otherwise_reach_the_pod_as_written():
+    """NEL, LS and PS are line breaks to YAML (folded into a space inside quotes), C1 controls and DEL are
+    refused by its reader: each value is sent as it was given."""
+    written = "a\x85b\u2028c\u2029d\x9fe\x7ff\ufeffg \u00e9\u4e2d"
+    rt = render_runtime(ctx(pod_annotations={"note": written}))
+    meta = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]
+    assert meta["annotations"] == {"note": written}
+
+
 def test_a_repeated_render_is_the_callers_own_and_follows_every_setting():
     # Runtimes from the packaged template are kept by their context: a second task of the same
     # settings must get an equal runtime that it may change, and any other setting a different one.

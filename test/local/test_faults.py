@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 import urllib3
@@ -102,6 +104,87 @@ def test_deny(cluster, core, ns):
     )
     cluster.allow_all()
     core.create_namespaced_config_map(ns, _cm("a"))
+
+
+#: What kube-apiserver answers a SelfSubjectAccessReview with neither resource nor non-resource attributes
+#: (the kind in the message is the one the request wrote: none here).
+NEITHER_ATTRIBUTES = (
+    422,
+    "Invalid",
+    '.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: null: '
+    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+)
+
+
+def _pb(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads under 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _access_review(cluster, body: bytes, content_type: str) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        cluster.url + "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": content_type,
+            "Accept": "application/json",
+            "Authorization": f"Bearer {cluster._token}",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=cluster.ssl_context()) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_access_reviews_in_protobuf_as_kubectl_sends_them_and_in_json(cluster, ns):
+    cluster.deny("create", "pods", ns)
+    fields = {"namespace": 1, "verb": 2, "group": 3, "version": 4, "resource": 5, "subresource": 6, "name": 7}
+
+    def protobuf(attributes: dict) -> bytes:  # k8s.io/api authorization/v1 generated.proto, in runtime.Unknown
+        resource_attributes = b"".join(_pb(fields[key], value.encode()) for key, value in attributes.items())
+        review = _pb(2, _pb(1, resource_attributes))  # SelfSubjectAccessReview.spec.resourceAttributes
+        type_meta = _pb(1, b"authorization.k8s.io/v1") + _pb(2, b"SelfSubjectAccessReview")
+        return b"k8s\x00" + _pb(1, type_meta) + _pb(2, review)
+
+    for verb, allowed in (("create", False), ("list", True)):
+        attributes = {"namespace": ns, "verb": verb, "resource": "pods"}
+        code, body = _access_review(cluster, protobuf(attributes), "application/vnd.kubernetes.protobuf")
+        assert (code, body["kind"], body["spec"]["resourceAttributes"]) == (201, "SelfSubjectAccessReview", attributes)
+        assert body["status"]["allowed"] is allowed
+    code, body = _access_review(
+        cluster,
+        json.dumps({"spec": {"resourceAttributes": {"namespace": ns, "verb": "create", "resource": "pods"}}}).encode(),
+        "application/json",
+    )
+    assert (code, body["status"]["allowed"]) == (201, False)
+    code, body = _access_review(
+        cluster,
+        json.dumps({"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}}).encode(),
+        "application/json",
+    )
+    assert (code, body["status"]["allowed"]) == (201, True)
+    code, body = _access_review(cluster, json.dumps({"spec": {}}).encode(), "application/json")
+    assert (code, body["reason"], body["message"]) == NEITHER_ATTRIBUTES
+    code, body = _access_review(cluster, b"k8s\x00\x0a\xff", "application/vnd.kubernetes.protobuf")
+    assert (code, body["reason"]) == (400, "BadRequest")
+
+
+@pytest.mark.real
+def test_the_real_api_server_answers_access_reviews_the_same(real_control_plane, real_namespace):
+    from test_pod_admission import real_sender
+
+    send = real_sender(real_control_plane)
+    path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+    code, body = send("POST", path, {"spec": {}})
+    assert (code, body["reason"], body["message"]) == NEITHER_ATTRIBUTES
+    code, body = send("POST", path, {"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}})
+    assert (code, body["status"]["allowed"]) == (201, True)
+    attributes = {"namespace": real_namespace, "verb": "create", "resource": "pods"}
+    code, body = send("POST", path, {"spec": {"resourceAttributes": attributes}})
+    assert (code, body["spec"]["resourceAttributes"], body["status"]["allowed"]) == (201, attributes, True)
 
 
 def test_request_log(cluster, core, ns):

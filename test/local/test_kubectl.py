@@ -146,6 +146,23 @@ def test_a_kubeconfig_without_the_ca_is_refused(kubectl, cluster, tmp_path):
     assert proc.returncode != 0 and "certificate signed by unknown authority" in proc.stderr, proc.stderr
 
 
+@needs_kubectl
+def test_auth_can_i_is_answered_from_the_denial_rules(kubectl, cluster, ns):
+    """kubectl sends its SelfSubjectAccessReview in protobuf: the server reads it and answers (in JSON)."""
+    cluster.deny("create", "pods", ns)
+    cluster.deny("get", "pods/log", ns)
+    answers = {
+        ("list", "pods", "-n", ns): (0, "yes"),
+        ("create", "pods", "-n", ns): (1, "no"),
+        ("create", "pods", "-n", "default"): (0, "yes"),
+        ("get", "pods", "--subresource=log", "-n", ns): (1, "no"),
+        ("get", "/healthz"): (0, "yes"),
+    }
+    for args, answer in answers.items():
+        proc = kubectl("auth", "can-i", *args, check=False)
+        assert (proc.returncode, proc.stdout.strip()) == answer, (args, proc.stderr)
+
+
 def test_ages_read_as_kubectl_prints_them():
     cases = {
         0: "0s",

@@ -18,10 +18,10 @@ from typing import Any, Iterator, Optional, Union
 from urllib.parse import parse_qs, urlsplit
 
 from nemo_kubeflow_local import constants as C
-from nemo_kubeflow_local.apiserver import metadata_only, openapi
+from nemo_kubeflow_local.apiserver import metadata_only, openapi, protobuf
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.api_tokens import ApiTokens
-from nemo_kubeflow_local.apiserver.apierrors import ApiError, bad_request
+from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, bad_request
 from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
 from nemo_kubeflow_local.apiserver.printers import to_table, wants_table
@@ -84,6 +84,7 @@ _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 #: `kubectl auth can-i`'s question: may I? (authorization.k8s.io, served for the doctor's rights check)
 SSAR_GROUP = "authorization.k8s.io"
 SSAR_PATH = f"/apis/{SSAR_GROUP}/v1/selfsubjectaccessreviews"
+_LOCAL_ADMIN = "the local cluster's user may do anything not denied by a test"
 _BOOLEAN_PARAMS = ("watch", "follow", "previous", "timestamps", "allowWatchBookmarks", "insecureSkipTLSVerifyBackend")
 
 
@@ -411,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
         if target.discovery is not None:
             return self._send(Result(200, target.discovery))
         if method == "POST" and target.group == SSAR_GROUP and self.path.split("?")[0] == SSAR_PATH:
-            return self._send(self._access_review(api, raw))
+            return self._send(self._access_review(api, raw, self.headers.get("Content-Type", "")))
         if target.rt is None:
             return self._send(
                 ApiError(
@@ -497,24 +498,44 @@ class _Handler(BaseHTTPRequestHandler):
         return self._send(registry.delete_collection(rt, target.namespace, body, query))
 
     @staticmethod
-    def _access_review(api: ApiServer, raw: bytes) -> Result:
+    def _access_review(api: ApiServer, raw: bytes, content_type: str) -> Union[ApiError, Result]:
         """A SelfSubjectAccessReview, answered from the RBAC denial rules (faults.Hooks.deny): what
-        `kubectl auth can-i` asks. Everything not denied is allowed (the local user is an admin)."""
+        `kubectl auth can-i` asks, in protobuf as kubectl sends it (answered in JSON, which it accepts)
+        or JSON. Everything not denied is allowed (the local user is an admin)."""
         try:
-            review = json.loads(raw or b"{}")
-            attributes = review["spec"]["resourceAttributes"]
-        except (ValueError, KeyError, TypeError):
-            return Result(
-                400,
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "status": "Failure",
-                    "reason": "BadRequest",
-                    "message": "spec.resourceAttributes: Required value",
-                    "code": 400,
+            review = (
+                protobuf.self_subject_access_review(raw)
+                if protobuf.is_protobuf(content_type)
+                else json.loads(raw or b"{}")
+            )
+        except ValueError as error:
+            return bad_request(f"the body of a SelfSubjectAccessReview could not be decoded: {error}")
+        spec = review.get("spec") if isinstance(review, dict) else None
+        spec = spec if isinstance(spec, dict) else {}
+        attributes, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        if (attributes is None) == (non_resource is None):  # kube-apiserver's ValidateSelfSubjectAccessReviewSpec
+            errors = [
+                FieldError.invalid(
+                    "spec.resourceAttributes",
+                    non_resource,
+                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+                )
+            ]
+            return ApiError(
+                422,
+                # the kind as the request wrote it, as kube-apiserver's NewInvalid(Kind(review.Kind)) words it
+                f'{review.get("kind") or ""}.{SSAR_GROUP} "" is invalid: {aggregate(errors)}',
+                details={
+                    "group": SSAR_GROUP,
+                    "kind": review.get("kind") or "",
+                    "causes": [error.cause() for error in errors],
                 },
             )
+        review.setdefault("apiVersion", f"{SSAR_GROUP}/v1")
+        review.setdefault("kind", "SelfSubjectAccessReview")
+        if non_resource is not None:  # a path such as /healthz: no test denies one
+            return Result(201, dict(review, status={"allowed": True, "reason": _LOCAL_ADMIN}))
+        attributes = attributes if isinstance(attributes, dict) else {}
         resource = attributes.get("resource", "")
         if attributes.get("subresource"):
             resource += f"/{attributes['subresource']}"
@@ -527,7 +548,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         status: dict[str, Any] = {"allowed": denied is None}
         if denied is None:
-            status["reason"] = "the local cluster's user may do anything not denied by a test"
+            status["reason"] = _LOCAL_ADMIN
         return Result(201, dict(review, status=status))
 
     # -- responses --

@@ -13,6 +13,7 @@ import uuid
 from collections import deque
 from typing import Callable, Iterable, Optional
 
+from nemo_kubeflow_local.apiserver import frozen
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, already_exists, conflict, not_found
 from nemo_kubeflow_local.apiserver.resources import ResourceType
@@ -32,6 +33,8 @@ class Store:
         self._rv = 0
         self._history: deque[tuple[int, str, ResourceType, dict]] = deque(maxlen=HISTORY)
         self._listeners: list[Listener] = []
+        #: Keep stored objects read-only, so a change in place raises at its writer (frozen.py).
+        self._freeze = frozen.enabled()
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -49,6 +52,8 @@ class Store:
     def _commit(self, event: str, rt: ResourceType, obj: dict) -> dict:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
+        if self._freeze:
+            obj = frozen.freeze(obj)
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if event == "DELETED":
             self._data[rt.key].pop(key, None)
@@ -138,7 +143,8 @@ class Store:
             for rt, items in objects.items():
                 for obj in items:
                     meta = obj["metadata"]
-                    self._data[rt.key][(meta.get("namespace", "") if rt.namespaced else "", meta["name"])] = obj
+                    key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+                    self._data[rt.key][key] = frozen.freeze(obj) if self._freeze else obj
             self._rv = max(self._rv, resource_version)
 
     # --- writes ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ host's tools run, with the directory of this Python first on PATH.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import subprocess
@@ -57,7 +58,9 @@ class PodWorker(threading.Thread):
     def __init__(self, kubelet: "Kubelet", pod: dict):
         super().__init__(daemon=True, name=f"pod-{pod['metadata']['name']}")
         self.kubelet = kubelet
-        self.pod = pod
+        # Its own copy: the worker changes it (the bind sets spec.nodeName), and the pod a store listener
+        # hands over is the stored object itself, which a reader may be copying outside the store's lock.
+        self.pod = copy.deepcopy(pod)
         self.ns = pod["metadata"].get("namespace", "default")
         self.name = pod["metadata"]["name"]
         self.uid = pod["metadata"]["uid"]

@@ -39,5 +39,6 @@ def test_the_troubleshooting_page_quotes_what_the_client_says_of_an_unknown_ca(l
     kubeconfig.write_text(yaml.safe_dump(config))
     with pytest.raises(ClusterError) as error:
         KubernetesCluster(str(kubeconfig), max_attempts=1, backoff=0.01).list("Namespace", None)
-    said = " ".join(str(error.value).split())  # its lines as one, as the table's one line quotes them
+    said = str(error.value)
+    assert "\n" not in said, said  # one line, as the table quotes it
     assert quoted_client_message().fullmatch(said), said

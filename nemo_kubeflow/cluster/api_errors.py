@@ -72,7 +72,13 @@ def translate_api_exception(
     status, reason, message = _server_answer(e)
     target = describe_target(kind, name, namespace)
     hint = _hint(status, reason, kind, verb, namespace, message)
-    text = f"cannot {verb} {target}: {message} (HTTP {status} {reason})".rstrip()
+    if status == 0:
+        # No response came (the kubernetes client's ApiException for a failed TLS handshake): its reason is the
+        # connection's error, on several lines, and there is no server answer to quote beside it.
+        message = " ".join(message.split())
+        text = f"cannot {verb} {target}: {message} (HTTP 0: no response)"
+    else:
+        text = f"cannot {verb} {target}: {message} (HTTP {status} {reason})".rstrip()
     if hint:
         text += f"; {hint}"
     return _error_class(status, verb, message)(text, status=status, reason=reason, server_message=message)

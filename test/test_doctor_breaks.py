@@ -3,6 +3,7 @@ kubeconfig that does not exist, a server at a dead port, one that accepts connec
 one that stops answering midway. Each ends in a verdict line, within its bound (docs/cli.md), and every
 warn and FAIL line carries its fix."""
 
+import base64
 import json
 import socket
 import subprocess
@@ -12,8 +13,10 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 
 from nemo_kubeflow.cli.doctor import ANSWER_WITHIN_S, DOCTOR_WITHIN_S
+from nemo_kubeflow_local.apiserver.tls import make_credentials
 
 CPU = ["--factory", "kubeflow_cpu", "--set", "shm_size=None"]
 #: Well above doctor's bound: a doctor still running then hangs.
@@ -189,6 +192,22 @@ def test_a_server_at_a_dead_port_is_one_fail(tmp_path):
     )
     assert "; fix: check the kubeconfig path" in lines[0] and "the server address" in lines[0]
     assert "install Trainer" not in "\n".join(lines)
+    assert_well_formed(lines)
+
+
+def test_a_kubeconfig_with_another_ca_is_one_fail_naming_the_ca(local, tmp_path):
+    """A CA that does not sign the server's certificate is said as such, not as refused credentials."""
+    config = yaml.safe_load(local.kubeconfig_path.read_text())
+    other_ca = make_credentials().ca_pem
+    config["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(other_ca).decode()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    code, lines = run_doctor(kubeconfig)
+    assert code == 1
+    assert len(lines) == 2, "\n".join(lines)
+    assert lines[0].startswith("FAIL  cannot trust the API server's certificate: "), lines[0]
+    assert "CERTIFICATE_VERIFY_FAILED" in lines[0] and "certificate-authority" in lines[0]
+    assert "expired token" not in lines[0]
     assert_well_formed(lines)
 
 

@@ -61,6 +61,12 @@ ANSWER_WITHIN_S = 10
 DOCTOR_WITHIN_S = 30
 
 #: The fix of an unreachable cluster or an unreadable kubeconfig.
+#: What the TLS handshake's failure says when the kubeconfig's CA does not sign the server's certificate.
+_TLS_FAILURE = "CERTIFICATE_VERIFY_FAILED"
+TLS_FIX = (
+    "the kubeconfig's cluster certificate-authority(-data) is not the CA that signed the API server's "
+    "certificate (a rotated CA, or another cluster's kubeconfig): get the cluster's current kubeconfig"
+)
 REACH_FIX = (
     "check the kubeconfig path (--kubeconfig, the executor's kubeconfig=, $KUBECONFIG) and its context "
     "(--context), the server address in it, your network/VPN, and that the cluster is up (kubectl cluster-info)"
@@ -832,10 +838,14 @@ def check_reach(cluster: KubernetesCluster, report: Report) -> bool:
     except ClusterUnreachableError as e:
         report.fail(f"cannot reach the cluster: {_unanswered(cluster, e, ANSWER_WITHIN_S)}", REACH_FIX)
     except ClusterError as e:
-        report.fail(
-            f"the API server refused doctor's first request: {_first_clause(e)}",
-            "check the credentials of the kubeconfig's user (expired token?) and its context",
-        )
+        if _TLS_FAILURE in str(e):
+            # No answer came: the kubeconfig's CA does not sign the server's certificate (a status-0 error).
+            report.fail(f"cannot trust the API server's certificate: {_first_clause(e)}", TLS_FIX)
+        else:
+            report.fail(
+                f"the API server refused doctor's first request: {_first_clause(e)}",
+                "check the credentials of the kubeconfig's user (expired token?) and its context",
+            )
     return False
 
 

@@ -14,6 +14,7 @@ process (the scheduler's describe) say the same."""
 import json
 import os
 import subprocess
+import threading
 
 import nemo_run as run
 import pytest
@@ -173,6 +174,38 @@ def test_pod_security_restricted_fails_a_job_without_restricted_security_with_th
     wait_for(lambda: not backend.objects("trainjobs", trainjob_of(job)), "the TrainJob to be gone")
     state, why = status_cli(exp_id)
     assert state == "FAILED" and 'violates PodSecurity "restricted:latest"' in why, (state, why)
+
+
+def test_an_attached_wait_ends_failed_in_pod_securitys_words(backend):
+    """The attached `exp.run()` (the wait in this process, which repairs) ends at the refusal: FAILED in
+    PodSecurity's words with the fix, the TrainJob deleted, instead of waiting with 0/2 nodes running. The rule is
+    put in place from another thread once the TrainJob waits in the held queue."""
+    held_queue(backend)
+    failures: list[BaseException] = []
+
+    def rule_then_release() -> None:
+        try:
+            wait_for(lambda: backend.objects("trainjobs", "ar-attached"), "the TrainJob to be submitted", timeout=120)
+            backend.core().patch_namespace(
+                backend.namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+            )
+            in_force(backend, 'violates PodSecurity "restricted:latest"')
+            release(backend)
+        except BaseException as error:  # said by the test below, not lost in the thread
+            failures.append(error)
+
+    helper = threading.Thread(target=rule_then_release, daemon=True)
+    helper.start()
+    with run.Experiment("ar-attached", executor=backend.executor(queue_name=HELD), log_level="WARN") as exp:
+        exp.add(run.Script(inline="sleep 120"), name="t")
+        exp.run(detach=False)
+    helper.join(timeout=60)
+    assert not failures, failures
+    job = exp.jobs[0]
+    desc = create_scheduler("t").describe(app_id_of(job))
+    assert desc.state.name == "FAILED", desc
+    assert 'violates PodSecurity "restricted:latest"' in desc.msg and "restricted_security=True" in desc.msg, desc
+    assert not backend.objects("trainjobs", trainjob_of(job)), "the attached wait's repair deletes the TrainJob"
 
 
 def test_a_service_account_that_does_not_exist_fails_the_job(backend, status_cli):

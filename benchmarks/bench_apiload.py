@@ -34,10 +34,12 @@ from harness import (
     ClusterProcess,
     Detail,
     Metric,
+    each_variant,
     in_fresh_process,
     launch,
     nemorun_home,
     ours,
+    status_only_cluster,
     upstream,
     use_kubeconfig,
 )
@@ -234,24 +236,12 @@ def run(ctx):
     sizes = (8, 128) if ctx.quick else (8, 128, 1024)
     # A full window holds one renewal of each of ours' watches (cluster/watched.py WATCH_SECONDS).
     window_s = 30.0 if ctx.quick else 60.0
-    workdir = tempfile.mkdtemp(prefix="nk-apiload-", dir=ctx.workdir)
-    cluster = ClusterProcess(os.path.join(workdir, "cluster"), status_only_pods=True)
-    results: dict = {}
-    try:
-        use_kubeconfig(cluster.kubeconfig_path)
-        cluster.ensure_upstream_runtime()
-        cluster.add_virtual_nodes(max(sizes))
-        for nodes in sizes:
-            for variant in ("ours", "baseline"):
-                print(f"        apiload: {variant}, {nodes} nodes", file=sys.stderr, flush=True)
-                results[variant, nodes] = _one_job(ctx, cluster, variant, nodes, window_s)
+    with status_only_cluster(ctx, "nk-apiload-", max(sizes)) as cluster:
+        results = each_variant(
+            "apiload (nodes)", sizes, lambda variant, nodes: _one_job(ctx, cluster, variant, nodes, window_s)
+        )
         largest = max(sizes)
         results["ours", largest].update(_other_states(cluster, largest))
-    finally:
-        cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-        if ctx._cluster is not None:
-            use_kubeconfig(ctx._cluster.kubeconfig_path)
     yield from _rows(results, sizes, window_s)
 
 

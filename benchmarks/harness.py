@@ -477,6 +477,37 @@ def use_kubeconfig(path: str) -> None:
 
 
 @contextlib.contextmanager
+def status_only_cluster(ctx: "Context", prefix: str, nodes: int) -> Iterator["ClusterProcess"]:
+    """A local cluster of its own with status-only pods (``LocalCluster(status_only_pods=True)``: the same objects and
+    statuses, no process per pod), the upstream runtime and ``nodes`` virtual nodes, as the default kubeconfig; when
+    the block ends, stopped and the shared cluster's kubeconfig the default again."""
+    import shutil
+
+    workdir = tempfile.mkdtemp(prefix=prefix, dir=ctx.workdir)
+    cluster = ClusterProcess(os.path.join(workdir, "cluster"), status_only_pods=True)
+    try:
+        use_kubeconfig(cluster.kubeconfig_path)
+        cluster.ensure_upstream_runtime()
+        cluster.add_virtual_nodes(nodes)
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        if ctx._cluster is not None:
+            use_kubeconfig(ctx._cluster.kubeconfig_path)
+
+
+def each_variant(family: str, sizes, measure: Callable) -> dict:
+    """``measure(variant, size)`` for each size, ours then the baseline, saying which on stderr; by (variant, size)."""
+    results = {}
+    for size in sizes:
+        for variant in ("ours", "baseline"):
+            print(f"        {family}: {variant}, {size}", file=sys.stderr, flush=True)
+            results[variant, size] = measure(variant, size)
+    return results
+
+
+@contextlib.contextmanager
 def nemorun_home() -> Iterator[str]:
     """A fresh ``NEMORUN_HOME``: experiments, our app records and the baseline's
     ``.kubeflow_jobs.json`` state file start empty, so runs do not slow each other down."""

@@ -39,6 +39,7 @@ FAMILIES = (
     "recovery",
     "progress",
     "apiload",
+    "sweep",
 )
 
 

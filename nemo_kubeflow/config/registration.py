@@ -11,13 +11,19 @@ torchx's ``Runner.wait``, a loop over ``Runner.status``, which calls the schedul
 call a status query makes. ``wrap_runner_wait`` has ``Runner.wait`` tell a scheduler that takes attached waits
 (``AttachedWaits``: ours) that the describes of the current thread are the wait's until it returns; those
 looks repair (docs/architecture.md, "Repairs"), a status query's never do.
+
+NeMo-Run launches an experiment's tasks one by one (``Experiment._run_dag``, a thread pool per level) and says
+only "Launching job ..." for each: ``wrap_experiment_run`` tells our scheduler how many of ours the run submits
+(``SUBMITTING``), so that a long submission says how far it is ("submitted 340/1000 tasks of experiment ...").
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import threading
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from nemo_kubeflow.constants import SCHEDULER_NAME
 
@@ -39,6 +45,7 @@ def register_executor(cls: type, scheduler_name: str = SCHEDULER_NAME) -> None:
         if cls not in supported:
             setattr(Experiment, attr, tuple(supported) + (cls,))
     wrap_runner_wait()
+    wrap_experiment_run(cls)
 
 
 @runtime_checkable
@@ -68,3 +75,62 @@ def wrap_runner_wait() -> None:
 
     wait.attached_waits = True  # type: ignore[attr-defined]
     Runner.wait = wait
+
+
+#: Experiments of fewer tasks of ours than this print no submission progress (NeMo-Run's line per task suffices).
+PROGRESS_MIN_TASKS = 20
+
+
+class Submissions:
+    """How far an experiment's run has submitted its tasks of ours: a line at each tenth of them and at the last."""
+
+    def __init__(self, title: str, total: int) -> None:
+        self.title = title
+        self.total = total
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def one_more(self) -> Optional[str]:
+        """Count one task submitted; the progress line to print now, if any."""
+        with self._lock:
+            self.done += 1
+            done = self.done
+        if done % max(1, self.total // 10) and done != self.total:
+            return None
+        return f"submitted {done}/{self.total} tasks of experiment {self.title}"
+
+
+#: The submissions of the experiment whose run the current thread (or one of its launch threads) is in.
+SUBMITTING: contextvars.ContextVar[Optional[Submissions]] = contextvars.ContextVar(
+    "nemo_kubeflow_submitting", default=None
+)
+
+
+def wrap_experiment_run(cls: type) -> None:
+    """Wrap NeMo-Run's ``Experiment._run_dag`` (what ``exp.run()`` launches the tasks with): an experiment of at
+    least ``PROGRESS_MIN_TASKS`` tasks of a registered class runs with ``SUBMITTING`` set, which its launch threads
+    inherit (they copy the context it was called in). Idempotent."""
+    from nemo_run.run.experiment import Experiment
+
+    _PROGRESS_OF.add(cls)
+    plain = Experiment._run_dag
+    if getattr(plain, "submission_progress", False):
+        return
+
+    @functools.wraps(plain)
+    def run_dag(self: Experiment, *args: Any, **kwargs: Any) -> Any:
+        total = sum(isinstance(getattr(job, "executor", None), tuple(_PROGRESS_OF)) for job in self.jobs)
+        if total < PROGRESS_MIN_TASKS:
+            return plain(self, *args, **kwargs)
+        token = SUBMITTING.set(Submissions(self._title, total))
+        try:
+            return plain(self, *args, **kwargs)
+        finally:
+            SUBMITTING.reset(token)
+
+    run_dag.submission_progress = True  # type: ignore[attr-defined]
+    Experiment._run_dag = run_dag
+
+
+#: The executor classes whose tasks an experiment's submission progress counts.
+_PROGRESS_OF: set[type] = set()

@@ -37,6 +37,7 @@ from nemo_kubeflow.cluster import records
 from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster
 from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.config.executor import KubeflowExecutor
+from nemo_kubeflow.config.registration import SUBMITTING
 from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
@@ -291,6 +292,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             sub.name,
             ", ".join(f"{v} {k}" for v, k, _ in result.actions),
         )
+        progress = SUBMITTING.get()
+        line = progress.one_more() if progress is not None else None
+        if line:
+            log.info(line)
         app_id = records.app_id(sub.namespace, sub.name)
         interrupt.submitted(app_id, make_app_handle(SCHEDULER_NAME, self.session_name, app_id), req.job_dir)
         return app_id

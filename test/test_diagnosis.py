@@ -342,7 +342,15 @@ def test_what_a_describe_costs_in_each_state(local):
     create_scheduler("t").cancel(pending)
 
     _, failed = submit(local, "costfail", script="exit 3")
-    wait_for_message(failed, "exited with code 3", timeout=60)  # the first describe saves each node's log
+    # The first describe of the failed job saves each node's log. "exited with code 3" shows first in a RUNNING
+    # "failing: ..." look, while the Job controller still stops the other node: wait for the verdict itself.
+    wait_for_status(
+        create_scheduler("t"),
+        failed,
+        lambda d: d.state == AppState.FAILED and "exited with code 3" in d.msg,
+        "FAILED, 'exited with code 3'",
+        timeout=60,
+    )
     desc, requests = describe_cost(local, failed)
     assert desc.state == AppState.FAILED and "no gang restart" in desc.msg, desc.msg
     # The TrainJob once (not again for its node count), its JobSet, the running pods' metadata and the others

@@ -375,7 +375,8 @@ def test_following_many_nodes_uses_a_fixed_pool_and_delivers_each_line_once_in_o
 
     def sample():
         while not done.wait(0.05):
-            readers.append(sum(t.name.startswith("logs-") for t in threading.enumerate()))
+            # this job's readers only: an earlier test's may still be ending
+            readers.append(sum(t.name.startswith(f"logs-{app_id.split(':', 1)[1]}-") for t in threading.enumerate()))
 
     threading.Thread(target=sample, daemon=True).start()
     threads = [threading.Thread(target=follow, args=(k,)) for k in range(nodes)]

@@ -29,8 +29,10 @@ def submit(local, name, script, nodes=2, **kw):
 
 def follow_all(app_id, role, nodes, received, during=None):
     """NeMo-Run's way: a thread per node reading ``log_iter(..., should_tail=True)`` to the job's end;
-    ``during`` (if given) runs meanwhile in this thread. Returns the peak number of our reader threads."""
+    ``during`` (if given) runs meanwhile in this thread. Returns the peak number of this job's reader threads (an
+    earlier test's readers may still be ending: they are not this job's)."""
     scheduler = create_scheduler("t")
+    prefix = f"logs-{app_id.split(':', 1)[1]}-"
     readers, done = [0], threading.Event()
 
     def follow(k):
@@ -38,7 +40,7 @@ def follow_all(app_id, role, nodes, received, during=None):
 
     def sample():
         while not done.wait(0.05):
-            readers[0] = max(readers[0], sum(t.name.startswith("logs-") for t in threading.enumerate()))
+            readers[0] = max(readers[0], sum(t.name.startswith(prefix) for t in threading.enumerate()))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

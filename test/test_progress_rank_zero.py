@@ -25,6 +25,10 @@ STEPS = 4000
 NODE_ZERO_LATE = '[ "$PET_NODE_RANK" != 0 ] || sleep 3'
 
 
+# The local cluster only: there the pods share one host name, so ft_launcher ranks the agents by arrival and node
+# 0's late start puts rank 0 in node 1. On the real control plane the pods' host names decide (node 0 was rank 0 in
+# CI's run) and the progress reaches status through Trainer's status server, not the log line this test is about.
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
 @pytest.mark.needs_torch
 @pytest.mark.timeout(600)
 def test_progress_of_rank_zero_in_node_1_under_ft_launcher(backend, console_script, nemorun_home):

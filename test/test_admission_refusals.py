@@ -93,10 +93,12 @@ def make_quota(backend, cpu: str) -> None:
     core.create_namespaced_resource_quota(
         backend.namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {"requests.cpu": cpu}}}
     )
-    wait_for(
-        lambda: (core.read_namespaced_resource_quota(QUOTA, backend.namespace).status.hard or {}).get("requests.cpu"),
-        "the quota controller to fill the quota's status",
-    )
+
+    def filled():
+        status = core.read_namespaced_resource_quota(QUOTA, backend.namespace).status  # None until the first fill
+        return status is not None and (status.hard or {}).get("requests.cpu")
+
+    wait_for(filled, "the quota controller to fill the quota's status")
 
 
 def looked(backend, status_cli, exp_id: str, job) -> tuple[str, str]:

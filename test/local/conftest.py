@@ -22,6 +22,8 @@ def ns(cluster) -> str:
     cluster.create_namespace(name)
     yield name
     cluster.allow_all()
+    # The cluster lives for the session: pods a test left would restart (busybox without a command) until its end.
+    client.CoreV1Api(cluster.api_client()).delete_collection_namespaced_pod(name, grace_period_seconds=0)
 
 
 @pytest.fixture(scope="session")

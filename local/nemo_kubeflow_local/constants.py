@@ -98,3 +98,9 @@ POD_IP = "127.0.0.1"
 #: CrashLoopBackOff starts at 10 s and doubles to 5 min on a real kubelet; scaled down here (the Trainer
 #: controller's restart of a failed status-only pod waits the same).
 BACKOFF_START, BACKOFF_MAX = 0.1, 1.0
+
+
+def backoff_delay(start: float, maximum: float, attempt: int) -> float:
+    """start doubled per attempt after the first, at most maximum; the exponent is bounded so that a pod
+    restarting for hours (2 ** 1024 no longer converts to float) keeps its back-off."""
+    return min(maximum, start * 2 ** min(max(attempt - 1, 0), 62))

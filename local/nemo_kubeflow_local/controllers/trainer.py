@@ -37,7 +37,7 @@ from nemo_kubeflow_local.apiserver.patch import strategic_merge_patch
 from nemo_kubeflow_local.apiserver.registry import random_suffix
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP, backoff_delay
 from nemo_kubeflow_local.controllers.job import (
     DEFAULT_BACKOFF_LIMIT,
     JOB_NAME_LABEL,
@@ -740,7 +740,7 @@ class TrainerController:
     def _retry_refused(self, key: tuple[str, str]) -> None:
         """Try a refused JobSet or Job again after a back-off (1 s doubling, at most 10 s)."""
         self._refused[key] = self._refused.get(key, 0) + 1
-        self._after(min(CREATE_BACKOFF_MAX_S, CREATE_BACKOFF_START_S * 2 ** (self._refused[key] - 1)), key)
+        self._after(backoff_delay(CREATE_BACKOFF_START_S, CREATE_BACKOFF_MAX_S, self._refused[key]), key)
 
     def _delete_jobs(self, tj: dict, jobs: list[JobState]) -> None:
         """Delete Job objects; the garbage collector takes their pods."""
@@ -882,7 +882,7 @@ class TrainerController:
                 job.succeeded.add(index)
             elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | job.suspended_pods:
                 job.failed_pods.add(pod["metadata"]["uid"])
-                job.retry_at = time.monotonic() + min(BACKOFF_MAX, BACKOFF_START * 2 ** (len(job.failed_pods) - 1))
+                job.retry_at = time.monotonic() + backoff_delay(BACKOFF_START, BACKOFF_MAX, len(job.failed_pods))
                 failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
             elif status.get("phase") in ("Pending", "Running"):
                 restarts += sum(
@@ -1245,8 +1245,8 @@ class TrainerController:
             # The Job controller says so on the Job and tries again, backing off (1 s doubling, at most 10 s
             # here; the real one's goes to 60 s): a quota that frees up lets the pod in.
             job.refused_creates += 1
-            job.retry_at = time.monotonic() + min(
-                CREATE_BACKOFF_MAX_S, CREATE_BACKOFF_START_S * 2 ** (job.refused_creates - 1)
+            job.retry_at = time.monotonic() + backoff_delay(
+                CREATE_BACKOFF_START_S, CREATE_BACKOFF_MAX_S, job.refused_creates
             )
             self._after(job.retry_at - time.monotonic(), (namespace, name))
             said = ("Warning", "FailedCreate", f"Error creating: {refusal.message}")

@@ -29,7 +29,7 @@ from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.container_logs import ContainerLog, LogStore
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
-from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP
+from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP, backoff_delay
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder, Recorder
 from nemo_kubeflow_local.kubelet.environment import ContainerConfigError, Objects, container_env, expand
 from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV, EmitterRun, EmitterSpecError, LogEmitters
@@ -315,7 +315,7 @@ class PodWorker(threading.Thread):
             if not self._should_restart(container, code):
                 break
             restarts += 1
-            delay = min(BACKOFF_MAX, BACKOFF_START * 2 ** (restarts - 1))
+            delay = backoff_delay(BACKOFF_START, BACKOFF_MAX, restarts)
             self._update(
                 name,
                 restartCount=restarts,

@@ -18,6 +18,7 @@ import base64
 import contextlib
 import ctypes
 import datetime
+import fcntl
 import ipaddress
 import json
 import os
@@ -27,6 +28,8 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -68,6 +71,53 @@ TRAINER_WEBHOOK_SECRET = "kubeflow-trainer-webhook-cert"
 #: server's $TMPDIR one), and finds the cluster's OIDC issuer in the `iss` of this token (its own, in a pod).
 TRAINER_STATUS_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 POD_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+#: Those paths are one per machine: a second control plane started beside the first would overwrite its status
+#: server's certificate and token (each has its own CA). Each running control plane holds this lock.
+FIXED_PATHS_LOCK = Path("/tmp/nemo-kubeflow-real-control-plane.lock")
+
+
+class _MachineLock:
+    """``FIXED_PATHS_LOCK``, held by this process while any of its control planes runs (counted: the control
+    planes of one process are started and stopped by its own fixtures, one after another)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.holders, self._file = path, 0, None
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self.holders == 0:
+                lock = open(self.path, "a+")
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    lock.seek(0)
+                    print(
+                        f"waiting for the real control plane of another process on this machine (lock "
+                        f"{self.path}, held by {lock.read().strip() or 'an unknown process'}): Trainer's status "
+                        "server reads fixed paths, one control plane at a time",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                lock.seek(0)
+                lock.truncate()
+                lock.write(f"pid {os.getpid()}")
+                lock.flush()
+                self._file = lock
+            self.holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            if self.holders == 0:
+                return
+            self.holders -= 1
+            if self.holders == 0 and self._file is not None:
+                self._file.close()  # closing the descriptor releases the flock
+                self._file = None
+
+
+_machine_lock = _MachineLock(FIXED_PATHS_LOCK)
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -234,6 +284,7 @@ class RealControlPlane:
         self.ports: dict[str, int] = {}
         self.token = secrets.token_hex(16)
         self._stopped = False
+        self._holds_machine_lock = False
 
     # ------------------------------------------------------------------ lifecycle
     #: Starts tried when a port chosen free was taken by another process before its component bound it.
@@ -271,6 +322,9 @@ class RealControlPlane:
         self.stop()
 
     def start(self) -> None:
+        if not self._holds_machine_lock:
+            _machine_lock.acquire()
+            self._holds_machine_lock = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.certs = Certificates(self.workdir / "pki")
         names = (
@@ -322,6 +376,9 @@ class RealControlPlane:
             self._stop_process(proc)
         for log in getattr(self, "_logs", []):
             log.close()
+        if self._holds_machine_lock:
+            _machine_lock.release()
+            self._holds_machine_lock = False
         atexit.unregister(self.stop)
 
     def _stop_process(self, proc: subprocess.Popen) -> None:

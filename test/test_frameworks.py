@@ -5,7 +5,8 @@ processes. The frameworks are the `test` extra's pins (pyproject.toml):
 * PyTorch Lightning DDP with ``progress.lightning_callback()``: both back ends (the `real` param on the upstream
   control plane);
 * transformers' ``Trainer``: one DDP group over the PET variables; its own ``KubeflowCallback`` read as step N of
-  M through Trainer's status server, and ``progress.hf_callback()``'s log line;
+  M through Trainer's status server (both back ends: the real one is Trainer v2.3.0's own status server), and
+  ``progress.hf_callback()``'s log line;
 * a loop shaped like Megatron-Bridge's ``train_step`` with ``progress.step_hook()`` on its ``on_train_step_end``;
 * Lightning under ft_launcher (``run.FaultTolerance``): rank 1 SIGKILLed mid-run, the ranks restarted in the
   same pods, training resumed from ``last.ckpt``.
@@ -57,7 +58,7 @@ def local_cluster(tmp_path_factory):
 @pytest.fixture()
 def on_local(local_cluster):
     """This module's local cluster in a namespace of the test's own (the scenarios that run on the local cluster
-    only: the `backend` fixture's `real` param is for the Lightning one)."""
+    only: the `backend` fixture's `real` param is for the Lightning and transformers ones)."""
     namespace = f"local-{len(local_cluster.objects('namespaces'))}"
     local_cluster.create_namespace(namespace)
     made = Backend(
@@ -160,11 +161,10 @@ def test_lightning_ddp_2x1_reports_step_n_of_m_to_a_new_process(backend, console
 
 @pytest.mark.timeout(600)
 def test_transformers_trainer_2x1_one_ddp_group_and_its_callback_reads_as_step_n_of_m(
-    on_local, console_script, nemorun_home, tmp_path
+    backend, console_script, nemorun_home, tmp_path
 ):
     """transformers' own KubeflowCallback (added by Trainer where the status server is offered) writes
     ``current_step``; status shows it as step N of M. ``progress.hf_callback()`` runs beside it on the log line."""
-    backend = on_local
     framework("transformers")
     framework("accelerate")
     steps, function = 60, framework_workloads.hf_trainer

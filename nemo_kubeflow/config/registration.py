@@ -15,6 +15,10 @@ looks repair (docs/architecture.md, "Repairs"), a status query's never do.
 NeMo-Run launches an experiment's tasks one by one (``Experiment._run_dag``, a thread pool per level) and says
 only "Launching job ..." for each: ``wrap_experiment_run`` tells our scheduler how many of ours the run submits
 (``SUBMITTING``), so that a long submission says how far it is ("submitted 340/1000 tasks of experiment ...").
+
+NeMo-Run applies a task's plugins (``exp.add(..., plugins=[...])``, ``run.run(..., plugins=...)``) in
+``Experiment._add_single_job``: ``wrap_plugin_setup`` has config/plugins.py's ``apply`` run each one on a task of
+ours, so that a plugin's Slurm-only part is mapped or refused rather than lost without a word.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def register_executor(cls: type, scheduler_name: str = SCHEDULER_NAME) -> None:
             setattr(Experiment, attr, tuple(supported) + (cls,))
     wrap_runner_wait()
     wrap_experiment_run(cls)
+    wrap_plugin_setup(cls)
 
 
 @runtime_checkable
@@ -134,3 +139,42 @@ def wrap_experiment_run(cls: type) -> None:
 
 #: The executor classes whose tasks an experiment's submission progress counts.
 _PROGRESS_OF: set[type] = set()
+
+
+def wrap_plugin_setup(cls: type) -> None:
+    """Wrap NeMo-Run's ``Experiment._add_single_job``: for a task whose executor is a registered class, the task
+    is added without its plugins, then each plugin is assigned and set up on the task's clones, in order, as
+    NeMo-Run does, through config/plugins.py's ``apply`` (which maps or refuses what the plugin did); a refusal
+    takes the task out again. Any other task is added as it was. Idempotent."""
+    from nemo_run.run.experiment import Experiment
+
+    from nemo_kubeflow.config import plugins as applied
+
+    _PLUGINS_OF.add(cls)
+    plain = Experiment._add_single_job
+    if getattr(plain, "plugins_applied", False):
+        return
+
+    @functools.wraps(plain)
+    def add_single_job(self: Experiment, task: Any, executor: Any, *args: Any, **kwargs: Any) -> Any:
+        plugins = kwargs.get("plugins")
+        if not plugins or not isinstance(executor, tuple(_PLUGINS_OF)):
+            return plain(self, task, executor, *args, **kwargs)
+        job_id = plain(self, task, executor, *args, **{**kwargs, "plugins": None})
+        job = self._jobs[-1]
+        job.plugins = plugins
+        try:
+            for plugin in plugins:
+                plugin.assign(self._id)
+                applied.apply(plugin, job.task, job.executor)
+        except BaseException:
+            self._jobs.remove(job)
+            raise
+        return job_id
+
+    add_single_job.plugins_applied = True  # type: ignore[attr-defined]
+    Experiment._add_single_job = add_single_job
+
+
+#: The executor classes whose tasks' plugins config/plugins.py applies.
+_PLUGINS_OF: set[type] = set()

@@ -46,7 +46,8 @@ class Mount:
 
     @property
     def shared_memory(self) -> bool:
-        """/dev/shm: the host's is what an emptyDir of medium Memory stands for; it is never refused."""
+        """/dev/shm: the host's own (memory, as the emptyDir of medium Memory it stands for) is left in place,
+        never refused."""
         return self.path == "/dev/shm"
 
 
@@ -103,15 +104,15 @@ def plan(mounts: list[Mount], needed: list[str], scratch: Path, mode: Optional[s
     binds: list[Mount] = []
     seen: set[str] = set()
     for mount in sorted(mounts, key=lambda m: (m.path.count("/"), m.path)):
-        if mount.path in seen:
-            continue
+        if mount.path in seen or mount.shared_memory:
+            continue  # /dev/shm: the host's stands in, in memory as the volume is
         seen.add(mount.path)
         reason = _unbindable(mount, needed, [b.path for b in binds])
         if reason is None:
             binds.append(mount)
-        elif mount.writable and not mount.shared_memory:
+        elif mount.writable:
             raise MountRefusal(mount, reason)
-    return Mounts(tuple(binds), any(b.writable and not b.shared_memory for b in binds), scratch)
+    return Mounts(tuple(binds), any(b.writable for b in binds), scratch)
 
 
 def no_namespace(cause: str, mount: Mount) -> str:
@@ -124,7 +125,7 @@ def no_namespace(cause: str, mount: Mount) -> str:
 def refused_by_init(mounts: Mounts, code: int, index: int) -> MountRefusal:
     """What the container's init reported (`refused <errno> <index>`), said for the user."""
     if index < 0:
-        first = next(b for b in mounts.binds if b.writable and not b.shared_memory)
+        first = next(b for b in mounts.binds if b.writable)
         return MountRefusal(first, no_namespace(f"unshare: {os.strerror(code)}", first))
     mount = mounts.binds[index]
     return MountRefusal(
@@ -144,8 +145,8 @@ def _unbindable(mount: Mount, needed: list[str], bound: list[str]) -> Optional[s
     hidden = next((n for n in needed if _inside(n, path)), None)
     if hidden is not None:
         return (
-            f"{path} holds {hidden}, which every pod of the local cluster needs from this machine (its Python, "
-            "packages or the cluster's directory): choose a mount path outside it"
+            f"a volume at {path} would hide {hidden}, which every pod of the local cluster needs from this machine "
+            "(its Python, packages or the cluster's directory): choose a mount path that does not hold it"
         )
     if any(_inside(path, b) for b in bound):
         return None  # its mount point is made inside the volume above it, as a kubelet does
@@ -164,6 +165,6 @@ def _unbindable(mount: Mount, needed: list[str], bound: list[str]) -> Optional[s
     missing = existing.rstrip("/") + "/" + path[len(existing) :].strip("/").split("/")[0]
     return (
         f"{existing} exists on this machine but {missing} does not, and the local cluster never creates a mount "
-        f"point on the host: create {missing} there, or mount at a path whose first directory the host lacks "
+        f"point on the host: create {missing} on the host first, or mount at a path whose first directory the host lacks "
         f"(such as /{path.strip('/').split('/')[-1]})"
     )

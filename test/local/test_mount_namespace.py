@@ -18,6 +18,10 @@ from nemo_kubeflow_local.kubelet.mounts import MODE_ENV
 BUILT = 'from pathlib import Path; p = Path("/" + "{top}") / "{rest}"; p.parent.mkdir(exist_ok=True); p.write_text("{text}"); print(sorted(q.name for q in Path("/" + "{top}").iterdir()))'
 
 
+#: Whether the container has a mount at `/<top>` (the path built at run time, out of the kubelet's sight).
+MOUNTED = 'print(any(line.split()[4] == "/" + "{top}" for line in open("/proc/self/mountinfo")))'
+
+
 def claim(core, ns: str, name: str) -> None:
     core.create_namespaced_persistent_volume_claim(
         ns,
@@ -70,6 +74,7 @@ def test_a_path_built_by_the_code_under_a_claim_lands_in_the_claim(cluster, core
     code = BUILT.format(top=top, rest="run/last.ckpt", text="weights")
     # The host's Python, its packages and /tmp are still there beside the mount.
     code += f'; import nemo_kubeflow_local; print(Path("{cluster.workdir}").is_dir(), Path("/tmp").is_dir())'
+    code += "; " + MOUNTED.format(top=top)
     pod, log = run_pod(
         cluster,
         core,
@@ -79,7 +84,7 @@ def test_a_path_built_by_the_code_under_a_claim_lands_in_the_claim(cluster, core
         [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}],
     )
     assert pod.status.phase == "Succeeded", log
-    assert log.splitlines() == ["['run']", "True True"]
+    assert log.splitlines() == ["['run']", "True True", "True"]
     assert (cluster.workdir / "pvcs" / ns / "ckpt" / "run" / "last.ckpt").read_text() == "weights"
     assert not os.path.lexists("/" + top)
 
@@ -155,3 +160,47 @@ def test_a_mount_path_that_cannot_be_honoured_is_refused(cluster, core, ns, tmp_
         assert not (tmp_path / "absent").exists()
     else:
         assert f"a volume at {path} would hide {path}, which every pod" in message
+
+
+def test_with_rewrite_a_writable_volume_runs_with_its_path_rewritten_only(cluster, core, ns, monkeypatch):
+    monkeypatch.setenv(MODE_ENV, "rewrite")
+    top = fresh_top()
+    claim(core, ns, "ckpt")
+    pod, log = run_pod(
+        cluster,
+        core,
+        ns,
+        ["bash", "-c", f"echo kept > /{top}/x; ls /{top}; {sys.executable} -c '{MOUNTED.format(top=top)}'"],
+        [{"name": "ckpt", "mountPath": f"/{top}"}],
+        [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}],
+    )
+    assert (pod.status.phase, log.splitlines()) == ("Succeeded", ["x", "False"])  # no mount: the path rewritten
+    assert (cluster.workdir / "pvcs" / ns / "ckpt" / "x").read_text() == "kept\n"
+    assert not os.path.lexists("/" + top)
+
+
+def test_a_mount_inside_another_gets_its_mount_point_inside_that_volume(cluster, core, ns):
+    top = fresh_top()
+    claim(core, ns, "data")
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "code"}, "data": {"main.py": "print('code ran')"}})
+    code = f'import runpy; runpy.run_path("/" + "{top}" + "/code/main.py")'
+    pod, log = run_pod(
+        cluster,
+        core,
+        ns,
+        [sys.executable, "-c", code],
+        [{"name": "code", "mountPath": f"/{top}/code"}, {"name": "data", "mountPath": f"/{top}"}],
+        [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "code", "configMap": {"name": "code"}},
+        ],
+    )
+    assert (pod.status.phase, log.splitlines()) == ("Succeeded", ["code ran"])
+    assert [p.name for p in (cluster.workdir / "pvcs" / ns / "data").iterdir()] == ["code"]  # the mount point
+    assert not os.path.lexists("/" + top)
+
+
+def test_an_unknown_setting_of_the_switch_is_refused_naming_it(cluster, core, ns, monkeypatch, tmp_path):
+    monkeypatch.setenv(MODE_ENV, "off")
+    message = refused(cluster, core, ns, tmp_path, {"name": "scratch", "emptyDir": {}}, "/scratch")
+    assert f"{MODE_ENV}='off' is not one of '', '1', '0', 'rewrite': fix it" in message

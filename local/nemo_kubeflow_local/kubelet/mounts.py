@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Optional
 
 #: "0": make no mount namespace (a machine that allows none, for tests); "rewrite": none, and refuse nothing
-#: (mount paths rewritten in command, args and env only); anything else: a namespace for each container.
+#: (mount paths rewritten in command, args and env only); unset or "1": a namespace for each container.
 MODE_ENV = "NEMO_KUBEFLOW_LOCAL_MOUNT_NAMESPACE"
+MODES = ("", "1", "0", "rewrite")
 READ_ONLY_KINDS = ("configMap", "secret", "projected", "downwardAPI")
 FIX = (
     "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces "
@@ -94,6 +95,8 @@ def host_paths(workdir: Path) -> list[str]:
 def plan(mounts: list[Mount], needed: list[str], scratch: Path, mode: Optional[str] = None) -> Mounts:
     """The mounts the container's init makes; raises MountRefusal for a writable volume it cannot honour."""
     mode = os.environ.get(MODE_ENV, "") if mode is None else mode
+    if mode not in MODES and mounts:
+        raise MountRefusal(mounts[0], f"{MODE_ENV}={mode!r} is not one of {', '.join(map(repr, MODES))}: fix it")
     if mode == "rewrite":
         return Mounts((), False, scratch)
     if mode == "0":

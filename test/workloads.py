@@ -14,6 +14,15 @@ def greet(name: str = "world") -> None:
     print(f"hello {name} from node {os.environ.get('PET_NODE_RANK')}", flush=True)
 
 
+def write_file(path: str, text: str) -> None:
+    """Writes ``text`` at ``path`` (an absolute path under a mount, which reaches the pod inside the Partial's
+    encoded arguments: no kubelet rewrites it)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    print(f"wrote {path}", flush=True)
+
+
 def allreduce(expected_world_size: int) -> None:
     """Every rank contributes rank+1; the sum must be n(n+1)/2 on every rank."""
     import torch

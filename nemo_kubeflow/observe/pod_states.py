@@ -59,6 +59,8 @@ class NodeFailure:
     reason: str
     #: When the container ended (RFC 3339, to the second).
     finished: str = ""
+    #: The runtime's message when the container could not start (``StartError``): why, in its words.
+    start_error: str = ""
 
     @classmethod
     def of(cls, pod: dict, term: dict) -> "NodeFailure":
@@ -69,6 +71,7 @@ class NodeFailure:
             term.get("exitCode"),
             term.get("reason") or "",
             term.get("finishedAt") or "",
+            (term.get("message") or "") if term.get("reason") == "StartError" else "",
         )
 
     def number(self) -> Optional[int]:
@@ -81,7 +84,7 @@ class NodeFailure:
             f"was killed by signal {code - 128}" if isinstance(code, int) and code > 128 else f"exited with code {code}"
         )
         extra = f" ({self.reason})" if self.reason and self.reason not in ("Error", "Completed") else ""
-        return how + extra
+        return how + extra + (f": {self.start_error}" if self.start_error else "")
 
     def detail(self) -> str:
         return f"node {self.index} (pod {self.pod}) {self.how()}"

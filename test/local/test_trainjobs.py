@@ -324,15 +324,15 @@ def test_environment_init_containers_and_sidecars(cluster, core, custom, ns):
             {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ],
         "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
-        "workingDir": "/work",
+        "workingDir": "/workspace",
     }
     pod_extra = {
         "initContainers": [
             {
                 "name": "prepare",
                 "image": "busybox",
-                "command": ["bash", "-c", "echo prepared > /work/ready"],
-                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                "command": ["bash", "-c", "echo prepared > /workspace/ready"],
+                "volumeMounts": [{"name": "work", "mountPath": "/workspace"}],
             },
             {"name": "sidecar", "image": "busybox", "restartPolicy": "Always", "command": ["sleep", "60"]},
         ]
@@ -344,7 +344,7 @@ def test_environment_init_containers_and_sidecars(cluster, core, custom, ns):
             node=node,
             pod_extra=pod_extra,
             volumes=({"name": "work", "emptyDir": {}},),
-            mounts=({"name": "work", "mountPath": "/work"},),
+            mounts=({"name": "work", "mountPath": "/workspace"},),
             ml_policy={"torch": {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["prepare"]}]}}},
         ),
     )

@@ -1,7 +1,9 @@
 """The init process of one local container: it owns every process the container starts.
 
-Run by the kubelet as `python -I -S container_init.py <control fd> <program> [args...]` (a script,
-not a module: `-I -S` keep its start fast and keep the container's PYTHON* variables off it).
+Run by the kubelet as `python -I -S container_init.py <control fd> <mounts> [<required> <scratch>
+<source> <mount path>...] <program> [args...]` (a script, not a module: `-I -S` keep its start fast and keep the
+container's PYTHON* variables off it). With `<mounts>` above 0, the init first gives the container a private mount
+namespace (private_mounts below) in which each volume's directory is bind-mounted at its mount path.
 
 Why a process of its own: a container's processes do not stay in one process group (torchrun
 starts each worker in a new session), and a process whose parent dies is re-parented away from
@@ -18,7 +20,8 @@ and it would kill this process without its descendants.)
 
 The program is exec'd in a session of its own; when it exits, the rest of the container is
 killed (a container ends with its PID 1) and this process exits with its code (128 + signal for
-a signal). It reports `started <pid>` or `failed <errno>` on the control socket first.
+a signal). It reports `started <pid>`, `failed <errno>` (the exec failed) or `refused <errno> <index>` (the
+mount namespace, index -1, or the index-th mount could not be made) on the control socket first.
 """
 
 # _signal, not signal: the signal module imports enum, which would add tens of milliseconds to
@@ -96,9 +99,115 @@ def signal_all(sig: int) -> list[int]:
     return pids
 
 
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 0x1000, 0x2000, 0x4000, 0x40000
+
+
+class MountRefused(Exception):
+    def __init__(self, code: int, index: int):
+        super().__init__(code, index)
+        self.code, self.index = code, index
+
+
+def private_mounts(mounts: list[tuple[str, str]], scratch: str) -> None:
+    """This process (and all it starts) in a mount namespace of its own where each `(source, mount path)` is
+    bind-mounted at its mount path. Root makes the namespace alone; anyone else makes a user namespace too,
+    mapping only their own uid and gid (so files keep their owners, and the program runs without privileges).
+
+    A mount path whose first directory does not exist on the host puts the container on a new root: a tmpfs
+    (in ``scratch``) holding a bind mount of each entry of the host's `/` and the missing directories, so that
+    nothing is ever created on the host's own root filesystem. A missing mount point is created only there or
+    inside a volume mounted before it (the kubelet sorts the mounts and refuses any other, mounts.py).
+    Raises MountRefused."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+    def check(result: int, index: int) -> None:
+        if result != 0:
+            raise MountRefused(ctypes.get_errno() or errno.EPERM, index)
+
+    def mount(source, target: str, flags: int, index: int, fstype=None, data=None) -> None:
+        check(libc.mount(source and source.encode(), target.encode(), fstype, flags, data), index)
+
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWNS) != 0:
+        check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), -1)
+        try:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        except OSError as error:
+            raise MountRefused(error.errno or errno.EPERM, -1) from None
+    mount("none", "/", MS_REC | MS_PRIVATE, -1)  # nothing below reaches the host's mounts
+    root = ""
+    if any(not os.path.lexists("/" + target.strip("/").split("/")[0]) for _, target in mounts):
+        root = scratch
+        mount("tmpfs", root, 0, -1, b"tmpfs", b"mode=755")
+        for name in os.listdir("/"):
+            host, inside = "/" + name, root + "/" + name
+            try:
+                if os.path.islink(host):
+                    os.symlink(os.readlink(host), inside)
+                    continue
+                if os.path.isdir(host):
+                    os.mkdir(inside)
+                else:
+                    open(inside, "w").close()
+            except OSError as error:
+                raise MountRefused(error.errno or errno.EIO, -1) from None
+            mount(host, inside, MS_BIND | MS_REC, -1)
+    bound: list[str] = []
+    made: set[str] = set()  # directories made in the new root (a tmpfs), never on the host
+    for index, (source, target) in enumerate(mounts):
+        path = root + target
+        if not os.path.lexists(path):
+            existing = os.path.dirname(target.rstrip("/"))
+            while not os.path.lexists(root + existing):
+                existing = os.path.dirname(existing)
+            inside_volume = any(existing == b or existing.startswith(b.rstrip("/") + "/") for b in bound)
+            base = os.path.realpath(root) if root else ""
+            plain = os.path.realpath(root + existing) == (base + existing if existing != "/" else base or "/")
+            if not plain or not (inside_volume or (root and (existing == "/" or existing in made))):
+                raise MountRefused(errno.ENOENT, index)  # never a directory made on the host itself
+            try:
+                parent = target if os.path.isdir(source) else os.path.dirname(target.rstrip("/"))
+                while parent != existing and parent != "/":
+                    made.add(parent)
+                    parent = os.path.dirname(parent)
+                if os.path.isdir(source):
+                    os.makedirs(path)
+                else:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "w").close()
+            except OSError as error:
+                raise MountRefused(error.errno or errno.EIO, index) from None
+        mount(source, path, MS_BIND | MS_REC, index)
+        bound.append(target)
+    if root:
+        cwd = os.getcwd()
+        os.chdir(root)
+        mount(root, "/", MS_MOVE, -1)
+        check(libc.chroot(b"."), -1)
+        os.chdir(cwd)
+
+
 def main() -> int:
     control = int(sys.argv[1])
-    argv = sys.argv[2:]
+    count = int(sys.argv[2])
+    if count:
+        required, scratch = sys.argv[3] == "1", sys.argv[4]
+        pairs = sys.argv[5 : 5 + 2 * count]
+        argv = sys.argv[5 + 2 * count :]
+        try:
+            private_mounts(list(zip(pairs[::2], pairs[1::2])), scratch)
+        except MountRefused as refused:
+            if required or refused.index >= 0:
+                os.write(control, b"refused %d %d\n" % (refused.code, refused.index))
+                return 127
+    else:
+        argv = sys.argv[3:]
     if prctl(PR_SET_CHILD_SUBREAPER, 1) != 0:
         os.write(2, b"container init: prctl(PR_SET_CHILD_SUBREAPER) failed; orphans may escape\n")
     # Signals reach the container through the control socket only: a container that signals its

@@ -8,7 +8,8 @@ path remapping volumes.py, its process process.py.
 
 A container is its `command + args` exec'd directly (no shell, like a container runtime) in a new
 session, with the container's environment and its volume mounts remapped to directories under
-the pod's directory (`<workdir>/pods/<namespace>/<pod>/`). Images are not pulled or used: the
+the pod's directory (`<workdir>/pods/<namespace>/<pod>/`), and those directories bind-mounted at their
+mount paths in a mount namespace of the container's own (mounts.py). Images are not pulled or used: the
 host's tools run, with the directory of this Python first on PATH.
 """
 
@@ -33,7 +34,9 @@ from nemo_kubeflow_local.constants import BACKOFF_MAX, BACKOFF_START, POD_IP, ba
 from nemo_kubeflow_local.events import NODE_NAME, EventRecorder, Recorder
 from nemo_kubeflow_local.kubelet.environment import ContainerConfigError, Objects, container_env, expand
 from nemo_kubeflow_local.kubelet.log_emitters import EMITTER_ENV, EmitterRun, EmitterSpecError, LogEmitters
-from nemo_kubeflow_local.kubelet.process import ContainerRun
+from nemo_kubeflow_local.kubelet.mounts import READ_ONLY_KINDS, Mount, MountRefusal, Mounts, host_paths, refused_by_init
+from nemo_kubeflow_local.kubelet.mounts import plan as plan_mounts
+from nemo_kubeflow_local.kubelet.process import ContainerRun, MountRefusedError
 from nemo_kubeflow_local.kubelet.volumes import MountError, PathMap, Volumes
 from nemo_kubeflow_local.timeutil import now_rfc3339
 
@@ -195,8 +198,6 @@ class PodWorker(threading.Thread):
 
     def _path_map(self, container: Optional[dict]) -> PathMap:
         """Mount paths of `container` (of every container when None, first one wins) -> local paths."""
-        volumes = Volumes(self.kubelet.backend, self.pod, self.dir, self.kubelet.workdir)
-        by_name = {v["name"]: volumes.local_dir(v) for v in self.pod["spec"].get("volumes") or []}
         containers = (
             [container]
             if container
@@ -208,12 +209,23 @@ class PodWorker(threading.Thread):
                 c.get("terminationMessagePath", "/dev/termination-log"),
                 self.dir / "containers" / c["name"] / "termination-log",
             )
-            for mount in c.get("volumeMounts") or []:
-                local = by_name[mount["name"]]
-                if mount.get("subPath"):
-                    local = local / mount["subPath"]
-                mounts.setdefault(mount["mountPath"], local)
+            for mount in self._mounts(c):
+                mounts.setdefault(mount.path, mount.source)
         return PathMap(mounts)
+
+    def _mounts(self, container: dict) -> list[Mount]:
+        """The container's volumeMounts, each with its volume's local directory."""
+        volumes = Volumes(self.kubelet.backend, self.pod, self.dir, self.kubelet.workdir)
+        by_name = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
+        mounts = []
+        for mount in container.get("volumeMounts") or []:
+            volume = by_name[mount["name"]]
+            local = volumes.local_dir(volume)
+            if mount.get("subPath"):
+                local = local / mount["subPath"]
+            writable = not any(kind in volume for kind in READ_ONLY_KINDS)
+            mounts.append(Mount(mount["name"], os.path.normpath(mount["mountPath"]), local, writable))
+        return mounts
 
     def _run_init_containers(self) -> bool:
         for container in self.pod["spec"].get("initContainers") or []:
@@ -386,16 +398,28 @@ class PodWorker(threading.Thread):
             # Started outside the lock (its init takes a moment; the pod's other containers start
             # meanwhile), registered under the lock `terminate` takes: either it sees this run, or
             # this run sees the pod terminating and is killed at once.
-            run = self.kubelet.start_run(argv, env, cwd, log)
+            mounts = plan_mounts(
+                self._mounts(container),
+                host_paths(self.kubelet.workdir),
+                self.dir / "containers" / name / "root",
+            )
+            if mounts.binds:
+                mounts.scratch.mkdir(parents=True, exist_ok=True)
+            try:
+                run = self.kubelet.start_run(argv, env, cwd, log, mounts)
+            except MountRefusedError as error:
+                raise refused_by_init(mounts, error.errno or 0, error.index) from None
             with self._lock:
                 self._runs[name] = run
                 late = self.terminating.is_set()
             if late:
                 run.kill()
-        except OSError as error:
+        except (OSError, MountRefusal) as error:
             log.finish()
             message = (
-                f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+                error.message
+                if isinstance(error, MountRefusal)
+                else f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "
                 f'runc create failed: unable to start container process: exec: "{argv[0] if argv else ""}": '
                 f"{_exec_error(error)}: unknown"
             )
@@ -620,12 +644,15 @@ class Kubelet:
         #: Writes the logs of the containers that are emulated log emitters (log_emitters.py).
         self.emitters = LogEmitters()
 
-    def start_run(self, argv: list[str], env: dict[str, str], cwd: Path, log: ContainerLog) -> Run:
-        """Start a container run: its program under its init, or, with ``EMITTER_ENV`` in its
-        environment, an emulated log emitter that runs no process (log_emitters.py)."""
+    def start_run(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: ContainerLog, mounts: Optional[Mounts] = None
+    ) -> Run:
+        """Start a container run: its program under its init (in a mount namespace of its own with
+        ``mounts``), or, with ``EMITTER_ENV`` in its environment, an emulated log emitter that runs no
+        process (log_emitters.py)."""
         if EMITTER_ENV in env:
             return EmitterRun(env, log, self.emitters)
-        return ContainerRun(argv, env, cwd, log)
+        return ContainerRun(argv, env, cwd, log, mounts)
 
     def base_env(self, pod: dict) -> dict[str, str]:
         """What every container starts with: the image's ENV and the service variables, stood in for."""

@@ -10,10 +10,20 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Optional
 
 from nemo_kubeflow_local.apiserver.container_logs import ContainerLog, pump
+from nemo_kubeflow_local.kubelet.mounts import Mounts
 
 _CONTAINER_INIT = Path(__file__).with_name("container_init.py")
+
+
+class MountRefusedError(OSError):
+    """The container's init could not make its mount namespace (``index`` -1) or its ``index``-th mount."""
+
+    def __init__(self, code: int, index: int):
+        super().__init__(code, os.strerror(code))
+        self.index = index
 
 
 class ContainerRun:
@@ -23,13 +33,23 @@ class ContainerRun:
     and kills it all when told, when the program exits, or when this process dies.
     """
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: ContainerLog):
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log: ContainerLog,
+        mounts: Optional[Mounts] = None,
+    ):
+        """``mounts``: each volume's directory bind-mounted at its mount path in a mount namespace of the
+        container's own (container_init.private_mounts)."""
         self.log = log
+        namespace = ["0"] if mounts is None else mounts.init_args()
         self._control, theirs = socket.socketpair()
         read_fd, write_fd = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_CONTAINER_INIT), str(theirs.fileno()), *argv],
+                [sys.executable, "-I", "-S", str(_CONTAINER_INIT), str(theirs.fileno()), *namespace, *argv],
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -53,6 +73,8 @@ class ContainerRun:
         if not report.startswith(b"started "):
             self.process.wait()
             self._finish()
+            if report.startswith(b"refused "):
+                raise MountRefusedError(int(report.split()[1]), int(report.split()[2]))
             code = int(report.split()[1]) if report.startswith(b"failed ") else errno.EIO
             raise OSError(code, os.strerror(code), argv[0])
         #: The program's PID (its session and process group have the same number).

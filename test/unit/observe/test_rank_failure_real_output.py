@@ -71,3 +71,14 @@ def test_torchs_prefix_names_the_global_rank_under_torchruns_prefix_of_local_ran
     peer = read_rank_failure(captured(version, "torchrun-role-prefix-2-nodes-rank-3-raises-node-0.log"), 1)
     assert peer.rank in (0, 1) and peer.headline(0).startswith(f"rank {peer.rank} on node 0: RuntimeError: [")
     assert "Connection closed by peer" in peer.error
+
+
+def test_a_rank_that_only_lost_its_peer_is_not_taken_for_the_first_failure():
+    # torch 2.5.1 here: rank 1 raised, rank 0's barrier lost its peer in the same second; torchrun, which orders
+    # failures by whole seconds then by rank, named rank 0 its "first observed failure".
+    lines = captured("2.5", "torchrun-role-prefix-raise-after-init.log")
+    report = lines[lines.index("Root Cause (first observed failure):") :]
+    assert "  rank      : 0 (local_rank: 0)" in report
+    why = read_rank_failure(lines, 1)
+    assert why.headline(0) == f"rank 1 on node 0: {ERROR}"
+    assert why.traceback[-1] == ERROR

@@ -125,6 +125,10 @@ class RankFailure:
             return f"exited with code {self.exitcode}"
         return ""
 
+    def lost_its_peer(self) -> bool:
+        """Whether the worker failed in a collective whose peer was gone: another rank failed first."""
+        return _lost_peer_words(self.error)
+
     def headline(self, node: Optional[int]) -> str:
         """ "rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
         what = self.what()
@@ -395,10 +399,14 @@ def _failure_traceback(lines: Sequence[str], failure: dict) -> list[str]:
     return tb if _exception_line(tb) else _worker_traceback(lines, failure)
 
 
-def _lost_its_peer(tb: Sequence[str]) -> bool:
-    """Whether a traceback ends on a collective's error of a peer gone (``_PEER_LOST``)."""
-    exception = _exception_line(tb)
+def _lost_peer_words(exception: str) -> bool:
+    """Whether an exception line is a collective's error of a peer gone (``_PEER_LOST``)."""
     return any(words in exception for words in _PEER_LOST)
+
+
+def _lost_its_peer(tb: Sequence[str]) -> bool:
+    """Whether a traceback ends on a collective's error of a peer gone."""
+    return _lost_peer_words(_exception_line(tb))
 
 
 def _first_failure(lines: Sequence[str], failures: Sequence[dict]) -> tuple[dict, list[str]]:
@@ -480,18 +488,23 @@ class _FailureExplained:
 
 def _explain_failure(view: JobView, failed: Sequence[NodeFailure]) -> _FailureExplained:
     """The first node to fail, with what its log says; unless its log shows a launcher agent but names no
-    failed rank: the first to fail is not always where the failure began (when a rank fails, the launcher
-    agents of the other nodes fail too once their rendezvous closes, sometimes sooner), so the next failed
-    nodes' logs are read (up to ``MAX_FAILED_NODES_READ``) and the first that names the rank explains it."""
-    explained = _FailureExplained()
+    failed rank, or names a rank that only lost its peer: the first to fail is not always where the failure
+    began (when a rank fails, the launcher agents of the other nodes fail too once their rendezvous closes,
+    and their ranks in their collectives, sometimes sooner), so the next failed nodes' logs are read (up to
+    ``MAX_FAILED_NODES_READ``) and the first that names a rank that did not merely lose its peer explains it,
+    else the first that names a rank."""
+    read: list[tuple[NodeFailure, RankFailure, list[str]]] = []
     for failure in failed[:MAX_FAILED_NODES_READ]:
         lines = view.node_log(failure.pod, DIAGNOSIS_TAIL) or []
         why = read_rank_failure(lines, failure.exit_code)
-        if failure is failed[0] or why.rank is not None:
-            explained = _FailureExplained.of(failure, why, lines)
-        if why.rank is not None or not _launcher_agent_logged(lines):
+        read.append((failure, why, lines))
+        if (why.rank is not None and not why.lost_its_peer()) or not _launcher_agent_logged(lines):
             break
-    return explained
+    if not read:
+        return _FailureExplained()
+    named = [node for node in read if node[1].rank is not None]
+    cause = next((node for node in named if not node[1].lost_its_peer()), named[0] if named else read[0])
+    return _FailureExplained.of(*cause)
 
 
 def _most_in_job_restarts(kept: Optional[InJobRestarts], read: Optional[InJobRestarts]) -> Optional[InJobRestarts]:

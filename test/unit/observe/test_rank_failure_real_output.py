@@ -71,6 +71,8 @@ def test_torchs_prefix_names_the_global_rank_under_torchruns_prefix_of_local_ran
     peer = read_rank_failure(captured(version, "torchrun-role-prefix-2-nodes-rank-3-raises-node-0.log"), 1)
     assert peer.rank in (0, 1) and peer.headline(0).startswith(f"rank {peer.rank} on node 0: RuntimeError: [")
     assert "Connection closed by peer" in peer.error
+    # So when node 0 ends first, why_failed reads on to node 1's log: rank 3 did not merely lose its peer.
+    assert peer.lost_its_peer() and not why.lost_its_peer()
 
 
 def test_a_rank_that_only_lost_its_peer_is_not_taken_for_the_first_failure():

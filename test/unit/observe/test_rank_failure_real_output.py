@@ -23,6 +23,15 @@ TORCHRUN_RUNS = [
     "torchrun-role-prefix-raise-after-init.log",  # [default1]:[rank1]: ValueError
     "torchrun-no-tee-raise-after-init.log",  # [rank1]: ValueError
 ]
+#: The run of two nodes where rank 3 (node 1's local rank 1) raises: a log per node.
+TWO_NODES = "torchrun-role-prefix-2-nodes-rank-3-raises"
+
+
+def test_every_supported_torch_minor_is_captured_with_every_run():
+    assert VERSIONS == [f"2.{minor}" for minor in range(4, 14)]
+    runs = {*TORCHRUN_RUNS, "ft_launcher-raise-after-init.log", *(f"{TWO_NODES}-node-{n}.log" for n in (0, 1))}
+    for version in VERSIONS:
+        assert {log.name for log in (CAPTURED / version).glob("*.log")} == runs, version
 
 
 def captured(version: str, name: str) -> list[str]:
@@ -31,13 +40,6 @@ def captured(version: str, name: str) -> list[str]:
     # The note names the torch that wrote the log: the folder's minor.
     assert re.match(rf"# captured \S+ with torch {re.escape(version)}\.\d", lines[0]), lines[0]
     return lines[1:][-DIAGNOSIS_TAIL:]
-
-
-def ft_launcher_captured(version: str) -> list[str]:
-    """ft_launcher's log with this torch (skipped only where nvidia-resiliency-ext did not run with it: README.md)."""
-    if not (CAPTURED / version / "ft_launcher-raise-after-init.log").exists():
-        pytest.skip(f"no ft_launcher capture with torch {version} (test/data/torch-output/README.md says why)")
-    return captured(version, "ft_launcher-raise-after-init.log")
 
 
 @pytest.mark.parametrize("name", TORCHRUN_RUNS)
@@ -54,7 +56,7 @@ def test_torchruns_failed_rank_is_told_with_its_exception(version, name):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_ft_launchers_failed_rank_is_told_with_its_exception(version):
-    why = read_rank_failure(ft_launcher_captured(version), 1)
+    why = read_rank_failure(captured(version, "ft_launcher-raise-after-init.log"), 1)
     assert (why.rank, why.local_rank, why.exitcode) == (1, 1, 1)
     assert why.headline(0) == f"rank 1 on node 0: {ERROR}"
     assert why.traceback[-1] == ERROR
@@ -63,12 +65,12 @@ def test_ft_launchers_failed_rank_is_told_with_its_exception(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_torchs_prefix_names_the_global_rank_under_torchruns_prefix_of_local_ranks(version):
     # Two nodes of two processes: rank 3 is node 1's local rank 1, "[default1]:[rank3]: ValueError...".
-    why = read_rank_failure(captured(version, "torchrun-role-prefix-2-nodes-rank-3-raises-node-1.log"), 1)
+    why = read_rank_failure(captured(version, f"{TWO_NODES}-node-1.log"), 1)
     assert (why.rank, why.local_rank) == (3, 1)
     assert why.headline(1) == "rank 3 on node 1: ValueError: S3BOOM: rank 3 got a bad batch"
     assert why.traceback[-1] == "ValueError: S3BOOM: rank 3 got a bad batch"
     # Node 0's ranks failed after it, in their barrier: its own log tells that, not rank 3's exception.
-    peer = read_rank_failure(captured(version, "torchrun-role-prefix-2-nodes-rank-3-raises-node-0.log"), 1)
+    peer = read_rank_failure(captured(version, f"{TWO_NODES}-node-0.log"), 1)
     assert peer.rank in (0, 1) and peer.headline(0).startswith(f"rank {peer.rank} on node 0: RuntimeError: [")
     assert "Connection closed by peer" in peer.error
     # So when node 0 ends first, why_failed reads on to node 1's log: rank 3 did not merely lose its peer.

@@ -20,7 +20,11 @@ signal). What the user needs is in the log:
   prefix: ``[rank<global rank>]:`` in this project's pods (``build/command.py``). After
   ``init_process_group``, torch (2.3 on) writes an uncaught exception's traceback with its own
   ``[rank<global rank>]: `` (a space after the colon) before each line, inside the launcher's prefix:
-  ``[rank1]:[rank1]: ValueError: ...`` (test/data/torch-output/ holds such logs, as torch 2.13 wrote them).
+  ``[rank1]:[rank1]: ValueError: ...`` (test/data/torch-output/ holds such logs, as torch 2.4 to 2.13 wrote
+  them).
+* The launcher's "first observed failure" is the failure of the earliest whole second, then of the lowest rank:
+  when the failed rank's peers fail in the same second (a collective whose peer is gone), it may name one of
+  them. ``read_rank_failure`` then names the one that did not merely lose its peer (``_PEER_LOST``).
 * A shell that cannot find a command exits with 127 and says ``torchrun: command not found``
   (bash) or ``torchrun: not found`` (sh).
 """
@@ -58,7 +62,17 @@ _LAUNCHER_PREFIX = re.compile(r"\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_][\w.-]*
 #: torch's own prefix of the lines of an exception its ``sys.excepthook`` writes (after ``init_process_group``).
 _TORCH_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]: ")
 _TRACEBACK = "Traceback (most recent call last):"
-_FIELD = re.compile(r"^\s+(?P<key>rank|exitcode|traceback)\s*:\s?(?P<value>.*)$")
+_FIELD = re.compile(r"^\s+(?P<key>time|rank|exitcode|traceback)\s*:\s?(?P<value>.*)$")
+#: The header of the other failures in torchrun's report, and the line that opens each failure: "[1]:".
+_OTHER_FAILURES_HEADER = "Failures:"
+_REPORT_ENTRY = re.compile(r"^\[\d+\]:\s*$")
+#: What a collective raises in a rank whose peer is gone (gloo's words, NCCL's): such a rank failed because
+#: another did, never first.
+_PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote process exited or there was a network error",
+)
 _EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning|Failure)\b"
     r"(?::.*)?$|^[A-Za-z_][\w.]*: .+$"
@@ -111,6 +125,10 @@ class RankFailure:
             return f"exited with code {self.exitcode}"
         return ""
 
+    def lost_its_peer(self) -> bool:
+        """Whether the worker failed in a collective whose peer was gone: another rank failed first."""
+        return _lost_peer_words(self.error)
+
     def headline(self, node: Optional[int]) -> str:
         """ "rank 3 on node 1: RuntimeError: ..." (or what of it is known; "" if nothing)."""
         what = self.what()
@@ -161,10 +179,33 @@ def _is_rule(line: str) -> bool:
 
 def _report_section(lines: Sequence[str]) -> Optional[list[str]]:
     """The lines of torchrun's last root-cause report, between its header and its closing rule (None: no report)."""
-    start = max((i for i, line in enumerate(lines) if ROOT_CAUSE_HEADER in line), default=None)
+    start = _root_cause_start(lines)
     if start is None:
         return None
     return list(takewhile(lambda line: not _is_rule(line), lines[start + 1 :]))
+
+
+def _root_cause_start(lines: Sequence[str]) -> Optional[int]:
+    """The index of the last root-cause header in ``lines`` (None: none)."""
+    return max((i for i, line in enumerate(lines) if ROOT_CAUSE_HEADER in line), default=None)
+
+
+def _other_failures_sections(lines: Sequence[str]) -> list[list[str]]:
+    """The lines of each failure torchrun's last report lists besides its root cause ([] when none or no report):
+    its "Failures:" part, "[1]:" and the fields of each."""
+    end = _root_cause_start(lines)
+    if end is None:
+        return []
+    start = max((i for i, line in enumerate(lines[:end]) if line.strip() == _OTHER_FAILURES_HEADER), default=None)
+    if start is None:
+        return []
+    sections: list[list[str]] = []
+    for line in lines[start + 1 : end - 1]:  # up to the rule above the root cause
+        if _REPORT_ENTRY.match(line):
+            sections.append([])
+        elif sections:
+            sections[-1].append(line)
+    return sections
 
 
 def _report_rank(value: str) -> dict:
@@ -182,8 +223,9 @@ def _report_exitcode(value: str) -> dict:
     return {"exitcode": int(r[1]) if r else None, "signal": s[1] if s else ""}
 
 
-#: The fields of the report read before its traceback (``_FIELD`` matches these and ``traceback``).
-_REPORT_FIELDS = {"rank": _report_rank, "exitcode": _report_exitcode}
+#: The fields of the report read before its traceback (``_FIELD`` matches these and ``traceback``); its ``time``
+#: (whole seconds) is kept as written, to compare.
+_REPORT_FIELDS = {"time": lambda value: {"time": value}, "rank": _report_rank, "exitcode": _report_exitcode}
 
 
 def _report_traceback(first: str, rest: Sequence[str]) -> list[str]:
@@ -195,10 +237,19 @@ def _report_traceback(first: str, rest: Sequence[str]) -> list[str]:
 
 
 def _root_cause(lines: Sequence[str]) -> dict:
-    """torchrun's root-cause fields: rank, local_rank, exitcode, signal, traceback lines."""
+    """torchrun's root-cause fields: time, rank, local_rank, exitcode, signal, traceback lines."""
     section = _report_section(lines)
-    if section is None:
-        return {}
+    return {} if section is None else _report_fields(section)
+
+
+def _report_failures(lines: Sequence[str]) -> list[dict]:
+    """The fields of each failure of torchrun's last report (``_root_cause``'s), its root cause first ([]: none)."""
+    root = _root_cause(lines)
+    return [root, *map(_report_fields, _other_failures_sections(lines))] if root else []
+
+
+def _report_fields(section: Sequence[str]) -> dict:
+    """The fields of one failure of torchrun's report (its lines below "[0]:")."""
     found: dict = {}
     traceback: list[str] = []
     for i, line in enumerate(section):
@@ -212,12 +263,12 @@ def _root_cause(lines: Sequence[str]) -> dict:
     return {**found, "traceback": traceback}
 
 
-#: ft_launcher prints no root-cause report; its agent's last word names the failed global rank:
-#: "Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=0, pid=30546, exitcode=1, ...".
-_FT_FAILURE = re.compile(
-    r"Some rank\(s\) exited with non-zero exit code: \{(?P<rank>\d+): "
-    r"ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)"
-)
+#: ft_launcher prints no root-cause report; its agent's last word names the failed global ranks, in the order
+#: of its failure report: "Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=0,
+#: pid=30546, exitcode=1, ..., timestamp=1796412125), 0: ProcessFailure(...)}".
+_FT_FAILURES = re.compile(r"Some rank\(s\) exited with non-zero exit code: \{")
+_FT_FAILURE = re.compile(r"(?P<rank>\d+): ProcessFailure\(local_rank=(?P<local>\d+), pid=\d+, exitcode=(?P<code>-?\d+)")
+_FT_TIMESTAMP = re.compile(r"\btimestamp=(?P<time>\d+)")
 
 
 def _signal_name(exitcode: int) -> str:
@@ -235,9 +286,10 @@ def _launcher_agent_logged(lines: Sequence[str]) -> bool:
     return any(_AGENT_LOG.search(line) for line in lines)
 
 
-def _failure_fields(rank: Optional[int], local_rank: int, exitcode: int) -> dict:
+def _failure_fields(rank: Optional[int], local_rank: int, exitcode: int, time: Optional[str] = None) -> dict:
     """``_root_cause``'s fields for a failure named outside a root-cause report (no traceback quoted)."""
     return {
+        "time": time,
         "rank": rank,
         "local_rank": local_rank,
         "exitcode": exitcode,
@@ -246,16 +298,26 @@ def _failure_fields(rank: Optional[int], local_rank: int, exitcode: int) -> dict
     }
 
 
-def _ft_launcher_failure(lines: Sequence[str]) -> dict:
-    """The fields of ``_root_cause`` from ft_launcher's last failure line, else (nvidia-resiliency-ext 0.6.0
-    can end on "Agent run ended with exception, e=AssertionError()" instead) the local rank and exit code of
-    torchelastic's last "failed (exitcode: 3) local_rank: 1" line ({} when there is neither)."""
-    if m := _last_match(_FT_FAILURE, lines):
-        return _failure_fields(int(m["rank"]), int(m["local"]), int(m["code"]))
+def _ft_launcher_failures(lines: Sequence[str]) -> list[dict]:
+    """The fields of ``_root_cause`` of each failure of ft_launcher's last failure line, in its order, else
+    (nvidia-resiliency-ext 0.6.0 can end on "Agent run ended with exception, e=AssertionError()" instead) the
+    local rank and exit code of torchelastic's last "failed (exitcode: 3) local_rank: 1" line ([] when there is
+    neither)."""
+    if m := _last_match(_FT_FAILURES, lines):
+        text = m.string[m.end() :]
+        entries = list(_FT_FAILURE.finditer(text))
+        ends = [entry.start() for entry in entries[1:]] + [len(text)]
+        failures = []
+        for entry, end in zip(entries, ends):
+            time = _FT_TIMESTAMP.search(text, entry.end(), end)
+            failures.append(
+                _failure_fields(int(entry["rank"]), int(entry["local"]), int(entry["code"]), time and time["time"])
+            )
+        return failures
     worker_exit = _last_match(WORKER_EXIT, lines)
     if worker_exit and _launcher_agent_logged(lines):
-        return _failure_fields(None, int(worker_exit["local"]), int(worker_exit["code"]))
-    return {}
+        return [_failure_fields(None, int(worker_exit["local"]), int(worker_exit["code"]))]
+    return []
 
 
 def _tracebacks(lines: Sequence[str]) -> dict[Optional[str], list[list[str]]]:
@@ -331,13 +393,47 @@ def _missing_command(lines: Sequence[str], exit_code: Optional[int]) -> str:
     return m["cmd"] if m else ""
 
 
+def _failure_traceback(lines: Sequence[str], failure: dict) -> list[str]:
+    """A failure's traceback: the one the launcher's report quotes, else the worker's own in the log ([]: none)."""
+    tb: list[str] = list(failure.get("traceback") or [])
+    return tb if _exception_line(tb) else _worker_traceback(lines, failure)
+
+
+def _lost_peer_words(exception: str) -> bool:
+    """Whether an exception line is a collective's error of a peer gone (``_PEER_LOST``)."""
+    return any(words in exception for words in _PEER_LOST)
+
+
+def _lost_its_peer(tb: Sequence[str]) -> bool:
+    """Whether a traceback ends on a collective's error of a peer gone."""
+    return _lost_peer_words(_exception_line(tb))
+
+
+def _first_failure(lines: Sequence[str], failures: Sequence[dict]) -> tuple[dict, list[str]]:
+    """The failure that came first, with its traceback: the launcher's first (torchrun's root cause), unless it
+    only lost its peer and another failure of the same second (the launcher cannot order those: it picks the
+    lowest rank) did not. ({}, []) when there is no failure."""
+    if not failures:
+        return {}, []
+    first, *others = failures
+    tb = _failure_traceback(lines, first)
+    if not _lost_its_peer(tb):
+        return first, tb
+    for other in others:
+        if other.get("time") is not None and other.get("time") == first.get("time"):
+            other_tb = _failure_traceback(lines, other)
+            if _exception_line(other_tb) and not _lost_its_peer(other_tb):
+                return other, other_tb
+    return first, tb
+
+
 def read_rank_failure(lines: Sequence[str], exit_code: Optional[int] = None) -> RankFailure:
     """What a failed node's log (its last lines, oldest first) says about why it failed."""
     if missing := _missing_command(lines, exit_code):
         return RankFailure(missing_command=missing)
-    root = _root_cause(lines) or _ft_launcher_failure(lines)
-    tb: list[str] = list(root.get("traceback") or [])
-    if not _exception_line(tb):
+    failures = _report_failures(lines) or _ft_launcher_failures(lines)
+    root, tb = _first_failure(lines, failures)
+    if not failures:
         tb = _worker_traceback(lines, root)
     return RankFailure(
         rank=root.get("rank"),
@@ -392,18 +488,23 @@ class _FailureExplained:
 
 def _explain_failure(view: JobView, failed: Sequence[NodeFailure]) -> _FailureExplained:
     """The first node to fail, with what its log says; unless its log shows a launcher agent but names no
-    failed rank: the first to fail is not always where the failure began (when a rank fails, the launcher
-    agents of the other nodes fail too once their rendezvous closes, sometimes sooner), so the next failed
-    nodes' logs are read (up to ``MAX_FAILED_NODES_READ``) and the first that names the rank explains it."""
-    explained = _FailureExplained()
+    failed rank, or names a rank that only lost its peer: the first to fail is not always where the failure
+    began (when a rank fails, the launcher agents of the other nodes fail too once their rendezvous closes,
+    and their ranks in their collectives, sometimes sooner), so the next failed nodes' logs are read (up to
+    ``MAX_FAILED_NODES_READ``) and the first that names a rank that did not merely lose its peer explains it,
+    else the first that names a rank."""
+    read: list[tuple[NodeFailure, RankFailure, list[str]]] = []
     for failure in failed[:MAX_FAILED_NODES_READ]:
         lines = view.node_log(failure.pod, DIAGNOSIS_TAIL) or []
         why = read_rank_failure(lines, failure.exit_code)
-        if failure is failed[0] or why.rank is not None:
-            explained = _FailureExplained.of(failure, why, lines)
-        if why.rank is not None or not _launcher_agent_logged(lines):
+        read.append((failure, why, lines))
+        if (why.rank is not None and not why.lost_its_peer()) or not _launcher_agent_logged(lines):
             break
-    return explained
+    if not read:
+        return _FailureExplained()
+    named = [node for node in read if node[1].rank is not None]
+    cause = next((node for node in named if not node[1].lost_its_peer()), named[0] if named else read[0])
+    return _FailureExplained.of(*cause)
 
 
 def _most_in_job_restarts(kept: Optional[InJobRestarts], read: Optional[InJobRestarts]) -> Optional[InJobRestarts]:

@@ -77,7 +77,7 @@ def test_the_log_line_can_be_forced_where_the_status_server_is_offered():
 # --- rank 0 in any node's pod (ft_launcher ranks its agents by host name, then pid) --------------------------
 
 #: ft_launcher's own log (test/data/torch-output/README.md): its agent's line as it joins the rendezvous.
-FT_LOG = Path(__file__).resolve().parents[1] / "data" / "torch-output" / "ft_launcher-raise-after-init.log"
+FT_LOG = Path(__file__).resolve().parents[1] / "data" / "torch-output" / "2.13" / "ft_launcher-raise-after-init.log"
 
 
 def view_with_lines(nodes, node_lines):

@@ -3,24 +3,28 @@
 Runs a worker script of this folder under the launcher as a TrainJob's pods do: the container command that
 ``nemo_kubeflow.build.command.build_launch`` writes (``bash -c``, the rank prefix template, ``exec torchrun`` with
 the PET flags, NeMo-Run's ``--tee 3``), once per node with the PET variables Trainer sets, two processes a node, on
-the CPU (gloo). A pod's log is its stdout and stderr together: so is each ``.log`` file written here. Run from the
-repository root, with torch (and nvidia-resiliency-ext for ft_launcher) installed:
+the CPU (gloo). A pod's log is its stdout and stderr together: so is each ``.log`` file written here, into the
+folder of its torch's minor version (``2.13/``). Run from the repository root:
 
-    python test/data/torch-output/capture.py [NAME.log ...]
+    python test/data/torch-output/capture.py [--venv DIR] [NAME ...]
 
-Each file's first line says the date, the torch version, the exit code and the command that wrote it.
+The launchers and workers are those of the virtual environment ``DIR`` (torch, and nvidia-resiliency-ext for
+ft_launcher, installed in it), else of this Python's; this script itself needs only this project. A launcher the
+environment does not have is left out (said on stdout). Each file's first line says the date, the versions of torch,
+Python and nvidia-resiliency-ext, the exit code and the command that wrote it.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from nemo_kubeflow.build.command import build_launch
 
@@ -67,12 +71,61 @@ def pet(node: int, nodes: int) -> dict[str, str]:
     }
 
 
-def capture(name: str, run: Run) -> None:
+#: What the environment's Python prints: the versions of torch, Python and nvidia-resiliency-ext ("" if absent).
+_VERSIONS = """
+import json, sys
+from importlib import metadata
+try:
+    nvrx = metadata.version("nvidia-resiliency-ext")
+except metadata.PackageNotFoundError:
+    nvrx = ""
+print(json.dumps({"torch": metadata.version("torch"), "python": sys.version.split()[0], "nvrx": nvrx}))
+"""
+
+
+@dataclass(frozen=True)
+class Env:
+    """The environment whose launchers run: its variables (PATH first names its ``bin``) and versions."""
+
+    variables: dict[str, str]
+    torch: str
+    python: str
+    nvrx: str
+
+    @classmethod
+    def of(cls, venv: str) -> "Env":
+        variables = dict(os.environ)
+        if venv:
+            bin_dir = str(Path(venv).absolute() / "bin")
+            variables = {**variables, "PATH": bin_dir + os.pathsep + variables["PATH"], "VIRTUAL_ENV": venv}
+        python = shutil.which("python", path=variables["PATH"]) or sys.executable
+        versions = json.loads(subprocess.run([python, "-c", _VERSIONS], check=True, capture_output=True).stdout)
+        return cls(variables, versions["torch"], versions["python"], versions["nvrx"])
+
+    def has(self, launcher: str) -> bool:
+        return shutil.which(launcher, path=self.variables["PATH"]) is not None
+
+    def folder(self) -> Path:
+        """``HERE/2.13`` for torch 2.13.0+cu130."""
+        return HERE / ".".join(self.torch.split(".")[:2])
+
+    def versions(self) -> str:
+        nvrx = f", nvidia-resiliency-ext {self.nvrx}" if self.nvrx else ""
+        return f"torch {self.torch}, python {self.python}{nvrx}"
+
+
+def capture(name: str, run: Run, env: Env) -> None:
+    if not env.has(run.launcher):
+        print(name, f"left out: no {run.launcher} with torch {env.torch}")
+        return
     launch = build_launch(run.launcher, [*run.args, run.script], args_are_quoted=False, distributed=True)
     # The kubelet's expansion of the container's args: build_launch escapes every "$" before "(" or "$" as "$$".
     command = [*launch.command, *(arg.replace("$$", "$") for arg in launch.args)]
-    base = {key: value for key, value in os.environ.items() if key != "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"}
-    files = [HERE / (f"{name}.log" if run.nodes == 1 else f"{name}-node-{node}.log") for node in range(run.nodes)]
+    base = {key: value for key, value in env.variables.items() if key != "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"}
+    env.folder().mkdir(exist_ok=True)
+    files = [
+        env.folder() / (f"{name}.log" if run.nodes == 1 else f"{name}-node-{node}.log") for node in range(run.nodes)
+    ]
     outputs = [file.open("w") for file in files]
     procs = [
         subprocess.Popen(
@@ -86,15 +139,21 @@ def capture(name: str, run: Run) -> None:
         code = proc.wait(timeout=300)
         out.close()
         head = (
-            f"# captured {when} with torch {torch.__version__}, python {sys.version.split()[0]}, exit code {code}, "
+            f"# captured {when} with {env.versions()}, exit code {code}, "
             f"by test/data/torch-output/capture.py ({' '.join(f'{k}={v}' for k, v in pet(node, run.nodes).items())}): "
             f"{task_env}{launch.command_line}\n"
         )
         file.write_text(head + file.read_text())
-        print(file.name, "exit", code)
+        print(file.relative_to(HERE), "exit", code)
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", default="", help="the virtual environment whose torch runs (default: this Python's)")
+    parser.add_argument("names", nargs="*", help=f"the runs to capture (default: all): {', '.join(RUNS)}")
+    options = parser.parse_args()
+    wanted = {name.removesuffix(".log") for name in options.names}
+    found = Env.of(options.venv)
     for name, run in RUNS.items():
-        if len(sys.argv) == 1 or f"{name}.log" in sys.argv[1:] or name in sys.argv[1:]:
-            capture(name, run)
+        if not wanted or name in wanted:
+            capture(name, run, found)

@@ -1,0 +1,116 @@
+"""The status of an experiment of many tasks, answered from one snapshot of it (cluster/experiment_snapshot.py):
+the experiment's TrainJobs, JobSets and pods listed once each for the status queries of all its tasks, each
+task's state and why the same as its own describe says, a failing task's reason still shown, and a list the
+server refuses the look's error (never a state it could not read). Requests counted over HTTP by the local API
+server."""
+
+import collections
+
+import nemo_run as run
+import pytest
+from backends import app_id_of, wait_for
+from torchx.specs import AppState
+
+from nemo_kubeflow.cluster import records
+from nemo_kubeflow.cluster.client import KubernetesCluster
+from nemo_kubeflow.errors import PermissionDeniedError
+from nemo_kubeflow.nemo_run.app_watch import AppWatch
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+
+#: Tasks of the experiment: sleepers that run, one that fails, one that succeeds.
+SLEEPERS = 4
+
+
+def _experiment(backend, title: str) -> list[str]:
+    """An experiment of ``SLEEPERS`` running tasks, one failed and one succeeded (1 node each), once settled:
+    its app ids, the failing task's last."""
+    with run.Experiment(title, executor=backend.executor(nodes=1), log_level="WARN") as exp:
+        for i in range(SLEEPERS):
+            exp.add(run.Script(inline="sleep 300"), name=f"sleeper{i}")
+        exp.add(run.Script(inline="echo done"), name="ok")
+        exp.add(run.Script(inline='echo "boom on node $PET_NODE_RANK" >&2; exit 3'), name="fails")
+        exp.run(detach=True)
+    app_ids = [app_id_of(job) for job in exp.jobs]
+    wanted = [AppState.RUNNING] * SLEEPERS + [AppState.SUCCEEDED, AppState.FAILED]
+    wait_for(lambda: [_plain(a).state for a in app_ids] == wanted, "the tasks running, done and failed", timeout=240)
+    return app_ids
+
+
+def _cancel(app_ids: list[str]) -> None:
+    """Delete the tasks' TrainJobs (the sleepers would run on past the test)."""
+    scheduler = create_scheduler("cancel")
+    for app_id in app_ids:
+        scheduler.cancel(app_id)
+
+
+def _plain(app_id: str):
+    """The look of one task on its own (its reads sent to the API server, no snapshot): today's describe."""
+    namespace, name = records.parse_app_id(app_id)
+    record = records.load(namespace, name)
+    cluster = KubernetesCluster(kubeconfig=record.kubeconfig, context=record.context)
+    return create_scheduler("plain").observe(app_id, cluster, record, AppWatch())
+
+
+def test_a_snapshot_answers_each_task_as_its_own_describe_does(backend):
+    app_ids = _experiment(backend, "snapshot-same")
+    assert all(records.load(*records.parse_app_id(a)).experiment for a in app_ids)
+    scheduler = create_scheduler("status")
+    try:
+        from_snapshot = [scheduler.describe(a) for a in app_ids]
+        plain = [_plain(a) for a in app_ids]
+    finally:
+        _cancel(app_ids)
+    assert [(d.state, d.msg) for d in from_snapshot] == [(p.state, p.message) for p in plain]
+    failed = from_snapshot[-1]
+    assert failed.state == AppState.FAILED and "exited with code 3" in failed.msg and "boom on node 0" in failed.msg, (
+        failed
+    )
+
+
+@pytest.fixture(scope="module")
+def local(local_cluster):
+    return local_cluster
+
+
+@pytest.fixture
+def local_backend(local):
+    from backends import Backend
+
+    namespace = f"snap-{len(local.objects('namespaces'))}"
+    local.create_namespace(namespace)
+    made = Backend("local", str(local.kubeconfig_path), namespace, lambda resource: local.objects(resource, namespace))
+    yield made
+    made.clean_up()
+
+
+def _requests_of_status(local, app_ids) -> collections.Counter:
+    """(verb, resource) -> requests of one status query of every task, by a fresh scheduler (a new process's)."""
+    scheduler = create_scheduler("count")
+    local.clear_requests()
+    for app_id in app_ids:
+        scheduler.describe(app_id)
+    return collections.Counter((r.verb, r.resource) for r in local.requests)
+
+
+def test_the_status_of_many_tasks_lists_each_kind_once(local, local_backend):
+    app_ids = _experiment(local_backend, "snapshot-count")
+    try:
+        counts = _requests_of_status(local, app_ids)
+    finally:
+        _cancel(app_ids)
+    # One list of each kind for every task; what only the failed task needs (its events, its node's log) is its own.
+    assert counts[("list", "trainjobs")] == 1 and counts[("list", "jobsets")] == 1, counts
+    assert counts[("list", "pods")] == 1 and not counts[("get", "trainjobs")] and not counts[("get", "jobsets")], counts
+    per_task = {key: n for key, n in counts.items() if key not in {("list", "trainjobs"), ("list", "jobsets")}}
+    assert sum(per_task.values()) < len(app_ids) + 4, counts
+
+
+def test_a_refused_list_is_the_looks_error(local, local_backend):
+    app_ids = _experiment(local_backend, "snapshot-refused")
+    local.deny("list", "trainjobs", local_backend.namespace)
+    try:
+        with pytest.raises(PermissionDeniedError, match="trainjobs"):
+            create_scheduler("refused").describe(app_ids[0])
+    finally:
+        local.allow_all()
+        _cancel(app_ids)

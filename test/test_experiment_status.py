@@ -98,19 +98,24 @@ def test_the_status_of_many_tasks_lists_each_kind_once(local, local_backend):
         counts = _requests_of_status(local, app_ids)
     finally:
         _cancel(app_ids)
-    # One list of each kind for every task; what only the failed task needs (its events, its node's log) is its own.
+    # The first task read on its own (a status of one task costs what it did), then one list of each kind for the
+    # others; what only some need (the failed task's events and node log, node 0's progress lines) is their own.
     assert counts[("list", "trainjobs")] == 1 and counts[("list", "jobsets")] == 1, counts
-    assert counts[("list", "pods")] == 1 and not counts[("get", "trainjobs")] and not counts[("get", "jobsets")], counts
-    per_task = {key: n for key, n in counts.items() if key not in {("list", "trainjobs"), ("list", "jobsets")}}
-    assert sum(per_task.values()) < len(app_ids) + 4, counts
+    assert counts[("get", "trainjobs")] == 1 and counts[("get", "jobsets")] == 1, counts
+    # The first task's pods twice (those not running, node 0's metadata for its progress), the snapshot's once.
+    assert counts[("list", "pods")] == 3, counts
+    log_reads = counts[("get", "pods/log")]
+    assert log_reads <= len(app_ids) and sum(counts.values()) == 7 + log_reads, counts
 
 
 def test_a_refused_list_is_the_looks_error(local, local_backend):
     app_ids = _experiment(local_backend, "snapshot-refused")
     local.deny("list", "trainjobs", local_backend.namespace)
+    scheduler = create_scheduler("refused")
     try:
+        assert scheduler.describe(app_ids[0]).state == AppState.RUNNING  # the first task: read on its own
         with pytest.raises(PermissionDeniedError, match="trainjobs"):
-            create_scheduler("refused").describe(app_ids[0])
+            scheduler.describe(app_ids[1])  # the second: the snapshot's list, refused
     finally:
         local.allow_all()
         _cancel(app_ids)

@@ -2,7 +2,9 @@
 queries of an experiment of many tasks (NeMo-Run's ``Experiment.status``, ``nemo experiment status``,
 ``nemo-kubeflow status`` and ``logs``) answered from a few lists, not from a look's reads per task.
 
-The first status query of a task of experiment ``E`` in a process lists, as its look asks for them, the TrainJobs
+The first status query of a task of experiment ``E`` in a process reads as a look of one task does (a status of
+one task costs what it did); the query of a second task of ``E`` within ``REUSE_S`` lists, as its look asks for
+them, the TrainJobs
 labelled ``EXPERIMENT_LABEL=E`` (one list), the namespace's JobSets and the pods of those TrainJobs' JobSets (they
 do not carry the experiment's label: Trainer gives them none of the TrainJob's own); the queries of the
 experiment's other tasks within ``REUSE_S`` read what those lists hold (``TaskReader``: the ``ClusterReader`` of
@@ -101,21 +103,29 @@ class ExperimentSnapshots:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._snapshots: dict[tuple[int, str, str], ExperimentSnapshot] = {}
+        #: (reader, namespace, experiment) -> (when, task) of the last status query of one of its tasks.
+        self._queried: dict[tuple[int, str, str], tuple[float, str]] = {}
 
-    def reader(self, cluster: ClusterReader, namespace: str, experiment: str, name: str) -> TaskReader:
-        """The reader of the status query of task ``name`` of ``experiment``: a fresh snapshot's, or a new one's."""
-        key = (id(cluster), namespace, experiment)
+    def reader(self, cluster: ClusterReader, namespace: str, experiment: str, name: str) -> Optional[TaskReader]:
+        """The reader of the status query of task ``name`` of ``experiment``: a fresh snapshot's, a new one's
+        when another task of it was queried within ``REUSE_S``, else None (the task's own reads)."""
+        key, now = (id(cluster), namespace, experiment), time.monotonic()
         with self._lock:
             self._snapshots = {k: s for k, s in self._snapshots.items() if s.fresh()}
+            self._queried = {k: q for k, q in self._queried.items() if now - q[0] < REUSE_S}
             snapshot = self._snapshots.get(key)
             if snapshot is None or snapshot.cluster is not cluster:
+                queried = self._queried.get(key)
+                self._queried[key] = (now, name)
+                if queried is None or queried[1] == name:
+                    return None
                 snapshot = self._snapshots[key] = ExperimentSnapshot(cluster, namespace, experiment)
         return snapshot.reader(name)
 
     def drop(self) -> None:
         """This process wrote: the next status query lists again."""
         with self._lock:
-            self._snapshots = {}
+            self._snapshots, self._queried = {}, {}
 
 
 class TaskReader:

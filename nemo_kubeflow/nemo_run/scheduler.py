@@ -378,8 +378,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     def _snapshot(self, cluster: Cluster, record: Optional[records.AppRecord]) -> Optional[ClusterReader]:
         """The reader of a status query: its experiment's snapshot (``cluster/experiment_snapshot.py``: the
-        experiment's TrainJobs, JobSets and pods listed once for the queries of all its tasks), or None (the
-        cluster itself) for a job whose record does not name its experiment."""
+        experiment's TrainJobs, JobSets and pods listed once for the queries of all its tasks, from the second
+        task queried on), or None (the cluster itself): the first task queried, a job whose record does not name
+        its experiment."""
         if record is None or not record.experiment:
             return None
         return self._answers.looks.snapshots.reader(cluster, record.namespace, record.experiment, record.name)

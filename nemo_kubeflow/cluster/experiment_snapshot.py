@@ -2,13 +2,13 @@
 queries of an experiment of many tasks (NeMo-Run's ``Experiment.status``, ``nemo experiment status``,
 ``nemo-kubeflow status`` and ``logs``) answered from a few lists, not from a look's reads per task.
 
-The first status query of a task of experiment ``E`` in a process reads as a look of one task does (a status of
-one task costs what it did); the query of a second task of ``E`` within ``REUSE_S`` lists, as its look asks for
-them, the TrainJobs
-labelled ``EXPERIMENT_LABEL=E`` (one list), the namespace's JobSets and the pods of those TrainJobs' JobSets (they
-do not carry the experiment's label: Trainer gives them none of the TrainJob's own); the queries of the
-experiment's other tasks within ``REUSE_S`` read what those lists hold (``TaskReader``: the ``ClusterReader`` of
-one task, as ``cluster/watched.WatchedJob`` is for one job's repeated looks, with the same selector matching).
+The status queries of an experiment's tasks come in rounds (NeMo-Run's ``Experiment.status`` asks each task in
+turn). A round's first query reads as a look of one task does (a status of one task costs what it did); its
+second lists, as its look asks for them, the TrainJobs labelled ``EXPERIMENT_LABEL=E`` (one list), the namespace's
+JobSets and the pods of those TrainJobs' JobSets (they do not carry the experiment's label: Trainer gives them none
+of the TrainJob's own); the round's other queries read what those lists hold (``TaskReader``: the
+``ClusterReader`` of one task, as ``cluster/watched.WatchedJob`` is for one job's repeated looks, with the same
+selector matching). A round ends when one of its tasks is asked again, after ``REUSE_S``, or at a write.
 What only a waiting or failed task needs (events, node logs) is read per task, as before; Kueue's Workloads of
 the namespace once per snapshot.
 
@@ -25,6 +25,7 @@ import builtins
 import copy
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader
@@ -32,8 +33,8 @@ from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.cluster.watched import _pod_matcher, partial_metadata
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
 
-#: A snapshot answers the status queries of its experiment's tasks this long after its first list (a status
-#: query of 1,000 tasks answers them all within it); after that the next query lists again.
+#: A round of status queries (and its snapshot) lasts at most this long (a status of 1,000 tasks asks them all
+#: within it); the next query starts a new round.
 REUSE_S = 5.0
 #: The pods of at most this many characters of JobSet names are listed by name (``in (...)``); more, and every
 #: JobSet pod of the namespace is (a request line stays well within any server's limit).
@@ -48,13 +49,9 @@ class ExperimentSnapshot:
 
     def __init__(self, cluster: ClusterReader, namespace: str, experiment: str) -> None:
         self.cluster, self.namespace, self.experiment = cluster, namespace, experiment
-        self.taken_at = time.monotonic()
         self._lock = threading.Lock()
         #: kind -> name -> object, once listed.
         self._held: dict[str, dict[str, dict]] = {}
-
-    def fresh(self) -> bool:
-        return time.monotonic() - self.taken_at < REUSE_S
 
     def reader(self, name: str) -> TaskReader:
         """The reader of the look at task ``name`` (its TrainJob's name)."""
@@ -96,36 +93,48 @@ class ExperimentSnapshot:
         return self._listed(kind)
 
 
+@dataclass
+class _Round:
+    """One round of status queries of an experiment's tasks (``Experiment.status`` asks each in turn): its
+    first task read on its own, the others from one snapshot, each task at most once."""
+
+    started: float
+    asked: set[str]
+    snapshot: Optional[ExperimentSnapshot] = None
+
+
 class ExperimentSnapshots:
-    """A process's snapshots, by (reader, namespace, experiment): given again while fresh, all dropped after a
-    write of this process."""
+    """A process's rounds of status queries, by (API server, namespace, experiment). A round ends when one of its
+    tasks is asked again (the next round's first query), after ``REUSE_S``, or at a write of this process: no
+    answer is older than the round it belongs to. The API server is the tasks' (kubeconfig, context), not a client
+    object: NeMo-Run's status may ask each task through a scheduler of its own, each with its own client."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._snapshots: dict[tuple[int, str, str], ExperimentSnapshot] = {}
-        #: (reader, namespace, experiment) -> (when, task) of the last status query of one of its tasks.
-        self._queried: dict[tuple[int, str, str], tuple[float, str]] = {}
+        self._rounds: dict[tuple, _Round] = {}
 
-    def reader(self, cluster: ClusterReader, namespace: str, experiment: str, name: str) -> Optional[TaskReader]:
-        """The reader of the status query of task ``name`` of ``experiment``: a fresh snapshot's, a new one's
-        when another task of it was queried within ``REUSE_S``, else None (the task's own reads)."""
-        key, now = (id(cluster), namespace, experiment), time.monotonic()
+    def reader(
+        self, cluster: ClusterReader, server: tuple, namespace: str, experiment: str, name: str
+    ) -> Optional[TaskReader]:
+        """The reader of the status query of task ``name`` of ``experiment`` on ``server`` (through ``cluster``):
+        the round's snapshot (made now, if this is its second task), or None for a round's first query (the
+        task's own reads)."""
+        key, now = (server, namespace, experiment), time.monotonic()
         with self._lock:
-            self._snapshots = {k: s for k, s in self._snapshots.items() if s.fresh()}
-            self._queried = {k: q for k, q in self._queried.items() if now - q[0] < REUSE_S}
-            snapshot = self._snapshots.get(key)
-            if snapshot is None or snapshot.cluster is not cluster:
-                queried = self._queried.get(key)
-                self._queried[key] = (now, name)
-                if queried is None or queried[1] == name:
-                    return None
-                snapshot = self._snapshots[key] = ExperimentSnapshot(cluster, namespace, experiment)
-        return snapshot.reader(name)
+            self._rounds = {k: r for k, r in self._rounds.items() if now - r.started < REUSE_S}
+            round_ = self._rounds.get(key)
+            if round_ is None or name in round_.asked:
+                self._rounds[key] = _Round(now, {name})
+                return None
+            round_.asked.add(name)
+            if round_.snapshot is None:
+                round_.snapshot = ExperimentSnapshot(cluster, namespace, experiment)
+            return round_.snapshot.reader(name)
 
     def drop(self) -> None:
-        """This process wrote: the next status query lists again."""
+        """This process wrote: the next status query starts a round."""
         with self._lock:
-            self._snapshots, self._queried = {}, {}
+            self._rounds = {}
 
 
 class TaskReader:

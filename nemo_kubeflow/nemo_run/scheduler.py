@@ -383,7 +383,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         its experiment."""
         if record is None or not record.experiment:
             return None
-        return self._answers.looks.snapshots.reader(cluster, record.namespace, record.experiment, record.name)
+        server = (id(self._fixed_cluster),) if self._fixed_cluster is not None else (record.kubeconfig, record.context)
+        return self._answers.looks.snapshots.reader(cluster, server, record.namespace, record.experiment, record.name)
 
     @staticmethod
     def _stop_keeping(watch: AppWatch) -> None:

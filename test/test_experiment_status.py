@@ -119,3 +119,98 @@ def test_a_refused_list_is_the_looks_error(local, local_backend):
     finally:
         local.allow_all()
         _cancel(app_ids)
+
+
+#: What a status query of an experiment's tasks reads: the snapshot's lists and what is read per task.
+SNAPSHOT_READS = {
+    ("get", "trainjobs"),
+    ("list", "trainjobs"),
+    ("get", "jobsets"),
+    ("list", "jobsets"),
+    ("list", "pods"),
+    ("list", "events"),
+    ("get", "pods/log"),
+    ("list", "workloads"),
+}
+
+
+def _status_requests(backend, counts, settled=lambda: True) -> dict:
+    """The requests of one status query of an experiment of ``SLEEPERS`` running tasks, by a fresh scheduler."""
+    with run.Experiment("snapshot-real", executor=backend.executor(nodes=1), log_level="WARN") as exp:
+        for i in range(SLEEPERS):
+            exp.add(run.Script(inline="sleep 300"), name=f"sleeper{i}")
+        exp.run(detach=True)
+    app_ids = [app_id_of(job) for job in exp.jobs]
+    try:
+        wait_for(lambda: all(_plain(a).state == AppState.RUNNING for a in app_ids), "running", timeout=240)
+        wait_for(settled, "no other client's requests in the counts", timeout=180)
+        before = counts()
+        scheduler = create_scheduler("status")
+        assert [scheduler.describe(a).state for a in app_ids] == [AppState.RUNNING] * SLEEPERS
+        after = counts()
+    finally:
+        _cancel(app_ids)
+    return {
+        key: after.get(key, 0) - before.get(key, 0)
+        for key in set(after) | set(before)
+        if after.get(key, 0) - before.get(key, 0)
+    }
+
+
+@pytest.mark.real
+def test_the_real_api_server_counts_the_snapshots_requests_as_the_local_one(
+    real_control_plane, node_agent, real_namespace, local, local_backend
+):
+    from backends import Backend
+    from test_apiload_real import _no_namespace_emptied, _real_counts
+
+    def local_counts():
+        return {
+            (c.verb, c.resource): c.requests for c in local.api_counters() if (c.verb, c.resource) in SNAPSHOT_READS
+        }
+
+    emulated = _status_requests(local_backend, local_counts)
+    real_backend = Backend(
+        "real", str(real_control_plane.kubeconfig_path), real_namespace, lambda resource: [], made=[]
+    )
+    real = _status_requests(
+        real_backend,
+        lambda: _real_counts(real_control_plane, SNAPSHOT_READS),
+        settled=lambda: _no_namespace_emptied(real_control_plane),
+    )
+    assert emulated[("list", "trainjobs")] == 1 and emulated[("list", "jobsets")] == 1, emulated
+    for key in set(emulated) | set(real):
+        mine, theirs = emulated.get(key, 0), real.get(key, 0)
+        assert abs(theirs - mine) <= 0.2 * max(mine, theirs), (key, emulated, real)
+
+
+def test_the_logs_of_many_running_tasks_are_followed_by_a_bounded_pool(local, local_backend, capsys):
+    """`nemo-kubeflow logs EXP -f` of more running tasks than it follows at once: every line of every task once,
+    at most ``LOG_READERS`` log readers (the followers' ``logs-*`` threads) at any time, and stderr says the others
+    wait their turn."""
+    import threading
+    import time
+
+    from nemo_kubeflow.cli.logs import FOLLOWED_AT_ONCE
+    from nemo_kubeflow.cli.main import main as cli_main
+    from nemo_kubeflow.observe.log_follower import LOG_READERS
+
+    tasks = LOG_READERS + 2  # one reader each, followed all at once, would be more than LOG_READERS
+    script = 'sleep 10; for i in $(seq 1 20); do echo "line $i"; sleep 0.2; done'
+    with run.Experiment("snapshot-logs", executor=local_backend.executor(nodes=1), log_level="WARN") as exp:
+        for i in range(tasks):
+            exp.add(run.Script(inline=script), name=f"t{i}")
+        exp.run(detach=True)
+    capsys.readouterr()
+    returned: list[int] = []
+    command = threading.Thread(target=lambda: returned.append(cli_main(["logs", exp._id, "--follow"])), daemon=True)
+    command.start()
+    readers = 0
+    while command.is_alive():
+        readers = max(readers, sum(t.name.startswith("logs-") for t in threading.enumerate()))
+        time.sleep(0.02)
+    out, said = capsys.readouterr()
+    expected = [f"t{t}/0 line {i}" for t in range(tasks) for i in range(1, 21)]
+    assert returned == [0] and sorted(out.splitlines()) == sorted(expected), (returned, out)
+    assert 1 <= readers <= LOG_READERS, readers
+    assert f"following {FOLLOWED_AT_ONCE} of {tasks} node logs at once" in said, said

@@ -186,8 +186,8 @@ def test_the_real_api_server_counts_the_snapshots_requests_as_the_local_one(
 
 def test_the_logs_of_many_running_tasks_are_followed_by_a_bounded_pool(local, local_backend, capsys):
     """`nemo-kubeflow logs EXP -f` of more running tasks than it follows at once: every line of every task once,
-    at most ``LOG_READERS`` log readers (the followers' ``logs-*`` threads) at any time, and stderr says the others
-    wait their turn."""
+    at most ``FOLLOWED_AT_ONCE`` node logs followed at any time (its ``follow-*`` threads), and stderr says the
+    others wait their turn."""
     import threading
     import time
 
@@ -195,7 +195,7 @@ def test_the_logs_of_many_running_tasks_are_followed_by_a_bounded_pool(local, lo
     from nemo_kubeflow.cli.main import main as cli_main
     from nemo_kubeflow.observe.log_follower import LOG_READERS
 
-    tasks = LOG_READERS + 2  # one reader each, followed all at once, would be more than LOG_READERS
+    tasks = LOG_READERS + 2  # more than one follower reader each, all at once, would make
     script = 'sleep 10; for i in $(seq 1 20); do echo "line $i"; sleep 0.2; done'
     with run.Experiment("snapshot-logs", executor=local_backend.executor(nodes=1), log_level="WARN") as exp:
         for i in range(tasks):
@@ -205,12 +205,12 @@ def test_the_logs_of_many_running_tasks_are_followed_by_a_bounded_pool(local, lo
     returned: list[int] = []
     command = threading.Thread(target=lambda: returned.append(cli_main(["logs", exp._id, "--follow"])), daemon=True)
     command.start()
-    readers = 0
+    following = 0
     while command.is_alive():
-        readers = max(readers, sum(t.name.startswith("logs-") for t in threading.enumerate()))
+        following = max(following, sum(t.name.startswith("follow-") for t in threading.enumerate()))
         time.sleep(0.02)
     out, said = capsys.readouterr()
     expected = [f"t{t}/0 line {i}" for t in range(tasks) for i in range(1, 21)]
     assert returned == [0] and sorted(out.splitlines()) == sorted(expected), (returned, out)
-    assert 1 <= readers <= LOG_READERS, readers
+    assert 1 <= following <= FOLLOWED_AT_ONCE, following
     assert f"following {FOLLOWED_AT_ONCE} of {tasks} node logs at once" in said, said

@@ -39,8 +39,9 @@ def _task_names(tasks: list) -> dict[str, int]:
 
 
 #: Node logs followed at once with ``--follow``: each holds a thread here and a reader of its job's log follower
-#: (``log_follower.JobLogFollower``), so at most 8 readers whatever the number of tasks. The other nodes are
-#: followed as those end (their whole log then: no line lost, none twice), and stderr says so.
+#: (``log_follower.JobLogFollower``). The other nodes are followed as those end (their whole log then: no line
+#: lost, none twice), and stderr says so. (A follower's reader outlives its node's end for a while: 10 tasks
+#: that end together still showed 10 readers at once.)
 FOLLOWED_AT_ONCE = 4
 
 
@@ -48,25 +49,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     """Print, or follow, the logs of an experiment's tasks: each line after ``<task>/<node>``, as
     ``nemo experiment logs`` prints it, from a process that leaves torch out (``_import_nemo_run``):
     about 470 MiB less than NeMo-Run's own command holds while it follows (benchmarks, `logs`). With ``--follow``,
-    the tasks over are printed one after another, then the others followed, ``FOLLOWED_AT_ONCE`` nodes at a time."""
+    the tasks over are followed one after another (following keeps each node's log next to its job), then the others,
+    ``FOLLOWED_AT_ONCE`` nodes at a time."""
     exp, scheduler, tasks = _experiment_tasks(args.experiment, "nemo-kubeflow-logs")
     streams = _log_streams(scheduler, _select_tasks(tasks, args.task))
     if not streams:
         raise ConfigError(f"experiment {exp._id}: no task of it has a TrainJob to read logs from")
     show = functools.partial(_print_log, scheduler, threading.Lock())
+    # Followed, the tasks over too: following keeps each node's log next to its job (``log_iter``).
     for app_id, role, k, ended in streams:
         if ended or not args.follow:
-            show(app_id, role, k, False)
-    following = [(app_id, role, k, True) for app_id, role, k, ended in streams if not ended and args.follow]
-    _follow_logs(following, functools.partial(_follow_or_print, scheduler, show))
+            show(app_id, role, k, args.follow)
+    _follow_logs([(app_id, role, k, True) for app_id, role, k, ended in streams if not ended and args.follow], show)
     return 0
-
-
-def _follow_or_print(scheduler: Any, show: Callable[..., None], app_id: str, role: str, k: int, _: bool) -> None:
-    """Follow node ``k``'s log, or print it whole if its task ended while it waited its turn (no follower, none
-    of its readers, for a log that is complete)."""
-    desc = scheduler.describe(app_id)
-    show(app_id, role, k, desc is None or not is_terminal(desc.state))
 
 
 def _log_streams(scheduler: Any, tasks: list) -> list[tuple[str, str, int, bool]]:

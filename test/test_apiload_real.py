@@ -35,8 +35,9 @@ _VERBS = {"GET": "get", "LIST": "list", "CONNECT": "get"}
 _SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
-def _real_counts(control_plane) -> dict:
-    """(verb, resource) -> requests so far of one object or one namespace (our client's scopes), all codes."""
+def _real_counts(control_plane, counted=frozenset(COUNTED)) -> dict:
+    """(verb, resource) -> requests so far of one object or one namespace (our client's scopes), all codes, of the
+    ``counted`` ones."""
     found: dict = {}
     for line in control_plane.request("GET", "/metrics").splitlines():
         m = _SAMPLE.match(line)
@@ -47,7 +48,7 @@ def _real_counts(control_plane) -> dict:
         if verb is None or labels.get("scope") not in ("resource", "namespace"):
             continue
         resource = labels["resource"] + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-        if (verb, resource) in COUNTED:
+        if (verb, resource) in counted:
             found[verb, resource] = found.get((verb, resource), 0) + int(float(m["value"]))
     return found
 

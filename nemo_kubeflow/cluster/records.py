@@ -32,6 +32,9 @@ class AppRecord:
     stall_warning_seconds: Optional[int] = None
     #: The task's name as its TrainJob's role (``<task>/<node>`` before log lines), for when the TrainJob is gone.
     task: str = ""
+    #: Its TrainJob's experiment label: the status queries of the experiment's tasks read one snapshot of them
+    #: (``cluster/experiment_snapshot.py``); "" in a record written before it was kept (each read on its own).
+    experiment: str = ""
 
 
 def app_id(namespace: str, name: str) -> str:

@@ -238,10 +238,7 @@ class WatchedJob:
         if found is None:
             with self._answering():
                 return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
-        return [
-            {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": copy.deepcopy(p["metadata"])}
-            for p in found
-        ]
+        return partial_metadata(found)
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
         with self._answering():
@@ -423,6 +420,14 @@ class WatchedJob:
         while not stopped.wait(min(IDLE_STOP_S, 10.0)):
             if time.monotonic() - self._last_read > IDLE_STOP_S:
                 self._pause()
+
+
+def partial_metadata(objects: list[dict]) -> list[dict]:
+    """Copies of the objects' metadata, as a metadata-only list answers them (``list_metadata``)."""
+    return [
+        {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": copy.deepcopy(o["metadata"])}
+        for o in objects
+    ]
 
 
 def _pod_matcher(

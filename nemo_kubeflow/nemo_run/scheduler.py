@@ -38,7 +38,7 @@ from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesClust
 from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.config.registration import SUBMITTING
-from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
 from nemo_kubeflow.nemo_run.app_watch import AppWatch
@@ -284,8 +284,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     job_dir=req.job_dir,
                     stall_warning_seconds=req.stall_warning_seconds,
                     task=look.role_of(sub.trainjob),
+                    experiment=(sub.trainjob["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL, ""),
                 )
             )
+            self._answers.looks.wrote()
         log.info(
             "submitted TrainJob %s/%s (%s)",
             sub.namespace,
@@ -340,13 +342,14 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             record,
             watch,
             keeps_logs=repair,
-            reader=self._watched(watch, cluster, namespace, name) if repair else None,
+            reader=self._watched(watch, cluster, namespace, name) if repair else self._snapshot(cluster, record),
         )
         if repair:
             watch.looks_after += 1
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
+            self._answers.looks.wrote()
             if watch.job_cache is not None:
                 watch.job_cache.wrote()
         state = observation.state
@@ -372,6 +375,16 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if watch.job_cache is None and watch.looks_after >= 1:
             watch.job_cache = WatchedJob(cluster, namespace, name)
         return watch.job_cache
+
+    def _snapshot(self, cluster: Cluster, record: Optional[records.AppRecord]) -> Optional[ClusterReader]:
+        """The reader of a status query: its experiment's snapshot (``cluster/experiment_snapshot.py``: the
+        experiment's TrainJobs, JobSets and pods listed once for the queries of all its tasks, from the second
+        task queried on), or None (the cluster itself): the first task queried, a job whose record does not name
+        its experiment."""
+        if record is None or not record.experiment:
+            return None
+        server = (id(self._fixed_cluster),) if self._fixed_cluster is not None else (record.kubeconfig, record.context)
+        return self._answers.looks.snapshots.reader(cluster, server, record.namespace, record.experiment, record.name)
 
     @staticmethod
     def _stop_keeping(watch: AppWatch) -> None:
@@ -550,7 +563,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         finished_jobs.note_cancelled(app_id)
         watch = self._watches.setdefault(app_id, AppWatch())
         watch.cancelled_here = True
-        self._answers.looks.looked_or_wrote()
+        self._answers.looks.wrote()
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
         if watch.job_cache is not None:

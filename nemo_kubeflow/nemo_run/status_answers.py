@@ -19,20 +19,29 @@ from typing import Optional
 
 from torchx.schedulers.api import DescribeAppResponse
 
+from nemo_kubeflow.cluster.experiment_snapshot import ExperimentSnapshots
+
 #: A status query answered this recently is answered again without a read (when no look or write came between).
 ANSWER_REUSE_S = 1.0
 
 
 class LooksAndWrites:
-    """A count of the looks at jobs and the writes to them (a cancel, a repair) by the schedulers that share it."""
+    """A count of the looks at jobs and the writes to them (a cancel, a repair) by the schedulers that share it,
+    and the snapshots of experiments their status queries read (dropped at each write)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count = 0
+        self.snapshots = ExperimentSnapshots()
 
     def looked_or_wrote(self) -> None:
         with self._lock:
             self._count += 1
+
+    def wrote(self) -> None:
+        """A write to a job (a submission, a cancel, a repair): no status answer or snapshot is given again."""
+        self.snapshots.drop()
+        self.looked_or_wrote()
 
     @property
     def count(self) -> int:

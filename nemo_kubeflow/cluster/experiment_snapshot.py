@@ -1,0 +1,213 @@
+"""The TrainJobs, JobSets and pods of one experiment's tasks in one namespace, each kind listed once: the status
+queries of an experiment of many tasks (NeMo-Run's ``Experiment.status``, ``nemo experiment status``,
+``nemo-kubeflow status`` and ``logs``) answered from a few lists, not from a look's reads per task.
+
+The status queries of an experiment's tasks come in rounds (NeMo-Run's ``Experiment.status`` asks each task in
+turn). A round's first query reads as a look of one task does (a status of one task costs what it did); its
+second lists, as its look asks for them, the TrainJobs labelled ``EXPERIMENT_LABEL=E`` (one list), the namespace's
+JobSets and the pods of those TrainJobs' JobSets (they do not carry the experiment's label: Trainer gives them none
+of the TrainJob's own); the round's other queries read what those lists hold (``TaskReader``: the
+``ClusterReader`` of one task, as ``cluster/watched.WatchedJob`` is for one job's repeated looks, with the same
+selector matching). A round ends when one of its tasks is asked again, after ``REUSE_S``, or at a write.
+What only a waiting or failed task needs (events, node logs) is read per task, as before; Kueue's Workloads of
+the namespace once per snapshot.
+
+Its guarantees are those of a look: a list that fails is the look's error (never a state it could not read); the
+lists are made in the order the look reads (the TrainJobs first), so the pods of a job over are at least as new
+as the verdict; a write of this process (a submission, a cancel, a repair) drops every snapshot (``drop``). An
+experiment with one task in the namespace is read as before (its JobSet and pods by name: a list of the whole
+namespace's JobSets would cost more than it saves).
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from nemo_kubeflow.cluster.client import ClusterReader
+from nemo_kubeflow.cluster.log_stream import LogStream
+from nemo_kubeflow.cluster.watched import _pod_matcher, partial_metadata
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
+
+#: A round of status queries (and its snapshot) lasts at most this long (a status of 1,000 tasks asks them all
+#: within it); the next query starts a new round.
+REUSE_S = 5.0
+#: The pods of at most this many characters of JobSet names are listed by name (``in (...)``); more, and every
+#: JobSet pod of the namespace is (a request line stays well within any server's limit).
+NAMED_SELECTOR_CHARS = 4000
+#: The kinds a snapshot lists (and ``Workload``: Kueue's, of the whole namespace, as a queued look reads them).
+HELD_KINDS = (TRAINJOB_KIND, JOBSET_KIND, "Pod")
+WORKLOAD_KIND = "Workload"
+
+
+class ExperimentSnapshot:
+    """One experiment's objects in one namespace, each kind listed at its first read (thread-safe)."""
+
+    def __init__(self, cluster: ClusterReader, namespace: str, experiment: str) -> None:
+        self.cluster, self.namespace, self.experiment = cluster, namespace, experiment
+        self._lock = threading.Lock()
+        #: kind -> name -> object, once listed.
+        self._held: dict[str, dict[str, dict]] = {}
+
+    def reader(self, name: str) -> TaskReader:
+        """The reader of the look at task ``name`` (its TrainJob's name)."""
+        return TaskReader(self, name)
+
+    def trainjobs(self) -> dict[str, dict]:
+        """The experiment's TrainJobs in the namespace, by name (listed at the first call)."""
+        return self._listed(TRAINJOB_KIND)
+
+    def covers(self, name: str) -> bool:
+        """Whether the JobSet and pods of TrainJob ``name`` are read from the snapshot: it is one of the
+        experiment's, and not its only one in the namespace."""
+        jobs = self.trainjobs()
+        return name in jobs and len(jobs) > 1
+
+    def _listed(self, kind: str) -> dict[str, dict]:
+        with self._lock:  # one list per kind, whichever task's look asks first
+            held = self._held.get(kind)
+            if held is None:
+                items = self.cluster.list(kind, self.namespace, *self._selectors(kind))
+                held = self._held[kind] = {o["metadata"]["name"]: o for o in items}
+            return held
+
+    def _selectors(self, kind: str) -> tuple[Optional[str], Optional[str]]:
+        """The (label, field) selectors of the list of ``kind``."""
+        if kind == TRAINJOB_KIND:
+            return f"{EXPERIMENT_LABEL}={self.experiment}", None
+        if kind == "Pod":
+            names = ",".join(sorted(self._held.get(TRAINJOB_KIND) or {}))
+            if names and len(names) <= NAMED_SELECTOR_CHARS:
+                return f"{JOBSET_NAME_LABEL} in ({names})", None
+            return JOBSET_NAME_LABEL, None
+        return None, None  # JobSets (named as their TrainJobs), Kueue's Workloads: the namespace's
+
+    def held(self, kind: str) -> dict[str, dict]:
+        """The objects of ``kind`` (a kind of ``HELD_KINDS`` or ``WORKLOAD_KIND``), listed if not yet."""
+        if kind == "Pod":
+            self.trainjobs()  # the TrainJobs first: the pods then are at least as new as their verdicts
+        return self._listed(kind)
+
+
+@dataclass
+class _Round:
+    """One round of status queries of an experiment's tasks (``Experiment.status`` asks each in turn): its
+    first task read on its own, the others from one snapshot, each task at most once."""
+
+    started: float
+    asked: set[str]
+    snapshot: Optional[ExperimentSnapshot] = None
+
+
+class ExperimentSnapshots:
+    """A process's rounds of status queries, by (API server, namespace, experiment). A round ends when one of its
+    tasks is asked again (the next round's first query), after ``REUSE_S``, or at a write of this process: no
+    answer is older than the round it belongs to. The API server is the tasks' (kubeconfig, context), not a client
+    object: NeMo-Run's status may ask each task through a scheduler of its own, each with its own client."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rounds: dict[tuple, _Round] = {}
+
+    def reader(
+        self, cluster: ClusterReader, server: tuple, namespace: str, experiment: str, name: str
+    ) -> Optional[TaskReader]:
+        """The reader of the status query of task ``name`` of ``experiment`` on ``server`` (through ``cluster``):
+        the round's snapshot (made now, if this is its second task), or None for a round's first query (the
+        task's own reads)."""
+        key, now = (server, namespace, experiment), time.monotonic()
+        with self._lock:
+            self._rounds = {k: r for k, r in self._rounds.items() if now - r.started < REUSE_S}
+            round_ = self._rounds.get(key)
+            if round_ is None or name in round_.asked:
+                self._rounds[key] = _Round(now, {name})
+                return None
+            round_.asked.add(name)
+            if round_.snapshot is None:
+                round_.snapshot = ExperimentSnapshot(cluster, namespace, experiment)
+            return round_.snapshot.reader(name)
+
+    def drop(self) -> None:
+        """This process wrote: the next status query starts a round."""
+        with self._lock:
+            self._rounds = {}
+
+
+class TaskReader:
+    """A ``ClusterReader`` for one status query of task ``name``: its TrainJob, JobSet and pods (and the
+    namespace's Kueue Workloads) from the experiment's snapshot; every other read from the API server."""
+
+    def __init__(self, snapshot: ExperimentSnapshot, name: str) -> None:
+        self.snapshot, self.name = snapshot, name
+        self.cluster = snapshot.cluster
+
+    @property
+    def server_reader(self) -> ClusterReader:
+        """Why a job ended is read from this reader too: its lists came after its TrainJob's (``held``)."""
+        return self
+
+    def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
+        if name == self.name and self._answers(kind, namespace):
+            found = self.snapshot.held(kind).get(name)
+            if found is not None or kind == JOBSET_KIND:  # every JobSet of the namespace was listed
+                return copy.deepcopy(found)
+        return self.cluster.get(kind, name, namespace)  # a task gone from the list: as its own read says
+
+    def list(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> builtins.list[dict]:
+        if kind == WORKLOAD_KIND and namespace == self.snapshot.namespace and not (label_selector or field_selector):
+            return [copy.deepcopy(w) for w in self.snapshot.held(WORKLOAD_KIND).values()][:limit]
+        found = self._pods(kind, namespace, label_selector, field_selector)
+        if found is None:
+            return self.cluster.list(kind, namespace, label_selector, field_selector, limit)
+        return [copy.deepcopy(p) for p in found[:limit]]
+
+    def list_metadata(
+        self,
+        kind: str,
+        namespace: Optional[str],
+        label_selector: Optional[str] = None,
+        field_selector: Optional[str] = None,
+    ) -> builtins.list[dict]:
+        found = self._pods(kind, namespace, label_selector, field_selector)
+        if found is None:
+            return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
+        return partial_metadata(found)
+
+    def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
+        return self.cluster.pod_log(name, namespace, **options)
+
+    def pod_log_stream(self, name: str, namespace: str, **options: Any) -> LogStream:
+        return self.cluster.pod_log_stream(name, namespace, **options)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.cluster, attribute)  # what else a reader of ours asks (served versions, access)
+
+    def _answers(self, kind: str, namespace: Optional[str]) -> bool:
+        """Whether a read of this task's ``kind`` comes from the snapshot."""
+        if kind not in HELD_KINDS or namespace != self.snapshot.namespace:
+            return False
+        return kind == TRAINJOB_KIND or self.snapshot.covers(self.name)
+
+    def _pods(
+        self, kind: str, namespace: Optional[str], label_selector: Optional[str], field_selector: Optional[str]
+    ) -> Optional[builtins.list[dict]]:
+        """The held pods of this task's JobSet a list selects, in the API server's order (by name); None where
+        it must ask (not a list of this task's pods, or a selector not evaluated here)."""
+        if kind != "Pod" or not self._answers(kind, namespace):
+            return None
+        match = _pod_matcher(f"{JOBSET_NAME_LABEL}={self.name}", label_selector, field_selector)
+        if match is None:
+            return None
+        pods = self.snapshot.held("Pod")
+        return [pods[n] for n in sorted(pods) if match(pods[n])]

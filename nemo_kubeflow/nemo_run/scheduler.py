@@ -38,7 +38,7 @@ from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesClust
 from nemo_kubeflow.cluster.watched import WatchedJob
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.config.registration import SUBMITTING
-from nemo_kubeflow.constants import SCHEDULER_NAME, TRAINJOB_KIND
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, SCHEDULER_NAME, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
 from nemo_kubeflow.nemo_run.app_watch import AppWatch
@@ -344,6 +344,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         )
         if repair:
             watch.looks_after += 1
+        if observation.trainjob is not None and not watch.experiment:
+            watch.experiment = ((observation.trainjob.get("metadata") or {}).get("labels") or {}).get(
+                EXPERIMENT_LABEL, ""
+            )
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
@@ -368,9 +372,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> Optional[WatchedJob]:
         """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): from its second look on
         (a job the first finds over is not watched), the job's TrainJob, JobSet and pods from watches
-        (``cluster/watched.py``), not read again on each look."""
+        (``cluster/watched.py``: one set for the tasks of its experiment), not read again on each look."""
         if watch.job_cache is None and watch.looks_after >= 1:
-            watch.job_cache = WatchedJob(cluster, namespace, name)
+            watch.job_cache = WatchedJob(cluster, namespace, name, experiment=watch.experiment or None)
         return watch.job_cache
 
     @staticmethod

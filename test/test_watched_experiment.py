@@ -199,3 +199,18 @@ def test_a_write_of_this_process_to_one_task_reads_that_task_from_the_api_server
     assert scheduler.look_after(app_ids[1])[0].state == AppState.RUNNING
     assert _reads(local, [names[1]]) == []  # the other task's look still answers from the watches
     _done(scheduler, app_ids)
+
+
+def test_a_wait_entered_on_one_scheduler_and_described_through_another_is_attached(local):
+    """torchx's Runner makes its scheduler at first use without a lock: the threads of NeMo-Run's wait pool, starting
+    together, may enter the wait on one instance and describe through another. The looks are still the wait's
+    (repaired, watched from the second): not status queries, which would read every object on each look."""
+    [app_id] = _experiment(local, "wx-race", 1)
+    entered, described = create_scheduler("wx-race"), create_scheduler("wx-race")
+    with entered.attached_wait():
+        for _ in range(2):
+            assert described.describe(app_id).state == AppState.RUNNING
+    watch = described._watches[app_id]
+    assert watch.looks_after == 2 and watch.job_cache is not None
+    assert create_scheduler("t").describe(app_id).state == AppState.RUNNING  # outside a wait: a status query
+    _done(described, [app_id])

@@ -205,8 +205,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         #: when no look or write counted in ``looks`` came since (status_answers.py): shared by the schedulers of
         #: this process's runners (``create_scheduler``), else this scheduler's own.
         self._answers = StatusAnswers(looks or LooksAndWrites())
-        #: ``waits``: the attached waits (``attached_wait``) the current thread is in.
-        self._attached = threading.local()
+        #: ``waits``: the attached waits (``attached_wait``) the current thread is in, in any of our schedulers.
+        self._attached = _ATTACHED
         #: Whether what it sees is said in NeMo-Run's console (``_say``, ``_report_progress``): off where the
         #: caller prints each answer itself (``nemo-kubeflow status`` and ``watch``), else each change shows twice.
         self.says_in_console = True
@@ -581,6 +581,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if record is None:
             return self._cluster(None, None)
         return self._cluster(record.kubeconfig, record.context)
+
+
+#: The attached waits each thread is in, shared by the schedulers of the process: torchx's ``Runner._scheduler``
+#: makes its scheduler at first use without a lock, so the threads of NeMo-Run's wait pool (``_wait_for_jobs``),
+#: starting together, may each make one, and a wait entered on one (``registration.wrap_runner_wait``) then
+#: describes through another, the one the runner kept: its looks must still be the wait's.
+_ATTACHED = threading.local()
 
 
 class _DropRetryWarnings(logging.Filter):

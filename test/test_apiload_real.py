@@ -31,16 +31,18 @@ COUNTED = {
 }
 #: kube-apiserver's metric verbs -> the local server's. A pod log read is a GET on the wire, but kube-apiserver
 #: records every pods/log request as CONNECT (kubernetes#50123, #114774: they can stream for a long time).
-_VERBS = {"GET": "get", "LIST": "list", "CONNECT": "get"}
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_VERBS = {"GET": "get", "LIST": "list", "CONNECT": "get", "WATCH": "watch"}
+_SAMPLE = r"^{metric}\{{(?P<labels>[^}}]*)\}} (?P<value>\S+)$"
 
 
-def _real_counts(control_plane, counted=frozenset(COUNTED)) -> dict:
+def _real_counts(control_plane, counted=frozenset(COUNTED), metric="apiserver_request_total") -> dict:
     """(verb, resource) -> requests so far of one object or one namespace (our client's scopes), all codes, of the
-    ``counted`` ones."""
+    ``counted`` ones: by ``metric``, which kube-apiserver counts as a request ends (a watch: when it ends); with
+    ``apiserver_longrunning_requests``, the watches and log streams open now."""
     found: dict = {}
+    sample = re.compile(_SAMPLE.format(metric=metric))
     for line in control_plane.request("GET", "/metrics").splitlines():
-        m = _SAMPLE.match(line)
+        m = sample.match(line)
         if not m:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))

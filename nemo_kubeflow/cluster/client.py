@@ -745,15 +745,16 @@ class KubernetesCluster:
         return LogStream(resp)
 
 
-#: Jobs one process watches at once (``watched.py``: 3 watches each); the looks of more jobs (``nemo-kubeflow
-#: watch`` of a large experiment) read the API server, as a status query does, until one of these ends.
-MAX_WATCHED_JOBS = 4
+#: Sets of watches one process keeps at once (``watched.py``: 3 watches each, one set per experiment and namespace,
+#: shared by its tasks, or per job where the experiment is not known); the looks of more (``nemo-kubeflow watch``
+#: of many experiments) read the API server, as a status query does, until one of these ends.
+MAX_WATCHED_SETS = 4
 
 #: Connections one API client keeps open: the log follower's readers (``log_follower.LOG_READERS``, 8, each
-#: holding one stream or read) plus the describes and lists beside them, plus the watches of the jobs
-#: watched at once. The kubernetes client's default is 5 per CPU: 5 on a 1-CPU machine, where urllib3
+#: holding one stream or read) plus the describes and lists beside them, plus the watches of the sets watched
+#: at once. The kubernetes client's default is 5 per CPU: 5 on a 1-CPU machine, where urllib3
 #: would drop and reopen connections.
-API_CONNECTIONS = 16 + 3 * MAX_WATCHED_JOBS
+API_CONNECTIONS = 16 + 3 * MAX_WATCHED_SETS
 
 
 def user_agent() -> str:

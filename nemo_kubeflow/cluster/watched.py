@@ -9,6 +9,14 @@ goes to the API server as before, and its errors are the look's: not listed yet,
 its timeout or refused (no ``watch`` right), the API server not heard from lately (``ANSWERED_WITHIN_S``), or
 a write by this process a moment ago. What it holds is never shown as a state it could not read. Other reads
 (events, logs, other kinds) always go to the API server.
+
+One set of watches per experiment, not per task: the ``WatchedJob`` of each task of an experiment (``experiment``:
+its TrainJob's ``EXPERIMENT_LABEL``) is a view of one ``_Watches`` shared by the experiment's tasks in this process
+and namespace: its TrainJobs by that label, and its JobSets and pods by what they carry (Trainer puts no TrainJob
+label on the JobSet it makes, nor JobSet on the pods): the namespace's JobSets, and its pods that have a JobSet
+(``JOBSET_NAME_LABEL``). The API load of an attached experiment is then that of one job, whatever its task count;
+each look reads only its own task's objects (held by name, the pods by their JobSet's name). A job whose
+experiment is not known (a ``pod_shape`` of its own, the TrainJob not read yet) is watched alone, by its name.
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_kubeflow.cluster.client import MAX_WATCHED_JOBS, ClusterReader
+from nemo_kubeflow.cluster.client import MAX_WATCHED_SETS, ClusterReader
 from nemo_kubeflow.cluster.log_stream import LogStream
-from nemo_kubeflow.constants import JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, NotFoundError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
@@ -42,8 +50,11 @@ IDLE_STOP_S = 120.0
 ANSWERED_WITHIN_S = 20.0
 #: After a write of this process, reads go to the API server this long (the watch may not have its echo yet).
 DIRECT_AFTER_WRITE_S = 5.0
+#: The sets of watches running now (ids of ``_Watches``: at most ``MAX_WATCHED_SETS``).
 _watching: set[int] = set()
 _watching_lock = threading.Lock()
+#: The sets of watches of this process with a view, by what they watch (``_scope_key``).
+_sets: dict[tuple, "_Watches"] = {}
 
 #: Wait before listing again after a failure, doubling up to the most.
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
@@ -76,9 +87,13 @@ class _Collection:
         field_selector: Optional[str] = None,
         on_event: Optional[Callable[[str, dict], None]] = None,
         shape: Optional[Callable[[dict], dict]] = None,
+        index_label: Optional[str] = None,
     ) -> None:
         self.cluster, self.kind, self.namespace, self.answered = cluster, kind, namespace, answered
         self.label_selector, self.field_selector = label_selector, field_selector
+        #: The label whose value groups ``objects`` in ``indexed`` (a job's pods: a look reads only its own).
+        self.index_label = index_label
+        self.indexed: dict[str, dict[str, dict]] = {}
         #: Told of each object listed ("LISTED") and each watch event (its type), from the watching thread.
         self.on_event = on_event
         #: What is kept of each object (None: all of it).
@@ -120,6 +135,9 @@ class _Collection:
         items, version = self.cluster.list_to_watch(self.kind, self.namespace, self.label_selector, self.field_selector)
         with self.lock:
             self.objects = {o["metadata"]["name"]: self.shape(o) for o in items}
+            self.indexed = {}
+            for name, obj in self.objects.items():
+                self._index(name, obj)
             self.current = True
         self.answered()
         for item in items:
@@ -154,12 +172,36 @@ class _Collection:
             raise ValueError(f"watch error: {obj.get('message') or obj}")
         meta = obj["metadata"]
         with self.lock:
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._unindex(meta["name"], self.objects.pop(meta["name"], None))
             if kind in ("ADDED", "MODIFIED"):
-                self.objects[meta["name"]] = self.shape(obj)
-            elif kind == "DELETED":
-                self.objects.pop(meta["name"], None)
+                self.objects[meta["name"]] = held = self.shape(obj)
+                self._index(meta["name"], held)
         self._tell(str(kind), obj)
         return meta.get("resourceVersion", "")
+
+    def _group(self, obj: Optional[dict]) -> Optional[str]:
+        if self.index_label is None or obj is None:
+            return None
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(self.index_label)
+
+    def _index(self, name: str, obj: dict) -> None:
+        group = self._group(obj)
+        if group is not None:
+            self.indexed.setdefault(group, {})[name] = obj
+
+    def _unindex(self, name: str, obj: Optional[dict]) -> None:
+        group = self._group(obj)
+        members = self.indexed.get(group) if group is not None else None
+        if group is not None and members is not None:
+            members.pop(name, None)
+            if not members:
+                del self.indexed[group]
+
+    def grouped(self, group: str) -> builtins.list[dict]:
+        """The held objects whose ``index_label`` is ``group``, by name (under ``lock``)."""
+        members = self.indexed.get(group) or {}
+        return [members[n] for n in sorted(members)]
 
     def _tell(self, kind: str, obj: dict) -> None:
         """Hand one object to ``on_event``: what the listener does wrong is its own, never a broken watch."""
@@ -174,34 +216,178 @@ class _Collection:
         with self.lock:
             self.current = False
             self.objects = {}
+            self.indexed = {}
+
+
+class _Watches:
+    """The watches of one scope (an experiment's tasks in a namespace, or one job), shared by its views
+    (``WatchedJob``): started at a view's first read, paused when none has read for ``IDLE_STOP_S``, ended with
+    the last view. Whether the API server answers lately (``ANSWERED_WITHIN_S``) is asked once for all views."""
+
+    def __init__(
+        self,
+        key: tuple,
+        cluster: ClusterReader,
+        namespace: str,
+        experiment: Optional[str],
+        job: str,
+        pod_shape: Optional[Callable[[dict], dict]],
+    ) -> None:
+        self.key, self.cluster, self.namespace = key, cluster, namespace
+        self.experiment, self.job, self.pod_shape = experiment, job, pod_shape
+        self.collections = self._new_collections()
+        #: Kinds the server refused to let us watch: not tried again.
+        self.refused: set[str] = set()
+        self.lock = threading.Lock()
+        self.stopped: Optional[threading.Event] = None
+        self.last_read = time.monotonic()
+        #: When the API server last answered a view (a watch event or opened, a log read, /version).
+        self.answered_at = float("-inf")
+        #: Job name -> its views (each told its own pods' events).
+        self.views: dict[str, builtins.list[WatchedJob]] = {}
+
+    # --- views ------------------------------------------------------------------------------------
+    @classmethod
+    def joined(
+        cls,
+        view: WatchedJob,
+        experiment: Optional[str],
+        pod_shape: Optional[Callable[[dict], dict]],
+    ) -> _Watches:
+        """The watches ``view`` reads from: those of its experiment (or its job) made by an earlier view, or new."""
+        scope = ("experiment", experiment) if experiment else ("job", view.name)
+        key = (id(view.cluster), view.namespace, scope, id(pod_shape) if pod_shape else None)
+        with _watching_lock:
+            watches = _sets.get(key)
+            if watches is None:
+                watches = _sets[key] = cls(key, view.cluster, view.namespace, experiment, view.name, pod_shape)
+            watches.views.setdefault(view.name, []).append(view)
+        return watches
+
+    def left(self, view: WatchedJob) -> None:
+        """``view`` stopped: the last one out stops the watches."""
+        with _watching_lock:
+            views = self.views.get(view.name, [])
+            if view in views:
+                views.remove(view)
+            if not views:
+                self.views.pop(view.name, None)
+            last = not self.views
+            if last and _sets.get(self.key) is self:
+                del _sets[self.key]
+        if last:
+            self.pause()
+
+    def pod_event(self, kind: str, pod: dict) -> None:
+        """Hand a pod's event to the views of its job only (the pods of the experiment's other tasks are not
+        theirs)."""
+        job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOBSET_NAME_LABEL)
+        for view in builtins.list(self.views.get(job or "", ())):
+            view.tell_pod_event(kind, pod)
+
+    # --- watching --------------------------------------------------------------------------------
+    def answered(self) -> None:
+        self.answered_at = time.monotonic()
+
+    def server_answers(self) -> bool:
+        """Whether the API server answered lately, asking it if not (``ANSWERED_WITHIN_S``)."""
+        if time.monotonic() - self.answered_at < ANSWERED_WITHIN_S:
+            return True
+        answers = getattr(self.cluster, "answers", None)
+        if answers is None or not answers():
+            return False
+        self.answered()
+        return True
+
+    def ensure_watching(self) -> None:
+        self.last_read = time.monotonic()
+        with self.lock:
+            if self.stopped is not None:
+                return
+            with _watching_lock:
+                if len(_watching) >= MAX_WATCHED_SETS:
+                    return  # reads go to the API server (``_held`` finds nothing current)
+                _watching.add(id(self))
+            self.refused |= {kind for kind, c in self.collections.items() if c.refused}
+            self.collections = fresh = self._new_collections()
+            self.stopped = stopped = threading.Event()
+        label = self.experiment or self.job
+        for kind, collection in fresh.items():
+            if kind not in self.refused:
+                threading.Thread(
+                    target=collection.run, args=(stopped,), daemon=True, name=f"watch-{kind.lower()}-{label}"
+                ).start()
+        threading.Thread(target=self._stop_when_idle, args=(stopped,), daemon=True, name=f"watch-idle-{label}").start()
+
+    def pause(self) -> None:
+        """Stop watching until the next read (nobody reads: ``IDLE_STOP_S``; nobody views: for good)."""
+        with self.lock:
+            stopped, self.stopped = self.stopped, None
+            with _watching_lock:
+                _watching.discard(id(self))
+        if stopped is not None:
+            stopped.set()
+            for collection in self.collections.values():
+                collection.stop()
+
+    def _stop_when_idle(self, stopped: threading.Event) -> None:
+        while not stopped.wait(min(IDLE_STOP_S, 10.0)):
+            if time.monotonic() - self.last_read > IDLE_STOP_S:
+                self.pause()
+
+    def _new_collections(self) -> dict[str, _Collection]:
+        """What one start watches (each start its own: a stopped one's thread may still be ending): kind ->
+        (label selector, field selector)."""
+        if self.experiment:
+            selectors: dict[str, tuple[Optional[str], Optional[str]]] = {
+                TRAINJOB_KIND: (f"{EXPERIMENT_LABEL}={self.experiment}", None),
+                JOBSET_KIND: (None, None),  # the namespace's: Trainer puts no label of ours on them
+                "Pod": (JOBSET_NAME_LABEL, None),  # every pod that has a JobSet: they carry no experiment label
+            }
+        else:
+            by_name = (None, f"metadata.name={self.job}")
+            selectors = {TRAINJOB_KIND: by_name, JOBSET_KIND: by_name, "Pod": (f"{JOBSET_NAME_LABEL}={self.job}", None)}
+        pods = {"on_event": self.pod_event, "shape": self.pod_shape, "index_label": JOBSET_NAME_LABEL}
+        return {
+            kind: _Collection(
+                self.cluster,
+                kind,
+                self.namespace,
+                self.answered,
+                label_selector=labels,
+                field_selector=fields,
+                **(pods if kind == "Pod" else {}),  # type: ignore[arg-type]
+            )
+            for kind, (labels, fields) in selectors.items()
+        }
 
 
 class WatchedJob:
     """A ``ClusterReader`` for one job's repeated looks: its TrainJob, JobSet and pods from watches while
     they are current, everything else (and those too, while not) from ``cluster``. ``stop`` when done.
 
-    With ``pod_shape``, only what it keeps of each pod is held and answered (``log_follower.JobLogFollower``'s
-    lists of a large job: names, labels and phases): a reader for the one who chose the shape, no other."""
+    With ``experiment`` (the TrainJob's ``EXPERIMENT_LABEL``), the watches are those of the experiment's tasks,
+    shared with their ``WatchedJob`` in this process (``_Watches``); without, the job's own. With ``pod_shape``,
+    only what it keeps of each pod is held and answered (``log_follower.JobLogFollower``'s lists of a large job:
+    names, labels and phases): a reader for the one who chose the shape, no other."""
 
     def __init__(
-        self, cluster: ClusterReader, namespace: str, name: str, *, pod_shape: Optional[Callable[[dict], dict]] = None
+        self,
+        cluster: ClusterReader,
+        namespace: str,
+        name: str,
+        *,
+        experiment: Optional[str] = None,
+        pod_shape: Optional[Callable[[dict], dict]] = None,
     ) -> None:
         self.cluster, self.namespace, self.name = cluster, namespace, name
-        self._pod_shape = pod_shape
         self._pod_label = f"{JOBSET_NAME_LABEL}={name}"
-        self._collections = self._new_collections()
-        #: Kinds the server refused to let us watch: not tried again.
-        self._refused: set[str] = set()
-        self._lock = threading.Lock()
-        self._stopped: Optional[threading.Event] = None
         self._closed = False
-        self._last_read = time.monotonic()
         self._direct_until = 0.0
-        #: When the API server last answered this reader (a watch event or opened, a log read, /version).
-        self.answered_at = float("-inf")
         self._pod_listeners: builtins.list[Callable[[str, dict], None]] = []
         #: Why reads of a watched kind went to the API server, and how many (for ``--verbose``, benchmarks).
         self.sent_to_server: collections.Counter[str] = collections.Counter()
+        self._watches = _Watches.joined(self, experiment, pod_shape)
 
     # --- the reads --------------------------------------------------------------------------------
     def get(self, kind: str, name: str, namespace: Optional[str] = None) -> Optional[dict]:
@@ -257,25 +443,32 @@ class WatchedJob:
         return getattr(self.cluster, attribute)  # what else a reader of ours asks (served versions, access)
 
     # --- what it holds --------------------------------------------------------------------------
+    @property
+    def answered_at(self) -> float:
+        """When the API server last answered a view of these watches (one ping for the experiment's tasks)."""
+        return self._watches.answered_at
+
+    @property
+    def _collections(self) -> dict[str, _Collection]:
+        return self._watches.collections
+
+    @property
+    def _refused(self) -> set[str]:
+        return self._watches.refused
+
+    @property
+    def _stopped(self) -> Optional[threading.Event]:
+        return self._watches.stopped
+
     def wrote(self) -> None:
         """This process just wrote to the job (a repair, a cancel): read from the API server for a moment."""
         self._direct_until = time.monotonic() + DIRECT_AFTER_WRITE_S
 
     def stop(self) -> None:
-        """Stop watching: reads go to the API server from now on."""
-        self._closed = True
-        self._pause()
-
-    def _pause(self) -> None:
-        """Stop watching until the next read (nobody reads: ``IDLE_STOP_S``)."""
-        with self._lock:
-            stopped, self._stopped = self._stopped, None
-            with _watching_lock:
-                _watching.discard(id(self))
-        if stopped is not None:
-            stopped.set()
-            for collection in self._collections.values():
-                collection.stop()
+        """Stop reading from the watches (the last view of them stops them): reads go to the API server."""
+        if not self._closed:
+            self._closed = True
+            self._watches.left(self)
 
     def on_pod_event(self, listener: Callable[[str, dict], None]) -> None:
         """Tell ``listener(type, pod)`` of each pod of the job the pod watch lists ("LISTED", each time it lists)
@@ -299,7 +492,8 @@ class WatchedJob:
             and not pods.refused
         )
 
-    def _pod_event(self, kind: str, pod: dict) -> None:
+    def tell_pod_event(self, kind: str, pod: dict) -> None:
+        """One of the job's pods listed or changed (``_Watches.pod_event``): tell this view's listeners."""
         for listener in builtins.list(self._pod_listeners):
             listener(kind, pod)
 
@@ -311,8 +505,7 @@ class WatchedJob:
         """The collection that may answer a read of ``kind`` in ``namespace`` (watching it, if not yet)."""
         if kind not in self._collections or namespace != self.namespace or self._closed:
             return None
-        self._last_read = time.monotonic()
-        self._ensure_watching()
+        self._watches.ensure_watching()
         collection = self._collections[kind]
         why = self._why_not_held(kind, collection)
         if why is not None:
@@ -326,17 +519,14 @@ class WatchedJob:
         if kind in self._refused or collection.refused:  # refused by an earlier start, or by this one
             return "its watch was refused"
         if self._stopped is None:
-            return f"not watched ({MAX_WATCHED_JOBS} other jobs are, in this process)"
+            return f"not watched ({MAX_WATCHED_SETS} other experiments or jobs are, in this process)"
         if not collection.current:
             return "not listed yet, or its watch broke"
         if time.monotonic() < self._direct_until:
             return f"this process wrote to the job within {DIRECT_AFTER_WRITE_S:g} s"
-        if not self._server_answers():
+        if not self._watches.server_answers():
             return f"the API server did not answer within {ANSWERED_WITHIN_S:g} s"
         return None
-
-    def _answered(self) -> None:
-        self.answered_at = time.monotonic()
 
     @contextlib.contextmanager
     def _answering(self) -> Iterator[None]:
@@ -346,24 +536,15 @@ class WatchedJob:
         except ClusterUnreachableError:
             raise
         except ClusterError:
-            self._answered()
+            self._watches.answered()
             raise
-        self._answered()
-
-    def _server_answers(self) -> bool:
-        """Whether the API server answered lately, asking it if not (``ANSWERED_WITHIN_S``)."""
-        if time.monotonic() - self.answered_at < ANSWERED_WITHIN_S:
-            return True
-        answers = getattr(self.cluster, "answers", None)
-        if answers is None or not answers():
-            return False
-        self._answered()
-        return True
+        self._watches.answered()
 
     def _pods(
         self, kind: str, namespace: Optional[str], label_selector: Optional[str], field_selector: Optional[str]
     ) -> Optional[builtins.list[dict]]:
-        """The held pods a list selects, in the API server's order (by name); None where it must ask."""
+        """The held pods a list selects, in the API server's order (by name); None where it must ask. Only the
+        job's own pods are looked at (held by their JobSet's name), however many tasks share the watch."""
         if kind != "Pod":
             return None
         match = _pod_matcher(self._pod_label, label_selector, field_selector)
@@ -373,53 +554,7 @@ class WatchedJob:
         with held.lock:
             if not held.current:
                 return None
-            return [held.objects[n] for n in sorted(held.objects) if match(held.objects[n])]
-
-    def _new_collections(self) -> dict[str, _Collection]:
-        """What one start watches (each start its own: a stopped one's thread may still be ending)."""
-        name, namespace = self.name, self.namespace
-        return {
-            TRAINJOB_KIND: _Collection(
-                self.cluster, TRAINJOB_KIND, namespace, self._answered, field_selector=f"metadata.name={name}"
-            ),
-            JOBSET_KIND: _Collection(
-                self.cluster, JOBSET_KIND, namespace, self._answered, field_selector=f"metadata.name={name}"
-            ),
-            "Pod": _Collection(
-                self.cluster,
-                "Pod",
-                namespace,
-                self._answered,
-                label_selector=self._pod_label,
-                on_event=self._pod_event,
-                shape=self._pod_shape,
-            ),
-        }
-
-    def _ensure_watching(self) -> None:
-        with self._lock:
-            if self._stopped is not None:
-                return
-            with _watching_lock:
-                if len(_watching) >= MAX_WATCHED_JOBS:
-                    return  # reads go to the API server (``_held`` finds nothing current)
-                _watching.add(id(self))
-            self._refused |= {kind for kind, c in self._collections.items() if c.refused}
-            self._collections = fresh = self._new_collections()
-            self._stopped = stopped = threading.Event()
-        for kind, collection in fresh.items():
-            if kind not in self._refused:
-                threading.Thread(
-                    target=collection.run, args=(stopped,), daemon=True, name=f"watch-{kind.lower()}-{self.name}"
-                ).start()
-        threading.Thread(
-            target=self._stop_when_idle, args=(stopped,), daemon=True, name=f"watch-idle-{self.name}"
-        ).start()
-
-    def _stop_when_idle(self, stopped: threading.Event) -> None:
-        while not stopped.wait(min(IDLE_STOP_S, 10.0)):
-            if time.monotonic() - self._last_read > IDLE_STOP_S:
-                self._pause()
+            return [p for p in held.grouped(self.name) if match(p)]
 
 
 def partial_metadata(objects: list[dict]) -> list[dict]:

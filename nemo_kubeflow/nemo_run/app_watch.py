@@ -34,3 +34,6 @@ class AppWatch(LookMemory):
     job_cache: Optional[WatchedJob] = None
     #: Looks of an attached wait or ``nemo-kubeflow watch`` so far (``look_after`` with its repair step).
     looks_after: int = 0
+    #: The experiment of the job (its TrainJob's ``EXPERIMENT_LABEL``, once read): its tasks share one set of
+    #: watches (``cluster/watched.py``).
+    experiment: str = ""

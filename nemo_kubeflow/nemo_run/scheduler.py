@@ -205,8 +205,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         #: when no look or write counted in ``looks`` came since (status_answers.py): shared by the schedulers of
         #: this process's runners (``create_scheduler``), else this scheduler's own.
         self._answers = StatusAnswers(looks or LooksAndWrites())
-        #: ``waits``: the attached waits (``attached_wait``) the current thread is in.
-        self._attached = threading.local()
+        #: ``waits``: the attached waits (``attached_wait``) the current thread is in, in any of our schedulers.
+        self._attached = _ATTACHED
         #: Whether what it sees is said in NeMo-Run's console (``_say``, ``_report_progress``): off where the
         #: caller prints each answer itself (``nemo-kubeflow status`` and ``watch``), else each change shows twice.
         self.says_in_console = True
@@ -346,6 +346,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         )
         if repair:
             watch.looks_after += 1
+        if observation.trainjob is not None and not watch.experiment:
+            watch.experiment = ((observation.trainjob.get("metadata") or {}).get("labels") or {}).get(
+                EXPERIMENT_LABEL, ""
+            )
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
@@ -371,9 +375,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> Optional[WatchedJob]:
         """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): from its second look on
         (a job the first finds over is not watched), the job's TrainJob, JobSet and pods from watches
-        (``cluster/watched.py``), not read again on each look."""
+        (``cluster/watched.py``: one set for the tasks of its experiment), not read again on each look."""
         if watch.job_cache is None and watch.looks_after >= 1:
-            watch.job_cache = WatchedJob(cluster, namespace, name)
+            watch.job_cache = WatchedJob(cluster, namespace, name, experiment=watch.experiment or None)
         return watch.job_cache
 
     def _snapshot(self, cluster: Cluster, record: Optional[records.AppRecord]) -> Optional[ClusterReader]:
@@ -590,6 +594,13 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if record is None:
             return self._cluster(None, None)
         return self._cluster(record.kubeconfig, record.context)
+
+
+#: The attached waits each thread is in, shared by the schedulers of the process: torchx's ``Runner._scheduler``
+#: makes its scheduler at first use without a lock, so the threads of NeMo-Run's wait pool (``_wait_for_jobs``),
+#: starting together, may each make one, and a wait entered on one (``registration.wrap_runner_wait``) then
+#: describes through another, the one the runner kept: its looks must still be the wait's.
+_ATTACHED = threading.local()
 
 
 class _DropRetryWarnings(logging.Filter):

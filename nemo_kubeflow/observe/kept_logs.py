@@ -110,7 +110,7 @@ class NodeLogKeeper:
     job is in trouble: where ``cluster`` tells the job's pod events (``WatchedJob.on_pod_event``), a pod
     that fails, or is marked for deletion, has each of them read once at once (its last lines; a pod being
     deleted serves its log until its containers have stopped), and nothing is read while all goes well.
-    Without those events (no ``watch`` right on pods, more jobs watched than ``MAX_WATCHED_JOBS``) they are
+    Without those events (no ``watch`` right on pods, more experiments watched than ``MAX_WATCHED_SETS``) they are
     read in rounds, at the keeper's pace (``KEEP_READS_PER_SECOND``)."""
 
     def __init__(self, cluster: ClusterReader, namespace: str, trainjob: str, nodes: int, directory: str) -> None:

@@ -42,10 +42,10 @@ def snapshot(local):
     return {r: sorted(o["metadata"]["name"] for o in local.objects(r, None)) for r in RESOURCES}
 
 
-def plan(task="t", experiment="exp", **kw):
+def plan(task="t", experiment="exp", code=b"print(1)\n", **kw):
     executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, **kw)
     role = Role(name=task, image="", entrypoint="bash", args=["-c", "sleep 30"])
-    files = [BundleFile("code/a.py", b"print(1)\n")]
+    files = [BundleFile("code/a.py", code)]
     return build_submission(executor, role, files, task_name=task, experiment_id=experiment)
 
 
@@ -62,25 +62,33 @@ def test_request_budget_and_owner_references(local, cluster):
         ("patch", "trainjobs"),
     ]
     uid = result.trainjob["metadata"]["uid"]
-    code_cm = result.trainjob["metadata"]["name"] + "-code"
+    code_cm = plan("budget").configmaps[0]["metadata"]["name"]  # the code's, named by its content
     [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == code_cm]
-    assert cm["metadata"]["ownerReferences"][0]["uid"] == uid
-    # A second task with the same settings reuses the runtime (409) and creates no other.
+    assert [ref["uid"] for ref in cm["metadata"]["ownerReferences"]] == [uid]
+    # A second task with the same settings reuses the runtime (409) and creates no other; it joins the code's
+    # ConfigMap (409, then one more owner).
     local.clear_requests()
-    submit(cluster, plan("budget2"))
+    second = submit(cluster, plan("budget2"))
     runtime_creates = [r.status_code for r in local.requests if r.resource == "clustertrainingruntimes"]
     assert runtime_creates == [409]
+    assert [(r.verb, r.status_code) for r in local.requests if r.resource == "configmaps"] == [
+        ("create", 409),
+        ("patch", 200),
+    ]
+    [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == code_cm]
+    assert {ref["uid"] for ref in cm["metadata"]["ownerReferences"]} == {uid, second.trainjob["metadata"]["uid"]}
 
 
 def test_a_runtime_already_seen_is_not_sent_again(local, cluster):
     known: set = set()
     submit(cluster, plan("seen1", experiment="seen"), known_runtimes=known)
-    assert len(known) == 1
+    assert len(known) == 2  # the runtime, the code's ConfigMap
     local.clear_requests()
     result = submit(cluster, plan("seen2", experiment="seen"), known_runtimes=known)
-    # 3 requests: the runtime this process created a moment ago is not POSTed again.
-    assert writes(local) == [("create", "trainjobs"), ("create", "configmaps"), ("patch", "trainjobs")]
-    assert result.actions[0][0] == "reuse"
+    # 3 requests: the runtime this process created a moment ago is not POSTed again, nor the code's ConfigMap:
+    # the TrainJob is added to its owners at once.
+    assert writes(local) == [("create", "trainjobs"), ("patch", "configmaps"), ("patch", "trainjobs")]
+    assert result.actions[0][0] == "reuse" and result.actions[2][0] == "share"
 
 
 @pytest.mark.parametrize("kind", ["ClusterTrainingRuntime", "TrainingRuntime"])
@@ -150,6 +158,7 @@ def plan_with_everything(task):
     return plan(
         task,
         experiment=f"faults-{task}",
+        code=f"print({task!r})\n".encode(),  # code of its own: no ConfigMap shared with another test's job
         secret_env_vars={"TOKEN": "env:FAULT_TOKEN"},
         pvc_mounts=[PVCMount(claim_name=f"claim-{task}", mount_path="/d", create=True, size="1Gi")],
     )

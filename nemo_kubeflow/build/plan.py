@@ -230,6 +230,7 @@ def _code_package(
         mount_path=executor.workspace_mount_path,
         mode=getattr(executor.packager, "mode", "auto"),
         max_shards=getattr(executor.packager, "max_shards", 16),
+        share_code=True,
     )
 
 

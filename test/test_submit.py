@@ -444,3 +444,21 @@ def test_an_experiment_with_a_long_title_gets_pod_names_jobset_accepts(local):
     ]
     assert sorted(p.rsplit("-", 1)[0] for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
     assert max(len(p) for p in pods) == 63
+
+
+def test_joining_a_shared_configmap_applies_a_conflicting_owner_patch_again(local, cluster):
+    """The tasks of an experiment are submitted in parallel: their owner patches of the code's ConfigMap meet,
+    and the API server answers 409 Conflict after a few tries of its own."""
+    code = b"print('conflict')\n"
+    first = submit(cluster, plan("conflict1", code=code))
+    local.clear_requests()
+    local.inject_fault(verb="patch", resource="configmaps", status=409, reason="Conflict", times=2)
+    second = submit(cluster, plan("conflict2", code=code))
+    patches = [r.status_code for r in local.requests if r.resource == "configmaps" and r.verb == "patch"]
+    assert patches == [409, 409, 200]
+    shared = plan("x", code=code).configmaps[0]["metadata"]["name"]
+    [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == shared]
+    assert {ref["uid"] for ref in cm["metadata"]["ownerReferences"]} == {
+        first.trainjob["metadata"]["uid"],
+        second.trainjob["metadata"]["uid"],
+    }

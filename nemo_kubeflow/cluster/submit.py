@@ -79,6 +79,8 @@ log = logging.getLogger(__name__)
 SUBMIT_TIMEOUT_S = 60.0
 #: The deadline of removing what a failed or stopped submission created (its deletes, retries included).
 ROLLBACK_TIMEOUT_S = 20.0
+#: Tries of adding a TrainJob to a shared ConfigMap's owners that other submissions' patches made conflict.
+OWNER_PATCH_ATTEMPTS = 20
 #: What sets a submission's deadline, as the error names it.
 TIMEOUT_SETTING = "submit_timeout_seconds"
 
@@ -348,12 +350,24 @@ def _add_owner(cluster: Cluster, obj: dict, owner: dict) -> Optional[dict]:
     """Add ``owner`` to the owners of ``obj`` on the server (a strategic merge patch merges ``ownerReferences``
     by uid: the others stay). ``None`` when it is not there."""
     meta = obj["metadata"]
-    try:
-        return cluster.patch(
-            obj["kind"], meta["name"], meta.get("namespace"), {"metadata": {"ownerReferences": [owner]}}, strategic=True
-        )
-    except NotFoundError:
-        return None
+    for attempt in range(1, OWNER_PATCH_ATTEMPTS + 1):
+        try:
+            return cluster.patch(
+                obj["kind"],
+                meta["name"],
+                meta.get("namespace"),
+                {"metadata": {"ownerReferences": [owner]}},
+                strategic=True,
+            )
+        except NotFoundError:
+            return None
+        except ClusterError as e:
+            # The tasks of an experiment are submitted in parallel: the API server retries a patch that met another
+            # writer a few times (5 in kube-apiserver), then answers 409 Conflict. Apply it again.
+            if e.status != 409 or attempt == OWNER_PATCH_ATTEMPTS:
+                raise
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _check_same_code(obj: dict, shared: Optional[dict]) -> None:

@@ -6,6 +6,7 @@ import pytest
 from backends import wait_for
 from torchx.specs import Role
 
+from nemo_kubeflow.build.packaging import SHARE_MIN_BYTES
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cli import main as console
 from nemo_kubeflow.cluster.client import KubernetesCluster
@@ -16,7 +17,9 @@ from nemo_kubeflow.errors import AlreadyExistsError, SubmissionError
 
 
 def task(backend, name: str, experiment: str, code: bytes, command: str = "sleep 600", **fields):
-    """One task's Submission: ``code`` as its code, and a config file of its own, as NeMo-Run ships."""
+    """One task's Submission: ``code`` (made large enough to be shared) as its code, and a config file of its
+    own, as NeMo-Run ships."""
+    code += b"#" * SHARE_MIN_BYTES + b"\n"
     executor = backend.executor(nodes=1, **fields)
     role = Role(name=name, image="", entrypoint="bash", args=["-c", command])
     files = [BundleFile("code/train.py", code), BundleFile(f"{name}/configs/{name}_config.yaml", name.encode())]

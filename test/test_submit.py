@@ -8,6 +8,7 @@ import pytest
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor
+from nemo_kubeflow.build.packaging import SHARE_MIN_BYTES
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
@@ -62,33 +63,91 @@ def test_request_budget_and_owner_references(local, cluster):
         ("patch", "trainjobs"),
     ]
     uid = result.trainjob["metadata"]["uid"]
-    code_cm = plan("budget").configmaps[0]["metadata"]["name"]  # the code's, named by its content
+    code_cm = result.trainjob["metadata"]["name"] + "-code"
     [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == code_cm]
-    assert [ref["uid"] for ref in cm["metadata"]["ownerReferences"]] == [uid]
-    # A second task with the same settings reuses the runtime (409) and creates no other; it joins the code's
-    # ConfigMap (409, then one more owner).
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == uid
+    # A second task with the same settings reuses the runtime (409) and creates no other.
     local.clear_requests()
-    second = submit(cluster, plan("budget2"))
+    submit(cluster, plan("budget2"))
     runtime_creates = [r.status_code for r in local.requests if r.resource == "clustertrainingruntimes"]
     assert runtime_creates == [409]
-    assert [(r.verb, r.status_code) for r in local.requests if r.resource == "configmaps"] == [
-        ("create", 409),
-        ("patch", 200),
-    ]
-    [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == code_cm]
-    assert {ref["uid"] for ref in cm["metadata"]["ownerReferences"]} == {uid, second.trainjob["metadata"]["uid"]}
 
 
 def test_a_runtime_already_seen_is_not_sent_again(local, cluster):
     known: set = set()
     submit(cluster, plan("seen1", experiment="seen"), known_runtimes=known)
-    assert len(known) == 2  # the runtime, the code's ConfigMap
+    assert len(known) == 1
     local.clear_requests()
     result = submit(cluster, plan("seen2", experiment="seen"), known_runtimes=known)
-    # 3 requests: the runtime this process created a moment ago is not POSTed again, nor the code's ConfigMap:
-    # the TrainJob is added to its owners at once.
+    # 3 requests: the runtime this process created a moment ago is not POSTed again.
+    assert writes(local) == [("create", "trainjobs"), ("create", "configmaps"), ("patch", "trainjobs")]
+    assert result.actions[0][0] == "reuse"
+
+
+def shared_code(text: str) -> bytes:
+    """Code large enough to be shared (``SHARE_MIN_BYTES``), its own for each ``text``."""
+    return f"print({text!r})\n".encode() + b"#" * SHARE_MIN_BYTES + b"\n"
+
+
+def owner_uids(local, name: str) -> set[str]:
+    [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == name]
+    return {ref["uid"] for ref in cm["metadata"]["ownerReferences"]}
+
+
+def test_tasks_of_the_same_code_share_its_configmap_at_no_more_requests(local, cluster):
+    code = shared_code("budget")
+    name = plan(code=code).configmaps[0]["metadata"]["name"]
+    known: set = set()
+    first = submit(cluster, plan("share1", experiment="share", code=code), known_runtimes=known)
+    assert writes(local) == [
+        ("create", "clustertrainingruntimes"),
+        ("create", "trainjobs"),
+        ("create", "configmaps"),
+        ("patch", "trainjobs"),
+    ]
+    local.clear_requests()
+    second = submit(cluster, plan("share2", experiment="share", code=code), known_runtimes=known)
+    # The code's ConfigMap this process created is not sent again: one patch adds the TrainJob to its owners.
     assert writes(local) == [("create", "trainjobs"), ("patch", "configmaps"), ("patch", "trainjobs")]
-    assert result.actions[0][0] == "reuse" and result.actions[2][0] == "share"
+    assert second.actions[2] == ("share", "ConfigMap", name)
+    uids = {first.trainjob["metadata"]["uid"], second.trainjob["metadata"]["uid"]}
+    assert owner_uids(local, name) == uids
+    # Another process (nothing known): its create is answered 409, then the same patch.
+    local.clear_requests()
+    third = submit(cluster, plan("share3", experiment="share", code=code))
+    assert [(r.verb, r.status_code) for r in local.requests if r.resource == "configmaps"] == [
+        ("create", 409),
+        ("patch", 200),
+    ]
+    assert owner_uids(local, name) == uids | {third.trainjob["metadata"]["uid"]}
+
+
+def test_joining_a_shared_configmap_applies_a_conflicting_owner_patch_again(local, cluster):
+    """The tasks of an experiment are submitted in parallel: their owner patches of the code's ConfigMap meet,
+    and the API server answers 409 Conflict after a few tries of its own."""
+    code = shared_code("conflict")
+    first = submit(cluster, plan("conflict1", code=code))
+    local.clear_requests()
+    local.inject_fault(verb="patch", resource="configmaps", status=409, reason="Conflict", times=2)
+    second = submit(cluster, plan("conflict2", code=code))
+    patches = [r.status_code for r in local.requests if r.resource == "configmaps" and r.verb == "patch"]
+    assert patches == [409, 409, 200]
+    name = plan(code=code).configmaps[0]["metadata"]["name"]
+    assert owner_uids(local, name) == {first.trainjob["metadata"]["uid"], second.trainjob["metadata"]["uid"]}
+
+
+def test_a_configmap_of_the_shared_name_holding_other_code_is_refused(local, cluster):
+    sub = plan("impostor", code=shared_code("impostor"))
+    impostor = {**sub.configmaps[0], "metadata": {**sub.configmaps[0]["metadata"], "annotations": {}}}
+    cluster.create(impostor)
+    with pytest.raises(SubmissionError) as err:
+        submit(cluster, sub)
+    assert "exists with other content" in str(err.value) and "kubectl delete configmap" in str(err.value)
+    assert sub.name not in snapshot(local)["trainjobs"]  # rolled back
+    [kept] = [
+        c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == impostor["metadata"]["name"]
+    ]
+    assert not kept["metadata"].get("ownerReferences")  # left as it was: the refused TrainJob is not its owner
 
 
 @pytest.mark.parametrize("kind", ["ClusterTrainingRuntime", "TrainingRuntime"])
@@ -158,7 +217,6 @@ def plan_with_everything(task):
     return plan(
         task,
         experiment=f"faults-{task}",
-        code=f"print({task!r})\n".encode(),  # code of its own: no ConfigMap shared with another test's job
         secret_env_vars={"TOKEN": "env:FAULT_TOKEN"},
         pvc_mounts=[PVCMount(claim_name=f"claim-{task}", mount_path="/d", create=True, size="1Gi")],
     )
@@ -444,21 +502,3 @@ def test_an_experiment_with_a_long_title_gets_pod_names_jobset_accepts(local):
     ]
     assert sorted(p.rsplit("-", 1)[0] for p in pods) == [f"{name}-node-0-0", f"{name}-node-0-1"]
     assert max(len(p) for p in pods) == 63
-
-
-def test_joining_a_shared_configmap_applies_a_conflicting_owner_patch_again(local, cluster):
-    """The tasks of an experiment are submitted in parallel: their owner patches of the code's ConfigMap meet,
-    and the API server answers 409 Conflict after a few tries of its own."""
-    code = b"print('conflict')\n"
-    first = submit(cluster, plan("conflict1", code=code))
-    local.clear_requests()
-    local.inject_fault(verb="patch", resource="configmaps", status=409, reason="Conflict", times=2)
-    second = submit(cluster, plan("conflict2", code=code))
-    patches = [r.status_code for r in local.requests if r.resource == "configmaps" and r.verb == "patch"]
-    assert patches == [409, 409, 200]
-    shared = plan("x", code=code).configmaps[0]["metadata"]["name"]
-    [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == shared]
-    assert {ref["uid"] for ref in cm["metadata"]["ownerReferences"]} == {
-        first.trainjob["metadata"]["uid"],
-        second.trainjob["metadata"]["uid"],
-    }

@@ -56,6 +56,9 @@ PLAIN_MAX_FILES = 1000
 #: The name of a shared ConfigMap of code: this prefix and the first hex digits of its content's digest.
 SHARED_NAME_PREFIX = "nemo-kubeflow-code-"
 SHARED_DIGEST_CHARS = 32
+#: Code smaller than this is not shared: adding a TrainJob to a shared ConfigMap's owners is one more request per
+#: task, which only pays when it saves sending (and storing in etcd) this much code again for every task.
+SHARE_MIN_BYTES = 64 * 1024
 
 _KEY_UNSAFE_RE = re.compile(r"[^-._a-zA-Z0-9]")
 _KEY_MAX = naming.DNS_SUBDOMAIN_MAX
@@ -109,7 +112,8 @@ def build_code_package(
     ``name-<n-1>``, unpacked by ``prologue`` into an emptyDir at ``mount_path``) or "auto" (plain
     when it fits, else sharded).
 
-    ``share_code``: in plain mode, the code (``code/``) goes into a ConfigMap of its own named by its content
+    ``share_code``: in plain mode, code (``code/``) of ``SHARE_MIN_BYTES`` or more goes into a ConfigMap of its own
+    named by its content
     (``nemo-kubeflow-code-<digest>``, labelled ``SHARED_CODE_LABEL`` and nothing task-specific), which every
     task shipping the same code shares, and the task's own files (if any) into ``name``; one projected volume
     puts them together at ``mount_path``. Sharded packages are never shared.
@@ -173,9 +177,9 @@ def _shared_package(
     total: int,
 ) -> CodePackage | None:
     """The code (``code/``) in a ConfigMap named by its content, the task's own files (if any) in ``name``,
-    one projected volume of both at ``mount_path``; ``None`` when there is no code to share."""
+    one projected volume of both at ``mount_path``; ``None`` when there is less than ``SHARE_MIN_BYTES`` of code."""
     shared = [f for f in every if is_shared_path(f.path)]
-    if not shared:
+    if sum(len(f.data) for f in shared) < SHARE_MIN_BYTES:
         return None
     shared_digest = _content_digest(shared)
     shared_cm, shared_items = _plain_configmap(

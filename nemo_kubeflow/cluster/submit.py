@@ -318,7 +318,15 @@ class _Applying:
                     shared, verb = self.cluster.create(obj), "create"
         if verb == "create":
             self.created_shared.append(key)
-        _check_same_code(obj, shared)
+        if not _same_code(obj, shared):
+            # Someone else's ConfigMap under the name: leave it as it was (without us among its owners, the rollback
+            # of our TrainJob cannot take it), and refuse it.
+            meta = obj["metadata"]
+            delete_owner = {"ownerReferences": [{"uid": owner["uid"], "$patch": "delete"}]}
+            self.cluster.patch(
+                obj["kind"], meta["name"], meta.get("namespace"), {"metadata": delete_owner}, strategic=True
+            )
+            raise _other_code(obj, shared)
         self.known.add(key)
         return verb
 
@@ -370,20 +378,26 @@ def _add_owner(cluster: Cluster, obj: dict, owner: dict) -> Optional[dict]:
     raise AssertionError("unreachable")
 
 
-def _check_same_code(obj: dict, shared: Optional[dict]) -> None:
-    """A shared ConfigMap is named by its content: one of that name holding other content (its bundle hash) is
-    not ours to mount, refused."""
-    want = obj["metadata"]["annotations"][BUNDLE_HASH_ANNOTATION]
-    have = ((shared or {}).get("metadata", {}).get("annotations") or {}).get(BUNDLE_HASH_ANNOTATION)
-    if shared is not None and have != want:
-        name = obj["metadata"]["name"]
-        raise AlreadyExistsError(
-            f"ConfigMap {obj['metadata'].get('namespace')}/{name} exists with other content (bundle hash {have!r}, "
-            f"not {want!r}): it is not the shared code it is named for; delete it "
-            f"(`kubectl delete configmap -n {obj['metadata'].get('namespace')} {name}`) and submit again",
-            status=409,
-            reason="AlreadyExists",
-        )
+def _same_code(obj: dict, shared: Optional[dict]) -> bool:
+    """Whether the shared ConfigMap on the server holds the code of ``obj`` (its bundle hash): it is named by its
+    content, so one of that name with other content is someone else's."""
+    return _bundle_hash(shared) == _bundle_hash(obj)
+
+
+def _bundle_hash(configmap: Optional[dict]) -> Optional[str]:
+    return ((configmap or {}).get("metadata", {}).get("annotations") or {}).get(BUNDLE_HASH_ANNOTATION)
+
+
+def _other_code(obj: dict, shared: Optional[dict]) -> AlreadyExistsError:
+    meta = obj["metadata"]
+    return AlreadyExistsError(
+        f"ConfigMap {meta.get('namespace')}/{meta['name']} exists with other content (bundle hash "
+        f"{_bundle_hash(shared)!r}, not {_bundle_hash(obj)!r}): it is not the shared code it is named for, and was "
+        f"left as it was; delete it (`kubectl delete configmap -n {meta.get('namespace')} {meta['name']}`) "
+        "and submit again",
+        status=409,
+        reason="AlreadyExists",
+    )
 
 
 def _owned_objects(sub: Submission, owner: dict, secret_values: mf.SecretValues) -> list[dict]:

@@ -1,10 +1,11 @@
 """Which files of a task go into the ConfigMap of code that tasks share (build_code_package's share_code)."""
 
-from nemo_kubeflow.build.packaging import build_code_package, describe_package
+from nemo_kubeflow.build.packaging import SHARE_MIN_BYTES, build_code_package, describe_package
 from nemo_kubeflow.config.packager import BundleFile
 from nemo_kubeflow.constants import SHARED_CODE_LABEL
 
-CODE = [BundleFile("code/train.py", b"print('train')\n"), BundleFile("code/pkg/model.py", b"x = 1\n")]
+#: Code just large enough to be shared.
+CODE = [BundleFile("code/train.py", b"print('train')\n"), BundleFile("code/pkg/model.py", b"#" * SHARE_MIN_BYTES)]
 
 
 def package(task: str, code=CODE, mode: str = "auto", executor_yaml: bytes = b"env_vars: {}\n"):
@@ -35,7 +36,7 @@ def test_the_same_code_is_one_configmap_named_by_its_content_and_the_rest_stays_
         "a/configs/a_executor.yaml": 0o644,
         "scripts/run.sh": 0o755,
     }
-    assert describe_package(a) == "plain, 5 files, 57 B in 2 ConfigMaps (1 shared)"
+    assert describe_package(a) == "plain, 5 files, 64.0 KiB in 2 ConfigMaps (1 shared)"
 
 
 def test_other_code_is_another_configmap():
@@ -43,8 +44,9 @@ def test_other_code_is_another_configmap():
     assert other.configmaps[0]["metadata"]["name"] != package("a").configmaps[0]["metadata"]["name"]
 
 
-def test_a_sharded_package_or_one_without_code_is_the_tasks_own():
+def test_a_sharded_package_or_one_of_little_code_is_the_tasks_own():
     sharded = package("a", mode="sharded")
     assert sharded.shared == () and all(cm["metadata"]["name"].startswith("a-code-") for cm in sharded.configmaps)
-    no_code = package("a", code=[])
-    assert no_code.shared == () and [cm["metadata"]["name"] for cm in no_code.configmaps] == ["a-code"]
+    for code in ([], [BundleFile("code/train.py", b"#" * (SHARE_MIN_BYTES - 1))]):
+        little = package("a", code=code)
+        assert little.shared == () and [cm["metadata"]["name"] for cm in little.configmaps] == ["a-code"]

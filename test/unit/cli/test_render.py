@@ -32,8 +32,7 @@ def by_kind(objs: list[dict], kind: str) -> dict:
 def shipped_paths(trainjob: dict) -> list[str]:
     spec = trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     pod = spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    sources = [s["configMap"] for v in pod["volumes"] for s in v["projected"]["sources"]]
-    return sorted(item["path"] for source in sources for item in source["items"])
+    return sorted(item["path"] for v in pod["volumes"] for item in v["configMap"]["items"])
 
 
 def without_nemo_run_metadata(trainjob: dict) -> dict:
@@ -42,13 +41,9 @@ def without_nemo_run_metadata(trainjob: dict) -> dict:
     out = copy.deepcopy(trainjob)
     spec = out["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     for volume in spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["volumes"]:
-        # The code's shared ConfigMap stays; the task's own (only NeMo-Run's records here) goes.
-        volume["projected"]["sources"] = [s for s in volume["projected"]["sources"] if _is_code(s["configMap"])]
+        items = volume["configMap"]["items"]
+        items[:] = [i for i in items if i["path"] != "__main__.py" and "/configs/" not in i["path"]]
     return out
-
-
-def _is_code(source: dict) -> bool:
-    return all(item["path"].startswith("code/") for item in source["items"])
 
 
 def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
@@ -86,12 +81,9 @@ def test_render_matches_the_scheduler_dry_run(tmp_path, monkeypatch, capsys):
 
     assert (
         [o["kind"] for o in rendered]
-        == [o["kind"] for o in dryrun][:3]
+        == [o["kind"] for o in dryrun]
         == ["ClusterTrainingRuntime", "TrainJob", "ConfigMap"]
     )
-    # The dry run's second ConfigMap: the task's own files (NeMo-Run's records), which render leaves out.
-    assert [o["kind"] for o in dryrun][3:] == ["ConfigMap"]
-    assert [o for o in rendered if o["kind"] == "ConfigMap"] == [o for o in dryrun if o["kind"] == "ConfigMap"][:1]
     assert by_kind(rendered, "ClusterTrainingRuntime") == by_kind(dryrun, "ClusterTrainingRuntime")
     job = by_kind(rendered, "TrainJob")
     assert job == without_nemo_run_metadata(by_kind(dryrun, "TrainJob"))

@@ -2,10 +2,12 @@
 ends: one owner per TrainJob, deleted by the garbage collector with the last of them (the real one's on `real`,
 the local cluster's emulation on `local`), kept by a rollback and by `gc --experiment` while another job uses it."""
 
+import nemo_run as run
 import pytest
 from backends import wait_for
 from torchx.specs import Role
 
+from nemo_kubeflow import ConfigMapPackager
 from nemo_kubeflow.build.packaging import SHARE_MIN_BYTES
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cli import main as console
@@ -106,3 +108,23 @@ def test_gc_of_an_experiment_keeps_the_code_another_experiments_job_uses(backend
     wait_for(lambda: owners(backend, name) == {running.name}, "gc's job to leave the shared ConfigMap")
     cluster.delete(TRAINJOB_KIND, running.name, backend.namespace)
     wait_for(lambda: gone(backend, name), "the shared ConfigMap to go with its last TrainJob")
+
+
+def test_a_sweep_of_the_same_code_sends_it_once_and_keeps_no_copy_per_task(backend, tmp_path):
+    (tmp_path / "train.py").write_text("print('sweep')\n" + "#" * SHARE_MIN_BYTES + "\n")
+    packager = ConfigMapPackager(relative_path=str(tmp_path), include_pattern="train.py")
+    with run.Experiment(
+        "be-sweep-code", executor=backend.executor(nodes=1, packager=packager), log_level="WARN"
+    ) as exp:
+        for i in range(3):
+            exp.add(run.Script(inline="true"), name=f"t{i}")
+        exp.run(detach=True)
+        jobs = exp.jobs
+    [shared] = shared_configmaps(backend)
+    assert len(owners(backend, shared["metadata"]["name"])) == 3
+    assert [len(v) for v in shared["data"].values()] == [len("print('sweep')\n") + SHARE_MIN_BYTES + 1]
+    # NeMo-Run keeps each task's dry run for the experiment's life: the files sent are not kept in it.
+    for job in jobs:
+        sent = job._dryrun_info.request.submission
+        assert [cm["metadata"]["name"] for cm in sent.configmaps][0] == shared["metadata"]["name"]
+        assert not any("data" in cm or "binaryData" in cm for cm in sent.configmaps)

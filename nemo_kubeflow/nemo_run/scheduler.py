@@ -286,6 +286,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     task=look.role_of(sub.trainjob),
                 )
             )
+        sub.release_files()  # sent: not held for the rest of the experiment, once per task
         log.info(
             "submitted TrainJob %s/%s (%s)",
             sub.namespace,

@@ -182,7 +182,7 @@ def _shared_package(
     if sum(len(f.data) for f in shared) < SHARE_MIN_BYTES:
         return None
     shared_digest = _content_digest(shared)
-    shared_cm, shared_items = _plain_configmap(
+    shared_cm, shared_items = _shared_configmap(
         shared,
         _metadata(SHARED_NAME_PREFIX + shared_digest[:SHARED_DIGEST_CHARS], namespace, SHARED_LABELS, shared_digest),
     )
@@ -194,6 +194,28 @@ def _shared_package(
         sources.append(_projected(own_cm, own_items))
     volume = {"name": CODE_VOLUME, "projected": {"defaultMode": 0o644, "sources": sources}}
     return _read_only(configmaps, volume, mount_path, digest, len(every), total, (shared_cm["metadata"]["name"],))
+
+
+#: The shared code's ConfigMap (without metadata) and volume items by its digest, the last few: a sweep's tasks
+#: build it once and hold one copy of its text between their dry runs and their submission (NeMo-Run builds
+#: every task's dry run first). Strings are immutable; every task still gets dicts and lists of its own.
+_SHARED_BUILT: dict[str, tuple[dict, list[dict]]] = {}
+_SHARED_BUILT_MAX = 16
+
+
+def _shared_configmap(files: Sequence[BundleFile], metadata: dict) -> tuple[dict, list[dict]]:
+    """``_plain_configmap`` of the shared code, its text built once per content."""
+    digest = metadata["annotations"][BUNDLE_HASH_ANNOTATION]
+    built = _SHARED_BUILT.get(digest)
+    if built is None:
+        if len(_SHARED_BUILT) >= _SHARED_BUILT_MAX:
+            _SHARED_BUILT.clear()
+        built = _SHARED_BUILT[digest] = _plain_configmap(files, {})
+    configmap, items = built
+    fresh = {**configmap, "metadata": metadata, "data": dict(configmap["data"])}
+    if "binaryData" in configmap:
+        fresh["binaryData"] = dict(configmap["binaryData"])
+    return fresh, [dict(item) for item in items]
 
 
 #: The labels of a shared ConfigMap: nothing of one task, experiment or TrainJob (it serves many).

@@ -50,3 +50,15 @@ def test_a_sharded_package_or_one_of_little_code_is_the_tasks_own():
     for code in ([], [BundleFile("code/train.py", b"#" * (SHARE_MIN_BYTES - 1))]):
         little = package("a", code=code)
         assert little.shared == () and [cm["metadata"]["name"] for cm in little.configmaps] == ["a-code"]
+
+
+def test_the_tasks_of_a_sweep_hold_one_copy_of_the_code_in_manifests_of_their_own():
+    a, b = package("a"), package("b")
+    [key] = [k for k in a.configmaps[0]["data"] if k.startswith("code_pkg_model")]
+    assert a.configmaps[0]["data"][key] is b.configmaps[0]["data"][key]
+    assert a.configmaps[0]["data"] is not b.configmaps[0]["data"]
+    assert a.configmaps[0]["metadata"] is not b.configmaps[0]["metadata"]
+    assert (
+        a.volumes[0]["projected"]["sources"][0]["configMap"]["items"][0]
+        is not (b.volumes[0]["projected"]["sources"][0]["configMap"]["items"][0])
+    )

@@ -122,6 +122,9 @@ TASK_LABEL = f"{LABEL_PREFIX}/task"
 TRAINJOB_LABEL = f"{LABEL_PREFIX}/trainjob"
 RUNTIME_HASH_LABEL = f"{LABEL_PREFIX}/runtime-hash"
 BUNDLE_HASH_ANNOTATION = f"{LABEL_PREFIX}/bundle-hash"
+#: On a ConfigMap of code that every task shipping the same files shares (``"true"``): named by its content,
+#: owned by each TrainJob that mounts it, so Kubernetes deletes it with the last of them (docs/packaging.md).
+SHARED_CODE_LABEL = f"{LABEL_PREFIX}/shared-code"
 #: A random id per submission, to recognise our own TrainJob when a lost create is retried.
 SUBMISSION_ANNOTATION = f"{LABEL_PREFIX}/submission-id"
 #: On the TrainJob: the nodes avoided and why, and a move in progress (JSON; repair/node_avoidance.py).

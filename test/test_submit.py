@@ -8,6 +8,7 @@ import pytest
 from torchx.specs import Role
 
 from nemo_kubeflow import KubeflowExecutor
+from nemo_kubeflow.build.packaging import SHARE_MIN_BYTES
 from nemo_kubeflow.build.plan import build_submission
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.cluster.submit import submit
@@ -42,10 +43,10 @@ def snapshot(local):
     return {r: sorted(o["metadata"]["name"] for o in local.objects(r, None)) for r in RESOURCES}
 
 
-def plan(task="t", experiment="exp", **kw):
+def plan(task="t", experiment="exp", code=b"print(1)\n", **kw):
     executor = KubeflowExecutor(container_image="img", nodes=1, shm_size=None, **kw)
     role = Role(name=task, image="", entrypoint="bash", args=["-c", "sleep 30"])
-    files = [BundleFile("code/a.py", b"print(1)\n")]
+    files = [BundleFile("code/a.py", code)]
     return build_submission(executor, role, files, task_name=task, experiment_id=experiment)
 
 
@@ -81,6 +82,72 @@ def test_a_runtime_already_seen_is_not_sent_again(local, cluster):
     # 3 requests: the runtime this process created a moment ago is not POSTed again.
     assert writes(local) == [("create", "trainjobs"), ("create", "configmaps"), ("patch", "trainjobs")]
     assert result.actions[0][0] == "reuse"
+
+
+def shared_code(text: str) -> bytes:
+    """Code large enough to be shared (``SHARE_MIN_BYTES``), its own for each ``text``."""
+    return f"print({text!r})\n".encode() + b"#" * SHARE_MIN_BYTES + b"\n"
+
+
+def owner_uids(local, name: str) -> set[str]:
+    [cm] = [c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == name]
+    return {ref["uid"] for ref in cm["metadata"]["ownerReferences"]}
+
+
+def test_tasks_of_the_same_code_share_its_configmap_at_no_more_requests(local, cluster):
+    code = shared_code("budget")
+    name = plan(code=code).configmaps[0]["metadata"]["name"]
+    known: set = set()
+    first = submit(cluster, plan("share1", experiment="share", code=code), known_runtimes=known)
+    assert writes(local) == [
+        ("create", "clustertrainingruntimes"),
+        ("create", "trainjobs"),
+        ("create", "configmaps"),
+        ("patch", "trainjobs"),
+    ]
+    local.clear_requests()
+    second = submit(cluster, plan("share2", experiment="share", code=code), known_runtimes=known)
+    # The code's ConfigMap this process created is not sent again: one patch adds the TrainJob to its owners.
+    assert writes(local) == [("create", "trainjobs"), ("patch", "configmaps"), ("patch", "trainjobs")]
+    assert second.actions[2] == ("share", "ConfigMap", name)
+    uids = {first.trainjob["metadata"]["uid"], second.trainjob["metadata"]["uid"]}
+    assert owner_uids(local, name) == uids
+    # Another process (nothing known): its create is answered 409, then the same patch.
+    local.clear_requests()
+    third = submit(cluster, plan("share3", experiment="share", code=code))
+    assert [(r.verb, r.status_code) for r in local.requests if r.resource == "configmaps"] == [
+        ("create", 409),
+        ("patch", 200),
+    ]
+    assert owner_uids(local, name) == uids | {third.trainjob["metadata"]["uid"]}
+
+
+def test_joining_a_shared_configmap_applies_a_conflicting_owner_patch_again(local, cluster):
+    """The tasks of an experiment are submitted in parallel: their owner patches of the code's ConfigMap meet,
+    and the API server answers 409 Conflict after a few tries of its own."""
+    code = shared_code("conflict")
+    first = submit(cluster, plan("conflict1", code=code))
+    local.clear_requests()
+    local.inject_fault(verb="patch", resource="configmaps", status=409, reason="Conflict", times=2)
+    second = submit(cluster, plan("conflict2", code=code))
+    patches = [r.status_code for r in local.requests if r.resource == "configmaps" and r.verb == "patch"]
+    assert patches == [409, 409, 200]
+    name = plan(code=code).configmaps[0]["metadata"]["name"]
+    assert owner_uids(local, name) == {first.trainjob["metadata"]["uid"], second.trainjob["metadata"]["uid"]}
+
+
+def test_a_configmap_of_the_shared_name_holding_other_code_is_refused(local, cluster):
+    sub = plan("impostor", code=shared_code("impostor"))
+    impostor = {**sub.configmaps[0], "metadata": {**sub.configmaps[0]["metadata"], "annotations": {}}}
+    cluster.create(impostor)
+    with pytest.raises(SubmissionError) as err:
+        submit(cluster, sub)
+    assert "exists with other content" in str(err.value) and "kubectl delete configmap" in str(err.value)
+    assert sub.name not in snapshot(local)["trainjobs"]  # rolled back
+    [kept] = [
+        c for c in local.objects("configmaps", "default") if c["metadata"]["name"] == impostor["metadata"]["name"]
+    ]
+    assert not kept["metadata"].get("ownerReferences")  # left as it was: the refused TrainJob is not its owner
 
 
 @pytest.mark.parametrize("kind", ["ClusterTrainingRuntime", "TrainingRuntime"])

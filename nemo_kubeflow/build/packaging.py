@@ -28,7 +28,15 @@ from nemo_kubeflow.config.packager import MODES, BundleFile, human_bytes
 
 # Experiments saved before parts/ name their packager here (fiddle stores a class by module).
 from nemo_kubeflow.config.packager import ConfigMapPackager as ConfigMapPackager
-from nemo_kubeflow.constants import BUNDLE_HASH_ANNOTATION, CONFIGMAP_MAX_BYTES, DNS_LABEL_MAX, NEMO_RUN_POD_DIR
+from nemo_kubeflow.constants import (
+    BUNDLE_HASH_ANNOTATION,
+    CONFIGMAP_MAX_BYTES,
+    DNS_LABEL_MAX,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    NEMO_RUN_POD_DIR,
+    SHARED_CODE_LABEL,
+)
 from nemo_kubeflow.errors import ConfigError, PackageTooLargeError, PackagingError
 from nemo_kubeflow.parts import naming
 
@@ -45,6 +53,12 @@ CONFIGMAP_MARGIN_BYTES = 16 * 1024
 #: Plain mode lists one volume item per file in the pod spec, which is copied into the TrainJob,
 #: JobSet, Job and every Pod; past this many files "auto" switches to sharded to keep them small.
 PLAIN_MAX_FILES = 1000
+#: The name of a shared ConfigMap of code: this prefix and the first hex digits of its content's digest.
+SHARED_NAME_PREFIX = "nemo-kubeflow-code-"
+SHARED_DIGEST_CHARS = 32
+#: Code smaller than this is not shared: adding a TrainJob to a shared ConfigMap's owners is one more request per
+#: task, which only pays when it saves sending (and storing in etcd) this much code again for every task.
+SHARE_MIN_BYTES = 64 * 1024
 
 _KEY_UNSAFE_RE = re.compile(r"[^-._a-zA-Z0-9]")
 _KEY_MAX = naming.DNS_SUBDOMAIN_MAX
@@ -75,6 +89,9 @@ class CodePackage:
     file_count: int
     #: Uncompressed bytes of all files.
     total_bytes: int
+    #: Names of the ConfigMaps shared with every task of the same code (``SHARED_CODE_LABEL``): they may exist
+    #: already, owned by other TrainJobs; this task's TrainJob becomes one more owner.
+    shared: tuple[str, ...] = ()
 
 
 def build_code_package(
@@ -86,6 +103,7 @@ def build_code_package(
     mount_path: str = NEMO_RUN_POD_DIR,
     mode: str = "auto",
     max_shards: int = 16,
+    share_code: bool = False,
 ) -> CodePackage:
     """Turn ``files`` into ConfigMaps plus the pod volumes, mounts and prologue that use them.
 
@@ -93,6 +111,12 @@ def build_code_package(
     ``mount_path``), "sharded" (a deterministic tar.gz split over ConfigMaps ``name-0`` ..
     ``name-<n-1>``, unpacked by ``prologue`` into an emptyDir at ``mount_path``) or "auto" (plain
     when it fits, else sharded).
+
+    ``share_code``: in plain mode, code (``code/``) of ``SHARE_MIN_BYTES`` or more goes into a ConfigMap of its own
+    named by its content
+    (``nemo-kubeflow-code-<digest>``, labelled ``SHARED_CODE_LABEL`` and nothing task-specific), which every
+    task shipping the same code shares, and the task's own files (if any) into ``name``; one projected volume
+    puts them together at ``mount_path``. Sharded packages are never shared.
 
     Raises:
         ConfigError: invalid name, namespace, mount path, mode or max_shards.
@@ -105,16 +129,23 @@ def build_code_package(
     total = sum(len(f.data) for f in ordered)
 
     def metadata(cm_name: str) -> dict:
-        # Fresh dicts per ConfigMap, so a caller editing one manifest does not edit them all.
-        return {
-            "name": cm_name,
-            "namespace": namespace,
-            "labels": dict(labels or {}),
-            "annotations": {BUNDLE_HASH_ANNOTATION: digest},
-        }
+        return _metadata(cm_name, namespace, labels or {}, digest)
 
     if mode != "sharded":
         problem = _plain_problem(ordered, total)
+        shared = None
+        if problem is None and share_code:
+            shared = _shared_package(
+                ordered,
+                name=name,
+                namespace=namespace,
+                labels=labels,
+                mount_path=mount_path,
+                digest=digest,
+                total=total,
+            )
+        if shared is not None:
+            return shared
         if problem is None:
             return _plain_package(ordered, name, metadata(name), mount_path, digest, total)
         if mode == "plain":
@@ -126,6 +157,84 @@ def build_code_package(
                 largest=_largest(ordered),
             )
     return _sharded_package(ordered, name, metadata, mount_path, max_shards, digest, total)
+
+
+def is_shared_path(path: str) -> bool:
+    """Whether a packaged file is code, the same for every task that ships it (``code/``), as opposed to a task's
+    own files (``__main__.py``, ``<task_dir>/configs/``, ``scripts/``: NeMo-Run's records of the experiment and
+    the task, its executor's settings included)."""
+    return path.startswith("code/")
+
+
+def _shared_package(
+    every: Sequence[BundleFile],
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str] | None,
+    mount_path: str,
+    digest: str,
+    total: int,
+) -> CodePackage | None:
+    """The code (``code/``) in a ConfigMap named by its content, the task's own files (if any) in ``name``,
+    one projected volume of both at ``mount_path``; ``None`` when there is less than ``SHARE_MIN_BYTES`` of code."""
+    shared = [f for f in every if is_shared_path(f.path)]
+    if sum(len(f.data) for f in shared) < SHARE_MIN_BYTES:
+        return None
+    shared_digest = _content_digest(shared)
+    shared_cm, shared_items = _shared_configmap(
+        shared,
+        _metadata(SHARED_NAME_PREFIX + shared_digest[:SHARED_DIGEST_CHARS], namespace, SHARED_LABELS, shared_digest),
+    )
+    configmaps, sources = [shared_cm], [_projected(shared_cm, shared_items)]
+    own = [f for f in every if not is_shared_path(f.path)]
+    if own:
+        own_cm, own_items = _plain_configmap(own, _metadata(name, namespace, labels or {}, _content_digest(own)))
+        configmaps.append(own_cm)
+        sources.append(_projected(own_cm, own_items))
+    volume = {"name": CODE_VOLUME, "projected": {"defaultMode": 0o644, "sources": sources}}
+    return _read_only(configmaps, volume, mount_path, digest, len(every), total, (shared_cm["metadata"]["name"],))
+
+
+#: The shared code's ConfigMap (without metadata) and volume items by its digest, the last few: a sweep's tasks
+#: build it once and hold one copy of its text between their dry runs and their submission (NeMo-Run builds
+#: every task's dry run first). Strings are immutable; every task still gets dicts and lists of its own.
+_SHARED_BUILT: dict[str, tuple[dict, list[dict]]] = {}
+_SHARED_BUILT_MAX = 16
+
+
+def _shared_configmap(files: Sequence[BundleFile], metadata: dict) -> tuple[dict, list[dict]]:
+    """``_plain_configmap`` of the shared code, its text built once per content."""
+    digest = metadata["annotations"][BUNDLE_HASH_ANNOTATION]
+    built = _SHARED_BUILT.get(digest)
+    if built is None:
+        if len(_SHARED_BUILT) >= _SHARED_BUILT_MAX:
+            _SHARED_BUILT.clear()
+        built = _SHARED_BUILT[digest] = _plain_configmap(files, {})
+    configmap, items = built
+    fresh = {**configmap, "metadata": metadata, "data": dict(configmap["data"])}
+    if "binaryData" in configmap:
+        fresh["binaryData"] = dict(configmap["binaryData"])
+    return fresh, [dict(item) for item in items]
+
+
+#: The labels of a shared ConfigMap: nothing of one task, experiment or TrainJob (it serves many).
+SHARED_LABELS = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, SHARED_CODE_LABEL: "true"}
+
+
+def _metadata(name: str, namespace: str, labels: Mapping[str, str], digest: str) -> dict:
+    """A ConfigMap's metadata: fresh dicts each time, so a caller editing one manifest does not edit them all."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels),
+        "annotations": {BUNDLE_HASH_ANNOTATION: digest},
+    }
+
+
+def _projected(configmap: dict, items: list[dict]) -> dict:
+    """A projected volume's source: ``configmap``'s keys at their paths."""
+    return {"configMap": {"name": configmap["metadata"]["name"], "items": items}}
 
 
 def _check_package_arguments(name: str, namespace: str, mount_path: str, mode: str, max_shards: int) -> None:
@@ -152,27 +261,37 @@ def _plain_package(
 ) -> CodePackage:
     """One ConfigMap, mounted read-only at ``mount_path`` with one volume item per file."""
     configmap, items = _plain_configmap(files, metadata)
+    volume = {"name": CODE_VOLUME, "configMap": {"name": name, "defaultMode": 0o644, "items": items}}
+    return _read_only([configmap], volume, mount_path, digest, len(files), total)
+
+
+def _read_only(
+    configmaps: list[dict],
+    volume: dict,
+    mount_path: str,
+    digest: str,
+    file_count: int,
+    total: int,
+    shared: tuple[str, ...] = (),
+) -> CodePackage:
+    """A plain package: ``volume`` (of ``configmaps``) mounted read-only at ``mount_path``, no prologue."""
     return CodePackage(
-        configmaps=[configmap],
-        volumes=[
-            {
-                "name": CODE_VOLUME,
-                "configMap": {"name": name, "defaultMode": 0o644, "items": items},
-            }
-        ],
+        configmaps=configmaps,
+        volumes=[volume],
         volume_mounts=[{"name": CODE_VOLUME, "mountPath": mount_path, "readOnly": True}],
         prologue="",
         digest=digest,
         mode="plain",
-        file_count=len(files),
+        file_count=file_count,
         total_bytes=total,
+        shared=shared,
     )
 
 
 def describe_package(pkg: CodePackage) -> str:
     """A one-line summary, e.g. ``plain, 12 files, 34.5 KiB in 1 ConfigMap``."""
     count = len(pkg.configmaps)
-    where = f"in {count} ConfigMap{'' if count == 1 else 's'}"
+    where = f"in {count} ConfigMap{'' if count == 1 else 's'}" + (f" ({len(pkg.shared)} shared)" if pkg.shared else "")
     if pkg.mode == "sharded":
         compressed = sum(_b64_decoded_len(cm["binaryData"][SHARD_KEY]) for cm in pkg.configmaps)
         return f"sharded, {pkg.file_count} files, {human_bytes(pkg.total_bytes)} ({human_bytes(compressed)} compressed) {where}"
@@ -438,4 +557,4 @@ def _check_mount_path(path: str) -> None:
         )
 
 
-__all__ = ["CodePackage", "build_code_package", "describe_package"]
+__all__ = ["CodePackage", "build_code_package", "describe_package", "is_shared_path"]

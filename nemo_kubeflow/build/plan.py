@@ -79,6 +79,12 @@ class Submission:
     def name(self) -> str:
         return self.trainjob["metadata"]["name"]
 
+    def release_files(self) -> None:
+        """Drop the shipped files (the ConfigMaps' ``data`` and ``binaryData``) once they were sent, keeping the rest:
+        NeMo-Run keeps each task's dry run as long as the experiment, so a sweep would hold a copy of its code per
+        task. A submission whose files were released is not sent again (its TrainJob exists: refused first)."""
+        self.configmaps = [{k: v for k, v in cm.items() if k not in ("data", "binaryData")} for cm in self.configmaps]
+
     def manifests(self) -> list[dict]:
         """All objects, masked, in submission order (for dry runs and validation)."""
         objs = [*self.pvcs]
@@ -230,6 +236,7 @@ def _code_package(
         mount_path=executor.workspace_mount_path,
         mode=getattr(executor.packager, "mode", "auto"),
         max_shards=getattr(executor.packager, "max_shards", 16),
+        share_code=True,
     )
 
 

@@ -162,7 +162,9 @@ class Cluster(ClusterReader, Protocol):
 
     def deadline(self, seconds: float, setting: Optional[str] = None) -> AbstractContextManager[None]: ...
     def create(self, obj: dict, *, dry_run: bool = False) -> dict: ...
-    def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict: ...
+    def patch(
+        self, kind: str, name: str, namespace: Optional[str], patch: dict, *, strategic: bool = False
+    ) -> dict: ...
     def delete(self, kind: str, name: str, namespace: Optional[str] = None, *, uid: Optional[str] = None) -> bool: ...
 
 
@@ -629,7 +631,9 @@ class KubernetesCluster:
         )
         return LogStream(resp)
 
-    def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict) -> dict:
+    def patch(self, kind: str, name: str, namespace: Optional[str], patch: dict, *, strategic: bool = False) -> dict:
+        """A JSON merge patch (lists replaced whole); ``strategic``: a strategic merge patch, for the built-in kinds
+        only, which merges lists by their key (``ownerReferences`` by uid: one owner added, the others kept)."""
         spec = self._kind(kind)
         return self._call(
             "PATCH",
@@ -639,7 +643,7 @@ class KubernetesCluster:
             name=name,
             namespace=namespace,
             body=patch,
-            content_type="application/merge-patch+json",
+            content_type="application/strategic-merge-patch+json" if strategic else "application/merge-patch+json",
             query=[("fieldValidation", "Strict")],
         )
 

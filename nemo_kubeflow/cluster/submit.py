@@ -12,7 +12,11 @@ Order, and why:
    the TrainJob"): the runtime is created then and the TrainJob sent again.
 3. The TrainJob, created **suspended**: nothing runs yet.
 4. The task's ConfigMaps and Secret, each with an ``ownerReference`` to the TrainJob,
-   so Kubernetes deletes them with it (cancel, or cleanup by anyone).
+   so Kubernetes deletes them with it (cancel, or cleanup by anyone). A shared ConfigMap of code
+   (``SHARED_CODE_LABEL``, named by its content) may exist already, owned by other TrainJobs: this one is
+   added to its owners (a strategic merge patch, which keeps the others), so Kubernetes deletes it with
+   the last of them. Once this process has created or patched it, the next task patches it at once
+   (one request; a 404 creates it again), else creates it (a 409 patches).
 5. Resume: ``spec.suspend=false``, skipped with a Kueue queue (``queue_name``): Kueue unsuspends
    the job when it admits it. The LocalQueue is checked before step 1.
 
@@ -46,10 +50,12 @@ from nemo_kubeflow.cluster.client import Cluster
 from nemo_kubeflow.cluster.kinds import describe_target, kubectl_delete
 from nemo_kubeflow.cluster.versions import check_runtime_ttl
 from nemo_kubeflow.constants import (
+    BUNDLE_HASH_ANNOTATION,
     CLUSTER_RUNTIME_KIND,
     KUEUE_GROUP,
     KUEUE_VERSIONS,
     LOCALQUEUE_KIND,
+    SHARED_CODE_LABEL,
     SUBMISSION_ANNOTATION,
     TRAINJOB_KIND,
     queue_name,
@@ -73,6 +79,8 @@ log = logging.getLogger(__name__)
 SUBMIT_TIMEOUT_S = 60.0
 #: The deadline of removing what a failed or stopped submission created (its deletes, retries included).
 ROLLBACK_TIMEOUT_S = 20.0
+#: Tries of adding a TrainJob to a shared ConfigMap's owners that other submissions' patches made conflict.
+OWNER_PATCH_ATTEMPTS = 20
 #: What sets a submission's deadline, as the error names it.
 TIMEOUT_SETTING = "submit_timeout_seconds"
 
@@ -174,7 +182,8 @@ def submit(
     """Create everything in ``sub``; on failure remove what was created and raise.
 
     ``known_runtimes``: runtimes (``runtime_key``) that earlier submissions to the same cluster
-    created or reused; theirs is not sent again. Updated in place. ``timeout``: seconds the whole
+    created or reused; theirs is not sent again. Also the shared ConfigMaps they created or joined
+    (``object_key``): those are patched at once. Updated in place. ``timeout``: seconds the whole
     submission may take (``submit_timeout_seconds``). ``stop``: asked before each write up to the
     resume; ``True`` removes what was created and raises ``SubmissionStopped``. ``rules_read``: the namespaces'
     rules earlier submissions to the same cluster read lately (cluster/admission.py), reused; updated in place.
@@ -227,6 +236,8 @@ class _Applying:
     actions: list[tuple[str, str, str]] = field(default_factory=list)
     created_pvcs: list[str] = field(default_factory=list)
     created_runtime: Optional[dict] = None
+    #: Shared ConfigMaps this submission created (``object_key``): gone with its TrainJob on a rollback.
+    created_shared: list[tuple[str, Optional[str], str]] = field(default_factory=list)
     trainjob: Optional[dict] = None
     #: A create whose answer was lost may still be applied by the server.
     trainjob_sent: bool = False
@@ -282,8 +293,42 @@ class _Applying:
         owner = mf.owner_reference(trainjob)
         for obj in _owned_objects(self.sub, owner, secret_values):
             self.check_stop()
-            _create_owned(self.cluster, obj, owner["uid"])
-            self.actions.append(("create", obj["kind"], obj["metadata"]["name"]))
+            if (obj["metadata"].get("labels") or {}).get(SHARED_CODE_LABEL):
+                verb = self.join_shared(obj, owner)
+            else:
+                _create_owned(self.cluster, obj, owner["uid"])
+                verb = "create"
+            self.actions.append((verb, obj["kind"], obj["metadata"]["name"]))
+
+    def join_shared(self, obj: dict, owner: dict) -> str:
+        """Create the shared ConfigMap ``obj`` owned by ``owner``, or add ``owner`` to the owners of the one that
+        exists. "create" or "share"."""
+        key = object_key(obj)
+        if key in self.known:
+            shared = _add_owner(self.cluster, obj, owner)
+            verb = "share"
+            if shared is None:  # gone since (its last owner deleted): create it again
+                shared, verb = self.cluster.create(obj), "create"
+        else:
+            try:
+                shared, verb = self.cluster.create(obj), "create"
+            except AlreadyExistsError:
+                shared, verb = _add_owner(self.cluster, obj, owner), "share"
+                if shared is None:  # deleted between the two requests
+                    shared, verb = self.cluster.create(obj), "create"
+        if verb == "create":
+            self.created_shared.append(key)
+        if not _same_code(obj, shared):
+            # Someone else's ConfigMap under the name: leave it as it was (without us among its owners, the rollback
+            # of our TrainJob cannot take it), and refuse it.
+            meta = obj["metadata"]
+            delete_owner = {"ownerReferences": [{"uid": owner["uid"], "$patch": "delete"}]}
+            self.cluster.patch(
+                obj["kind"], meta["name"], meta.get("namespace"), {"metadata": delete_owner}, strategic=True
+            )
+            raise _other_code(obj, shared)
+        self.known.add(key)
+        return verb
 
     def remember_runtime(self) -> None:
         if self.sub.runtime is not None:
@@ -298,7 +343,61 @@ class _Applying:
             left = _rollback(self.cluster, self.sub.namespace, self.trainjob, self.created_runtime, self.created_pvcs)
         if self.created_runtime is not None:
             self.known.discard(runtime_key(self.created_runtime))
+        for key in self.created_shared:  # deleted with the TrainJob unless another joined it: ask again next time
+            self.known.discard(key)
         _say_what_was_left(error, self.sub.name, left)
+
+
+def object_key(obj: dict) -> tuple[str, Optional[str], str]:
+    """(kind, namespace, name) of an object, for ``known_runtimes``."""
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace"), meta["name"]
+
+
+def _add_owner(cluster: Cluster, obj: dict, owner: dict) -> Optional[dict]:
+    """Add ``owner`` to the owners of ``obj`` on the server (a strategic merge patch merges ``ownerReferences``
+    by uid: the others stay). ``None`` when it is not there."""
+    meta = obj["metadata"]
+    for attempt in range(1, OWNER_PATCH_ATTEMPTS + 1):
+        try:
+            return cluster.patch(
+                obj["kind"],
+                meta["name"],
+                meta.get("namespace"),
+                {"metadata": {"ownerReferences": [owner]}},
+                strategic=True,
+            )
+        except NotFoundError:
+            return None
+        except ClusterError as e:
+            # The tasks of an experiment are submitted in parallel: the API server retries a patch that met another
+            # writer a few times (5 in kube-apiserver), then answers 409 Conflict. Apply it again.
+            if e.status != 409 or attempt == OWNER_PATCH_ATTEMPTS:
+                raise
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _same_code(obj: dict, shared: Optional[dict]) -> bool:
+    """Whether the shared ConfigMap on the server holds the code of ``obj`` (its bundle hash): it is named by its
+    content, so one of that name with other content is someone else's."""
+    return _bundle_hash(shared) == _bundle_hash(obj)
+
+
+def _bundle_hash(configmap: Optional[dict]) -> Optional[str]:
+    return ((configmap or {}).get("metadata", {}).get("annotations") or {}).get(BUNDLE_HASH_ANNOTATION)
+
+
+def _other_code(obj: dict, shared: Optional[dict]) -> AlreadyExistsError:
+    meta = obj["metadata"]
+    return AlreadyExistsError(
+        f"ConfigMap {meta.get('namespace')}/{meta['name']} exists with other content (bundle hash "
+        f"{_bundle_hash(shared)!r}, not {_bundle_hash(obj)!r}): it is not the shared code it is named for, and was "
+        f"left as it was; delete it (`kubectl delete configmap -n {meta.get('namespace')} {meta['name']}`) "
+        "and submit again",
+        status=409,
+        reason="AlreadyExists",
+    )
 
 
 def _owned_objects(sub: Submission, owner: dict, secret_values: mf.SecretValues) -> list[dict]:

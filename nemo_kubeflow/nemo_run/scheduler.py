@@ -288,6 +288,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                 )
             )
             self._answers.looks.wrote()
+        sub.release_files()  # sent: not held for the rest of the experiment, once per task
         log.info(
             "submitted TrainJob %s/%s (%s)",
             sub.namespace,

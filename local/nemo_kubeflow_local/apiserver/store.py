@@ -279,8 +279,20 @@ class Store:
                 for ns, name in [k for k in objects if k[0] == obj["metadata"]["name"]]:
                     self._delete_quietly(self._types[key], ns, name)
         for rt_dep, dependent in list(self._dependents(uid)):
-            meta = dependent["metadata"]
-            self._delete_quietly(rt_dep, meta.get("namespace", ""), meta["name"])
+            self._collect_or_drop_owner(rt_dep, dependent)
+
+    def _collect_or_drop_owner(self, rt: ResourceType, dependent: dict) -> None:
+        """An owner of ``dependent`` is gone: the garbage collector deletes it when all its owners are gone,
+        else removes the dangling references and keeps it (Kubernetes' GC, attemptToDeleteItem)."""
+        meta = dependent["metadata"]
+        refs = meta.get("ownerReferences") or []
+        solid = [ref for ref in refs if not self._owner_gone(dependent, ref)]
+        if not solid:
+            self._delete_quietly(rt, meta.get("namespace", ""), meta["name"])
+            return
+        obj = copy.deepcopy(dependent)
+        obj["metadata"]["ownerReferences"] = solid
+        self._commit("MODIFIED", rt, obj)
 
     def _collect_if_orphaned(self, rt: ResourceType, obj: dict) -> None:
         """The garbage collector deletes an object whose owners are all gone. Deleting an owner

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import re
 import sys
@@ -22,6 +23,10 @@ from nemo_kubeflow.constants import (
 )
 from nemo_kubeflow.errors import ClusterError
 from nemo_kubeflow.parts import naming
+
+#: TrainJobs deleted at once: a DELETE waits for the API server (and, on the local cluster, its garbage collector's
+#: first pass), so 1,000 finished tasks one after another took minutes; within the client's connection pool.
+PARALLEL_DELETES = 8
 
 #: ``gc`` leaves younger runtimes alone: a submission creates its runtime a moment before
 #: the TrainJob that references it.
@@ -317,8 +322,16 @@ def _gc_finished_jobs(
     uid) of each one going, whose runtimes it no longer holds."""
     leaving = set()
     deleted_jobs = 0
-    for ns, job, state, age in finished.selected:
-        gone = _delete_finished_job(cluster, ns, job, args.dry_run)
+    pool = concurrent.futures.ThreadPoolExecutor(PARALLEL_DELETES, thread_name_prefix="gc-delete")
+    try:
+        # map keeps the list's order for what is printed; the first error (not a 409) ends gc as before, the
+        # deletes not started yet cancelled.
+        results = list(
+            pool.map(lambda sel: _delete_finished_job(cluster, sel[0], sel[1], args.dry_run), finished.selected)
+        )
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for (ns, job, state, age), gone in zip(finished.selected, results):
         if gone is None:
             continue
         if gone:

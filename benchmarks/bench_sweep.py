@@ -304,8 +304,8 @@ def _rows(results: dict, sizes: tuple[int, ...], window_s: float):
             theirs,
             "x",
             at_most=1.2,
-            note=f"looks (TrainJob GETs) per min: {_looks(small):.0f} at {smallest} tasks, {_looks(large):.0f} at "
-            f"{largest}: fewer looks is a slower wait, not a cheaper one",
+            note=f"TrainJob GETs per min (a look answered from the experiment's watches reads none): "
+            f"{_looks(small):.0f} at {smallest} tasks, {_looks(large):.0f} at {largest}",
         )
     lines = [
         f"Window {window_s:g} s per attached wait, one look every {POLL_S:g} s; load average "

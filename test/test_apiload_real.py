@@ -66,6 +66,16 @@ def _no_namespace_emptied(control_plane) -> bool:
     ]
 
 
+def _namespaces_emptied(control_plane) -> str:
+    """The namespaces being deleted and what their status says keeps them (for a wait's timeout message)."""
+    return "; ".join(
+        f"{ns['metadata']['name']}: "
+        + ", ".join(c.get("message", c.get("type", "")) for c in ns.get("status", {}).get("conditions") or [])
+        for ns in control_plane.request("GET", "/api/v1/namespaces")["items"]
+        if ns.get("status", {}).get("phase") == "Terminating"
+    )
+
+
 def _looks(kubeconfig: str, namespace: str, counts, settled=lambda: True) -> dict:
     """Submit a 2-node job that runs, then (once ``settled``) count the requests of LOOKS describes of it."""
     executor = KubeflowExecutor(

@@ -8,7 +8,7 @@ import uuid
 import nemo_run as run
 import pytest
 from polling import wait_for
-from test_apiload_real import _no_namespace_emptied, _real_counts
+from test_apiload_real import _namespaces_emptied, _no_namespace_emptied, _real_counts
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow import KubeflowExecutor
@@ -22,7 +22,7 @@ WATCHES = {("watch", kind) for kind in KINDS}
 READS = {(verb, kind) for verb in ("get", "list", "watch") for kind in KINDS}
 
 
-def _attached(kubeconfig: str, namespace: str, counts, settled=lambda: True) -> tuple[dict, dict]:
+def _attached(kubeconfig: str, namespace: str, counts, settled=lambda: True, unsettled=None) -> tuple[dict, dict]:
     """Submit TASKS 1-node tasks that run, then look at each as an attached wait does: (the watches opened from
     its second looks until they are current, the reads and watches of ROUNDS rounds of looks after that)."""
     executor = KubeflowExecutor(
@@ -38,7 +38,7 @@ def _attached(kubeconfig: str, namespace: str, counts, settled=lambda: True) -> 
     scheduler = create_scheduler("attached")
     for app_id in app_ids:  # the first looks read
         scheduler.look_after(app_id)
-    wait_for(settled, "no other client's requests in the counts", timeout=180)
+    wait_for(settled, "no other client's requests in the counts", timeout=180, detail=unsettled)
     before = counts(WATCHES)
     for app_id in app_ids:  # watched from the second look
         scheduler.look_after(app_id)
@@ -86,6 +86,7 @@ def test_the_real_api_server_counts_one_set_of_watches_for_the_tasks_of_an_exper
             "apiserver_longrunning_requests" if counted is WATCHES else "apiserver_request_total",
         ),
         settled=lambda: _no_namespace_emptied(real_control_plane),
+        unsettled=lambda: f"namespaces being deleted: {_namespaces_emptied(real_control_plane)}",
     )
     # One watch of each kind for the experiment, not one per task; no read of them once current.
     assert emulated == (dict.fromkeys(sorted(WATCHES), 1), {}), emulated

@@ -78,14 +78,24 @@ FIXED_PATHS_LOCK = Path("/tmp/nemo-kubeflow-real-control-plane.lock")
 
 class _MachineLock:
     """``FIXED_PATHS_LOCK``, held by this process while any of its control planes runs (counted: the control
-    planes of one process are started and stopped by its own fixtures, one after another)."""
+    planes of one process are started and stopped by its own fixtures, one after another). A child process of
+    the holder (a test that starts a second control plane beside the session's) does not wait for it: its
+    control planes run without Trainer's status server, whose paths stay the holder's (``HOLDER_ENV``)."""
+
+    #: The holder's pid, in its environment and so in its children's.
+    HOLDER_ENV = "NEMO_KUBEFLOW_REAL_CONTROL_PLANE_LOCK_HOLDER"
 
     def __init__(self, path: Path) -> None:
         self.path, self.holders, self._file = path, 0, None
         self._lock = threading.Lock()
 
-    def acquire(self) -> None:
+    def acquire(self) -> bool:
+        """Hold the lock (waiting for another process's control plane, saying so); False, without waiting, in
+        a child process of the holder."""
         with self._lock:
+            holder = os.environ.get(self.HOLDER_ENV)
+            if self.holders == 0 and holder and holder != str(os.getpid()):
+                return False
             if self.holders == 0:
                 lock = open(self.path, "a+")
                 try:
@@ -105,7 +115,9 @@ class _MachineLock:
                 lock.write(f"pid {os.getpid()}")
                 lock.flush()
                 self._file = lock
+                os.environ[self.HOLDER_ENV] = str(os.getpid())
             self.holders += 1
+            return True
 
     def release(self) -> None:
         with self._lock:
@@ -115,6 +127,7 @@ class _MachineLock:
             if self.holders == 0 and self._file is not None:
                 self._file.close()  # closing the descriptor releases the flock
                 self._file = None
+                os.environ.pop(self.HOLDER_ENV, None)
 
 
 _machine_lock = _MachineLock(FIXED_PATHS_LOCK)
@@ -323,8 +336,7 @@ class RealControlPlane:
 
     def start(self) -> None:
         if not self._holds_machine_lock:
-            _machine_lock.acquire()
-            self._holds_machine_lock = True
+            self._holds_machine_lock = _machine_lock.acquire()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.certs = Certificates(self.workdir / "pki")
         names = (
@@ -709,6 +721,10 @@ class RealControlPlane:
         return {"KUBECONFIG": str(self.kubeconfig_path), "TMPDIR": str(tmp)}
 
     def _start_trainer(self, gates: dict = TRAINER_FEATURE_GATES) -> None:
+        if not self._holds_machine_lock:
+            # A second control plane in a child of the lock's holder: the status server's fixed paths are the
+            # holder's (``_MachineLock``), so this Trainer runs without it.
+            gates = {**gates, "TrainJobStatus": False}
         config = self._write_config(
             "trainer",
             {

@@ -3,6 +3,7 @@
 experiment's tasks (``cluster/watched.py``), and no read of their TrainJobs, JobSets and pods once the watches are
 current; the two servers' counts agree within 20 % (test_watched_experiment.py counts per request, locally)."""
 
+import time
 import uuid
 
 import nemo_run as run
@@ -17,6 +18,8 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 TASKS = 3
 #: Rounds of looks (one per task each) counted once the watches are current.
 ROUNDS = 4
+#: Countings of those rounds while another client's reads of the same kinds may be in the counts (``_attached``).
+READ_ATTEMPTS = 5
 KINDS = ("trainjobs", "jobsets", "pods")
 WATCHES = {("watch", kind) for kind in KINDS}
 READS = {(verb, kind) for verb in ("get", "list", "watch") for kind in KINDS}
@@ -38,18 +41,27 @@ def _attached(kubeconfig: str, namespace: str, counts, settled=lambda: True, uns
     scheduler = create_scheduler("attached")
     for app_id in app_ids:  # the first looks read
         scheduler.look_after(app_id)
-    wait_for(settled, "no other client's requests in the counts", timeout=180, detail=unsettled)
     before = counts(WATCHES)
     for app_id in app_ids:  # watched from the second look
         scheduler.look_after(app_id)
     caches = [scheduler._watches[a].job_cache for a in app_ids]
     wait_for(lambda: all(all(c.current().values()) for c in caches), "the watches current", timeout=60)
     opened = _difference(before, counts(WATCHES))
-    before = counts(READS)
-    for _ in range(ROUNDS):
-        for app_id in app_ids:
-            assert scheduler.look_after(app_id)[0].state == AppState.RUNNING
-    looked = _difference(before, counts(READS))
+    for _ in range(READ_ATTEMPTS):
+        before = counts(READS)
+        for _ in range(ROUNDS):
+            for app_id in app_ids:
+                assert scheduler.look_after(app_id)[0].state == AppState.RUNNING
+        looked = _difference(before, counts(READS))
+        if not looked or settled():
+            break
+        # The counts have no namespace: the namespace controller emptying an earlier test's namespace (its
+        # retries back off for minutes) lists these kinds too. Counted again; reads of ours would be in each.
+        time.sleep(2)
+    else:
+        print(
+            f"reads counted in each of {READ_ATTEMPTS} countings; namespaces being deleted:", unsettled and unsettled()
+        )
     for app_id, cache in zip(app_ids, caches):
         cache.stop()
         create_scheduler("t").cancel(app_id)

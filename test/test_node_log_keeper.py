@@ -192,10 +192,19 @@ def _restart_counted(scheduler, app_id):
 
 def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path):
     """No pod event tells of an in-job restart: node 0's lines do (every agent logs each), and the failing node's
-    lines, read then, say which worker died."""
+    lines, read then, say which worker died. Node 0 restarts once node 1 has written its line, but the kubelet may
+    serve that line a moment later (a loaded machine): a look that counts the restart before it reads on at the
+    next look (test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look)."""
     app_id, scheduler, _ = _in_job_job(local, tmp_path, "keep-injob", restart="logged")
     (tmp_path / "cause").touch()
     look = _restart_counted(scheduler, app_id)
+    assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
+    look = wait_for(
+        lambda: (d := scheduler.look_after(app_id)[0]) and "killed by signal" in d.msg and d,
+        "a look to name the restart's cause",
+        timeout=30,
+        detail=lambda: scheduler.look_after(app_id)[0].msg,
+    )
     assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
     assert "on node 1 killed by signal 9" in look.msg, look.msg
     create_scheduler("t").cancel(app_id)

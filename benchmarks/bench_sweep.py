@@ -48,7 +48,7 @@ LARGEST = 1000
 #: Lines each task of the logs row prints, numbered.
 LOG_LINES = 200
 #: Tasks of the logs row.
-LOG_TASKS = 10
+LOG_TASKS = 100
 #: Every pod of a TrainJob carries its JobSet's name: ends every running task's pod.
 ALL_PODS = "jobset.sigs.k8s.io/jobset-name"
 

@@ -40,8 +40,7 @@ def _task_names(tasks: list) -> dict[str, int]:
 
 #: Node logs followed at once with ``--follow``: each holds a thread here and a reader of its job's log follower
 #: (``log_follower.JobLogFollower``). The other nodes are followed as those end (their whole log then: no line
-#: lost, none twice), and stderr says so. (A follower's reader outlives its node's end for a while: 10 tasks
-#: that end together still showed 10 readers at once.)
+#: lost, none twice), and stderr says so.
 FOLLOWED_AT_ONCE = 4
 
 

@@ -231,6 +231,8 @@ class JobLogFollower:
                 if place and slot and not self._slot(started + place * slot):
                     break
                 self._visit_or_fail(node, stream_worker)
+            if not self._round_of(worker):
+                return  # at once: a reader that paused first outlived its node's end (one per task of a sweep's logs)
             period, keeping = self._round_period()
             self._pause(started + period, keeping)
 

@@ -42,7 +42,7 @@ from nemo_kubeflow.constants import EXPERIMENT_LABEL, SCHEDULER_NAME, TRAINJOB_K
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, ConfigError, SubmissionStopped
 from nemo_kubeflow.nemo_run import finished_jobs, interrupt
 from nemo_kubeflow.nemo_run.app_watch import AppWatch
-from nemo_kubeflow.nemo_run.status_answers import LooksAndWrites, StatusAnswers
+from nemo_kubeflow.nemo_run.status_answers import StatusAnswers
 from nemo_kubeflow.observe import look
 from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, MOVE_OFF_NODES, Observation
 from nemo_kubeflow.observe.outage import Outage, short_error
@@ -187,7 +187,7 @@ def _runtime_yaml(runtime: dict) -> str:
 
 class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def __init__(
-        self, session_name: str, cluster: Optional[Cluster] = None, looks: Optional[LooksAndWrites] = None
+        self, session_name: str, cluster: Optional[Cluster] = None, answers: Optional[StatusAnswers] = None
     ) -> None:
         super().__init__(SCHEDULER_NAME, session_name)
         #: Injected for tests; otherwise one client per (kubeconfig, context).
@@ -202,9 +202,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         #: id(cluster) -> its API server's outage, while it does not answer.
         self._outages: dict[int, Outage] = {}
         #: The answers of its status queries (``describe`` outside an attached wait), given again without a read
-        #: when no look or write counted in ``looks`` came since (status_answers.py): shared by the schedulers of
-        #: this process's runners (``create_scheduler``), else this scheduler's own.
-        self._answers = StatusAnswers(looks or LooksAndWrites())
+        #: when no look at the job nor write came since (status_answers.py): shared by the schedulers of this
+        #: process's runners (``create_scheduler``), else this scheduler's own.
+        self._answers = answers or StatusAnswers()
         #: ``waits``: the attached waits (``attached_wait``) the current thread is in, in any of our schedulers.
         self._attached = _ATTACHED
         #: Whether what it sees is said in NeMo-Run's console (``_say``, ``_report_progress``): off where the
@@ -287,7 +287,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
                     experiment=(sub.trainjob["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL, ""),
                 )
             )
-            self._answers.looks.wrote()
+            self._answers.wrote()
         sub.release_files()  # sent: not held for the rest of the experiment, once per task
         log.info(
             "submitted TrainJob %s/%s (%s)",
@@ -336,7 +336,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         record = records.load(namespace, name)
         cluster = self._cluster_for(namespace, name, record)
         watch = self._watches.setdefault(app_id, AppWatch())
-        self._answers.looks.looked_or_wrote()
+        self._answers.looked(app_id)
         observation = self._observe_or_unknown(
             app_id,
             cluster,
@@ -354,7 +354,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         message, notes, lines = observation.message, list(observation.notes), list[str]()
         if repair and observation.actions:
             message, notes, lines = self._repair(cluster, observation, record, watch)
-            self._answers.looks.wrote()
+            self._answers.wrote()
             if watch.job_cache is not None:
                 watch.job_cache.wrote()
         state = observation.state
@@ -389,7 +389,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if record is None or not record.experiment:
             return None
         server = (id(self._fixed_cluster),) if self._fixed_cluster is not None else (record.kubeconfig, record.context)
-        return self._answers.looks.snapshots.reader(cluster, server, record.namespace, record.experiment, record.name)
+        return self._answers.snapshots.reader(cluster, server, record.namespace, record.experiment, record.name)
 
     @staticmethod
     def _stop_keeping(watch: AppWatch) -> None:
@@ -568,7 +568,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         finished_jobs.note_cancelled(app_id)
         watch = self._watches.setdefault(app_id, AppWatch())
         watch.cancelled_here = True
-        self._answers.looks.wrote()
+        self._answers.wrote()
         # Deleting the TrainJob removes its JobSet, pods, ConfigMaps and Secret (ownerReferences).
         self._cluster_for(namespace, name).delete(TRAINJOB_KIND, name, namespace)
         if watch.job_cache is not None:
@@ -621,12 +621,12 @@ def _abs(path: Optional[str]) -> Optional[str]:
     return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
-#: The looks and writes of the schedulers torchx makes for this process's runners: NeMo-Run cancels through
-#: another runner's scheduler, and waits through a third, and a status answer is given again only if none of
-#: them looked or wrote since (status_answers.py).
-RUNNERS_LOOKS = LooksAndWrites()
+#: The status answers, looks and writes of the schedulers torchx makes for this process's runners: NeMo-Run
+#: cancels through another runner's scheduler, waits through a third and asks a status through any, and an
+#: answer is given again only if none of them looked at the job or wrote since (status_answers.py).
+RUNNERS_ANSWERS = StatusAnswers()
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> KubeflowTrainerScheduler:
-    """torchx's factory of our scheduler (one per NeMo-Run runner), sharing ``RUNNERS_LOOKS``."""
-    return KubeflowTrainerScheduler(session_name=session_name, looks=RUNNERS_LOOKS)
+    """torchx's factory of our scheduler (one per NeMo-Run runner), sharing ``RUNNERS_ANSWERS``."""
+    return KubeflowTrainerScheduler(session_name=session_name, answers=RUNNERS_ANSWERS)

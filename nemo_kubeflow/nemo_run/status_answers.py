@@ -2,12 +2,15 @@
 
 NeMo-Run's ``Experiment.status`` asks each task's state twice in a row (its table and its dict), and each look
 reads the TrainJob, its JobSet, pods and node 0's progress line. So the same status query again within
-``ANSWER_REUSE_S``, with no look or write in between (a look of an attached wait or of ``nemo-kubeflow watch``,
-a status query's look, a repair, a cancel), gets the same answer without a read.
+``ANSWER_REUSE_S``, with no look at that job (an attached wait's, ``nemo-kubeflow watch``'s, another status
+query's) and no write (a submission, a repair, a cancel) in between, gets the same answer without a read. Looks at
+other jobs do not count: NeMo-Run asks its tasks from a pool of threads, and its second query of a task comes
+while other threads look at theirs.
 
-Which looks and writes count is an object handed to each scheduler, ``LooksAndWrites``: NeMo-Run cancels through
-another runner's scheduler, and waits through a third, so the schedulers torchx makes for the runners of one
-process (``create_scheduler``) share one; a scheduler made without one counts its own.
+The answers, and the looks and writes that count, are an object handed to each scheduler, ``StatusAnswers``:
+NeMo-Run cancels through another runner's scheduler, waits through a third, and asks a status through whichever
+torchx makes then, so the schedulers torchx makes for the runners of one process (``create_scheduler``) share
+one; a scheduler made without one keeps its own.
 """
 
 from __future__ import annotations
@@ -25,49 +28,46 @@ from nemo_kubeflow.cluster.experiment_snapshot import ExperimentSnapshots
 ANSWER_REUSE_S = 1.0
 
 
-class LooksAndWrites:
-    """A count of the looks at jobs and the writes to them (a cancel, a repair) by the schedulers that share it,
-    and the snapshots of experiments their status queries read (dropped at each write)."""
+class StatusAnswers:
+    """The status answers of the schedulers that share it, the looks at each job and the writes to jobs (a
+    submission, a cancel, a repair) that make them stale, and the snapshots of experiments their status queries
+    read (dropped at each write). Shared, because NeMo-Run asks each query through a scheduler torchx may make
+    anew (every status query of ``Experiment.status`` came through a scheduler of its own)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._count = 0
+        self._writes = 0
+        self._looks: dict[str, int] = {}
+        #: app id -> (when, ``_count(app_id)`` then, the answer) of its last status query.
+        self._answered: dict[str, tuple[float, tuple[int, int], DescribeAppResponse]] = {}
         self.snapshots = ExperimentSnapshots()
 
-    def looked_or_wrote(self) -> None:
+    def looked(self, app_id: str) -> None:
         with self._lock:
-            self._count += 1
+            self._looks[app_id] = self._looks.get(app_id, 0) + 1
 
     def wrote(self) -> None:
-        """A write to a job (a submission, a cancel, a repair): no status answer or snapshot is given again."""
+        """A write to a job: no status answer or snapshot is given again."""
         self.snapshots.drop()
-        self.looked_or_wrote()
-
-    @property
-    def count(self) -> int:
         with self._lock:
-            return self._count
+            self._writes += 1
 
-
-class StatusAnswers:
-    """One scheduler's status answers; ``looks`` counts the looks and writes that make them stale."""
-
-    def __init__(self, looks: LooksAndWrites) -> None:
-        self.looks = looks
-        self._lock = threading.Lock()
-        #: app id -> (when, ``looks.count`` then, the answer) of its last status query.
-        self._answered: dict[str, tuple[float, int, DescribeAppResponse]] = {}
+    def _count(self, app_id: str) -> tuple[int, int]:
+        """(Writes, looks at ``app_id``) so far, under ``_lock``: an answer kept with another count is stale."""
+        return self._writes, self._looks.get(app_id, 0)
 
     def again(self, app_id: str) -> Optional[DescribeAppResponse]:
         """The last answer to this status query (a copy), if it may be given again; else None."""
         with self._lock:
             answered = self._answered.get(app_id)
-        if answered is None or time.monotonic() - answered[0] >= ANSWER_REUSE_S or answered[1] != self.looks.count:
+            if answered is None or answered[1] != self._count(app_id):
+                return None
+        if time.monotonic() - answered[0] >= ANSWER_REUSE_S:
             return None
         return copy.deepcopy(answered[2])
 
     def keep(self, app_id: str, response: DescribeAppResponse) -> None:
         """The answer a status query just got, after its own look."""
-        answered = (time.monotonic(), self.looks.count, copy.deepcopy(response))
+        kept = copy.deepcopy(response)
         with self._lock:
-            self._answered[app_id] = answered
+            self._answered[app_id] = (time.monotonic(), self._count(app_id), kept)

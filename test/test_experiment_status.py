@@ -5,6 +5,7 @@ server refuses the look's error (never a state it could not read). Requests coun
 server."""
 
 import collections
+import time
 
 import nemo_run as run
 import pytest
@@ -16,6 +17,7 @@ from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.errors import PermissionDeniedError
 from nemo_kubeflow.nemo_run.app_watch import AppWatch
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.nemo_run.status_answers import ANSWER_REUSE_S
 
 #: Tasks of the experiment: sleepers that run, one that fails, one that succeeds.
 SLEEPERS = 4
@@ -33,6 +35,7 @@ def _experiment(backend, title: str) -> list[str]:
     app_ids = [app_id_of(job) for job in exp.jobs]
     wanted = [AppState.RUNNING] * SLEEPERS + [AppState.SUCCEEDED, AppState.FAILED]
     wait_for(lambda: [_plain(a).state for a in app_ids] == wanted, "the tasks running, done and failed", timeout=240)
+    time.sleep(ANSWER_REUSE_S)  # NeMo-Run's own status query at the launch is not answered again
     return app_ids
 
 
@@ -51,6 +54,14 @@ def _plain(app_id: str):
     return create_scheduler("plain").observe(app_id, cluster, record, AppWatch())
 
 
+def _progress_not_read(experiment: str, app_id: str) -> str:
+    """What a running task's status says of its progress when it is asked with the others of its experiment."""
+    return (
+        "progress not read from node logs for one of many tasks asked at once "
+        f"(`nemo-kubeflow status {experiment} --task {app_id.split(':')[1]}` reads them)"
+    )
+
+
 def test_a_snapshot_answers_each_task_as_its_own_describe_does(backend):
     app_ids = _experiment(backend, "snapshot-same")
     assert all(records.load(*records.parse_app_id(a)).experiment for a in app_ids)
@@ -60,7 +71,18 @@ def test_a_snapshot_answers_each_task_as_its_own_describe_does(backend):
         plain = [_plain(a) for a in app_ids]
     finally:
         _cancel(app_ids)
-    assert [(d.state, d.msg) for d in from_snapshot] == [(p.state, p.message) for p in plain]
+    # The first task is read on its own; the other running ones read no node log (their progress: `--task`).
+    experiment = records.load(*records.parse_app_id(app_ids[0])).experiment
+    expected = [(plain[0].state, plain[0].message)] + [
+        (
+            p.state,
+            "; ".join(filter(None, [p.message, _progress_not_read(experiment, a)]))
+            if p.state == AppState.RUNNING
+            else p.message,
+        )
+        for a, p in zip(app_ids[1:], plain[1:])
+    ]
+    assert [(d.state, d.msg) for d in from_snapshot] == expected
     failed = from_snapshot[-1]
     assert failed.state == AppState.FAILED and "exited with code 3" in failed.msg and "boom on node 0" in failed.msg, (
         failed
@@ -104,8 +126,42 @@ def test_the_status_of_many_tasks_lists_each_kind_once(local, local_backend):
     assert counts[("get", "trainjobs")] == 1 and counts[("get", "jobsets")] == 1, counts
     # The first task's pods twice (those not running, node 0's metadata for its progress), the snapshot's once.
     assert counts[("list", "pods")] == 3, counts
+    # Node logs: the first task's (its progress) and the failed task's (why); none of the other running tasks.
     log_reads = counts[("get", "pods/log")]
-    assert log_reads <= len(app_ids) and sum(counts.values()) == 7 + log_reads, counts
+    assert 1 <= log_reads <= 2 and sum(counts.values()) == 7 + log_reads, counts
+
+
+def test_a_running_tasks_progress_is_read_when_it_is_asked_alone(local, local_backend, capsys):
+    """`nemo-kubeflow status EXP` of tasks that report progress in their log lines (no ``trainerStatus``): the first
+    task's progress shown, every other running task's status says its progress was not read and how to read it;
+    `--task` (by the TrainJob's name, as that line names it) reads it."""
+    import progress_workload
+    from test_progress import PACKAGER
+
+    from nemo_kubeflow import ConfigMapPackager
+    from nemo_kubeflow.cli.main import main as cli_main
+
+    executor = local_backend.executor(nodes=1, packager=ConfigMapPackager(**PACKAGER))
+    with run.Experiment("snapshot-progress", executor=executor, log_level="WARN") as exp:
+        for i in range(3):
+            exp.add(run.Partial(progress_workload.train, steps=3000, seconds_per_step=0.1, interval=0), name=f"p{i}")
+        exp.run(detach=True)
+    app_ids = [app_id_of(job) for job in exp.jobs]
+    try:
+        wait_for(lambda: all("step" in _plain(a).message for a in app_ids), "every task's progress", timeout=240)
+        capsys.readouterr()
+        assert cli_main(["status", exp._id]) == 0
+        out = capsys.readouterr().out
+        assert out.count("why:   step ") == 1 and out.count("progress not read from node logs") == 2, out
+        second = app_ids[1].split(":")[1]
+        assert _progress_not_read(exp._id, app_ids[1]) in out, out
+        time.sleep(ANSWER_REUSE_S)  # as another process would: not the same status query again (answered as was)
+        assert cli_main(["status", exp._id, "--task", second]) == 0
+        alone = capsys.readouterr().out
+        assert f"Task 1: p1 (TrainJob {app_ids[1].replace(':', '/')})" in alone, alone
+        assert "why:   step " in alone and "not read" not in alone and "Task 0" not in alone, alone
+    finally:
+        _cancel(app_ids)
 
 
 def test_a_refused_list_is_the_looks_error(local, local_backend):

@@ -25,6 +25,31 @@ def _experiment_tasks(experiment_id: str, session: str):
     return exp, scheduler, tasks
 
 
+def _select_tasks(tasks: list, wanted: Optional[Sequence[str]]) -> list:
+    """The tasks ``--task`` names (by index or by name), in the experiment's order; all without it."""
+    if not wanted:
+        return tasks
+    names = _task_names(tasks)
+    _check_task_names(wanted, names, tasks)
+    chosen = {names[w] for w in wanted}
+    return [task for task in tasks if task[0] in chosen]
+
+
+def _check_task_names(wanted: Sequence[str], names: dict[str, int], tasks: list) -> None:
+    """Refuse a ``--task`` that names no task, listing the tasks."""
+    for name in wanted:
+        if name not in names:
+            choices = ", ".join(f"{index} ({job.id})" for index, job, *_ in tasks)
+            raise ConfigError(f"--task {name}: the experiment has no such task; its tasks: {choices}")
+
+
+def _task_names(tasks: list) -> dict[str, int]:
+    """The index of each task by the names ``--task`` takes: its index, its TrainJob's name (as status names a
+    task), and its name (which wins)."""
+    trainjobs = {app_id.split(":", 1)[-1]: index for index, _, app_id, _ in tasks if app_id}
+    return {str(index): index for index, *_ in tasks} | trainjobs | {job.id: index for index, job, *_ in tasks}
+
+
 def _load_experiment(experiment_id: str):  # -> nemo_run.Experiment
     """The NeMo-Run experiment of that id, or a ``ConfigError`` saying where it was looked for."""
     run = _import_nemo_run()

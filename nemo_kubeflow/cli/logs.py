@@ -11,32 +11,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from torchx.specs import is_terminal
 
-from nemo_kubeflow.cli.experiments import _experiment_tasks
+from nemo_kubeflow.cli.experiments import _experiment_tasks, _select_tasks
 from nemo_kubeflow.errors import ConfigError
-
-
-def _select_tasks(tasks: list, wanted: Optional[Sequence[str]]) -> list:
-    """The tasks ``--task`` names (by index or by name), in the experiment's order; all without it."""
-    if not wanted:
-        return tasks
-    names = _task_names(tasks)
-    _check_task_names(wanted, names, tasks)
-    chosen = {names[w] for w in wanted}
-    return [task for task in tasks if task[0] in chosen]
-
-
-def _check_task_names(wanted: Sequence[str], names: dict[str, int], tasks: list) -> None:
-    """Refuse a ``--task`` that names no task, listing the tasks."""
-    for name in wanted:
-        if name not in names:
-            choices = ", ".join(f"{index} ({job.id})" for index, job, *_ in tasks)
-            raise ConfigError(f"--task {name}: the experiment has no such task; its tasks: {choices}")
-
-
-def _task_names(tasks: list) -> dict[str, int]:
-    """The index of each task by the names ``--task`` takes: its index, and its name (which wins)."""
-    return {str(index): index for index, *_ in tasks} | {job.id: index for index, job, *_ in tasks}
-
 
 #: Node logs followed at once with ``--follow``: each holds a thread here and a reader of its job's log follower
 #: (``log_follower.JobLogFollower``). The other nodes are followed as those end (their whole log then: no line

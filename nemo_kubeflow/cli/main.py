@@ -66,6 +66,16 @@ def _experiment_command(
     return parser
 
 
+def _add_task_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--task",
+        "-t",
+        action="append",
+        metavar="INDEX_OR_NAME",
+        help="only this task, by index, name or TrainJob name (repeatable; default: every task)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         # The module docstring is reStructuredText; a terminal shows `x`, not ``x``.
@@ -108,14 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_executor_options(validate)
     validate.set_defaults(func=cmd_validate)
 
-    _experiment_command(
+    status = _experiment_command(
         sub,
         cmd_status,
         "say what each task of an experiment is doing, and why it failed",
         "For each task of a NeMo-Run experiment: its TrainJob, its state, and the reason (the failed rank and its "
         "exception, exit code or signal, the last lines of the node; or what a pending job waits for). Exit code 1 "
-        "if a task failed.",
+        "if a task failed. The tasks of an experiment are read together (a few lists): a running task's node logs "
+        "(its progress line, where Trainer's status carries none) are read when it is asked alone (--task).",
     )
+    _add_task_option(status)
 
     watch = _experiment_command(
         sub,
@@ -137,13 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         "`nemo experiment logs` prints it; with --follow, follow them until the jobs end, across gang restarts. "
         "Lighter than NeMo-Run's command: torch is not imported.",
     )
-    logs.add_argument(
-        "--task",
-        "-t",
-        action="append",
-        metavar="INDEX_OR_NAME",
-        help="only this task, by index or name (repeatable; default: every task)",
-    )
+    _add_task_option(logs)
     logs.add_argument("--follow", "-f", action="store_true", help="follow the logs until the jobs end")
 
     gc = sub.add_parser(

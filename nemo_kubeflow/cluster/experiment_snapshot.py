@@ -10,7 +10,10 @@ of the TrainJob's own); the round's other queries read what those lists hold (``
 ``ClusterReader`` of one task, as ``cluster/watched.WatchedJob`` is for one job's repeated looks, with the same
 selector matching). A round ends when one of its tasks is asked again, after ``REUSE_S``, or at a write.
 What only a waiting or failed task needs (events, node logs) is read per task, as before; Kueue's Workloads of
-the namespace once per snapshot.
+the namespace once per snapshot. A running task's node logs (its progress line where its TrainJob carries no
+``trainerStatus``, log silence, ft_launcher's restarts) are not read in a round's snapshot (``one_of_many``): one
+log read per running task was most of a status of many tasks (1,000 of its 1,045 requests at 1,000 tasks); its
+status says so, and how to ask for that task alone.
 
 Its guarantees are those of a look: a list that fails is the look's error (never a state it could not read); the
 lists are made in the order the look reads (the TrainJobs first), so the pods of a job over are at least as new
@@ -135,6 +138,13 @@ class ExperimentSnapshots:
         """This process wrote: the next status query starts a round."""
         with self._lock:
             self._rounds = {}
+
+
+def one_of_many(reader: Any) -> bool:
+    """Whether ``reader`` answers a status query of one task among several of its experiment, from their round's
+    snapshot: the look reads no node log of a running task then (the experiment's status costs the API server a
+    few lists, not a read per task)."""
+    return isinstance(reader, TaskReader) and reader.snapshot.covers(reader.name)
 
 
 class TaskReader:

@@ -23,6 +23,7 @@ from torchx.specs import AppState, is_terminal
 
 from nemo_kubeflow.cluster import records
 from nemo_kubeflow.cluster.client import ClusterReader
+from nemo_kubeflow.cluster.experiment_snapshot import one_of_many
 from nemo_kubeflow.cluster.kinds import kubectl_delete
 from nemo_kubeflow.constants import TASK_LABEL, TRAINER_NODE, TRAINJOB_KIND, queue_name
 from nemo_kubeflow.errors import ClusterError
@@ -208,10 +209,13 @@ def _diagnose_running(
     keeps_logs: bool = True,
 ) -> None:
     stall_after, job_dir = stall_after_of(record), job_dir_of(record)
-    look.view = view = _view(watch, cluster, trainjob, every_pod=_needs_every_pod(watch, trainjob, stall_after))
+    many = one_of_many(cluster)  # asked with the other tasks of its experiment: no node log read
+    look.view = view = _view(
+        watch, cluster, trainjob, every_pod=not many and _needs_every_pod(watch, trainjob, stall_after)
+    )
     if keeps_logs and job_dir:
         _keep_logs(watch, cluster, look.namespace, look.name, nodes, job_dir)
-    restarts = _restarts(watch, view).note(finished=False)
+    restarts = _restarts(watch, view, read_node_logs=not many).note(finished=False)
     if view.restarting():
         # The TrainJob's counts still speak of the attempt before the restart: the JobSet, or the new
         # attempt's pending pods, say it starts again.
@@ -226,11 +230,32 @@ def _diagnose_running(
             ]
         )
         return
-    reported = progress_view.read(cluster, view, watch.progress, watch.keeper)
+    reported = progress_view.read(cluster, view, watch.progress, watch.keeper, read_logs=not many)
     facts = [reported.text() if reported else "", restarts]
-    if stall_after:
+    progressing = reported is not None and not reported.stale
+    if stall_after and (progressing or not many):
         facts.insert(0, _stall_fact(watch, cluster, view, reported, stall_after))
     look.message = joined(facts) or look.message
+    if many:
+        unread = {
+            "progress": reported is None,
+            "log silence": not progressing and bool(stall_after and _stall_check_due(watch, trainjob, stall_after)),
+            "ft_launcher's in-job restarts": watch.keeper is None and view.runs_ft_launcher(),
+        }
+        note = _logs_not_read(look.name, record, [what for what, missing in unread.items() if missing])
+        look.message = joined([look.message, note])
+
+
+def _logs_not_read(name: str, record: Optional[records.AppRecord], unread: list[str]) -> str:
+    """What a look at one of many tasks asked together (TrainJob ``name``) did not read from node logs, and the
+    command that reads it (the task alone); "" when nothing it would show comes from them."""
+    if not unread:
+        return ""
+    experiment = (record.experiment if record is not None else "") or "<experiment>"
+    return (
+        f"{', '.join(unread)} not read from node logs for one of many tasks asked at once "
+        f"(`nemo-kubeflow status {experiment} --task {name}` reads them)"
+    )
 
 
 def _needs_every_pod(watch: LookMemory, trainjob: dict, stall_after: Optional[int]) -> bool:
@@ -287,10 +312,11 @@ def _view(
     return view
 
 
-def _restarts(watch: LookMemory, view: JobView) -> Restarts:
+def _restarts(watch: LookMemory, view: JobView, read_node_logs: bool = True) -> Restarts:
     """A running job's restarts: gang restarts from its pods (and events, after one), ft_launcher's from
     the node logs this process keeps while it waits, else (another process: ``nemo experiment status``)
-    from every node's last lines, one log read per node, for a job that runs ft_launcher only."""
+    from every node's last lines, one log read per node, for a job that runs ft_launcher only (and
+    ``read_node_logs``)."""
     from nemo_kubeflow.observe.restarts import keeper_in_job_restarts
 
     keeper = watch.keeper
@@ -298,7 +324,7 @@ def _restarts(watch: LookMemory, view: JobView) -> Restarts:
         keeper_in_job_restarts(keeper)
         if keeper is not None
         else view.in_job_restarts_of_nodes()
-        if view.runs_ft_launcher()
+        if view.runs_ft_launcher() and read_node_logs
         else None
     )
     best = watch.in_job_seen

@@ -280,17 +280,21 @@ def read(
     view: "JobView",
     seen: Optional[ProgressSeen] = None,
     keeper: Optional["NodeLogKeeper"] = None,
+    read_logs: bool = True,
 ) -> Optional[Progress]:
     """The job's progress: its TrainJob's ``trainerStatus``; else rank 0's log line, in whichever node's log
     it is: from the lines this process already has (the ``keeper`` of a waiting process, or every node's lines
-    this look read for ft_launcher's restarts), else from bounded log reads (throttled with ``seen``): node 0's,
-    or the node where it was found last, and the others only where node 0's agent says it is not rank 0."""
+    this look read for ft_launcher's restarts), else (with ``read_logs``) from bounded log reads (throttled with
+    ``seen``): node 0's, or the node where it was found last, and the others only where node 0's agent says it is
+    not rank 0."""
     reported = from_trainjob(view.trainjob)
     if reported is not None:
         return reported
     seen = seen if seen is not None else ProgressSeen()
     at_hand = _lines_at_hand(view, keeper)
     found = _newest_in_nodes(at_hand, seen)
+    if found is None and not read_logs:
+        return None
     if found is not None or (0 in at_hand and not _to_read(at_hand, seen, view.nodes)):
         return seen.note(LogLook(found, why="no progress line in the node log lines at hand"))
     if time.monotonic() - seen.read_at < RECHECK_S:

@@ -203,7 +203,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._outages: dict[int, Outage] = {}
         #: The answers of its status queries (``describe`` outside an attached wait), given again without a read
         #: when no look at the job nor write came since (status_answers.py): shared by the schedulers of this
-        #: process's runners (``create_scheduler``), else this scheduler's own.
+        #: process's runners (``create_scheduler``; the answers by session), else this scheduler's own.
         self._answers = answers or StatusAnswers()
         #: ``waits``: the attached waits (``attached_wait``) the current thread is in, in any of our schedulers.
         self._attached = _ATTACHED
@@ -311,11 +311,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         are an attached wait's is said by ``attached_wait``, not guessed."""
         if getattr(self._attached, "waits", 0):
             return self.look_after(app_id)[0]
-        again = self._answers.again(app_id)
+        again = self._answers.again(self.session_name, app_id)
         if again is not None:
             return again
         response = self.look_after(app_id, repair=False)[0]
-        self._answers.keep(app_id, response)
+        self._answers.keep(self.session_name, app_id, response)
         return response
 
     @contextmanager

@@ -35,6 +35,10 @@ class Store:
         self._listeners: list[Listener] = []
         #: Keep stored objects read-only, so a change in place raises at its writer (frozen.py).
         self._freeze = frozen.enabled()
+        #: Owner uid -> (resource key, (namespace, name)) of each object whose ownerReferences name it, in the
+        #: order they first did: the garbage collector's dependents without a scan of every object (1,000
+        #: TrainJobs deleted scanned every stored object about five times each: over a minute).
+        self._dependents_of: dict[str, dict[tuple[str, tuple[str, str]], None]] = {}
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -56,13 +60,26 @@ class Store:
             obj = frozen.freeze(obj)
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if event == "DELETED":
-            self._data[rt.key].pop(key, None)
+            self._index_owners(rt.key, key, self._data[rt.key].pop(key, None), None)
         else:
+            self._index_owners(rt.key, key, self._data[rt.key].get(key), obj)
             self._data[rt.key][key] = obj
         self._history.append((self._rv, event, rt, obj))
         for listener in list(self._listeners):
             listener(event, rt, obj)
         return obj
+
+    def _index_owners(self, rt_key: str, key: tuple[str, str], old: Optional[dict], new: Optional[dict]) -> None:
+        """Keep ``_dependents_of`` as the object stored at ``key`` goes from ``old`` to ``new`` (None: none)."""
+        before, after = _owner_uids(old), _owner_uids(new)
+        for uid in before - after:
+            dependents = self._dependents_of.get(uid)
+            if dependents is not None:
+                dependents.pop((rt_key, key), None)
+                if not dependents:
+                    del self._dependents_of[uid]
+        for uid in after - before:
+            self._dependents_of.setdefault(uid, {})[(rt_key, key)] = None
 
     @property
     def resource_version(self) -> str:
@@ -144,6 +161,7 @@ class Store:
                 for obj in items:
                     meta = obj["metadata"]
                     key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+                    self._index_owners(rt.key, key, self._data[rt.key].get(key), obj)
                     self._data[rt.key][key] = frozen.freeze(obj) if self._freeze else obj
             self._rv = max(self._rv, resource_version)
 
@@ -317,10 +335,13 @@ class Store:
             pass  # already gone through another owner
 
     def _dependents(self, uid: str) -> Iterable[tuple[ResourceType, dict]]:
-        for key, objects in self._data.items():
-            for obj in list(objects.values()):
-                if any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or ()):
-                    yield self._types[key], obj
+        """The objects whose ownerReferences name ``uid``, kind by kind as stored."""
+        order = {key: i for i, key in enumerate(self._data)}
+        found = sorted(self._dependents_of.get(uid, {}), key=lambda entry: order[entry[0]])
+        for rt_key, key in found:
+            obj = self._data[rt_key].get(key)
+            if obj is not None:
+                yield self._types[rt_key], obj
 
     def _orphan(self, uid: str) -> None:
         for rt, dependent in list(self._dependents(uid)):
@@ -344,3 +365,10 @@ def _pod_needs_grace(pod: dict, grace_seconds: Optional[int]) -> bool:
     if grace_seconds == 0:
         return False
     return bool(pod["spec"].get("nodeName")) and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _owner_uids(obj: Optional[dict]) -> set[str]:
+    """The uids the ownerReferences of ``obj`` name (none for None)."""
+    if obj is None:
+        return set()
+    return {ref["uid"] for ref in obj["metadata"].get("ownerReferences") or () if ref.get("uid")}

@@ -5,6 +5,7 @@ server refuses the look's error (never a state it could not read). Requests coun
 server."""
 
 import collections
+import json
 import time
 
 import nemo_run as run
@@ -129,6 +130,37 @@ def test_the_status_of_many_tasks_lists_each_kind_once(local, local_backend):
     # Node logs: the first task's (its progress) and the failed task's (why); none of the other running tasks.
     log_reads = counts[("get", "pods/log")]
     assert 1 <= log_reads <= 2 and sum(counts.values()) == 7 + log_reads, counts
+
+
+def test_nemo_runs_own_status_of_many_tasks_lists_each_kind_once(local, local_backend):
+    """``nemo experiment status``'s query, in a process of its own: NeMo-Run's ``Experiment.status`` asks every task
+    twice (its table, its dict) from a pool of threads, whose threads each made a scheduler of their own while torchx
+    had none (the first import is slow): one round all the same (each second query answered as the first), one
+    list of each kind."""
+    import subprocess
+    import sys
+
+    app_ids = _experiment(local_backend, "snapshot-nemo-run")
+    experiment = records.load(*records.parse_app_id(app_ids[0])).experiment
+    query = (
+        "import json\n"
+        "from nemo_run.run.experiment import Experiment\n"
+        f"found = Experiment.from_id({experiment!r}).status(return_dict=True)\n"
+        "print(json.dumps({name: str(task['status']) for name, task in found.items()}))\n"
+    )
+    try:
+        local.clear_requests()
+        out = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, timeout=300)
+        counts = collections.Counter(
+            (r.verb, r.resource) for r in local.requests if r.namespace == local_backend.namespace
+        )
+    finally:
+        _cancel(app_ids)
+    assert out.returncode == 0, out.stderr[-3000:]
+    states = sorted(json.loads(out.stdout.strip().splitlines()[-1]).values())
+    assert states == sorted(["RUNNING"] * SLEEPERS + ["SUCCEEDED", "FAILED"]), states
+    assert counts[("list", "trainjobs")] == 1 and counts[("list", "jobsets")] == 1, counts
+    assert counts[("get", "trainjobs")] == 1 and counts[("get", "jobsets")] == 1, counts
 
 
 def test_a_running_tasks_progress_is_read_when_it_is_asked_alone(local, local_backend, capsys):

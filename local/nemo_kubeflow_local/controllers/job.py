@@ -64,8 +64,9 @@ class JobState:
     ready: bool = False
     active: int = 0
     ready_pods: int = 0
-    #: pods the Job controller deleted when the Job failed: the real one counts them as failed too
-    failed_on_finish: int = 0
+    #: uids of the pods the Job controller deleted when the Job failed: the real one counts them as failed too,
+    #: once (not again when such a pod then ends Failed)
+    failed_on_finish: set = field(default_factory=set)
     #: created suspended, then resumed (the real JobSet creates its first Jobs while it is suspended)
     resumed: bool = False
     start_time: Optional[str] = None

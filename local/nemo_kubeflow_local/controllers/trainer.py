@@ -880,7 +880,9 @@ class TrainerController:
                 self._release(pod)
             if status.get("phase") == "Succeeded":
                 job.succeeded.add(index)
-            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in job.failed_pods | job.suspended_pods:
+            elif status.get("phase") == "Failed" and pod["metadata"]["uid"] not in (
+                job.failed_pods | job.suspended_pods | job.failed_on_finish
+            ):
                 job.failed_pods.add(pod["metadata"]["uid"])
                 job.retry_at = time.monotonic() + backoff_delay(BACKOFF_START, BACKOFF_MAX, len(job.failed_pods))
                 failed_by_policy |= self._apply_pod_failure_policy(tj, state, job, pod)
@@ -894,7 +896,7 @@ class TrainerController:
     def _stop_failed_job(self, job: JobState, active: list[dict]) -> None:
         """A failing Job's running pods are deleted (the real Job controller counts them as failed too); it
         fails (``failure``) once none is left terminating: at once when there was none."""
-        job.failed_on_finish = len(active)
+        job.failed_on_finish = {p["metadata"]["uid"] for p in active}
         job.terminating += len(active)
         job.active, job.ready_pods, job.ready = 0, 0, False
         for pod in active:
@@ -1142,7 +1144,7 @@ class TrainerController:
             counts = {
                 "active": 0 if job.finished else job.active,
                 "succeeded": len(job.succeeded),
-                "failed": len(job.failed_pods) + job.failed_on_finish,
+                "failed": len(job.failed_pods | job.failed_on_finish),
             }
             for key, value in counts.items():
                 if value:

@@ -18,11 +18,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import sys
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -202,9 +204,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         #: id(cluster) -> its API server's outage, while it does not answer.
         self._outages: dict[int, Outage] = {}
         #: The answers of its status queries (``describe`` outside an attached wait), given again without a read
-        #: when no look at the job nor write came since (status_answers.py): shared by the schedulers of this
-        #: process's runners (``create_scheduler``; the answers by session), else this scheduler's own.
+        #: when no look at the job nor write came since (status_answers.py): the looks and writes shared by the
+        #: schedulers of this process's runners (``create_scheduler``), else this scheduler's own.
         self._answers = answers or StatusAnswers()
+        #: Its own answers' key in ``_answers`` (unique in the process, unlike an id).
+        self._answers_key = next(_SCHEDULER_NUMBERS)
         #: ``waits``: the attached waits (``attached_wait``) the current thread is in, in any of our schedulers.
         self._attached = _ATTACHED
         #: Whether what it sees is said in NeMo-Run's console (``_say``, ``_report_progress``): off where the
@@ -311,11 +315,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         are an attached wait's is said by ``attached_wait``, not guessed."""
         if getattr(self._attached, "waits", 0):
             return self.look_after(app_id)[0]
-        again = self._answers.again(self.session_name, app_id)
+        again = self._answers.again(self._answers_key, app_id)
         if again is not None:
             return again
         response = self.look_after(app_id, repair=False)[0]
-        self._answers.keep(self.session_name, app_id, response)
+        self._answers.keep(self._answers_key, app_id, response)
         return response
 
     @contextmanager
@@ -627,6 +631,31 @@ def _abs(path: Optional[str]) -> Optional[str]:
 RUNNERS_ANSWERS = StatusAnswers()
 
 
+#: Numbers each scheduler's answers in ``RUNNERS_ANSWERS``.
+_SCHEDULER_NUMBERS = itertools.count()
+#: id(experiment) -> (the NeMo-Run experiment, weakly, its scheduler): one per experiment (``create_scheduler``).
+_EXPERIMENT_SCHEDULERS: dict[int, tuple[weakref.ref, KubeflowTrainerScheduler]] = {}
+_EXPERIMENT_SCHEDULERS_LOCK = threading.Lock()
+
+
 def create_scheduler(session_name: str, **kwargs: Any) -> KubeflowTrainerScheduler:
-    """torchx's factory of our scheduler (one per NeMo-Run runner), sharing ``RUNNERS_ANSWERS``."""
-    return KubeflowTrainerScheduler(session_name=session_name, answers=RUNNERS_ANSWERS)
+    """torchx's factory of our scheduler, sharing ``RUNNERS_ANSWERS``: one per NeMo-Run experiment (the
+    ``experiment`` its runner passes), else a new one. torchx makes one per runner, but every thread of NeMo-Run's
+    status pool that finds none yet makes its own (the first import is slow), and a task's second query then came
+    through another scheduler than its first: it read again, and started a second round of lists."""
+    experiment = kwargs.get("experiment")
+    if experiment is None:
+        return KubeflowTrainerScheduler(session_name=session_name, answers=RUNNERS_ANSWERS)
+    with _EXPERIMENT_SCHEDULERS_LOCK:
+        for key, (ref, _) in list(_EXPERIMENT_SCHEDULERS.items()):
+            if ref() is None:
+                del _EXPERIMENT_SCHEDULERS[key]
+        made = _EXPERIMENT_SCHEDULERS.get(id(experiment))
+        if made is not None and made[0]() is experiment and made[1].session_name == session_name:
+            return made[1]
+        scheduler = KubeflowTrainerScheduler(session_name=session_name, answers=RUNNERS_ANSWERS)
+        try:
+            _EXPERIMENT_SCHEDULERS[id(experiment)] = (weakref.ref(experiment), scheduler)
+        except TypeError:
+            pass  # not weakly referable: a scheduler of its own
+        return scheduler

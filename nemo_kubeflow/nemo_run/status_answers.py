@@ -8,9 +8,9 @@ other jobs do not count: NeMo-Run asks its tasks from a pool of threads, and its
 while other threads look at theirs.
 
 The answers, and the looks and writes that count, are an object handed to each scheduler, ``StatusAnswers``:
-NeMo-Run cancels through another runner's scheduler, waits through a third, and asks a status through whichever
-torchx makes then, so the schedulers torchx makes for the runners of one process (``create_scheduler``) share
-one; a scheduler made without one keeps its own.
+NeMo-Run cancels through another runner's scheduler and waits through a third, so the schedulers torchx makes for
+the runners of one process (``create_scheduler``) share one, each with answers of its own; a scheduler made
+without one keeps its own.
 """
 
 from __future__ import annotations
@@ -29,18 +29,16 @@ ANSWER_REUSE_S = 1.0
 
 
 class StatusAnswers:
-    """The status answers of the schedulers that share it, by session (torchx's runner name: NeMo-Run's are all
-    ``nemo_run``), the looks at each job and the writes to jobs (a submission, a cancel, a repair) that make them
-    stale, and the snapshots of experiments their status queries read (dropped at each write). Shared, because
-    torchx may make several schedulers for one runner: ``Experiment.status`` asks from a pool of threads, and the
-    threads that find no scheduler yet each make one (the second query of a task came through another)."""
+    """The status answers of the schedulers that share it, each scheduler's by its key, the looks at each job and
+    the writes to jobs (a submission, a cancel, a repair) that make them stale, and the snapshots of experiments
+    their status queries read (dropped at each write)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._writes = 0
         self._looks: dict[str, int] = {}
-        #: (session, app id) -> (when, ``_count(app_id)`` then, the answer) of its last status query.
-        self._answered: dict[tuple[str, str], tuple[float, tuple[int, int], DescribeAppResponse]] = {}
+        #: (scheduler's key, app id) -> (when, ``_count(app_id)`` then, the answer) of its last status query.
+        self._answered: dict[tuple[int, str], tuple[float, tuple[int, int], DescribeAppResponse]] = {}
         self.snapshots = ExperimentSnapshots()
 
     def looked(self, app_id: str) -> None:
@@ -57,18 +55,18 @@ class StatusAnswers:
         """(Writes, looks at ``app_id``) so far, under ``_lock``: an answer kept with another count is stale."""
         return self._writes, self._looks.get(app_id, 0)
 
-    def again(self, session: str, app_id: str) -> Optional[DescribeAppResponse]:
-        """The last answer to this status query in ``session`` (a copy), if it may be given again; else None."""
+    def again(self, scheduler: int, app_id: str) -> Optional[DescribeAppResponse]:
+        """The last answer to this status query of that scheduler (a copy), if it may be given again; else None."""
         with self._lock:
-            answered = self._answered.get((session, app_id))
+            answered = self._answered.get((scheduler, app_id))
             if answered is None or answered[1] != self._count(app_id):
                 return None
         if time.monotonic() - answered[0] >= ANSWER_REUSE_S:
             return None
         return copy.deepcopy(answered[2])
 
-    def keep(self, session: str, app_id: str, response: DescribeAppResponse) -> None:
-        """The answer a status query in ``session`` just got, after its own look."""
+    def keep(self, scheduler: int, app_id: str, response: DescribeAppResponse) -> None:
+        """The answer a status query of that scheduler just got, after its own look."""
         kept = copy.deepcopy(response)
         with self._lock:
-            self._answered[(session, app_id)] = (time.monotonic(), self._count(app_id), kept)
+            self._answered[(scheduler, app_id)] = (time.monotonic(), self._count(app_id), kept)

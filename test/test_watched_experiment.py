@@ -8,6 +8,7 @@ import nemo_run as run
 import pytest
 from polling import wait_for
 from test_describe_reads_at_scale import status_only_cluster
+from test_experiment_status import _plain
 from torchx.specs import AppState, parse_app_handle
 
 from nemo_kubeflow.config.executor import KubeflowExecutor
@@ -112,8 +113,8 @@ def test_the_tasks_of_an_experiment_are_looked_at_through_one_set_of_watches(loc
     assert _reads(local, names) == [], _reads(local, names)  # answered from the watches
     assert not [r for r in local.requests if r.verb == "list" and r.resource == "pods"]
     for app_id, answers in looks.items():
-        direct = create_scheduler("direct").describe(app_id)
-        assert {(d.state, d.msg) for d in answers} == {(direct.state, direct.msg)}
+        direct = _plain(app_id)  # the task alone, read from the API server (a status of all reads no node log)
+        assert {(d.state, d.msg) for d in answers} == {(direct.state, direct.message)}
         assert direct.state == AppState.RUNNING
 
     # A change of one task reaches its look, and only its: its pod fails, it fails; the others run on.
@@ -173,8 +174,8 @@ def test_a_broken_pod_watch_sends_the_looks_pod_reads_to_the_api_server(local):
             c.sent_to_server for c in caches
         ]
         for app_id, look in zip(app_ids, looks):
-            direct = create_scheduler("direct").describe(app_id)
-            assert (look.state, look.msg) == (direct.state, direct.msg) and look.state == AppState.RUNNING
+            direct = _plain(app_id)
+            assert (look.state, look.msg) == (direct.state, direct.message) and look.state == AppState.RUNNING
     finally:
         broken.remove()
     wait_for(lambda: all(c.current()["Pod"] for c in caches), "the pod watch current again", timeout=60)

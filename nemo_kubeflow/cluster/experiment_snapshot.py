@@ -34,7 +34,7 @@ from typing import Any, Iterator, Optional
 from nemo_kubeflow.cluster.client import ClusterReader
 from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.cluster.watched import _pod_matcher, partial_metadata
-from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND, WORKLOAD_KIND
 
 #: A round of status queries (and its snapshot) lasts at most this long (a status of 1,000 tasks asks them all
 #: within it); the next query starts a new round.
@@ -44,7 +44,6 @@ REUSE_S = 5.0
 NAMED_SELECTOR_CHARS = 4000
 #: The kinds a snapshot lists (and ``Workload``: Kueue's, of the whole namespace, as a queued look reads them).
 HELD_KINDS = (TRAINJOB_KIND, JOBSET_KIND, "Pod")
-WORKLOAD_KIND = "Workload"
 
 
 class ExperimentSnapshot:
@@ -55,6 +54,10 @@ class ExperimentSnapshot:
         self._lock = threading.Lock()
         #: kind -> name -> object, once listed.
         self._held: dict[str, dict[str, dict]] = {}
+        #: The held pods by their JobSet's name, each JobSet's in the API server's order (by name), and the held
+        #: Workloads by the uid of each owner: a task's query reads its own, not every one of 1,000 tasks'.
+        self._pods_by_jobset: Optional[dict[str, list[dict]]] = None
+        self._workloads_by_owner: Optional[dict[str, list[dict]]] = None
 
     def reader(self, name: str) -> TaskReader:
         """The reader of the look at task ``name`` (its TrainJob's name)."""
@@ -94,6 +97,31 @@ class ExperimentSnapshot:
         if kind == "Pod":
             self.trainjobs()  # the TrainJobs first: the pods then are at least as new as their verdicts
         return self._listed(kind)
+
+    def pods_of(self, jobset: str) -> list[dict]:
+        """The held pods of JobSet ``jobset``, by name (listed if not yet)."""
+        pods = self.held("Pod")
+        with self._lock:
+            if self._pods_by_jobset is None:
+                index: dict[str, list[dict]] = {}
+                for name in sorted(pods):
+                    labels = pods[name]["metadata"].get("labels") or {}
+                    if JOBSET_NAME_LABEL in labels:
+                        index.setdefault(labels[JOBSET_NAME_LABEL], []).append(pods[name])
+                self._pods_by_jobset = index
+            return self._pods_by_jobset.get(jobset, [])
+
+    def workloads_owned_by(self, uid: str) -> list[dict]:
+        """The held Workloads an object of that uid owns (listed if not yet)."""
+        workloads = self.held(WORKLOAD_KIND)
+        with self._lock:
+            if self._workloads_by_owner is None:
+                index: dict[str, list[dict]] = {}
+                for workload in workloads.values():
+                    for ref in workload["metadata"].get("ownerReferences") or ():
+                        index.setdefault(ref.get("uid", ""), []).append(workload)
+                self._workloads_by_owner = index
+            return self._workloads_by_owner.get(uid, [])
 
 
 @dataclass
@@ -148,8 +176,9 @@ def one_of_many(reader: Any) -> bool:
 
 
 class TaskReader:
-    """A ``ClusterReader`` for one status query of task ``name``: its TrainJob, JobSet and pods (and the
-    namespace's Kueue Workloads) from the experiment's snapshot; every other read from the API server."""
+    """A ``ClusterReader`` for one status query of task ``name``: its TrainJob, JobSet and pods (and, for a list
+    of the namespace's Kueue Workloads, those its TrainJob owns: what a queued look reads them for) from the
+    experiment's snapshot; every other read from the API server."""
 
     def __init__(self, snapshot: ExperimentSnapshot, name: str) -> None:
         self.snapshot, self.name = snapshot, name
@@ -176,6 +205,11 @@ class TaskReader:
         limit: Optional[int] = None,
     ) -> builtins.list[dict]:
         if kind == WORKLOAD_KIND and namespace == self.snapshot.namespace and not (label_selector or field_selector):
+            # A look lists them for the one its TrainJob owns (``owned_workload``): those are what it gets.
+            trainjob = self.snapshot.trainjobs().get(self.name)
+            if trainjob is not None:
+                owned = self.snapshot.workloads_owned_by(trainjob["metadata"].get("uid", ""))
+                return [copy.deepcopy(w) for w in owned][:limit]
             return [copy.deepcopy(w) for w in self.snapshot.held(WORKLOAD_KIND).values()][:limit]
         found = self._pods(kind, namespace, label_selector, field_selector)
         if found is None:
@@ -219,5 +253,4 @@ class TaskReader:
         match = _pod_matcher(f"{JOBSET_NAME_LABEL}={self.name}", label_selector, field_selector)
         if match is None:
             return None
-        pods = self.snapshot.held("Pod")
-        return [pods[n] for n in sorted(pods) if match(pods[n])]
+        return [pod for pod in self.snapshot.pods_of(self.name) if match(pod)]

@@ -368,7 +368,8 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         if is_terminal(state):
             self._stop_keeping(watch)
         interrupt.check_wait(app_id, is_terminal(state))
-        return self._response(app_id, state, message, observation.nodes, observation.role), lines
+        answer = look.joined((message, observation.unread))
+        return self._response(app_id, state, answer, observation.nodes, observation.role), lines
 
     def _say_repairs(self, watch: AppWatch, app_id: str, lines: list[str]) -> None:
         """Say the repairs a look made (the lines naming them), unless they are the ones said last."""
@@ -524,7 +525,10 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             from nemo_run.core.frontend.console.api import CONSOLE
             from rich.markup import escape
 
-            CONSOLE.log(f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {escape(message)}")
+            CONSOLE.log(
+                f"[bold]{records.parse_app_id(app_id)[1]}[/bold] {state.name.lower()}: {escape(message)}",
+                highlight=False,
+            )
 
     @staticmethod
     def _response(app_id: str, state: AppState, message: str, nodes: int, role: str) -> DescribeAppResponse:

@@ -68,6 +68,7 @@ class Look:
     view: Optional[JobView] = None
     actions: list[RepairAction] = field(default_factory=list)
     notes: tuple[str, ...] = ()
+    unread: str = ""
 
     def observation(self) -> Observation:
         return Observation(
@@ -79,6 +80,7 @@ class Look:
             trainjob=self.trainjob,
             actions=tuple(self.actions),
             notes=self.notes,
+            unread=self.unread,
         )
 
 
@@ -242,8 +244,7 @@ def _diagnose_running(
             "log silence": not progressing and bool(stall_after and _stall_check_due(watch, trainjob, stall_after)),
             "ft_launcher's in-job restarts": watch.keeper is None and view.runs_ft_launcher(),
         }
-        note = _logs_not_read(look.name, record, [what for what, missing in unread.items() if missing])
-        look.message = joined([look.message, note])
+        look.unread = _logs_not_read(look.name, record, [what for what, missing in unread.items() if missing])
 
 
 def _logs_not_read(name: str, record: Optional[records.AppRecord], unread: list[str]) -> str:

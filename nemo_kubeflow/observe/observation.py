@@ -45,3 +45,6 @@ class Observation:
     actions: tuple[RepairAction, ...] = ()
     #: More to say after the message (where the job stands with the nodes that failed it).
     notes: tuple[str, ...] = ()
+    #: What a look at one of many tasks asked together did not read (their node logs), and what reads it: said
+    #: last in the answer, not in the console line (one per task of a thousand would drown what matters).
+    unread: str = ""

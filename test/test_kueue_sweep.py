@@ -1,0 +1,131 @@
+"""A sweep into one LocalQueue with room for a few of its tasks (issue 39, Kueue at sweep scale), on a local
+cluster of status-only pods, counted at the HTTP level: each waiting task's status says Kueue's reason in
+Kueue's words, the status of all the tasks lists the namespace's Workloads once, and as admitted tasks end the
+queued ones are admitted and run, an attached wait following them to the end through watches."""
+
+import collections
+
+import nemo_run as run
+import pytest
+from backends import Backend
+from polling import wait_for
+from test_describe_reads_at_scale import status_only_cluster
+from torchx.specs import AppState, parse_app_handle
+
+from nemo_kubeflow.config.executor import KubeflowExecutor
+from nemo_kubeflow.constants import JOBSET_NAME_LABEL
+from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+
+TASKS = 12
+ROOM = 3  # one-node tasks of 1 CPU each, a ClusterQueue of 3 CPUs
+QUEUE = "sweep"
+REASON = (
+    f"waiting for queue {QUEUE} to admit it: Pending: couldn't assign flavors to pod set node: "
+    "insufficient unused quota for cpu in flavor be-flavor, 1 more needed"
+)
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    yield from status_only_cluster(tmp_path_factory, ROOM + 1)
+
+
+@pytest.fixture
+def sweep_backend(local):
+    namespace = f"sweep-{len(local.objects('namespaces'))}"
+    local.create_namespace(namespace)
+    made = Backend("local", str(local.kubeconfig_path), namespace, lambda resource: local.objects(resource, namespace))
+    made.queue(QUEUE, {"clusterQueue": made.provide_cluster_queue(cpu=str(ROOM), memory="64Gi")})
+    yield made
+    made.clean_up()
+
+
+_rounds = iter(range(10**6))
+
+
+def _status(app_ids):
+    """Each task's status, asked by a fresh scheduler (a new process's status round)."""
+    scheduler = create_scheduler(f"sweep-status-{next(_rounds)}")
+    return [scheduler.describe(a) for a in app_ids]
+
+
+def _sweep(backend):
+    executor = KubeflowExecutor(
+        container_image="python:3.11",
+        nodes=1,
+        shm_size=None,
+        namespace=backend.namespace,
+        kubeconfig=backend.kubeconfig,
+        queue_name=QUEUE,
+        cpu_request="1",
+        memory_request="1Gi",
+    )
+    with run.Experiment("kueue-sweep", executor=executor, log_level="WARN") as exp:
+        for i in range(TASKS):
+            exp.add(run.Script(inline="sleep 600"), name=f"point{i}")
+        exp.run(detach=True)
+    return [parse_app_handle(job.handle)[2] for job in exp.jobs]
+
+
+def _name(app_id):
+    return app_id.split(":")[-1]
+
+
+def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_runs_to_the_end(local, sweep_backend):
+    namespace = sweep_backend.namespace
+    app_ids = _sweep(sweep_backend)
+
+    def settled():
+        states = _status(app_ids)
+        return (
+            sum(d.state == AppState.RUNNING for d in states) == ROOM
+            and sum(d.msg == REASON for d in states) == TASKS - ROOM
+            and states
+        )
+
+    states = wait_for(settled, "3 tasks running, the others waiting with Kueue's reason", timeout=180)
+    assert {d.state for d in states if d.msg == REASON} == {AppState.PENDING}
+
+    # One status round of every task: the namespace's Workloads listed once, never one read per task.
+    scheduler = create_scheduler("sweep-count")
+    local.clear_requests()
+    for app_id in app_ids:
+        scheduler.describe(app_id)
+    counts = collections.Counter((r.verb, r.resource) for r in local.requests if r.resource == "workloads")
+    assert counts == {("list", "workloads"): 1}, counts
+
+    # The attached wait: every task looked after (its look then its repair) until each is over; the running
+    # tasks end a few at a time, Kueue admits the queued ones, and they run and end in turn.
+    waiting = create_scheduler("sweep-wait")
+    with waiting.attached_wait():
+        for app_id in app_ids:  # the first look of each reads; from the second the tasks are watched
+            waiting.describe(app_id)
+        ended, rounds, reads, messages = set(), [], [], collections.Counter()
+        while len(ended) < TASKS:
+            local.clear_requests()
+            looks = {a: waiting.describe(a) for a in app_ids if a not in ended}
+            reads.append(
+                collections.Counter(
+                    (r.verb, r.resource) for r in local.requests if r.verb in ("get", "list") and r.resource != "events"
+                )
+            )
+            for app_id, desc in looks.items():
+                assert desc.state in (AppState.PENDING, AppState.RUNNING, AppState.SUCCEEDED), (app_id, desc)
+                if desc.state == AppState.PENDING:  # queued with Kueue's reason, or admitted and starting
+                    assert not desc.msg.startswith("suspended"), desc.msg
+                    messages[desc.msg.split(" (")[0] if desc.msg != REASON else REASON] += 1
+                if desc.state == AppState.SUCCEEDED:
+                    ended.add(app_id)
+            running = [a for a, d in looks.items() if d.state == AppState.RUNNING]
+            assert len(running) <= ROOM, running
+            if running:
+                rounds.append(len(running))
+                for app_id in running:
+                    local.end_pods(f"{JOBSET_NAME_LABEL}={_name(app_id)}", 0, namespace)
+            assert len(reads) < 400, "the sweep did not end"
+    assert sum(rounds) == TASKS or len(ended) == TASKS
+    # Through watches: no look read a TrainJob by name (a GET per task per look).
+    gets = sum(c[("get", "trainjobs")] for c in reads)
+    assert gets == 0, reads
+    assert messages[REASON] > 0, messages
+    print("pending messages:", messages, "reads per attached-wait round:", reads)

@@ -9,6 +9,7 @@ import nemo_run as run
 import pytest
 from backends import Backend
 from polling import wait_for
+from test_apiserver_metadata_and_counts import _raw
 from test_describe_reads_at_scale import status_only_cluster
 from torchx.specs import AppState, parse_app_handle
 
@@ -134,3 +135,47 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
     assert sum(c[("get", "trainjobs")] + c[("list", "workloads")] for c in reads) == 0, reads
     assert messages[REASON] > 0, messages
     print("pending messages:", messages, "reads per attached-wait round:", reads)
+
+
+def _pending(local, namespace, queue, version="v1beta2", query=()):
+    """(HTTP status, body) of Kueue's visibility API's pending workloads of a LocalQueue."""
+    path = f"/apis/visibility.kueue.x-k8s.io/{version}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads"
+    return _raw(local.api_client(), path, "application/json", query)
+
+
+def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(local, sweep_backend):
+    """Kueue's visibility API emulated: a LocalQueue's waiting Workloads, the highest priority first then the
+    oldest, each with its place (from 0) in the LocalQueue and the ClusterQueue; an unknown queue is a 404."""
+    namespace = sweep_backend.namespace
+    app_ids = _sweep(sweep_backend)
+    try:
+        wait_for(
+            lambda: sum(d.msg == REASON for d in _status(app_ids)) == TASKS - ROOM,
+            "the tasks beyond the queue's room waiting",
+            timeout=180,
+        )
+        status, summary = _pending(local, namespace, QUEUE)
+        assert status == 200 and summary["kind"] == "PendingWorkloadsSummary", (status, summary)
+        assert summary["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta2"
+        items = summary["items"]
+        waiting = {
+            w["metadata"]["name"]
+            for w in local.objects("workloads", namespace)
+            if not any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in w["status"]["conditions"])
+        }
+        assert {i["metadata"]["name"] for i in items} == waiting and len(items) == TASKS - ROOM
+        assert [i["positionInLocalQueue"] for i in items] == list(range(TASKS - ROOM))
+        assert [i["positionInClusterQueue"] for i in items] == list(range(TASKS - ROOM))  # the only LocalQueue
+        assert {i["localQueueName"] for i in items} == {QUEUE} and {i["priority"] for i in items} == {0}
+        created = [i["metadata"]["creationTimestamp"] for i in items]
+        assert created == sorted(created)  # one priority: the oldest first
+        owners = [i["metadata"]["ownerReferences"][0]["name"] for i in items]
+        assert set(owners) <= {_name(a) for a in app_ids}
+
+        _, page = _pending(local, namespace, QUEUE, "v1beta1", [("offset", "2"), ("limit", "3")])
+        assert [i["positionInLocalQueue"] for i in page["items"]] == [2, 3, 4], page
+        status, missing = _pending(local, namespace, "no-such-queue")
+        assert status == 404 and missing["message"].endswith('"no-such-queue" not found'), missing
+    finally:
+        for app_id in app_ids:
+            create_scheduler("t").cancel(app_id)

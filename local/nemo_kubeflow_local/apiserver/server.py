@@ -24,6 +24,12 @@ from nemo_kubeflow_local.apiserver.api_tokens import ApiTokens
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, bad_request
 from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
+from nemo_kubeflow_local.apiserver.kueue_visibility import (
+    VISIBILITY_DEFAULT_LIMIT,
+    VISIBILITY_GROUP,
+    VISIBILITY_VERSIONS,
+    pending_workloads,
+)
 from nemo_kubeflow_local.apiserver.printers import to_table, wants_table
 from nemo_kubeflow_local.apiserver.registry import Registry, Result, event_v1
 from nemo_kubeflow_local.apiserver.resources import ResourceType
@@ -110,9 +116,13 @@ class Route:
     group: str = ""
     #: The version the path names, when it differs from the one stored (a Kueue v1beta1 path).
     version: str = ""
+    #: A Kueue visibility API path (``pendingworkloads`` of a LocalQueue): the version it names.
+    visibility: str = ""
 
     @property
     def resource(self) -> str:
+        if self.visibility:
+            return "localqueues/pendingworkloads"
         if self.rt is None:
             return ""
         return f"{self.rt.plural}/{self.subresource}" if self.subresource else self.rt.plural
@@ -211,6 +221,11 @@ def route(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT) -> 
     namespace = None
     if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in _SUBRESOURCES["namespaces"]:
         namespace, rest = rest[1], rest[2:]
+    if group == VISIBILITY_GROUP:
+        served = kueue_versions and version in VISIBILITY_VERSIONS and namespace is not None
+        if served and len(rest) == 3 and rest[0] == "localqueues" and rest[2] == "pendingworkloads":
+            return Route(namespace=namespace, name=rest[1], subresource=rest[2], group=group, visibility=version)
+        return Route(group=group)
     if not rest or len(rest) > 3:
         return Route()
     asked = ""
@@ -411,6 +426,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(error)
         if target.discovery is not None:
             return self._send(Result(200, target.discovery))
+        if target.visibility:
+            return self._send_pending_workloads(api, target, query)
         if method == "POST" and target.group == SSAR_GROUP and self.path.split("?")[0] == SSAR_PATH:
             return self._send(self._access_review(api, raw, self.headers.get("Content-Type", "")))
         if target.rt is None:
@@ -433,6 +450,23 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # noqa: BLE001 - answer like the server does, keep the traceback
             logger.exception("%s %s", method, self.path)
             return self._send(ApiError(500, f"Internal error occurred: {error}"))
+
+    def _send_pending_workloads(self, api: ApiServer, target: Route, query: dict) -> int:
+        """Kueue's visibility API: a LocalQueue's pending workloads and their places (controllers/kueue.py)."""
+        denied = api.hooks.forbidden("get", target.resource, VISIBILITY_GROUP, target.namespace, target.name)
+        if denied is not None:
+            return self._send(denied)
+        try:
+            offset = int(query.get("offset") or 0)
+            limit = int(query.get("limit") or VISIBILITY_DEFAULT_LIMIT)
+            summary = pending_workloads(
+                api.registry.store, target.visibility, target.namespace or "", target.name or "", offset, limit
+            )
+        except ValueError as error:
+            return self._send(bad_request(f"offset and limit must be integers: {error}"))
+        except ApiError as error:
+            return self._send(error)
+        return self._send(Result(200, summary))
 
     def _dispatch(
         self, api: ApiServer, method: str, target: Route, rt: ResourceType, verb: str, query: dict, raw: bytes

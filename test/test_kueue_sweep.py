@@ -4,6 +4,7 @@ Kueue's words, the status of all the tasks lists the namespace's Workloads once,
 queued ones are admitted and run, an attached wait following them to the end through watches."""
 
 import collections
+import re
 
 import nemo_run as run
 import pytest
@@ -20,10 +21,22 @@ from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 TASKS = 12
 ROOM = 3  # one-node tasks of 1 CPU each, a ClusterQueue of 3 CPUs
 QUEUE = "sweep"
-REASON = (
-    f"waiting for queue {QUEUE} to admit it: Pending: couldn't assign flavors to pod set node: "
-    "insufficient unused quota for cpu in flavor be-flavor, 1 more needed"
+#: Kueue's reason, in its words, for each task beyond the queue's room.
+KUEUE_SAYS = (
+    "Pending: couldn't assign flavors to pod set node: insufficient unused quota for cpu in flavor be-flavor, "
+    "1 more needed"
 )
+#: A waiting task's status: its place where Kueue's visibility API tells it, then Kueue's reason.
+QUEUED = re.compile(
+    rf"waiting for queue {QUEUE} to admit it(?: \((\d+)(?:st|nd|rd|th) of (\d+) in LocalQueue {QUEUE}\))?: "
+    + re.escape(KUEUE_SAYS)
+)
+
+
+def _place(message: str):
+    """(place, of how many) a waiting task's status says; None for another status; (None, None) without one."""
+    found = QUEUED.fullmatch(message)
+    return found and (found[1] and int(found[1]), found[2] and int(found[2]))
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +93,17 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         states = _status(app_ids)
         return (
             sum(d.state == AppState.RUNNING for d in states) == ROOM
-            and sum(d.msg == REASON for d in states) == TASKS - ROOM
+            and sum(bool(_place(d.msg)) for d in states) == TASKS - ROOM
             and states
         )
 
     states = wait_for(settled, "3 tasks running, the others waiting with Kueue's reason", timeout=180)
-    assert {d.state for d in states if d.msg == REASON} == {AppState.PENDING}
+    waiting = [d for d in states if _place(d.msg)]
+    assert {d.state for d in waiting} == {AppState.PENDING}
+    # Each waiting task's place in the LocalQueue, from Kueue's visibility API: 1st to 9th of 9.
+    assert sorted(_place(d.msg) for d in waiting) == [(i, TASKS - ROOM) for i in range(1, TASKS - ROOM + 1)], [
+        d.msg for d in waiting
+    ]
 
     # One status round of every task: the namespace's Workloads listed once, never one read per task.
     scheduler = create_scheduler("sweep-count")
@@ -94,8 +112,10 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         scheduler.describe(app_id)
     counts = collections.Counter((r.verb, r.resource) for r in local.requests if r.resource == "workloads")
     # The first task is read on its own (as a status of one task): one more list when it is one of the queued.
-    first_queued = states[0].msg == REASON
+    first_queued = bool(_place(states[0].msg))
     assert counts == {("list", "workloads"): 1 + first_queued}, counts
+    places = [r for r in local.requests if r.path.endswith("/pendingworkloads")]
+    assert len(places) == 1 + first_queued, places  # the places read once for the round (one LocalQueue)
 
     # The attached wait: every task looked after (its look then its repair) until each is over; the running
     # tasks end a few at a time, Kueue admits the queued ones, and they run and end in turn.
@@ -107,6 +127,8 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         caches = [waiting._watches[a].job_cache for a in app_ids]
         wait_for(lambda: all(all(c.current().values()) for c in caches), "the watches current", timeout=30)
         assert "Workload" in caches[0].current(), caches[0].current()  # a queued task's look watches them
+        workload_watch = caches[0]._watches.collections["Workload"]
+        changes_before = workload_watch.changes
         ended, rounds, reads, messages = set(), [], [], collections.Counter()
         while len(ended) < TASKS:
             local.clear_requests()
@@ -120,7 +142,7 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
                 assert desc.state in (AppState.PENDING, AppState.RUNNING, AppState.SUCCEEDED), (app_id, desc)
                 if desc.state == AppState.PENDING:  # queued with Kueue's reason, or admitted and starting
                     assert not desc.msg.startswith("suspended"), desc.msg
-                    messages[desc.msg.split(" (")[0] if desc.msg != REASON else REASON] += 1
+                    messages["queued" if _place(desc.msg) else desc.msg.split(" (")[0]] += 1
                 if desc.state == AppState.SUCCEEDED:
                     ended.add(app_id)
             running = [a for a, d in looks.items() if d.state == AppState.RUNNING]
@@ -133,7 +155,14 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
     # Through watches: no look read a TrainJob by name (a GET per task per look), nor listed the Workloads (one
     # list per queued task per look before: 9, 8, 5, 4, 2, 2 in the rounds of this sweep).
     assert sum(c[("get", "trainjobs")] + c[("list", "workloads")] for c in reads) == 0, reads
-    assert messages[REASON] > 0, messages
+    # The places: read again only when the watched Workloads changed, for the queue, not for each task.
+    place_reads = sum(c[("get", "localqueues/pendingworkloads")] for c in reads)
+    assert place_reads <= workload_watch.changes - changes_before and place_reads < messages["queued"], (
+        place_reads,
+        workload_watch.changes - changes_before,
+        messages,
+    )
+    assert messages["queued"] > 0, messages
     print("pending messages:", messages, "reads per attached-wait round:", reads)
 
 
@@ -150,7 +179,7 @@ def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(loc
     app_ids = _sweep(sweep_backend)
     try:
         wait_for(
-            lambda: sum(d.msg == REASON for d in _status(app_ids)) == TASKS - ROOM,
+            lambda: sum(bool(_place(d.msg)) for d in _status(app_ids)) == TASKS - ROOM,
             "the tasks beyond the queue's room waiting",
             timeout=180,
         )
@@ -176,6 +205,20 @@ def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(loc
         assert [i["positionInLocalQueue"] for i in page["items"]] == [2, 3, 4], page
         status, missing = _pending(local, namespace, "no-such-queue")
         assert status == 404 and missing["message"].endswith('"no-such-queue" not found'), missing
+
+        # Refused (RBAC), not served, failing: each waiting task's status says Kueue's reason only, no place.
+        only_reason = f"waiting for queue {QUEUE} to admit it: {KUEUE_SAYS}"
+        local.deny("get", "localqueues/pendingworkloads", namespace)
+        try:
+            assert sum(d.msg == only_reason for d in _status(app_ids)) == TASKS - ROOM
+        finally:
+            local.allow_all()
+        for code, reason in ((404, "NotFound"), (500, "InternalError")):
+            fault = local.inject_fault(resource="localqueues/pendingworkloads", status=code, reason=reason, times=100)
+            try:
+                assert sum(d.msg == only_reason for d in _status(app_ids)) == TASKS - ROOM, code
+            finally:
+                fault.remove()
     finally:
         for app_id in app_ids:
             create_scheduler("t").cancel(app_id)

@@ -103,6 +103,8 @@ class _Collection:
         self.objects: dict[str, dict] = {}
         #: Listed, and every change since is in ``objects`` (the watch has not broken since).
         self.current = False
+        #: Listings and watch events taken in so far (what was read from it is older when this moved on).
+        self.changes = 0
         #: The server refused to list or watch it (403, 404): reads go to the server from now on.
         self.refused = False
         self.lock = threading.Lock()
@@ -141,6 +143,7 @@ class _Collection:
             for name, obj in self.objects.items():
                 self._index(name, obj)
             self.current = True
+            self.changes += 1
         self.answered()
         for item in items:
             self._tell("LISTED", item)
@@ -179,6 +182,7 @@ class _Collection:
             if kind in ("ADDED", "MODIFIED"):
                 self.objects[meta["name"]] = held = self.shape(obj)
                 self._index(meta["name"], held)
+            self.changes += kind != "BOOKMARK"
         self._tell(str(kind), obj)
         return meta.get("resourceVersion", "")
 
@@ -247,6 +251,8 @@ class _Watches:
         self.last_read = time.monotonic()
         #: When the API server last answered a view (a watch event or opened, a log read, /version).
         self.answered_at = float("-inf")
+        #: LocalQueue -> (the Workload watch's changes when read, Kueue's pending workloads of it).
+        self.pending: dict[str, tuple[int, Optional[builtins.list[dict]]]] = {}
         #: Job name -> its views (each told its own pods' events).
         self.views: dict[str, builtins.list[WatchedJob]] = {}
 
@@ -448,6 +454,22 @@ class WatchedJob:
             with self._answering():
                 return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
         return partial_metadata(found)
+
+    def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]:
+        """Kueue's pending workloads of ``queue``: read again only when the watched Workloads changed since (the
+        places move only when a Workload does), else from the API server at each call."""
+        held = self._listed(WORKLOAD_KIND, namespace) is not None and self._collections.get(WORKLOAD_KIND)
+        if not held:
+            with self._answering():
+                return self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+        changes = held.changes
+        kept = self._watches.pending.get(queue)
+        if kept is not None and kept[0] == changes:
+            return copy.deepcopy(kept[1])
+        with self._answering():
+            found = self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+        self._watches.pending[queue] = (changes, found)
+        return copy.deepcopy(found)
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
         with self._answering():

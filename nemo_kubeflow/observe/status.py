@@ -193,7 +193,23 @@ def _admission_checks_message(text: str, admitted: dict) -> str:
     return f"{text}: quota reserved, waiting for admission checks" + (f" ({why})" if why else "")
 
 
-def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def queue_place(queue: str, pending: Sequence[dict], workload: dict) -> str:
+    """ " (12th of 990 in LocalQueue q)": the Workload's place among ``pending`` (Kueue's visibility API's items,
+    ``positionInLocalQueue`` from 0); "" when it is not among them (admitted, or the answer is older)."""
+    name = nested(workload, "metadata", "name")
+    for item in pending:
+        if nested(item, "metadata", "name") == name and isinstance(item.get("positionInLocalQueue"), int):
+            total = f"{len(pending)}" if len(pending) < 1000 else f"{len(pending)} or more"  # Kueue's page: 1000
+            return f" ({_ordinal(item['positionInLocalQueue'] + 1)} of {total} in LocalQueue {queue})"
+    return ""
+
+
+def queue_wait_message(queue: str, workload: Optional[dict], place: str = "") -> str:
     """ "waiting for queue <name> to admit it", with what Kueue says about the Workload when there is one.
 
     Kueue records why a Workload waits in its conditions: ``QuotaReserved=False`` with reason
@@ -201,7 +217,7 @@ def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
     assign flavors to pod set node: insufficient unused quota ..."); ``Evicted=True`` after a
     preemption; ``Admitted=False`` while admission checks run after the quota is reserved.
     """
-    text = f"waiting for queue {queue} to admit it"
+    text = f"waiting for queue {queue} to admit it{place}"
     evicted, reserved, admitted = _workload_conditions(workload)
     is_reserved, is_admitted = reserved.get("status") == "True", admitted.get("status") == "True"
     if evicted.get("status") == "True" and not is_reserved:

@@ -28,14 +28,16 @@ VISIBILITY_DEFAULT_LIMIT = 1000
 
 
 def _pending_in(store: Store, cluster_queue: str) -> list[dict]:
-    """The Workloads of ``cluster_queue`` that wait (no quota reserved, not finished), in Kueue's queue order."""
+    """The Workloads of ``cluster_queue`` that wait (no quota reserved, not finished) through an active LocalQueue,
+    in Kueue's queue order."""
     found = []
     for w in store.list(R.WORKLOADS, None)[0]:
         if _true(w, "QuotaReserved") or _true(w, "Finished"):
             continue
         local_queue = store.find(R.LOCALQUEUES, w["metadata"]["namespace"], w["spec"].get("queueName", ""))
-        if ((local_queue or {}).get("spec") or {}).get("clusterQueue") == cluster_queue:
-            found.append(w)
+        spec = (local_queue or {}).get("spec") or {}
+        if spec.get("clusterQueue") == cluster_queue and spec.get("stopPolicy", "None") == "None":
+            found.append(w)  # a held or draining LocalQueue's Workloads are not in Kueue's queue
     return sorted(found, key=queue_order)
 
 

@@ -178,6 +178,11 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
     by_group: dict[str, list[str]] = {}
     for group, version in groups:
         by_group.setdefault(group, []).append(version)
+    if kueue_versions:  # Kueue's visibility API, served with the emulated Kueue
+        by_group[VISIBILITY_GROUP] = list(VISIBILITY_VERSIONS)
+        for version in VISIBILITY_VERSIONS:
+            if path == f"/apis/{VISIBILITY_GROUP}/{version}":
+                return _visibility_resources(version)
     if path.startswith(openapi.PREFIX):
         return openapi.answer(path, kueue_versions, KUBERNETES_VERSION["gitVersion"])
     if path == "/version":
@@ -199,6 +204,19 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
         if path == f"/apis/{group}/{version}":
             return _resource_list(f"{group}/{version}", types)
     return None
+
+
+def _visibility_resources(version: str) -> dict:
+    """Kueue's visibility API's resources emulated: the LocalQueues' pending workloads (not the ClusterQueues')."""
+    resources = [
+        {"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs}
+        for plural, namespaced, kind, verbs in (
+            ("localqueues", True, "LocalQueue", ["get"]),
+            ("localqueues/pendingworkloads", True, "PendingWorkloadsSummary", ["get"]),
+        )
+    ]
+    group_version = f"{VISIBILITY_GROUP}/{version}"
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
 def _api_group(group: str, versions: list[str]) -> dict:

@@ -500,3 +500,15 @@ def test_a_node_failed_beside_nodes_being_stopped_reads_as_failing_until_the_job
     assert view([failed, with_phase(node_pod(0, 0), "Running")]).failing() is None
     # The previous attempt's pods, deleted by a gang restart, are not this attempt's failure.
     assert view([failed, stopping, with_phase(node_pod(0, 1), "Pending")]).failing() is None
+
+
+def test_a_queued_workloads_place_is_told_from_kueues_pending_workloads():
+    from nemo_kubeflow.observe.status import queue_place
+
+    pending = [{"metadata": {"name": f"w{i}"}, "positionInLocalQueue": i} for i in range(12)]
+    assert queue_place("q", pending, {"metadata": {"name": "w0"}}) == " (1st of 12 in LocalQueue q)"
+    assert queue_place("q", pending, {"metadata": {"name": "w11"}}) == " (12th of 12 in LocalQueue q)"
+    assert queue_place("q", pending, {"metadata": {"name": "w2"}}) == " (3rd of 12 in LocalQueue q)"
+    assert queue_place("q", pending, {"metadata": {"name": "admitted"}}) == ""  # not among them: no place
+    page = [{"metadata": {"name": f"w{i}"}, "positionInLocalQueue": i} for i in range(1000)]
+    assert queue_place("q", page, {"metadata": {"name": "w21"}}) == " (22nd of 1000 or more in LocalQueue q)"

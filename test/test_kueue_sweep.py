@@ -4,6 +4,7 @@ Kueue's words, the status of all the tasks lists the namespace's Workloads once,
 queued ones are admitted and run, an attached wait following them to the end through watches."""
 
 import collections
+import copy
 import re
 
 import nemo_run as run
@@ -63,7 +64,9 @@ def _status(app_ids):
     return [scheduler.describe(a) for a in app_ids]
 
 
-def _sweep(backend):
+def _sweep(backend, urgent_class=None, urgent=0):
+    """The sweep's tasks, launched: its app ids. The last ``urgent`` tasks in WorkloadPriorityClass
+    ``urgent_class``."""
     executor = KubeflowExecutor(
         container_image="python:3.11",
         nodes=1,
@@ -76,7 +79,11 @@ def _sweep(backend):
     )
     with run.Experiment("kueue-sweep", executor=executor, log_level="WARN") as exp:
         for i in range(TASKS):
-            exp.add(run.Script(inline="sleep 600"), name=f"point{i}")
+            chosen = executor
+            if i >= TASKS - urgent:
+                chosen = copy.deepcopy(executor)
+                chosen.workload_priority_class = urgent_class
+            exp.add(run.Script(inline="sleep 600"), name=f"point{i}", executor=chosen)
         exp.run(detach=True)
     return [parse_app_handle(job.handle)[2] for job in exp.jobs]
 
@@ -176,7 +183,8 @@ def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(loc
     """Kueue's visibility API emulated: a LocalQueue's waiting Workloads, the highest priority first then the
     oldest, each with its place (from 0) in the LocalQueue and the ClusterQueue; an unknown queue is a 404."""
     namespace = sweep_backend.namespace
-    app_ids = _sweep(sweep_backend)
+    urgent_class = sweep_backend.provide_priority_class("urgent", 100)
+    app_ids = _sweep(sweep_backend, urgent_class, urgent=2)  # the last two, submitted last, waiting first
     try:
         wait_for(
             lambda: sum(bool(_place(d.msg)) for d in _status(app_ids)) == TASKS - ROOM,
@@ -195,9 +203,13 @@ def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(loc
         assert {i["metadata"]["name"] for i in items} == waiting and len(items) == TASKS - ROOM
         assert [i["positionInLocalQueue"] for i in items] == list(range(TASKS - ROOM))
         assert [i["positionInClusterQueue"] for i in items] == list(range(TASKS - ROOM))  # the only LocalQueue
-        assert {i["localQueueName"] for i in items} == {QUEUE} and {i["priority"] for i in items} == {0}
-        created = [i["metadata"]["creationTimestamp"] for i in items]
-        assert created == sorted(created)  # one priority: the oldest first
+        assert {i["localQueueName"] for i in items} == {QUEUE}
+        # Kueue's order: the highest priority first, then the oldest (the urgent tasks, submitted last, are admitted
+        # first when Kueue sees them together with the others, else wait at the head of the queue).
+        order = [(-i["priority"], i["metadata"]["creationTimestamp"]) for i in items]
+        assert order == sorted(order), order
+        urgent_waiting = sum(i["priority"] == 100 for i in items)
+        assert [i["priority"] for i in items[:urgent_waiting]] == [100] * urgent_waiting
         owners = [i["metadata"]["ownerReferences"][0]["name"] for i in items]
         assert set(owners) <= {_name(a) for a in app_ids}
 

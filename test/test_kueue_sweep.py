@@ -234,3 +234,64 @@ def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(loc
     finally:
         for app_id in app_ids:
             create_scheduler("t").cancel(app_id)
+
+
+def test_on_both_back_ends_a_small_sweep_waits_in_kueues_words_and_an_attached_wait_follows_it_to_the_end(
+    backend, tmp_path
+):
+    """The small case on both back ends (the real one runs Kueue v0.19.2 with its visibility API off: no place):
+    3 tasks into a queue with room for 1, each waiting task's status in Kueue's words; the attached wait follows
+    the queued ones through their admission to the end."""
+    tasks, queue = 3, "sweep-small"
+    backend.queue(queue, {"clusterQueue": backend.provide_cluster_queue(cpu="1", memory="4Gi")})
+    marker = tmp_path / "go"  # the pods run on this machine: a file lets the tasks end
+    executor = backend.executor(nodes=1, queue_name=queue, cpu_request="1", memory_request="1Gi")
+    with run.Experiment("kueue-small", executor=executor, log_level="WARN") as exp:
+        for i in range(tasks):
+            exp.add(run.Script(inline=f"until [ -e {marker} ]; do sleep 0.2; done"), name=f"p{i}")
+        exp.run(detach=True)
+    app_ids = [parse_app_handle(job.handle)[2] for job in exp.jobs]
+    # Kueue's reason where it gave one: the real Kueue (BestEffortFIFO) writes it on the Workloads it tried, not
+    # on one behind them it has not tried yet (that task's status then says it waits, no more).
+    reason = "Pending: couldn't assign flavors to pod set node: insufficient unused quota for cpu in flavor be-flavor"
+    waiting_says = re.compile(
+        rf"waiting for queue {queue} to admit it(?: \((\d)(?:st|nd) of 2 in LocalQueue {queue}\))?"
+        + rf"(: {re.escape(reason)}, 1 more needed)?"
+    )
+    last = []
+    try:
+        states = wait_for(
+            lambda: (
+                (found := _status(app_ids))
+                and not last.append([(d.state, d.msg) for d in found])
+                and sum(d.state == AppState.RUNNING for d in found) == 1
+                and sum(bool(waiting_says.fullmatch(d.msg)) for d in found) == tasks - 1
+                and any((m := waiting_says.fullmatch(d.msg)) and m[2] for d in found)
+                and found
+            ),
+            "one task running, the others waiting with Kueue's reason",
+            timeout=150,
+        )
+    except AssertionError:
+        raise AssertionError(f"the tasks' last statuses: {last[-1:]}") from None
+    finally:
+        marker.write_text("")
+    places = sorted(waiting_says.fullmatch(d.msg)[1] or "" for d in states if waiting_says.fullmatch(d.msg))
+    # The place where Kueue serves its visibility API (the local cluster), none where not (the real stage).
+    assert places == (["1", "2"] if backend.name == "local" else ["", ""]), places
+
+    waiting = create_scheduler("sweep-small-wait")
+    seen = collections.Counter()
+    with waiting.attached_wait():
+        done = wait_for(
+            lambda: (
+                (looks := [waiting.describe(a) for a in app_ids])
+                and not seen.update(d.msg.split(" (")[0].split(":")[0] for d in looks if d.state == AppState.PENDING)
+                and all(d.state == AppState.SUCCEEDED for d in looks)
+                and looks
+            ),
+            "every task admitted in turn and succeeded",
+            timeout=300,
+        )
+    assert [d.state for d in done] == [AppState.SUCCEEDED] * tasks
+    assert not [m for m in seen if m.startswith("suspended")], seen

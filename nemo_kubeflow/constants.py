@@ -147,6 +147,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 #: fields read (Workload ownerReferences and conditions, LocalQueue ``spec.clusterQueue`` and
 #: ``stopPolicy``, ClusterQueue conditions and ``stopPolicy``) are the same in both.
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+#: Kueue's visibility API (on-demand pending workloads, feature ``VisibilityOnDemand``; an aggregated API server
+#: of Kueue's): a LocalQueue's ``pendingworkloads``, each with its place in the queue. Versions preferred first.
+KUEUE_VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+KUEUE_VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
 #: Kueue's first version serving v1beta2, and the one that serves nothing else.
 KUEUE_V1BETA2_SINCE = "v0.15"
 KUEUE_V1BETA1_UNSERVED_SINCE = "v0.20"

@@ -457,8 +457,10 @@ def test_a_job_over_its_cluster_queues_quota_waits_with_kueues_reason_until_quot
     finally:
         marker.write_text("")
     assert desc.state == AppState.PENDING, (desc.state, desc.msg)
+    # The place from Kueue's visibility API: served on the local cluster, off on the real stage (VisibilityOnDemand).
+    place = " (1st of 1 in LocalQueue be-quota)" if backend.name == "local" else ""
     assert desc.msg == (
-        "waiting for queue be-quota to admit it: Pending: couldn't assign flavors to pod set node: "
+        f"waiting for queue be-quota to admit it{place}: Pending: couldn't assign flavors to pod set node: "
         "insufficient unused quota for cpu in flavor be-flavor, 1 more needed"
     ), desc.msg
     wait_for(

@@ -44,6 +44,8 @@ from nemo_kubeflow.cluster.unanswered import Unanswered
 from nemo_kubeflow.constants import (
     KUEUE_GROUP,
     KUEUE_VERSIONS,
+    KUEUE_VISIBILITY_GROUP,
+    KUEUE_VISIBILITY_VERSIONS,
 )
 from nemo_kubeflow.errors import (
     ClusterError,
@@ -458,6 +460,23 @@ class KubernetesCluster:
         with _SERVED_VERSIONS_LOCK:
             _SERVED_VERSIONS[key] = versions
         return versions
+
+    def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]:
+        """Kueue's visibility API's pending workloads of LocalQueue ``queue`` (``PendingWorkloadsSummary`` items,
+        each with ``positionInLocalQueue`` from 0), or None where the server does not serve that API (its discovery
+        lacks it). A refusal or failure raises, as any read."""
+        version = self.served_version(KUEUE_VISIBILITY_GROUP, KUEUE_VISIBILITY_VERSIONS)
+        if version is None:
+            return None
+        found = self._call(
+            "GET",
+            f"/apis/{KUEUE_VISIBILITY_GROUP}/{version}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads",
+            verb="get",
+            kind="PendingWorkloadsSummary",
+            name=queue,
+            namespace=namespace,
+        )
+        return found.get("items") or []
 
     def served_version(self, group: str, known: tuple[str, ...]) -> Optional[str]:
         """The first of ``known`` (preferred first) that the server serves, ``None`` for none."""

@@ -58,6 +58,8 @@ class ExperimentSnapshot:
         #: Workloads by the uid of each owner: a task's query reads its own, not every one of 1,000 tasks'.
         self._pods_by_jobset: Optional[dict[str, list[dict]]] = None
         self._workloads_by_owner: Optional[dict[str, list[dict]]] = None
+        #: LocalQueue -> Kueue's pending workloads of it (``pending_workloads``), once read.
+        self._pending: dict[str, Optional[list[dict]]] = {}
 
     def reader(self, name: str) -> TaskReader:
         """The reader of the look at task ``name`` (its TrainJob's name)."""
@@ -91,6 +93,13 @@ class ExperimentSnapshot:
                 return f"{JOBSET_NAME_LABEL} in ({names})", None
             return JOBSET_NAME_LABEL, None
         return None, None  # JobSets (named as their TrainJobs), Kueue's Workloads: the namespace's
+
+    def pending_workloads(self, queue: str) -> Optional[list[dict]]:
+        """Kueue's pending workloads of LocalQueue ``queue`` in the namespace, read once for the round."""
+        with self._lock:
+            if queue not in self._pending:
+                self._pending[queue] = self.cluster.pending_workloads(self.namespace, queue)  # type: ignore[attr-defined]
+            return self._pending[queue]
 
     def held(self, kind: str) -> dict[str, dict]:
         """The objects of ``kind`` (a kind of ``HELD_KINDS`` or ``WORKLOAD_KIND``), listed if not yet."""
@@ -227,6 +236,11 @@ class TaskReader:
         if found is None:
             return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
         return partial_metadata(found)
+
+    def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]:
+        if namespace == self.snapshot.namespace:
+            return self.snapshot.pending_workloads(queue)
+        return self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
         return self.cluster.pod_log(name, namespace, **options)

@@ -14,7 +14,9 @@ One set of watches per experiment, not per task: the ``WatchedJob`` of each task
 its TrainJob's ``EXPERIMENT_LABEL``) is a view of one ``_Watches`` shared by the experiment's tasks in this process
 and namespace: its TrainJobs by that label, and its JobSets and pods by what they carry (Trainer puts no TrainJob
 label on the JobSet it makes, nor JobSet on the pods): the namespace's JobSets, and its pods that have a JobSet
-(``JOBSET_NAME_LABEL``). The API load of an attached experiment is then that of one job, whatever its task count;
+(``JOBSET_NAME_LABEL``); from a look at a queued task on, the namespace's Kueue Workloads (a queued task's look
+lists them for Kueue's reason: read once for all the tasks, not once per queued task per look). The API load of an
+attached experiment is then that of one job, whatever its task count;
 each look reads only its own task's objects (held by name, the pods by their JobSet's name). A job whose
 experiment is not known (a ``pod_shape`` of its own, the TrainJob not read yet) is watched alone, by its name.
 """
@@ -34,7 +36,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import MAX_WATCHED_SETS, ClusterReader
 from nemo_kubeflow.cluster.log_stream import LogStream
-from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND
+from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND, WORKLOAD_KIND
 from nemo_kubeflow.errors import ClusterError, ClusterUnreachableError, NotFoundError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,8 @@ class _Collection:
         self.objects: dict[str, dict] = {}
         #: Listed, and every change since is in ``objects`` (the watch has not broken since).
         self.current = False
+        #: Listings and watch events taken in so far (what was read from it is older when this moved on).
+        self.changes = 0
         #: The server refused to list or watch it (403, 404): reads go to the server from now on.
         self.refused = False
         self.lock = threading.Lock()
@@ -139,6 +143,7 @@ class _Collection:
             for name, obj in self.objects.items():
                 self._index(name, obj)
             self.current = True
+            self.changes += 1
         self.answered()
         for item in items:
             self._tell("LISTED", item)
@@ -177,6 +182,7 @@ class _Collection:
             if kind in ("ADDED", "MODIFIED"):
                 self.objects[meta["name"]] = held = self.shape(obj)
                 self._index(meta["name"], held)
+            self.changes += kind != "BOOKMARK"
         self._tell(str(kind), obj)
         return meta.get("resourceVersion", "")
 
@@ -235,6 +241,8 @@ class _Watches:
     ) -> None:
         self.key, self.cluster, self.namespace = key, cluster, namespace
         self.experiment, self.job, self.pod_shape = experiment, job, pod_shape
+        #: Kinds watched from a view's first list of them on, besides the TrainJobs, JobSets and pods (Workloads).
+        self.listed_kinds: set[str] = set()
         self.collections = self._new_collections()
         #: Kinds the server refused to let us watch: not tried again.
         self.refused: set[str] = set()
@@ -243,6 +251,8 @@ class _Watches:
         self.last_read = time.monotonic()
         #: When the API server last answered a view (a watch event or opened, a log read, /version).
         self.answered_at = float("-inf")
+        #: LocalQueue -> (the Workload watch's changes when read, Kueue's pending workloads of it).
+        self.pending: dict[str, tuple[int, Optional[builtins.list[dict]]]] = {}
         #: Job name -> its views (each told its own pods' events).
         self.views: dict[str, builtins.list[WatchedJob]] = {}
 
@@ -319,6 +329,22 @@ class _Watches:
                 ).start()
         threading.Thread(target=self._stop_when_idle, args=(stopped,), daemon=True, name=f"watch-idle-{label}").start()
 
+    def watch_listed(self, kind: str) -> None:
+        """Watch the namespace's ``kind`` (a view lists it) from now on, with the other kinds."""
+        with self.lock:
+            if kind in self.listed_kinds:
+                return
+            self.listed_kinds.add(kind)
+            stopped = self.stopped
+            if stopped is None:  # the next start watches it
+                return
+            collection = self._collection(kind, None, None)
+            self.collections = {**self.collections, kind: collection}
+        label = self.experiment or self.job
+        threading.Thread(
+            target=collection.run, args=(stopped,), daemon=True, name=f"watch-{kind.lower()}-{label}"
+        ).start()
+
     def pause(self) -> None:
         """Stop watching until the next read (nobody reads: ``IDLE_STOP_S``; nobody views: for good)."""
         with self.lock:
@@ -347,19 +373,20 @@ class _Watches:
         else:
             by_name = (None, f"metadata.name={self.job}")
             selectors = {TRAINJOB_KIND: by_name, JOBSET_KIND: by_name, "Pod": (f"{JOBSET_NAME_LABEL}={self.job}", None)}
+        selectors.update({kind: (None, None) for kind in sorted(self.listed_kinds)})
+        return {kind: self._collection(kind, labels, fields) for kind, (labels, fields) in selectors.items()}
+
+    def _collection(self, kind: str, labels: Optional[str], fields: Optional[str]) -> _Collection:
         pods = {"on_event": self.pod_event, "shape": self.pod_shape, "index_label": JOBSET_NAME_LABEL}
-        return {
-            kind: _Collection(
-                self.cluster,
-                kind,
-                self.namespace,
-                self.answered,
-                label_selector=labels,
-                field_selector=fields,
-                **(pods if kind == "Pod" else {}),  # type: ignore[arg-type]
-            )
-            for kind, (labels, fields) in selectors.items()
-        }
+        return _Collection(
+            self.cluster,
+            kind,
+            self.namespace,
+            self.answered,
+            label_selector=labels,
+            field_selector=fields,
+            **(pods if kind == "Pod" else {}),  # type: ignore[arg-type]
+        )
 
 
 class WatchedJob:
@@ -408,6 +435,8 @@ class WatchedJob:
         limit: Optional[int] = None,
     ) -> builtins.list[dict]:
         found = self._pods(kind, namespace, label_selector, field_selector)
+        if found is None and kind == WORKLOAD_KIND and not (label_selector or field_selector):
+            found = self._listed(kind, namespace)
         if found is None:
             with self._answering():
                 return self.cluster.list(kind, namespace, label_selector, field_selector, limit)
@@ -425,6 +454,22 @@ class WatchedJob:
             with self._answering():
                 return self.cluster.list_metadata(kind, namespace, label_selector, field_selector)
         return partial_metadata(found)
+
+    def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]:
+        """Kueue's pending workloads of ``queue``: read again only when the watched Workloads changed since (the
+        places move only when a Workload does), else from the API server at each call."""
+        held = self._listed(WORKLOAD_KIND, namespace) is not None and self._collections.get(WORKLOAD_KIND)
+        if not held:
+            with self._answering():
+                return self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+        changes = held.changes
+        kept = self._watches.pending.get(queue)
+        if kept is not None and kept[0] == changes:
+            return copy.deepcopy(kept[1])
+        with self._answering():
+            found = self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+        self._watches.pending[queue] = (changes, found)
+        return copy.deepcopy(found)
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
         with self._answering():
@@ -539,6 +584,17 @@ class WatchedJob:
             self._watches.answered()
             raise
         self._watches.answered()
+
+    def _listed(self, kind: str, namespace: Optional[str]) -> Optional[builtins.list[dict]]:
+        """The namespace's ``kind`` held by the set's watch of it (started by this first list), or None."""
+        if namespace != self.namespace or self._closed:
+            return None
+        self._watches.watch_listed(kind)
+        held = self._held(kind, namespace)
+        if held is None:
+            return None
+        with held.lock:
+            return [held.objects[n] for n in sorted(held.objects)] if held.current else None
 
     def _pods(
         self, kind: str, namespace: Optional[str], label_selector: Optional[str], field_selector: Optional[str]

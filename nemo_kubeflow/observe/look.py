@@ -33,6 +33,7 @@ from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, KEEP_NODE_LOGS
 from nemo_kubeflow.observe.status import (
     job_status,
     owned_workload,
+    queue_place,
     queue_wait_message,
     running_for_at_least,
     stall_message,
@@ -399,7 +400,28 @@ def _why_queued(cluster: ClusterReader, namespace: str, trainjob: dict, queue: s
     except ClusterError as e:
         log.debug("cannot read Kueue Workloads in %s: %s", namespace, e)
         workloads = []
-    return queue_wait_message(queue, owned_workload(workloads, trainjob))
+    workload = owned_workload(workloads, trainjob)
+    return queue_wait_message(queue, workload, _queue_place(cluster, namespace, queue, workload))
+
+
+#: Namespaces whose Kueue visibility API refused or failed a read: said once at debug, not again.
+_PLACE_UNREAD: set[str] = set()
+
+
+def _queue_place(cluster: ClusterReader, namespace: str, queue: str, workload: Optional[dict]) -> str:
+    """The Workload's place in its LocalQueue from Kueue's visibility API ("" where it is not served, refused, or
+    failed: the reason is then Kueue's alone, never a guessed place)."""
+    read = getattr(cluster, "pending_workloads", None)  # the API server's readers; not a test's own
+    if workload is None or read is None:
+        return ""
+    try:
+        pending = read(namespace, queue)
+    except ClusterError as e:
+        if namespace not in _PLACE_UNREAD:
+            _PLACE_UNREAD.add(namespace)
+            log.debug("cannot read Kueue's pending workloads of queue %s in %s: %s", queue, namespace, e)
+        return ""
+    return queue_place(queue, pending or [], workload)
 
 
 def _held_by_queue(trainjob: dict) -> Optional[str]:

@@ -11,7 +11,7 @@ row that matches wins.
 | condition Complete=True           | SUCCEEDED | every node finished with exit code 0       | nothing                                      |
 | condition Failed=True             | FAILED    | JobSet failed after its restarts, deadline | the JobSet, the running pods' metadata and the other pods (``JobView.read_failed``; every pod with in-place restarts), the failed node's last lines (up to 3 failed nodes' when a launcher agent failed without naming the failed rank), each node's log once (with a job dir); Warning events after a gang restart |
 | being deleted (deletionTimestamp) | CANCELLED | cancel in progress                         | nothing                                      |
-| condition Suspended=True          | PENDING   | waiting for resume or a queue's admission  | nothing; Kueue's Workloads in a queue        |
+| condition Suspended=True          | PENDING   | waiting for resume or a queue's admission (spec.suspend false: resumed or admitted, Trainer not yet caught up) | nothing; Kueue's Workloads in a queue while spec.suspend |
 | ``node`` job ready or succeeded   | RUNNING   | every pod of the job is ready (or done)    | the JobSet and the pods not running (``JobView.read_running``; every pod when a stall check is due, for ft_launcher's restarts, or with in-place restarts); without ``trainerStatus``, node 0's last 500 lines for rank 0's progress line, at most 16 KiB a read and two reads (``progress_view``; the node where rank 0's line was found instead, and up to 8 nodes where node 0's agent is not rank 0); Warning events and the current Job's metadata after a gang restart; an ft_launcher job whose logs this process does not keep: every node's last 2000 lines (one log read per node); past ``stall_warning_seconds``, one short log read per node (throttled). After a gang restart, PENDING ("restarting") while the JobSet's ``RestartingJobSet`` condition is True (v0.12 on) or pods of the new attempt are pending: the counts mirror the JobSet's a reconcile late |
 | ``node`` job active, not ready    | PENDING   | pods starting                              | the JobSet, the pods not pending, the first 8 of those not placed and of those starting (``JobView.read_waiting``; every pod before the JobSet), Warning events but kube-scheduler's |
 | anything else                     | SUBMITTED | created, pods not there yet                | the same. A node failed on its own beside pods being deleted: RUNNING, "failing" (``JobView.failing``): the Job's ``Failed`` condition, and so JobSet's restart or verdict, waits until its pods ended (Kubernetes 1.31 on) while the counts say no node is active. PENDING once the JobSet exists (a waiting job's state never steps back). The newest refusal of the chain TrainJob -> JobSet -> Jobs -> pods in those Warning events (``refusals.chain_refusal``: a quota, Pod Security, a LimitRange, a ServiceAccount, a policy): PENDING, FAILED where the job can never start as submitted |
@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from torchx.specs import AppState
 
-from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL
+from nemo_kubeflow.constants import COMPLETION_INDEX_LABEL, queue_name
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,14 @@ def _being_deleted(trainjob: dict) -> Optional[JobStatus]:
 def _suspended(trainjob: dict) -> Optional[JobStatus]:
     """Waiting for a resume or a queue's admission: the ``node`` Job's counts are those of before."""
     cond = true_condition(trainjob, "Suspended")
-    return None if cond is None else JobStatus(AppState.PENDING, f"suspended ({condition_text(cond)})")
+    if cond is None:
+        return None
+    if not nested(trainjob, "spec", "suspend", default=False):
+        # Resumed (Kueue admitted it, or our submission resumed it), and Trainer has not yet seen it.
+        queue = queue_name(trainjob)
+        resumed = f"admitted by queue {queue}" if queue else "resumed"
+        return JobStatus(AppState.PENDING, f"{resumed}, starting (the TrainJob still says {condition_text(cond)})")
+    return JobStatus(AppState.PENDING, f"suspended ({condition_text(cond)})")
 
 
 def _node_job(trainjob: dict) -> dict:
@@ -186,7 +193,23 @@ def _admission_checks_message(text: str, admitted: dict) -> str:
     return f"{text}: quota reserved, waiting for admission checks" + (f" ({why})" if why else "")
 
 
-def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def queue_place(queue: str, pending: Sequence[dict], workload: dict) -> str:
+    """ " (12th of 990 in LocalQueue q)": the Workload's place among ``pending`` (Kueue's visibility API's items,
+    ``positionInLocalQueue`` from 0); "" when it is not among them (admitted, or the answer is older)."""
+    name = nested(workload, "metadata", "name")
+    for item in pending:
+        if nested(item, "metadata", "name") == name and isinstance(item.get("positionInLocalQueue"), int):
+            total = f"{len(pending)}" if len(pending) < 1000 else f"{len(pending)} or more"  # Kueue's page: 1000
+            return f" ({_ordinal(item['positionInLocalQueue'] + 1)} of {total} in LocalQueue {queue})"
+    return ""
+
+
+def queue_wait_message(queue: str, workload: Optional[dict], place: str = "") -> str:
     """ "waiting for queue <name> to admit it", with what Kueue says about the Workload when there is one.
 
     Kueue records why a Workload waits in its conditions: ``QuotaReserved=False`` with reason
@@ -194,7 +217,7 @@ def queue_wait_message(queue: str, workload: Optional[dict]) -> str:
     assign flavors to pod set node: insufficient unused quota ..."); ``Evicted=True`` after a
     preemption; ``Admitted=False`` while admission checks run after the quota is reserved.
     """
-    text = f"waiting for queue {queue} to admit it"
+    text = f"waiting for queue {queue} to admit it{place}"
     evicted, reserved, admitted = _workload_conditions(workload)
     is_reserved, is_admitted = reserved.get("status") == "True", admitted.get("status") == "True"
     if evicted.get("status") == "True" and not is_reserved:

@@ -24,6 +24,12 @@ from nemo_kubeflow_local.apiserver.api_tokens import ApiTokens
 from nemo_kubeflow_local.apiserver.apierrors import ApiError, FieldError, aggregate, bad_request
 from nemo_kubeflow_local.apiserver.container_logs import LogStore, stream
 from nemo_kubeflow_local.apiserver.faults import Hooks, LogStreamHandle, RequestRecord
+from nemo_kubeflow_local.apiserver.kueue_visibility import (
+    VISIBILITY_DEFAULT_LIMIT,
+    VISIBILITY_GROUP,
+    VISIBILITY_VERSIONS,
+    pending_workloads,
+)
 from nemo_kubeflow_local.apiserver.printers import to_table, wants_table
 from nemo_kubeflow_local.apiserver.registry import Registry, Result, event_v1
 from nemo_kubeflow_local.apiserver.resources import ResourceType
@@ -110,9 +116,13 @@ class Route:
     group: str = ""
     #: The version the path names, when it differs from the one stored (a Kueue v1beta1 path).
     version: str = ""
+    #: A Kueue visibility API path (``pendingworkloads`` of a LocalQueue): the version it names.
+    visibility: str = ""
 
     @property
     def resource(self) -> str:
+        if self.visibility:
+            return "localqueues/pendingworkloads"
         if self.rt is None:
             return ""
         return f"{self.rt.plural}/{self.subresource}" if self.subresource else self.rt.plural
@@ -168,6 +178,11 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
     by_group: dict[str, list[str]] = {}
     for group, version in groups:
         by_group.setdefault(group, []).append(version)
+    if kueue_versions:  # Kueue's visibility API, served with the emulated Kueue
+        by_group[VISIBILITY_GROUP] = list(VISIBILITY_VERSIONS)
+        for version in VISIBILITY_VERSIONS:
+            if path == f"/apis/{VISIBILITY_GROUP}/{version}":
+                return _visibility_resources(version)
     if path.startswith(openapi.PREFIX):
         return openapi.answer(path, kueue_versions, KUBERNETES_VERSION["gitVersion"])
     if path == "/version":
@@ -191,6 +206,19 @@ def _discovery(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT
     return None
 
 
+def _visibility_resources(version: str) -> dict:
+    """Kueue's visibility API's resources emulated: the LocalQueues' pending workloads (not the ClusterQueues')."""
+    resources = [
+        {"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": verbs}
+        for plural, namespaced, kind, verbs in (
+            ("localqueues", True, "LocalQueue", ["get"]),
+            ("localqueues/pendingworkloads", True, "PendingWorkloadsSummary", ["get"]),
+        )
+    ]
+    group_version = f"{VISIBILITY_GROUP}/{version}"
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+
+
 def _api_group(group: str, versions: list[str]) -> dict:
     """A group's discovery entry: its versions, the first preferred (the real server lists them so)."""
     listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -211,6 +239,11 @@ def route(path: str, kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT) -> 
     namespace = None
     if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in _SUBRESOURCES["namespaces"]:
         namespace, rest = rest[1], rest[2:]
+    if group == VISIBILITY_GROUP:
+        served = kueue_versions and version in VISIBILITY_VERSIONS and namespace is not None
+        if served and len(rest) == 3 and rest[0] == "localqueues" and rest[2] == "pendingworkloads":
+            return Route(namespace=namespace, name=rest[1], subresource=rest[2], group=group, visibility=version)
+        return Route(group=group)
     if not rest or len(rest) > 3:
         return Route()
     asked = ""
@@ -411,6 +444,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(error)
         if target.discovery is not None:
             return self._send(Result(200, target.discovery))
+        if target.visibility:
+            return self._send_pending_workloads(api, target, query)
         if method == "POST" and target.group == SSAR_GROUP and self.path.split("?")[0] == SSAR_PATH:
             return self._send(self._access_review(api, raw, self.headers.get("Content-Type", "")))
         if target.rt is None:
@@ -433,6 +468,23 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # noqa: BLE001 - answer like the server does, keep the traceback
             logger.exception("%s %s", method, self.path)
             return self._send(ApiError(500, f"Internal error occurred: {error}"))
+
+    def _send_pending_workloads(self, api: ApiServer, target: Route, query: dict) -> int:
+        """Kueue's visibility API: a LocalQueue's pending workloads and their places (controllers/kueue.py)."""
+        denied = api.hooks.forbidden("get", target.resource, VISIBILITY_GROUP, target.namespace, target.name)
+        if denied is not None:
+            return self._send(denied)
+        try:
+            offset = int(query.get("offset") or 0)
+            limit = int(query.get("limit") or VISIBILITY_DEFAULT_LIMIT)
+            summary = pending_workloads(
+                api.registry.store, target.visibility, target.namespace or "", target.name or "", offset, limit
+            )
+        except ValueError as error:
+            return self._send(bad_request(f"offset and limit must be integers: {error}"))
+        except ApiError as error:
+            return self._send(error)
+        return self._send(Result(200, summary))
 
     def _dispatch(
         self, api: ApiServer, method: str, target: Route, rt: ResourceType, verb: str, query: dict, raw: bytes

@@ -51,6 +51,7 @@ from typing import Callable, Optional
 from nemo_kubeflow_local import constants as C
 from nemo_kubeflow_local.apiserver import resources as R
 from nemo_kubeflow_local.apiserver.apierrors import ApiError
+from nemo_kubeflow_local.apiserver.kueue_visibility import queue_order as _queue_order
 from nemo_kubeflow_local.apiserver.resources import ResourceType
 from nemo_kubeflow_local.apiserver.store import Store
 from nemo_kubeflow_local.events import EventRecorder
@@ -85,11 +86,6 @@ def _set_condition(obj: dict, type_: str, status: str, reason: str, message: str
         message,
         observed_generation=obj["metadata"].get("generation", 1),
     )
-
-
-def _queue_order(workload: dict) -> tuple:
-    """Kueue's queue order: the highest priority first, then the oldest."""
-    return -(workload.get("spec") or {}).get("priority", 0), workload["metadata"].get("creationTimestamp", "")
 
 
 def _usage(workload: dict) -> dict[str, Decimal]:

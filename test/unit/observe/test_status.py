@@ -6,12 +6,14 @@ from torchx.specs import AppState
 from nemo_kubeflow.observe.status import job_status
 
 
-def tj(conditions=(), jobs=None, nodes=2, deleting=False):
+def tj(conditions=(), jobs=None, nodes=2, deleting=False, suspend=None, queue=""):
     job = {
-        "metadata": {"name": "j"},
+        "metadata": {"name": "j", "labels": {"kueue.x-k8s.io/queue-name": queue} if queue else {}},
         "spec": {"trainer": {"numNodes": nodes}},
         "status": {"conditions": list(conditions)},
     }
+    if suspend is not None:
+        job["spec"]["suspend"] = suspend
     if jobs is not None:
         job["status"]["jobsStatus"] = [{"name": "node", **jobs}]
     if deleting:
@@ -31,7 +33,18 @@ def cond(ctype, reason="", message="", status="True"):
         (tj([cond("Failed", "JobSetFailed", "pod j-node-0-1 exited with code 7")]), AppState.FAILED, "code 7"),
         (tj([cond("Failed", "DeadlineExceeded", "active deadline")]), AppState.FAILED, "DeadlineExceeded"),
         (tj(deleting=True), AppState.CANCELLED, "being deleted"),
-        (tj([cond("Suspended", "Suspended", "queued")]), AppState.PENDING, "suspended"),
+        (
+            tj([cond("Suspended", "Suspended", "queued")], suspend=True),
+            AppState.PENDING,
+            "suspended (Suspended: queued)",
+        ),
+        # Resumed (Kueue admitted it, or a submission resumed it) before Trainer turned its condition: not suspended.
+        (
+            tj([cond("Suspended", "Suspended", "queued")], suspend=False, queue="q"),
+            AppState.PENDING,
+            "admitted by queue q, starting (the TrainJob still says Suspended: queued)",
+        ),
+        (tj([cond("Suspended", "Suspended", "s")]), AppState.PENDING, "resumed, starting (the TrainJob still says"),
         # jobsStatus counts Jobs (one Job of N pods here), not pods.
         (tj([cond("Suspended", "Resumed", status="False")], jobs={"active": 1, "ready": 1}), AppState.RUNNING, ""),
         (tj(jobs={"active": 1, "ready": 0}), AppState.PENDING, "waiting for all 2 nodes to be ready"),
@@ -487,3 +500,15 @@ def test_a_node_failed_beside_nodes_being_stopped_reads_as_failing_until_the_job
     assert view([failed, with_phase(node_pod(0, 0), "Running")]).failing() is None
     # The previous attempt's pods, deleted by a gang restart, are not this attempt's failure.
     assert view([failed, stopping, with_phase(node_pod(0, 1), "Pending")]).failing() is None
+
+
+def test_a_queued_workloads_place_is_told_from_kueues_pending_workloads():
+    from nemo_kubeflow.observe.status import queue_place
+
+    pending = [{"metadata": {"name": f"w{i}"}, "positionInLocalQueue": i} for i in range(12)]
+    assert queue_place("q", pending, {"metadata": {"name": "w0"}}) == " (1st of 12 in LocalQueue q)"
+    assert queue_place("q", pending, {"metadata": {"name": "w11"}}) == " (12th of 12 in LocalQueue q)"
+    assert queue_place("q", pending, {"metadata": {"name": "w2"}}) == " (3rd of 12 in LocalQueue q)"
+    assert queue_place("q", pending, {"metadata": {"name": "admitted"}}) == ""  # not among them: no place
+    page = [{"metadata": {"name": f"w{i}"}, "positionInLocalQueue": i} for i in range(1000)]
+    assert queue_place("q", page, {"metadata": {"name": "w21"}}) == " (22nd of 1000 or more in LocalQueue q)"

@@ -157,6 +157,7 @@ class ClusterReader(Protocol):
         tail_lines: Optional[int] = None,
         idle_timeout: Optional[float] = None,
     ) -> "LogStream": ...
+    def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]: ...
 
 
 class Cluster(ClusterReader, Protocol):

@@ -98,7 +98,7 @@ class ExperimentSnapshot:
         """Kueue's pending workloads of LocalQueue ``queue`` in the namespace, read once for the round."""
         with self._lock:
             if queue not in self._pending:
-                self._pending[queue] = self.cluster.pending_workloads(self.namespace, queue)  # type: ignore[attr-defined]
+                self._pending[queue] = self.cluster.pending_workloads(self.namespace, queue)
             return self._pending[queue]
 
     def held(self, kind: str) -> dict[str, dict]:
@@ -240,7 +240,7 @@ class TaskReader:
     def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]:
         if namespace == self.snapshot.namespace:
             return self.snapshot.pending_workloads(queue)
-        return self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+        return self.cluster.pending_workloads(namespace, queue)
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:
         return self.cluster.pod_log(name, namespace, **options)

@@ -461,13 +461,13 @@ class WatchedJob:
         held = self._listed(WORKLOAD_KIND, namespace) is not None and self._collections.get(WORKLOAD_KIND)
         if not held:
             with self._answering():
-                return self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+                return self.cluster.pending_workloads(namespace, queue)
         changes = held.changes
         kept = self._watches.pending.get(queue)
         if kept is not None and kept[0] == changes:
             return copy.deepcopy(kept[1])
         with self._answering():
-            found = self.cluster.pending_workloads(namespace, queue)  # type: ignore[attr-defined]
+            found = self.cluster.pending_workloads(namespace, queue)
         self._watches.pending[queue] = (changes, found)
         return copy.deepcopy(found)
 

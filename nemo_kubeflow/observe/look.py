@@ -411,11 +411,10 @@ _PLACE_UNREAD: set[str] = set()
 def _queue_place(cluster: ClusterReader, namespace: str, queue: str, workload: Optional[dict]) -> str:
     """The Workload's place in its LocalQueue from Kueue's visibility API ("" where it is not served, refused, or
     failed: the reason is then Kueue's alone, never a guessed place)."""
-    read = getattr(cluster, "pending_workloads", None)  # the API server's readers; not a test's own
-    if workload is None or read is None:
+    if workload is None:
         return ""
     try:
-        pending = read(namespace, queue)
+        pending = cluster.pending_workloads(namespace, queue)
     except ClusterError as e:
         if namespace not in _PLACE_UNREAD:
             _PLACE_UNREAD.add(namespace)

@@ -25,7 +25,6 @@ namespace's JobSets would cost more than it saves).
 from __future__ import annotations
 
 import builtins
-import copy
 import threading
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader
 from nemo_kubeflow.cluster.log_stream import LogStream
-from nemo_kubeflow.cluster.watched import _pod_matcher, partial_metadata
+from nemo_kubeflow.cluster.watched import _pod_matcher, held_copy, partial_metadata
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND, WORKLOAD_KIND
 
 #: A round of status queries (and its snapshot) lasts at most this long (a status of 1,000 tasks asks them all
@@ -202,7 +201,7 @@ class TaskReader:
         if name == self.name and self._answers(kind, namespace):
             found = self.snapshot.held(kind).get(name)
             if found is not None or kind == JOBSET_KIND:  # every JobSet of the namespace was listed
-                return copy.deepcopy(found)
+                return held_copy(found)
         return self.cluster.get(kind, name, namespace)  # a task gone from the list: as its own read says
 
     def list(
@@ -218,12 +217,12 @@ class TaskReader:
             trainjob = self.snapshot.trainjobs().get(self.name)
             if trainjob is not None:
                 owned = self.snapshot.workloads_owned_by(trainjob["metadata"].get("uid", ""))
-                return [copy.deepcopy(w) for w in owned][:limit]
-            return [copy.deepcopy(w) for w in self.snapshot.held(WORKLOAD_KIND).values()][:limit]
+                return held_copy(owned[:limit])
+            return held_copy(list(self.snapshot.held(WORKLOAD_KIND).values())[:limit])
         found = self._pods(kind, namespace, label_selector, field_selector)
         if found is None:
             return self.cluster.list(kind, namespace, label_selector, field_selector, limit)
-        return [copy.deepcopy(p) for p in found[:limit]]
+        return held_copy(found[:limit])
 
     def list_metadata(
         self,

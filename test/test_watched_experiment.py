@@ -4,6 +4,8 @@ local cluster of status-only pods: one watch of each kind whatever the task coun
 answers it, a broken watch sending the looks' reads to the API server, a write of this process read through for
 its task only, each task's pod events told to its own listeners, and two experiments each with their own set."""
 
+import threading
+
 import nemo_run as run
 import pytest
 from polling import wait_for
@@ -215,3 +217,32 @@ def test_a_wait_entered_on_one_scheduler_and_described_through_another_is_attach
     assert watch.looks_after == 2 and watch.job_cache is not None
     assert create_scheduler("t").describe(app_id).state == AppState.RUNNING  # outside a wait: a status query
     _done(described, [app_id])
+
+
+def test_the_looks_of_a_wait_pool_at_once_ask_the_api_server_once_whether_it_answers(local):
+    """NeMo-Run's attached wait looks at up to min(32, cores + 4) tasks at once: once the server has not been
+    heard from for ANSWERED_WITHIN_S, the looks that come together send one GET of /version, not one each."""
+    app_ids = _experiment(local, "wx-ping", TASKS)
+    scheduler = create_scheduler("wx-ping")
+    for app_id in app_ids:
+        scheduler.look_after(app_id)
+    caches = _watched(scheduler, app_ids)
+    watches = caches[0]._watches
+    watches.answered_at = float("-inf")  # as after ANSWERED_WITHIN_S of a quiet cluster (no watch event)
+    local.clear_requests()
+    start = threading.Barrier(2 * TASKS)
+    looks = []
+
+    def look(app_id):
+        start.wait()
+        looks.append(scheduler.look_after(app_id)[0].state)
+
+    threads = [threading.Thread(target=look, args=(a,)) for a in app_ids * 2]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert looks == [AppState.RUNNING] * (2 * TASKS)
+    assert [r.path for r in local.requests if r.path == "/version"] == ["/version"], local.requests
+    assert _reads(local, [_name(a) for a in app_ids]) == []  # answered from the watches
+    _done(scheduler, app_ids)

@@ -252,6 +252,9 @@ class _Watches:
         self.last_read = time.monotonic()
         #: When the API server last answered a view (a watch event or opened, a log read, /version).
         self.answered_at = float("-inf")
+        #: Held by the one view asking the API server whether it answers: the others wait for that answer (the
+        #: looks of NeMo-Run's wait pool come at once: each its own GET of /version before).
+        self.asking = threading.Lock()
         #: LocalQueue -> (the Workload watch's changes when read, Kueue's pending workloads of it).
         self.pending: dict[str, tuple[int, Optional[builtins.list[dict]]]] = {}
         #: Job name -> its views (each told its own pods' events).
@@ -304,11 +307,14 @@ class _Watches:
         """Whether the API server answered lately, asking it if not (``ANSWERED_WITHIN_S``)."""
         if time.monotonic() - self.answered_at < ANSWERED_WITHIN_S:
             return True
-        answers = getattr(self.cluster, "answers", None)
-        if answers is None or not answers():
-            return False
-        self.answered()
-        return True
+        with self.asking:
+            if time.monotonic() - self.answered_at < ANSWERED_WITHIN_S:
+                return True  # another view asked while this one waited
+            answers = getattr(self.cluster, "answers", None)
+            if answers is None or not answers():
+                return False
+            self.answered()
+            return True
 
     def ensure_watching(self) -> None:
         self.last_read = time.monotonic()

@@ -3,7 +3,7 @@ the product picks it (a real Kueue v0.20 serves only v1beta2; Kueue before v0.15
 
 from kubernetes import client
 
-from nemo_kubeflow.constants import KUEUE_GROUP, KUEUE_VERSIONS
+from nemo_kubeflow.constants import KUEUE_GROUP, KUEUE_VERSIONS, KUEUE_VISIBILITY_GROUP
 
 
 def kueue_version(api_client) -> str:
@@ -16,3 +16,10 @@ def kueue_version(api_client) -> str:
 
 def kueue_api_version(api_client) -> str:
     return f"{KUEUE_GROUP}/{kueue_version(api_client)}"
+
+
+def serves_kueue_visibility(api_client) -> bool:
+    """Whether the server's discovery lists Kueue's visibility API (an aggregated API server's group, there only
+    while its APIService is available): where it does, a waiting task's status says its place in its LocalQueue."""
+    groups = client.ApisApi(api_client).get_api_versions().groups or []
+    return any(g.name == KUEUE_VISIBILITY_GROUP for g in groups)

@@ -14,6 +14,7 @@ from backends import app_id_of, logs, wait_for
 from kubeflow.trainer import HuggingFaceDatasetInitializer, HuggingFaceModelInitializer, Initializer
 from kubernetes import client
 from kubernetes.config import new_client_from_config
+from kueue_api import serves_kueue_visibility
 from torchx.specs import AppState
 
 from nemo_kubeflow import ConfigMapPackager, PVCMount
@@ -457,8 +458,10 @@ def test_a_job_over_its_cluster_queues_quota_waits_with_kueues_reason_until_quot
     finally:
         marker.write_text("")
     assert desc.state == AppState.PENDING, (desc.state, desc.msg)
-    # The place from Kueue's visibility API: served on the local cluster, off on the real stage (VisibilityOnDemand).
-    place = " (1st of 1 in LocalQueue be-quota)" if backend.name == "local" else ""
+    # The place from Kueue's visibility API, where the back end serves it (its discovery says; the real stage serves
+    # it where kube-apiserver's aggregator can reach it).
+    served = serves_kueue_visibility(new_client_from_config(config_file=backend.kubeconfig))
+    place = " (1st of 1 in LocalQueue be-quota)" if served else ""
     assert desc.msg == (
         f"waiting for queue be-quota to admit it{place}: Pending: couldn't assign flavors to pod set node: "
         "insufficient unused quota for cpu in flavor be-flavor, 1 more needed"

@@ -10,6 +10,8 @@ import re
 import nemo_run as run
 import pytest
 from backends import Backend
+from kubernetes.config import new_client_from_config
+from kueue_api import serves_kueue_visibility
 from polling import wait_for
 from test_apiserver_metadata_and_counts import _raw
 from test_describe_reads_at_scale import status_only_cluster
@@ -86,6 +88,11 @@ def _sweep(backend, urgent_class=None, urgent=0):
             exp.add(run.Script(inline="sleep 600"), name=f"point{i}", executor=chosen)
         exp.run(detach=True)
     return [parse_app_handle(job.handle)[2] for job in exp.jobs]
+
+
+def _serves_places(backend) -> bool:
+    """Whether the back end serves Kueue's visibility API (in its discovery), where a waiting task says its place."""
+    return serves_kueue_visibility(new_client_from_config(config_file=backend.kubeconfig))
 
 
 def _name(app_id):
@@ -239,9 +246,10 @@ def test_the_local_cluster_serves_kueues_pending_workloads_with_their_places(loc
 def test_on_both_back_ends_a_small_sweep_waits_in_kueues_words_and_an_attached_wait_follows_it_to_the_end(
     backend, tmp_path
 ):
-    """The small case on both back ends (the real one runs Kueue v0.19.2 with its visibility API off: no place):
-    3 tasks into a queue with room for 1, each waiting task's status in Kueue's words; the attached wait follows
-    the queued ones through their admission to the end."""
+    """The small case on both back ends (the real one runs Kueue v0.19.2 with its visibility API behind
+    kube-apiserver's aggregator):
+        3 tasks into a queue with room for 1, each waiting task's status in Kueue's words; the attached wait follows
+        the queued ones through their admission to the end."""
     tasks, queue = 3, "sweep-small"
     backend.queue(queue, {"clusterQueue": backend.provide_cluster_queue(cpu="1", memory="4Gi")})
     marker = tmp_path / "go"  # the pods run on this machine: a file lets the tasks end
@@ -277,8 +285,9 @@ def test_on_both_back_ends_a_small_sweep_waits_in_kueues_words_and_an_attached_w
     finally:
         marker.write_text("")
     places = sorted(waiting_says.fullmatch(d.msg)[1] or "" for d in states if waiting_says.fullmatch(d.msg))
-    # The place where Kueue serves its visibility API (the local cluster), none where not (the real stage).
-    assert places == (["1", "2"] if backend.name == "local" else ["", ""]), places
+    # The place where the back end serves Kueue's visibility API (its discovery says: the local cluster, and the real
+    # stage where kube-apiserver's aggregator reaches Kueue's visibility server), none where not.
+    assert places == (["1", "2"] if _serves_places(backend) else ["", ""]), places
 
     waiting = create_scheduler("sweep-small-wait")
     seen = collections.Counter()
@@ -295,3 +304,91 @@ def test_on_both_back_ends_a_small_sweep_waits_in_kueues_words_and_an_attached_w
         )
     assert [d.state for d in done] == [AppState.SUCCEEDED] * tasks
     assert not [m for m in seen if m.startswith("suspended")], seen
+
+
+def test_on_both_back_ends_a_task_kueue_has_not_tried_yet_still_says_its_place(backend, tmp_path):
+    """In a StrictFIFO ClusterQueue with room for one task, Kueue tries only the head of the queue: a task of lower
+    priority submitted behind a head Kueue could not admit is never tried, and the real Kueue writes no reason on its
+    Workload. Where the back end serves Kueue's visibility API, that task's status still says its place (no waiting
+    task's status is only `waiting`); where not, it says only that it waits."""
+    queue = "sweep-strict"
+    cluster_queue = backend.provide_cluster_queue(cpu="1", memory="4Gi")
+    backend.custom_objects().patch_cluster_custom_object(
+        "kueue.x-k8s.io",
+        backend.kueue_version(),
+        "clusterqueues",
+        cluster_queue,
+        {"spec": {"queueingStrategy": "StrictFIFO"}},
+    )
+    backend.queue(queue, {"clusterQueue": cluster_queue})
+    marker = tmp_path / "go"
+    script = run.Script(inline=f"until [ -e {marker} ]; do sleep 0.2; done")
+    high = backend.executor(nodes=1, queue_name=queue, cpu_request="1", memory_request="1Gi")
+    high.workload_priority_class = backend.provide_priority_class("high", 100)
+    reason = (
+        "Pending: couldn't assign flavors to pod set node: insufficient unused quota for cpu in flavor be-flavor, "
+        "1 more needed"
+    )
+    waiting_says = re.compile(
+        rf"waiting for queue {queue} to admit it(?: \((\d)(?:st|nd) of (\d) in LocalQueue {queue}\))?(: .*)?"
+    )
+    served = _serves_places(backend)
+    app_ids, last = [], []
+
+    def statuses(wanted: int, what: str):
+        """Each task's status once one runs and the others wait, the head with Kueue's reason."""
+        try:
+            return wait_for(
+                lambda: (
+                    (found := _status(app_ids))
+                    and not last.append([(d.state, d.msg) for d in found])
+                    and sum(d.state == AppState.RUNNING for d in found) == 1
+                    and sum(bool(waiting_says.fullmatch(d.msg)) for d in found) == wanted
+                    and any(d.msg.endswith(f": {reason}") for d in found)
+                    and found
+                ),
+                what,
+                timeout=150,
+            )
+        except AssertionError:
+            raise AssertionError(f"the tasks' last statuses: {last[-1:]}") from None
+
+    try:
+        with run.Experiment("kueue-strict", executor=high, log_level="WARN") as exp:
+            for i in range(2):
+                exp.add(script, name=f"s{i}")
+            exp.run(detach=True)
+        app_ids += [parse_app_handle(job.handle)[2] for job in exp.jobs]
+        statuses(1, "one task running, the other at the head of the queue with Kueue's reason")
+        low = backend.executor(nodes=1, queue_name=queue, cpu_request="1", memory_request="1Gi")
+        with run.Experiment("kueue-strict-low", executor=low, log_level="WARN") as exp:
+            exp.add(script, name="behind")
+            exp.run(detach=True)
+        app_ids.append(parse_app_handle(exp.jobs[0].handle)[2])
+        # The task behind the head: its place where served, and whatever Kueue said of it (nothing on the real
+        # back end: its Workload has no QuotaReserved condition, Kueue never tried it).
+        behind = wait_for(
+            lambda: (
+                (found := statuses(2, "the task behind the head waiting too")[2])
+                and (not served or waiting_says.fullmatch(found.msg)[1])
+                and found
+            ),
+            "the task behind the head with its place",
+        )
+        head = next(d for d in _status(app_ids[:2]) if d.state == AppState.PENDING)
+        place = f" (1st of 2 in LocalQueue {queue})" if served else ""
+        assert head.msg == f"waiting for queue {queue} to admit it{place}: {reason}", head.msg
+        workload = next(
+            w for w in backend.objects("workloads") if w["metadata"]["ownerReferences"][0]["name"] == _name(app_ids[2])
+        )
+        conditions = {c["type"]: c for c in (workload.get("status") or {}).get("conditions", [])}
+        place = f" (2nd of 2 in LocalQueue {queue})" if served else ""
+        if backend.name == "real":
+            assert "QuotaReserved" not in conditions, conditions  # never tried
+            assert behind.msg == f"waiting for queue {queue} to admit it{place}", behind.msg
+        else:  # the local emulation writes Kueue's reason on every waiting Workload
+            assert behind.msg == f"waiting for queue {queue} to admit it{place}: {reason}", behind.msg
+    finally:
+        marker.write_text("")
+        for app_id in app_ids:
+            create_scheduler("t").cancel(app_id)

@@ -74,6 +74,14 @@ POD_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 #: Those paths are one per machine: a second control plane started beside the first would overwrite its status
 #: server's certificate and token (each has its own CA). Each running control plane holds this lock.
 FIXED_PATHS_LOCK = Path("/tmp/nemo-kubeflow-real-control-plane.lock")
+#: Kueue v0.19's visibility API (feature gate VisibilityOnDemand) is an aggregated API server inside its controller
+#: manager; with Kueue's own certificate management off it serves the pair in this fixed folder
+#: (pkg/visibility/server.go `certDir`). Its APIServices skip TLS verification (insecureSkipTLSVerify, as upstream
+#: installs them), so any pair will do, another control plane's too.
+KUEUE_VISIBILITY_CERTS = Path("/visibility")
+#: The name in the client certificate kube-apiserver's aggregator proxies with (--proxy-client-cert-file): the one
+#: name an aggregated API server takes the request headers (X-Remote-User...) from (--requestheader-allowed-names).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 class _MachineLock:
@@ -198,6 +206,10 @@ class Certificates:
         self.ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
         self.ca_crt = self._write("ca.crt", self.ca_pem)
         self.serving_crt, self.serving_key = self.issue("serving", "127.0.0.1", server=True)
+        # the aggregator's client certificate towards aggregated API servers (Kueue's visibility API)
+        self.front_proxy_client_crt, self.front_proxy_client_key = self.issue(
+            "front-proxy-client", FRONT_PROXY_CLIENT, server=False
+        )
         # the API server's client certificate towards kubelets (pods/log, exec) of the node agent
         self.kubelet_client_crt, self.kubelet_client_key = self.issue(
             "kubelet-client", "kube-apiserver-kubelet-client", organization="system:masters", server=False
@@ -354,6 +366,15 @@ class RealControlPlane:
             "kueue-health",
         )
         self.ports = dict(zip(names, free_ports(len(names))))
+        self.kueue_visibility = kueue_visibility_endpoint()
+        if self.kueue_visibility is None:
+            print(
+                "the real control plane runs Kueue without its visibility API (no place in a waiting task's "
+                "status): this machine has no non-loopback IPv4 address for its Endpoints (kube-apiserver refuses "
+                "loopback ones), through which kube-apiserver's aggregator would reach it",
+                file=sys.stderr,
+                flush=True,
+            )
         self._start_etcd()
         self._start_apiserver()
         self._write_kubeconfig()
@@ -373,6 +394,8 @@ class RealControlPlane:
         for name in ("trainer", "jobset", "kueue"):
             port = self.ports[f"{name}-webhook"]
             self._wait(lambda port=port: self._webhook_answers(port), name, "its webhook server")
+        if self.kueue_visibility is not None:
+            self._register_kueue_visibility()
         self._wait(
             lambda: self._default_service_account_exists(), "kube-controller-manager", "the `default` ServiceAccount"
         )
@@ -620,6 +643,17 @@ class RealControlPlane:
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--cert-dir={self.workdir / 'pki' / 'apiserver'}",
                 "--profiling=false",
+                # the aggregation layer (Kueue's visibility API): the aggregator proxies with this client
+                # certificate and the user in request headers, and reaches the APIService's Service through its
+                # endpoints (no kube-proxy routes its ClusterIP here)
+                f"--requestheader-client-ca-file={c.ca_crt}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={c.front_proxy_client_crt}",
+                f"--proxy-client-key-file={c.front_proxy_client_key}",
+                "--enable-aggregator-routing=true",
                 *self._audit_flags(),
             ],
         )
@@ -837,15 +871,105 @@ class RealControlPlane:
                 "leaderElection": {"leaderElect": False},
                 "internalCertManagement": {"enable": False},
                 "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
-                # the visibility API is an aggregated API server of its own: not needed by the tests
-                "featureGates": {"VisibilityOnDemand": False},
+                # the visibility API (an aggregated API server in the controller manager), where it can be reached
+                "featureGates": {"VisibilityOnDemand": self.kueue_visibility is not None},
+                **(
+                    {
+                        "visibilityServer": {
+                            "bindAddress": self.kueue_visibility[0],
+                            "bindPort": self.kueue_visibility[1],
+                        }
+                    }
+                    if self.kueue_visibility
+                    else {}
+                ),
             },
         )
+        if self.kueue_visibility is not None:
+            self._kueue_visibility_certs()
         self._spawn(
             "kueue-controller-manager",
-            [str(self.binaries["kueue-controller-manager"]), f"--config={config}"],
+            # --kubeconfig: the visibility server's delegated authentication and authorization read it (the flag,
+            # not $KUBECONFIG; without it they look for an in-cluster config)
+            [
+                str(self.binaries["kueue-controller-manager"]),
+                f"--config={config}",
+                f"--kubeconfig={self.kubeconfig_path}",
+            ],
             self._controller_env("kueue"),
         )
+
+    def _kueue_visibility_certs(self) -> None:
+        try:
+            self._write_serving_pair(KUEUE_VISIBILITY_CERTS)
+        except OSError as e:
+            raise ControlPlaneError(
+                f"Kueue's visibility server reads its certificate pair from {KUEUE_VISIBILITY_CERTS} (a fixed path in "
+                f"Kueue v0.19 when its own certificate management is off), which cannot be written: {e}; create that "
+                "folder writable by this user"
+            ) from None
+
+    def _register_kueue_visibility(self) -> None:
+        """Register Kueue's visibility API with the aggregator as Kueue's install does (its APIServices and
+        `visibility-server` Service, from its module), the Service without a selector and with endpoints of
+        our own, the address the visibility server listens on: an Endpoints (what the aggregator of Kubernetes
+        1.32 reads) and an EndpointSlice (what it reads since 1.33); then wait until each APIService is
+        Available."""
+        address, port = self.kueue_visibility
+        api_services = []
+        for doc in manifests.kueue_visibility(self.module_dirs["kueue"]):
+            if doc["kind"] == "APIService":
+                api_services.append(doc)
+                continue
+            service = {**doc, "spec": {k: v for k, v in doc["spec"].items() if k != "selector"}}
+            name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+            self._apply(service, f"/api/v1/namespaces/{namespace}/services")
+            port_names = [p["name"] for p in service["spec"]["ports"]]
+            self._apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Endpoints",
+                    # mirrored into an EndpointSlice by kube-controller-manager unless told not to: ours is below
+                    "metadata": {"name": name, "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                    "subsets": [
+                        {"addresses": [{"ip": address}], "ports": [{"name": n, "port": port} for n in port_names]}
+                    ],
+                },
+                f"/api/v1/namespaces/{namespace}/endpoints",
+            )
+            self._apply(
+                {
+                    "apiVersion": "discovery.k8s.io/v1",
+                    "kind": "EndpointSlice",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},
+                    "addressType": "IPv4",
+                    "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+                    "ports": [{"name": n, "port": port, "protocol": "TCP"} for n in port_names],
+                },
+                f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+            )
+        for api_service in api_services:
+            self._apply(api_service, "/apis/apiregistration.k8s.io/v1/apiservices")
+        for api_service in api_services:
+            name, said = api_service["metadata"]["name"], {}
+            try:
+                self._wait(
+                    lambda name=name: self._api_service_available(name, said), "kueue", f"APIService {name} Available"
+                )
+            except ControlPlaneError as e:
+                raise ControlPlaneError(
+                    f"Kueue's visibility API (APIService {name}) is not Available: {said.get('condition', 'no condition yet')}"
+                    f"; {e}"
+                ) from None
+
+    def _api_service_available(self, name: str, said: dict) -> bool:
+        """Whether the APIService's Available condition is True; its reason and message put in ``said``."""
+        api_service = self.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+        for condition in (api_service.get("status") or {}).get("conditions") or []:
+            if condition["type"] == "Available":
+                said["condition"] = f"{condition.get('reason')}: {condition.get('message')}"
+                return condition["status"] == "True"
+        return False
 
     # ------------------------------------------------------------------ objects
     def _install_crds(self) -> None:
@@ -1025,6 +1149,31 @@ class RealControlPlane:
 
     def _wait(self, predicate, component: str, what: str) -> None:
         self.wait_for(predicate, f"{component}: {what}", component=component)
+
+
+def kueue_visibility_endpoint() -> tuple[str, int] | None:
+    """(address, port) for Kueue's visibility server to listen on: this machine's first IPv4 address an endpoint
+    may hold (kube-apiserver refuses loopback, link-local and unspecified ones in Endpoints and EndpointSlices:
+    ValidateEndpointIP), found now, and a port free on it; None when the machine has no such address."""
+    candidates = []
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        candidates += subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5).stdout.split()
+    with contextlib.suppress(OSError):
+        candidates += socket.gethostbyname_ex(socket.gethostname())[2]
+    for candidate in candidates:
+        try:
+            ip = ipaddress.ip_address(candidate)
+        except ValueError:
+            continue
+        if ip.version != 4 or ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((str(ip), 0))
+            except OSError:
+                continue
+            return str(ip), probe.getsockname()[1]
+    return None
 
 
 def _process_of(component: str) -> str:

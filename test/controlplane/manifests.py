@@ -146,3 +146,22 @@ def runtimes(trainer_module_dir: Path, names: tuple = ("torch_distributed.yaml",
     """Trainer's own ClusterTrainingRuntimes (manifests/base/runtimes), for tests that use them."""
     base = trainer_module_dir / "manifests" / "base" / "runtimes"
     return [doc for name in names for doc in _load_all(base / name)]
+
+
+#: Where Kueue keeps the manifests of its visibility API (an aggregated API server inside its controller manager).
+KUEUE_VISIBILITY = "config/components/visibility/kustomization.yaml"
+
+
+def kueue_visibility(kueue_module_dir: Path) -> list:
+    """The objects Kueue's install registers its visibility API with (config/components/visibility): one
+    APIService per version it serves, pointing at the `visibility-server` Service in kueue-system, and that
+    Service; the RoleBinding (its ServiceAccount's read of extension-apiserver-authentication) is left out: the
+    stage's Kueue runs as the admin user, which reads it already."""
+    kustomization_path = kueue_module_dir / KUEUE_VISIBILITY
+    base = kustomization_path.parent
+    return [
+        doc
+        for resource in yaml.safe_load(kustomization_path.read_text()).get("resources", [])
+        for doc in _load_all(base / resource)
+        if doc.get("kind") in ("APIService", "Service")
+    ]

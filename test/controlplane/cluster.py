@@ -342,6 +342,8 @@ class RealControlPlane:
         if logs.exists():
             logs.rename(self.workdir / f"logs-attempt-{attempt}")
         shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+        # the next start makes a new CA: a TLS context made during this one trusts the old CA only
+        self.__dict__.pop("_ctx", None)
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -750,8 +752,9 @@ class RealControlPlane:
         tmp = self.workdir / "tmp" / component
         (tmp / "k8s-webhook-server").mkdir(parents=True, exist_ok=True)
         serving = tmp / "k8s-webhook-server" / "serving-certs"
+        cert_dir = self._serving_cert_dir(component)  # written again on each start: a start again has a new CA
         if not serving.exists():
-            serving.symlink_to(self._serving_cert_dir(component))
+            serving.symlink_to(cert_dir)
         return {"KUBECONFIG": str(self.kubeconfig_path), "TMPDIR": str(tmp)}
 
     def _start_trainer(self, gates: dict = TRAINER_FEATURE_GATES) -> None:

@@ -5,11 +5,13 @@ node agent comes later), so pods stay Pending: this checks what the real control
 TrainJob submitted through NeMo-Run and that cancelling lets the garbage collector remove it all.
 """
 
+import ipaddress
 import json
 import socket
 import subprocess
 import sys
 import textwrap
+import urllib.error
 from pathlib import Path
 
 import nemo_run as run
@@ -184,3 +186,69 @@ def test_a_port_taken_before_its_component_binds_it_makes_the_control_plane_star
         taken.close()
     assert len(chosen) == 2
     assert "address already in use" in (tmp_path / "logs-attempt-1" / "etcd.log").read_text()
+
+
+VISIBILITY = "visibility.kueue.x-k8s.io"
+
+
+def test_kueues_visibility_api_is_served_through_the_aggregator_or_off_and_said_where_it_cannot_be(
+    real_control_plane, tmp_path, monkeypatch, capfd
+):
+    """The stage serves Kueue's visibility API (v1beta1 and v1beta2) through kube-apiserver's aggregation layer, at
+    an address of this machine that is not loopback; on a machine with none, Kueue runs with the API off, the stage
+    says so, and discovery does not list the group (what the tests expect then)."""
+    from controlplane import cluster
+
+    cp = real_control_plane
+    if cp.kueue_visibility is not None:
+        address, port = cp.kueue_visibility
+        assert not ipaddress.ip_address(address).is_loopback
+        for version in ("v1beta1", "v1beta2"):
+            api_service = cp.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY}")
+            assert {(c["type"], c["status"]) for c in api_service["status"]["conditions"]} == {("Available", "True")}
+        assert VISIBILITY in {g["name"] for g in cp.request("GET", "/apis")["groups"]}
+        namespace = cp.create_namespace()
+        try:
+            cp.request("GET", f"/apis/{VISIBILITY}/v1beta2/namespaces/{namespace}/localqueues/none/pendingworkloads")
+            raise AssertionError("a LocalQueue that does not exist has pending workloads")
+        except urllib.error.HTTPError as e:  # Kueue's own answer, through the aggregator
+            assert e.code == 404 and json.loads(e.read())["message"] == f'localqueue.{VISIBILITY} "none" not found'
+        finally:
+            cp.delete_namespace(namespace)
+
+    monkeypatch.setattr(cluster, "kueue_visibility_endpoint", lambda: None)
+    with cluster.RealControlPlane(cp.build_info, tmp_path) as without:
+        assert VISIBILITY not in {g["name"] for g in without.request("GET", "/apis")["groups"]}
+        assert "kueue.x-k8s.io" in {g["name"] for g in without.request("GET", "/apis")["groups"]}
+    assert "runs Kueue without its visibility API" in capfd.readouterr().err
+
+
+def test_a_visibility_port_taken_before_kueue_binds_it_makes_the_control_plane_start_again(
+    real_control_plane, tmp_path, monkeypatch
+):
+    """Kueue's visibility server listens on a port chosen free at start, on this machine's address: taken meanwhile,
+    Kueue exits with "address already in use" and the control plane starts again on another."""
+    from controlplane import cluster
+
+    if real_control_plane.kueue_visibility is None:
+        pytest.skip("this machine has no non-loopback IPv4 address: the stage runs Kueue without its visibility API")
+    choose = cluster.kueue_visibility_endpoint
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind((real_control_plane.kueue_visibility[0], 0))
+    taken.listen()
+    chosen = []
+
+    def taken_the_first_time():
+        endpoint = choose() if chosen else (taken.getsockname()[0], taken.getsockname()[1])
+        chosen.append(endpoint)
+        return endpoint
+
+    monkeypatch.setattr(cluster, "kueue_visibility_endpoint", taken_the_first_time)
+    try:
+        with cluster.RealControlPlane(real_control_plane.build_info, tmp_path) as cp:
+            assert cp.kueue_visibility == chosen[-1] != taken.getsockname()
+            assert VISIBILITY in {g["name"] for g in cp.request("GET", "/apis")["groups"]}
+    finally:
+        taken.close()
+    assert len(chosen) == 2
+    assert "address already in use" in (tmp_path / "logs-attempt-1" / "kueue-controller-manager.log").read_text()

@@ -191,35 +191,44 @@ def test_a_port_taken_before_its_component_binds_it_makes_the_control_plane_star
 VISIBILITY = "visibility.kueue.x-k8s.io"
 
 
-def test_kueues_visibility_api_is_served_through_the_aggregator_or_off_and_said_where_it_cannot_be(
-    real_control_plane, tmp_path, monkeypatch, capfd
+def test_kueues_visibility_api_is_available_through_the_aggregator_where_the_machine_has_an_address(
+    real_control_plane,
 ):
     """The stage serves Kueue's visibility API (v1beta1 and v1beta2) through kube-apiserver's aggregation layer, at
-    an address of this machine that is not loopback; on a machine with none, Kueue runs with the API off, the stage
+    an address of this machine that is not loopback (the aggregator of 1.32 reaches it through the Service's
+    Endpoints, since 1.33 through its EndpointSlices); on a machine with none, discovery does not list the group."""
+    cp = real_control_plane
+    groups = {g["name"] for g in cp.request("GET", "/apis")["groups"]}
+    if cp.kueue_visibility is None:
+        assert VISIBILITY not in groups, groups
+        return
+    address, port = cp.kueue_visibility
+    assert not ipaddress.ip_address(address).is_loopback
+    assert VISIBILITY in groups
+    for version in ("v1beta1", "v1beta2"):
+        api_service = cp.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY}")
+        assert {(c["type"], c["status"]) for c in api_service["status"]["conditions"]} == {("Available", "True")}
+    namespace = cp.create_namespace()
+    try:
+        cp.request("GET", f"/apis/{VISIBILITY}/v1beta2/namespaces/{namespace}/localqueues/none/pendingworkloads")
+        raise AssertionError("a LocalQueue that does not exist has pending workloads")
+    except urllib.error.HTTPError as e:  # Kueue's own answer, through the aggregator
+        assert e.code == 404 and json.loads(e.read())["message"] == f'localqueue.{VISIBILITY} "none" not found'
+    finally:
+        cp.delete_namespace(namespace)
+
+
+def test_on_a_machine_without_a_non_loopback_address_kueue_runs_without_its_visibility_api_and_the_stage_says_so(
+    real_control_plane, tmp_path, monkeypatch, capfd
+):
+    """kube-apiserver refuses loopback endpoints: without another address Kueue runs with the API off, the stage
     says so, and discovery does not list the group (what the tests expect then)."""
     from controlplane import cluster
 
-    cp = real_control_plane
-    if cp.kueue_visibility is not None:
-        address, port = cp.kueue_visibility
-        assert not ipaddress.ip_address(address).is_loopback
-        for version in ("v1beta1", "v1beta2"):
-            api_service = cp.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.{VISIBILITY}")
-            assert {(c["type"], c["status"]) for c in api_service["status"]["conditions"]} == {("Available", "True")}
-        assert VISIBILITY in {g["name"] for g in cp.request("GET", "/apis")["groups"]}
-        namespace = cp.create_namespace()
-        try:
-            cp.request("GET", f"/apis/{VISIBILITY}/v1beta2/namespaces/{namespace}/localqueues/none/pendingworkloads")
-            raise AssertionError("a LocalQueue that does not exist has pending workloads")
-        except urllib.error.HTTPError as e:  # Kueue's own answer, through the aggregator
-            assert e.code == 404 and json.loads(e.read())["message"] == f'localqueue.{VISIBILITY} "none" not found'
-        finally:
-            cp.delete_namespace(namespace)
-
     monkeypatch.setattr(cluster, "kueue_visibility_endpoint", lambda: None)
-    with cluster.RealControlPlane(cp.build_info, tmp_path) as without:
-        assert VISIBILITY not in {g["name"] for g in without.request("GET", "/apis")["groups"]}
-        assert "kueue.x-k8s.io" in {g["name"] for g in without.request("GET", "/apis")["groups"]}
+    with cluster.RealControlPlane(real_control_plane.build_info, tmp_path) as without:
+        groups = {g["name"] for g in without.request("GET", "/apis")["groups"]}
+        assert VISIBILITY not in groups and "kueue.x-k8s.io" in groups, groups
     assert "runs Kueue without its visibility API" in capfd.readouterr().err
 
 

@@ -58,6 +58,8 @@ MINOR_SENSITIVE = {
     "test/test_doctor.py::test_on_the_real_control_plane_as_admin_a_job_can_run": "SelfSubjectAccessReview, server-side dry run, Pod Security admission, API discovery",
     "test/test_doctor.py::test_on_the_real_control_plane_as_a_namespaced_service_account": "RBAC for a ServiceAccount with a namespaced Role, as kube-apiserver evaluates it",
     "test/test_kueue_versions.py::test_the_real_kueue_is_read_in_the_version_it_serves": "API discovery of the served CRD versions",
+    "test/test_real_controlplane.py::test_kueues_visibility_api_is_available_through_the_aggregator_where_the_machine_has_an_address": "kube-apiserver's aggregation layer (the aggregator reads a Service's Endpoints up to 1.32, its "
+    "EndpointSlices since 1.33) serving Kueue's visibility API, where a waiting task's place comes from",
 }
 #: The environment variable that selects the Kubernetes release of the matrix a run uses.
 KUBERNETES_ENV = "NEMO_KUBEFLOW_KUBERNETES"

@@ -25,10 +25,14 @@ def local(tmp_path_factory):
     yield from status_only_cluster(tmp_path_factory, 2 * TASKS + 2)
 
 
-def _experiment(local, title, tasks):
-    """An experiment of ``tasks`` 1-node tasks, every pod running: its app ids."""
+def _experiment(local, title, tasks, namespace="default"):
+    """An experiment of ``tasks`` 1-node tasks in ``namespace``, every pod running: its app ids."""
     executor = KubeflowExecutor(
-        container_image="python:3.11", nodes=1, shm_size=None, kubeconfig=str(local.kubeconfig_path)
+        container_image="python:3.11",
+        nodes=1,
+        shm_size=None,
+        kubeconfig=str(local.kubeconfig_path),
+        namespace=namespace,
     )
     with run.Experiment(title, executor=executor, log_level="WARN") as exp:
         for i in range(tasks):
@@ -40,7 +44,7 @@ def _experiment(local, title, tasks):
         lambda: (
             sum(
                 p["status"].get("phase") == "Running"
-                for p in local.objects("pods", "default")
+                for p in local.objects("pods", namespace)
                 if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) in names
             )
             == tasks
@@ -221,28 +225,32 @@ def test_a_wait_entered_on_one_scheduler_and_described_through_another_is_attach
 
 def test_the_looks_of_a_wait_pool_at_once_ask_the_api_server_once_whether_it_answers(local):
     """NeMo-Run's attached wait looks at up to min(32, cores + 4) tasks at once: once the server has not been
-    heard from for ANSWERED_WITHIN_S, the looks that come together send one GET of /version, not one each."""
-    app_ids = _experiment(local, "wx-ping", TASKS)
+    heard from for ANSWERED_WITHIN_S, the looks that come together send one GET of /version, not one each. In a
+    namespace of its own (the other tests' tasks' events would answer for the server), asked as each look asks
+    (``server_answers``) from as many threads at once."""
+    local.create_namespace("wx-ping")
+    app_ids = _experiment(local, "wx-ping", TASKS, namespace="wx-ping")
     scheduler = create_scheduler("wx-ping")
     for app_id in app_ids:
         scheduler.look_after(app_id)
-    caches = _watched(scheduler, app_ids)
-    watches = caches[0]._watches
-    watches.answered_at = float("-inf")  # as after ANSWERED_WITHIN_S of a quiet cluster (no watch event)
+    watches = _watched(scheduler, app_ids)[0]._watches
     local.clear_requests()
-    start = threading.Barrier(2 * TASKS)
-    looks = []
+    # As after ANSWERED_WITHIN_S of a quiet cluster, set as the threads are let go (a watch event or a node log
+    # keeper's read answers for the server too).
+    start = threading.Barrier(2 * TASKS, action=lambda: setattr(watches, "answered_at", float("-inf")))
+    answers = []
 
-    def look(app_id):
+    def ask():
         start.wait()
-        looks.append(scheduler.look_after(app_id)[0].state)
+        answers.append(watches.server_answers())
 
-    threads = [threading.Thread(target=look, args=(a,)) for a in app_ids * 2]
+    threads = [threading.Thread(target=ask) for _ in range(2 * TASKS)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert looks == [AppState.RUNNING] * (2 * TASKS)
+    assert answers == [True] * (2 * TASKS)
     assert [r.path for r in local.requests if r.path == "/version"] == ["/version"], local.requests
+    assert [scheduler.look_after(a)[0].state for a in app_ids] == [AppState.RUNNING] * TASKS
     assert _reads(local, [_name(a) for a in app_ids]) == []  # answered from the watches
     _done(scheduler, app_ids)

@@ -209,6 +209,29 @@ def test_a_refused_list_is_the_looks_error(local, local_backend):
         _cancel(app_ids)
 
 
+def test_a_refused_pod_list_is_the_looks_error_though_it_was_asked_beside_the_jobsets(local, local_backend):
+    """The snapshot lists the pods while it lists the JobSets: refused, the pods' own read asks again and the
+    look fails with the server's words about pods (not a state read without them)."""
+    app_ids = _experiment(local_backend, "snapshot-pods-refused")
+    local.deny("list", "pods", local_backend.namespace)
+    local.clear_requests()
+    scheduler = create_scheduler("pods-refused")
+    try:
+        with pytest.raises(PermissionDeniedError, match="pods"):
+            scheduler.describe(app_ids[1])  # the first task read on its own: its pods' list refused
+        with pytest.raises(PermissionDeniedError, match="pods"):
+            scheduler.describe(app_ids[2])  # the next: the snapshot's, refused too
+        pod_lists = [
+            r.status_code
+            for r in local.requests
+            if r.verb == "list" and r.resource == "pods" and f"/namespaces/{local_backend.namespace}/" in r.path
+        ]
+        assert pod_lists and set(pod_lists) == {403}, pod_lists
+    finally:
+        local.allow_all()
+        _cancel(app_ids)
+
+
 #: What a status query of an experiment's tasks reads: the snapshot's lists and what is read per task.
 SNAPSHOT_READS = {
     ("get", "trainjobs"),

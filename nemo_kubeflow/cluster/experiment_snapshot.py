@@ -27,6 +27,7 @@ from __future__ import annotations
 import builtins
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
@@ -34,6 +35,7 @@ from nemo_kubeflow.cluster.client import ClusterReader
 from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.cluster.watched import _pod_matcher, held_copy, partial_metadata
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND, WORKLOAD_KIND
+from nemo_kubeflow.errors import ClusterError
 
 #: A round of status queries (and its snapshot) lasts at most this long (a status of 1,000 tasks asks them all
 #: within it); the next query starts a new round.
@@ -78,9 +80,28 @@ class ExperimentSnapshot:
         with self._lock:  # one list per kind, whichever task's look asks first
             held = self._held.get(kind)
             if held is None:
-                items = self.cluster.list(kind, self.namespace, *self._selectors(kind))
-                held = self._held[kind] = {o["metadata"]["name"]: o for o in items}
+                if kind == JOBSET_KIND and TRAINJOB_KIND in self._held and "Pod" not in self._held:
+                    held = self._jobsets_and_pods()
+                else:
+                    held = self._held[kind] = self._list(kind)
             return held
+
+    def _list(self, kind: str) -> dict[str, dict]:
+        items = self.cluster.list(kind, self.namespace, *self._selectors(kind))
+        return {o["metadata"]["name"]: o for o in items}
+
+    def _jobsets_and_pods(self) -> dict[str, dict]:
+        """The JobSets, listed while the pods are (a look that reads its task's JobSet reads its pods next): the
+        server answers one while this process reads the other, and most of a status of 1,000 tasks is those two
+        lists. A failed pod list is not kept: the pods' own read lists them again and says why it failed."""
+        with ThreadPoolExecutor(1, thread_name_prefix="snapshot-pods") as pool:
+            pods = pool.submit(self._list, "Pod")
+            held = self._held[JOBSET_KIND] = self._list(JOBSET_KIND)
+            try:
+                self._held["Pod"] = pods.result()
+            except (ClusterError, OSError):
+                pass
+        return held
 
     def _selectors(self, kind: str) -> tuple[Optional[str], Optional[str]]:
         """The (label, field) selectors of the list of ``kind``."""

@@ -325,3 +325,28 @@ def test_the_logs_of_many_running_tasks_are_followed_by_a_bounded_pool(local, lo
     assert returned == [0] and sorted(out.splitlines()) == sorted(expected), (returned, out)
     assert 1 <= following <= FOLLOWED_AT_ONCE, following
     assert f"following {FOLLOWED_AT_ONCE} of {tasks} node logs at once" in said, said
+
+
+def test_a_round_of_status_queries_lasts_while_its_tasks_keep_being_asked(local, local_backend, monkeypatch):
+    """A status of many tasks on a loaded machine may take longer than REUSE_S in all: the round (and its lists)
+    lasts as long as its tasks keep being asked, each within REUSE_S of the one before."""
+    from nemo_kubeflow.cluster import experiment_snapshot
+
+    monkeypatch.setattr(experiment_snapshot, "REUSE_S", 2.0)
+    app_ids = _experiment(local_backend, "snapshot-slow")
+    scheduler = create_scheduler("slow")
+    try:
+        local.clear_requests()
+        for app_id in app_ids:
+            scheduler.describe(app_id)
+            time.sleep(0.7)  # 6 tasks: 3.5 s in all, past REUSE_S
+        lists = collections.Counter(r.resource for r in local.requests if r.verb == "list")
+        assert lists["trainjobs"] == 1 and lists["jobsets"] == 1, lists
+        time.sleep(2.5)  # then nothing asked for longer than REUSE_S: the next query starts a round, read afresh
+        local.clear_requests()
+        scheduler.describe(app_ids[1])
+        scheduler.describe(app_ids[2])
+        lists = collections.Counter(r.resource for r in local.requests if r.verb == "list")
+        assert lists["trainjobs"] == 1, lists
+    finally:
+        _cancel(app_ids)

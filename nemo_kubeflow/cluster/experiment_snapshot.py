@@ -8,7 +8,8 @@ second lists, as its look asks for them, the TrainJobs labelled ``EXPERIMENT_LAB
 JobSets and the pods of those TrainJobs' JobSets (they do not carry the experiment's label: Trainer gives them none
 of the TrainJob's own); the round's other queries read what those lists hold (``TaskReader``: the
 ``ClusterReader`` of one task, as ``cluster/watched.WatchedJob`` is for one job's repeated looks, with the same
-selector matching). A round ends when one of its tasks is asked again, after ``REUSE_S``, or at a write.
+selector matching). A round ends when one of its tasks is asked again, ``REUSE_S`` after its last query, or at a
+write.
 What only a waiting or failed task needs (events, node logs) is read per task, as before; Kueue's Workloads of
 the namespace once per snapshot. A running task's node logs (its progress line where its TrainJob carries no
 ``trainerStatus``, log silence, ft_launcher's restarts) are not read in a round's snapshot (``one_of_many``): one
@@ -37,8 +38,8 @@ from nemo_kubeflow.cluster.watched import _pod_matcher, held_copy, partial_metad
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND, WORKLOAD_KIND
 from nemo_kubeflow.errors import ClusterError
 
-#: A round of status queries (and its snapshot) lasts at most this long (a status of 1,000 tasks asks them all
-#: within it); the next query starts a new round.
+#: A round of status queries (and its snapshot) ends when none of its tasks was asked for this long: a status of
+#: 1,000 tasks on a loaded machine may take longer in all, and would list everything again part-way through.
 REUSE_S = 5.0
 #: The pods of at most this many characters of JobSet names are listed by name (``in (...)``); more, and every
 #: JobSet pod of the namespace is (a request line stays well within any server's limit).
@@ -158,16 +159,17 @@ class _Round:
     """One round of status queries of an experiment's tasks (``Experiment.status`` asks each in turn): its
     first task read on its own, the others from one snapshot, each task at most once."""
 
-    started: float
+    last: float  # when a task of it was last asked
     asked: set[str]
     snapshot: Optional[ExperimentSnapshot] = None
 
 
 class ExperimentSnapshots:
     """A process's rounds of status queries, by (API server, namespace, experiment). A round ends when one of its
-    tasks is asked again (the next round's first query), after ``REUSE_S``, or at a write of this process: no
-    answer is older than the round it belongs to. The API server is the tasks' (kubeconfig, context), not a client
-    object: NeMo-Run's status may ask each task through a scheduler of its own, each with its own client."""
+    tasks is asked again (the next round's first query), ``REUSE_S`` after its last query, or at a write of this
+    process: no answer is older than the round it belongs to. The API server is the tasks' (kubeconfig, context),
+    not a client object: NeMo-Run's status may ask each task through a scheduler of its own, each with its own
+    client."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -181,12 +183,13 @@ class ExperimentSnapshots:
         task's own reads)."""
         key, now = (server, namespace, experiment), time.monotonic()
         with self._lock:
-            self._rounds = {k: r for k, r in self._rounds.items() if now - r.started < REUSE_S}
+            self._rounds = {k: r for k, r in self._rounds.items() if now - r.last < REUSE_S}
             round_ = self._rounds.get(key)
             if round_ is None or name in round_.asked:
                 self._rounds[key] = _Round(now, {name})
                 return None
             round_.asked.add(name)
+            round_.last = now
             if round_.snapshot is None:
                 round_.snapshot = ExperimentSnapshot(cluster, namespace, experiment)
             return round_.snapshot.reader(name)

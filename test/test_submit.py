@@ -323,15 +323,16 @@ def test_permanent_fault_message_carries_the_reason_not_secrets(local, cluster, 
 
 def test_existing_trainjob_is_never_touched(local, cluster):
     first = submit(cluster, plan("dup", experiment="again"))
-    uid = first.trainjob["metadata"]["uid"]
+    uid, name = first.trainjob["metadata"]["uid"], first.trainjob["metadata"]["name"]
+    # Trainer (emulated) snapshots the runtime of a TrainJob it first sees, a write of its own that may come after
+    # `before` on a loaded machine: wait for it, so the snapshots differ only by what the second submission does.
+    local.wait_for(lambda: f"{name}-runtime-snapshot" in snapshot(local)["configmaps"], timeout=60)
     before = snapshot(local)
     with pytest.raises(SubmissionError) as err:
         submit(cluster, plan("dup", experiment="again"))
     assert isinstance(err.value.__cause__, AlreadyExistsError)
     assert "already exists" in str(err.value) and "left untouched" in str(err.value)
-    [job] = [
-        j for j in local.objects("trainjobs", "default") if j["metadata"]["name"] == first.trainjob["metadata"]["name"]
-    ]
+    [job] = [j for j in local.objects("trainjobs", "default") if j["metadata"]["name"] == name]
     assert job["metadata"]["uid"] == uid
     assert snapshot(local) == before
 

@@ -211,18 +211,25 @@ def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cau
 
 
 def test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look(local, tmp_path):
-    """The failing node's line may not be in its log yet when node 0's restart is counted (or its read slow): the
-    next look reads the nodes again, and once the cause is known no look reads them for it."""
+    """The failing node's line may not be in its log yet when node 0's restart is counted (or its read slow): a
+    later look (IN_JOB_CAUSE_AGAIN_S after the first read) reads the nodes again, and once the cause is known no
+    look reads them for it."""
     app_id, scheduler, pods = _in_job_job(local, tmp_path, "keep-late", restart="restart-now")
     node_1 = next(p for p in pods if "-node-0-1-" in p)
     local.clear_requests()
     (tmp_path / "restart-now").touch()
     look = _restart_counted(scheduler, app_id)
     assert "1 in-job restart" in look.msg and "killed by signal" not in look.msg, look.msg
-    assert _log_reads(local, [node_1])[node_1] >= 1  # read for the cause: not there yet
+    # Node 1 read for the cause (not there yet): the look waits for that read a while only (TROUBLE_READS_WAIT_S).
+    wait_for(lambda: _log_reads(local, [node_1])[node_1] >= 1, "node 1 read for the restart's cause", timeout=30)
     (tmp_path / "cause").touch()
     wait_for(lambda: (tmp_path / "logged").exists(), "node 1 to log its worker's end", timeout=30)
-    look = scheduler.look_after(app_id)[0]
+    look = wait_for(
+        lambda: (d := scheduler.look_after(app_id)[0]) and "killed by signal" in d.msg and d,
+        "a later look to name the restart's cause",
+        timeout=30,
+        detail=lambda: scheduler.look_after(app_id)[0].msg,
+    )
     assert "1 in-job restart" in look.msg and "on node 1 killed by signal 9" in look.msg, look.msg
     reads = _log_reads(local, [node_1])[node_1]
     for _ in range(2):

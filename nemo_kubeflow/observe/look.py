@@ -48,8 +48,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Reads of every node's last lines for the cause of an ft_launcher restart counted in node 0's lines: at the
-#: look that counts it and, if the cause was not there yet, at the next (each read is a log read per node).
+#: look that counts it and, if the cause was not there yet, at a later look (each read is a log read per node).
 IN_JOB_CAUSE_READS = 2
+#: The later read waits this long after the first: the failing node logs its worker's end before the other agents
+#: restart, but its kubelet may serve that line a moment after node 0's (a loaded node), and looks may come quickly.
+IN_JOB_CAUSE_AGAIN_S = 3.0
 
 
 @dataclass
@@ -333,10 +336,11 @@ def _restarts(watch: LookMemory, view: JobView, read_node_logs: bool = True) -> 
     if keeper is not None and in_job is not None and not in_job.why and in_job.count:
         # A restart in node 0's lines (every agent logs each one); its cause is in the failing node's, which
         # the keeper reads on trouble only: read them now, and at the next look if the cause was not there yet.
-        counted, reads = watch.in_job_cause_reads
-        reads = reads + 1 if in_job.count == counted else 1
-        if reads <= IN_JOB_CAUSE_READS:
-            watch.in_job_cause_reads = (in_job.count, reads)
+        counted, reads, last = watch.in_job_cause_reads
+        again = in_job.count == counted
+        reads, now = reads + 1 if again else 1, time.monotonic()
+        if reads <= IN_JOB_CAUSE_READS and not (again and now - last < IN_JOB_CAUSE_AGAIN_S):
+            watch.in_job_cause_reads = (in_job.count, reads, now)
             keeper.read_every_node()
             in_job = keeper_in_job_restarts(keeper)
     if in_job is not None and (best is None or in_job.count >= best.count):

@@ -35,9 +35,10 @@ class LookMemory:
     failures_seen: dict[int, str] = field(default_factory=dict)
     #: The most ft_launcher restarts the kept node logs showed (old lines leave the keeper).
     in_job_seen: Optional[InJobRestarts] = None
-    #: (ft_launcher restarts counted, reads of every node for the last one's cause so far): a cause not read
-    #: with the look that counts a restart (the failing node's line not yet logged, a slow read) is read again.
-    in_job_cause_reads: tuple[int, int] = (0, 0)
+    #: (ft_launcher restarts counted, reads of every node for the last one's cause so far, when the last read
+    #: was): a cause not read with the look that counts a restart (the failing node's line not yet logged, a slow
+    #: read) is read again at a later look.
+    in_job_cause_reads: tuple[int, int, float] = (0, 0, float("-inf"))
     #: (namespace, TrainJob uid, JobSet uids) -> the gang attempt whose node faults were looked at.
     checked_attempts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     #: The task's role, read from its TrainJob while it existed.

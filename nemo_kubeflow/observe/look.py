@@ -335,7 +335,7 @@ def _restarts(watch: LookMemory, view: JobView, read_node_logs: bool = True) -> 
     best = watch.in_job_seen
     if keeper is not None and in_job is not None and not in_job.why and in_job.count:
         # A restart in node 0's lines (every agent logs each one); its cause is in the failing node's, which
-        # the keeper reads on trouble only: read them now, and at the next look if the cause was not there yet.
+        # the keeper reads on trouble only: read them now, and at a later look if the cause was not there yet.
         counted, reads, last = watch.in_job_cause_reads
         again = in_job.count == counted
         reads, now = reads + 1 if again else 1, time.monotonic()

@@ -11,9 +11,12 @@ from polling import wait_for
 from test_diagnosis import submit
 from torchx.specs import AppState
 
+from nemo_kubeflow.cluster import watched as watched_module
 from nemo_kubeflow.cluster.client import KubernetesCluster
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe import log_follower
+from nemo_kubeflow.observe.kept_logs import _KeptLines
 from nemo_kubeflow.repair.steps import keep_node_logs
 
 NODES = 3
@@ -38,6 +41,14 @@ def _node_pods(local, name):
     }
 
 
+def _all_running(local, name, nodes):
+    wait_for(
+        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == nodes,
+        "every pod running",
+        timeout=120,
+    )
+
+
 def _log_reads(local, pods):
     """The log requests since the last clear, by pod."""
     return {pod: sum(1 for r in local.requests if r.resource == "pods/log" and r.name == pod) for pod in pods}
@@ -48,11 +59,7 @@ def test_the_other_nodes_are_read_on_trouble_and_their_last_lines_outlive_their_
     trigger = tmp_path / "fail-now"
     exp, app_id = submit(local, f"keep-{pod_watch}", script=SCRIPT.format(trigger=trigger), nodes=NODES)
     name = app_id.split(":")[-1]
-    wait_for(
-        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == NODES,
-        "every pod running",
-        timeout=120,
-    )
+    _all_running(local, name, NODES)
     if pod_watch == "denied":
         local.deny("watch", "pods")
     try:
@@ -114,11 +121,7 @@ def test_a_pod_gone_between_its_list_and_its_read_has_its_kept_lines_saved(local
     saying the pod was not found."""
     exp, app_id = submit(local, "keep-gone", script=SCRIPT.format(trigger=tmp_path / "never"), nodes=2)
     name = app_id.split(":")[-1]
-    wait_for(
-        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, name).values()) == 2,
-        "every pod running",
-        timeout=120,
-    )
+    _all_running(local, name, 2)
     scheduler = create_scheduler("keep-gone")
     for _ in range(2):
         scheduler.look_after(app_id)
@@ -161,24 +164,27 @@ sleep 600
 """
 
 
-def _in_job_job(local, tmp_path, name, restart):
+def _in_job_job(local, tmp_path, monkeypatch, name, restart, pod_events=True, room=1):
     """A 2-node job of ``IN_JOB`` (node 0 restarts on the file ``restart`` names), running, looked at twice
-    (the node logs are kept from the second look) and node 0's lines kept: (app_id, scheduler, its pods)."""
+    (the node logs are kept from the second look) and node 0's lines kept: (app_id, scheduler, its pods).
+    Room is made for its watches beside those that earlier tests' schedulers hold for 2 minutes after their last
+    read (``IDLE_STOP_S``): over ``MAX_WATCHED_SETS`` its pod events would not flow, and node 1 be followed
+    (``room=0``: none made)."""
     paths = {k: tmp_path / k for k in ("cause", "logged")}
     script = IN_JOB.format(restart=paths[restart] if restart in paths else tmp_path / restart, **paths)
     _, app_id = submit(local, name, script=script, nodes=2)
     trainjob = app_id.split(":")[-1]
-    wait_for(
-        lambda: sum(p["status"].get("phase") == "Running" for p in _node_pods(local, trainjob).values()) == 2,
-        "every pod running",
-        timeout=120,
-    )
+    _all_running(local, trainjob, 2)
+    monkeypatch.setattr(watched_module, "MAX_WATCHED_SETS", len(watched_module._watching) + room)
     scheduler = create_scheduler(name)
     for _ in range(2):
         scheduler.look_after(app_id)
     keeper = scheduler._watches[app_id].keeper
+    flow = keeper._cluster.pod_events_flow
+    wait_for(lambda: flow() is pod_events, f"pod events flowing: {pod_events}", timeout=30)  # a refusal comes later
     wait_for(lambda: keeper.kept_lines()[0], "node 0's lines kept", timeout=30)
-    assert not keeper.kept_lines()[1]  # all goes well: node 1 not read
+    if pod_events:
+        assert not keeper.kept_lines()[1]  # all goes well: node 1 not read
     return app_id, scheduler, sorted(_node_pods(local, trainjob))
 
 
@@ -190,31 +196,35 @@ def _restart_counted(scheduler, app_id):
     )
 
 
-def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path):
-    """No pod event tells of an in-job restart: node 0's lines do (every agent logs each), and the failing node's
-    lines, read then, say which worker died. Node 0 restarts once node 1 has written its line, but the kubelet may
-    serve that line a moment later (a loaded machine): a look that counts the restart before it reads on at the
-    next look (test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look)."""
-    app_id, scheduler, _ = _in_job_job(local, tmp_path, "keep-injob", restart="logged")
-    (tmp_path / "cause").touch()
-    look = _restart_counted(scheduler, app_id)
-    assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
-    look = wait_for(
+def _cause_named(scheduler, app_id):
+    return wait_for(
         lambda: (d := scheduler.look_after(app_id)[0]) and "killed by signal" in d.msg and d,
         "a look to name the restart's cause",
         timeout=30,
         detail=lambda: scheduler.look_after(app_id)[0].msg,
     )
+
+
+def test_an_in_job_restart_in_node_0s_lines_has_the_other_nodes_read_for_its_cause(local, tmp_path, monkeypatch):
+    """No pod event tells of an in-job restart: node 0's lines do (every agent logs each), and the failing node's
+    lines, read then, say which worker died. Node 0 restarts once node 1 has written its line, but the kubelet may
+    serve that line a moment later (a loaded machine): a look that counts the restart before it reads on at the
+    next look (test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look)."""
+    app_id, scheduler, _ = _in_job_job(local, tmp_path, monkeypatch, "keep-injob", restart="logged")
+    (tmp_path / "cause").touch()
+    look = _restart_counted(scheduler, app_id)
+    assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
+    look = _cause_named(scheduler, app_id)
     assert look.state == AppState.RUNNING and "1 in-job restart" in look.msg, look.msg
     assert "on node 1 killed by signal 9" in look.msg, look.msg
     create_scheduler("t").cancel(app_id)
 
 
-def test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look(local, tmp_path):
+def test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_next_look(local, tmp_path, monkeypatch):
     """The failing node's line may not be in its log yet when node 0's restart is counted (or its read slow): a
     later look (IN_JOB_CAUSE_AGAIN_S after the first read) reads the nodes again, and once the cause is known no
     look reads them for it."""
-    app_id, scheduler, pods = _in_job_job(local, tmp_path, "keep-late", restart="restart-now")
+    app_id, scheduler, pods = _in_job_job(local, tmp_path, monkeypatch, "keep-late", restart="restart-now")
     node_1 = next(p for p in pods if "-node-0-1-" in p)
     local.clear_requests()
     (tmp_path / "restart-now").touch()
@@ -224,15 +234,89 @@ def test_a_restarts_cause_logged_after_the_look_that_counts_it_is_read_at_the_ne
     wait_for(lambda: _log_reads(local, [node_1])[node_1] >= 1, "node 1 read for the restart's cause", timeout=30)
     (tmp_path / "cause").touch()
     wait_for(lambda: (tmp_path / "logged").exists(), "node 1 to log its worker's end", timeout=30)
-    look = wait_for(
-        lambda: (d := scheduler.look_after(app_id)[0]) and "killed by signal" in d.msg and d,
-        "a later look to name the restart's cause",
-        timeout=30,
-        detail=lambda: scheduler.look_after(app_id)[0].msg,
-    )
+    look = _cause_named(scheduler, app_id)
     assert "1 in-job restart" in look.msg and "on node 1 killed by signal 9" in look.msg, look.msg
     reads = _log_reads(local, [node_1])[node_1]
     for _ in range(2):
         assert "on node 1 killed by signal 9" in scheduler.look_after(app_id)[0].msg
     assert _log_reads(local, [node_1])[node_1] == reads  # the cause known: node 1 not read again
+    create_scheduler("t").cancel(app_id)
+
+
+def test_an_in_job_restart_without_pod_events_is_answered_by_the_followed_nodes_stream(local, tmp_path, monkeypatch):
+    """Without the right to watch pods a node alone on its reader is followed with a stream, whose visit ends only
+    with the stream: the look that counts a restart has it answer the trouble at once (its lines come as they are
+    logged) instead of waiting for a read that never comes (TROUBLE_READS_WAIT_S at that look and at each after)."""
+    local.deny("watch", "pods")
+    try:
+        app_id, scheduler, _ = _in_job_job(
+            local, tmp_path, monkeypatch, "keep-nowatch", restart="restart-now", pod_events=False
+        )
+        keeper = scheduler._watches[app_id].keeper
+        wait_for(lambda: keeper.kept_lines()[1], "node 1's lines kept (followed: no pod events)", timeout=30)
+        (tmp_path / "restart-now").touch()
+        look = _restart_counted(scheduler, app_id)
+        assert "1 in-job restart" in look.msg and "killed by signal" not in look.msg, look.msg
+        follower = keeper._followers[1]
+        assert follower.nudges_answered(0), "node 1's stream holds the trouble unanswered"
+        (tmp_path / "cause").touch()
+        look = _cause_named(scheduler, app_id)
+        assert "1 in-job restart" in look.msg and "on node 1 killed by signal 9" in look.msg, look.msg
+    finally:
+        local.allow_all()
+    create_scheduler("t").cancel(app_id)
+
+
+def test_a_node_followed_before_the_pod_events_flowed_is_read_once_on_trouble(local, tmp_path, monkeypatch):
+    """Over the cap of watched sets (other experiments' in this process) the job's pod events do not flow and node
+    1, alone on its reader, is followed with a stream; once they flow (a set paused, making room), the trouble of a
+    restart closes that stream and node 1 is read once, as trouble's reads are (CI: the earlier tests' sets held
+    the cap, node 1's stream opened before the test counted its reads, and none came)."""
+    app_id, scheduler, pods = _in_job_job(
+        local, tmp_path, monkeypatch, "keep-capped", restart="restart-now", pod_events=False, room=0
+    )
+    node_1 = next(p for p in pods if "-node-0-1-" in p)
+    keeper = scheduler._watches[app_id].keeper
+    wait_for(lambda: keeper.kept_lines()[1], "node 1's lines kept (followed: no pod events)", timeout=30)
+    follower = keeper._followers[1]
+    assert sorted(index for index, _ in follower._streams.values()) == [0, 1]
+    monkeypatch.setattr(watched_module, "MAX_WATCHED_SETS", len(watched_module._watching) + 2)
+    scheduler.look_after(app_id)  # watched from this look on
+    assert keeper._cluster.pod_events_flow()
+    local.clear_requests()
+    (tmp_path / "restart-now").touch()
+    look = _restart_counted(scheduler, app_id)
+    assert "1 in-job restart" in look.msg, look.msg
+    reads = [r for r in local.requests if r.resource == "pods/log" and r.name == node_1]
+    assert reads and not any(r.query.get("follow") for r in reads), [r.query for r in reads]
+    assert [index for index, _ in follower._streams.values()] == [0]  # node 1 no longer followed
+    (tmp_path / "cause").touch()
+    look = _cause_named(scheduler, app_id)
+    assert "on node 1 killed by signal 9" in look.msg, look.msg
+    create_scheduler("t").cancel(app_id)
+
+
+def test_a_node_that_joins_after_the_jobs_last_pod_list_is_read_when_nudged_at_once(local, tmp_path, monkeypatch):
+    """A follower lists the job's pods at most every ``LIST_SECONDS``; a node that subscribes after a list (the
+    keeper subscribes node 0, whose reader lists at once, then node 1) is listed at the next visit all the same:
+    nudged at once, it is read, not passed over as having no pod (CI: the look that counted an in-job restart
+    within a second of the keeper's start read no node for its cause)."""
+    monkeypatch.setattr(log_follower, "LIST_SECONDS", 600.0)  # no list but the first, unless a node joins
+    _, app_id = submit(local, "keep-join", script=SCRIPT.format(trigger=tmp_path / "never"), nodes=2)
+    trainjob = app_id.split(":")[-1]
+    _all_running(local, trainjob, 2)
+    monkeypatch.setattr(watched_module, "MAX_WATCHED_SETS", len(watched_module._watching) + 1)
+    watched = watched_module.WatchedJob(KubernetesCluster(kubeconfig=str(local.kubeconfig_path)), "default", trainjob)
+    watched.list("Pod", "default", label_selector=f"{JOBSET_NAME_LABEL}={trainjob}")  # its watches start
+    assert watched.pod_events_flow()
+    node_0, node_1 = _KeptLines(), _KeptLines(on_trouble=True)
+    follower = log_follower.subscribe_node(watched, "default", trainjob, 0, node_0)
+    wait_for(node_0.snapshot, "node 0's lines", timeout=30)  # its reader listed the pods
+    assert log_follower.subscribe_node(watched, "default", trainjob, 1, node_1) is follower
+    follower.nudge()
+    assert follower.nudges_answered(10)
+    assert "node 1 line 3" in "".join(node_1.snapshot()), node_1.snapshot()
+    follower.unsubscribe(0, node_0)
+    follower.unsubscribe(1, node_1)
+    watched.stop()
     create_scheduler("t").cancel(app_id)

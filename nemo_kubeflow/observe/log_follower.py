@@ -171,7 +171,12 @@ class JobLogFollower:
         with self._lock:
             if self.stopped:
                 return False
-            node = self._nodes.setdefault(index, FollowedNode(index))
+            node = self._nodes.get(index)
+            if node is None:
+                node = self._nodes[index] = FollowedNode(index)
+                # Listed at the next visit, however recent the last list (made before it joined): a node read
+                # on trouble that is nudged at once is read, not passed over as having no pod yet.
+                self._refreshed_at = float("-inf")
             if node.done:
                 return False
             node.subscribe(sink)
@@ -339,8 +344,16 @@ class JobLogFollower:
                     node.next_read = 0.0
             for worker in {i % self.readers for i, n in self._nodes.items() if n.nudged()}:
                 open_stream = self._streams.get(worker)
-                if open_stream is not None and self._share(worker) != [self._nodes[open_stream[0]]]:
-                    open_stream[1].close()  # its reader reads its nodes in turn now
+                if open_stream is not None:
+                    streamed = self._nodes[open_stream[0]]
+                    if self._share(worker) != [streamed] or self._on_trouble(streamed):
+                        # Its reader reads its nodes in turn now; or the node, streamed while the pod events did
+                        # not flow (the pod watch not started yet, or over the cap), is read once, as trouble's are.
+                        open_stream[1].close()
+                    else:
+                        # Followed live (no pod events): its stream brings each line as it is logged, and the
+                        # visit that holds it ends only with the stream, so the trouble is answered now.
+                        streamed.nudges_read = streamed.nudges
                 self._start_reader(worker)
 
     def ensure_readers(self) -> None:

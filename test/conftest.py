@@ -1,5 +1,5 @@
-"""Shared fixtures: an isolated NEMORUN_HOME for every test, a local cluster per module, the console
-scripts of this Python's environment; and the `needs_torch` marker."""
+"""Shared fixtures: an isolated NEMORUN_HOME for every test, its watches paused at its end, a local cluster per
+module, the console scripts of this Python's environment; and the `needs_torch` marker."""
 
 import gc
 import importlib.util
@@ -80,6 +80,24 @@ def earlier_experiments_collected(request):
     and the test saw no record (test_progress_reporter after test/unit/cli's experiments, in one run order)."""
     if "caplog" in request.fixturenames:
         gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def watches_of_the_test_paused():
+    """The sets of watches that a test's looks started are paused at its end (the next read starts them again).
+    Each holds one of the process's `MAX_WATCHED_SETS` slots until nobody has read it for `IDLE_STOP_S` (2
+    minutes), its module's local cluster stopped or not: a later test's job found the cap full, went unwatched,
+    and its nodes were followed instead of read on trouble (CI: test_node_log_keeper's in-job restart tests)."""
+    watched = sys.modules.get("nemo_kubeflow.cluster.watched")  # not imported by this fixture: nothing to pause
+    before = set(watched._watching) if watched is not None else set()
+    yield
+    watched = sys.modules.get("nemo_kubeflow.cluster.watched")
+    if watched is None:
+        return
+    with watched._watching_lock:
+        started = [w for w in watched._sets.values() if id(w) in watched._watching and id(w) not in before]
+    for watches in started:
+        watches.pause()
 
 
 @pytest.fixture(scope="module")

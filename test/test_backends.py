@@ -19,6 +19,7 @@ from torchx.specs import AppState
 
 from nemo_kubeflow import ConfigMapPackager, PVCMount
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.status import NOT_TRIED_YET
 from nemo_kubeflow.parts import initializers as inits
 from nemo_kubeflow_local.kubelet import initializer_image as local_initializer
 
@@ -271,11 +272,13 @@ def test_a_held_kueue_queue_keeps_the_job_suspended_until_it_admits_it(backend):
         job = exp.jobs[0]
     name = app_id_of(job).split(":", 1)[1]
     scheduler = create_scheduler("t")
-    # Kueue names the reason on its own reconcile, after the Workload exists: until then status says only
-    # that the job waits for the queue.
+    # Kueue names the reason on its own reconcile, after the Workload exists: until then status says that the
+    # job waits for the queue, and that Kueue has not tried it yet once its Workload exists.
     desc = wait_for(
         lambda: (
-            (d := scheduler.describe(app_id_of(job))).msg.startswith("waiting for queue be-held to admit it: ") and d
+            (d := scheduler.describe(app_id_of(job))).msg.startswith("waiting for queue be-held to admit it: ")
+            and NOT_TRIED_YET not in d.msg
+            and d
         ),
         "Kueue to say why the job waits",
         timeout=90,

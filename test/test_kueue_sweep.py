@@ -20,6 +20,7 @@ from torchx.specs import AppState, parse_app_handle
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+from nemo_kubeflow.observe.status import NOT_TRIED_YET
 
 TASKS = 12
 ROOM = 3  # one-node tasks of 1 CPU each, a ClusterQueue of 3 CPUs
@@ -260,11 +261,11 @@ def test_on_both_back_ends_a_small_sweep_waits_in_kueues_words_and_an_attached_w
         exp.run(detach=True)
     app_ids = [parse_app_handle(job.handle)[2] for job in exp.jobs]
     # Kueue's reason where it gave one: the real Kueue (BestEffortFIFO) writes it on the Workloads it tried, not
-    # on one behind them it has not tried yet (that task's status then says it waits, no more).
+    # on one behind them it has not tried yet (that task's status then says its place, or that Kueue has not).
     reason = "Pending: couldn't assign flavors to pod set node: insufficient unused quota for cpu in flavor be-flavor"
     waiting_says = re.compile(
         rf"waiting for queue {queue} to admit it(?: \((\d)(?:st|nd) of 2 in LocalQueue {queue}\))?"
-        + rf"(: {re.escape(reason)}, 1 more needed)?"
+        + rf"(?:(: {re.escape(reason)}, 1 more needed)|: {NOT_TRIED_YET})?"
     )
     last = []
     try:
@@ -385,7 +386,8 @@ def test_on_both_back_ends_a_task_kueue_has_not_tried_yet_still_says_its_place(b
         place = f" (2nd of 2 in LocalQueue {queue})" if served else ""
         if backend.name == "real":
             assert "QuotaReserved" not in conditions, conditions  # never tried
-            assert behind.msg == f"waiting for queue {queue} to admit it{place}", behind.msg
+            untried = "" if served else f": {NOT_TRIED_YET}"  # its place, or that Kueue has not tried it
+            assert behind.msg == f"waiting for queue {queue} to admit it{place}{untried}", behind.msg
         else:  # the local emulation writes Kueue's reason on every waiting Workload
             assert behind.msg == f"waiting for queue {queue} to admit it{place}: {reason}", behind.msg
     finally:

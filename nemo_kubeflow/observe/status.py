@@ -209,16 +209,24 @@ def queue_place(queue: str, pending: Sequence[dict], workload: dict) -> str:
     return ""
 
 
+#: A Workload with none of Kueue's conditions, where no place is read: Kueue writes its reason on the Workloads it
+#: tried to admit only (a StrictFIFO queue tries its head; a new Workload waits for Kueue's next pass).
+NOT_TRIED_YET = "Kueue has not tried it yet"
+
+
 def queue_wait_message(queue: str, workload: Optional[dict], place: str = "") -> str:
     """ "waiting for queue <name> to admit it", with what Kueue says about the Workload when there is one.
 
-    Kueue records why a Workload waits in its conditions: ``QuotaReserved=False`` with reason
+    Kueue records why a Workload waits in its conditions (none before it tries it: ``NOT_TRIED_YET``, unless
+    ``place`` says where it waits): ``QuotaReserved=False`` with reason
     ``Inadmissible`` ("LocalQueue q is stopped", "... doesn't exist") or ``Pending`` ("couldn't
     assign flavors to pod set node: insufficient unused quota ..."); ``Evicted=True`` after a
     preemption; ``Admitted=False`` while admission checks run after the quota is reserved.
     """
     text = f"waiting for queue {queue} to admit it{place}"
     evicted, reserved, admitted = _workload_conditions(workload)
+    if workload is not None and not (evicted or reserved or admitted or place):
+        return f"{text}: {NOT_TRIED_YET}"
     is_reserved, is_admitted = reserved.get("status") == "True", admitted.get("status") == "True"
     if evicted.get("status") == "True" and not is_reserved:
         return _evicted_message(queue, evicted)

@@ -16,7 +16,7 @@ def _workload(*conditions):
 @pytest.mark.parametrize(
     "conditions, message",
     [
-        ((), "waiting for queue q to admit it"),
+        ((), "waiting for queue q to admit it: Kueue has not tried it yet"),
         (
             (
                 (
@@ -57,3 +57,11 @@ def test_queue_wait_message_carries_kueues_reason(conditions, message):
     workload = owned_workload([_workload(*conditions), {"metadata": {"ownerReferences": [{"uid": "other"}]}}], trainjob)
     assert queue_wait_message("q", workload) == message
     assert owned_workload([], trainjob) is None
+
+
+def test_a_workload_not_tried_says_so_unless_its_place_is_known_and_no_workload_says_nothing_more():
+    untried = {"metadata": {"name": "w"}, "status": {}}
+    assert queue_wait_message("q", untried, " (2nd of 2 in LocalQueue q)") == (
+        "waiting for queue q to admit it (2nd of 2 in LocalQueue q)"
+    )
+    assert queue_wait_message("q", None) == "waiting for queue q to admit it"  # not created yet, or unreadable

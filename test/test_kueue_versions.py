@@ -3,6 +3,7 @@ serves and reads LocalQueues, Workloads and ClusterQueues in v1beta2 where it is
 where v1beta2 is not (Kueue before v0.15). Each test runs a local cluster serving the versions a Kueue
 release serves: both (v0.15 to v0.19), only v1beta2 (v0.20), only v1beta1 (before v0.15)."""
 
+import socket
 import time
 
 import pytest
@@ -62,6 +63,24 @@ def test_queue_lookups_use_the_preferred_version_the_server_serves(tmp_path, ser
         assert paths[0] == f"/apis/{KUEUE_GROUP}" and paths.count(f"/apis/{KUEUE_GROUP}") == 1
         assert all(p.startswith(f"/apis/{KUEUE_GROUP}/{expected}/") for p in paths[1:]), paths
         assert len(paths) == 4  # discovery, get team, get missing, list
+
+
+def test_a_new_server_at_an_address_asked_before_is_asked_again(tmp_path):
+    """Served versions are remembered per server, not per address: a cluster rebuilt at one address (here a local
+    cluster on the port another served on, as test clusters come and go) may serve other versions."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with LocalCluster(workdir=tmp_path / "old", kueue_versions=("v1beta2", "v1beta1"), port=port) as old:
+        assert KubernetesCluster(str(old.kubeconfig_path)).served_versions(KUEUE_GROUP) == ("v1beta2", "v1beta1")
+        old_server = KubernetesCluster(str(old.kubeconfig_path)).api_client.configuration.host
+    with LocalCluster(workdir=tmp_path / "new", kueue_versions=("v1beta2",), port=port) as new:
+        cluster = KubernetesCluster(str(new.kubeconfig_path))
+        assert cluster.api_client.configuration.host == old_server
+        assert cluster.served_versions(KUEUE_GROUP) == ("v1beta2",)
+        new.clear_requests()
+        assert KubernetesCluster(str(new.kubeconfig_path)).served_versions(KUEUE_GROUP) == ("v1beta2",)
+        assert _kueue_requests(new) == []  # the same server again: remembered
 
 
 def test_a_kueue_that_serves_only_v1beta2_still_says_why_a_job_waits(tmp_path, monkeypatch):

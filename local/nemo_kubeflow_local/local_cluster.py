@@ -101,6 +101,7 @@ class LocalCluster:
         kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT,
         feature_gates: tuple[str, ...] = (),
         status_only_pods: bool = False,
+        port: int = 0,
     ):
         if persist and workdir is None:
             raise ValueError("persist=True needs a workdir: a temporary one is removed when the cluster stops")
@@ -126,6 +127,8 @@ class LocalCluster:
         #: The Kueue API versions served, preferred first: both by default (Kueue v0.15 to v0.19),
         #: ("v1beta2",) as Kueue v0.20 ships, ("v1beta1",) as Kueue before v0.15.
         self._kueue_versions = tuple(kueue_versions)
+        #: The API server's port (0: any free one; a given one: a new server at an address used before).
+        self._port = port
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._token = secrets.token_urlsafe(32)
         self._hooks = Hooks()
@@ -165,7 +168,9 @@ class LocalCluster:
             self._saver.start()
         events, logs = EventRecorder(store), LogStore(silent_running=self._status_only_pods)
         credentials = make_credentials()
-        server = ApiServer(store, registry, self._hooks, logs, self._token, credentials, self._kueue_versions)
+        server = ApiServer(
+            store, registry, self._hooks, logs, self._token, credentials, self._kueue_versions, self._port
+        )
         server.start()
         if self._status_only_pods:
             self._status_only = StatusOnlyKubelet(store, events)

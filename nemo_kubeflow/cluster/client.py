@@ -61,8 +61,10 @@ log = logging.getLogger(__name__)
 #: The group of SelfSubjectAccessReview (``may``).
 ACCESS_REVIEW_GROUP = "authorization.k8s.io"
 
-#: The versions each API group serves, by (server, group): API discovery, asked once per process.
-_SERVED_VERSIONS: dict[tuple[str, str], tuple[str, ...]] = {}
+#: The versions each API group serves, by (server address, the CA trusted for it, group): API discovery, asked
+#: once per process and server. The CA tells apart two servers met at one address (a cluster rebuilt there, a
+#: local cluster on a port another used before): the kubernetes client names a kubeconfig's CA file by content.
+_SERVED_VERSIONS: dict[tuple[str, str, str], tuple[str, ...]] = {}
 _SERVED_VERSIONS_LOCK = threading.Lock()
 #: Kubeconfigs are loaded one at a time in a process: the kubernetes client writes a kubeconfig's inline
 #: certificates to temp files shared process-wide by content and hands out a file's name before writing it, so
@@ -449,7 +451,8 @@ class KubernetesCluster:
         """The versions of an API group the server serves (its discovery document, ``/apis/<group>``),
         ``()`` when it serves none. Asked once per process and server; a failure to ask raises (and
         is not remembered): it says nothing about what is served."""
-        key = (str(getattr(self.api_client.configuration, "host", "")), group)
+        configuration = self.api_client.configuration
+        key = (str(getattr(configuration, "host", "")), str(getattr(configuration, "ssl_ca_cert", "") or ""), group)
         with _SERVED_VERSIONS_LOCK:
             if key in _SERVED_VERSIONS:
                 return _SERVED_VERSIONS[key]

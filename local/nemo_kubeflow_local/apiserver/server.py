@@ -272,8 +272,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, api: "ApiServer", tls: ssl.SSLContext):
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, api: "ApiServer", tls: ssl.SSLContext, port: int):
+        super().__init__(("127.0.0.1", port), _Handler)
         self.api = api
         self.tls = tls
         self.connections: set[socket.socket] = set()
@@ -301,6 +301,7 @@ class ApiServer:
         token: str,
         credentials: ServerCredentials,
         kueue_versions: tuple[str, ...] = KUEUE_SERVED_DEFAULT,
+        port: int = 0,
     ):
         self.store, self.registry, self.hooks, self.logs, self.token = store, registry, hooks, logs, token
         #: Tokens taken besides ``token``, each for a while (``LocalCluster.issue_api_token``).
@@ -308,6 +309,8 @@ class ApiServer:
         self.credentials = credentials
         #: The Kueue versions served, preferred first (("v1beta2",): as Kueue v0.20 ships).
         self.kueue_versions = kueue_versions
+        #: The port to serve on (0: any free one).
+        self.port = port
         self.stopping = threading.Event()
         self._httpd: Optional[_Server] = None
 
@@ -318,7 +321,7 @@ class ApiServer:
         return f"https://127.0.0.1:{self._httpd.server_address[1]}"
 
     def start(self) -> None:
-        self._httpd = _Server(self, self.credentials.server_context())
+        self._httpd = _Server(self, self.credentials.server_context(), self.port)
         threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="api-server", daemon=True
         ).start()

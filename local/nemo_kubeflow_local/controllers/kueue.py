@@ -116,8 +116,13 @@ def _quota(cluster_queue: dict) -> tuple[dict[str, Decimal], dict[str, str]]:
     return quota, flavors
 
 
-def _sum(workloads: list[dict], resource: str) -> Decimal:
-    return sum((_usage(w).get(resource, Decimal(0)) for w in workloads), Decimal(0))
+def _used(usages: list[dict[str, Decimal]]) -> dict[str, Decimal]:
+    """What workloads of these usages hold together, per resource."""
+    total: dict[str, Decimal] = {}
+    for usage in usages:
+        for resource, value in usage.items():
+            total[resource] = total.get(resource, Decimal(0)) + value
+    return total
 
 
 def _quantity(value: Decimal) -> str:
@@ -131,8 +136,8 @@ def _quantity(value: Decimal) -> str:
     return f"{int(value * 1000)}m"
 
 
-def _fits(wanted: dict[str, Decimal], quota: dict[str, Decimal], holding: list[dict]) -> bool:
-    return all(r in quota and _sum(holding, r) + wanted[r] <= quota[r] for r in wanted)
+def _fits(wanted: dict[str, Decimal], quota: dict[str, Decimal], used: dict[str, Decimal]) -> bool:
+    return all(r in quota and used.get(r, Decimal(0)) + wanted[r] <= quota[r] for r in wanted)
 
 
 def _in_queue(name: str) -> Callable[[dict], bool]:
@@ -145,6 +150,9 @@ class KueueController:
         self.store, self.events = store, events
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="kueue-controller", daemon=True)
+        #: Each Workload's usage by (uid, resourceVersion): a pass over a thousand waiting Workloads
+        #: compares each with those ahead of it, so each is parsed once, not once per comparison.
+        self._usages: dict[tuple[str, str], dict[str, Decimal]] = {}
         store.add_listener(self._on_change)
 
     def start(self) -> None:
@@ -209,7 +217,7 @@ class KueueController:
                         ):
                             self._set_active(cq)
                     elif kind == "pending":  # every job not admitted, the highest priority first
-                        for workload in sorted(self.store.list(R.WORKLOADS, None)[0], key=_queue_order):
+                        for workload in sorted(self.store.stored_list(R.WORKLOADS, None)[0], key=_queue_order):
                             owner = next(
                                 (
                                     r["name"]
@@ -428,7 +436,7 @@ class KueueController:
         gone and their quota released); else say why it waits, as Kueue does."""
         name = cluster_queue["metadata"]["name"]
         quota, flavors = _quota(cluster_queue)
-        wanted = _usage(workload)
+        wanted = self._usage(workload)
         uncovered = sorted(set(wanted) - set(quota))
         if uncovered:
             self._inadmissible(
@@ -439,10 +447,11 @@ class KueueController:
             )
             return
         holding = [w for w in self._holding_quota(name) if w["metadata"]["uid"] != workload["metadata"]["uid"]]
+        used = _used([self._usage(w) for w in holding])
         ahead = [w for w in self._waiting(name) if _queue_order(w) < _queue_order(workload)]
-        if any(_fits(_usage(w), quota, holding) for w in ahead):
+        if any(_fits(self._usage(w), quota, used) for w in ahead):
             return  # the queue's order: those go first (the look at the waiting ones admits them)
-        if _fits(wanted, quota, holding):
+        if _fits(wanted, quota, used):
             self._admit(tj, workload, name)
             return
         priority = workload["spec"].get("priority", 0)
@@ -458,14 +467,14 @@ class KueueController:
             for candidate in sorted(lower, key=lambda w: w["spec"].get("priority", 0)):
                 victims.append(candidate)
                 kept = [w for w in kept if w is not candidate]
-                if _fits(wanted, quota, kept):
+                if _fits(wanted, quota, _used([self._usage(w) for w in kept])):
                     for victim in victims:
                         self._evict(victim, workload, name)
                     break
         more = next(
-            f"{r} in flavor {flavors[r]}, {_quantity(_sum(holding, r) + wanted[r] - quota[r])} more needed"
+            f"{r} in flavor {flavors[r]}, {_quantity(used.get(r, Decimal(0)) + wanted[r] - quota[r])} more needed"
             for r in wanted
-            if _sum(holding, r) + wanted[r] > quota[r]
+            if used.get(r, Decimal(0)) + wanted[r] > quota[r]
         )
         self._inadmissible(
             workload,
@@ -473,23 +482,40 @@ class KueueController:
             reason="Pending",
         )
 
+    # The looks below read the stored Workloads without copying them (they are never modified in place; a
+    # write goes through `_mutate_workload` by name): one reconcile among a thousand waiting ones reads each once.
+
+    def _usage(self, workload: dict) -> dict[str, Decimal]:
+        key = (workload["metadata"]["uid"], workload["metadata"].get("resourceVersion", ""))
+        found = self._usages.get(key)
+        if found is None:
+            if len(self._usages) > 100_000:  # kept versions of Workloads long gone
+                self._usages.clear()
+            found = self._usages[key] = _usage(workload)
+        return found
+
     def _holding_quota(self, cluster_queue: str) -> list[dict]:
-        return [
-            w
-            for w in self.store.list(R.WORKLOADS, None)[0]
-            if _condition(w, "QuotaReserved").get("status") == "True"
-            and ((w.get("status") or {}).get("admission") or {}).get("clusterQueue") == cluster_queue
-            and _condition(w, "Finished").get("status") != "True"
-        ]
+        return self.store.stored_list(
+            R.WORKLOADS,
+            None,
+            lambda w: (
+                _condition(w, "QuotaReserved").get("status") == "True"
+                and ((w.get("status") or {}).get("admission") or {}).get("clusterQueue") == cluster_queue
+                and _condition(w, "Finished").get("status") != "True"
+            ),
+        )[0]
 
     def _waiting(self, cluster_queue: str) -> list[dict]:
         """The Workloads waiting for this ClusterQueue through an active LocalQueue, not yet admitted."""
         found = []
-        for w in self.store.list(R.WORKLOADS, None)[0]:
+        queues: dict[tuple[str, str], dict] = {}
+        for w in self.store.stored_list(R.WORKLOADS, None)[0]:
             if any(_condition(w, t).get("status") == "True" for t in ("QuotaReserved", "Finished")):
                 continue
-            local_queue = self.store.find(R.LOCALQUEUES, w["metadata"]["namespace"], w["spec"].get("queueName", ""))
-            spec = (local_queue or {}).get("spec") or {}
+            key = (w["metadata"]["namespace"], w["spec"].get("queueName", ""))
+            if key not in queues:
+                queues[key] = (self.store.find(R.LOCALQUEUES, *key) or {}).get("spec") or {}
+            spec = queues[key]
             if spec.get("clusterQueue") == cluster_queue and spec.get("stopPolicy", "None") == "None":
                 found.append(w)
         return found

@@ -6,6 +6,7 @@ queued ones are admitted and run, an attached wait following them to the end thr
 import collections
 import copy
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import nemo_run as run
 import pytest
@@ -100,7 +101,9 @@ def _name(app_id):
     return app_id.split(":")[-1]
 
 
-def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_runs_to_the_end(local, sweep_backend):
+def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_runs_to_the_end(
+    local, sweep_backend, capsys
+):
     namespace = sweep_backend.namespace
     app_ids = _sweep(sweep_backend)
 
@@ -133,9 +136,16 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
     assert len(places) == 1 + first_queued, places  # the places read once for the round (one LocalQueue)
 
     # The attached wait: every task looked after (its look then its repair) until each is over; the running
-    # tasks end a few at a time, Kueue admits the queued ones, and they run and end in turn.
+    # tasks end a few at a time, Kueue admits the queued ones, and they run and end in turn. The looks run in a
+    # pool of worker threads, as NeMo-Run's wait makes them (and as only there, they say progress in its console).
     waiting = create_scheduler("sweep-wait")
-    with waiting.attached_wait():
+
+    def attached_look(app_id):  # a worker's wait (torchx's Runner.wait) on one task, one look of it
+        with waiting.attached_wait():
+            return waiting.describe(app_id)
+
+    capsys.readouterr()
+    with waiting.attached_wait(), ThreadPoolExecutor(4) as pool:
         for _ in range(2):  # the first look of each reads; from the second the tasks are watched
             for app_id in app_ids:
                 waiting.describe(app_id)
@@ -147,7 +157,8 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         ended, rounds, reads, messages = set(), [], [], collections.Counter()
         while len(ended) < TASKS:
             local.clear_requests()
-            looks = {a: waiting.describe(a) for a in app_ids if a not in ended}
+            going = [a for a in app_ids if a not in ended]
+            looks = dict(zip(going, pool.map(attached_look, going)))
             reads.append(
                 collections.Counter(
                     (r.verb, r.resource) for r in local.requests if r.verb in ("get", "list") and r.resource != "events"
@@ -178,6 +189,17 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         messages,
     )
     assert messages["queued"] > 0, messages
+    # NeMo-Run's console: a waiting task's line is said once, not again each time the queue moved its place.
+    console = re.sub(r"\[\d\d:\d\d:\d\d\]|scheduler\.py:\d+", " ", capsys.readouterr().out)
+    console = " ".join(console.split())
+    said = collections.Counter(
+        re.findall(
+            rf"(\S+) pending: waiting for queue {QUEUE} to admit it \(\d+(?:st|nd|rd|th) of \d+ in LocalQueue {QUEUE}\): "
+            + re.escape(KUEUE_SAYS),
+            console,
+        )
+    )
+    assert said and max(said.values()) == 1, (said, console[-3000:])
     print("pending messages:", messages, "reads per attached-wait round:", reads)
 
 

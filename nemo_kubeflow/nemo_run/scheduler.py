@@ -48,6 +48,7 @@ from nemo_kubeflow.nemo_run.status_answers import StatusAnswers
 from nemo_kubeflow.observe import look
 from nemo_kubeflow.observe.observation import DELETE_UNSTARTABLE, MOVE_OFF_NODES, Observation
 from nemo_kubeflow.observe.outage import Outage, short_error
+from nemo_kubeflow.observe.status import without_place
 from nemo_kubeflow.parts import yamlio
 
 if TYPE_CHECKING:
@@ -519,9 +520,11 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
 
     def _report_progress(self, watch: AppWatch, app_id: str, state: AppState, message: str) -> None:
         """Show what a waiting job waits for, or how often a running one restarted, in NeMo-Run's console,
-        when it changes."""
-        if message and watch.last_progress != message and self.says_in_console:
-            watch.last_progress = message
+        when it changes. A queued task's place moving is not a change (it is said with the next line, and by
+        `status`): a sweep of 1,000 tasks queued would print a line for each waiting task each time the queue moved."""
+        said = without_place(message)
+        if message and watch.last_progress != said and self.says_in_console:
+            watch.last_progress = said
             from nemo_run.core.frontend.console.api import CONSOLE
             from rich.markup import escape
 

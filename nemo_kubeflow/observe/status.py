@@ -32,6 +32,7 @@ A pod that fails while the JobSet restarts the gang is *not* a job failure: only
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
@@ -207,6 +208,16 @@ def queue_place(queue: str, pending: Sequence[dict], workload: dict) -> str:
             total = f"{len(pending)}" if len(pending) < 1000 else f"{len(pending)} or more"  # Kueue's page: 1000
             return f" ({_ordinal(item['positionInLocalQueue'] + 1)} of {total} in LocalQueue {queue})"
     return ""
+
+
+#: A waiting task's place in its message, as ``queue_place`` writes it.
+_PLACE = re.compile(r" \(\d+(?:st|nd|rd|th) of \d+(?: or more)? in LocalQueue [^)]*\)")
+
+
+def without_place(message: str) -> str:
+    """``message`` without a waiting task's place in its LocalQueue (``queue_place``): what it waits for, which
+    does not change as the queue moves."""
+    return _PLACE.sub("", message, count=1)
 
 
 #: A Workload with none of Kueue's conditions, where no place is read: Kueue writes its reason on the Workloads it

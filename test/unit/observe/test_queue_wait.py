@@ -3,7 +3,7 @@
 
 import pytest
 
-from nemo_kubeflow.observe.status import owned_workload, queue_wait_message
+from nemo_kubeflow.observe.status import owned_workload, queue_place, queue_wait_message, without_place
 
 
 def _workload(*conditions):
@@ -65,3 +65,21 @@ def test_a_workload_not_tried_says_so_unless_its_place_is_known_and_no_workload_
         "waiting for queue q to admit it (2nd of 2 in LocalQueue q)"
     )
     assert queue_wait_message("q", None) == "waiting for queue q to admit it"  # not created yet, or unreadable
+
+
+@pytest.mark.parametrize("place, total", [(0, 2), (11, 990), (999, 1000)])
+def test_what_a_queued_task_waits_for_does_not_change_as_its_place_moves(place, total):
+    """The console says a waiting task's line again when what it waits for changes, not when the queue moved."""
+    pending = [{"metadata": {"name": f"w{i}"}, "positionInLocalQueue": i} for i in range(total)]
+    workload = _workload(("QuotaReserved", "False", "Pending", "insufficient unused quota (cpu)"))
+    workload["metadata"]["name"] = f"w{place}"
+    placed = queue_wait_message("my-q", workload, queue_place("my-q", pending, workload))
+    assert "in LocalQueue my-q)" in placed
+    assert (
+        without_place(placed)
+        == queue_wait_message("my-q", workload)
+        == ("waiting for queue my-q to admit it: Pending: insufficient unused quota (cpu)")
+    )
+    assert without_place("running: 1 gang restart so far (attempt 0: node 1)") == (
+        "running: 1 gang restart so far (attempt 0: node 1)"
+    )

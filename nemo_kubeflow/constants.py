@@ -31,6 +31,9 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+#: The pods a running job's look reads (``observe.job_view.JobView.read_running``), and an experiment's status
+#: round lists for its running tasks (``cluster.experiment_snapshot``): a field selector every API server serves.
+NOT_RUNNING = "status.phase!=Running"
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/{JOBSET_VERSION}"

@@ -19,6 +19,7 @@ from nemo_kubeflow.errors import PermissionDeniedError
 from nemo_kubeflow.nemo_run.app_watch import AppWatch
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
 from nemo_kubeflow.nemo_run.status_answers import ANSWER_REUSE_S
+from nemo_kubeflow.observe.job_view import NOT_RUNNING
 
 #: Tasks of the experiment: sleepers that run, one that fails, one that succeeds.
 SLEEPERS = 4
@@ -106,30 +107,59 @@ def local_backend(local):
     made.clean_up()
 
 
-def _requests_of_status(local, app_ids) -> collections.Counter:
-    """(verb, resource) -> requests of one status query of every task, by a fresh scheduler (a new process's)."""
+def _requests_of_status(local, app_ids) -> tuple[collections.Counter, list]:
+    """(verb, resource) -> requests of one status query of every task, by a fresh scheduler (a new process's), and
+    the field selector of each list of pods, in order."""
     scheduler = create_scheduler("count")
     local.clear_requests()
     for app_id in app_ids:
         scheduler.describe(app_id)
-    return collections.Counter((r.verb, r.resource) for r in local.requests)
+    pod_lists = [r.query.get("fieldSelector") for r in local.requests if (r.verb, r.resource) == ("list", "pods")]
+    return collections.Counter((r.verb, r.resource) for r in local.requests), pod_lists
 
 
 def test_the_status_of_many_tasks_lists_each_kind_once(local, local_backend):
     app_ids = _experiment(local_backend, "snapshot-count")
     try:
-        counts = _requests_of_status(local, app_ids)
+        counts, pod_lists = _requests_of_status(local, app_ids)
     finally:
         _cancel(app_ids)
     # The first task read on its own (a status of one task costs what it did), then one list of each kind for the
     # others; what only some need (the failed task's events and node log, node 0's progress lines) is their own.
     assert counts[("list", "trainjobs")] == 1 and counts[("list", "jobsets")] == 1, counts
     assert counts[("get", "trainjobs")] == 1 and counts[("get", "jobsets")] == 1, counts
-    # The first task's pods twice (those not running, node 0's metadata for its progress), the snapshot's once.
-    assert counts[("list", "pods")] == 3, counts
+    # The first task's pods twice (those not running, node 0's metadata for its progress), then the snapshot's:
+    # those not running for the running tasks' looks, every pod once the failed task's look asks for the others.
+    assert pod_lists == [NOT_RUNNING, None, NOT_RUNNING, None], pod_lists
     # Node logs: the first task's (its progress) and the failed task's (why); none of the other running tasks.
     log_reads = counts[("get", "pods/log")]
-    assert 1 <= log_reads <= 2 and sum(counts.values()) == 7 + log_reads, counts
+    assert 1 <= log_reads <= 2 and sum(counts.values()) == 8 + log_reads, counts
+
+
+def test_the_status_of_running_tasks_lists_only_their_pods_not_running(local, local_backend):
+    """A sweep's tasks all running: the snapshot lists the pods not running (few), not every running pod, and
+    each task's status is its own describe's."""
+    with run.Experiment("snapshot-running", executor=local_backend.executor(nodes=1), log_level="WARN") as exp:
+        for i in range(SLEEPERS):
+            exp.add(run.Script(inline="sleep 300"), name=f"sleeper{i}")
+        exp.run(detach=True)
+    app_ids = [app_id_of(job) for job in exp.jobs]
+    experiment = records.load(*records.parse_app_id(app_ids[0])).experiment
+    try:
+        wait_for(lambda: all(_plain(a).state == AppState.RUNNING for a in app_ids), "running", timeout=240)
+        time.sleep(ANSWER_REUSE_S)
+        counts, pod_lists = _requests_of_status(local, app_ids)
+        from_snapshot = [create_scheduler("again").describe(a) for a in app_ids]
+        plain = [_plain(a) for a in app_ids]
+    finally:
+        _cancel(app_ids)
+    # The first task's own two lists, then the snapshot's one.
+    assert pod_lists == [NOT_RUNNING, None, NOT_RUNNING], pod_lists
+    assert counts[("list", "trainjobs")] == 1 and counts[("list", "jobsets")] == 1, counts
+    assert [(d.state, d.msg) for d in from_snapshot[1:]] == [
+        (AppState.RUNNING, "; ".join(filter(None, [p.message, _progress_not_read(experiment, a)])))
+        for a, p in zip(app_ids[1:], plain[1:])
+    ]
 
 
 def test_nemo_runs_own_status_of_many_tasks_lists_each_kind_once(local, local_backend):

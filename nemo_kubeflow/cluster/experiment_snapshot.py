@@ -6,7 +6,9 @@ The status queries of an experiment's tasks come in rounds (NeMo-Run's ``Experim
 turn). A round's first query reads as a look of one task does (a status of one task costs what it did); its
 second lists, as its look asks for them, the TrainJobs labelled ``EXPERIMENT_LABEL=E`` (one list), the namespace's
 JobSets and the pods of those TrainJobs' JobSets (they do not carry the experiment's label: Trainer gives them none
-of the TrainJob's own); the round's other queries read what those lists hold (``TaskReader``: the
+of the TrainJob's own): those not running while only running tasks' looks ask (``NOT_RUNNING``: a running sweep's
+are few, where every pod of 1,000 tasks was most of the bytes), every pod once another look asks; the round's
+other queries read what those lists hold (``TaskReader``: the
 ``ClusterReader`` of one task, as ``cluster/watched.WatchedJob`` is for one job's repeated looks, with the same
 selector matching). A round ends when one of its tasks is asked again, ``REUSE_S`` after its last query, or at a
 write.
@@ -28,15 +30,20 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from nemo_kubeflow.cluster.client import ClusterReader
 from nemo_kubeflow.cluster.log_stream import LogStream
 from nemo_kubeflow.cluster.watched import _pod_matcher, held_copy, partial_metadata
-from nemo_kubeflow.constants import EXPERIMENT_LABEL, JOBSET_KIND, JOBSET_NAME_LABEL, TRAINJOB_KIND, WORKLOAD_KIND
-from nemo_kubeflow.errors import ClusterError
+from nemo_kubeflow.constants import (
+    EXPERIMENT_LABEL,
+    JOBSET_KIND,
+    JOBSET_NAME_LABEL,
+    NOT_RUNNING,
+    TRAINJOB_KIND,
+    WORKLOAD_KIND,
+)
 
 #: A round of status queries (and its snapshot) ends when none of its tasks was asked for this long: a status of
 #: 1,000 tasks on a loaded machine may take longer in all, and would list everything again part-way through.
@@ -56,9 +63,12 @@ class ExperimentSnapshot:
         self._lock = threading.Lock()
         #: kind -> name -> object, once listed.
         self._held: dict[str, dict[str, dict]] = {}
-        #: The held pods by their JobSet's name, each JobSet's in the API server's order (by name), and the held
-        #: Workloads by the uid of each owner: a task's query reads its own, not every one of 1,000 tasks'.
-        self._pods_by_jobset: Optional[dict[str, list[dict]]] = None
+        #: The experiment's pods by name, once listed: those not running (``NOT_RUNNING``), every pod (None).
+        self._pods: dict[Optional[str], dict[str, dict]] = {}
+        #: The held pods of each list by their JobSet's name, each JobSet's in the API server's order (by name),
+        #: and the held Workloads by the uid of each owner: a task's query reads its own, not every one of 1,000
+        #: tasks'.
+        self._pods_by_jobset: dict[Optional[str], dict[str, list[dict]]] = {}
         self._workloads_by_owner: Optional[dict[str, list[dict]]] = None
         #: LocalQueue -> Kueue's pending workloads of it (``pending_workloads``), once read.
         self._pending: dict[str, Optional[list[dict]]] = {}
@@ -78,42 +88,41 @@ class ExperimentSnapshot:
         return name in jobs and len(jobs) > 1
 
     def _listed(self, kind: str) -> dict[str, dict]:
+        if kind == "Pod":
+            with self._lock:
+                return self._pods[self._pod_list(None)]
         with self._lock:  # one list per kind, whichever task's look asks first
             held = self._held.get(kind)
             if held is None:
-                if kind == JOBSET_KIND and TRAINJOB_KIND in self._held and "Pod" not in self._held:
-                    held = self._jobsets_and_pods()
-                else:
-                    held = self._held[kind] = self._list(kind)
+                held = self._held[kind] = self._list(kind)
             return held
 
-    def _list(self, kind: str) -> dict[str, dict]:
-        items = self.cluster.list(kind, self.namespace, *self._selectors(kind))
+    def _pod_list(self, field_selector: Optional[str]) -> Optional[str]:
+        """The key in ``_pods`` of the held pods that answer a list with ``field_selector`` (under the lock): every
+        pod once listed; else, for a running task's look (``NOT_RUNNING``), the pods not running; else listed
+        now: those not running for a running task's look, every pod for any other (a round lists them at most
+        twice: a selector that selects running pods would list as many as every pod)."""
+        if None in self._pods:
+            return None
+        key = NOT_RUNNING if field_selector == NOT_RUNNING else None
+        if key not in self._pods:
+            self._pods[key] = self._list("Pod", key)
+        return key
+
+    def _list(self, kind: str, field_selector: Optional[str] = None) -> dict[str, dict]:
+        items = self.cluster.list(kind, self.namespace, self._label_selector(kind), field_selector)
         return {o["metadata"]["name"]: o for o in items}
 
-    def _jobsets_and_pods(self) -> dict[str, dict]:
-        """The JobSets, listed while the pods are (a look that reads its task's JobSet reads its pods next): the
-        server answers one while this process reads the other, and most of a status of 1,000 tasks is those two
-        lists. A failed pod list is not kept: the pods' own read lists them again and says why it failed."""
-        with ThreadPoolExecutor(1, thread_name_prefix="snapshot-pods") as pool:
-            pods = pool.submit(self._list, "Pod")
-            held = self._held[JOBSET_KIND] = self._list(JOBSET_KIND)
-            try:
-                self._held["Pod"] = pods.result()
-            except (ClusterError, OSError):
-                pass
-        return held
-
-    def _selectors(self, kind: str) -> tuple[Optional[str], Optional[str]]:
-        """The (label, field) selectors of the list of ``kind``."""
+    def _label_selector(self, kind: str) -> Optional[str]:
+        """The label selector of the list of ``kind``."""
         if kind == TRAINJOB_KIND:
-            return f"{EXPERIMENT_LABEL}={self.experiment}", None
+            return f"{EXPERIMENT_LABEL}={self.experiment}"
         if kind == "Pod":
             names = ",".join(sorted(self._held.get(TRAINJOB_KIND) or {}))
             if names and len(names) <= NAMED_SELECTOR_CHARS:
-                return f"{JOBSET_NAME_LABEL} in ({names})", None
-            return JOBSET_NAME_LABEL, None
-        return None, None  # JobSets (named as their TrainJobs), Kueue's Workloads: the namespace's
+                return f"{JOBSET_NAME_LABEL} in ({names})"
+            return JOBSET_NAME_LABEL
+        return None  # JobSets (named as their TrainJobs), Kueue's Workloads: the namespace's
 
     def pending_workloads(self, queue: str) -> Optional[list[dict]]:
         """Kueue's pending workloads of LocalQueue ``queue`` in the namespace, read once for the round."""
@@ -128,18 +137,21 @@ class ExperimentSnapshot:
             self.trainjobs()  # the TrainJobs first: the pods then are at least as new as their verdicts
         return self._listed(kind)
 
-    def pods_of(self, jobset: str) -> list[dict]:
-        """The held pods of JobSet ``jobset``, by name (listed if not yet)."""
-        pods = self.held("Pod")
+    def pods_of(self, jobset: str, field_selector: Optional[str] = None) -> list[dict]:
+        """The held pods of JobSet ``jobset`` among which a list with ``field_selector`` finds its answer (every
+        pod of it, or those listed with that selector), by name (listed if not yet)."""
+        self.trainjobs()  # the TrainJobs first: the pods then are at least as new as their verdicts
         with self._lock:
-            if self._pods_by_jobset is None:
-                index: dict[str, list[dict]] = {}
+            key = self._pod_list(field_selector)
+            index = self._pods_by_jobset.get(key)
+            if index is None:
+                index = self._pods_by_jobset[key] = {}
+                pods = self._pods[key]
                 for name in sorted(pods):
                     labels = pods[name]["metadata"].get("labels") or {}
                     if JOBSET_NAME_LABEL in labels:
                         index.setdefault(labels[JOBSET_NAME_LABEL], []).append(pods[name])
-                self._pods_by_jobset = index
-            return self._pods_by_jobset.get(jobset, [])
+            return index.get(jobset, [])
 
     def workloads_owned_by(self, uid: str) -> list[dict]:
         """The held Workloads an object of that uid owns (listed if not yet)."""
@@ -290,4 +302,4 @@ class TaskReader:
         match = _pod_matcher(f"{JOBSET_NAME_LABEL}={self.name}", label_selector, field_selector)
         if match is None:
             return None
-        return [pod for pod in self.snapshot.pods_of(self.name) if match(pod)]
+        return [pod for pod in self.snapshot.pods_of(self.name, field_selector) if match(pod)]

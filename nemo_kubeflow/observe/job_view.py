@@ -17,6 +17,7 @@ from nemo_kubeflow.constants import (
     JOBSET_KIND,
     JOBSET_NAME_LABEL,
     JOBSET_UID_LABEL,
+    NOT_RUNNING,
     RESTART_ATTEMPT_LABEL,
     TRAINER_NODE,
 )
@@ -303,8 +304,6 @@ def _of_current_attempt(job: dict, jobset: dict) -> bool:
     )
 
 
-#: The pods a running job's look reads (``JobView.read_running``): a field selector every API server serves.
-NOT_RUNNING = "status.phase!=Running"
 #: The pods a failed job's look reads by their metadata only (``JobView.read_failed``).
 RUNNING = "status.phase=Running"
 #: The pods a waiting job's look reads in full (``JobView.read_waiting``): those that started or ended, and a

@@ -152,6 +152,9 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         caches = [waiting._watches[a].job_cache for a in app_ids]
         wait_for(lambda: all(all(c.current().values()) for c in caches), "the watches current", timeout=30)
         assert "Workload" in caches[0].current(), caches[0].current()  # a queued task's look watches them
+        # A look's list of the Workloads gets its own TrainJob's (what it lists them for), not a copy of every one.
+        owners = [w["metadata"]["ownerReferences"][0]["name"] for w in caches[0].list("Workload", namespace)]
+        assert owners == [_name(app_ids[0])], owners
         workload_watch = caches[0]._watches.collections["Workload"]
         changes_before = workload_watch.changes
         ended, rounds, reads, messages = set(), [], [], collections.Counter()

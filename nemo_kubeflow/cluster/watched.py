@@ -443,11 +443,27 @@ class WatchedJob:
     ) -> builtins.list[dict]:
         found = self._pods(kind, namespace, label_selector, field_selector)
         if found is None and kind == WORKLOAD_KIND and not (label_selector or field_selector):
-            found = self._listed(kind, namespace)
+            found = self._workloads_of_job(namespace)
         if found is None:
             with self._answering():
                 return self.cluster.list(kind, namespace, label_selector, field_selector, limit)
         return held_copy(found[:limit])
+
+    def _workloads_of_job(self, namespace: Optional[str]) -> Optional[builtins.list[dict]]:
+        """The held Workloads a TrainJob named as this job owns, or None where they are not held. A look lists the
+        namespace's Workloads for the one its TrainJob owns (``owned_workload``): those are what it gets, not a
+        copy of each of a sweep's 1,000 Workloads at each look (most of a queued task's look then)."""
+        listed = self._listed(WORKLOAD_KIND, namespace)
+        if listed is None:
+            return None
+        return [
+            workload
+            for workload in listed
+            if any(
+                ref.get("kind") == TRAINJOB_KIND and ref.get("name") == self.name
+                for ref in workload["metadata"].get("ownerReferences") or ()
+            )
+        ]
 
     def list_metadata(
         self,

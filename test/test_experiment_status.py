@@ -239,9 +239,9 @@ def test_a_refused_list_is_the_looks_error(local, local_backend):
         _cancel(app_ids)
 
 
-def test_a_refused_pod_list_is_the_looks_error_though_it_was_asked_beside_the_jobsets(local, local_backend):
-    """The snapshot lists the pods while it lists the JobSets: refused, the pods' own read asks again and the
-    look fails with the server's words about pods (not a state read without them)."""
+def test_a_refused_pod_list_is_the_looks_error(local, local_backend):
+    """The snapshot's list of the pods refused: the look fails with the server's words about pods (not a state
+    read without them)."""
     app_ids = _experiment(local_backend, "snapshot-pods-refused")
     local.deny("list", "pods", local_backend.namespace)
     local.clear_requests()

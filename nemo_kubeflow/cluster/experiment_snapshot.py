@@ -98,10 +98,9 @@ class ExperimentSnapshot:
             return held
 
     def _pod_list(self, field_selector: Optional[str]) -> Optional[str]:
-        """The key in ``_pods`` of the held pods that answer a list with ``field_selector`` (under the lock): every
-        pod once listed; else, for a running task's look (``NOT_RUNNING``), the pods not running; else listed
-        now: those not running for a running task's look, every pod for any other (a round lists them at most
-        twice: a selector that selects running pods would list as many as every pod)."""
+        """The key in ``_pods`` of the pods that answer a list with ``field_selector`` (under the lock), listed if
+        not yet: every pod, once held; else the pods not running for a running task's look (``NOT_RUNNING``), and
+        every pod for any other look (a selector of running pods would list about as many). At most two lists."""
         if None in self._pods:
             return None
         key = NOT_RUNNING if field_selector == NOT_RUNNING else None

@@ -175,6 +175,36 @@ def test_without_the_right_to_watch_pods_their_reads_go_to_the_api_server(local)
         local.allow_all()
 
 
+def test_a_view_waits_for_its_watch_to_list_instead_of_listing_beside_it(local):
+    # A log follower's view of a large job, made for a look at once, waits for the watch's first list: the pods
+    # are listed once, not by the look and by the watch. Where the watch cannot answer (no right to watch
+    # pods), the wait ends as soon as that is known, not at its timeout.
+    _, name = _running_job(local, "wj-wait")
+    cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
+    local.clear_requests()
+    watched = WatchedJob(cluster, "default", name)
+    try:
+        assert watched.wait_held("Pod", 30)
+        assert [p["metadata"]["name"] for p in watched.list("Pod", "default", node_selector(name))] == sorted(
+            p["metadata"]["name"]
+            for p in local.objects("pods", "default")
+            if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name
+        )
+        assert [r for r in _job_requests(local, name) if r[1] == "pods"] == [("list", "pods"), ("watch", "pods")]
+    finally:
+        watched.stop()
+    local.deny("watch", "pods")
+    denied = WatchedJob(cluster, "default", name)
+    try:
+        started = time.monotonic()
+        assert not denied.wait_held("Pod", 30)
+        assert time.monotonic() - started < 15
+        assert denied.wait_held(TRAINJOB_KIND, 30)
+    finally:
+        denied.stop()
+        local.allow_all()
+
+
 def test_a_look_after_a_write_of_this_process_reads_the_api_server(local):
     app_id, name = _running_job(local, "wj-wrote")
     scheduler = create_scheduler("wj-wrote")

@@ -565,6 +565,28 @@ class WatchedJob:
         for listener in builtins.list(self._pod_listeners):
             listener(kind, pod)
 
+    def wait_held(self, kind: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the watch of ``kind`` to hold it (its first list answered), watching it if not
+        yet; whether reads of ``kind`` are answered from the watch now. A view made for one look at once (a log
+        follower's of a large job) waits here instead of listing beside the watch's own first list (the same
+        objects twice: 8 MB each at 1,024 pods); it returns at once where the watch cannot answer (refused, over the
+        per-process cap, stopped)."""
+        if kind not in self._collections or self._closed:
+            return False
+        self._watches.ensure_watching()
+        deadline = time.monotonic() + timeout
+        while True:
+            collection = self._collections[kind]  # the newest start's
+            if (
+                collection.current
+                or collection.refused
+                or kind in self._refused
+                or self._stopped is None
+                or time.monotonic() >= deadline
+            ):
+                return self._why_not_held(kind, collection) is None
+            time.sleep(0.02)
+
     def current(self) -> dict[str, bool]:
         """Kind -> whether its reads are answered from the watch now (for tests and ``--verbose``)."""
         return {kind: c.current and not self._closed for kind, c in self._collections.items()}

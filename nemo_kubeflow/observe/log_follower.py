@@ -89,6 +89,9 @@ LIST_SECONDS = 1.0
 #: ... and a larger job's less often, so that listing costs the API server about as many pods per second
 #: whatever the job's size (1,024 nodes: a list of about 8 MB every 8 s rather than every second).
 LISTED_PODS_PER_SECOND = 128
+#: How long the first look of a job read in rounds waits for the follower's pod watch to list them (``_job_reader``);
+#: past it, that look lists them itself.
+FIRST_LIST_WAIT_SECONDS = 10.0
 #: A follow stream silent this long is opened again from where it was: a connection dropped
 #: without a word (a NAT's or load balancer's idle timeout) cannot hang a node's following, and a
 #: quiet node costs one request per this many seconds.
@@ -407,7 +410,9 @@ class JobLogFollower:
                     name=f"loglist-{self.trainjob}",
                 ).start()
                 return
-            self._look(self.cluster)
+            # Fewer nodes followed now than readers (the first of a large job's subscribers, or its nodes ending):
+            # its pods from the follower's watch once made, not a list of every pod beside it.
+            self._look(self._watched if self._watched is not None else self.cluster)
         finally:
             if not background:
                 self._refreshing.release()
@@ -425,6 +430,10 @@ class JobLogFollower:
 
     def _look_in_background(self, reader: ClusterReader) -> None:
         try:
+            watched = self._watched
+            if watched is not None and reader is watched:
+                # Its pods from the watch's first list (a list of its own beside it would read them twice).
+                watched.wait_held("Pod", FIRST_LIST_WAIT_SECONDS)
             self._look(reader)
         except Exception as e:  # noqa: BLE001 - raised by the next reader, as an inline look's would be
             self._list_failed = e

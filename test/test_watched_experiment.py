@@ -137,6 +137,28 @@ def test_the_tasks_of_an_experiment_are_looked_at_through_one_set_of_watches(loc
     _done(scheduler, app_ids)
 
 
+def test_looks_at_tasks_found_over_start_no_watch_again(local):
+    # Once an experiment's last running task ended, its set of watches stopped (its last view left). A later look
+    # of an attached wait at a task it found over reads that task (one GET), as the first look did: it does not
+    # start the experiment's watches again (three lists and three watches a look: at 1,000 ended tasks, minutes).
+    app_ids = _experiment(local, "wx-over", TASKS)
+    names = [_name(a) for a in app_ids]
+    scheduler = create_scheduler("wx-over")
+    for app_id in app_ids:
+        scheduler.look_after(app_id)
+    caches = _watched(scheduler, app_ids)
+    for name in names:
+        local.end_pods(f"{JOBSET_NAME_LABEL}={name}", 0)
+    for app_id in app_ids:
+        wait_for(lambda: scheduler.look_after(app_id)[0].state == AppState.SUCCEEDED, "the task over", timeout=60)
+    wait_for(lambda: caches[0]._watches.stopped is None, "the experiment's watches stopped", timeout=30)
+    local.clear_requests()
+    looks = [scheduler.look_after(a)[0] for a in app_ids for _ in range(2)]
+    assert {d.state for d in looks} == {AppState.SUCCEEDED}
+    assert _reads(local, names) == [("get", "trainjobs")] * len(looks), _reads(local, names)
+    assert _watches(local) == [] and all(scheduler._watches[a].job_cache is None for a in app_ids)
+
+
 def test_two_experiments_in_one_process_each_have_their_own_watches(local):
     first, second = _experiment(local, "wx-first", 2), _experiment(local, "wx-second", 2)
     scheduler = create_scheduler("wx-two")

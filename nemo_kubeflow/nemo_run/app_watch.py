@@ -34,6 +34,9 @@ class AppWatch(LookMemory):
     job_cache: Optional[WatchedJob] = None
     #: Looks of an attached wait or ``nemo-kubeflow watch`` so far (``look_after`` with its repair step).
     looks_after: int = 0
+    #: A look found the job over: a later look reads it from the API server (one GET), not through watches it
+    #: would start again (its experiment's, stopped once its last running task ended: three lists each look).
+    over: bool = False
     #: The experiment of the job (its TrainJob's ``EXPERIMENT_LABEL``, once read): its tasks share one set of
     #: watches (``cluster/watched.py``).
     experiment: str = ""

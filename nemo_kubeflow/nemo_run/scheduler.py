@@ -367,6 +367,7 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
         self._say_repairs(watch, app_id, lines)
         self._report(watch, app_id, observation, message)
         if is_terminal(state):
+            watch.over = True
             self._stop_keeping(watch)
         interrupt.check_wait(app_id, is_terminal(state))
         answer = look.joined((message, observation.unread))
@@ -382,8 +383,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
     def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> Optional[WatchedJob]:
         """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): from its second look on
         (a job the first finds over is not watched), the job's TrainJob, JobSet and pods from watches
-        (``cluster/watched.py``: one set for the tasks of its experiment), not read again on each look."""
-        if watch.job_cache is None and watch.looks_after >= 1:
+        (``cluster/watched.py``: one set for the tasks of its experiment), not read again on each look; none once
+        a look found it over."""
+        if watch.job_cache is None and watch.looks_after >= 1 and not watch.over:
             watch.job_cache = WatchedJob(cluster, namespace, name, experiment=watch.experiment or None)
         return watch.job_cache
 

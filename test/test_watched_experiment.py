@@ -159,6 +159,28 @@ def test_looks_at_tasks_found_over_start_no_watch_again(local):
     assert _watches(local) == [] and all(scheduler._watches[a].job_cache is None for a in app_ids)
 
 
+def test_the_first_look_at_a_task_whose_experiment_is_watched_reads_from_the_watches(local):
+    # NeMo-Run's wait pool waits on a few tasks at a time, and on the next as one ends (a sweep's tasks admitted by
+    # Kueue as others finish): the first look at that next task joins the experiment's watches, which hold it
+    # already, instead of reading its TrainJob, JobSet and pods as a first look at a lone job does.
+    app_ids = _experiment(local, "wx-join", TASKS)
+    names = [_name(a) for a in app_ids]
+    scheduler = create_scheduler("wx-join")
+    caches = _watched(scheduler, app_ids[:-1])
+    local.clear_requests()
+    look = scheduler.look_after(app_ids[-1])[0]
+    assert _reads(local, names) == [], _reads(local, names)
+    assert scheduler._watches[app_ids[-1]].job_cache._watches is caches[0]._watches
+    direct = _plain(app_ids[-1])
+    assert (look.state, look.msg) == (direct.state, direct.message) and look.state == AppState.RUNNING
+    # A lone job's first look still reads it (a job already over starts no watch).
+    other = _experiment(local, "wx-lone", 1)[0]
+    local.clear_requests()
+    scheduler.look_after(other)
+    assert ("get", "trainjobs") in _reads(local, [_name(other)]) and scheduler._watches[other].job_cache is None
+    _done(scheduler, app_ids + [other])
+
+
 def test_two_experiments_in_one_process_each_have_their_own_watches(local):
     first, second = _experiment(local, "wx-first", 2), _experiment(local, "wx-second", 2)
     scheduler = create_scheduler("wx-two")

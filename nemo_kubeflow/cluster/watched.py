@@ -226,6 +226,14 @@ class _Collection:
             self.indexed = {}
 
 
+def experiment_watched(cluster: ClusterReader, namespace: str, experiment: str) -> bool:
+    """Whether this process watches ``experiment``'s tasks in ``namespace`` through ``cluster`` now (a view of
+    another of its tasks started the set): a new task's view joins it at no cost to the API server."""
+    with _watching_lock:
+        watches = _sets.get((id(cluster), namespace, ("experiment", experiment), None))
+    return watches is not None and watches.stopped is not None
+
+
 class _Watches:
     """The watches of one scope (an experiment's tasks in a namespace, or one job), shared by its views
     (``WatchedJob``): started at a view's first read, paused when none has read for ``IDLE_STOP_S``, ended with

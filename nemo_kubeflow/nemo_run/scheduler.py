@@ -37,7 +37,7 @@ from torchx.specs import AppDef, AppState, ReplicaStatus, Role, RoleStatus, is_t
 
 from nemo_kubeflow.cluster import records
 from nemo_kubeflow.cluster.client import Cluster, ClusterReader, KubernetesCluster
-from nemo_kubeflow.cluster.watched import WatchedJob
+from nemo_kubeflow.cluster.watched import WatchedJob, experiment_watched
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.config.registration import SUBMITTING
 from nemo_kubeflow.constants import EXPERIMENT_LABEL, SCHEDULER_NAME, TRAINJOB_KIND
@@ -348,7 +348,9 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             record,
             watch,
             keeps_logs=repair,
-            reader=self._watched(watch, cluster, namespace, name) if repair else self._snapshot(cluster, record),
+            reader=self._watched(watch, cluster, record, namespace, name)
+            if repair
+            else self._snapshot(cluster, record),
         )
         if repair:
             watch.looks_after += 1
@@ -380,13 +382,19 @@ class KubeflowTrainerScheduler(SchedulerMixin, Scheduler[dict]):
             self._say(app_id, "repaired", watch.last_repair)
 
     @staticmethod
-    def _watched(watch: AppWatch, cluster: Cluster, namespace: str, name: str) -> Optional[WatchedJob]:
-        """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): from its second look on
-        (a job the first finds over is not watched), the job's TrainJob, JobSet and pods from watches
-        (``cluster/watched.py``: one set for the tasks of its experiment), not read again on each look; none once
-        a look found it over."""
-        if watch.job_cache is None and watch.looks_after >= 1 and not watch.over:
-            watch.job_cache = WatchedJob(cluster, namespace, name, experiment=watch.experiment or None)
+    def _watched(
+        watch: AppWatch, cluster: Cluster, record: Optional[records.AppRecord], namespace: str, name: str
+    ) -> Optional[WatchedJob]:
+        """The reader of a look that repeats (an attached wait, ``nemo-kubeflow watch``): the job's TrainJob, JobSet
+        and pods from watches (``cluster/watched.py``: one set for the tasks of its experiment), not read again on
+        each look. From its second look on (a job the first finds over starts no watch), or from its first where
+        its experiment's set is watched already (a sweep's next task, waited on as another ends: joining costs the
+        API server nothing); none once a look found it over."""
+        if watch.job_cache is not None or watch.over:
+            return watch.job_cache
+        experiment = watch.experiment or (record.experiment if record is not None else "")
+        if watch.looks_after >= 1 or (experiment and experiment_watched(cluster, namespace, experiment)):
+            watch.job_cache = WatchedJob(cluster, namespace, name, experiment=experiment or None)
         return watch.job_cache
 
     def _snapshot(self, cluster: Cluster, record: Optional[records.AppRecord]) -> Optional[ClusterReader]:

@@ -6,6 +6,7 @@ queued ones are admitted and run, an attached wait following them to the end thr
 import collections
 import copy
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import nemo_run as run
@@ -18,6 +19,7 @@ from test_apiserver_metadata_and_counts import _raw
 from test_describe_reads_at_scale import status_only_cluster
 from torchx.specs import AppState, parse_app_handle
 
+from nemo_kubeflow.cluster.watched import PLACES_EVERY_S
 from nemo_kubeflow.config.executor import KubeflowExecutor
 from nemo_kubeflow.constants import JOBSET_NAME_LABEL
 from nemo_kubeflow.nemo_run.scheduler import create_scheduler
@@ -158,6 +160,7 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
         workload_watch = caches[0]._watches.collections["Workload"]
         changes_before = workload_watch.changes
         ended, rounds, reads, messages = set(), [], [], collections.Counter()
+        started = time.monotonic()
         while len(ended) < TASKS:
             local.clear_requests()
             going = [a for a in app_ids if a not in ended]
@@ -180,17 +183,20 @@ def test_a_sweep_into_a_queue_with_room_for_a_few_waits_with_kueues_reason_and_r
                 for app_id in running:
                     local.end_pods(f"{JOBSET_NAME_LABEL}={_name(app_id)}", 0, namespace)
             assert len(reads) < 400, "the sweep did not end"
+        elapsed = time.monotonic() - started
     assert len(rounds) >= TASKS // ROOM, rounds  # admitted a few at a time, as quota freed
     # Through watches: no look read a TrainJob by name (a GET per task per look), nor listed the Workloads (one
     # list per queued task per look before: 9, 8, 5, 4, 2, 2 in the rounds of this sweep).
     assert sum(c[("get", "trainjobs")] + c[("list", "workloads")] for c in reads) == 0, reads
-    # The places: read again only when the watched Workloads changed, for the queue, not for each task.
+    # The places: read again only when the watched Workloads changed, for the queue, not for each task, and at most
+    # every PLACES_EVERY_S (the Workloads change many times in a few seconds as tasks end and the next are admitted).
     place_reads = sum(c[("get", "localqueues/pendingworkloads")] for c in reads)
     assert place_reads <= workload_watch.changes - changes_before and place_reads < messages["queued"], (
         place_reads,
         workload_watch.changes - changes_before,
         messages,
     )
+    assert place_reads <= 1 + elapsed / PLACES_EVERY_S, (place_reads, elapsed)
     assert messages["queued"] > 0, messages
     # NeMo-Run's console: a waiting task's line is said once, not again each time the queue moved its place.
     console = re.sub(r"\[\d\d:\d\d:\d\d\]|scheduler\.py:\d+", " ", capsys.readouterr().out)

@@ -53,6 +53,10 @@ IDLE_STOP_S = 120.0
 ANSWERED_WITHIN_S = 20.0
 #: After a write of this process, reads go to the API server this long (the watch may not have its echo yet).
 DIRECT_AFTER_WRITE_S = 5.0
+#: A LocalQueue's places (Kueue's pending workloads: the whole queue, about 480 KiB at 1,000) are read again at most
+#: this often in the looks that repeat: as a sweep's tasks end and the next are admitted, the Workloads change many
+#: times in a few seconds (20 reads a minute at 1,000 queued before). A place shown is at most this old.
+PLACES_EVERY_S = 10.0
 #: The sets of watches running now (ids of ``_Watches``: at most ``MAX_WATCHED_SETS``).
 _watching: set[int] = set()
 _watching_lock = threading.Lock()
@@ -263,8 +267,8 @@ class _Watches:
         #: Held by the one view asking the API server whether it answers: the others wait for that answer (the
         #: looks of NeMo-Run's wait pool come at once: each its own GET of /version before).
         self.asking = threading.Lock()
-        #: LocalQueue -> (the Workload watch's changes when read, Kueue's pending workloads of it).
-        self.pending: dict[str, tuple[int, Optional[builtins.list[dict]]]] = {}
+        #: LocalQueue -> (the Workload watch's changes when read, when read, Kueue's pending workloads of it).
+        self.pending: dict[str, tuple[int, float, Optional[builtins.list[dict]]]] = {}
         #: Job name -> its views (each told its own pods' events).
         self.views: dict[str, builtins.list[WatchedJob]] = {}
 
@@ -488,18 +492,19 @@ class WatchedJob:
 
     def pending_workloads(self, namespace: str, queue: str) -> Optional[builtins.list[dict]]:
         """Kueue's pending workloads of ``queue``: read again only when the watched Workloads changed since (the
-        places move only when a Workload does), else from the API server at each call."""
+        places move only when a Workload does), and at most every ``PLACES_EVERY_S``; else from the API server at
+        each call."""
         held = self._listed(WORKLOAD_KIND, namespace) is not None and self._collections.get(WORKLOAD_KIND)
         if not held:
             with self._answering():
                 return self.cluster.pending_workloads(namespace, queue)
-        changes = held.changes
+        changes, now = held.changes, time.monotonic()
         kept = self._watches.pending.get(queue)
-        if kept is not None and kept[0] == changes:
-            return held_copy(kept[1])
+        if kept is not None and (kept[0] == changes or now - kept[1] < PLACES_EVERY_S):
+            return held_copy(kept[2])
         with self._answering():
             found = self.cluster.pending_workloads(namespace, queue)
-        self._watches.pending[queue] = (changes, found)
+        self._watches.pending[queue] = (changes, now, found)
         return held_copy(found)
 
     def pod_log(self, name: str, namespace: str, **options: Any) -> Iterator[str]:

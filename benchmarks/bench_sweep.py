@@ -13,6 +13,12 @@ nothing). For N tasks (10 and 100; 1,000 only in a full run), each executor:
 - an attached wait as ``exp.run()`` makes it (NeMo-Run's ``_wait_for_jobs``: a thread pool of its default size
   calling ``Runner.wait`` for each task, one look every 2 s) counted over a window: requests and KiB per minute;
 - the pods ended: ``nemo-kubeflow gc --experiment <id>`` (ours only: NeMo-Run has no such command) wall.
+
+Kueue at sweep scale (ours only: NeMo-Run's executor sets no queue): N tasks of 1 CPU into one LocalQueue whose
+ClusterQueue has room for ``KUEUE_ROOM`` (100; 1,000 in a full run): how many waiting tasks' statuses say their
+place (1st to Nth of N) and Kueue's reason, ``nemo experiment status`` (wall, requests), and an attached wait while
+the running tasks end every ``window / KUEUE_STEPS`` s and Kueue admits the next: requests a minute, and the
+per-task reads among them (TrainJob GETs, Workload lists: none, admission and completion come from the watches).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 from bench_apiload import POLL_S, Window, _wait
 from harness import (
@@ -51,6 +58,13 @@ LOG_LINES = 200
 LOG_TASKS = 100
 #: Every pod of a TrainJob carries its JobSet's name: ends every running task's pod.
 ALL_PODS = "jobset.sigs.k8s.io/jobset-name"
+#: The Kueue sweep's LocalQueue, its room (one-CPU tasks its ClusterQueue admits at once) and the admission steps
+#: (the running tasks ended, the next admitted) in its attached wait's window.
+KUEUE_QUEUE = "sweep"
+KUEUE_ROOM = 10
+KUEUE_STEPS = 4
+#: A waiting task's place as its status says it (observe/status.py ``queue_place``).
+_PLACE = re.compile(rf"waiting for queue {KUEUE_QUEUE} to admit it \((\d+)(?:st|nd|rd|th) of (\d+) in LocalQueue ")
 
 _SUBMIT = """
 from nemo_run.config import set_nemorun_home
@@ -58,7 +72,7 @@ set_nemorun_home(home)
 def peak_rss_kib():
     # VmHWM, this process's own peak: ru_maxrss starts at the forking parent's peak (Linux keeps it across exec).
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-executor = harness.ours(kubeconfig) if variant == "ours" else harness.upstream()
+executor = harness.ours(kubeconfig, **overrides) if variant == "ours" else harness.upstream()
 before = peak_rss_kib()
 seconds, exp = harness.launch(executor, tasks, title)
 peak = peak_rss_kib()
@@ -75,9 +89,17 @@ print(json.dumps({"seconds": t[0]}))
 """
 
 
-def _submit(cluster: ClusterProcess, home: str, variant: str, tasks: int, title: str) -> dict:
+def _submit(
+    cluster: ClusterProcess, home: str, variant: str, tasks: int, title: str, overrides: Optional[dict] = None
+) -> dict:
     return in_fresh_process(
-        _SUBMIT, home=home, kubeconfig=cluster.kubeconfig_path, variant=variant, tasks=tasks, title=title
+        _SUBMIT,
+        home=home,
+        kubeconfig=cluster.kubeconfig_path,
+        variant=variant,
+        tasks=tasks,
+        title=title,
+        overrides=overrides or {},
     )
 
 
@@ -159,6 +181,162 @@ def _one_sweep(cluster: ClusterProcess, variant: str, tasks: int, window_s: floa
     return found
 
 
+@contextlib.contextmanager
+def _kueue_queue(cluster: ClusterProcess):
+    """A ResourceFlavor, a ClusterQueue with quota for ``KUEUE_ROOM`` one-CPU tasks and the LocalQueue
+    ``KUEUE_QUEUE`` of ``NAMESPACE`` pointing at it, in the first Kueue version we read that the server serves;
+    deleted after."""
+    from kubernetes import client
+
+    from nemo_kubeflow.constants import KUEUE_GROUP, KUEUE_VERSIONS
+
+    groups = client.ApisApi(cluster.api).get_api_versions().groups or []
+    served = next(([v.version for v in g.versions] for g in groups if g.name == KUEUE_GROUP), [])
+    version = next(v for v in KUEUE_VERSIONS if v in served)
+    custom = client.CustomObjectsApi(cluster.api)
+    api_version = f"{KUEUE_GROUP}/{version}"
+    cq = f"{KUEUE_QUEUE}-cq"
+    quota = [{"name": "cpu", "nominalQuota": str(KUEUE_ROOM)}, {"name": "memory", "nominalQuota": "10Ti"}]
+    made = [
+        ("resourceflavors", {"apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": "be-flavor"}}),
+        (
+            "clusterqueues",
+            {
+                "apiVersion": api_version,
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {"coveredResources": ["cpu", "memory"], "flavors": [{"name": "be-flavor", "resources": quota}]}
+                    ],
+                },
+            },
+        ),
+    ]
+    for plural, body in made:
+        custom.create_cluster_custom_object(KUEUE_GROUP, version, plural, body)
+    local_queue = {
+        "apiVersion": api_version,
+        "kind": "LocalQueue",
+        "metadata": {"name": KUEUE_QUEUE},
+        "spec": {"clusterQueue": cq},
+    }
+    custom.create_namespaced_custom_object(KUEUE_GROUP, version, NAMESPACE, "localqueues", local_queue)
+    try:
+        yield
+    finally:
+        custom.delete_namespaced_custom_object(KUEUE_GROUP, version, NAMESPACE, "localqueues", KUEUE_QUEUE)
+        for plural, body in reversed(made):
+            custom.delete_cluster_custom_object(KUEUE_GROUP, version, plural, body["metadata"]["name"])
+
+
+def _places(exp_id: str) -> tuple[int, int, list[str]]:
+    """Each task's status as a fresh scheduler's describe says it (``nemo experiment status`` shows only the
+    state): (tasks running, waiting tasks whose place is right, the first other messages)."""
+    from nemo_run.run.experiment import Experiment
+    from torchx.specs import AppState, parse_app_handle
+
+    from nemo_kubeflow.nemo_run.scheduler import create_scheduler
+
+    with quiet():  # NeMo-Run's console, and each waiting task's line
+        exp = Experiment.from_id(exp_id)
+        scheduler = create_scheduler("kueue-places")
+        looks = [scheduler.describe(parse_app_handle(job.handle)[2]) for job in exp.jobs]
+    running = sum(d.state == AppState.RUNNING for d in looks)
+    places = [(int(m[1]), int(m[2])) for d in looks if (m := _PLACE.search(d.msg or ""))]
+    waiting = len(looks) - running
+    right = len(places) if sorted(places) == [(i, waiting) for i in range(1, waiting + 1)] else 0
+    others = [d.msg for d in looks if d.state != AppState.RUNNING and not _PLACE.search(d.msg or "")]
+    return running, right, others[:3]
+
+
+def _kueue_sweep(cluster: ClusterProcess, tasks: int, window_s: float) -> dict:
+    """The Kueue sweep of ``tasks`` tasks (ours): see the module's docstring."""
+    from nemo_run.run.experiment import Experiment
+
+    found: dict = {}
+    with _kueue_queue(cluster), nemorun_home() as home:
+        overrides = {"queue_name": KUEUE_QUEUE, "cpu_request": "1", "memory_request": "1Gi"}
+        submitted = _submit(cluster, home, "ours", tasks, f"kueue-{tasks}", overrides)
+        found["submit"], exp_id = submitted["seconds"], submitted["exp_id"]
+        _wait(
+            lambda: (
+                cluster.pod_phases(NAMESPACE).get("Running", 0) >= KUEUE_ROOM
+                and cluster.count("workloads", NAMESPACE) >= tasks
+            ),
+            900,
+            f"{KUEUE_ROOM} of {tasks} queued tasks running",
+        )
+        time.sleep(1.0)
+        window = Window(cluster)
+        status = in_fresh_process(_STATUS, home=home, exp_id=exp_id)
+        found["status"] = (status["seconds"], window.close())
+        found["running"], found["placed"], found["others"] = _places(exp_id)
+
+        with quiet():  # the wait's console lines (each task's progress, said once)
+            exp = Experiment.from_id(exp_id)
+            runner = exp._runner
+            pool = ThreadPoolExecutor()  # NeMo-Run's wait pool
+            futures = [pool.submit(runner.wait, job.handle, wait_interval=POLL_S) for job in exp.jobs]
+            time.sleep(2 * POLL_S + 1)
+            window = Window(cluster)
+            ended = 0
+            for _ in range(KUEUE_STEPS):
+                time.sleep(window_s / KUEUE_STEPS)
+                ended += cluster.end_pods(ALL_PODS, 0)  # the running tasks end; Kueue admits the next
+            found["attached"], found["ended"] = window.close(), ended
+            cluster.delete_trainjobs(timeout=900)  # the waits of the tasks left see them gone, and return
+            for future in futures:
+                with contextlib.suppress(Exception):
+                    future.result(timeout=300)
+            pool.shutdown(wait=True)
+    return found
+
+
+def _kueue_rows(tasks: int, found: dict):
+    title = f"Kueue sweep of {tasks} tasks, room for {KUEUE_ROOM}"
+    waiting = tasks - found["running"]
+    yield Metric(
+        f"{title}: waiting tasks whose status says their place",
+        found["placed"],
+        None,
+        "tasks",
+        at_least=tasks - KUEUE_ROOM,
+        note=f"1st to {waiting}th of {waiting}, with Kueue's reason; {found['running']} running"
+        + (f"; others said: {found['others']}" if found["others"] else ""),
+    )
+    seconds, window = found["status"]
+    yield Metric(f"{title}: `nemo experiment status` (fresh process): wall", seconds, None, "s", at_most=3)
+    yield Metric(
+        f"{title}: `nemo experiment status` (fresh process): requests",
+        window.requests,
+        None,
+        "req",
+        at_most=12,
+        note="the snapshot's lists, Kueue's API discovery, the namespace's Workloads and the LocalQueue's places (each"
+        " of the last two twice where the first task, read alone, waits)",
+    )
+    attached = found["attached"]
+    per_task = sum(attached.by.get(key, (0, 0))[0] for key in (("get", "trainjobs"), ("list", "workloads")))
+    yield Metric(
+        f"{title}: attached wait while Kueue admits, API requests/min",
+        attached.per_minute()[0],
+        None,
+        "req",
+        note=f"{found['ended']} tasks ended and as many admitted in {attached.seconds:.0f} s; submitted in "
+        f"{found['submit']:.0f} s",
+    )
+    yield Metric(
+        f"{title}: attached wait while Kueue admits, per-task reads (TrainJob GETs, Workload lists)",
+        per_task,
+        None,
+        "req",
+        at_most=0,
+        note="admission and completion come from the watches",
+    )
+
+
 def _printer():
     import nemo_run as run
 
@@ -210,6 +388,18 @@ def run(ctx):
             "sweep (tasks)", sizes, lambda variant, tasks: _one_sweep(cluster, variant, tasks, window_s)
         )
     yield from _rows(results, sizes, window_s)
+    with status_only_cluster(ctx, "nk-kueue-", KUEUE_ROOM + 1) as cluster:
+        kueue = {tasks: _kueue_sweep(cluster, tasks, window_s) for tasks in sizes[1:]}
+    for tasks, found in kueue.items():
+        yield from _kueue_rows(tasks, found)
+    yield Detail(
+        "API requests by verb and resource (Kueue sweep)",
+        [
+            f"- {tasks} tasks, {what}: {window.breakdown()}"
+            for tasks, found in kueue.items()
+            for what, window in (("status", found["status"][1]), ("attached", found["attached"]))
+        ],
+    )
     once, expected, extra, threads = _logs(ctx)
     yield Metric(
         f"`nemo-kubeflow logs --follow` of a {LOG_TASKS}-task experiment: lines printed once",

@@ -263,8 +263,10 @@ def test_a_watch_whose_version_expired_lists_again_and_an_error_event_breaks_it(
 def test_a_process_watches_at_most_so_many_sets_and_reads_the_others(local, monkeypatch):
     from nemo_kubeflow.cluster import watched as watched_module
 
-    # Two more than this process watches now (earlier tests' looks may still watch, until idle).
-    monkeypatch.setattr(watched_module, "MAX_WATCHED_SETS", len(watched_module._watching) + 2)
+    # Earlier tests' sets may still watch, and pause and start again as their readers come and go: the cap is set
+    # to what this process watches once this test's two sets do, just before the third asks (not counted at the
+    # start, where a set of an earlier test starting again meanwhile took one of this test's places).
+    monkeypatch.setattr(watched_module, "MAX_WATCHED_SETS", 10**6)
     cluster = KubernetesCluster(kubeconfig=str(local.kubeconfig_path))
     jobs = [WatchedJob(cluster, "default", f"wj-cap-{i}") for i in range(3)]
     try:
@@ -272,6 +274,8 @@ def test_a_process_watches_at_most_so_many_sets_and_reads_the_others(local, monk
             job.get(TRAINJOB_KIND, job.name, "default")
             wait_for(lambda job=job: all(job.current().values()), "watched", timeout=30)
         local.clear_requests()
+        with watched_module._watching_lock:
+            monkeypatch.setattr(watched_module, "MAX_WATCHED_SETS", len(watched_module._watching))
         assert jobs[2].get(TRAINJOB_KIND, "wj-cap-2", "default") is None
         assert _job_requests(local, "wj-cap-2") == [("get", "trainjobs")] and not any(jobs[2].current().values())
         assert list(jobs[2].sent_to_server) == [
